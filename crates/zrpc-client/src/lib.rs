@@ -1,0 +1,1 @@
+//! zrpc-client: see the crate README.

@@ -1,0 +1,1 @@
+//! zrpc-core: see the crate README.

@@ -1,0 +1,1 @@
+//! zrpc-server: see the crate README.

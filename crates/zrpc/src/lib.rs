@@ -1,0 +1,1 @@
+//! zrpc: see the crate README.

@@ -1,0 +1,10 @@
+//! Shared code of the zrpc examples: the generated greeter API.
+
+/// Generated from `proto/greeter.proto`.
+#[allow(missing_docs, unreachable_pub, clippy::all)]
+pub mod pb {
+    tonic::include_proto!("greeter");
+
+    /// Encoded file descriptor set, for gRPC reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("greeter_descriptor");
+}

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# zrpc's one test entry point: installs what is missing, then runs
+# fmt check, clippy (-D warnings), the whole test suite and the doc build.
+#
+#   scripts/test.sh            # everything
+#   ZRPC_TEST_ETCD_ENDPOINTS=127.0.0.1:2379 scripts/test.sh
+#                              # use an etcd you run yourself (e.g. `docker compose up -d etcd`)
+#                              # where no `etcd` binary is installed
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n==> %s\n' "$*"; }
+
+# --- 1. system packages ----------------------------------------------------
+need=()
+command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+[ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
+if [ -z "${ZRPC_TEST_ETCD_ENDPOINTS:-}" ]; then
+  command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+  command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
+fi
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    log "installing ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${need[@]}" >/dev/null
+    # Debian's etcd-server package tries to start a system etcd; the tests start their own.
+    if command -v systemctl >/dev/null 2>&1; then systemctl stop etcd >/dev/null 2>&1 || true; fi
+  else
+    echo "missing: ${need[*]} (install them, or run as root so this script can)" >&2
+    exit 1
+  fi
+fi
+
+# Python tools used to validate docker-compose.yml (no Docker engine is needed).
+if ! python3 -c 'import jsonschema, yaml' >/dev/null 2>&1; then
+  log "installing python jsonschema + pyyaml"
+  python3 -m pip install -q jsonschema pyyaml >/dev/null 2>&1 || echo "warning: could not install jsonschema; compose validation will be skipped" >&2
+fi
+
+export CARGO_TERM_COLOR=never
+export RUST_BACKTRACE=1
+
+# --- 2. format --------------------------------------------------------------
+log "cargo fmt --check"
+cargo fmt --all --check
+
+# --- 3. clippy --------------------------------------------------------------
+if cargo clippy --version >/dev/null 2>&1; then
+  log "cargo clippy -D warnings"
+  cargo clippy --workspace --all-targets --locked -- -D warnings
+else
+  echo "warning: clippy is not installed; skipping the lint step" >&2
+fi
+
+# --- 4. tests ---------------------------------------------------------------
+log "cargo test"
+cargo test --workspace --all-targets --locked
+log "cargo test --doc"
+cargo test --workspace --doc --locked
+
+# --- 5. docker-compose.yml ---------------------------------------------------
+if [ -f docker-compose.yml ]; then
+  log "validate docker-compose.yml"
+  python3 scripts/validate_compose.py docker-compose.yml
+fi
+
+# --- 6. docs ----------------------------------------------------------------
+log "cargo doc -D warnings"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
+
+log "all checks passed"

@@ -1,0 +1,1 @@
+//! zrpc integration tests: one module per behaviour, one test binary (one link).
