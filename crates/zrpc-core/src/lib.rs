@@ -1,1 +1,10 @@
-//! zrpc-core: see the crate README.
+//! The governance math of zrpc, ported from go-zero's `core/` packages.
+//!
+//! Everything here is pure computation with time passed in as a parameter (`now: Instant`), so it is
+//! deterministic under test and has no networking:
+//!
+//! - [`ewma`]: the time-decayed EWMA behind the client's P2C balancer (go-zero `p2c.go`).
+//!
+//! Higher layers (`zrpc-server`, `zrpc-client`) wrap these in tower middleware.
+
+pub mod ewma;
