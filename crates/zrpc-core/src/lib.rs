@@ -8,3 +8,4 @@
 //! Higher layers (`zrpc-server`, `zrpc-client`) wrap these in tower middleware.
 
 pub mod ewma;
+pub mod window;
