@@ -1,1 +1,2 @@
 //! zrpc-client: see the crate README.
+pub mod conf;

@@ -7,5 +7,6 @@
 //!
 //! Higher layers (`zrpc-server`, `zrpc-client`) wrap these in tower middleware.
 
+pub mod conf;
 pub mod ewma;
 pub mod window;

@@ -1,1 +1,2 @@
 //! zrpc-server: see the crate README.
+pub mod conf;

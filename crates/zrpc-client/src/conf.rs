@@ -1,0 +1,390 @@
+//! `RpcClientConf`: go-zero's `zrpc.RpcClientConf` (`zrpc/config.go`), same keys and defaults.
+//!
+//! Load it with `zrpc_core::conf::load::<RpcClientConf>("etc/client.yaml")`, or build it with
+//! [`RpcClientConf::direct`], [`RpcClientConf::etcd`] or [`RpcClientConf::target`].
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use zrpc_core::conf::{ConfError, EtcdConf, Validate, duration};
+
+/// The client config (go-zero `zrpc.RpcClientConf`).
+///
+/// Where the servers are comes from, in go-zero's priority: `Endpoints` > `Target` > `Etcd`
+/// (see [`RpcClientConf::build_target`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct RpcClientConf {
+    /// etcd discovery (`Hosts` + `Key`).
+    pub etcd: EtcdConf,
+    /// Direct server addresses `host:port` (highest priority).
+    pub endpoints: Vec<String>,
+    /// A target URI: `direct:///a,b`, `etcd:///h1,h2?key=k`, `dns:///host:port`, ... (2nd priority).
+    pub target: String,
+    /// `app` metadata sent with each call (only when `Token` is set too).
+    pub app: String,
+    /// `token` metadata sent with each call (only when `App` is set too).
+    pub token: String,
+    /// Create the client without waiting for a usable endpoint (default true).
+    pub non_block: bool,
+    /// Per-call timeout in milliseconds (default 2000; 0 = none).
+    pub timeout: u64,
+    /// HTTP/2 keepalive ping interval (Go duration; default 0 = off).
+    #[serde(with = "duration")]
+    pub keepalive_time: Duration,
+    /// Switches for the client interceptors.
+    pub middlewares: ClientMiddlewaresConf,
+    /// `p2c_ewma` (default) or `round_robin`.
+    pub balancer_name: BalancerName,
+}
+
+impl Default for RpcClientConf {
+    fn default() -> Self {
+        RpcClientConf {
+            etcd: EtcdConf::default(),
+            endpoints: Vec::new(),
+            target: String::new(),
+            app: String::new(),
+            token: String::new(),
+            non_block: true,
+            timeout: 2000,
+            keepalive_time: Duration::ZERO,
+            middlewares: ClientMiddlewaresConf::default(),
+            balancer_name: BalancerName::default(),
+        }
+    }
+}
+
+impl RpcClientConf {
+    /// A client of fixed addresses (go-zero `NewDirectClientConf`).
+    pub fn direct<I, S>(endpoints: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RpcClientConf {
+            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            ..RpcClientConf::default()
+        }
+    }
+
+    /// A client discovering `key` in etcd (go-zero `NewEtcdClientConf`).
+    pub fn etcd<I, S>(hosts: I, key: impl Into<String>) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RpcClientConf {
+            etcd: EtcdConf::new(hosts, key),
+            ..RpcClientConf::default()
+        }
+    }
+
+    /// A client of a target URI (go-zero `NewClientWithTarget`).
+    pub fn target(target: impl Into<String>) -> Self {
+        RpcClientConf {
+            target: target.into(),
+            ..RpcClientConf::default()
+        }
+    }
+
+    /// Sets `App` and `Token` (default: none).
+    #[must_use]
+    pub fn with_credential(mut self, app: impl Into<String>, token: impl Into<String>) -> Self {
+        self.app = app.into();
+        self.token = token.into();
+        self
+    }
+
+    /// Sets `Timeout` (default 2000 ms; zero = none).
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        self
+    }
+
+    /// Sets `NonBlock` (default true).
+    #[must_use]
+    pub fn with_non_block(mut self, non_block: bool) -> Self {
+        self.non_block = non_block;
+        self
+    }
+
+    /// Sets `BalancerName` (default `p2c_ewma`).
+    #[must_use]
+    pub fn with_balancer(mut self, balancer: BalancerName) -> Self {
+        self.balancer_name = balancer;
+        self
+    }
+
+    /// Sets `KeepaliveTime` (default 0 = off).
+    #[must_use]
+    pub fn with_keepalive_time(mut self, every: Duration) -> Self {
+        self.keepalive_time = every;
+        self
+    }
+
+    /// Sets `Middlewares` (default all on).
+    #[must_use]
+    pub fn with_middlewares(mut self, middlewares: ClientMiddlewaresConf) -> Self {
+        self.middlewares = middlewares;
+        self
+    }
+
+    /// `App` and `Token` are both set (go-zero `HasCredential`).
+    pub fn has_credential(&self) -> bool {
+        !self.app.is_empty() && !self.token.is_empty()
+    }
+
+    /// `Timeout` as a duration, `None` when 0.
+    pub fn timeout_duration(&self) -> Option<Duration> {
+        (self.timeout > 0).then(|| Duration::from_millis(self.timeout))
+    }
+
+    /// `KeepaliveTime`, `None` when 0.
+    pub fn keepalive(&self) -> Option<Duration> {
+        (!self.keepalive_time.is_zero()).then_some(self.keepalive_time)
+    }
+
+    /// The target URI, with go-zero's priority (`RpcClientConf.BuildTarget`):
+    /// `Endpoints` -> `direct:///a,b`; else `Target` as given; else `Etcd` ->
+    /// `etcd:///h1,h2?key=<url-encoded key>`.
+    ///
+    /// # Errors
+    /// With no `Endpoints` and no `Target`: go-zero's `empty etcd hosts` / `empty etcd key`, or a
+    /// partial etcd account / TLS set.
+    pub fn build_target(&self) -> Result<String, ConfError> {
+        if !self.endpoints.is_empty() {
+            return Ok(format!("direct:///{}", self.endpoints.join(",")));
+        }
+        if !self.target.is_empty() {
+            return Ok(self.target.clone());
+        }
+        self.etcd.validate()?;
+        Ok(format!(
+            "etcd:///{}?key={}",
+            self.etcd.hosts.join(","),
+            query_escape(&self.etcd.key)
+        ))
+    }
+}
+
+impl Validate for RpcClientConf {
+    fn validate(&self) -> Result<(), ConfError> {
+        for (i, e) in self.endpoints.iter().enumerate() {
+            if e.trim().is_empty() || e.contains(',') {
+                return Err(ConfError::invalid(
+                    format!("Endpoints[{i}]"),
+                    format!("expected host:port, got {e:?}"),
+                ));
+            }
+        }
+        if self.etcd.is_configured() {
+            self.etcd.validate()?;
+        }
+        self.build_target()?;
+        Ok(())
+    }
+}
+
+/// Go's `url.QueryEscape`: unreserved bytes kept, space as `+`, everything else `%XX`.
+fn query_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(char::from(b))
+            }
+            b' ' => out.push('+'),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// Switches for the client interceptors (go-zero `ClientMiddlewaresConf`); all default true.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+#[non_exhaustive]
+#[allow(clippy::struct_excessive_bools)]
+pub struct ClientMiddlewaresConf {
+    /// Client span and trace context injection.
+    pub trace: bool,
+    /// Error and slow-call logging.
+    pub duration: bool,
+    /// Prometheus metrics.
+    pub prometheus: bool,
+    /// Per target+method circuit breaker.
+    pub breaker: bool,
+    /// Per-call timeout.
+    pub timeout: bool,
+}
+
+impl Default for ClientMiddlewaresConf {
+    fn default() -> Self {
+        ClientMiddlewaresConf {
+            trace: true,
+            duration: true,
+            prometheus: true,
+            breaker: true,
+            timeout: true,
+        }
+    }
+}
+
+impl ClientMiddlewaresConf {
+    /// All switches off (for benchmarks and tests; build up with the fields).
+    pub fn none() -> Self {
+        ClientMiddlewaresConf {
+            trace: false,
+            duration: false,
+            prometheus: false,
+            breaker: false,
+            timeout: false,
+        }
+    }
+}
+
+/// The load balancer (`BalancerName`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BalancerName {
+    /// `p2c_ewma`: power of two choices on EWMA latency x in-flight (go-zero's default).
+    #[default]
+    P2cEwma,
+    /// `round_robin`: the comparison baseline.
+    RoundRobin,
+}
+
+impl BalancerName {
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BalancerName::P2cEwma => "p2c_ewma",
+            BalancerName::RoundRobin => "round_robin",
+        }
+    }
+}
+
+impl fmt::Display for BalancerName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An unknown or unsupported `BalancerName`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct UnknownBalancer(String);
+
+impl FromStr for BalancerName {
+    type Err = UnknownBalancer;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "p2c_ewma" | "" => Ok(BalancerName::P2cEwma),
+            "round_robin" => Ok(BalancerName::RoundRobin),
+            "consistent_hash" => Err(UnknownBalancer(
+                "balancer `consistent_hash` is not supported yet (supported: p2c_ewma, round_robin)".to_owned(),
+            )),
+            other => Err(UnknownBalancer(format!(
+                "unknown balancer {other:?} (supported: p2c_ewma, round_robin)"
+            ))),
+        }
+    }
+}
+
+impl Serialize for BalancerName {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for BalancerName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_go_zero() {
+        let c = RpcClientConf::default();
+        assert!(c.non_block);
+        assert_eq!(c.timeout, 2000);
+        assert_eq!(c.keepalive(), None);
+        assert_eq!(c.balancer_name, BalancerName::P2cEwma);
+        let m = &c.middlewares;
+        assert!(m.trace && m.duration && m.prometheus && m.breaker && m.timeout);
+        assert!(!c.has_credential());
+    }
+
+    #[test]
+    fn target_priority_is_endpoints_then_target_then_etcd() {
+        let mut c = RpcClientConf::etcd(["10.0.0.1:2379", "10.0.0.2:2379"], "greet.rpc/v 1");
+        assert_eq!(
+            c.build_target().unwrap(),
+            "etcd:///10.0.0.1:2379,10.0.0.2:2379?key=greet.rpc%2Fv+1"
+        );
+        c.target = "dns:///greet:8080".into();
+        assert_eq!(c.build_target().unwrap(), "dns:///greet:8080");
+        c.endpoints = vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()];
+        assert_eq!(
+            c.build_target().unwrap(),
+            "direct:///127.0.0.1:1,127.0.0.1:2"
+        );
+        assert_eq!(
+            RpcClientConf::target("direct:///a:1")
+                .build_target()
+                .unwrap(),
+            "direct:///a:1"
+        );
+    }
+
+    #[test]
+    fn nothing_configured_is_go_zeros_error() {
+        let e = RpcClientConf::default().build_target().unwrap_err();
+        assert!(e.to_string().contains("empty etcd hosts"), "{e}");
+        let e = RpcClientConf::etcd(["h:2379"], "").validate().unwrap_err();
+        assert!(e.to_string().contains("empty etcd key"), "{e}");
+        RpcClientConf::direct(["127.0.0.1:8080"])
+            .validate()
+            .unwrap();
+    }
+
+    #[test]
+    fn credential_needs_both() {
+        assert!(
+            RpcClientConf::direct(["a:1"])
+                .with_credential("app", "tok")
+                .has_credential()
+        );
+        assert!(
+            !RpcClientConf::direct(["a:1"])
+                .with_credential("app", "")
+                .has_credential()
+        );
+    }
+
+    #[test]
+    fn balancer_names() {
+        assert_eq!(
+            "round_robin".parse::<BalancerName>().unwrap(),
+            BalancerName::RoundRobin
+        );
+        let e = "consistent_hash"
+            .parse::<BalancerName>()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not supported yet"), "{e}");
+        assert!("p2c".parse::<BalancerName>().is_err());
+    }
+}

@@ -1,0 +1,945 @@
+//! `RpcServerConf`: go-zero's `zrpc.RpcServerConf` (`zrpc/config.go`) with its embedded
+//! `service.ServiceConf` (`core/service/serviceconf.go`), same keys and defaults.
+//!
+//! Load it with `zrpc_core::conf::load::<RpcServerConf>("etc/greet.yaml")`, or build it in code
+//! with [`RpcServerConf::new`]. Every key is documented in `docs/configuration.md`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use zrpc_core::conf::{ConfError, EtcdConf, Validate, duration};
+
+/// The server config (go-zero `zrpc.RpcServerConf`).
+///
+/// The `ServiceConf` keys (`Name`, `Mode`, `Log`, `Telemetry`, `DevServer`, `Shutdown`,
+/// `Prometheus`, `MetricsUrl`, `Profiling`) sit at the top level, as go-zero embeds them.
+///
+/// zrpc additions (not in go-zero): `AdvertiseAddr`, `Reflection`, `AuthTokens`, and
+/// `Middlewares.StatConf.LogRequestContent`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct RpcServerConf {
+    // ---- service.ServiceConf ----
+    /// Service name (required); also the default log service name and telemetry name.
+    pub name: String,
+    /// `dev`, `test`, `rt`, `pre` or `pro` (default `pro`).
+    pub mode: ServiceMode,
+    /// Logging (go-zero `logx.LogConf`).
+    pub log: LogConf,
+    /// OpenTelemetry tracing (optional; export only when `Endpoint` is set).
+    pub telemetry: Option<TelemetryConf>,
+    /// The dev/ops HTTP server with `/metrics` and `/healthz` (started only when the key is present).
+    pub dev_server: Option<DevServerConf>,
+    /// Graceful shutdown timings.
+    pub shutdown: ShutdownConf,
+    /// Deprecated go-zero Prometheus agent (accepted; use `DevServer` for metrics).
+    pub prometheus: Option<PrometheusConf>,
+    /// go-zero's stat report URL (accepted, ignored).
+    pub metrics_url: String,
+    /// go-zero's continuous profiling (accepted, ignored).
+    pub profiling: Option<ProfilingConf>,
+
+    // ---- zrpc.RpcServerConf ----
+    /// `host:port` to listen on (required), e.g. `0.0.0.0:8080`.
+    pub listen_on: String,
+    /// zrpc addition: the `host:port` registered in etcd; wins over `ListenOn` and `POD_IP`.
+    pub advertise_addr: Option<String>,
+    /// etcd registration; the server registers when `Hosts` and `Key` are set.
+    pub etcd: EtcdConf,
+    /// Turn on app/token authentication.
+    pub auth: bool,
+    /// go-zero's Redis token store (accepted; not implemented: use `AuthTokens` or a custom store).
+    pub redis: Option<RedisKeyConf>,
+    /// zrpc addition: the static token store for `Auth` (app -> token).
+    pub auth_tokens: Vec<AuthTokenConf>,
+    /// Auth: reject when the token store fails or does not know the app (go-zero semantics).
+    pub strict_control: bool,
+    /// Default per-request timeout in milliseconds (default 2000; 0 = no timeout interceptor).
+    pub timeout: u64,
+    /// Adaptive shedding CPU threshold in millicpu, range [0, 1000) (default 900; 0 = off).
+    pub cpu_threshold: u64,
+    /// Register the gRPC health service (default true).
+    pub health: bool,
+    /// zrpc addition: serve gRPC reflection (default false; also on in `dev`/`test` mode).
+    pub reflection: bool,
+    /// Switches for the built-in interceptors.
+    pub middlewares: ServerMiddlewaresConf,
+    /// Per-method timeout overrides.
+    pub method_timeouts: Vec<MethodTimeoutConf>,
+}
+
+impl Default for RpcServerConf {
+    fn default() -> Self {
+        RpcServerConf {
+            name: String::new(),
+            mode: ServiceMode::default(),
+            log: LogConf::default(),
+            telemetry: None,
+            dev_server: None,
+            shutdown: ShutdownConf::default(),
+            prometheus: None,
+            metrics_url: String::new(),
+            profiling: None,
+            listen_on: String::new(),
+            advertise_addr: None,
+            etcd: EtcdConf::default(),
+            auth: false,
+            redis: None,
+            auth_tokens: Vec::new(),
+            strict_control: false,
+            timeout: 2000,
+            cpu_threshold: 900,
+            health: true,
+            reflection: false,
+            middlewares: ServerMiddlewaresConf::default(),
+            method_timeouts: Vec::new(),
+        }
+    }
+}
+
+impl RpcServerConf {
+    /// A config with the two required keys and go-zero's defaults for everything else.
+    pub fn new(name: impl Into<String>, listen_on: impl Into<String>) -> Self {
+        RpcServerConf {
+            name: name.into(),
+            listen_on: listen_on.into(),
+            ..RpcServerConf::default()
+        }
+    }
+
+    /// Sets `Etcd` (registration). Default: none.
+    #[must_use]
+    pub fn with_etcd(mut self, etcd: EtcdConf) -> Self {
+        self.etcd = etcd;
+        self
+    }
+
+    /// Sets `Timeout` (default 2000 ms; zero = no timeout).
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        self
+    }
+
+    /// Sets `CpuThreshold` (default 900; 0 = no shedding).
+    #[must_use]
+    pub fn with_cpu_threshold(mut self, millicpu: u64) -> Self {
+        self.cpu_threshold = millicpu;
+        self
+    }
+
+    /// Sets `Mode` (default `pro`).
+    #[must_use]
+    pub fn with_mode(mut self, mode: ServiceMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Sets `DevServer` (default: none, not started).
+    #[must_use]
+    pub fn with_dev_server(mut self, dev_server: DevServerConf) -> Self {
+        self.dev_server = Some(dev_server);
+        self
+    }
+
+    /// Turns on `Auth` with a static token list (`AuthTokens`). Default: auth off.
+    #[must_use]
+    pub fn with_auth_tokens<I, A, T>(mut self, tokens: I) -> Self
+    where
+        I: IntoIterator<Item = (A, T)>,
+        A: Into<String>,
+        T: Into<String>,
+    {
+        self.auth = true;
+        self.auth_tokens = tokens
+            .into_iter()
+            .map(|(app, token)| AuthTokenConf::new(app, token))
+            .collect();
+        self
+    }
+
+    /// Adds a `MethodTimeouts` entry (`/pkg.Service/Method`).
+    #[must_use]
+    pub fn with_method_timeout(
+        mut self,
+        full_method: impl Into<String>,
+        timeout: Duration,
+    ) -> Self {
+        self.method_timeouts
+            .push(MethodTimeoutConf::new(full_method, timeout));
+        self
+    }
+
+    /// Sets `AdvertiseAddr` (default: derived from `ListenOn` / `POD_IP`).
+    #[must_use]
+    pub fn with_advertise_addr(mut self, addr: impl Into<String>) -> Self {
+        self.advertise_addr = Some(addr.into());
+        self
+    }
+
+    /// Sets `Reflection` (default false; reflection is also on in `dev`/`test` mode).
+    #[must_use]
+    pub fn with_reflection(mut self, on: bool) -> Self {
+        self.reflection = on;
+        self
+    }
+
+    /// Sets `Health` (default true).
+    #[must_use]
+    pub fn with_health(mut self, on: bool) -> Self {
+        self.health = on;
+        self
+    }
+
+    /// Sets `Shutdown` (default WrapUpTime 1s, WaitTime 5.5s).
+    #[must_use]
+    pub fn with_shutdown(mut self, shutdown: ShutdownConf) -> Self {
+        self.shutdown = shutdown;
+        self
+    }
+
+    /// The server registers in etcd (go-zero `HasEtcd`: `Etcd.Hosts` and `Etcd.Key` set).
+    pub fn has_etcd(&self) -> bool {
+        self.etcd.has_etcd()
+    }
+
+    /// `Timeout` as a duration, `None` when 0 (timeouts off, `MethodTimeouts` ignored too).
+    pub fn timeout_duration(&self) -> Option<Duration> {
+        (self.timeout > 0).then(|| Duration::from_millis(self.timeout))
+    }
+
+    /// Reflection is served: `Reflection` is true or `Mode` is `dev` / `test`.
+    pub fn reflection_enabled(&self) -> bool {
+        self.reflection || matches!(self.mode, ServiceMode::Dev | ServiceMode::Test)
+    }
+
+    /// The name used for tracing: `Telemetry.Name`, else `Name`.
+    pub fn telemetry_name(&self) -> &str {
+        match &self.telemetry {
+            Some(t) if !t.name.is_empty() => &t.name,
+            _ => &self.name,
+        }
+    }
+
+    /// The keys that were set but that zrpc accepts without acting on them (for the server to log
+    /// once at start-up).
+    pub fn ignored_keys(&self) -> Vec<IgnoredKey> {
+        let mut out = Vec::new();
+        if self.redis.is_some() {
+            out.push(IgnoredKey {
+                key: "Redis",
+                reason: "go-zero's Redis-backed token store is not implemented; use AuthTokens or a custom TokenStore",
+            });
+        }
+        if self.profiling.is_some() {
+            out.push(IgnoredKey {
+                key: "Profiling",
+                reason: "continuous profiling (Pyroscope) is not implemented",
+            });
+        }
+        if !self.metrics_url.is_empty() {
+            out.push(IgnoredKey {
+                key: "MetricsUrl",
+                reason: "go-zero's stat report POST is not implemented; scrape DevServer /metrics",
+            });
+        }
+        if self.prometheus.is_some() {
+            out.push(IgnoredKey {
+                key: "Prometheus",
+                reason: "deprecated in go-zero; metrics are served by DevServer",
+            });
+        }
+        if let Some(d) = &self.dev_server
+            && d.enable_pprof
+            && d.enabled
+        {
+            out.push(IgnoredKey {
+                key: "DevServer.EnablePprof",
+                reason: "Go pprof endpoints do not exist in Rust",
+            });
+        }
+        out
+    }
+}
+
+/// A key zrpc accepts for go-zero compatibility but does not act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct IgnoredKey {
+    /// The key path, e.g. `Redis`.
+    pub key: &'static str,
+    /// Why it is ignored and what to use instead.
+    pub reason: &'static str,
+}
+
+impl fmt::Display for IgnoredKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "config key `{}` is ignored: {}", self.key, self.reason)
+    }
+}
+
+impl Validate for RpcServerConf {
+    fn validate(&self) -> Result<(), ConfError> {
+        if self.name.trim().is_empty() {
+            return Err(ConfError::missing("Name"));
+        }
+        if self.listen_on.trim().is_empty() {
+            return Err(ConfError::missing("ListenOn"));
+        }
+        check_listen_on(&self.listen_on)?;
+        if let Some(addr) = &self.advertise_addr
+            && !addr.is_empty()
+            && !looks_like_host_port(addr)
+        {
+            return Err(ConfError::invalid(
+                "AdvertiseAddr",
+                format!("expected host:port, got {addr:?}"),
+            ));
+        }
+        if self.cpu_threshold >= 1000 {
+            return Err(ConfError::invalid(
+                "CpuThreshold",
+                format!("{} is out of range [0:1000)", self.cpu_threshold),
+            ));
+        }
+        if self.etcd.is_configured() {
+            self.etcd.validate()?;
+        }
+        for (i, m) in self.method_timeouts.iter().enumerate() {
+            if !is_full_method(&m.full_method) {
+                return Err(ConfError::invalid(
+                    format!("MethodTimeouts[{i}].FullMethod"),
+                    format!("expected /package.Service/Method, got {:?}", m.full_method),
+                ));
+            }
+        }
+        for (i, t) in self.auth_tokens.iter().enumerate() {
+            if t.app.is_empty() {
+                return Err(ConfError::missing(format!("AuthTokens[{i}].App")));
+            }
+            if t.token.is_empty() {
+                return Err(ConfError::missing(format!("AuthTokens[{i}].Token")));
+            }
+        }
+        self.log.validate()?;
+        if let Some(t) = &self.telemetry {
+            t.validate()?;
+        }
+        if let Some(d) = &self.dev_server
+            && d.enabled
+        {
+            for (key, path) in [
+                ("DevServer.MetricsPath", &d.metrics_path),
+                ("DevServer.HealthPath", &d.health_path),
+            ] {
+                if !path.starts_with('/') {
+                    return Err(ConfError::invalid(
+                        key,
+                        format!("must start with `/`, got {path:?}"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_listen_on(listen_on: &str) -> Result<(), ConfError> {
+    if listen_on.parse::<SocketAddr>().is_ok() || looks_like_host_port(listen_on) {
+        Ok(())
+    } else {
+        Err(ConfError::invalid(
+            "ListenOn",
+            format!("expected host:port (e.g. 0.0.0.0:8080), got {listen_on:?}"),
+        ))
+    }
+}
+
+/// `host:port` with a numeric port; host may be empty (`:8080`), a name, IPv4, or `[v6]`.
+fn looks_like_host_port(s: &str) -> bool {
+    if s.parse::<SocketAddr>().is_ok() {
+        return true;
+    }
+    let Some((host, port)) = s.rsplit_once(':') else {
+        return false;
+    };
+    if port.parse::<u16>().is_err() {
+        return false;
+    }
+    if let Some(inner) = host.strip_prefix('[') {
+        return inner
+            .strip_suffix(']')
+            .is_some_and(|v6| v6.parse::<std::net::Ipv6Addr>().is_ok());
+    }
+    host.chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_')
+}
+
+/// `/pkg.Service/Method` (the package part is optional: `/Service/Method`).
+fn is_full_method(s: &str) -> bool {
+    let Some(rest) = s.strip_prefix('/') else {
+        return false;
+    };
+    let Some((service, method)) = rest.split_once('/') else {
+        return false;
+    };
+    let ident = |x: &str| !x.is_empty() && x.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    !service.is_empty() && service.split('.').all(ident) && ident(method)
+}
+
+/// go-zero's service modes (`Mode`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum ServiceMode {
+    /// Development (reflection on).
+    Dev,
+    /// Test (reflection on).
+    Test,
+    /// Regression test.
+    Rt,
+    /// Pre-release.
+    Pre,
+    /// Production (the default).
+    #[default]
+    Pro,
+}
+
+impl ServiceMode {
+    /// The config spelling (`dev`, ..., `pro`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServiceMode::Dev => "dev",
+            ServiceMode::Test => "test",
+            ServiceMode::Rt => "rt",
+            ServiceMode::Pre => "pre",
+            ServiceMode::Pro => "pro",
+        }
+    }
+}
+
+impl fmt::Display for ServiceMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Switches for the server interceptors (go-zero `ServerMiddlewaresConf`); all default true.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct ServerMiddlewaresConf {
+    /// Tracing span per RPC.
+    pub trace: bool,
+    /// Panic recovery.
+    pub recover: bool,
+    /// Slow-call (and optional content) logging.
+    pub stat: bool,
+    /// Stat interceptor settings.
+    pub stat_conf: StatConf,
+    /// Prometheus metrics.
+    pub prometheus: bool,
+    /// Per-method circuit breaker.
+    pub breaker: bool,
+}
+
+impl Default for ServerMiddlewaresConf {
+    fn default() -> Self {
+        ServerMiddlewaresConf {
+            trace: true,
+            recover: true,
+            stat: true,
+            stat_conf: StatConf::default(),
+            prometheus: true,
+            breaker: true,
+        }
+    }
+}
+
+/// The stat interceptor settings (`Middlewares.StatConf`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct StatConf {
+    /// Calls slower than this are logged as slow (default 500ms).
+    #[serde(with = "duration")]
+    pub slow_threshold: Duration,
+    /// Methods whose request content is never logged.
+    pub ignore_content_methods: Vec<String>,
+    /// zrpc addition: log every request's content at info level, as go-zero does (default false).
+    pub log_request_content: bool,
+}
+
+impl Default for StatConf {
+    fn default() -> Self {
+        StatConf {
+            slow_threshold: Duration::from_millis(500),
+            ignore_content_methods: Vec::new(),
+            log_request_content: false,
+        }
+    }
+}
+
+/// One `MethodTimeouts` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct MethodTimeoutConf {
+    /// `/package.Service/Method`.
+    pub full_method: String,
+    /// The timeout for that method (a Go duration, e.g. `"5s"`; 0 = no timeout).
+    #[serde(with = "duration")]
+    pub timeout: Duration,
+}
+
+impl MethodTimeoutConf {
+    /// A method timeout.
+    pub fn new(full_method: impl Into<String>, timeout: Duration) -> Self {
+        MethodTimeoutConf {
+            full_method: full_method.into(),
+            timeout,
+        }
+    }
+}
+
+/// One static token (`AuthTokens` entry, a zrpc addition).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct AuthTokenConf {
+    /// The `app` metadata value.
+    pub app: String,
+    /// The expected `token` metadata value.
+    pub token: String,
+}
+
+impl AuthTokenConf {
+    /// An app/token pair.
+    pub fn new(app: impl Into<String>, token: impl Into<String>) -> Self {
+        AuthTokenConf {
+            app: app.into(),
+            token: token.into(),
+        }
+    }
+}
+
+/// Graceful shutdown timings (go-zero `proc.ShutdownConf`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct ShutdownConf {
+    /// Time between deregistration / NOT_SERVING and closing the listener (default 1s).
+    #[serde(with = "duration")]
+    pub wrap_up_time: Duration,
+    /// Time after the shutdown signal at which remaining calls are cut (default 5.5s).
+    #[serde(with = "duration")]
+    pub wait_time: Duration,
+}
+
+impl Default for ShutdownConf {
+    fn default() -> Self {
+        ShutdownConf {
+            wrap_up_time: Duration::from_secs(1),
+            wait_time: Duration::from_millis(5500),
+        }
+    }
+}
+
+impl ShutdownConf {
+    /// Shutdown timings.
+    pub fn new(wrap_up_time: Duration, wait_time: Duration) -> Self {
+        ShutdownConf {
+            wrap_up_time,
+            wait_time,
+        }
+    }
+}
+
+/// The dev/ops HTTP server (go-zero `devserver.Config`). Started only when the `DevServer` key is present.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct DevServerConf {
+    /// Start it (default true).
+    pub enabled: bool,
+    /// Host to bind (default empty = all interfaces).
+    pub host: String,
+    /// Port (default 6060).
+    pub port: u16,
+    /// Prometheus metrics path (default `/metrics`).
+    pub metrics_path: String,
+    /// Health path (default `/healthz`).
+    pub health_path: String,
+    /// Serve metrics (default true).
+    pub enable_metrics: bool,
+    /// Go pprof (default true in go-zero; accepted, not available in Rust).
+    pub enable_pprof: bool,
+    /// Body of a healthy answer (default `OK`).
+    pub health_response: String,
+}
+
+impl Default for DevServerConf {
+    fn default() -> Self {
+        DevServerConf {
+            enabled: true,
+            host: String::new(),
+            port: 6060,
+            metrics_path: "/metrics".to_owned(),
+            health_path: "/healthz".to_owned(),
+            enable_metrics: true,
+            enable_pprof: true,
+            health_response: "OK".to_owned(),
+        }
+    }
+}
+
+impl DevServerConf {
+    /// A dev server on `host:port` with the other defaults.
+    pub fn new(host: impl Into<String>, port: u16) -> Self {
+        DevServerConf {
+            host: host.into(),
+            port,
+            ..DevServerConf::default()
+        }
+    }
+
+    /// `host:port` to bind (`0.0.0.0:port` when host is empty).
+    pub fn bind_addr(&self) -> String {
+        if self.host.is_empty() {
+            format!("0.0.0.0:{}", self.port)
+        } else if self.host.contains(':') && !self.host.starts_with('[') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// OpenTelemetry settings (go-zero `trace.Config`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct TelemetryConf {
+    /// Service name in spans (default: the service `Name`).
+    pub name: String,
+    /// Exporter endpoint; no export when empty.
+    pub endpoint: String,
+    /// Sampling ratio (default 1.0).
+    pub sampler: f64,
+    /// `otlpgrpc` (default), `otlphttp`, `zipkin` or `file`.
+    pub batcher: String,
+    /// Headers for OTLP export.
+    pub otlp_headers: BTreeMap<String, String>,
+    /// Path for OTLP/HTTP export, e.g. `/v1/traces`.
+    pub otlp_http_path: String,
+    /// Use https for OTLP/HTTP.
+    pub otlp_http_secure: bool,
+    /// Do not start the exporter.
+    pub disabled: bool,
+}
+
+impl Default for TelemetryConf {
+    fn default() -> Self {
+        TelemetryConf {
+            name: String::new(),
+            endpoint: String::new(),
+            sampler: 1.0,
+            batcher: "otlpgrpc".to_owned(),
+            otlp_headers: BTreeMap::new(),
+            otlp_http_path: String::new(),
+            otlp_http_secure: false,
+            disabled: false,
+        }
+    }
+}
+
+impl Validate for TelemetryConf {
+    fn validate(&self) -> Result<(), ConfError> {
+        one_of(
+            "Telemetry.Batcher",
+            &self.batcher,
+            &["zipkin", "otlpgrpc", "otlphttp", "file"],
+        )?;
+        if !(0.0..=1.0).contains(&self.sampler) {
+            return Err(ConfError::invalid(
+                "Telemetry.Sampler",
+                format!("{} is out of range [0:1]", self.sampler),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Logging settings (go-zero `logx.LogConf`). All of go-zero's keys are accepted; which ones
+/// zrpc honours is listed in `docs/configuration.md`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct LogConf {
+    /// Service name in log lines (default: the service `Name`).
+    pub service_name: String,
+    /// `console` (default), `file` or `volume`.
+    pub mode: String,
+    /// `json` (default) or `plain`.
+    pub encoding: String,
+    /// Timestamp format (Go layout; accepted).
+    pub time_format: String,
+    /// Log directory for file mode (default `logs`).
+    pub path: String,
+    /// `debug`, `info` (default), `error` or `severe`.
+    pub level: String,
+    /// Truncate log content longer than this (0 = no limit).
+    pub max_content_length: u32,
+    /// Compress rotated files.
+    pub compress: bool,
+    /// Log periodic statistics (default true).
+    pub stat: bool,
+    /// Days to keep log files (0 = forever).
+    pub keep_days: i64,
+    /// Cooldown between stack traces in ms (default 100).
+    pub stack_cooldown_millis: i64,
+    /// Rotated files to keep (0 = all).
+    pub max_backups: i64,
+    /// Max file size in MB for size rotation (0 = no limit).
+    pub max_size: i64,
+    /// `daily` (default) or `size`.
+    pub rotation: String,
+    /// Time format in rotated file names.
+    pub file_time_format: String,
+    /// Renamed JSON field keys.
+    pub field_keys: LogFieldKeys,
+}
+
+impl Default for LogConf {
+    fn default() -> Self {
+        LogConf {
+            service_name: String::new(),
+            mode: "console".to_owned(),
+            encoding: "json".to_owned(),
+            time_format: String::new(),
+            path: "logs".to_owned(),
+            level: "info".to_owned(),
+            max_content_length: 0,
+            compress: false,
+            stat: true,
+            keep_days: 0,
+            stack_cooldown_millis: 100,
+            max_backups: 0,
+            max_size: 0,
+            rotation: "daily".to_owned(),
+            file_time_format: String::new(),
+            field_keys: LogFieldKeys::default(),
+        }
+    }
+}
+
+impl Validate for LogConf {
+    fn validate(&self) -> Result<(), ConfError> {
+        one_of("Log.Mode", &self.mode, &["console", "file", "volume"])?;
+        one_of("Log.Encoding", &self.encoding, &["json", "plain"])?;
+        one_of(
+            "Log.Level",
+            &self.level,
+            &["debug", "info", "error", "severe"],
+        )?;
+        one_of("Log.Rotation", &self.rotation, &["daily", "size"])
+    }
+}
+
+/// go-zero `logx` field key names (`Log.FieldKeys`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct LogFieldKeys {
+    /// Default `caller`.
+    pub caller_key: String,
+    /// Default `content`.
+    pub content_key: String,
+    /// Default `duration`.
+    pub duration_key: String,
+    /// Default `level`.
+    pub level_key: String,
+    /// Default `span`.
+    pub span_key: String,
+    /// Default `@timestamp`.
+    pub timestamp_key: String,
+    /// Default `trace`.
+    pub trace_key: String,
+    /// Default `truncated`.
+    pub truncated_key: String,
+}
+
+impl Default for LogFieldKeys {
+    fn default() -> Self {
+        LogFieldKeys {
+            caller_key: "caller".to_owned(),
+            content_key: "content".to_owned(),
+            duration_key: "duration".to_owned(),
+            level_key: "level".to_owned(),
+            span_key: "span".to_owned(),
+            timestamp_key: "@timestamp".to_owned(),
+            trace_key: "trace".to_owned(),
+            truncated_key: "truncated".to_owned(),
+        }
+    }
+}
+
+/// go-zero's deprecated Prometheus agent (`Prometheus`); accepted, not started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct PrometheusConf {
+    /// Host (the agent starts only when set).
+    pub host: String,
+    /// Port (default 9101).
+    pub port: u16,
+    /// Path (default `/metrics`).
+    pub path: String,
+}
+
+impl Default for PrometheusConf {
+    fn default() -> Self {
+        PrometheusConf {
+            host: String::new(),
+            port: 9101,
+            path: "/metrics".to_owned(),
+        }
+    }
+}
+
+/// go-zero's Redis token store config (`Redis`, a `redis.RedisKeyConf`); accepted, not used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct RedisKeyConf {
+    /// `host:port`.
+    pub host: String,
+    /// `node` (default) or `cluster`.
+    #[serde(rename = "Type")]
+    pub kind: String,
+    /// User.
+    pub user: String,
+    /// Password.
+    pub pass: String,
+    /// Use TLS.
+    pub tls: bool,
+    /// Do not ping at start.
+    pub non_block: bool,
+    /// Ping timeout (Go duration).
+    #[serde(with = "duration")]
+    pub ping_timeout: Duration,
+    /// The hash key holding app -> token.
+    pub key: String,
+}
+
+impl Default for RedisKeyConf {
+    fn default() -> Self {
+        RedisKeyConf {
+            host: String::new(),
+            kind: "node".to_owned(),
+            user: String::new(),
+            pass: String::new(),
+            tls: false,
+            non_block: false,
+            ping_timeout: Duration::ZERO,
+            key: String::new(),
+        }
+    }
+}
+
+/// go-zero's continuous profiling config (`Profiling`); accepted, ignored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct ProfilingConf {
+    /// Application name.
+    pub name: String,
+    /// Pyroscope server address.
+    pub server_addr: String,
+    /// Basic auth user.
+    pub auth_user: String,
+    /// Basic auth password.
+    pub auth_password: String,
+    /// Default 15s.
+    #[serde(with = "duration")]
+    pub upload_rate: Duration,
+    /// Default 10s.
+    #[serde(with = "duration")]
+    pub check_interval: Duration,
+    /// Default 2m.
+    #[serde(with = "duration")]
+    pub profiling_duration: Duration,
+    /// Default 700.
+    pub cpu_threshold: i64,
+    /// Profile types.
+    pub profile_type: ProfileTypeConf,
+}
+
+impl Default for ProfilingConf {
+    fn default() -> Self {
+        ProfilingConf {
+            name: String::new(),
+            server_addr: String::new(),
+            auth_user: String::new(),
+            auth_password: String::new(),
+            upload_rate: Duration::from_secs(15),
+            check_interval: Duration::from_secs(10),
+            profiling_duration: Duration::from_secs(120),
+            cpu_threshold: 700,
+            profile_type: ProfileTypeConf::default(),
+        }
+    }
+}
+
+/// `Profiling.ProfileType`; accepted, ignored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+#[non_exhaustive]
+#[allow(clippy::struct_excessive_bools)]
+pub struct ProfileTypeConf {
+    /// Default false.
+    pub logger: bool,
+    /// Default true.
+    #[serde(rename = "CPU")]
+    pub cpu: bool,
+    /// Default true.
+    pub goroutines: bool,
+    /// Default true.
+    pub memory: bool,
+    /// Default false.
+    pub mutex: bool,
+    /// Default false.
+    pub block: bool,
+}
+
+impl Default for ProfileTypeConf {
+    fn default() -> Self {
+        ProfileTypeConf {
+            logger: false,
+            cpu: true,
+            goroutines: true,
+            memory: true,
+            mutex: false,
+            block: false,
+        }
+    }
+}
+
+fn one_of(path: &str, value: &str, options: &[&str]) -> Result<(), ConfError> {
+    if options.contains(&value) {
+        Ok(())
+    } else {
+        Err(ConfError::invalid(
+            path,
+            format!("{value:?} is not one of {}", options.join("|")),
+        ))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;

@@ -1,0 +1,158 @@
+use std::time::Duration;
+
+use zrpc_core::conf::{EtcdConf, Validate};
+
+use super::*;
+
+#[test]
+fn defaults_match_go_zero() {
+    let c = RpcServerConf::new("greet.rpc", "0.0.0.0:8080");
+    assert_eq!(c.mode, ServiceMode::Pro);
+    assert_eq!(c.timeout, 2000);
+    assert_eq!(c.timeout_duration(), Some(Duration::from_secs(2)));
+    assert_eq!(c.cpu_threshold, 900);
+    assert!(c.health);
+    assert!(!c.auth && !c.strict_control && !c.reflection);
+    let m = &c.middlewares;
+    assert!(m.trace && m.recover && m.stat && m.prometheus && m.breaker);
+    assert_eq!(m.stat_conf.slow_threshold, Duration::from_millis(500));
+    assert!(!m.stat_conf.log_request_content);
+    assert_eq!(c.shutdown.wrap_up_time, Duration::from_secs(1));
+    assert_eq!(c.shutdown.wait_time, Duration::from_millis(5500));
+    assert!(c.dev_server.is_none() && c.telemetry.is_none());
+    assert_eq!(c.log.level, "info");
+    assert!(!c.has_etcd());
+    assert!(c.ignored_keys().is_empty());
+    c.validate().unwrap();
+}
+
+#[test]
+fn dev_server_defaults() {
+    let d = DevServerConf::default();
+    assert!(d.enabled && d.enable_metrics);
+    assert_eq!(d.port, 6060);
+    assert_eq!(d.metrics_path, "/metrics");
+    assert_eq!(d.health_path, "/healthz");
+    assert_eq!(d.health_response, "OK");
+    assert_eq!(d.bind_addr(), "0.0.0.0:6060");
+    assert_eq!(DevServerConf::new("::1", 7).bind_addr(), "[::1]:7");
+}
+
+#[test]
+fn required_keys() {
+    let e = RpcServerConf::new("", "0.0.0.0:8080")
+        .validate()
+        .unwrap_err();
+    assert_eq!(e.to_string(), "field `Name` is not set");
+    let e = RpcServerConf::new("a", "").validate().unwrap_err();
+    assert_eq!(e.path(), Some("ListenOn"));
+    let e = RpcServerConf::new("a", "localhost").validate().unwrap_err();
+    assert_eq!(e.path(), Some("ListenOn"));
+    for ok in [
+        "0.0.0.0:8080",
+        ":8080",
+        "localhost:1",
+        "[::]:80",
+        "my-host.svc:9000",
+    ] {
+        RpcServerConf::new("a", ok).validate().unwrap();
+    }
+}
+
+#[test]
+fn cpu_threshold_range_is_half_open() {
+    RpcServerConf::new("a", ":1")
+        .with_cpu_threshold(999)
+        .validate()
+        .unwrap();
+    RpcServerConf::new("a", ":1")
+        .with_cpu_threshold(0)
+        .validate()
+        .unwrap();
+    let e = RpcServerConf::new("a", ":1")
+        .with_cpu_threshold(1000)
+        .validate()
+        .unwrap_err();
+    assert!(e.to_string().contains("out of range [0:1000)"), "{e}");
+}
+
+#[test]
+fn method_timeouts_need_full_method_shape() {
+    let ok = RpcServerConf::new("a", ":1")
+        .with_method_timeout("/greet.Greeter/SayHello", Duration::from_secs(1));
+    ok.validate().unwrap();
+    for bad in [
+        "greet.Greeter/SayHello",
+        "/greet.Greeter",
+        "/greet.Greeter/",
+        "//x",
+        "/a..b/M",
+    ] {
+        let e = RpcServerConf::new("a", ":1")
+            .with_method_timeout(bad, Duration::from_secs(1))
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.path(), Some("MethodTimeouts[0].FullMethod"), "{bad}");
+    }
+}
+
+#[test]
+fn etcd_checked_only_when_configured() {
+    let mut c = RpcServerConf::new("a", ":1");
+    c.etcd.key = "greet.rpc".into();
+    assert!(
+        c.validate()
+            .unwrap_err()
+            .to_string()
+            .contains("empty etcd hosts")
+    );
+    let c = RpcServerConf::new("a", ":1").with_etcd(EtcdConf::new(["127.0.0.1:2379"], "greet.rpc"));
+    c.validate().unwrap();
+    assert!(c.has_etcd());
+}
+
+#[test]
+fn reflection_on_in_dev_and_test() {
+    assert!(!RpcServerConf::new("a", ":1").reflection_enabled());
+    assert!(
+        RpcServerConf::new("a", ":1")
+            .with_mode(ServiceMode::Dev)
+            .reflection_enabled()
+    );
+    assert!(
+        RpcServerConf::new("a", ":1")
+            .with_mode(ServiceMode::Test)
+            .reflection_enabled()
+    );
+    assert!(
+        RpcServerConf::new("a", ":1")
+            .with_reflection(true)
+            .reflection_enabled()
+    );
+}
+
+#[test]
+fn ignored_keys_are_listed() {
+    let mut c = RpcServerConf::new("a", ":1");
+    c.redis = Some(RedisKeyConf::default());
+    c.metrics_url = "http://x".into();
+    c.profiling = Some(ProfilingConf::default());
+    let keys: Vec<&str> = c.ignored_keys().iter().map(|k| k.key).collect();
+    assert_eq!(keys, ["Redis", "Profiling", "MetricsUrl"]);
+}
+
+#[test]
+fn auth_tokens_builder() {
+    let c = RpcServerConf::new("a", ":1").with_auth_tokens([("app", "secret")]);
+    assert!(c.auth);
+    assert_eq!(c.auth_tokens, [AuthTokenConf::new("app", "secret")]);
+    c.validate().unwrap();
+}
+
+#[test]
+fn log_options_are_checked() {
+    let mut c = RpcServerConf::new("a", ":1");
+    c.log.level = "verbose".into();
+    let e = c.validate().unwrap_err();
+    assert_eq!(e.path(), Some("Log.Level"));
+}
