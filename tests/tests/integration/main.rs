@@ -1,1 +1,2 @@
 //! zrpc integration tests: one module per behaviour, one test binary (one link).
+mod registration;

@@ -1,0 +1,395 @@
+//! A real etcd for integration tests.
+//!
+//! # How the tests start etcd
+//!
+//! [`EtcdServer::start`] runs the `etcd` binary found on `PATH` (or named by `ZRPC_TEST_ETCD_BIN`) as a
+//! single-member cluster on two free loopback ports (client and peer) with a fresh temporary data dir:
+//!
+//! ```text
+//! etcd --name zrpc-test --data-dir <tmp>/data
+//!      --listen-client-urls http://127.0.0.1:<client> --advertise-client-urls http://127.0.0.1:<client>
+//!      --listen-peer-urls http://127.0.0.1:<peer> --initial-advertise-peer-urls http://127.0.0.1:<peer>
+//!      --initial-cluster zrpc-test=http://127.0.0.1:<peer>
+//! ```
+//!
+//! Its output goes to `<tmp>/etcd.log` (the path is printed when start-up fails). `start` returns once
+//! `GET /health` on the client port answers `"health":"true"` (a leader is elected and serving).
+//! [`EtcdServer::kill`] sends SIGKILL, [`EtcdServer::restart`] starts etcd again on the same data dir and
+//! ports and waits until it is ready; dropping the value kills etcd and removes the data dir. Each test
+//! starts its own etcd, so tests can run in parallel.
+//!
+//! # An external etcd
+//!
+//! When no `etcd` binary is installed but one runs elsewhere (for example `docker compose up -d etcd`),
+//! set `ZRPC_TEST_ETCD_ENDPOINTS=127.0.0.1:2379[,host:port...]`: every [`EtcdServer`] then points at that
+//! cluster, nothing is started, and tests that need to kill or restart etcd skip themselves with a
+//! printed note ([`EtcdServer::is_external`]). Use [`unique_key`] so tests sharing one etcd do not meet.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Environment variable naming an external etcd (comma-separated `host:port` list).
+pub const ENDPOINTS_ENV: &str = "ZRPC_TEST_ETCD_ENDPOINTS";
+/// Environment variable naming the etcd binary (default `etcd` on `PATH`).
+pub const BIN_ENV: &str = "ZRPC_TEST_ETCD_BIN";
+
+/// How long `start`/`restart` wait for etcd to become healthy.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A single-member etcd started for one test (or an external one, see the module docs).
+#[derive(Debug)]
+pub struct EtcdServer {
+    endpoints: Vec<String>,
+    local: Option<Local>,
+}
+
+#[derive(Debug)]
+struct Local {
+    child: Option<Child>,
+    client_port: u16,
+    peer_port: u16,
+    // Held for its Drop (removes the directory); `data_dir`/`log_path` live inside it.
+    dir: tempfile::TempDir,
+}
+
+impl EtcdServer {
+    /// Starts etcd on free loopback ports with a temporary data dir and waits until it is healthy.
+    ///
+    /// # Panics
+    /// When etcd cannot be started or does not become healthy in 20 s (the message names the log file).
+    pub async fn start() -> EtcdServer {
+        if let Some(endpoints) = external_endpoints() {
+            return EtcdServer {
+                endpoints,
+                local: None,
+            };
+        }
+        let mut last_err = String::new();
+        // Free ports are found by binding :0 and releasing them; another process may grab one in
+        // between, so a failed start is retried on fresh ports.
+        for _ in 0..3 {
+            let dir = tempfile::Builder::new()
+                .prefix("zrpc-etcd-")
+                .tempdir()
+                .expect("create a temp dir for etcd");
+            let (client_port, peer_port) = (free_port(), free_port());
+            let mut local = Local {
+                child: None,
+                client_port,
+                peer_port,
+                dir,
+            };
+            match local.spawn() {
+                Ok(()) => {}
+                Err(e) => {
+                    last_err = e;
+                    continue;
+                }
+            }
+            match local.wait_ready().await {
+                Ok(()) => {
+                    return EtcdServer {
+                        endpoints: vec![format!("127.0.0.1:{client_port}")],
+                        local: Some(local),
+                    };
+                }
+                Err(e) => {
+                    last_err = e;
+                    local.kill();
+                }
+            }
+        }
+        panic!("could not start etcd: {last_err}");
+    }
+
+    /// True when the tests use an external etcd (`ZRPC_TEST_ETCD_ENDPOINTS`): kill/restart are unavailable.
+    pub fn is_external(&self) -> bool {
+        self.local.is_none()
+    }
+
+    /// Prints a note and returns true when this etcd cannot be killed/restarted (external etcd):
+    /// `if etcd.skip_if_external("test name") { return; }`.
+    pub fn skip_if_external(&self, test: &str) -> bool {
+        if self.is_external() {
+            println!("note: {test} skipped: it kills/restarts etcd, which {ENDPOINTS_ENV} forbids");
+        }
+        self.is_external()
+    }
+
+    /// The first client endpoint, `127.0.0.1:port`.
+    pub fn endpoint(&self) -> String {
+        self.endpoints[0].clone()
+    }
+
+    /// All client endpoints.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.endpoints.clone()
+    }
+
+    /// The etcd log file (None for an external etcd).
+    pub fn log_path(&self) -> Option<PathBuf> {
+        self.local.as_ref().map(|l| l.log_path())
+    }
+
+    /// A plain etcd client (3 s request timeout) for inspecting and tampering with the keys.
+    ///
+    /// # Panics
+    /// When etcd is not reachable.
+    pub async fn client(&self) -> etcd_client::Client {
+        let options = etcd_client::ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(2))
+            .with_timeout(Duration::from_secs(3))
+            .with_keep_alive_while_idle(false);
+        etcd_client::Client::connect(&self.endpoints, Some(options))
+            .await
+            .unwrap_or_else(|e| panic!("connect to etcd {:?}: {e}", self.endpoints))
+    }
+
+    /// Kills etcd with SIGKILL (no clean shutdown) and waits for the process to exit.
+    ///
+    /// # Panics
+    /// For an external etcd.
+    pub fn kill(&mut self) {
+        self.local_mut("kill").kill();
+    }
+
+    /// Stops etcd gracefully (SIGTERM), waiting at most 10 s before SIGKILL.
+    ///
+    /// # Panics
+    /// For an external etcd.
+    pub fn stop(&mut self) {
+        self.local_mut("stop").stop();
+    }
+
+    /// Starts etcd again on the same data dir and ports (killing it first if it still runs) and waits
+    /// until it is healthy. Returns the instant it was seen healthy.
+    ///
+    /// # Panics
+    /// For an external etcd, or when etcd does not come back in 20 s.
+    pub async fn restart(&mut self) -> Instant {
+        let local = self.local_mut("restart");
+        local.kill();
+        // The ports were just released by the killed process; etcd may briefly fail to bind.
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Err(e) = local.spawn() {
+                panic!("restart etcd: {e}");
+            }
+            match local.wait_ready().await {
+                Ok(()) => return Instant::now(),
+                Err(e) if Instant::now() > deadline => panic!("restart etcd: {e}"),
+                Err(_) => local.kill(),
+            }
+        }
+    }
+
+    /// True while the local etcd process runs (always true for an external etcd).
+    pub fn is_running(&mut self) -> bool {
+        match &mut self.local {
+            None => true,
+            Some(l) => l.running(),
+        }
+    }
+
+    fn local_mut(&mut self, what: &str) -> &mut Local {
+        match &mut self.local {
+            Some(l) => l,
+            None => panic!("cannot {what} an external etcd ({ENDPOINTS_ENV} is set)"),
+        }
+    }
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        if let Some(l) = &mut self.local {
+            l.kill();
+        }
+    }
+}
+
+impl Local {
+    fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("etcd.log")
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let bin = std::env::var(BIN_ENV).unwrap_or_else(|_| "etcd".to_owned());
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .map_err(|e| format!("open {}: {e}", self.log_path().display()))?;
+        let log2 = log
+            .try_clone()
+            .map_err(|e| format!("clone log handle: {e}"))?;
+        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let child = Command::new(&bin)
+            .arg("--name")
+            .arg("zrpc-test")
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .arg("--listen-client-urls")
+            .arg(&client)
+            .arg("--advertise-client-urls")
+            .arg(&client)
+            .arg("--listen-peer-urls")
+            .arg(&peer)
+            .arg("--initial-advertise-peer-urls")
+            .arg(&peer)
+            .arg("--initial-cluster")
+            .arg(format!("zrpc-test={peer}"))
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .spawn()
+            .map_err(|e| {
+                format!("spawn `{bin}` (install etcd or set {ENDPOINTS_ENV}/{BIN_ENV}): {e}")
+            })?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    async fn wait_ready(&mut self) -> Result<(), String> {
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.client_port));
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if !self.running() {
+                return Err(format!(
+                    "etcd exited during start-up; see {}",
+                    self.log_path().display()
+                ));
+            }
+            if healthy(addr).await {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "etcd not healthy on {addr} after {READY_TIMEOUT:?}; see {}",
+                    self.log_path().display()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn running(&mut self) -> bool {
+        match &mut self.child {
+            None => false,
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn stop(&mut self) {
+        use nix::sys::signal::{Signal, kill};
+        use nix::unistd::Pid;
+        if let Some(mut child) = self.child.take() {
+            let pid = Pid::from_raw(child.id() as i32);
+            let _ = kill(pid, Signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// `GET /health` over plain HTTP/1.1 (etcd serves it on the client port).
+async fn healthy(addr: SocketAddr) -> bool {
+    let probe = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        s.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            .await
+            .ok()?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.ok()?;
+        Some(String::from_utf8_lossy(&buf).contains("\"health\":\"true\""))
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(1), probe).await,
+        Ok(Some(true))
+    )
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind a free loopback port")
+}
+
+fn external_endpoints() -> Option<Vec<String>> {
+    let v = std::env::var(ENDPOINTS_ENV).ok()?;
+    let eps: Vec<String> = v
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    (!eps.is_empty()).then_some(eps)
+}
+
+/// A key prefix unique to this process and call (`/zrpc-test/<name>/<pid>-<n>-<nanos>`), so tests
+/// sharing one etcd never see each other's keys.
+pub fn unique_key(name: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "zrpc-test/{name}/{}-{}-{nanos}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// All `(key, value)` pairs under `prefix/` (the go-zero layout `Key/<id>`), sorted by key.
+///
+/// # Panics
+/// When etcd is not reachable.
+pub async fn keys_under(client: &mut etcd_client::Client, prefix: &str) -> Vec<(String, String)> {
+    let resp = client
+        .get(
+            format!("{prefix}/"),
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("get prefix {prefix}/: {e}"));
+    let mut out: Vec<(String, String)> = resp
+        .kvs()
+        .iter()
+        .map(|kv| {
+            (
+                String::from_utf8_lossy(kv.key()).into_owned(),
+                String::from_utf8_lossy(kv.value()).into_owned(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Path of the etcd log, for messages (`"<external>"` for an external etcd).
+pub fn describe_log(path: Option<&Path>) -> String {
+    path.map(|p| p.display().to_string())
+        .unwrap_or_else(|| "<external>".to_owned())
+}
