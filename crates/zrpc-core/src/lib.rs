@@ -10,3 +10,5 @@
 pub mod conf;
 pub mod ewma;
 pub mod window;
+#[cfg(feature = "etcd")]
+pub mod etcd;
