@@ -1,2 +1,3 @@
 //! zrpc-server: see the crate README.
 pub mod conf;
+pub mod registry;

@@ -1,0 +1,390 @@
+//! The etcd publisher: one key per server, kept alive and healed (go-zero `core/discov/publisher.go`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, EventType, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn,
+    TxnOp, WatchFilterType, WatchOptions, WatchStream,
+};
+use rand::RngExt;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, MissedTickBehavior};
+use zrpc_core::conf::EtcdConf;
+use zrpc_core::etcd::{REQUEST_TIMEOUT, connect};
+
+/// Lease time-to-live in seconds (go-zero `discov.TimeToLive`).
+pub const TIME_TO_LIVE: i64 = 10;
+/// Pause between attempts while etcd is unreachable (each one jittered by ±20 %).
+pub const RETRY_INTERVAL: Duration = Duration::from_secs(1);
+/// Upper bound of [`Publisher::stop`]: the revoke is abandoned after it (the lease then expires).
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(2);
+
+const TTL: Duration = Duration::from_secs(TIME_TO_LIVE as u64);
+
+/// Where the registration stands (see [`Publisher::state`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RegistrationState {
+    /// Not (or no longer) registered: etcd unreachable, or the key is being restored.
+    NotRegistered,
+    /// The key exists in etcd under a live lease.
+    Registered {
+        /// The full key, `Key/<lease id>` or `Key/<ID>`.
+        key: String,
+        /// The lease the key is attached to.
+        lease: i64,
+    },
+    /// [`Publisher::stop`] ran (the lease was revoked if etcd was reachable).
+    Stopped,
+}
+
+/// Keeps one `Key/<lease id>` (or `Key/<ID>`) -> `host:port` entry alive in etcd.
+///
+/// [`Publisher::spawn`] returns at once; a task then registers and supervises the entry forever:
+/// - grants a lease (TTL 10 s), puts the key, renews the lease every TTL/3 and watches the key;
+/// - keepalive stream broken (etcd restart, network cut): reconnects and keeps the **same** lease alive
+///   if etcd still knows it, so the key stays the same;
+/// - lease gone (TTL 0 / not found): grants a new lease and puts the key again. A new lease is only
+///   used once the old one is known to be gone, so at most one key per server exists at any time
+///   (go-zero can leave one per watch error, #5260);
+/// - key deleted by someone else: puts it back under the current lease;
+/// - failures are retried every ~1 s (jittered), forever; each state change is logged once.
+///
+/// When etcd is down at start the server still serves; the log says it is not yet discoverable.
+#[derive(Debug)]
+pub struct Publisher {
+    stop: watch::Sender<bool>,
+    state: watch::Receiver<RegistrationState>,
+    task: Option<JoinHandle<()>>,
+}
+
+struct Ctx {
+    conf: EtcdConf,
+    value: String,
+    state: watch::Sender<RegistrationState>,
+}
+
+impl Publisher {
+    /// Starts registering `value` (`host:port`) under `conf.key`. Must be called inside a Tokio runtime.
+    pub fn spawn(conf: EtcdConf, value: String) -> Publisher {
+        let (stop, stop_rx) = watch::channel(false);
+        let (state_tx, state) = watch::channel(RegistrationState::NotRegistered);
+        let ctx = Arc::new(Ctx {
+            conf,
+            value,
+            state: state_tx,
+        });
+        let task = tokio::spawn(supervise(ctx, stop_rx));
+        Publisher {
+            stop,
+            state,
+            task: Some(task),
+        }
+    }
+
+    /// The registration state; `changed().await` on it to wait for a transition.
+    pub fn state(&self) -> watch::Receiver<RegistrationState> {
+        self.state.clone()
+    }
+
+    /// The registered key, if registered right now.
+    pub fn current_key(&self) -> Option<String> {
+        match &*self.state.borrow() {
+            RegistrationState::Registered { key, .. } => Some(key.clone()),
+            _ => None,
+        }
+    }
+
+    /// The lease of the registered key, if registered right now.
+    pub fn current_lease(&self) -> Option<i64> {
+        match &*self.state.borrow() {
+            RegistrationState::Registered { lease, .. } => Some(*lease),
+            _ => None,
+        }
+    }
+
+    /// Deregisters: stops the supervision and revokes the lease, so the key disappears at once.
+    /// Takes at most about [`STOP_TIMEOUT`]; if etcd cannot be reached the key expires with its lease.
+    pub async fn stop(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(mut task) = self.task.take() {
+            // The task bounds its revoke by STOP_TIMEOUT; this is a safety net above it.
+            let bound = STOP_TIMEOUT + Duration::from_millis(500);
+            if tokio::time::timeout(bound, &mut task).await.is_err() {
+                task.abort();
+                tracing::warn!("etcd publisher did not stop within {bound:?}; abandoned");
+            }
+        }
+    }
+}
+
+impl Drop for Publisher {
+    /// Dropping without [`Publisher::stop`] still deregisters, in the background.
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// Jittered retry pause, `RETRY_INTERVAL` ±20 %.
+fn retry_pause() -> Duration {
+    let base = RETRY_INTERVAL.as_millis() as u64;
+    Duration::from_millis(rand::rng().random_range(base * 4 / 5..=base * 6 / 5))
+}
+
+/// Log a failure once per distinct reason (repeats go to debug).
+#[derive(Default)]
+struct Reporter {
+    last: Option<String>,
+    was_registered: bool,
+}
+
+impl Reporter {
+    fn failed(&mut self, ctx: &Ctx, reason: &str) {
+        let kind = reason.split(':').next().unwrap_or(reason).to_owned();
+        if self.last.as_deref() == Some(kind.as_str()) {
+            tracing::debug!(key = %ctx.conf.key, "etcd registration still failing: {reason}");
+            return;
+        }
+        if self.was_registered {
+            tracing::warn!(key = %ctx.conf.key, value = %ctx.value,
+                "etcd registration lost, not discoverable until restored (retrying every ~1s): {reason}");
+        } else {
+            tracing::warn!(key = %ctx.conf.key, value = %ctx.value,
+                "not yet discoverable: etcd registration failed (retrying every ~1s): {reason}");
+        }
+        self.last = Some(kind);
+    }
+
+    fn registered(&mut self, ctx: &Ctx, key: &str, lease: i64) {
+        tracing::info!(%key, value = %ctx.value, lease, "registered in etcd");
+        self.last = None;
+        self.was_registered = true;
+    }
+}
+
+async fn supervise(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
+    let mut lease: Option<i64> = None;
+    let mut client: Option<Client> = None;
+    let mut report = Reporter::default();
+    loop {
+        let reason = tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => break,
+            reason = attempt(&ctx, &mut client, &mut lease, &mut report) => reason,
+        };
+        ctx.state.send_replace(RegistrationState::NotRegistered);
+        report.failed(&ctx, &reason);
+        // A fresh client next time: the old one may hold a dead connection.
+        client = None;
+        tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => break,
+            _ = tokio::time::sleep(retry_pause()) => {}
+        }
+    }
+    ctx.state.send_replace(RegistrationState::NotRegistered);
+    if let Some(id) = lease {
+        revoke(&ctx, client, id).await;
+    }
+    ctx.state.send_replace(RegistrationState::Stopped);
+}
+
+async fn revoke(ctx: &Ctx, client: Option<Client>, id: i64) {
+    let work = async {
+        let mut client = match client {
+            Some(c) => c,
+            None => connect(&ctx.conf).await.map_err(|e| e.to_string())?,
+        };
+        match client.lease_revoke(id).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_lease_gone(&e) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        }
+    };
+    match tokio::time::timeout(STOP_TIMEOUT, work).await {
+        Ok(Ok(())) => tracing::info!(key = %ctx.conf.key, lease = id, "deregistered from etcd"),
+        Ok(Err(e)) => tracing::warn!(
+            lease = id,
+            "etcd deregistration failed, the key expires within {TIME_TO_LIVE}s: {e}"
+        ),
+        Err(_) => tracing::warn!(
+            lease = id,
+            "etcd deregistration timed out after {STOP_TIMEOUT:?}, the key expires within {TIME_TO_LIVE}s"
+        ),
+    }
+}
+
+fn is_lease_gone(e: &etcd_client::Error) -> bool {
+    e.to_string().contains("lease not found")
+}
+
+/// Bounds a unary etcd call (the client's own timeout does not cover waiting for a connection).
+async fn bounded<T>(
+    what: &str,
+    fut: impl Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, Failure> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) if is_lease_gone(&e) => Err(Failure::LeaseGone),
+        Ok(Err(e)) => Err(Failure::Broken(format!("{what}: {e}"))),
+        Err(_) => Err(Failure::Broken(format!(
+            "{what}: no answer within {REQUEST_TIMEOUT:?}"
+        ))),
+    }
+}
+
+enum Failure {
+    /// The lease is known to be gone (and so is its key): a new one may be granted.
+    LeaseGone,
+    /// Anything else: reconnect and retry with the same lease.
+    Broken(String),
+}
+
+/// Connects if needed, then registers and supervises until something breaks; returns why.
+async fn attempt(
+    ctx: &Ctx,
+    client: &mut Option<Client>,
+    lease: &mut Option<i64>,
+    report: &mut Reporter,
+) -> String {
+    let c = match client {
+        Some(c) => c.clone(),
+        None => match connect(&ctx.conf).await {
+            Ok(c) => client.insert(c).clone(),
+            Err(e) => return format!("connect: {e}"),
+        },
+    };
+    loop {
+        match session(ctx, c.clone(), lease, report).await {
+            Failure::LeaseGone => {
+                if let Some(id) = lease.take() {
+                    tracing::warn!(key = %ctx.conf.key, lease = id,
+                        "etcd lease expired or revoked; registering under a new lease");
+                }
+                ctx.state.send_replace(RegistrationState::NotRegistered);
+            }
+            Failure::Broken(reason) => return reason,
+        }
+    }
+}
+
+fn full_key(conf: &EtcdConf, lease: i64) -> String {
+    let id = if conf.id > 0 { conf.id } else { lease };
+    format!("{}/{id}", conf.key)
+}
+
+/// One registration under one lease; returns when the lease is gone or something broke.
+async fn session(
+    ctx: &Ctx,
+    mut client: Client,
+    lease: &mut Option<i64>,
+    report: &mut Reporter,
+) -> Failure {
+    let id = match *lease {
+        Some(id) => id,
+        None => match bounded("grant lease", client.lease_grant(TIME_TO_LIVE, None)).await {
+            Ok(g) => *lease.insert(g.id()),
+            Err(f) => return f,
+        },
+    };
+    let (mut keeper, mut acks) =
+        match bounded("keep lease alive", client.lease_keep_alive(id)).await {
+            Ok(pair) => pair,
+            Err(f) => return f,
+        };
+    let key = full_key(&ctx.conf, id);
+    let rev = match put_key(&mut client, &key, &ctx.value, id).await {
+        Ok(rev) => rev,
+        Err(f) => return f,
+    };
+    let options = WatchOptions::new()
+        .with_start_revision(rev + 1)
+        .with_filters([WatchFilterType::NoPut]);
+    let mut deletes = match bounded("watch key", client.watch(key.as_str(), Some(options))).await {
+        Ok(w) => w,
+        Err(f) => return f,
+    };
+    ctx.state.send_replace(RegistrationState::Registered {
+        key: key.clone(),
+        lease: id,
+    });
+    report.registered(ctx, &key, id);
+    keep(
+        ctx,
+        &mut client,
+        &key,
+        id,
+        &mut keeper,
+        &mut acks,
+        &mut deletes,
+    )
+    .await
+}
+
+/// Puts `key = value` under `lease` unless it is already exactly that; returns the store revision.
+async fn put_key(client: &mut Client, key: &str, value: &str, lease: i64) -> Result<i64, Failure> {
+    let txn = Txn::new()
+        .when([
+            Compare::value(key, CompareOp::Equal, value),
+            Compare::lease(key, CompareOp::Equal, lease),
+        ])
+        .or_else([TxnOp::put(
+            key,
+            value,
+            Some(PutOptions::new().with_lease(lease)),
+        )]);
+    let resp = bounded("put key", client.txn(txn)).await?;
+    Ok(resp.header().map(|h| h.revision()).unwrap_or(0))
+}
+
+/// The steady state: renew every TTL/3, watch for deletes, detect a dead stream.
+async fn keep(
+    ctx: &Ctx,
+    client: &mut Client,
+    key: &str,
+    lease: i64,
+    keeper: &mut LeaseKeeper,
+    acks: &mut LeaseKeepAliveStream,
+    deletes: &mut WatchStream,
+) -> Failure {
+    let period = TTL / 3;
+    let mut tick = tokio::time::interval_at(Instant::now() + period, period);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut last_ack = Instant::now();
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                // Two renewals unanswered: the stream is dead even if no error surfaced.
+                if last_ack.elapsed() > period * 2 + period / 2 {
+                    return Failure::Broken("keepalive: no answer from etcd".to_owned());
+                }
+                if let Err(e) = keeper.keep_alive().await {
+                    return Failure::Broken(format!("keepalive: {e}"));
+                }
+            }
+            ack = acks.message() => match ack {
+                Ok(Some(r)) if r.ttl() > 0 => last_ack = Instant::now(),
+                Ok(Some(_)) => return Failure::LeaseGone,
+                Ok(None) => return Failure::Broken("keepalive: stream closed".to_owned()),
+                Err(e) => return Failure::Broken(format!("keepalive: {e}")),
+            },
+            event = deletes.message() => match event {
+                Ok(Some(resp)) if resp.canceled() => {
+                    return Failure::Broken(format!("watch: canceled: {}", resp.cancel_reason()));
+                }
+                Ok(Some(resp)) => {
+                    if resp.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                        tracing::info!(%key, value = %ctx.value, "etcd key deleted by someone else; putting it back");
+                        if let Err(f) = put_key(client, key, &ctx.value, lease).await {
+                            return f;
+                        }
+                    }
+                }
+                Ok(None) => return Failure::Broken("watch: stream closed".to_owned()),
+                Err(e) => return Failure::Broken(format!("watch: {e}")),
+            },
+        }
+    }
+}
