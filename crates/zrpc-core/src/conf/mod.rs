@@ -14,12 +14,156 @@
 //! Durations use Go's syntax (`"500ms"`, `"5.5s"`, `"1m30s"`), see [`duration`].
 //! The full key reference is `docs/configuration.md`.
 
+mod de;
 pub mod duration;
+mod env;
 mod error;
 mod etcd;
+mod value;
+
+use std::fmt;
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
 
 pub use error::ConfError;
 pub use etcd::EtcdConf;
+
+/// A config file format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Format {
+    /// YAML (`.yaml`, `.yml`).
+    Yaml,
+    /// JSON (`.json`).
+    Json,
+    /// TOML (`.toml`).
+    Toml,
+}
+
+impl Format {
+    /// The format for a file, by extension (case-insensitive).
+    ///
+    /// # Errors
+    /// [`ConfError::Format`] naming the extension when it is not `.yaml`, `.yml`, `.json` or `.toml`.
+    pub fn from_path(path: impl AsRef<Path>) -> Result<Format, ConfError> {
+        let path = path.as_ref();
+        let ext = path
+            .extension()
+            .map(|e| e.to_string_lossy().to_ascii_lowercase())
+            .unwrap_or_default();
+        match ext.as_str() {
+            "yaml" | "yml" => Ok(Format::Yaml),
+            "json" => Ok(Format::Json),
+            "toml" => Ok(Format::Toml),
+            _ => Err(ConfError::Format {
+                file: path.display().to_string(),
+                extension: if ext.is_empty() {
+                    String::new()
+                } else {
+                    format!(".{ext}")
+                },
+            }),
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Format::Yaml => "yaml",
+            Format::Json => "json",
+            Format::Toml => "toml",
+        })
+    }
+}
+
+/// Loads a config file (go-zero `conf.Load` with `conf.UseEnv()`).
+///
+/// The format is chosen by extension; `${VAR}` / `$VAR` are expanded from the process
+/// environment (an unset variable becomes the empty string); keys are case-insensitive;
+/// unknown keys, wrong types and bad durations are errors naming the file and key path;
+/// then [`Validate::validate`] runs. Never panics on bad input.
+///
+/// # Examples
+/// ```no_run
+/// use zrpc_core::conf::{self, ConfError, EtcdConf, Validate};
+///
+/// #[derive(Debug, serde::Deserialize)]
+/// #[serde(rename_all = "PascalCase", deny_unknown_fields)]
+/// struct Config {
+///     etcd: EtcdConf,
+/// }
+///
+/// impl Validate for Config {
+///     fn validate(&self) -> Result<(), ConfError> {
+///         self.etcd.validate()
+///     }
+/// }
+///
+/// let c: Config = conf::load("etc/app.yaml")?;
+/// # Ok::<(), ConfError>(())
+/// ```
+///
+/// # Errors
+/// [`ConfError`]: unreadable file, unknown extension, syntax error, unknown key, wrong value,
+/// or a failed validation.
+pub fn load<T: DeserializeOwned + Validate>(path: impl AsRef<Path>) -> Result<T, ConfError> {
+    load_with_env(path, |name| std::env::var(name).ok())
+}
+
+/// [`load`] with the variables looked up in `env` instead of the process environment.
+///
+/// # Errors
+/// As [`load`].
+pub fn load_with_env<T, F>(path: impl AsRef<Path>, env: F) -> Result<T, ConfError>
+where
+    T: DeserializeOwned + Validate,
+    F: Fn(&str) -> Option<String>,
+{
+    let path = path.as_ref();
+    let origin = path.display().to_string();
+    let format = Format::from_path(path)?;
+    let text = std::fs::read_to_string(path).map_err(|source| ConfError::Io {
+        file: origin.clone(),
+        source,
+    })?;
+    from_str_with_env(&text, format, &origin, env)
+}
+
+/// Parses config text (the same rules as [`load`], environment expansion included).
+/// `origin` names the source in errors (a file name, or `""`).
+///
+/// # Errors
+/// As [`load`].
+pub fn from_str<T: DeserializeOwned + Validate>(
+    text: &str,
+    format: Format,
+    origin: &str,
+) -> Result<T, ConfError> {
+    from_str_with_env(text, format, origin, |name| std::env::var(name).ok())
+}
+
+/// [`from_str`] with the variables looked up in `env`.
+///
+/// # Errors
+/// As [`load`].
+pub fn from_str_with_env<T, F>(
+    text: &str,
+    format: Format,
+    origin: &str,
+    env: F,
+) -> Result<T, ConfError>
+where
+    T: DeserializeOwned + Validate,
+    F: Fn(&str) -> Option<String>,
+{
+    let expanded = env::expand(text, env);
+    let tree = value::parse(&expanded, format, origin)?;
+    let conf: T = de::from_value(&tree).map_err(|e| e.into_conf(origin))?;
+    conf.validate().map_err(|e| e.with_file(origin))?;
+    Ok(conf)
+}
 
 /// A config type that can check itself after loading (go-zero's `Validate() error`).
 ///
@@ -32,3 +176,7 @@ pub trait Validate {
     /// A [`ConfError`] naming the key path that is wrong.
     fn validate(&self) -> Result<(), ConfError>;
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;

@@ -1,0 +1,568 @@
+//! A serde `Deserializer` over [`Value`] with go-zero's key rules: struct keys match the field
+//! names case-insensitively, an unknown key is an error with its path and the closest valid key,
+//! and every error carries the key path where it happened.
+
+use std::fmt;
+
+use serde::de::value::StrDeserializer;
+use serde::de::{self, DeserializeSeed, Error as _, IntoDeserializer, Visitor};
+
+use super::ConfError;
+use super::value::Value;
+
+/// A deserialization error with the key path where it happened.
+#[derive(Debug)]
+pub(crate) struct DeError {
+    kind: Kind,
+    path: Option<String>,
+    message: String,
+}
+
+#[derive(Debug)]
+enum Kind {
+    Custom,
+    Unknown { suggestion: Option<String> },
+    Duplicate,
+}
+
+impl DeError {
+    fn unknown(path: String, suggestion: Option<String>) -> Self {
+        DeError {
+            kind: Kind::Unknown { suggestion },
+            path: Some(path),
+            message: String::new(),
+        }
+    }
+
+    fn duplicate(path: String) -> Self {
+        DeError {
+            kind: Kind::Duplicate,
+            path: Some(path),
+            message: String::new(),
+        }
+    }
+
+    /// Attaches `path` unless a deeper one is already set.
+    fn at(mut self, path: &str) -> Self {
+        if self.path.is_none() {
+            self.path = Some(path.to_owned());
+        }
+        self
+    }
+
+    pub(crate) fn into_conf(self, file: &str) -> ConfError {
+        let path = match self.path {
+            Some(p) if !p.is_empty() => p,
+            _ => "<top level>".to_owned(),
+        };
+        let file = file.to_owned();
+        match self.kind {
+            Kind::Unknown { suggestion } => ConfError::UnknownKey {
+                file,
+                path,
+                suggestion,
+            },
+            Kind::Duplicate => ConfError::DuplicateKey { file, path },
+            Kind::Custom => ConfError::InvalidValue {
+                file,
+                path,
+                message: self.message,
+            },
+        }
+    }
+}
+
+impl fmt::Display for DeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.kind, &self.path) {
+            (Kind::Unknown { .. }, Some(p)) => write!(f, "unknown key `{p}`"),
+            (Kind::Duplicate, Some(p)) => write!(f, "duplicate key `{p}`"),
+            (_, Some(p)) => write!(f, "`{p}`: {}", self.message),
+            (_, None) => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for DeError {}
+
+impl de::Error for DeError {
+    fn custom<T: fmt::Display>(msg: T) -> Self {
+        DeError {
+            kind: Kind::Custom,
+            path: None,
+            message: msg.to_string(),
+        }
+    }
+}
+
+fn child(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+/// Deserializes `T` from `value`, with paths relative to the top level.
+pub(crate) fn from_value<T: de::DeserializeOwned>(value: &Value) -> Result<T, DeError> {
+    T::deserialize(ValueDe { value, path: "" }).map_err(|e| e.at(""))
+}
+
+/// The deserializer for one value at `path`.
+struct ValueDe<'a> {
+    value: &'a Value,
+    path: &'a str,
+}
+
+impl ValueDe<'_> {
+    fn invalid_type(&self, expected: &str) -> DeError {
+        DeError::custom(format!(
+            "invalid type: {}, expected {expected}",
+            self.value.describe()
+        ))
+    }
+}
+
+macro_rules! int_method {
+    ($name:ident) => {
+        fn $name<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
+            if let Value::Str(s) = self.value {
+                let t = s.trim();
+                if let Ok(i) = t.parse::<i64>() {
+                    return visitor.visit_i64(i);
+                }
+                if let Ok(u) = t.parse::<u64>() {
+                    return visitor.visit_u64(u);
+                }
+            }
+            self.deserialize_any(visitor)
+        }
+    };
+}
+
+macro_rules! float_method {
+    ($name:ident) => {
+        fn $name<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
+            if let Value::Str(s) = self.value {
+                if let Ok(f) = s.trim().parse::<f64>() {
+                    return visitor.visit_f64(f);
+                }
+            }
+            self.deserialize_any(visitor)
+        }
+    };
+}
+
+impl<'de> de::Deserializer<'de> for ValueDe<'_> {
+    type Error = DeError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
+        match self.value {
+            Value::Null => visitor.visit_unit(),
+            Value::Bool(b) => visitor.visit_bool(*b),
+            Value::Int(i) => visitor.visit_i64(*i),
+            Value::UInt(u) => visitor.visit_u64(*u),
+            Value::Float(f) => visitor.visit_f64(*f),
+            Value::Str(s) => visitor.visit_str(s),
+            Value::Seq(items) => visitor.visit_seq(SeqDe {
+                items: items.iter().enumerate(),
+                path: self.path,
+            }),
+            Value::Map(entries) => visitor.visit_map(MapDe {
+                entries: entries.iter(),
+                pending: None,
+                path: self.path,
+            }),
+        }
+    }
+
+    fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
+        if let Value::Str(s) = self.value {
+            match s.trim() {
+                "true" | "True" | "TRUE" => return visitor.visit_bool(true),
+                "false" | "False" | "FALSE" => return visitor.visit_bool(false),
+                _ => {}
+            }
+        }
+        self.deserialize_any(visitor)
+    }
+
+    int_method!(deserialize_i8);
+    int_method!(deserialize_i16);
+    int_method!(deserialize_i32);
+    int_method!(deserialize_i64);
+    int_method!(deserialize_i128);
+    int_method!(deserialize_u8);
+    int_method!(deserialize_u16);
+    int_method!(deserialize_u32);
+    int_method!(deserialize_u64);
+    int_method!(deserialize_u128);
+    float_method!(deserialize_f32);
+    float_method!(deserialize_f64);
+
+    fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
+        match self.value {
+            Value::Bool(b) => visitor.visit_string(b.to_string()),
+            Value::Int(i) => visitor.visit_string(i.to_string()),
+            Value::UInt(u) => visitor.visit_string(u.to_string()),
+            Value::Float(f) => visitor.visit_string(f.to_string()),
+            _ => self.deserialize_any(visitor),
+        }
+    }
+
+    fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
+        self.deserialize_str(visitor)
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
+        match self.value {
+            Value::Null => visitor.visit_none(),
+            _ => visitor.visit_some(self),
+        }
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, DeError> {
+        visitor.visit_newtype_struct(self)
+    }
+
+    fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
+        match self.value {
+            Value::Null => visitor.visit_seq(SeqDe {
+                items: [].iter().enumerate(),
+                path: self.path,
+            }),
+            _ => self.deserialize_any(visitor),
+        }
+    }
+
+    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
+        match self.value {
+            Value::Null => visitor.visit_map(MapDe {
+                entries: [].iter(),
+                pending: None,
+                path: self.path,
+            }),
+            Value::Map(_) => self.deserialize_any(visitor),
+            _ => Err(self.invalid_type("a map")),
+        }
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, DeError> {
+        let entries: &[(String, Value)] = match self.value {
+            Value::Map(entries) => entries,
+            Value::Null => &[],
+            _ => return Err(self.invalid_type("a map of keys")),
+        };
+        let mut resolved: Vec<(&'static str, &Value)> = Vec::with_capacity(entries.len());
+        for (key, value) in entries {
+            let field = fields
+                .iter()
+                .find(|f| **f == key)
+                .or_else(|| fields.iter().find(|f| f.eq_ignore_ascii_case(key)));
+            match field {
+                Some(f) => {
+                    if resolved.iter().any(|(seen, _)| seen == f) {
+                        return Err(DeError::duplicate(child(self.path, f)));
+                    }
+                    resolved.push((f, value));
+                }
+                None => {
+                    return Err(DeError::unknown(
+                        child(self.path, key),
+                        closest(key, fields).map(str::to_owned),
+                    ));
+                }
+            }
+        }
+        visitor.visit_map(StructDe {
+            entries: resolved.into_iter(),
+            pending: None,
+            path: self.path,
+        })
+    }
+
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, DeError> {
+        match self.value {
+            Value::Str(s) => {
+                let variant = resolve_variant(s, variants)?;
+                visitor.visit_enum(IntoDeserializer::<DeError>::into_deserializer(variant))
+            }
+            Value::Map(entries) if entries.len() == 1 => {
+                let (key, value) = &entries[0];
+                let variant = resolve_variant(key, variants)?;
+                let path = child(self.path, variant);
+                visitor
+                    .visit_enum(EnumDe {
+                        variant,
+                        value,
+                        path: &path,
+                    })
+                    .map_err(|e| e.at(&path))
+            }
+            _ => Err(self.invalid_type(&format!("one of {}", variants.join(", ")))),
+        }
+    }
+
+    fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
+        visitor.visit_unit()
+    }
+
+    serde::forward_to_deserialize_any! {
+        char bytes byte_buf unit unit_struct tuple tuple_struct identifier
+    }
+}
+
+fn resolve_variant(s: &str, variants: &'static [&'static str]) -> Result<&'static str, DeError> {
+    if let Some(v) = variants.iter().find(|v| **v == s) {
+        return Ok(v);
+    }
+    if let Some(v) = variants.iter().find(|v| v.eq_ignore_ascii_case(s)) {
+        return Ok(v);
+    }
+    let hint = closest(s, variants)
+        .map(|c| format!(" (did you mean `{c}`?)"))
+        .unwrap_or_default();
+    Err(DeError::custom(format!(
+        "unknown value {s:?}, expected one of {}{hint}",
+        variants.join(", ")
+    )))
+}
+
+/// The valid key closest to `key` by edit distance, if it is close enough to be a typo.
+pub(crate) fn closest<'f>(key: &str, candidates: &[&'f str]) -> Option<&'f str> {
+    let key_l = key.to_ascii_lowercase();
+    let limit = (key.chars().count() / 3).max(1);
+    candidates
+        .iter()
+        .map(|c| (edit_distance(&key_l, &c.to_ascii_lowercase()), *c))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// Optimal string alignment distance (Levenshtein plus adjacent transpositions).
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut v = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                v = v.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = v;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
+struct SeqDe<'a> {
+    items: std::iter::Enumerate<std::slice::Iter<'a, Value>>,
+    path: &'a str,
+}
+
+impl<'de> de::SeqAccess<'de> for SeqDe<'_> {
+    type Error = DeError;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, DeError> {
+        match self.items.next() {
+            Some((i, value)) => {
+                let path = format!("{}[{i}]", self.path);
+                seed.deserialize(ValueDe { value, path: &path })
+                    .map(Some)
+                    .map_err(|e| e.at(&path))
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.items.len())
+    }
+}
+
+/// A plain map (`HashMap`, `BTreeMap`, or a struct with `flatten`): keys as written.
+struct MapDe<'a> {
+    entries: std::slice::Iter<'a, (String, Value)>,
+    pending: Option<(&'a str, &'a Value)>,
+    path: &'a str,
+}
+
+impl<'de> de::MapAccess<'de> for MapDe<'_> {
+    type Error = DeError;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, DeError> {
+        match self.entries.next() {
+            Some((k, v)) => {
+                self.pending = Some((k, v));
+                let key: StrDeserializer<'_, DeError> = k.as_str().into_deserializer();
+                seed.deserialize(key)
+                    .map(Some)
+                    .map_err(|e| e.at(&child(self.path, k)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, DeError> {
+        let Some((k, value)) = self.pending.take() else {
+            return Err(DeError::custom("value requested before key"));
+        };
+        let path = child(self.path, k);
+        seed.deserialize(ValueDe { value, path: &path })
+            .map_err(|e| e.at(&path))
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.entries.len())
+    }
+}
+
+/// A struct's keys, already resolved to the field names.
+struct StructDe<'a> {
+    entries: std::vec::IntoIter<(&'static str, &'a Value)>,
+    pending: Option<(&'static str, &'a Value)>,
+    path: &'a str,
+}
+
+impl<'de> de::MapAccess<'de> for StructDe<'_> {
+    type Error = DeError;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, DeError> {
+        match self.entries.next() {
+            Some((field, value)) => {
+                self.pending = Some((field, value));
+                let key: StrDeserializer<'_, DeError> = field.into_deserializer();
+                seed.deserialize(key)
+                    .map(Some)
+                    .map_err(|e| e.at(&child(self.path, field)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, DeError> {
+        let Some((field, value)) = self.pending.take() else {
+            return Err(DeError::custom("value requested before key"));
+        };
+        let path = child(self.path, field);
+        seed.deserialize(ValueDe { value, path: &path })
+            .map_err(|e| e.at(&path))
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.entries.len())
+    }
+}
+
+/// An enum written as a one-key map `{Variant: value}`.
+struct EnumDe<'a> {
+    variant: &'static str,
+    value: &'a Value,
+    path: &'a str,
+}
+
+impl<'de, 'a> de::EnumAccess<'de> for EnumDe<'a> {
+    type Error = DeError;
+    type Variant = VariantDe<'a>;
+
+    fn variant_seed<S: DeserializeSeed<'de>>(
+        self,
+        seed: S,
+    ) -> Result<(S::Value, VariantDe<'a>), DeError> {
+        let key: StrDeserializer<'_, DeError> = self.variant.into_deserializer();
+        let v = seed.deserialize(key)?;
+        Ok((
+            v,
+            VariantDe {
+                value: self.value,
+                path: self.path,
+            },
+        ))
+    }
+}
+
+struct VariantDe<'a> {
+    value: &'a Value,
+    path: &'a str,
+}
+
+impl<'de> de::VariantAccess<'de> for VariantDe<'_> {
+    type Error = DeError;
+
+    fn unit_variant(self) -> Result<(), DeError> {
+        match self.value {
+            Value::Null => Ok(()),
+            other => Err(DeError::custom(format!(
+                "invalid type: {}, expected no value",
+                other.describe()
+            ))),
+        }
+    }
+
+    fn newtype_variant_seed<T: DeserializeSeed<'de>>(self, seed: T) -> Result<T::Value, DeError> {
+        seed.deserialize(ValueDe {
+            value: self.value,
+            path: self.path,
+        })
+    }
+
+    fn tuple_variant<V: Visitor<'de>>(self, _len: usize, visitor: V) -> Result<V::Value, DeError> {
+        de::Deserializer::deserialize_seq(
+            ValueDe {
+                value: self.value,
+                path: self.path,
+            },
+            visitor,
+        )
+    }
+
+    fn struct_variant<V: Visitor<'de>>(
+        self,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, DeError> {
+        de::Deserializer::deserialize_struct(
+            ValueDe {
+                value: self.value,
+                path: self.path,
+            },
+            "",
+            fields,
+            visitor,
+        )
+    }
+}

@@ -1,0 +1,298 @@
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::*;
+
+#[derive(Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+struct Conf {
+    name: String,
+    timeout: u64,
+    ratio: f64,
+    on: bool,
+    #[serde(with = "duration")]
+    slow: Duration,
+    etcd: EtcdConf,
+    inner: Inner,
+    list: Vec<Item>,
+    maybe: Option<Inner>,
+    headers: BTreeMap<String, String>,
+    mode: Mode,
+}
+
+impl Default for Conf {
+    fn default() -> Self {
+        Conf {
+            name: String::new(),
+            timeout: 2000,
+            ratio: 1.0,
+            on: true,
+            slow: Duration::from_millis(500),
+            etcd: EtcdConf::default(),
+            inner: Inner::default(),
+            list: Vec::new(),
+            maybe: None,
+            headers: BTreeMap::new(),
+            mode: Mode::Pro,
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+struct Inner {
+    trace: bool,
+    timeout: bool,
+}
+
+#[derive(Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+struct Item {
+    full_method: String,
+    #[serde(with = "duration")]
+    timeout: Duration,
+}
+
+#[derive(Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "lowercase")]
+enum Mode {
+    Dev,
+    Pro,
+}
+
+impl Validate for Conf {
+    fn validate(&self) -> Result<(), ConfError> {
+        if self.timeout > 10_000 {
+            return Err(ConfError::invalid("Timeout", "too large"));
+        }
+        if self.etcd.is_configured() {
+            self.etcd.validate()?;
+        }
+        Ok(())
+    }
+}
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+fn yaml(text: &str) -> Result<Conf, ConfError> {
+    from_str_with_env(text, Format::Yaml, "app.yaml", no_env)
+}
+
+#[test]
+fn loads_values_and_defaults() {
+    let c = yaml(
+        "Name: greet\nTimeout: 300\nSlow: 1m30s\nEtcd:\n  Hosts: [127.0.0.1:2379]\n  Key: greet.rpc\n  ID: 7\n\
+         List:\n  - FullMethod: /a.B/C\n    Timeout: 5.5s\nHeaders: {x-a: b}\nMode: dev\n",
+    )
+    .unwrap();
+    assert_eq!(c.name, "greet");
+    assert_eq!(c.timeout, 300);
+    assert_eq!(c.slow, Duration::from_secs(90));
+    assert_eq!(c.etcd.id, 7);
+    assert_eq!(c.list[0].timeout, Duration::from_millis(5500));
+    assert_eq!(c.headers["x-a"], "b");
+    assert_eq!(c.mode, Mode::Dev);
+    assert!(c.on);
+    assert_eq!(c.inner, Inner::default());
+    assert_eq!(c.maybe, None);
+}
+
+#[test]
+fn keys_are_case_insensitive() {
+    let c = yaml(
+        "name: a\nTIMEOUT: 5\netcd: {hosts: [h:1], key: k, id: 3, cacertfile: ca}\nInner: {tRaCe: true}\n",
+    );
+    let c = c.unwrap_err();
+    // partial TLS in the etcd block: proves `cacertfile` reached `CACertFile`
+    assert!(c.to_string().contains("Etcd.CACertFile set"), "{c}");
+    let c =
+        yaml("name: a\nTIMEOUT: 5\netcd: {hosts: [h:1], key: k, id: 3}\nInner: {tRaCe: true}\n")
+            .unwrap();
+    assert_eq!(
+        (c.name.as_str(), c.timeout, c.etcd.id, c.inner.trace),
+        ("a", 5, 3, true)
+    );
+}
+
+#[test]
+fn duplicate_keys_differing_in_case_fail() {
+    let e = yaml("Name: a\nname: b\n").unwrap_err();
+    assert!(matches!(e, ConfError::DuplicateKey { .. }), "{e}");
+    assert_eq!(e.path(), Some("Name"));
+}
+
+#[test]
+fn unknown_key_names_path_file_and_suggestion() {
+    let e = yaml("Name: a\nInner:\n  Tiemout: true\n").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "config file app.yaml: unknown key `Inner.Tiemout` (did you mean `Timeout`?)"
+    );
+    let e = yaml("Zzzzzz: 1\n").unwrap_err();
+    assert_eq!(e.to_string(), "config file app.yaml: unknown key `Zzzzzz`");
+    let e = yaml("List:\n  - FullMethd: /a.B/C\n").unwrap_err();
+    assert_eq!(e.path(), Some("List[0].FullMethd"));
+    assert!(e.to_string().contains("did you mean `FullMethod`?"), "{e}");
+}
+
+#[test]
+fn wrong_types_name_path_and_value() {
+    let e = yaml("Timeout: abc\n").unwrap_err();
+    assert_eq!(e.path(), Some("Timeout"));
+    assert!(e.to_string().contains("string \"abc\""), "{e}");
+    let e = yaml("Inner: 5\n").unwrap_err();
+    assert_eq!(e.path(), Some("Inner"));
+    let e = yaml("Etcd: {Hosts: [h], Key: k, ID: x}\n").unwrap_err();
+    assert_eq!(e.path(), Some("Etcd.ID"));
+    let e = yaml("Mode: prod\n").unwrap_err();
+    assert!(e.to_string().contains("did you mean `pro`?"), "{e}");
+    let e = yaml("Timeout: -1\n").unwrap_err();
+    assert_eq!(e.path(), Some("Timeout"));
+}
+
+#[test]
+fn bad_duration_is_an_error() {
+    let e = yaml("Slow: 5 sec\n").unwrap_err();
+    assert_eq!(e.path(), Some("Slow"));
+    assert!(e.to_string().contains("invalid duration \"5 sec\""), "{e}");
+    let e = yaml("List: [{FullMethod: /a.B/C, Timeout: 5}]\n").unwrap();
+    assert_eq!(
+        e.list[0].timeout,
+        Duration::from_nanos(5),
+        "integers are nanoseconds"
+    );
+}
+
+#[test]
+fn lenient_scalars() {
+    let c = yaml("Name: 123\nTimeout: \"400\"\nOn: \"false\"\nRatio: 1\n").unwrap();
+    assert_eq!(c.name, "123");
+    assert_eq!(c.timeout, 400);
+    assert!(!c.on);
+    assert!((c.ratio - 1.0).abs() < f64::EPSILON);
+}
+
+#[test]
+fn env_expansion() {
+    let env = |k: &str| (k == "T").then(|| "900".to_owned());
+    let c: Conf =
+        from_str_with_env("Timeout: ${T}\nName: x$UNSET\n", Format::Yaml, "", env).unwrap();
+    assert_eq!((c.timeout, c.name.as_str()), (900, "x"));
+}
+
+#[test]
+fn validation_runs_and_names_the_file() {
+    let e = yaml("Timeout: 20000\n").unwrap_err();
+    assert_eq!(e.to_string(), "config file app.yaml: `Timeout`: too large");
+}
+
+#[test]
+fn json_and_toml() {
+    let c: Conf = from_str_with_env(
+        r#"{"name": "j", "Slow": "2s", "Etcd": {"Hosts": ["h:1"], "Key": "k"}}"#,
+        Format::Json,
+        "a.json",
+        no_env,
+    )
+    .unwrap();
+    assert_eq!((c.name.as_str(), c.slow), ("j", Duration::from_secs(2)));
+    let c: Conf = from_str_with_env(
+        "Name = \"t\"\nSlow = \"3s\"\n[Etcd]\nHosts = [\"h:1\"]\nKey = \"k\"\n[[List]]\nFullMethod = \"/a.B/C\"\nTimeout = \"1s\"\n",
+        Format::Toml,
+        "a.toml",
+        no_env,
+    )
+    .unwrap();
+    assert_eq!(
+        (c.name.as_str(), c.slow, c.list.len()),
+        ("t", Duration::from_secs(3), 1)
+    );
+    let e =
+        from_str_with_env::<Conf, _>("{\"Nme\": 1}", Format::Json, "a.json", no_env).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "config file a.json: unknown key `Nme` (did you mean `Name`?)"
+    );
+}
+
+#[test]
+fn syntax_errors_and_empty_files() {
+    let e = yaml("Name: [unclosed\n").unwrap_err();
+    assert!(matches!(e, ConfError::Syntax { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("config file app.yaml: syntax error"),
+        "{e}"
+    );
+    assert_eq!(yaml("").unwrap(), Conf::default());
+    assert_eq!(yaml("# only a comment\n").unwrap(), Conf::default());
+    let e = from_str_with_env::<Conf, _>("{", Format::Json, "a.json", no_env).unwrap_err();
+    assert!(matches!(e, ConfError::Syntax { .. }));
+    let e = from_str_with_env::<Conf, _>("x = ", Format::Toml, "a.toml", no_env).unwrap_err();
+    assert!(matches!(e, ConfError::Syntax { .. }));
+    let e = yaml("- just\n- a list\n").unwrap_err();
+    assert_eq!(e.path(), Some("<top level>"));
+}
+
+#[test]
+fn format_by_extension() {
+    assert_eq!(Format::from_path("a/b.YML").unwrap(), Format::Yaml);
+    assert_eq!(Format::from_path("b.json").unwrap(), Format::Json);
+    assert_eq!(Format::from_path("b.toml").unwrap(), Format::Toml);
+    let e = Format::from_path("b.ini").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "config file b.ini: unrecognized file type `.ini` (expected .yaml, .yml, .json or .toml)"
+    );
+    assert!(Format::from_path("noext").is_err());
+}
+
+#[test]
+fn load_reads_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("c.yaml");
+    std::fs::write(&p, "Name: file\n").unwrap();
+    let c: Conf = load(&p).unwrap();
+    assert_eq!(c.name, "file");
+    let e = load::<Conf>(dir.path().join("missing.yaml")).unwrap_err();
+    assert!(matches!(e, ConfError::Io { .. }), "{e}");
+}
+
+#[test]
+fn suggestions_need_to_be_close() {
+    assert_eq!(
+        de::closest("Tiemout", &["Timeout", "Trace"]),
+        Some("Timeout")
+    );
+    assert_eq!(de::closest("listenon", &["ListenOn"]), Some("ListenOn"));
+    assert_eq!(de::closest("Foo", &["Timeout", "Trace"]), None);
+    assert_eq!(de::edit_distance("abc", "acb"), 1);
+    assert_eq!(de::edit_distance("", "abc"), 3);
+}
+
+#[test]
+fn never_panics_on_odd_yaml() {
+    for text in [
+        "? [a, b]\n: 1\n",
+        "Name: !tag x\n",
+        "Etcd: ~\n",
+        "List: ~\n",
+        "Headers: ~\n",
+        "Maybe: ~\n",
+        "&a {Name: x}\n",
+        "Inner: {<<: {Trace: true}}\n",
+        "Timeout: 1e400\n",
+        "Timeout: 99999999999999999999999\n",
+        "Slow: 9999999999999999999h\n",
+        "Mode: {dev: 1}\n",
+        "Mode: [dev]\n",
+    ] {
+        let _ = yaml(text);
+    }
+    let c = yaml("Inner: {<<: {Trace: true}}\n").unwrap();
+    assert!(c.inner.trace, "merge keys apply");
+}
