@@ -4,11 +4,15 @@
 //! deterministic under test and has no networking:
 //!
 //! - [`ewma`]: the time-decayed EWMA behind the client's P2C balancer (go-zero `p2c.go`).
+//! - [`window`]: the rolling window of time buckets (go-zero `collection/rollingwindow.go`).
+//! - [`breaker`]: the Google SRE adaptive-throttling breaker (go-zero `breaker/googlebreaker.go`).
 //!
 //! Higher layers (`zrpc-server`, `zrpc-client`) wrap these in tower middleware.
 
 pub mod conf;
 pub mod ewma;
 pub mod window;
+pub mod breaker;
+mod stamp;
 #[cfg(feature = "etcd")]
 pub mod etcd;

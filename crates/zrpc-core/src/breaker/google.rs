@@ -1,0 +1,335 @@
+//! The breaker itself and its promise.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use parking_lot::Mutex;
+
+use super::{BreakerConfig, BreakerOpen};
+use crate::stamp::AtomicStamp;
+use crate::window::{Bucket, RollingWindow};
+
+/// What happened to one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Success,
+    Failure,
+    Drop,
+}
+
+/// go-zero `breaker.bucket`: `sum` counts all three outcomes.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct OutcomeBucket {
+    sum: u64,
+    success: u64,
+    failure: u64,
+    drop: u64,
+}
+
+impl Bucket for OutcomeBucket {
+    type Value = Outcome;
+
+    #[inline]
+    fn add(&mut self, v: Outcome) {
+        self.sum += 1;
+        match v {
+            Outcome::Success => self.success += 1,
+            Outcome::Failure => self.failure += 1,
+            Outcome::Drop => self.drop += 1,
+        }
+    }
+
+    #[inline]
+    fn reset(&mut self) {
+        *self = OutcomeBucket::default();
+    }
+}
+
+/// A snapshot of a breaker's window (go-zero `windowResult`, plus the failure and drop counts), for
+/// gauges and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BreakerStats {
+    /// Successful requests in the window.
+    pub accepts: u64,
+    /// All requests in the window: successes, failures and drops.
+    pub total: u64,
+    /// Failed requests in the window.
+    pub failures: u64,
+    /// Requests rejected by the breaker in the window.
+    pub drops: u64,
+    /// The trailing run of buckets with failures and no success.
+    pub failing_buckets: u64,
+    /// The trailing run of buckets with successes and no failure.
+    pub working_buckets: u64,
+}
+
+/// The Google SRE adaptive-throttling breaker (go-zero `googleBreaker`).
+///
+/// See the [module docs](super) for the algorithm. Share it behind an [`Arc`]; every method takes
+/// `&self` (or `&Arc<Self>`) and is safe to call from many threads.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Instant;
+/// use zrpc_core::breaker::{BreakerConfig, GoogleBreaker};
+///
+/// let breaker = Arc::new(GoogleBreaker::new(BreakerConfig::default()));
+/// let now = Instant::now();
+/// match breaker.allow(now) {
+///     Ok(promise) => promise.accept(now), // or promise.reject(now) on failure
+///     Err(open) => eprintln!("{open}"),
+/// }
+/// ```
+#[derive(Debug)]
+pub struct GoogleBreaker {
+    config: BreakerConfig,
+    buckets: f64,
+    stat: Mutex<RollingWindow<OutcomeBucket>>,
+    pub(super) last_pass: AtomicStamp,
+    rng: AtomicU64,
+}
+
+impl GoogleBreaker {
+    /// Creates a breaker with a random seed.
+    #[must_use]
+    pub fn new(config: BreakerConfig) -> Self {
+        Self::with_seed(config, rand::random())
+    }
+
+    /// Creates a breaker whose drop decisions come from a generator seeded with `seed`, so a
+    /// simulation with explicit time is reproducible.
+    #[must_use]
+    pub fn with_seed(config: BreakerConfig, seed: u64) -> Self {
+        let buckets = config.buckets.max(1);
+        let window = RollingWindow::new(buckets as usize, config.bucket_duration());
+        GoogleBreaker {
+            buckets: f64::from(buckets),
+            config,
+            stat: Mutex::new(window),
+            last_pass: AtomicStamp::default(),
+            rng: AtomicU64::new(seed),
+        }
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &BreakerConfig {
+        &self.config
+    }
+
+    /// Asks to let a request through at `now`.
+    ///
+    /// On success, report the outcome through the returned promise.
+    ///
+    /// # Errors
+    ///
+    /// [`BreakerOpen`] when the request is dropped; the drop is counted in the window.
+    pub fn allow(self: &Arc<Self>, now: Instant) -> Result<BreakerPromise, BreakerOpen> {
+        self.try_accept(now)?;
+        Ok(BreakerPromise {
+            breaker: Some(Arc::clone(self)),
+            allowed_at: now,
+        })
+    }
+
+    /// Runs `req` if the breaker lets it through at `now`, and records its outcome: `Ok` is a success,
+    /// `Err(e)` is a success when `acceptable(&e)` and a failure otherwise. A panic in `req` is
+    /// recorded as a failure and resumes unwinding (go-zero `DoWithAcceptable`).
+    ///
+    /// The outcome is recorded at `now`; for long calls use [`allow`](Self::allow) and resolve the
+    /// promise with the completion time.
+    ///
+    /// # Errors
+    ///
+    /// `E::from(BreakerOpen)` when the breaker drops the call (then `req` is not run), else `req`'s
+    /// error.
+    pub fn do_with_acceptable<T, E, F, A>(
+        &self,
+        now: Instant,
+        req: F,
+        acceptable: A,
+    ) -> Result<T, E>
+    where
+        F: FnOnce() -> Result<T, E>,
+        A: FnOnce(&E) -> bool,
+        E: From<BreakerOpen>,
+    {
+        self.try_accept(now)?;
+        // Records a failure if `req` or `acceptable` unwinds.
+        struct Guard<'a> {
+            breaker: &'a GoogleBreaker,
+            now: Instant,
+            armed: bool,
+        }
+        impl Drop for Guard<'_> {
+            fn drop(&mut self) {
+                if self.armed {
+                    self.breaker.mark_failure(self.now);
+                }
+            }
+        }
+        let mut guard = Guard {
+            breaker: self,
+            now,
+            armed: true,
+        };
+        let result = req();
+        let ok = match &result {
+            Ok(_) => true,
+            Err(e) => acceptable(e),
+        };
+        guard.armed = false;
+        if ok {
+            self.mark_success(now);
+        } else {
+            self.mark_failure(now);
+        }
+        result
+    }
+
+    /// Records a success at `now`.
+    pub fn mark_success(&self, now: Instant) {
+        self.stat.lock().add(Outcome::Success, now);
+    }
+
+    /// Records a failure at `now`.
+    pub fn mark_failure(&self, now: Instant) {
+        self.stat.lock().add(Outcome::Failure, now);
+    }
+
+    /// The counts in the window at `now`.
+    #[must_use]
+    pub fn stats(&self, now: Instant) -> BreakerStats {
+        history(&self.stat.lock(), now)
+    }
+
+    /// The probability that a request at `now` is dropped (ignoring the forced pass), in `[0, 1]`.
+    #[must_use]
+    pub fn drop_ratio(&self, now: Instant) -> f64 {
+        let h = self.stats(now);
+        let ratio = self.base_ratio(&h);
+        if ratio <= 0.0 {
+            return 0.0;
+        }
+        (ratio * self.working_scale(&h)).clamp(0.0, 1.0)
+    }
+
+    /// The SRE formula with the falling `k`.
+    #[inline]
+    pub(super) fn base_ratio(&self, h: &BreakerStats) -> f64 {
+        let cfg = &self.config;
+        let w = cfg.k - (cfg.k - cfg.min_k) * h.failing_buckets as f64 / self.buckets;
+        let weighted_accepts = w.max(cfg.min_k) * h.accepts as f64;
+        (h.total as f64 - cfg.protection as f64 - weighted_accepts) / (h.total as f64 + 1.0)
+    }
+
+    #[inline]
+    pub(super) fn working_scale(&self, h: &BreakerStats) -> f64 {
+        (self.buckets - h.working_buckets as f64) / self.buckets
+    }
+
+    /// go-zero `accept()` + `markDrop()` under one lock.
+    fn try_accept(&self, now: Instant) -> Result<(), BreakerOpen> {
+        let mut stat = self.stat.lock();
+        let h = history(&stat, now);
+        let ratio = self.base_ratio(&h);
+        if ratio <= 0.0 {
+            return Ok(());
+        }
+        if let Some(last) = self.last_pass.load()
+            && now.saturating_duration_since(last) > self.config.force_pass
+        {
+            self.last_pass.store(now);
+            return Ok(());
+        }
+        let ratio = ratio * self.working_scale(&h);
+        if self.random() < ratio {
+            stat.add(Outcome::Drop, now);
+            return Err(BreakerOpen::new());
+        }
+        self.last_pass.store(now);
+        Ok(())
+    }
+
+    /// A uniform `f64` in `[0, 1)` from a lock-free SplitMix64 generator.
+    #[inline]
+    pub(super) fn random(&self) -> f64 {
+        const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut z = self
+            .rng
+            .fetch_add(GAMMA, Ordering::Relaxed)
+            .wrapping_add(GAMMA);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+}
+
+/// go-zero `history()`: one pass over the window, oldest to newest.
+fn history(stat: &RollingWindow<OutcomeBucket>, now: Instant) -> BreakerStats {
+    let mut r = BreakerStats::default();
+    stat.reduce(now, |b| {
+        r.accepts += b.success;
+        r.total += b.sum;
+        r.failures += b.failure;
+        r.drops += b.drop;
+        if b.failure > 0 {
+            r.working_buckets = 0;
+        } else if b.success > 0 {
+            r.working_buckets += 1;
+        }
+        if b.success > 0 {
+            r.failing_buckets = 0;
+        } else if b.failure > 0 {
+            r.failing_buckets += 1;
+        }
+    });
+    r
+}
+
+/// Permission to run one request; report its outcome with [`accept`](Self::accept) or
+/// [`reject`](Self::reject) (go-zero `Promise`).
+///
+/// Dropping it unresolved records a failure (a panic or a cancelled future is a failure), at the
+/// later of the current clock and the time the request was allowed.
+#[derive(Debug)]
+#[must_use = "report the outcome with accept() or reject(); dropping it counts as a failure"]
+pub struct BreakerPromise {
+    breaker: Option<Arc<GoogleBreaker>>,
+    allowed_at: Instant,
+}
+
+impl BreakerPromise {
+    /// Reports success at `now`.
+    pub fn accept(mut self, now: Instant) {
+        if let Some(b) = self.breaker.take() {
+            b.mark_success(now);
+        }
+    }
+
+    /// Reports failure at `now`.
+    pub fn reject(mut self, now: Instant) {
+        if let Some(b) = self.breaker.take() {
+            b.mark_failure(now);
+        }
+    }
+
+    /// The instant the request was allowed.
+    #[must_use]
+    pub fn allowed_at(&self) -> Instant {
+        self.allowed_at
+    }
+}
+
+impl Drop for BreakerPromise {
+    fn drop(&mut self) {
+        if let Some(b) = self.breaker.take() {
+            b.mark_failure(Instant::now().max(self.allowed_at));
+        }
+    }
+}
