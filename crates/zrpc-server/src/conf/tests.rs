@@ -156,3 +156,58 @@ fn log_options_are_checked() {
     let e = c.validate().unwrap_err();
     assert_eq!(e.path(), Some("Log.Level"));
 }
+
+fn yaml(text: &str) -> Result<RpcServerConf, zrpc_core::conf::ConfError> {
+    zrpc_core::conf::from_str_with_env(text, zrpc_core::conf::Format::Yaml, "greet.yaml", |_| None)
+}
+
+#[test]
+fn loads_goctl_yaml() {
+    let c = yaml("Name: greet.rpc\nListenOn: 0.0.0.0:8080\nEtcd:\n  Hosts:\n  - 127.0.0.1:2379\n  Key: greet.rpc\n").unwrap();
+    assert_eq!(c.name, "greet.rpc");
+    assert_eq!(c.etcd.hosts, ["127.0.0.1:2379"]);
+    assert!(c.has_etcd());
+    assert_eq!(c.timeout, 2000);
+}
+
+#[test]
+fn stat_conf_sits_in_middlewares() {
+    let c = yaml(
+        "Name: a\nListenOn: :1\nMiddlewares:\n  Stat: false\n  StatConf:\n    SlowThreshold: 1s\n    IgnoreContentMethods: [/a.B/C]\n",
+    )
+    .unwrap();
+    assert!(!c.middlewares.stat && c.middlewares.trace);
+    assert_eq!(
+        c.middlewares.stat_conf.slow_threshold,
+        Duration::from_secs(1)
+    );
+    assert_eq!(c.middlewares.stat_conf.ignore_content_methods, ["/a.B/C"]);
+    let e = yaml("Name: a\nListenOn: :1\nMiddlewares:\n  Tiemout: true\n").unwrap_err();
+    assert_eq!(e.path(), Some("Middlewares.Tiemout"));
+}
+
+#[test]
+fn accepts_go_zero_service_conf_keys() {
+    let c = yaml(
+        "Name: a\nListenOn: :1\nMode: dev\nMetricsUrl: http://m\n\
+         Log: {ServiceName: a, Mode: file, Encoding: plain, Path: /var/log, Level: error, Stat: false, KeepDays: 7, \
+         Rotation: size, MaxSize: 10, MaxBackups: 3, Compress: true, StackCooldownMillis: 50, TimeFormat: x, \
+         FieldKeys: {TimestampKey: ts}}\n\
+         Telemetry: {Name: t, Endpoint: http://j:4317, Sampler: 0.5, Batcher: otlphttp, OtlpHeaders: {a: b}}\n\
+         Prometheus: {Host: 0.0.0.0, Port: 9091, Path: /m}\n\
+         Redis: {Host: r:6379, Type: node, Key: tokens}\nAuth: true\n\
+         Profiling: {ServerAddr: http://p, ProfileType: {CPU: false}}\n\
+         Shutdown: {WrapUpTime: 2s, WaitTime: 10s}\n",
+    )
+    .unwrap();
+    assert_eq!(c.mode, ServiceMode::Dev);
+    assert_eq!(c.log.field_keys.timestamp_key, "ts");
+    assert_eq!(c.log.field_keys.level_key, "level");
+    assert_eq!(c.telemetry_name(), "t");
+    assert!((c.telemetry.as_ref().unwrap().sampler - 0.5).abs() < f64::EPSILON);
+    assert_eq!(c.prometheus.as_ref().unwrap().port, 9091);
+    assert!(!c.profiling.as_ref().unwrap().profile_type.cpu);
+    assert_eq!(c.shutdown.wait_time, Duration::from_secs(10));
+    let keys: Vec<&str> = c.ignored_keys().iter().map(|k| k.key).collect();
+    assert_eq!(keys, ["Redis", "Profiling", "MetricsUrl", "Prometheus"]);
+}
