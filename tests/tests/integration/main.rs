@@ -1,2 +1,3 @@
 //! zrpc integration tests: one module per behaviour, one test binary (one link).
 mod registration;
+mod config;

@@ -1,0 +1,248 @@
+//! Config loading: go-zero sample files (YAML as goctl writes them, JSON and TOML equivalents),
+//! `${VAR}` expansion, case-insensitive keys, and the error messages for bad files.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use zrpc_client::conf::{BalancerName, RpcClientConf};
+use zrpc_core::conf::{self, ConfError};
+use zrpc_server::conf::{RpcServerConf, ServiceMode};
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/conf")
+        .join(name)
+}
+
+fn load_server(name: &str) -> Result<RpcServerConf, ConfError> {
+    conf::load(fixture(name))
+}
+
+fn load_err(name: &str) -> (ConfError, String) {
+    let e = load_server(name).expect_err("the fixture must fail to load");
+    let msg = e.to_string();
+    (e, msg)
+}
+
+/// The values every `server.*` fixture holds.
+fn assert_sample_server(c: &RpcServerConf) {
+    assert_eq!(c.name, "greet.rpc");
+    assert_eq!(c.listen_on, "0.0.0.0:8080");
+    assert_eq!(c.etcd.hosts, ["127.0.0.1:2379"]);
+    assert_eq!(c.etcd.key, "greet.rpc");
+    assert!(c.has_etcd());
+    assert_eq!(c.mode, ServiceMode::Dev);
+    assert!(c.reflection_enabled(), "dev mode turns reflection on");
+    assert_eq!(c.timeout, 3000);
+    assert_eq!(c.cpu_threshold, 800);
+    assert_eq!(c.log.level, "error");
+    assert_eq!(c.log.encoding, "plain");
+    assert_eq!(c.log.mode, "console", "default kept");
+    let m = &c.middlewares;
+    assert!(!m.breaker);
+    assert!(
+        m.trace && m.recover && m.stat && m.prometheus,
+        "unset switches default to true"
+    );
+    assert_eq!(m.stat_conf.slow_threshold, Duration::from_millis(250));
+    assert_eq!(m.stat_conf.ignore_content_methods, ["/greet.Greeter/Login"]);
+    assert_eq!(c.method_timeouts.len(), 2);
+    assert_eq!(c.method_timeouts[0].full_method, "/greet.Greeter/SayHello");
+    assert_eq!(c.method_timeouts[0].timeout, Duration::from_millis(5500));
+    assert_eq!(c.method_timeouts[1].timeout, Duration::from_secs(90));
+    let dev = c.dev_server.as_ref().expect("DevServer present");
+    assert_eq!(dev.port, 6470);
+    assert!(dev.enabled && dev.enable_metrics);
+    assert_eq!(dev.metrics_path, "/metrics");
+    assert_eq!(dev.health_path, "/healthz");
+    assert_eq!(c.shutdown.wrap_up_time, Duration::from_secs(2));
+    assert_eq!(
+        c.shutdown.wait_time,
+        Duration::from_millis(5500),
+        "default kept"
+    );
+    assert!(c.health);
+    assert!(c.telemetry.is_none());
+}
+
+#[test]
+fn goctl_server_yaml_loads() {
+    let c = load_server("server.yaml").unwrap();
+    assert_sample_server(&c);
+}
+
+#[test]
+fn json_and_toml_load_the_same_values() {
+    let yaml = load_server("server.yaml").unwrap();
+    let json = load_server("server.json").unwrap();
+    let toml = load_server("server.toml").unwrap();
+    assert_sample_server(&json);
+    assert_sample_server(&toml);
+    assert_eq!(yaml, json);
+    assert_eq!(yaml, toml);
+}
+
+#[test]
+fn mixed_case_keys_load_the_same_values() {
+    let mixed = load_server("server-mixed-case.yaml").unwrap();
+    assert_sample_server(&mixed);
+    assert_eq!(mixed, load_server("server.yaml").unwrap());
+}
+
+#[test]
+fn env_vars_are_expanded() {
+    let vars: HashMap<&str, &str> = [
+        ("ZRPC_CONF_TEST_NAME", "env.rpc"),
+        ("ZRPC_CONF_TEST_HOST", "10.1.2.3"),
+        ("ZRPC_CONF_TEST_PORT", "9090"),
+        ("ZRPC_CONF_TEST_ETCD", "etcd:2379"),
+        ("ZRPC_CONF_TEST_TIMEOUT", "1234"),
+    ]
+    .into_iter()
+    .collect();
+    let c: RpcServerConf = conf::load_with_env(fixture("server-env.yaml"), |k| {
+        vars.get(k).map(|v| (*v).to_owned())
+    })
+    .unwrap();
+    assert_eq!(c.name, "env.rpc");
+    assert_eq!(c.listen_on, "10.1.2.3:9090");
+    assert_eq!(c.etcd.hosts, ["etcd:2379"]);
+    assert_eq!(c.etcd.key, "env.rpc");
+    assert_eq!(c.timeout, 1234, "an expanded number is a number");
+    assert_eq!(
+        c.log.service_name, "fallback",
+        "an unset variable expands to the empty string"
+    );
+}
+
+#[test]
+fn process_environment_is_used_by_load() {
+    let Ok(path) = std::env::var("PATH") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("env.yaml");
+    std::fs::write(
+        &file,
+        "Name: a\nListenOn: 127.0.0.1:1\nMetricsUrl: '${PATH}'\n",
+    )
+    .unwrap();
+    let c: RpcServerConf = conf::load(&file).unwrap();
+    assert_eq!(c.metrics_url, path);
+}
+
+#[test]
+fn client_yaml_with_etcd_loads() {
+    let c: RpcClientConf = conf::load(fixture("client-etcd.yaml")).unwrap();
+    assert_eq!(c.etcd.hosts, ["127.0.0.1:2379", "127.0.0.2:2379"]);
+    assert_eq!(c.etcd.key, "greet.rpc");
+    assert!(c.has_credential());
+    assert_eq!((c.app.as_str(), c.token.as_str()), ("gateway", "s3cret"));
+    assert_eq!(c.timeout, 1500);
+    assert_eq!(c.keepalive(), Some(Duration::from_secs(20)));
+    assert!(!c.middlewares.duration);
+    assert!(c.middlewares.trace && c.middlewares.breaker && c.middlewares.timeout);
+    assert!(c.non_block, "default true");
+    assert_eq!(c.balancer_name, BalancerName::P2cEwma);
+    assert_eq!(
+        c.build_target().unwrap(),
+        "etcd:///127.0.0.1:2379,127.0.0.2:2379?key=greet.rpc"
+    );
+}
+
+#[test]
+fn client_yaml_with_endpoints_loads() {
+    let c: RpcClientConf = conf::load(fixture("client-endpoints.yaml")).unwrap();
+    assert_eq!(c.endpoints, ["127.0.0.1:8080", "127.0.0.1:8081"]);
+    assert!(!c.non_block);
+    assert_eq!(c.balancer_name, BalancerName::RoundRobin);
+    assert_eq!(c.timeout, 2000);
+    assert_eq!(
+        c.build_target().unwrap(),
+        "direct:///127.0.0.1:8080,127.0.0.1:8081"
+    );
+}
+
+#[test]
+fn consistent_hash_is_not_supported_yet() {
+    let e = conf::load::<RpcClientConf>(fixture("client-consistent-hash.yaml")).unwrap_err();
+    let msg = e.to_string();
+    assert_eq!(e.path(), Some("BalancerName"));
+    assert!(
+        msg.contains("consistent_hash` is not supported yet"),
+        "{msg}"
+    );
+    assert!(msg.contains("client-consistent-hash.yaml"), "{msg}");
+}
+
+#[test]
+fn misspelt_key_names_file_path_and_suggestion() {
+    let (e, msg) = load_err("bad-misspelt.yaml");
+    assert!(matches!(e, ConfError::UnknownKey { .. }), "{msg}");
+    assert_eq!(e.path(), Some("Middlewares.Breakr"));
+    assert_eq!(
+        msg,
+        format!(
+            "config file {}: unknown key `Middlewares.Breakr` (did you mean `Breaker`?)",
+            fixture("bad-misspelt.yaml").display()
+        )
+    );
+
+    let e = conf::load::<RpcClientConf>(fixture("client-misspelt.yaml")).unwrap_err();
+    let msg = e.to_string();
+    assert_eq!(e.path(), Some("Middlewares.Tiemout"));
+    assert!(
+        msg.ends_with("unknown key `Middlewares.Tiemout` (did you mean `Timeout`?)"),
+        "{msg}"
+    );
+    assert!(msg.contains("client-misspelt.yaml"), "{msg}");
+}
+
+#[test]
+fn wrong_type_names_path_and_value() {
+    let (e, msg) = load_err("bad-type.yaml");
+    assert!(matches!(e, ConfError::InvalidValue { .. }), "{msg}");
+    assert_eq!(e.path(), Some("Timeout"));
+    assert!(msg.contains("bad-type.yaml"), "{msg}");
+    assert!(msg.contains("\"two seconds\""), "{msg}");
+}
+
+#[test]
+fn bad_duration_names_path_and_value() {
+    let (e, msg) = load_err("bad-duration.yaml");
+    assert_eq!(e.path(), Some("Middlewares.StatConf.SlowThreshold"));
+    assert!(msg.contains("invalid duration \"5 sec\""), "{msg}");
+    assert!(msg.contains("bad-duration.yaml"), "{msg}");
+}
+
+#[test]
+fn cpu_threshold_1000_is_out_of_range() {
+    let (e, msg) = load_err("bad-cpu.yaml");
+    assert_eq!(e.path(), Some("CpuThreshold"));
+    assert!(msg.contains("1000 is out of range [0:1000)"), "{msg}");
+    assert!(msg.contains("bad-cpu.yaml"), "{msg}");
+}
+
+#[test]
+fn partial_tls_names_the_missing_key() {
+    let (e, msg) = load_err("bad-tls.yaml");
+    assert_eq!(e.path(), Some("Etcd.CertKeyFile"));
+    assert!(msg.contains("Etcd.CertKeyFile missing"), "{msg}");
+    assert!(msg.contains("bad-tls.yaml"), "{msg}");
+}
+
+#[test]
+fn unknown_extension_is_an_error() {
+    let (e, msg) = load_err("server.ini");
+    assert!(matches!(e, ConfError::Format { .. }), "{msg}");
+    assert!(msg.contains("`.ini`"), "{msg}");
+}
+
+#[test]
+fn missing_file_is_an_error() {
+    let (e, msg) = load_err("no-such-file.yaml");
+    assert!(matches!(e, ConfError::Io { .. }), "{msg}");
+    assert!(msg.contains("no-such-file.yaml"), "{msg}");
+}
