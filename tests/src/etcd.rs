@@ -393,3 +393,82 @@ pub fn describe_log(path: Option<&Path>) -> String {
     path.map(|p| p.display().to_string())
         .unwrap_or_else(|| "<external>".to_owned())
 }
+
+/// A TCP proxy in front of etcd whose link can be cut, to simulate a network partition while etcd
+/// keeps running (so leases expire on the etcd side, unlike a restart, which refreshes them).
+#[derive(Debug)]
+pub struct TcpProxy {
+    addr: SocketAddr,
+    state: std::sync::Arc<ProxyState>,
+    accept_task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Debug, Default)]
+struct ProxyState {
+    cut: std::sync::atomic::AtomicBool,
+    conns: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl TcpProxy {
+    /// Listens on a free loopback port and forwards each connection to `upstream`.
+    ///
+    /// # Panics
+    /// When no loopback port can be bound.
+    pub async fn start(upstream: String) -> TcpProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind proxy port");
+        let addr = listener.local_addr().expect("proxy address");
+        let state = std::sync::Arc::new(ProxyState::default());
+        let st = state.clone();
+        let accept_task = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if st.cut.load(Ordering::SeqCst) {
+                    drop(inbound);
+                    continue;
+                }
+                let upstream = upstream.clone();
+                let conn = tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                let mut conns = st.conns.lock().unwrap_or_else(|e| e.into_inner());
+                conns.retain(|c| !c.is_finished());
+                conns.push(conn);
+            }
+        });
+        TcpProxy {
+            addr,
+            state,
+            accept_task,
+        }
+    }
+
+    /// The proxy's `127.0.0.1:port`.
+    pub fn endpoint(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// Cuts the link: open connections are dropped, new ones are closed at once.
+    pub fn cut(&self) {
+        self.state.cut.store(true, Ordering::SeqCst);
+        let conns =
+            std::mem::take(&mut *self.state.conns.lock().unwrap_or_else(|e| e.into_inner()));
+        for c in conns {
+            c.abort();
+        }
+    }
+
+    /// Restores the link for new connections.
+    pub fn heal(&self) {
+        self.state.cut.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Drop for TcpProxy {
+    fn drop(&mut self) {
+        self.cut();
+        self.accept_task.abort();
+    }
+}

@@ -1,23 +1,335 @@
-//! etcd registration (issue 4): the server's key in go-zero's layout heals itself.
+//! etcd registration (issue 4): one key per server in go-zero's layout, healed after etcd outages,
+//! external deletes and revokes; deregistered on stop. Every test starts its own etcd
+//! (see `zrpc_tests::etcd`).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use zrpc_tests::etcd::{EtcdServer, keys_under, unique_key};
+use etcd_client::Client;
+use zrpc_core::conf::EtcdConf;
+use zrpc_server::registry::{Publisher, RegistrationState, TIME_TO_LIVE};
+use zrpc_tests::etcd::{EtcdServer, TcpProxy, keys_under, unique_key};
+
+/// Polls `cond` every 10 ms until it holds; returns the time it took, or None after `limit`.
+async fn within<F, Fut>(limit: Duration, mut cond: F) -> Option<Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    loop {
+        if cond().await {
+            return Some(start.elapsed());
+        }
+        if start.elapsed() > limit {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits until the publisher reports `Registered`; returns (key, lease, time taken).
+async fn registered(p: &Publisher, limit: Duration) -> (String, i64, Duration) {
+    let start = Instant::now();
+    let mut state = p.state();
+    let r = tokio::time::timeout(
+        limit,
+        state.wait_for(|s| matches!(s, RegistrationState::Registered { .. })),
+    )
+    .await;
+    if let Ok(Ok(s)) = r {
+        if let RegistrationState::Registered { key, lease } = &*s {
+            return (key.clone(), *lease, start.elapsed());
+        }
+    }
+    panic!("not registered within {limit:?}: {:?}", *p.state().borrow());
+}
+
+async fn not_registered(p: &Publisher, limit: Duration) {
+    let mut state = p.state();
+    tokio::time::timeout(
+        limit,
+        state.wait_for(|s| !matches!(s, RegistrationState::Registered { .. })),
+    )
+    .await
+    .expect("publisher noticed the outage")
+    .expect("state channel open");
+}
+
+/// Our keys (value == `value`) under `prefix/`.
+async fn ours(c: &mut Client, prefix: &str, value: &str) -> Vec<String> {
+    keys_under(c, prefix)
+        .await
+        .into_iter()
+        .filter(|(_, v)| v == value)
+        .map(|(k, _)| k)
+        .collect()
+}
+
+fn conf(etcd: &EtcdServer, key: &str) -> EtcdConf {
+    EtcdConf::new(etcd.endpoints(), key)
+}
 
 #[tokio::test]
-async fn harness_restarts_etcd_on_same_data_dir() {
+async fn registers_one_key_named_by_lease_with_ttl_at_most_10s() {
+    let etcd = EtcdServer::start().await;
+    let key = unique_key("one-key");
+    let value = "127.0.0.1:45001".to_owned();
+    let p = Publisher::spawn(conf(&etcd, &key), value.clone());
+    let (full, lease, _) = registered(&p, Duration::from_secs(5)).await;
+    assert_eq!(
+        full,
+        format!("{key}/{lease}"),
+        "go-zero layout Key/<lease decimal>"
+    );
+    let mut c = etcd.client().await;
+    assert_eq!(keys_under(&mut c, &key).await, vec![(full.clone(), value)]);
+    let ttl = c.lease_time_to_live(lease, None).await.expect("ttl");
+    assert!(ttl.granted_ttl() <= 10 && ttl.ttl() > 0, "{ttl:?}");
+    assert_eq!(ttl.granted_ttl(), TIME_TO_LIVE);
+    p.stop().await;
+    assert!(keys_under(&mut c, &key).await.is_empty(), "stop revokes");
+}
+
+#[tokio::test]
+async fn id_replaces_the_lease_in_the_key() {
+    let etcd = EtcdServer::start().await;
+    let key = unique_key("with-id");
+    let mut cf = conf(&etcd, &key);
+    cf.id = 42;
+    let p = Publisher::spawn(cf, "127.0.0.1:45002".to_owned());
+    let (full, _, _) = registered(&p, Duration::from_secs(5)).await;
+    assert_eq!(full, format!("{key}/42"));
+    let mut c = etcd.client().await;
+    assert_eq!(
+        keys_under(&mut c, &key).await,
+        vec![(full, "127.0.0.1:45002".to_owned())]
+    );
+    p.stop().await;
+    assert!(keys_under(&mut c, &key).await.is_empty());
+}
+
+#[tokio::test]
+async fn deleted_key_is_back_within_1s_and_foreign_key_untouched() {
+    let etcd = EtcdServer::start().await;
+    let key = unique_key("delete");
+    let value = "127.0.0.1:45003".to_owned();
+    let mut c = etcd.client().await;
+    // Another process's registration in go-zero's layout.
+    let foreign = (
+        format!("{key}/7587880491712123456"),
+        "127.0.0.1:9".to_owned(),
+    );
+    c.put(foreign.0.as_str(), foreign.1.as_str(), None)
+        .await
+        .expect("put foreign");
+    let p = Publisher::spawn(conf(&etcd, &key), value.clone());
+    let (full, lease, _) = registered(&p, Duration::from_secs(5)).await;
+    for _ in 0..3 {
+        c.delete(full.as_str(), None).await.expect("delete");
+        let took = within(Duration::from_secs(1), || {
+            let mut c = c.clone();
+            let full = full.clone();
+            let value = value.clone();
+            async move { ours(&mut c, &key_prefix(&full), &value).await == vec![full] }
+        })
+        .await
+        .expect("key back within 1 s");
+        println!("deleted key restored after {took:?}");
+    }
+    assert_eq!(p.current_lease(), Some(lease), "same lease after a delete");
+    assert!(keys_under(&mut c, &key).await.contains(&foreign));
+    p.stop().await;
+    assert_eq!(
+        keys_under(&mut c, &key).await,
+        vec![foreign],
+        "foreign key untouched"
+    );
+}
+
+fn key_prefix(full: &str) -> String {
+    full.rsplit_once('/')
+        .map(|(p, _)| p.to_owned())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn revoked_lease_is_re_registered_within_2s() {
+    let etcd = EtcdServer::start().await;
+    let key = unique_key("revoke");
+    let value = "127.0.0.1:45004".to_owned();
+    let p = Publisher::spawn(conf(&etcd, &key), value.clone());
+    let (_, lease, _) = registered(&p, Duration::from_secs(5)).await;
+    let mut c = etcd.client().await;
+    c.lease_revoke(lease).await.expect("revoke");
+    let t0 = Instant::now();
+    let (full, new_lease) = loop {
+        if let Some(l) = p.current_lease().filter(|l| *l != lease) {
+            break (p.current_key().unwrap_or_default(), l);
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "not re-registered in 2 s"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    println!("re-registered under a new lease after {:?}", t0.elapsed());
+    assert_eq!(full, format!("{key}/{new_lease}"));
+    assert_eq!(ours(&mut c, &key, &value).await, vec![full]);
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn ten_etcd_kill_restart_cycles_leave_exactly_one_key() {
     let mut etcd = EtcdServer::start().await;
-    if etcd.skip_if_external("harness_restarts_etcd_on_same_data_dir") {
+    if etcd.skip_if_external("ten_etcd_kill_restart_cycles_leave_exactly_one_key") {
         return;
     }
-    let key = unique_key("harness");
+    let key = unique_key("kill-restart");
+    let value = "127.0.0.1:45005".to_owned();
     let mut c = etcd.client().await;
-    c.put(format!("{key}/1"), "v", None).await.expect("put");
+    let foreign = (format!("{key}/1234567890"), "127.0.0.1:10".to_owned());
+    c.put(foreign.0.as_str(), foreign.1.as_str(), None)
+        .await
+        .expect("put foreign");
+    let p = Publisher::spawn(conf(&etcd, &key), value.clone());
+    registered(&p, Duration::from_secs(5)).await;
+    let mut figures = Vec::new();
+    for cycle in 0..10 {
+        etcd.kill();
+        not_registered(&p, Duration::from_secs(5)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let ready = etcd.restart().await;
+        let (full, _, _) = registered(&p, Duration::from_secs(2)).await;
+        let took = ready.elapsed();
+        figures.push(took);
+        let mut c = etcd.client().await;
+        assert_eq!(
+            ours(&mut c, &key, &value).await,
+            vec![full],
+            "cycle {cycle}"
+        );
+        assert!(took <= Duration::from_secs(2), "cycle {cycle}: {took:?}");
+    }
+    figures.sort();
+    println!(
+        "etcd ready -> key restored over 10 kill/restart cycles: min {:?} median {:?} max {:?}",
+        figures[0],
+        (figures[4] + figures[5]) / 2,
+        figures[9]
+    );
+    let mut c = etcd.client().await;
+    assert!(keys_under(&mut c, &key).await.contains(&foreign));
+    assert_eq!(ours(&mut c, &key, &value).await.len(), 1);
+    p.stop().await;
+    assert_eq!(keys_under(&mut c, &key).await, vec![foreign]);
+}
+
+#[tokio::test]
+async fn etcd_down_longer_than_ttl_key_back_within_2s() {
+    let mut etcd = EtcdServer::start().await;
+    if etcd.skip_if_external("etcd_down_longer_than_ttl_key_back_within_2s") {
+        return;
+    }
+    let key = unique_key("long-outage");
+    let value = "127.0.0.1:45006".to_owned();
+    let p = Publisher::spawn(conf(&etcd, &key), value.clone());
+    let (_, lease, _) = registered(&p, Duration::from_secs(5)).await;
     etcd.kill();
-    assert!(!etcd.is_running());
-    etcd.restart().await;
+    tokio::time::sleep(Duration::from_secs(TIME_TO_LIVE as u64 + 1)).await;
+    let ready = etcd.restart().await;
+    let (full, new_lease, _) = registered(&p, Duration::from_secs(2)).await;
+    println!(
+        "after an 11 s etcd outage: key back {:?} after etcd ready (lease {}: etcd restores leases on restart)",
+        ready.elapsed(),
+        if new_lease == lease { "kept" } else { "new" }
+    );
     let mut c = etcd.client().await;
-    let kvs = keys_under(&mut c, &key).await;
-    assert_eq!(kvs, vec![(format!("{key}/1"), "v".to_owned())]);
-    let _ = Duration::ZERO;
+    assert_eq!(ours(&mut c, &key, &value).await, vec![full]);
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn partition_longer_than_ttl_gets_new_lease_never_two_keys() {
+    let etcd = EtcdServer::start().await;
+    let proxy = TcpProxy::start(etcd.endpoint()).await;
+    let key = unique_key("partition");
+    let value = "127.0.0.1:45007".to_owned();
+    let p = Publisher::spawn(
+        EtcdConf::new([proxy.endpoint()], key.as_str()),
+        value.clone(),
+    );
+    let (_, lease, _) = registered(&p, Duration::from_secs(5)).await;
+    let mut c = etcd.client().await;
+    proxy.cut();
+    // etcd keeps running: the lease expires there and takes the key with it.
+    let gone = within(Duration::from_secs(TIME_TO_LIVE as u64 + 3), || {
+        let mut c = c.clone();
+        let key = key.clone();
+        async move { keys_under(&mut c, &key).await.is_empty() }
+    })
+    .await
+    .expect("key expired with its lease during the partition");
+    println!("partition: key expired {gone:?} after the cut");
+    proxy.heal();
+    let healed = Instant::now();
+    // Never two keys while the publisher re-registers.
+    let (full, new_lease) = loop {
+        let keys = ours(&mut c, &key, &value).await;
+        assert!(keys.len() <= 1, "two keys alive: {keys:?}");
+        if let Some(l) = p.current_lease().filter(|l| *l != lease) {
+            break (p.current_key().unwrap_or_default(), l);
+        }
+        assert!(
+            healed.elapsed() < Duration::from_secs(3),
+            "not re-registered"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    println!(
+        "partition healed: new lease registered after {:?}",
+        healed.elapsed()
+    );
+    assert_eq!(full, format!("{key}/{new_lease}"));
+    assert_eq!(ours(&mut c, &key, &value).await, vec![full]);
+    p.stop().await;
+    assert!(keys_under(&mut c, &key).await.is_empty());
+}
+
+#[tokio::test]
+async fn etcd_down_at_start_registers_when_it_comes_up() {
+    let mut etcd = EtcdServer::start().await;
+    if etcd.skip_if_external("etcd_down_at_start_registers_when_it_comes_up") {
+        return;
+    }
+    etcd.kill();
+    let key = unique_key("down-at-start");
+    let value = "127.0.0.1:45008".to_owned();
+    let p = Publisher::spawn(conf(&etcd, &key), value.clone());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(*p.state().borrow(), RegistrationState::NotRegistered);
+    let ready = etcd.restart().await;
+    let (full, _, _) = registered(&p, Duration::from_secs(2)).await;
+    println!(
+        "etcd down at start: registered {:?} after etcd ready",
+        ready.elapsed()
+    );
+    let mut c = etcd.client().await;
+    assert_eq!(ours(&mut c, &key, &value).await, vec![full]);
+    p.stop().await;
+    assert!(keys_under(&mut c, &key).await.is_empty());
+}
+
+#[tokio::test]
+async fn stop_with_etcd_down_is_bounded() {
+    let mut etcd = EtcdServer::start().await;
+    if etcd.skip_if_external("stop_with_etcd_down_is_bounded") {
+        return;
+    }
+    let key = unique_key("stop-down");
+    let p = Publisher::spawn(conf(&etcd, &key), "127.0.0.1:45009".to_owned());
+    registered(&p, Duration::from_secs(5)).await;
+    etcd.kill();
+    let t0 = Instant::now();
+    p.stop().await;
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
 }

@@ -116,10 +116,11 @@ pub(crate) fn local_ipv4s_from_fib_trie(trie: &str) -> Vec<Ipv4Addr> {
         {
             last_ip = Some(ip);
         } else if t.starts_with("/32 host LOCAL") {
-            if let Some(ip) = last_ip.take() {
-                if !ip.is_loopback() && !out.contains(&ip) {
-                    out.push(ip);
-                }
+            if let Some(ip) = last_ip.take()
+                && !ip.is_loopback()
+                && !out.contains(&ip)
+            {
+                out.push(ip);
             }
         }
     }
