@@ -7,7 +7,10 @@
 //! The key-by-key reference, with defaults and where zrpc differs from go-zero, is
 //! [`docs/configuration.md`](https://github.com/zrpc-rs/zrpc/blob/main/docs/configuration.md).
 
-pub use zrpc_core::conf::{ConfError, EtcdConf, Validate, duration};
+pub use zrpc_core::conf::{
+    ConfError, EtcdConf, Format, Validate, duration, from_str, from_str_with_env, load,
+    load_with_env,
+};
 
 pub use zrpc_client::conf::{BalancerName, ClientMiddlewaresConf, RpcClientConf};
 pub use zrpc_server::conf::{
