@@ -1,0 +1,595 @@
+//! etcd discovery: the endpoints registered under `Key/` (go-zero's layout: `Key/<lease id or ID>` ->
+//! `host:port`).
+//!
+//! One background task per `(etcd cluster, key)` in the process, shared by every client resolving that pair
+//! (a process-wide registry of weak references); it stops, and its etcd watch is cancelled, when the last
+//! [`Resolution`] guard is dropped.
+//!
+//! The task does a prefix get of `Key/`, publishes the distinct values, then watches the prefix from the
+//! get's revision + 1 (so nothing is missed between the two). Fixes over go-zero (reference §3.5):
+//! - while etcd is unreachable the last known set stays published (never an empty set because the registry is
+//!   down: only a successful read of an empty prefix publishes an empty set);
+//! - watch error, stream end or etcd restart: back off ~1 s with jitter, re-get (full diff), re-watch;
+//! - compaction past the watch revision (or any cancellation by etcd): immediate full reload, no watch loop;
+//! - a PUT of an unchanged value and duplicate registrations of one address are not updates;
+//! - all events of one watch response, plus any responses already buffered, are applied as one update.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Weak};
+use std::time::Duration;
+
+use etcd_client::{EventType, GetOptions, WatchOptions, WatchResponse};
+use futures_util::{FutureExt, StreamExt};
+use parking_lot::Mutex;
+use rand::RngExt;
+use tokio::sync::watch;
+use zrpc_core::conf::{EtcdConf, Validate};
+
+use super::{EndpointUpdates, Resolution};
+
+/// Timeout of the prefix get and of the watch creation (go-zero's `RequestTimeout`).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+/// Bound of one connect attempt (zrpc_core::etcd::connect bounds itself at 8 s).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Base back-off after a failure (go-zero: `coolDownUnstable.AroundDuration(1s)`).
+const BACKOFF: Duration = Duration::from_secs(1);
+/// After this many consecutive failures the etcd client is rebuilt (fresh connections, fresh DNS).
+const REBUILD_CLIENT_AFTER: u32 = 3;
+
+type Sender = watch::Sender<Option<Arc<Vec<String>>>>;
+
+/// `(sorted, deduplicated, comma-joined etcd hosts, key)`.
+type RegistryKey = (String, String);
+
+static REGISTRY: LazyLock<Mutex<HashMap<RegistryKey, Weak<SharedWatch>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// The shared watch of one `(cluster, key)`; the guard of every [`Resolution`] of that pair.
+struct SharedWatch {
+    key: RegistryKey,
+    /// Never marked as seen: clones report the current value as changed once it exists.
+    updates: EndpointUpdates,
+    task: tokio::task::AbortHandle,
+    /// Full loads (prefix gets) done so far.
+    reloads: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for SharedWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedWatch")
+            .field("hosts", &self.key.0)
+            .field("key", &self.key.1)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for SharedWatch {
+    fn drop(&mut self) {
+        // Aborting drops the task's etcd client and watch stream: etcd cancels the watcher.
+        self.task.abort();
+        let mut registry = REGISTRY.lock();
+        // A new watch for the same pair may already have replaced this (dead) entry.
+        if registry
+            .get(&self.key)
+            .is_some_and(|w| w.strong_count() == 0)
+        {
+            registry.remove(&self.key);
+        }
+        tracing::debug!(hosts = %self.key.0, key = %self.key.1, "etcd resolver: last client gone, watch closed");
+    }
+}
+
+fn registry_key(conf: &EtcdConf) -> RegistryKey {
+    let mut hosts: Vec<&str> = conf.hosts.iter().map(|h| h.trim()).collect();
+    hosts.sort_unstable();
+    hosts.dedup();
+    (hosts.join(","), conf.key.clone())
+}
+
+/// Resolves the endpoints registered in etcd under `conf.key` (`Key/...`).
+///
+/// Returns at once; `updates` holds `None` until the first successful read of etcd. Must be called inside a
+/// tokio runtime (the shared watch task is spawned on it). Errors: an invalid `conf` (go-zero's
+/// `empty etcd hosts` / `empty etcd key`, partial account or TLS settings) or no runtime.
+pub fn resolve(conf: EtcdConf) -> Result<Resolution, crate::Error> {
+    let error = |reason: String| crate::Error::Resolve {
+        target: format!("etcd:///{}?key={}", conf.hosts.join(","), conf.key),
+        reason,
+    };
+    conf.validate().map_err(|e| error(e.to_string()))?;
+    let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+        error("the etcd resolver must be started inside a tokio runtime".to_string())
+    })?;
+    let key = registry_key(&conf);
+    // Declared before the lock guard so that it is dropped after it (its Drop takes the lock).
+    let _stale;
+    let mut registry = REGISTRY.lock();
+    if let Some(shared) = registry.get(&key).and_then(Weak::upgrade) {
+        // A watch whose runtime has shut down is dead: replace it.
+        if !shared.task.is_finished() {
+            return Ok(Resolution {
+                updates: shared.updates.clone(),
+                guard: shared,
+            });
+        }
+        _stale = Some(shared);
+    } else {
+        _stale = None;
+    }
+    let (tx, updates) = watch::channel(None);
+    let reloads = Arc::new(AtomicU64::new(0));
+    let task = runtime.spawn(run(conf, tx, reloads.clone())).abort_handle();
+    let shared = Arc::new(SharedWatch {
+        key: key.clone(),
+        updates: updates.clone(),
+        task,
+        reloads,
+    });
+    registry.insert(key, Arc::downgrade(&shared));
+    Ok(Resolution {
+        updates,
+        guard: shared,
+    })
+}
+
+/// True while a shared watch for `(conf.hosts, conf.key)` is alive in this process.
+pub fn is_watching(conf: &EtcdConf) -> bool {
+    REGISTRY
+        .lock()
+        .get(&registry_key(conf))
+        .is_some_and(|w| w.strong_count() > 0)
+}
+
+/// How many full loads (prefix gets) the shared watch for `(conf.hosts, conf.key)` has done: 1 after the
+/// first successful read, +1 per reload after a compaction or an etcd reset. None when no watch is alive.
+/// (A watch that merely reconnects resumes from its revision and does not reload.)
+pub fn reloads(conf: &EtcdConf) -> Option<u64> {
+    let shared = REGISTRY
+        .lock()
+        .get(&registry_key(conf))
+        .and_then(Weak::upgrade)?;
+    Some(shared.reloads.load(Ordering::Relaxed))
+}
+
+/// The registered endpoints of one key prefix: etcd key -> address, and address -> number of keys.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct EndpointSet {
+    by_key: HashMap<Vec<u8>, String>,
+    by_value: BTreeMap<String, usize>,
+}
+
+impl EndpointSet {
+    /// Replaces everything with `kvs` (a full reload).
+    fn reload<'a>(&mut self, kvs: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) {
+        *self = EndpointSet::default();
+        for (k, v) in kvs {
+            self.put(k, v);
+        }
+    }
+
+    /// A PUT of `key` = `value`; returns whether the set of distinct addresses changed.
+    fn put(&mut self, key: &[u8], value: &[u8]) -> bool {
+        let Some(value) = address(key, value) else {
+            return self.delete(key);
+        };
+        match self.by_key.get(key) {
+            Some(old) if *old == value => false,
+            _ => {
+                let removed = self.delete(key);
+                let count = self.by_value.entry(value.clone()).or_default();
+                *count += 1;
+                let added = *count == 1;
+                self.by_key.insert(key.to_vec(), value);
+                removed || added
+            }
+        }
+    }
+
+    /// A DELETE of `key`; returns whether the set of distinct addresses changed (only when no other key holds
+    /// the same address).
+    fn delete(&mut self, key: &[u8]) -> bool {
+        let Some(old) = self.by_key.remove(key) else {
+            return false;
+        };
+        match self.by_value.get_mut(&old) {
+            Some(count) if *count > 1 => {
+                *count -= 1;
+                false
+            }
+            _ => {
+                self.by_value.remove(&old);
+                true
+            }
+        }
+    }
+
+    /// The distinct addresses, sorted.
+    fn addresses(&self) -> Vec<String> {
+        self.by_value.keys().cloned().collect()
+    }
+}
+
+/// The address of a registration, or None (with a warning) when the value is unusable.
+fn address(key: &[u8], value: &[u8]) -> Option<String> {
+    match std::str::from_utf8(value).map(str::trim) {
+        Ok("") => {
+            tracing::warn!(key = %String::from_utf8_lossy(key), "etcd resolver: empty address ignored");
+            None
+        }
+        Ok(v) => Some(v.to_string()),
+        Err(_) => {
+            tracing::warn!(key = %String::from_utf8_lossy(key), "etcd resolver: non UTF-8 address ignored");
+            None
+        }
+    }
+}
+
+/// Publishes the current addresses if they differ from the last published ones.
+fn publish(tx: &Sender, set: &EndpointSet, prefix: &str) {
+    let addresses = set.addresses();
+    tx.send_if_modified(|current| {
+        if current.as_deref() == Some(&addresses) {
+            return false;
+        }
+        tracing::info!(prefix, endpoints = ?addresses, "etcd resolver: endpoints updated");
+        *current = Some(Arc::new(addresses.clone()));
+        true
+    });
+}
+
+/// ~`BACKOFF` with ±20 % jitter, growing slowly (up to 2x) while failures repeat.
+fn backoff(failures: u32) -> Duration {
+    let factor = 1.0 + 0.25 * f64::from(failures.saturating_sub(1).min(4));
+    BACKOFF.mul_f64(factor * rand::rng().random_range(0.8..1.2))
+}
+
+/// What ended a watch.
+enum WatchEnd {
+    /// etcd compacted past our revision, cancelled the watch, or is not the cluster we read (reset or
+    /// restored): full reload.
+    Reload,
+    /// Error or end of stream (etcd restart, network): back off, then resume from the last revision.
+    Failed,
+}
+
+/// Where the watch stands: the state it mirrors is complete up to `revision` of cluster `cluster_id`.
+#[derive(Debug, Clone, Copy)]
+struct Position {
+    revision: i64,
+    cluster_id: u64,
+}
+
+/// The shared watch task: runs until aborted (last guard dropped) or every receiver is gone.
+async fn run(conf: EtcdConf, tx: Sender, reloads: Arc<AtomicU64>) {
+    let prefix = format!("{}/", conf.key);
+    let mut set = EndpointSet::default();
+    let mut client: Option<etcd_client::Client> = None;
+    // None: a full load is needed.
+    let mut position: Option<Position> = None;
+    let mut failures: u32 = 0;
+    let mut immediate_reloads: u32 = 0;
+    loop {
+        if tx.is_closed() {
+            return;
+        }
+        if failures > 0 {
+            if failures >= REBUILD_CLIENT_AFTER {
+                client = None;
+            }
+            tokio::time::sleep(backoff(failures)).await;
+        }
+        if client.is_none() {
+            match tokio::time::timeout(CONNECT_TIMEOUT, zrpc_core::etcd::connect(&conf)).await {
+                Ok(Ok(c)) => client = Some(c),
+                Ok(Err(e)) => {
+                    failures += 1;
+                    tracing::warn!(hosts = ?conf.hosts, error = %e, "etcd resolver: connect failed, keeping the last known endpoints");
+                    continue;
+                }
+                Err(_) => {
+                    failures += 1;
+                    tracing::warn!(hosts = ?conf.hosts, "etcd resolver: connect timed out, keeping the last known endpoints");
+                    continue;
+                }
+            }
+        }
+        let Some(c) = client.as_mut() else { continue };
+
+        // Full load (first time, after compaction or a cluster reset).
+        let pos = match position {
+            Some(pos) => pos,
+            None => {
+                let get = c.get(prefix.as_str(), Some(GetOptions::new().with_prefix()));
+                match tokio::time::timeout(REQUEST_TIMEOUT, get).await {
+                    Ok(Ok(resp)) => {
+                        set.reload(resp.kvs().iter().map(|kv| (kv.key(), kv.value())));
+                        reloads.fetch_add(1, Ordering::Relaxed);
+                        publish(&tx, &set, &prefix);
+                        let pos = Position {
+                            revision: resp.header().map_or(0, |h| h.revision()),
+                            cluster_id: resp.header().map_or(0, |h| h.cluster_id()),
+                        };
+                        position = Some(pos);
+                        pos
+                    }
+                    Ok(Err(e)) => {
+                        failures += 1;
+                        tracing::warn!(prefix, error = %e, "etcd resolver: get failed, keeping the last known endpoints");
+                        continue;
+                    }
+                    Err(_) => {
+                        failures += 1;
+                        tracing::warn!(
+                            prefix,
+                            "etcd resolver: get timed out, keeping the last known endpoints"
+                        );
+                        continue;
+                    }
+                }
+            }
+        };
+
+        // Watch from the next revision: after an error this replays everything missed meanwhile.
+        let options = WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(pos.revision + 1);
+        let stream = match tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            c.watch(prefix.as_str(), Some(options)),
+        )
+        .await
+        {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => {
+                failures += 1;
+                tracing::warn!(prefix, error = %e, "etcd resolver: watch failed, keeping the last known endpoints");
+                continue;
+            }
+            Err(_) => {
+                failures += 1;
+                tracing::warn!(
+                    prefix,
+                    "etcd resolver: watch creation timed out, keeping the last known endpoints"
+                );
+                continue;
+            }
+        };
+        // Keep the request half open: closing it would end the watch.
+        let (_requests, mut responses) = stream.split();
+        let mut pos = pos;
+        let end = watch_loop(
+            &mut responses,
+            &mut set,
+            &tx,
+            &prefix,
+            &mut failures,
+            &mut pos,
+        )
+        .await;
+        position = Some(pos);
+        match end {
+            WatchEnd::Reload => {
+                position = None;
+                immediate_reloads += 1;
+                // A watch cancelled again right after a reload: do not spin.
+                failures = if immediate_reloads > 1 { 1 } else { 0 };
+            }
+            WatchEnd::Failed => {
+                immediate_reloads = 0;
+                failures = failures.max(1);
+            }
+        }
+    }
+}
+
+/// Applies watch responses until the watch ends, advancing `pos`.
+async fn watch_loop(
+    responses: &mut etcd_client::WatchResponseStream,
+    set: &mut EndpointSet,
+    tx: &Sender,
+    prefix: &str,
+    failures: &mut u32,
+    pos: &mut Position,
+) -> WatchEnd {
+    loop {
+        let first = tokio::select! {
+            next = responses.next() => next,
+            () = tx.closed() => return WatchEnd::Failed,
+        };
+        let mut changed = false;
+        let mut end = None;
+        let mut next = first;
+        // Apply this response and every response already buffered, then publish once.
+        loop {
+            match next {
+                Some(Ok(resp)) => {
+                    if let Some(why) = cancelled(&resp) {
+                        tracing::warn!(
+                            prefix,
+                            revision = pos.revision,
+                            why,
+                            "etcd resolver: watch cancelled, reloading"
+                        );
+                        end = Some(WatchEnd::Reload);
+                        break;
+                    }
+                    if resp.created() {
+                        // The watch is established: the failure streak is over.
+                        *failures = 0;
+                        if let Some(h) = resp.header()
+                            && (h.cluster_id() != pos.cluster_id || h.revision() < pos.revision)
+                        {
+                            tracing::warn!(
+                                prefix,
+                                revision = pos.revision,
+                                etcd_revision = h.revision(),
+                                "etcd resolver: etcd was reset or replaced, reloading"
+                            );
+                            end = Some(WatchEnd::Reload);
+                            break;
+                        }
+                    }
+                    changed |= apply(set, &resp, pos);
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(prefix, error = %e, "etcd resolver: watch error, keeping the last known endpoints and reconnecting");
+                    end = Some(WatchEnd::Failed);
+                    break;
+                }
+                None => {
+                    tracing::warn!(
+                        prefix,
+                        "etcd resolver: watch stream ended, keeping the last known endpoints and reconnecting"
+                    );
+                    end = Some(WatchEnd::Failed);
+                    break;
+                }
+            }
+            match responses.next().now_or_never() {
+                Some(ready) => next = ready,
+                None => break,
+            }
+        }
+        // Events applied before a failure are real (they came from etcd, in order): publish them.
+        if changed {
+            publish(tx, set, prefix);
+        }
+        if let Some(end) = end {
+            return end;
+        }
+    }
+}
+
+/// Why etcd cancelled the watch, if it did.
+fn cancelled(resp: &WatchResponse) -> Option<String> {
+    if resp.compact_revision() > 0 {
+        return Some(format!("compacted at revision {}", resp.compact_revision()));
+    }
+    if resp.canceled() {
+        return Some(format!("cancelled: {}", resp.cancel_reason()));
+    }
+    None
+}
+
+/// Applies the events of one watch response and advances `pos`; returns whether the distinct addresses
+/// changed.
+fn apply(set: &mut EndpointSet, resp: &WatchResponse, pos: &mut Position) -> bool {
+    let mut changed = false;
+    for event in resp.events() {
+        let Some(kv) = event.kv() else { continue };
+        changed |= match event.event_type() {
+            EventType::Put => set.put(kv.key(), kv.value()),
+            EventType::Delete => set.delete(kv.key()),
+        };
+        pos.revision = pos.revision.max(kv.mod_revision());
+    }
+    // A progress notification (no events): everything up to the header revision has been delivered.
+    if resp.events().is_empty()
+        && !resp.created()
+        && let Some(h) = resp.header()
+    {
+        pos.revision = pos.revision.max(h.revision());
+    }
+    changed
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn addrs(set: &EndpointSet) -> Vec<String> {
+        set.addresses()
+    }
+
+    #[test]
+    fn duplicates_collapse_and_delete_needs_all_keys_gone() {
+        let mut s = EndpointSet::default();
+        assert!(s.put(b"svc/1", b"10.0.0.1:80"));
+        assert!(
+            !s.put(b"svc/2", b"10.0.0.1:80"),
+            "same address under another key is not new"
+        );
+        assert_eq!(addrs(&s), ["10.0.0.1:80"]);
+        assert!(!s.delete(b"svc/1"), "svc/2 still holds the address");
+        assert_eq!(addrs(&s), ["10.0.0.1:80"]);
+        assert!(s.delete(b"svc/2"));
+        assert!(addrs(&s).is_empty());
+        assert!(
+            !s.delete(b"svc/2"),
+            "deleting an unknown key changes nothing"
+        );
+    }
+
+    #[test]
+    fn unchanged_put_is_not_an_update_and_moves_are() {
+        let mut s = EndpointSet::default();
+        assert!(s.put(b"svc/1", b"10.0.0.1:80"));
+        assert!(!s.put(b"svc/1", b"10.0.0.1:80"));
+        assert!(!s.put(b"svc/1", b" 10.0.0.1:80 "), "whitespace is trimmed");
+        assert!(
+            s.put(b"svc/1", b"10.0.0.2:80"),
+            "a key moving to a new address"
+        );
+        assert_eq!(addrs(&s), ["10.0.0.2:80"]);
+        assert!(
+            s.put(b"svc/1", b""),
+            "an empty value removes the key's address"
+        );
+        assert!(addrs(&s).is_empty());
+    }
+
+    #[test]
+    fn reload_replaces_everything() {
+        let mut s = EndpointSet::default();
+        s.put(b"svc/1", b"a:1");
+        s.put(b"svc/2", b"b:1");
+        s.reload([(&b"svc/3"[..], &b"c:1"[..]), (&b"svc/4"[..], &b"c:1"[..])]);
+        assert_eq!(addrs(&s), ["c:1"]);
+        assert!(!s.delete(b"svc/3") && s.delete(b"svc/4"));
+    }
+
+    #[test]
+    fn publish_only_on_change() {
+        let (tx, mut rx) = watch::channel(None);
+        let mut s = EndpointSet::default();
+        publish(&tx, &s, "svc/");
+        assert!(rx.has_changed().unwrap());
+        assert_eq!(
+            rx.borrow_and_update().as_deref().map(Vec::len),
+            Some(0),
+            "a confirmed empty prefix"
+        );
+        publish(&tx, &s, "svc/");
+        assert!(!rx.has_changed().unwrap());
+        s.put(b"svc/1", b"a:1");
+        publish(&tx, &s, "svc/");
+        assert_eq!(
+            rx.borrow_and_update().as_deref().unwrap().as_slice(),
+            ["a:1"]
+        );
+    }
+
+    #[test]
+    fn registry_key_ignores_host_order() {
+        let a = EtcdConf::new(["h2:2379", "h1:2379"], "k");
+        let b = EtcdConf::new(["h1:2379", " h2:2379", "h1:2379"], "k");
+        assert_eq!(registry_key(&a), registry_key(&b));
+        assert_ne!(
+            registry_key(&a),
+            registry_key(&EtcdConf::new(["h1:2379"], "k"))
+        );
+    }
+
+    #[test]
+    fn backoff_is_about_a_second() {
+        for f in 1..10 {
+            let d = backoff(f);
+            assert!(
+                d >= Duration::from_millis(800) && d <= Duration::from_millis(2400),
+                "{d:?}"
+            );
+        }
+    }
+}
