@@ -6,6 +6,8 @@
 //! - [`ewma`]: the time-decayed EWMA behind the client's P2C balancer (go-zero `p2c.go`).
 //! - [`window`]: the rolling window of time buckets (go-zero `collection/rollingwindow.go`).
 //! - [`breaker`]: the Google SRE adaptive-throttling breaker (go-zero `breaker/googlebreaker.go`).
+//! - [`shedder`]: the adaptive (BBR-like) load shedder (go-zero `load/adaptiveshedder.go`).
+//! - [`cpu`]: the cgroup-aware CPU usage sampler that feeds the shedder (go-zero `stat/usage.go`).
 //!
 //! Higher layers (`zrpc-server`, `zrpc-client`) wrap these in tower middleware.
 
@@ -13,6 +15,8 @@ pub mod conf;
 pub mod ewma;
 pub mod window;
 pub mod breaker;
+pub mod cpu;
+pub mod shedder;
 mod stamp;
 #[cfg(feature = "etcd")]
 pub mod etcd;
