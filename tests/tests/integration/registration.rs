@@ -333,3 +333,195 @@ async fn stop_with_etcd_down_is_bounded() {
     p.stop().await;
     assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
 }
+
+// ---- server level: the lifecycle calls the publisher ----
+
+mod server_level {
+    use std::pin::Pin;
+    use std::time::{Duration, Instant};
+
+    use tokio::net::TcpListener;
+    use tonic::{Request, Response, Status};
+    use zrpc_server::conf::ShutdownConf;
+    use zrpc_server::{Phase, RpcServerConf, Server, ServerHandle};
+    use zrpc_tests::etcd::{EtcdServer, keys_under, unique_key};
+    use zrpc_tests::pb::greeter_client::GreeterClient;
+    use zrpc_tests::pb::greeter_server::{Greeter, GreeterServer};
+    use zrpc_tests::pb::{HelloReply, HelloRequest, HelloStreamRequest};
+
+    use super::within;
+
+    /// Replies "hello <name>"; a name "sleep:<ms>" waits that long first.
+    #[derive(Debug, Clone, Default)]
+    struct Hello;
+
+    #[tonic::async_trait]
+    impl Greeter for Hello {
+        async fn say_hello(
+            &self,
+            req: Request<HelloRequest>,
+        ) -> Result<Response<HelloReply>, Status> {
+            let name = req.into_inner().name;
+            if let Some(ms) = name.strip_prefix("sleep:").and_then(|v| v.parse().ok()) {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+            Ok(Response::new(HelloReply {
+                message: format!("hello {name}"),
+            }))
+        }
+
+        type SayHelloStreamStream =
+            Pin<Box<dyn futures_util::Stream<Item = Result<HelloReply, Status>> + Send>>;
+
+        async fn say_hello_stream(
+            &self,
+            _req: Request<HelloStreamRequest>,
+        ) -> Result<Response<Self::SayHelloStreamStream>, Status> {
+            Err(Status::unimplemented("not used here"))
+        }
+    }
+
+    /// Starts a server on 127.0.0.1:0 registered under `key`; returns its handle and address.
+    async fn serve(etcd: &EtcdServer, key: &str, shutdown: ShutdownConf) -> (ServerHandle, String) {
+        let conf = RpcServerConf::new("registration.rpc", "127.0.0.1:0")
+            .with_etcd(zrpc_core::conf::EtcdConf::new(etcd.endpoints(), key))
+            .with_shutdown(shutdown);
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let server = Server::new(conf)
+            .expect("server")
+            .add_service(GreeterServer::new(Hello));
+        let handle = server.handle();
+        tokio::spawn(server.serve_with_listener(listener, std::future::pending()));
+        handle.serving().await.expect("serving");
+        (handle, addr)
+    }
+
+    async fn greeter(addr: &str) -> Result<GreeterClient<tonic::transport::Channel>, String> {
+        let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| e.to_string())?
+            .connect_timeout(Duration::from_millis(500))
+            .connect()
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(GreeterClient::new(ch))
+    }
+
+    async fn hello(addr: &str, name: &str) -> Result<String, String> {
+        let mut g = greeter(addr).await?;
+        g.say_hello(HelloRequest {
+            name: name.to_owned(),
+        })
+        .await
+        .map(|r| r.into_inner().message)
+        .map_err(|e| e.to_string())
+    }
+
+    #[tokio::test]
+    async fn server_registers_one_reachable_key() {
+        let etcd = EtcdServer::start().await;
+        let key = unique_key("server");
+        let (handle, addr) = serve(&etcd, &key, ShutdownConf::default()).await;
+        let mut c = etcd.client().await;
+        within(Duration::from_secs(3), || {
+            let mut c = c.clone();
+            let key = key.clone();
+            async move { keys_under(&mut c, &key).await.len() == 1 }
+        })
+        .await
+        .expect("registered");
+        let kvs = keys_under(&mut c, &key).await;
+        let (full, value) = &kvs[0];
+        assert_eq!(value, &addr, "value is the bound host:port");
+        let lease: i64 = full
+            .rsplit('/')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .expect("Key/<lease decimal>");
+        let ttl = c.lease_time_to_live(lease, None).await.expect("ttl");
+        assert!(ttl.granted_ttl() <= 10 && ttl.ttl() > 0);
+        // A gRPC client reaches the server at the registered value.
+        assert_eq!(hello(value, "etcd").await.as_deref(), Ok("hello etcd"));
+        handle.shutdown();
+        handle.stopped().await;
+        assert!(keys_under(&mut c, &key).await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn graceful_stop_deregisters_before_closing_and_drains() {
+        let etcd = EtcdServer::start().await;
+        let key = unique_key("graceful");
+        let shutdown = ShutdownConf::new(Duration::from_millis(800), Duration::from_secs(5));
+        let (handle, addr) = serve(&etcd, &key, shutdown).await;
+        let c = etcd.client().await;
+        within(Duration::from_secs(3), || {
+            let mut c = c.clone();
+            let key = key.clone();
+            async move { keys_under(&mut c, &key).await.len() == 1 }
+        })
+        .await
+        .expect("registered");
+        // An in-flight call that outlives WrapUpTime.
+        let a = addr.clone();
+        let inflight = tokio::spawn(async move { hello(&a, "sleep:1500").await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let t0 = Instant::now();
+        handle.shutdown();
+        let key_gone = within(Duration::from_secs(3), || {
+            let mut c = c.clone();
+            let key = key.clone();
+            async move { keys_under(&mut c, &key).await.is_empty() }
+        })
+        .await
+        .expect("key removed at shutdown");
+        // The key is gone while the server still accepts new calls (WrapUpTime).
+        let accepted = hello(&addr, "late").await;
+        let accepted_at = t0.elapsed();
+        handle.wait_for(Phase::Draining).await;
+        let closed_at = t0.elapsed();
+        println!(
+            "graceful stop: key gone after {key_gone:?}, new call accepted at {accepted_at:?} ({accepted:?}), listener closed at {closed_at:?}"
+        );
+        assert_eq!(accepted.as_deref(), Ok("hello late"));
+        assert!(key_gone < closed_at);
+        let done = inflight.await.expect("join");
+        assert_eq!(
+            done.as_deref(),
+            Ok("hello sleep:1500"),
+            "in-flight call completes"
+        );
+        handle.stopped().await;
+    }
+
+    #[tokio::test]
+    async fn etcd_down_at_start_serves_at_once_and_registers_later() {
+        let mut etcd = EtcdServer::start().await;
+        if etcd.skip_if_external("etcd_down_at_start_serves_at_once_and_registers_later") {
+            return;
+        }
+        etcd.kill();
+        let key = unique_key("server-down-at-start");
+        let t0 = Instant::now();
+        let (handle, addr) = serve(&etcd, &key, ShutdownConf::default()).await;
+        assert_eq!(hello(&addr, "early").await.as_deref(), Ok("hello early"));
+        let answered = t0.elapsed();
+        assert!(answered < Duration::from_secs(1), "{answered:?}");
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        let ready = etcd.restart().await;
+        let mut c = etcd.client().await;
+        let took = within(Duration::from_secs(2), || {
+            let mut c = c.clone();
+            let key = key.clone();
+            async move { keys_under(&mut c, &key).await.len() == 1 }
+        })
+        .await
+        .expect("registered within 2 s of etcd ready");
+        println!(
+            "server with etcd down: answered after {answered:?}; registered {:?} after etcd ready (poll {took:?})",
+            ready.elapsed()
+        );
+        assert_eq!(keys_under(&mut c, &key).await[0].1, addr);
+        handle.shutdown();
+        handle.stopped().await;
+    }
+}

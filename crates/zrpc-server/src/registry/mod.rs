@@ -13,3 +13,18 @@ mod publisher;
 
 pub use advertise::{POD_IP_ENV, advertise_addr};
 pub use publisher::{Publisher, RETRY_INTERVAL, RegistrationState, STOP_TIMEOUT, TIME_TO_LIVE};
+
+/// Starts the registration of a server bound to `bound` when its config has `Etcd.Hosts` and
+/// `Etcd.Key` (the lifecycle calls this once health is SERVING). The published value is
+/// [`advertise_addr`]`(ListenOn, bound, AdvertiseAddr)`.
+pub fn register(
+    conf: &crate::conf::RpcServerConf,
+    bound: std::net::SocketAddr,
+) -> Option<Publisher> {
+    if !conf.etcd.has_etcd() {
+        return None;
+    }
+    let value = advertise_addr(&conf.listen_on, bound, conf.advertise_addr.as_deref());
+    tracing::info!(target: "zrpc::server", key = %conf.etcd.key, %value, "registering in etcd");
+    Some(Publisher::spawn(conf.etcd.clone(), value))
+}
