@@ -2,6 +2,7 @@
 //! names case-insensitively, an unknown key is an error with its path and the closest valid key,
 //! and every error carries the key path where it happened.
 
+use std::cell::{Cell, RefCell};
 use std::fmt;
 
 use serde::de::value::StrDeserializer;
@@ -26,7 +27,7 @@ enum Kind {
 }
 
 impl DeError {
-    fn unknown(path: String, suggestion: Option<String>) -> Self {
+    pub(crate) fn unknown(path: String, suggestion: Option<String>) -> Self {
         DeError {
             kind: Kind::Unknown { suggestion },
             path: Some(path),
@@ -75,6 +76,14 @@ impl DeError {
 impl fmt::Display for DeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (&self.kind, &self.path) {
+            (
+                Kind::Unknown {
+                    suggestion: Some(s),
+                },
+                Some(p),
+            ) => {
+                write!(f, "unknown key `{p}` (did you mean `{s}`?)")
+            }
             (Kind::Unknown { .. }, Some(p)) => write!(f, "unknown key `{p}`"),
             (Kind::Duplicate, Some(p)) => write!(f, "duplicate key `{p}`"),
             (_, Some(p)) => write!(f, "`{p}`: {}", self.message),
@@ -85,12 +94,31 @@ impl fmt::Display for DeError {
 
 impl std::error::Error for DeError {}
 
+thread_local! {
+    /// A structured error on its way through a `Deserialize` impl that only has `D::Error::custom`.
+    static STASH: RefCell<Option<DeError>> = const { RefCell::new(None) };
+}
+
+/// Turns `e` into any deserializer's error; when that deserializer is ours, [`de::Error::custom`]
+/// gets `e` back whole (kind, path, suggestion), otherwise its message is kept.
+pub(crate) fn smuggle<E: de::Error>(e: DeError) -> E {
+    let message = e.to_string();
+    STASH.with(|s| *s.borrow_mut() = Some(e));
+    E::custom(message)
+}
+
 impl de::Error for DeError {
     fn custom<T: fmt::Display>(msg: T) -> Self {
+        let message = msg.to_string();
+        if let Some(stashed) = STASH.with(|s| s.borrow_mut().take())
+            && stashed.to_string() == message
+        {
+            return stashed;
+        }
         DeError {
             kind: Kind::Custom,
             path: None,
-            message: msg.to_string(),
+            message,
         }
     }
 }
@@ -105,13 +133,42 @@ fn child(path: &str, key: &str) -> String {
 
 /// Deserializes `T` from `value`, with paths relative to the top level.
 pub(crate) fn from_value<T: de::DeserializeOwned>(value: &Value) -> Result<T, DeError> {
-    T::deserialize(ValueDe { value, path: "" }).map_err(|e| e.at(""))
+    T::deserialize(ValueDe {
+        value,
+        path: "",
+        lenient: None,
+    })
+    .map_err(|e| e.at(""))
+}
+
+/// Top-level keys a lenient deserialization skipped, and the fields it knew.
+#[derive(Debug, Default)]
+pub(crate) struct Skipped {
+    pub(crate) keys: RefCell<Vec<String>>,
+    pub(crate) fields: Cell<&'static [&'static str]>,
+}
+
+/// Like [`from_value`], but unknown keys of the top-level struct are skipped and reported
+/// (for [`super::Embed`], where another part may know them).
+pub(crate) fn from_value_lenient<T: de::DeserializeOwned>(
+    value: &Value,
+) -> Result<(T, Skipped), DeError> {
+    let skipped = Skipped::default();
+    let t = T::deserialize(ValueDe {
+        value,
+        path: "",
+        lenient: Some(&skipped),
+    })
+    .map_err(|e| e.at(""))?;
+    Ok((t, skipped))
 }
 
 /// The deserializer for one value at `path`.
 struct ValueDe<'a> {
     value: &'a Value,
     path: &'a str,
+    /// Set only on the top-level value of a lenient deserialization.
+    lenient: Option<&'a Skipped>,
 }
 
 impl ValueDe<'_> {
@@ -262,6 +319,9 @@ impl<'de> de::Deserializer<'de> for ValueDe<'_> {
             Value::Null => &[],
             _ => return Err(self.invalid_type("a map of keys")),
         };
+        if let Some(l) = self.lenient {
+            l.fields.set(fields);
+        }
         let mut resolved: Vec<(&'static str, &Value)> = Vec::with_capacity(entries.len());
         for (key, value) in entries {
             let field = fields
@@ -274,6 +334,11 @@ impl<'de> de::Deserializer<'de> for ValueDe<'_> {
                         return Err(DeError::duplicate(child(self.path, f)));
                     }
                     resolved.push((f, value));
+                }
+                None if self.lenient.is_some() => {
+                    if let Some(l) = self.lenient {
+                        l.keys.borrow_mut().push(key.clone());
+                    }
                 }
                 None => {
                     return Err(DeError::unknown(
@@ -395,9 +460,13 @@ impl<'de> de::SeqAccess<'de> for SeqDe<'_> {
         match self.items.next() {
             Some((i, value)) => {
                 let path = format!("{}[{i}]", self.path);
-                seed.deserialize(ValueDe { value, path: &path })
-                    .map(Some)
-                    .map_err(|e| e.at(&path))
+                seed.deserialize(ValueDe {
+                    value,
+                    path: &path,
+                    lenient: None,
+                })
+                .map(Some)
+                .map_err(|e| e.at(&path))
             }
             None => Ok(None),
         }
@@ -439,8 +508,12 @@ impl<'de> de::MapAccess<'de> for MapDe<'_> {
             return Err(DeError::custom("value requested before key"));
         };
         let path = child(self.path, k);
-        seed.deserialize(ValueDe { value, path: &path })
-            .map_err(|e| e.at(&path))
+        seed.deserialize(ValueDe {
+            value,
+            path: &path,
+            lenient: None,
+        })
+        .map_err(|e| e.at(&path))
     }
 
     fn size_hint(&self) -> Option<usize> {
@@ -479,8 +552,12 @@ impl<'de> de::MapAccess<'de> for StructDe<'_> {
             return Err(DeError::custom("value requested before key"));
         };
         let path = child(self.path, field);
-        seed.deserialize(ValueDe { value, path: &path })
-            .map_err(|e| e.at(&path))
+        seed.deserialize(ValueDe {
+            value,
+            path: &path,
+            lenient: None,
+        })
+        .map_err(|e| e.at(&path))
     }
 
     fn size_hint(&self) -> Option<usize> {
@@ -537,6 +614,7 @@ impl<'de> de::VariantAccess<'de> for VariantDe<'_> {
         seed.deserialize(ValueDe {
             value: self.value,
             path: self.path,
+            lenient: None,
         })
     }
 
@@ -545,6 +623,7 @@ impl<'de> de::VariantAccess<'de> for VariantDe<'_> {
             ValueDe {
                 value: self.value,
                 path: self.path,
+                lenient: None,
             },
             visitor,
         )
@@ -559,6 +638,7 @@ impl<'de> de::VariantAccess<'de> for VariantDe<'_> {
             ValueDe {
                 value: self.value,
                 path: self.path,
+                lenient: None,
             },
             "",
             fields,

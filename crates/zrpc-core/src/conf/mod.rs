@@ -16,6 +16,7 @@
 
 mod de;
 pub mod duration;
+mod embed;
 mod env;
 mod error;
 mod etcd;
@@ -26,6 +27,7 @@ use std::path::Path;
 
 use serde::de::DeserializeOwned;
 
+pub use embed::Embed;
 pub use error::ConfError;
 pub use etcd::EtcdConf;
 

@@ -296,3 +296,76 @@ fn never_panics_on_odd_yaml() {
     let c = yaml("Inner: {<<: {Trace: true}}\n").unwrap();
     assert!(c.inner.trace, "merge keys apply");
 }
+
+#[derive(Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+struct App {
+    greeting: String,
+    inner: Inner,
+}
+
+impl Validate for App {
+    fn validate(&self) -> Result<(), ConfError> {
+        if self.greeting == "bad" {
+            return Err(ConfError::invalid("Greeting", "bad greeting"));
+        }
+        Ok(())
+    }
+}
+
+fn embed(text: &str) -> Result<Embed<Conf, App>, ConfError> {
+    from_str_with_env(text, Format::Yaml, "app.yaml", no_env)
+}
+
+#[test]
+fn embed_reads_both_parts_case_insensitively() {
+    let c = embed("name: svc\ngreeting: hi\nInner: {trace: true}\nslow: 2s\n").unwrap();
+    assert_eq!(c.base.name, "svc");
+    assert_eq!(c.base.slow, Duration::from_secs(2));
+    assert_eq!(c.extra.greeting, "hi");
+    assert!(
+        c.base.inner.trace && c.extra.inner.trace,
+        "a key both know goes to both"
+    );
+}
+
+#[test]
+fn embed_unknown_key_is_unknown_to_both() {
+    let e = embed("Name: svc\nGreetng: hi\n").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "config file app.yaml: unknown key `Greetng` (did you mean `Greeting`?)"
+    );
+    assert!(matches!(e, ConfError::UnknownKey { .. }));
+    let e = embed("Name: svc\nInner: {Tiemout: true}\n").unwrap_err();
+    assert_eq!(e.path(), Some("Inner.Tiemout"));
+    let e = embed("Slow: 5 sec\n").unwrap_err();
+    assert!(matches!(e, ConfError::InvalidValue { .. }), "{e}");
+    assert_eq!(e.path(), Some("Slow"));
+}
+
+#[test]
+fn embed_validates_both_parts() {
+    let e = embed("Greeting: bad\n").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "config file app.yaml: `Greeting`: bad greeting"
+    );
+    let e = embed("Timeout: 20000\n").unwrap_err();
+    assert_eq!(e.path(), Some("Timeout"));
+}
+
+#[test]
+fn embed_works_with_other_deserializers() {
+    let c: Embed<Conf, App> = serde_json::from_str(r#"{"name": "j", "Greeting": "g"}"#).unwrap();
+    assert_eq!(
+        (c.base.name.as_str(), c.extra.greeting.as_str()),
+        ("j", "g")
+    );
+    let e = serde_json::from_str::<Embed<Conf, App>>(r#"{"Nam": "j"}"#).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("unknown key `Nam` (did you mean `Name`?)"),
+        "{e}"
+    );
+}
