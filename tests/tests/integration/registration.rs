@@ -525,3 +525,53 @@ mod server_level {
         handle.stopped().await;
     }
 }
+
+#[tokio::test]
+async fn account_is_used_and_survives_etcd_restart() {
+    let mut etcd = EtcdServer::start().await;
+    // Enabling auth would break other tests sharing an external etcd.
+    if etcd.skip_if_external("account_is_used_and_survives_etcd_restart") {
+        return;
+    }
+    let mut c = etcd.client().await;
+    c.user_add("root", "rootpw", None).await.expect("user add");
+    c.user_grant_role("root", "root").await.expect("grant");
+    c.auth_enable().await.expect("auth enable");
+    let key = unique_key("auth");
+    let value = "127.0.0.1:45010".to_owned();
+    let mut good = conf(&etcd, &key);
+    good.user = "root".into();
+    good.pass = "rootpw".into();
+    let mut bad = good.clone();
+    bad.pass = "wrong".into();
+    let e = zrpc_core::etcd::connect(&bad)
+        .await
+        .err()
+        .expect("wrong password refused")
+        .to_string();
+    assert!(e.contains(&etcd.endpoint()), "{e}");
+    let rejected = Publisher::spawn(bad, "127.0.0.1:45011".to_owned());
+    let p = Publisher::spawn(good.clone(), value.clone());
+    let (full, _, _) = registered(&p, Duration::from_secs(5)).await;
+    let mut admin = zrpc_core::etcd::connect(&good).await.expect("admin");
+    assert_eq!(ours(&mut admin, &key, &value).await, vec![full]);
+    // etcd's simple tokens do not survive a restart: the publisher logs in again.
+    etcd.kill();
+    not_registered(&p, Duration::from_secs(5)).await;
+    let ready = etcd.restart().await;
+    let (full, _, _) = registered(&p, Duration::from_secs(2)).await;
+    println!(
+        "with an account: re-registered {:?} after etcd ready",
+        ready.elapsed()
+    );
+    let mut admin = zrpc_core::etcd::connect(&good).await.expect("admin");
+    assert_eq!(ours(&mut admin, &key, &value).await, vec![full]);
+    assert_eq!(
+        *rejected.state().borrow(),
+        RegistrationState::NotRegistered,
+        "a wrong password never registers"
+    );
+    rejected.stop().await;
+    p.stop().await;
+    assert!(keys_under(&mut admin, &key).await.is_empty());
+}
