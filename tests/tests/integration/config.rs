@@ -246,3 +246,68 @@ fn missing_file_is_an_error() {
     assert!(matches!(e, ConfError::Io { .. }), "{msg}");
     assert!(msg.contains("no-such-file.yaml"), "{msg}");
 }
+
+#[test]
+fn every_go_zero_server_key_is_accepted() {
+    let c = load_server("server-all-keys.yaml").unwrap();
+    assert_eq!(c.mode, ServiceMode::Test);
+    assert_eq!(c.etcd.id, 42);
+    assert!(c.etcd.has_tls() && c.etcd.has_account() && c.etcd.insecure_skip_verify);
+    assert_eq!(c.advertise_addr.as_deref(), Some("10.0.0.7:8080"));
+    assert_eq!(c.auth_tokens.len(), 1);
+    assert_eq!(
+        c.redis.as_ref().unwrap().ping_timeout,
+        Duration::from_secs(1)
+    );
+    assert_eq!(
+        c.profiling.as_ref().unwrap().profiling_duration,
+        Duration::from_secs(120)
+    );
+    assert_eq!(c.log.field_keys.timestamp_key, "@timestamp");
+    assert_eq!(c.telemetry_name(), "greet");
+    let ignored: Vec<&str> = c.ignored_keys().iter().map(|k| k.key).collect();
+    assert_eq!(ignored, ["Redis", "Profiling", "MetricsUrl", "Prometheus"]);
+}
+
+#[test]
+fn every_go_zero_client_key_is_accepted() {
+    let c: RpcClientConf = conf::load(fixture("client-all-keys.yaml")).unwrap();
+    assert_eq!(c.keepalive(), None);
+    assert_eq!(
+        c.build_target().unwrap(),
+        "etcd:///127.0.0.1:2379?key=greet.rpc"
+    );
+}
+
+#[test]
+fn embedded_app_config_loads_like_go_zero_struct_embedding() {
+    #[derive(Debug, Default, serde::Deserialize)]
+    #[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+    struct AppConf {
+        data_source: String,
+        greet_rpc: RpcClientConf,
+    }
+    impl conf::Validate for AppConf {
+        fn validate(&self) -> Result<(), ConfError> {
+            self.greet_rpc.validate()
+        }
+    }
+    let text = "Name: gw\nlistenOn: 127.0.0.1:1\nDataSource: mysql://x\n\
+                GreetRpc:\n  Endpoints: [127.0.0.1:2]\n  timeout: 700\n";
+    let c: conf::Embed<RpcServerConf, AppConf> =
+        conf::from_str_with_env(text, conf::Format::Yaml, "gw.yaml", |_| None).unwrap();
+    assert_eq!(c.base.listen_on, "127.0.0.1:1");
+    assert_eq!(c.extra.data_source, "mysql://x");
+    assert_eq!(c.extra.greet_rpc.timeout, 700);
+    let e = conf::from_str_with_env::<conf::Embed<RpcServerConf, AppConf>, _>(
+        "Name: gw\nListenOn: 127.0.0.1:1\nDataSorce: x\n",
+        conf::Format::Yaml,
+        "gw.yaml",
+        |_| None,
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "config file gw.yaml: unknown key `DataSorce` (did you mean `DataSource`?)"
+    );
+}
