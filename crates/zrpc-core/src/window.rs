@@ -131,6 +131,14 @@ impl<B: Bucket> RollingWindow<B> {
         self.interval
     }
 
+    /// The start of the bucket the last [`add`](Self::add) went into (`None` before the first add).
+    ///
+    /// That bucket stays inside the window until `start + size * interval`.
+    #[must_use]
+    pub fn current_bucket_start(&self) -> Option<Instant> {
+        self.last_time
+    }
+
     /// Adds `v` to the bucket of `now`, first expiring the buckets that fell out of the window.
     pub fn add(&mut self, v: B::Value, now: Instant) {
         self.update_offset(now);
@@ -141,7 +149,7 @@ impl<B: Bucket> RollingWindow<B> {
     /// Calls `f` on every bucket still inside the window at `now`, oldest to newest.
     ///
     /// Does not move the window.
-    pub fn reduce(&self, now: Instant, mut f: impl FnMut(&B)) {
+    pub fn reduce(&self, now: Instant, f: impl FnMut(&B)) {
         let size = self.size();
         let span = match self.last_time {
             Some(last) => self.span(last, now),
@@ -154,9 +162,10 @@ impl<B: Bucket> RollingWindow<B> {
             size - span
         };
         let start = (self.offset + span + 1) % size;
-        for i in 0..count {
-            f(&self.buckets[(start + i) % size]);
-        }
+        // The ring from `start`, `count` buckets long: two slices, no modulo per bucket.
+        let head = &self.buckets[start..size.min(start + count)];
+        let tail = &self.buckets[..count - head.len()];
+        head.iter().chain(tail).for_each(f);
     }
 
     /// Whole intervals between `last` and `now`, capped at `size`.

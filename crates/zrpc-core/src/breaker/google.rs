@@ -91,6 +91,10 @@ pub struct GoogleBreaker {
     stat: Mutex<RollingWindow<OutcomeBucket>>,
     pub(super) last_pass: AtomicStamp,
     rng: AtomicU64,
+    /// When the newest failure or drop leaves the window; until then `allow` must read the window.
+    bad_until: AtomicStamp,
+    /// `min_k >= 1`: a window without failures and drops can never drop (see `try_accept`).
+    pub(super) fast_path: bool,
 }
 
 impl GoogleBreaker {
@@ -108,10 +112,12 @@ impl GoogleBreaker {
         let window = RollingWindow::new(buckets as usize, config.bucket_duration());
         GoogleBreaker {
             buckets: f64::from(buckets),
-            config,
             stat: Mutex::new(window),
             last_pass: AtomicStamp::default(),
             rng: AtomicU64::new(seed),
+            bad_until: AtomicStamp::default(),
+            fast_path: config.min_k >= 1.0,
+            config,
         }
     }
 
@@ -198,7 +204,19 @@ impl GoogleBreaker {
 
     /// Records a failure at `now`.
     pub fn mark_failure(&self, now: Instant) {
-        self.stat.lock().add(Outcome::Failure, now);
+        let mut stat = self.stat.lock();
+        stat.add(Outcome::Failure, now);
+        self.note_bad(&stat);
+    }
+
+    /// After a failure or drop was added (under the lock): remember when its bucket expires.
+    fn note_bad(&self, stat: &RollingWindow<OutcomeBucket>) {
+        if let Some(start) = stat.current_bucket_start() {
+            let until = start + stat.interval() * u32::try_from(stat.size()).unwrap_or(u32::MAX);
+            if self.bad_until.load().is_none_or(|u| until > u) {
+                self.bad_until.store(until);
+            }
+        }
     }
 
     /// The counts in the window at `now`.
@@ -234,6 +252,12 @@ impl GoogleBreaker {
 
     /// go-zero `accept()` + `markDrop()` under one lock.
     fn try_accept(&self, now: Instant) -> Result<(), BreakerOpen> {
+        // Fast path, no lock: with only successes in the window, `total == accepts` and
+        // `total - protection - max(w, min_k) * accepts <= -protection <= 0` when `min_k >= 1`, so
+        // go-zero's first check (`drop_ratio <= 0` -> allow, `last_pass` untouched) decides.
+        if self.fast_path && self.bad_until.load().is_none_or(|until| now >= until) {
+            return Ok(());
+        }
         let mut stat = self.stat.lock();
         let h = history(&stat, now);
         let ratio = self.base_ratio(&h);
@@ -249,6 +273,7 @@ impl GoogleBreaker {
         let ratio = ratio * self.working_scale(&h);
         if self.random() < ratio {
             stat.add(Outcome::Drop, now);
+            self.note_bad(&stat);
             return Err(BreakerOpen::new());
         }
         self.last_pass.store(now);

@@ -33,13 +33,22 @@
 //! panic or a cancelled call is a failure, like go-zero's `defer` in `doReq`).
 //! [`GoogleBreaker::do_with_acceptable`] wraps a synchronous call.
 //!
-//! Because drops count in `total`, recovery after a full outage at high request rates is slow: see
-//! the simulation test in `breaker/tests/sim.rs` for measured figures (go-zero issue #4101).
+//! # Behaviour in an outage
+//!
+//! The simulation in `breaker/tests/sim.rs` (explicit 1 ms steps, a backend failing every request
+//! for 20 s, then healthy) measures, at 1000 req/s: first drop after 6 ms, ≥ 95 % drops from 0.2 s,
+//! 1–7 requests per second let through while open, and after healing < 50 % drops within about
+//! 5 s and < 1 % within about 10 s; 10 000 req/s gives the same shape. Drops count in `total`, so
+//! the SRE formula alone would recover slowly at high rates (go-zero issue #4101, reported against
+//! older versions); what bounds recovery here is the working-bucket factor, which reaches 0 once a
+//! whole window (10 s) of buckets has successes and no failures.
 //!
 //! # Implementation notes
 //!
-//! The window sits behind a short `parking_lot::Mutex` (one lock per `allow`, one per outcome, no
-//! allocation); `last_pass` is an atomic and the random numbers come from a lock-free SplitMix64
+//! The window sits behind a short `parking_lot::Mutex`, taken once per reported outcome. `allow`
+//! takes it only while a failure or drop is still inside the window: with only successes in the
+//! window the SRE ratio cannot be positive (for `min_k >= 1`), so `allow` is then a lock-free atomic
+//! check. No allocation per call; `last_pass` is an atomic and the random numbers come from a lock-free SplitMix64
 //! generator seeded per breaker, so simulations can be made deterministic with
 //! [`GoogleBreaker::with_seed`].
 

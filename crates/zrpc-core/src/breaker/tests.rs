@@ -452,3 +452,53 @@ proptest! {
         }
     }
 }
+
+#[derive(Debug, Clone)]
+enum Step {
+    Allow { succeed: bool },
+    Mark { succeed: bool },
+    Advance(u64),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => any::<bool>().prop_map(|succeed| Step::Allow { succeed }),
+        2 => any::<bool>().prop_map(|succeed| Step::Mark { succeed }),
+        2 => (0u64..4000).prop_map(Step::Advance),
+    ]
+}
+
+proptest! {
+    /// The lock-free fast path of `allow` never changes a decision: a breaker using it and one that
+    /// always reads the window, with the same seed, agree on every call.
+    #[test]
+    fn fast_path_matches_full_computation(
+        steps in prop::collection::vec(step(), 1..400),
+        seed in any::<u64>(),
+        protection in 0u64..8,
+    ) {
+        let cfg = BreakerConfig { protection, ..BreakerConfig::default() };
+        let fast = Arc::new(GoogleBreaker::with_seed(cfg.clone(), seed));
+        let mut slow = GoogleBreaker::with_seed(cfg, seed);
+        slow.fast_path = false;
+        let slow = Arc::new(slow);
+        prop_assert!(fast.fast_path);
+        let mut now = Instant::now();
+        for s in steps {
+            match s {
+                Step::Allow { succeed } => {
+                    let (a, b) = (fast.allow(now), slow.allow(now));
+                    prop_assert_eq!(a.is_ok(), b.is_ok());
+                    for p in [a, b].into_iter().flatten() {
+                        if succeed { p.accept(now) } else { p.reject(now) }
+                    }
+                }
+                Step::Mark { succeed: true } => { fast.mark_success(now); slow.mark_success(now); }
+                Step::Mark { succeed: false } => { fast.mark_failure(now); slow.mark_failure(now); }
+                Step::Advance(ms) => now += Duration::from_millis(ms),
+            }
+            prop_assert_eq!(fast.stats(now), slow.stats(now));
+            prop_assert_eq!(fast.last_pass.load(), slow.last_pass.load());
+        }
+    }
+}
