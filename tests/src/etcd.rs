@@ -53,8 +53,22 @@ struct Local {
     child: Option<Child>,
     client_port: u16,
     peer_port: u16,
+    tls: Option<TlsFiles>,
     // Held for its Drop (removes the directory); `data_dir`/`log_path` live inside it.
     dir: tempfile::TempDir,
+}
+
+/// PEM files of a TLS etcd started by [`EtcdServer::start_tls`] (made with the `openssl` CLI).
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// The CA that signed the server and client certificates.
+    pub ca: PathBuf,
+    /// Client certificate.
+    pub cert: PathBuf,
+    /// Client key (PKCS#8).
+    pub key: PathBuf,
+    server_cert: PathBuf,
+    server_key: PathBuf,
 }
 
 impl EtcdServer {
@@ -69,6 +83,24 @@ impl EtcdServer {
                 local: None,
             };
         }
+        Self::start_local(false).await
+    }
+
+    /// Starts a local etcd that serves clients over TLS and requires client certificates
+    /// (`--client-cert-auth`), with a CA, server and client certificate made by the `openssl` CLI.
+    /// Returns None (with a printed note) when an external etcd is configured.
+    ///
+    /// # Panics
+    /// When `openssl` or etcd fail.
+    pub async fn start_tls() -> Option<EtcdServer> {
+        if external_endpoints().is_some() {
+            println!("note: TLS etcd test skipped: {ENDPOINTS_ENV} is set");
+            return None;
+        }
+        Some(Self::start_local(true).await)
+    }
+
+    async fn start_local(tls: bool) -> EtcdServer {
         let mut last_err = String::new();
         // Free ports are found by binding :0 and releasing them; another process may grab one in
         // between, so a failed start is retried on fresh ports.
@@ -78,10 +110,12 @@ impl EtcdServer {
                 .tempdir()
                 .expect("create a temp dir for etcd");
             let (client_port, peer_port) = (free_port(), free_port());
+            let tls = tls.then(|| make_certs(dir.path()));
             let mut local = Local {
                 child: None,
                 client_port,
                 peer_port,
+                tls,
                 dir,
             };
             match local.spawn() {
@@ -136,11 +170,32 @@ impl EtcdServer {
         self.local.as_ref().map(|l| l.log_path())
     }
 
+    /// The TLS files of an etcd started by [`EtcdServer::start_tls`].
+    pub fn tls_files(&self) -> Option<&TlsFiles> {
+        self.local.as_ref().and_then(|l| l.tls.as_ref())
+    }
+
+    /// An `EtcdConf` for this etcd and `key` (with the TLS files for a TLS etcd).
+    pub fn etcd_conf(&self, key: &str) -> zrpc_core::conf::EtcdConf {
+        let mut conf = zrpc_core::conf::EtcdConf::new(self.endpoints.clone(), key);
+        if let Some(t) = self.tls_files() {
+            conf.cert_file = t.cert.display().to_string();
+            conf.cert_key_file = t.key.display().to_string();
+            conf.ca_cert_file = t.ca.display().to_string();
+        }
+        conf
+    }
+
     /// A plain etcd client (3 s request timeout) for inspecting and tampering with the keys.
     ///
     /// # Panics
     /// When etcd is not reachable.
     pub async fn client(&self) -> etcd_client::Client {
+        if self.tls_files().is_some() {
+            return zrpc_core::etcd::connect(&self.etcd_conf(""))
+                .await
+                .unwrap_or_else(|e| panic!("connect to TLS etcd: {e}"));
+        }
         let options = etcd_client::ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(2))
             .with_timeout(Duration::from_secs(3))
@@ -231,7 +286,8 @@ impl Local {
         let log2 = log
             .try_clone()
             .map_err(|e| format!("clone log handle: {e}"))?;
-        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let client = format!("{scheme}://127.0.0.1:{}", self.client_port);
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let child = Command::new(&bin)
             .arg("--name")
@@ -248,6 +304,7 @@ impl Local {
             .arg(&peer)
             .arg("--initial-cluster")
             .arg(format!("zrpc-test={peer}"))
+            .args(self.tls_args())
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2)
@@ -269,7 +326,7 @@ impl Local {
                     self.log_path().display()
                 ));
             }
-            if healthy(addr).await {
+            if self.probe(addr).await {
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -280,6 +337,35 @@ impl Local {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    fn tls_args(&self) -> Vec<String> {
+        match &self.tls {
+            None => Vec::new(),
+            Some(t) => vec![
+                "--cert-file".into(),
+                t.server_cert.display().to_string(),
+                "--key-file".into(),
+                t.server_key.display().to_string(),
+                "--trusted-ca-file".into(),
+                t.ca.display().to_string(),
+                "--client-cert-auth".into(),
+            ],
+        }
+    }
+
+    async fn probe(&self, addr: SocketAddr) -> bool {
+        let Some(t) = &self.tls else {
+            return healthy(addr).await;
+        };
+        let mut conf = zrpc_core::conf::EtcdConf::new([addr.to_string()], "probe");
+        conf.cert_file = t.cert.display().to_string();
+        conf.cert_key_file = t.key.display().to_string();
+        conf.ca_cert_file = t.ca.display().to_string();
+        matches!(
+            tokio::time::timeout(Duration::from_secs(1), zrpc_core::etcd::connect(&conf)).await,
+            Ok(Ok(_))
+        )
     }
 
     fn running(&mut self) -> bool {
@@ -470,5 +556,95 @@ impl Drop for TcpProxy {
     fn drop(&mut self) {
         self.cut();
         self.accept_task.abort();
+    }
+}
+
+/// Makes a CA, a server certificate for 127.0.0.1/localhost and a client certificate in `dir`.
+fn make_certs(dir: &Path) -> TlsFiles {
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap_or_else(|e| panic!("run openssl (needed for the TLS etcd test): {e}"));
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let key = |name: &str| {
+        run(&[
+            "genpkey",
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-out",
+            name,
+        ])
+    };
+    key("ca.key");
+    run(&[
+        "req",
+        "-x509",
+        "-new",
+        "-key",
+        "ca.key",
+        "-subj",
+        "/CN=zrpc-test-ca",
+        "-days",
+        "2",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+        "-out",
+        "ca.pem",
+    ]);
+    for (name, usage) in [
+        ("server", "serverAuth,clientAuth"),
+        ("client", "clientAuth"),
+    ] {
+        key(&format!("{name}.key"));
+        run(&[
+            "req",
+            "-new",
+            "-key",
+            &format!("{name}.key"),
+            "-subj",
+            &format!("/CN={name}"),
+            "-out",
+            &format!("{name}.csr"),
+        ]);
+        let ext = format!(
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n\
+             keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage={usage}\n"
+        );
+        std::fs::write(dir.join(format!("{name}.ext")), ext).expect("write ext file");
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            &format!("{name}.ext"),
+            "-out",
+            &format!("{name}.pem"),
+        ]);
+    }
+    TlsFiles {
+        ca: dir.join("ca.pem"),
+        cert: dir.join("client.pem"),
+        key: dir.join("client.key"),
+        server_cert: dir.join("server.pem"),
+        server_key: dir.join("server.key"),
     }
 }

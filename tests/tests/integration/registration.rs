@@ -575,3 +575,28 @@ async fn account_is_used_and_survives_etcd_restart() {
     p.stop().await;
     assert!(keys_under(&mut admin, &key).await.is_empty());
 }
+
+#[tokio::test]
+async fn registers_over_tls_with_client_certificates() {
+    let Some(mut etcd) = EtcdServer::start_tls().await else {
+        return;
+    };
+    let key = unique_key("tls");
+    let value = "127.0.0.1:45012".to_owned();
+    let p = Publisher::spawn(etcd.etcd_conf(&key), value.clone());
+    let (full, _, _) = registered(&p, Duration::from_secs(5)).await;
+    let mut c = etcd.client().await;
+    assert_eq!(ours(&mut c, &key, &value).await, vec![full]);
+    etcd.kill();
+    not_registered(&p, Duration::from_secs(5)).await;
+    let ready = etcd.restart().await;
+    let (full, _, _) = registered(&p, Duration::from_secs(2)).await;
+    println!(
+        "over TLS: re-registered {:?} after etcd ready",
+        ready.elapsed()
+    );
+    let mut c = etcd.client().await;
+    assert_eq!(ours(&mut c, &key, &value).await, vec![full]);
+    p.stop().await;
+    assert!(keys_under(&mut c, &key).await.is_empty());
+}
