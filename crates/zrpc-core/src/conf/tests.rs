@@ -369,3 +369,27 @@ fn embed_works_with_other_deserializers() {
         "{e}"
     );
 }
+
+proptest::proptest! {
+    #[test]
+    fn never_panics_on_random_text(text in "\\PC{0,200}") {
+        for format in [Format::Yaml, Format::Json, Format::Toml] {
+            let _ = from_str_with_env::<Conf, _>(&text, format, "fuzz", no_env);
+            let _ = from_str_with_env::<Embed<Conf, App>, _>(&text, format, "fuzz", no_env);
+        }
+    }
+
+    #[test]
+    fn never_panics_on_random_yaml_values(
+        key in "[A-Za-z]{1,10}",
+        value in "[ -~]{0,30}",
+    ) {
+        let text = format!("{key}: {value}\nInner:\n  {key}: {value}\nList:\n- {key}: {value}\n");
+        let _ = from_str_with_env::<Conf, _>(&text, Format::Yaml, "fuzz", no_env);
+    }
+
+    #[test]
+    fn duration_parse_never_panics(s in "[0-9.a-zµ+-]{0,20}") {
+        let _ = duration::parse(&s);
+    }
+}

@@ -211,3 +211,19 @@ fn accepts_go_zero_service_conf_keys() {
     let keys: Vec<&str> = c.ignored_keys().iter().map(|k| k.key).collect();
     assert_eq!(keys, ["Redis", "Profiling", "MetricsUrl", "Prometheus"]);
 }
+
+#[test]
+fn serialized_config_loads_back_equal() {
+    let mut c = RpcServerConf::new("a", "127.0.0.1:1")
+        .with_etcd(EtcdConf::new(["h:2379"], "k"))
+        .with_method_timeout("/a.B/C", Duration::from_millis(1500))
+        .with_dev_server(DevServerConf::new("", 7000))
+        .with_auth_tokens([("app", "tok")]);
+    c.telemetry = Some(TelemetryConf::default());
+    c.redis = Some(RedisKeyConf::default());
+    c.profiling = Some(ProfilingConf::default());
+    c.prometheus = Some(PrometheusConf::default());
+    let text = serde_yaml_ng::to_string(&c).unwrap();
+    assert!(text.contains("SlowThreshold: 500ms"), "{text}");
+    assert_eq!(yaml(&text).unwrap(), c);
+}
