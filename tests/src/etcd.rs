@@ -16,7 +16,14 @@
 //! `GET /health` on the client port answers `"health":"true"` (a leader is elected and serving).
 //! [`EtcdServer::kill`] sends SIGKILL, [`EtcdServer::restart`] starts etcd again on the same data dir and
 //! ports and waits until it is ready; dropping the value kills etcd and removes the data dir. Each test
-//! starts its own etcd, so tests can run in parallel.
+//! starts its own etcd, so tests can run in parallel. A restarted single-member etcd keeps its leases
+//! (it refreshes them on start), so to make a lease *expire* while etcd runs, put a [`TcpProxy`] between
+//! the code under test and etcd and [`TcpProxy::cut`] it for longer than the TTL.
+//!
+//! [`EtcdServer::start_tls`] does the same with client TLS: the `openssl` CLI makes a CA, a server
+//! certificate for `127.0.0.1`/`localhost` and a client certificate in the temp dir; etcd gets
+//! `--cert-file --key-file --trusted-ca-file --client-cert-auth` and an `https://` client URL;
+//! [`EtcdServer::etcd_conf`] fills `CertFile`/`CertKeyFile`/`CACertFile`.
 //!
 //! # An external etcd
 //!
