@@ -53,6 +53,7 @@ pub struct RpcServerConf {
     /// `host:port` to listen on (required), e.g. `0.0.0.0:8080`.
     pub listen_on: String,
     /// zrpc addition: the `host:port` registered in etcd; wins over `ListenOn` and `POD_IP`.
+    /// A bare host (`10.0.0.7`) takes the bound port. Empty = unset.
     pub advertise_addr: Option<String>,
     /// etcd registration; the server registers when `Hosts` and `Key` are set.
     pub etcd: EtcdConf,
@@ -298,12 +299,13 @@ impl Validate for RpcServerConf {
         }
         check_listen_on(&self.listen_on)?;
         if let Some(addr) = &self.advertise_addr
-            && !addr.is_empty()
-            && !looks_like_host_port(addr)
+            && !addr.trim().is_empty()
+            && !looks_like_host_port(addr.trim())
+            && !looks_like_host(addr.trim())
         {
             return Err(ConfError::invalid(
                 "AdvertiseAddr",
-                format!("expected host:port, got {addr:?}"),
+                format!("expected host:port or host, got {addr:?}"),
             ));
         }
         if self.cpu_threshold >= 1000 {
@@ -383,6 +385,18 @@ fn looks_like_host_port(s: &str) -> bool {
     }
     host.chars()
         .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_')
+}
+
+/// A host name, an IPv4 address, or an IPv6 address (bracketed or not).
+fn looks_like_host(s: &str) -> bool {
+    let unbracketed = s
+        .strip_prefix('[')
+        .and_then(|v| v.strip_suffix(']'))
+        .unwrap_or(s);
+    unbracketed.parse::<std::net::IpAddr>().is_ok()
+        || (!s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_'))
 }
 
 /// `/pkg.Service/Method` (the package part is optional: `/Service/Method`).

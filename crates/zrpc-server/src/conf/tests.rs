@@ -227,3 +227,27 @@ fn serialized_config_loads_back_equal() {
     assert!(text.contains("SlowThreshold: 500ms"), "{text}");
     assert_eq!(yaml(&text).unwrap(), c);
 }
+
+#[test]
+fn advertise_addr_is_host_port_or_host() {
+    for ok in [
+        "10.0.0.7:8080",
+        "10.0.0.7",
+        "svc.ns.svc",
+        "[fd00::1]:80",
+        "fd00::1",
+        "",
+    ] {
+        RpcServerConf::new("a", ":1")
+            .with_advertise_addr(ok)
+            .validate()
+            .unwrap();
+    }
+    for bad in ["10.0.0.7:port", "http://x:1", "a b"] {
+        let e = RpcServerConf::new("a", ":1")
+            .with_advertise_addr(bad)
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.path(), Some("AdvertiseAddr"), "{bad}");
+    }
+}
