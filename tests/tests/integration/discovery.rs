@@ -1,15 +1,24 @@
 //! Discovery against a real etcd: the etcd resolver's endpoint stream (go-zero key layout, duplicates,
-//! coalescing, outage, restart, compaction, shared watch lifetime).
+//! coalescing, outage, restart, compaction, shared watch lifetime), then end to end with zrpc servers
+//! registering themselves and a zrpc `Client` discovering them under load.
+#![allow(clippy::unwrap_used)]
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use etcd_client::{CompactionOptions, Txn, TxnOp};
+use etcd_client::{CompactionOptions, PutOptions, Txn, TxnOp};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use zrpc_client::Client;
+use zrpc_client::conf::RpcClientConf;
 use zrpc_client::resolver::{EndpointUpdates, etcd as etcd_resolver};
 use zrpc_core::conf::EtcdConf;
-use zrpc_tests::etcd::{EtcdServer, TcpProxy, unique_key};
+use zrpc_server::conf::ShutdownConf;
+use zrpc_tests::etcd::{EtcdServer, TcpProxy, keys_under, unique_key};
+use zrpc_tests::greeter::{TestGreeter, TestServer, start_server, test_conf};
+use zrpc_tests::pb::HelloRequest;
+use zrpc_tests::pb::greeter_client::GreeterClient;
 
 fn conf(hosts: Vec<String>, key: &str) -> EtcdConf {
     EtcdConf::new(hosts, key)
@@ -426,4 +435,378 @@ async fn etcd_watch_is_shared_and_closed_when_the_last_client_drops() {
     let again = etcd_resolver::resolve(c.clone()).unwrap();
     let mut rx = again.updates.clone();
     wait_for(&mut rx, &["127.0.0.1:9001"], Duration::from_secs(5)).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// End to end: zrpc servers registering through their etcd publisher, a zrpc Client discovering them.
+// ---------------------------------------------------------------------------------------------
+
+/// Steady load through one client: `workers` loops of SayHello with `pause` between calls.
+struct Load {
+    ok: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+    errors: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(client: &Client, workers: usize, pause: Duration) -> Load {
+        let ok = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(AtomicU64::new(0));
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks = (0..workers)
+            .map(|_| {
+                let mut greeter = GreeterClient::new(client.clone());
+                let (ok, failed, errors, stop) =
+                    (ok.clone(), failed.clone(), errors.clone(), stop.clone());
+                tokio::spawn(async move {
+                    while !stop.load(Ordering::Relaxed) {
+                        let call = greeter.say_hello(HelloRequest {
+                            name: "load".into(),
+                        });
+                        match call.await {
+                            Ok(_) => ok.fetch_add(1, Ordering::Relaxed),
+                            Err(status) => {
+                                errors.lock().unwrap().push(format!(
+                                    "{:?}: {}",
+                                    status.code(),
+                                    status.message()
+                                ));
+                                failed.fetch_add(1, Ordering::Relaxed)
+                            }
+                        };
+                        tokio::time::sleep(pause).await;
+                    }
+                })
+            })
+            .collect();
+        Load {
+            ok,
+            failed,
+            errors,
+            stop,
+            tasks,
+        }
+    }
+
+    /// Stops the load; returns (ok, failed, first errors).
+    async fn finish(self) -> (u64, u64, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.tasks {
+            t.await.unwrap();
+        }
+        let errors = self
+            .errors
+            .lock()
+            .unwrap()
+            .iter()
+            .take(10)
+            .cloned()
+            .collect();
+        (
+            self.ok.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+            errors,
+        )
+    }
+}
+
+fn registered_conf(name: &str, etcd: &EtcdServer, key: &str) -> zrpc_server::RpcServerConf {
+    // WrapUpTime 1 s (go-zero's default): clients have a second to see the deregistration.
+    test_conf(name)
+        .with_etcd(conf(etcd.endpoints(), key))
+        .with_shutdown(ShutdownConf::new(
+            Duration::from_secs(1),
+            Duration::from_secs(10),
+        ))
+}
+
+/// Waits until `server` has received at least one call; returns how long it took.
+async fn wait_traffic(server: &TestServer, within: Duration) -> Duration {
+    let start = Instant::now();
+    while server.greeter.started() == 0 {
+        assert!(
+            start.elapsed() < within,
+            "{} got no traffic within {within:?}",
+            server.addr
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    start.elapsed()
+}
+
+/// Watches `server`'s call counter for `window`; returns when it last moved (relative to `since`).
+async fn last_traffic(server: &TestServer, since: Instant, window: Duration) -> Option<Duration> {
+    let mut last = server.greeter.started();
+    let mut moved = None;
+    while since.elapsed() < window {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let now = server.greeter.started();
+        if now != last {
+            last = now;
+            moved = Some(since.elapsed());
+        }
+    }
+    moved
+}
+
+/// Waits until `server` registered itself under `key/`.
+async fn wait_registered(etcd: &EtcdServer, key: &str, server: &TestServer) {
+    let mut kv = etcd.client().await;
+    let want = server.addr.to_string();
+    let start = Instant::now();
+    while !keys_under(&mut kv, key)
+        .await
+        .iter()
+        .any(|(_, v)| *v == want)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{want} did not register under {key}/"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn etcd_client(etcd: &EtcdServer, key: &str) -> Client {
+    let client = Client::new(RpcClientConf::etcd(etcd.endpoints(), key))
+        .await
+        .unwrap();
+    // First call: waits for the first resolution.
+    GreeterClient::new(client.clone())
+        .say_hello(HelloRequest {
+            name: "warm-up".into(),
+        })
+        .await
+        .unwrap();
+    client
+}
+
+#[tokio::test]
+async fn registered_server_gets_traffic_within_1s_and_none_1s_after_deregistering() {
+    let etcd = EtcdServer::start().await;
+    let key = unique_key("disco-e2e-register");
+    let a = start_server(registered_conf("disco-a", &etcd, &key), TestGreeter::new()).await;
+    wait_registered(&etcd, &key, &a).await;
+    let client = etcd_client(&etcd, &key).await;
+    let load = Load::start(&client, 4, Duration::from_millis(2));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // B registers: the running client sends it traffic within 1 s (measured from B serving, so it
+    // includes B's own lease grant and put).
+    let b = start_server(registered_conf("disco-b", &etcd, &key), TestGreeter::new()).await;
+    let took = wait_traffic(&b, Duration::from_secs(1)).await;
+    println!("discovery e2e: server registered -> first request in {took:?}");
+
+    // B deregisters (graceful shutdown: revoke, 1 s wrap-up, drain): no traffic 1 s later.
+    let a_before = a.greeter.started();
+    let stopping = Instant::now();
+    b.begin_shutdown();
+    let last = last_traffic(&b, stopping, Duration::from_secs(2)).await;
+    println!("discovery e2e: deregistered -> last request at {last:?} after shutdown began");
+    assert!(
+        last.is_none_or(|t| t < Duration::from_secs(1)),
+        "traffic at {last:?} after deregistering"
+    );
+    b.join().await.unwrap();
+    let (ok, failed, errors) = load.finish().await;
+    assert!(a.greeter.started() > a_before, "A keeps serving");
+    assert_eq!(
+        failed,
+        0,
+        "{failed} failed calls of {}: {errors:?}",
+        ok + failed
+    );
+    println!("discovery e2e: {ok} calls, 0 failed");
+}
+
+#[tokio::test]
+async fn keys_written_in_go_zero_layout_are_discovered() {
+    let etcd = EtcdServer::start().await;
+    let key = unique_key("disco-e2e-gozero");
+    // Servers that do not register themselves (like go-zero servers, seen only through their keys).
+    let s1 = start_server(test_conf("disco-gz1"), TestGreeter::new()).await;
+    let s2 = start_server(test_conf("disco-gz2"), TestGreeter::new()).await;
+    let mut kv = etcd.client().await;
+    // go-zero: Key/<lease id in decimal> -> host:port (plain puts, with a lease like a go-zero server).
+    let lease = kv.lease_grant(10, None).await.unwrap().id();
+    kv.put(
+        format!("{key}/{lease}"),
+        s1.addr.to_string(),
+        Some(PutOptions::new().with_lease(lease)),
+    )
+    .await
+    .unwrap();
+    kv.put(format!("{key}/12345"), s2.addr.to_string(), None)
+        .await
+        .unwrap();
+    // A duplicate registration of s2 (a go-zero server re-registered under a new lease).
+    kv.put(format!("{key}/12346"), s2.addr.to_string(), None)
+        .await
+        .unwrap();
+
+    let client = etcd_client(&etcd, &key).await;
+    let mut greeter = GreeterClient::new(client.clone());
+    let calls: Vec<_> = (0..200)
+        .map(|_| {
+            let mut g = greeter.clone();
+            tokio::spawn(async move { g.say_hello(HelloRequest { name: "gz".into() }).await })
+        })
+        .collect();
+    for c in calls {
+        c.await.unwrap().unwrap();
+    }
+    assert!(
+        s1.greeter.started() > 0 && s2.greeter.started() > 0,
+        "both go-zero-layout endpoints get traffic: {} / {}",
+        s1.greeter.started(),
+        s2.greeter.started()
+    );
+    assert_eq!(client.endpoints().len(), 2, "duplicates collapse");
+    greeter
+        .say_hello(HelloRequest { name: "x".into() })
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn etcd_down_15s_under_load_loses_no_call_and_changes_after_restart_are_picked_up() {
+    let mut etcd = EtcdServer::start().await;
+    if etcd.skip_if_external("etcd_down_15s_under_load") {
+        return;
+    }
+    let key = unique_key("disco-e2e-outage");
+    let a = start_server(registered_conf("disco-oa", &etcd, &key), TestGreeter::new()).await;
+    wait_registered(&etcd, &key, &a).await;
+    // C is registered by a plain put (no lease): it will be deleted right after etcd returns.
+    let c = start_server(test_conf("disco-oc"), TestGreeter::new()).await;
+    let mut kv = etcd.client().await;
+    kv.put(format!("{key}/c"), c.addr.to_string(), None)
+        .await
+        .unwrap();
+    drop(kv);
+    let client = etcd_client(&etcd, &key).await;
+    let load = Load::start(&client, 4, Duration::from_millis(5));
+    wait_traffic(&c, Duration::from_secs(2)).await;
+
+    etcd.kill();
+    let killed = Instant::now();
+    // Meanwhile a new server B starts; its publisher keeps trying to register.
+    let b = start_server(registered_conf("disco-ob", &etcd, &key), TestGreeter::new()).await;
+    tokio::time::sleep(Duration::from_secs(15).saturating_sub(killed.elapsed())).await;
+    assert_eq!(b.greeter.started(), 0, "B is unknown while etcd is down");
+    let during = load.ok.load(Ordering::Relaxed);
+
+    etcd.restart().await;
+    let mut kv = etcd.client().await;
+    kv.delete(format!("{key}/c"), None).await.unwrap();
+    let took_b = wait_traffic(&b, Duration::from_secs(15)).await;
+    println!("discovery e2e: etcd back -> B (registered meanwhile) gets traffic after {took_b:?}");
+    // C's key was deleted after the restart: its traffic stops.
+    let since = Instant::now();
+    let last_c = last_traffic(&c, since, Duration::from_secs(3)).await;
+    assert!(
+        last_c.is_none_or(|t| t < Duration::from_secs(2)),
+        "C still gets traffic {last_c:?} after its key was deleted"
+    );
+    println!("discovery e2e: etcd back -> C's key deleted -> C's last request {last_c:?} later");
+    let (ok, failed, errors) = load.finish().await;
+    assert!(
+        during > 100,
+        "load ran while etcd was down ({during} calls)"
+    );
+    assert!(a.greeter.started() > 0);
+    assert_eq!(
+        failed,
+        0,
+        "{failed} failed calls of {}: {errors:?}",
+        ok + failed
+    );
+    println!("discovery e2e: etcd down 15 s: {ok} calls, 0 failed");
+}
+
+/// Registration-to-first-request latency over 50 trials (printed: p50, p99, max).
+///
+/// `cargo test -p zrpc-tests --test integration -- discovery::registration_to_first_request_latency --nocapture`
+#[tokio::test]
+async fn registration_to_first_request_latency() {
+    let etcd = EtcdServer::start().await;
+    let key = unique_key("disco-latency");
+    let base = start_server(test_conf("disco-lat-base"), TestGreeter::new()).await;
+    let mut kv = etcd.client().await;
+    kv.put(format!("{key}/base"), base.addr.to_string(), None)
+        .await
+        .unwrap();
+    let client = etcd_client(&etcd, &key).await;
+    let load = Load::start(&client, 4, Duration::from_millis(1));
+
+    // The client's resolver (the shared watch of this cluster and key), to time the discovery part alone.
+    let resolution = etcd_resolver::resolve(conf(etcd.endpoints(), &key)).unwrap();
+    let mut rx = resolution.updates.clone();
+    let mut to_request = Vec::with_capacity(50);
+    let mut to_update = Vec::with_capacity(50);
+    let mut put_rtt = Vec::with_capacity(50);
+    for i in 0..50 {
+        let s = start_server(test_conf("disco-lat"), TestGreeter::new()).await;
+        let addr = s.addr.to_string();
+        rx.borrow_and_update();
+        let put_at = Instant::now();
+        let put = kv.put(format!("{key}/{i}"), addr.clone(), None);
+        let (updated, request) = tokio::join!(
+            async {
+                put.await.unwrap();
+                put_rtt.push(put_at.elapsed());
+                rx.wait_for(|v| v.as_ref().is_some_and(|v| v.contains(&addr)))
+                    .await
+                    .unwrap();
+                put_at.elapsed()
+            },
+            wait_traffic_since(&s, put_at, Duration::from_secs(2))
+        );
+        to_update.push(updated);
+        to_request.push(request);
+        kv.delete(format!("{key}/{i}"), None).await.unwrap();
+        // Let the client drop it before the server goes away.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        s.shutdown().await.unwrap();
+    }
+    let (ok, failed, errors) = load.finish().await;
+    let pct = |v: &mut Vec<Duration>, p: f64| {
+        v.sort();
+        v[((v.len() as f64 * p).ceil() as usize).saturating_sub(1)]
+    };
+    println!(
+        "discovery: etcd put round trip (commit + fsync) over 50 trials: p50 {:?}, p99 {:?}",
+        pct(&mut put_rtt, 0.50),
+        pct(&mut put_rtt, 0.99)
+    );
+    println!(
+        "discovery: put -> resolver update over 50 trials: p50 {:?}, p99 {:?}",
+        pct(&mut to_update, 0.50),
+        pct(&mut to_update, 0.99)
+    );
+    println!(
+        "discovery: registration (put) -> first request over 50 trials: p50 {:?}, p99 {:?}, max {:?} (under load: {ok} calls, {failed} failed)",
+        pct(&mut to_request, 0.50),
+        pct(&mut to_request, 0.99),
+        pct(&mut to_request, 1.0)
+    );
+    assert_eq!(failed, 0, "{errors:?}");
+    assert!(pct(&mut to_request, 0.99) < Duration::from_secs(1));
+}
+
+/// Like [`wait_traffic`], measured from `since`.
+async fn wait_traffic_since(server: &TestServer, since: Instant, within: Duration) -> Duration {
+    while server.greeter.started() == 0 {
+        assert!(
+            since.elapsed() < within,
+            "{} got no traffic within {within:?}",
+            server.addr
+        );
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+    since.elapsed()
 }

@@ -30,7 +30,7 @@ use super::{EndpointUpdates, Resolution};
 
 /// Timeout of the prefix get and of the watch creation (go-zero's `RequestTimeout`).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
-/// Bound of one connect attempt (zrpc_core::etcd::connect bounds itself at 8 s).
+/// Bound of one connect attempt.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Base back-off after a failure (go-zero: `coolDownUnstable.AroundDuration(1s)`).
 const BACKOFF: Duration = Duration::from_secs(1);
@@ -98,6 +98,8 @@ pub fn resolve(conf: EtcdConf) -> Result<Resolution, crate::Error> {
         reason,
     };
     conf.validate().map_err(|e| error(e.to_string()))?;
+    // TLS files and options are checked now: a bad certificate is an error, not an endless retry.
+    zrpc_core::etcd::connect_options(&conf).map_err(|e| error(e.to_string()))?;
     let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
         error("the etcd resolver must be started inside a tokio runtime".to_string())
     })?;
@@ -238,6 +240,18 @@ fn publish(tx: &Sender, set: &EndpointSet, prefix: &str) {
     });
 }
 
+/// An etcd client for the watch: zrpc-core's options (timeouts, keepalive, account, TLS) plus go-zero's
+/// `WithRequireLeader`, so that a member cut off from its leader fails the watch instead of silently
+/// delivering nothing.
+async fn connect(conf: &EtcdConf) -> Result<etcd_client::Client, String> {
+    let options = zrpc_core::etcd::connect_options(conf)
+        .map_err(|e| e.to_string())?
+        .with_require_leader(true);
+    etcd_client::Client::connect(&conf.hosts, Some(options))
+        .await
+        .map_err(|e| format!("cannot reach etcd at {}: {e}", conf.hosts.join(",")))
+}
+
 /// ~`BACKOFF` with ±20 % jitter, growing slowly (up to 2x) while failures repeat.
 fn backoff(failures: u32) -> Duration {
     let factor = 1.0 + 0.25 * f64::from(failures.saturating_sub(1).min(4));
@@ -280,7 +294,7 @@ async fn run(conf: EtcdConf, tx: Sender, reloads: Arc<AtomicU64>) {
             tokio::time::sleep(backoff(failures)).await;
         }
         if client.is_none() {
-            match tokio::time::timeout(CONNECT_TIMEOUT, zrpc_core::etcd::connect(&conf)).await {
+            match tokio::time::timeout(CONNECT_TIMEOUT, connect(&conf)).await {
                 Ok(Ok(c)) => client = Some(c),
                 Ok(Err(e)) => {
                     failures += 1;
@@ -569,6 +583,22 @@ mod tests {
             rx.borrow_and_update().as_deref().unwrap().as_slice(),
             ["a:1"]
         );
+    }
+
+    #[test]
+    fn bad_config_is_an_error_at_once() {
+        let err = |c: EtcdConf| resolve(c).unwrap_err().to_string();
+        assert!(err(EtcdConf::new(Vec::<String>::new(), "k")).contains("empty etcd hosts"));
+        assert!(err(EtcdConf::new(["127.0.0.1:2379"], "")).contains("empty etcd key"));
+        let mut tls = EtcdConf::new(["127.0.0.1:2379"], "k");
+        tls.cert_file = "/nonexistent/zrpc/cert.pem".into();
+        tls.cert_key_file = "/nonexistent/zrpc/key.pem".into();
+        tls.ca_cert_file = "/nonexistent/zrpc/ca.pem".into();
+        assert!(
+            err(tls).contains("/nonexistent/zrpc/"),
+            "names the unreadable file"
+        );
+        assert!(err(EtcdConf::new(["127.0.0.1:2379"], "k")).contains("tokio runtime"));
     }
 
     #[test]
