@@ -3,7 +3,8 @@
 
 use serde::{Deserialize, Deserializer};
 
-use super::de::{DeError, closest, from_value_lenient, smuggle};
+use super::de::{DeError, from_value_lenient, smuggle};
+use super::suggest::closest;
 use super::value::Value;
 use super::{ConfError, Validate};
 

@@ -20,6 +20,7 @@ mod embed;
 mod env;
 mod error;
 mod etcd;
+mod suggest;
 mod value;
 
 use std::fmt;

@@ -265,13 +265,16 @@ fn load_reads_files() {
 #[test]
 fn suggestions_need_to_be_close() {
     assert_eq!(
-        de::closest("Tiemout", &["Timeout", "Trace"]),
+        suggest::closest("Tiemout", &["Timeout", "Trace"]),
         Some("Timeout")
     );
-    assert_eq!(de::closest("listenon", &["ListenOn"]), Some("ListenOn"));
-    assert_eq!(de::closest("Foo", &["Timeout", "Trace"]), None);
-    assert_eq!(de::edit_distance("abc", "acb"), 1);
-    assert_eq!(de::edit_distance("", "abc"), 3);
+    assert_eq!(
+        suggest::closest("listenon", &["ListenOn"]),
+        Some("ListenOn")
+    );
+    assert_eq!(suggest::closest("Foo", &["Timeout", "Trace"]), None);
+    assert_eq!(suggest::edit_distance("abc", "acb"), 1);
+    assert_eq!(suggest::edit_distance("", "abc"), 3);
 }
 
 #[test]
