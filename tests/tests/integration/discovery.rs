@@ -810,3 +810,77 @@ async fn wait_traffic_since(server: &TestServer, since: Instant, within: Duratio
     }
     since.elapsed()
 }
+
+#[tokio::test]
+async fn dns_target_reaches_a_server() {
+    let s = start_server(test_conf("disco-dns"), TestGreeter::new()).await;
+    let target = format!("dns:///localhost:{}", s.addr.port());
+    let client = Client::new(RpcClientConf::target(target.clone()))
+        .await
+        .unwrap();
+    let mut greeter = GreeterClient::new(client.clone());
+    for _ in 0..10 {
+        greeter
+            .say_hello(HelloRequest { name: "dns".into() })
+            .await
+            .unwrap_or_else(|e| panic!("{target}: {e}"));
+    }
+    assert_eq!(s.greeter.started(), 10);
+}
+
+#[tokio::test]
+async fn client_subset_is_32_and_one_change_moves_at_most_one_member() {
+    let etcd = EtcdServer::start().await;
+    let key = unique_key("disco-subset");
+    let mut kv = etcd.client().await;
+    let mut servers = Vec::new();
+    for i in 0..45 {
+        let s = start_server(test_conf("disco-subset"), TestGreeter::new()).await;
+        if i < 40 {
+            kv.put(format!("{key}/{i}"), s.addr.to_string(), None)
+                .await
+                .unwrap();
+        }
+        servers.push(s);
+    }
+    let client = etcd_client(&etcd, &key).await;
+    let resolution = etcd_resolver::resolve(conf(etcd.endpoints(), &key)).unwrap();
+    let mut rx = resolution.updates.clone();
+    let members = |c: &Client| {
+        let mut v: Vec<String> = c.endpoints().into_iter().map(|e| e.addr).collect();
+        v.sort();
+        v
+    };
+    let mut before = members(&client);
+    assert_eq!(before.len(), 32, "a subset of 32 of 40");
+    let mut moved = 0;
+    // Alternate: add a new server, remove a registered one.
+    for step in 0..10 {
+        if step % 2 == 0 {
+            let i = 40 + step / 2;
+            kv.put(format!("{key}/{i}"), servers[i].addr.to_string(), None)
+                .await
+                .unwrap();
+        } else {
+            kv.delete(format!("{key}/{}", step * 3), None)
+                .await
+                .unwrap();
+        }
+        rx.changed().await.unwrap();
+        // Let the balancer apply the update.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let after = members(&client);
+        assert_eq!(after.len(), 32);
+        let left = before.iter().filter(|a| !after.contains(a)).count();
+        let entered = after.iter().filter(|a| !before.contains(a)).count();
+        assert!(
+            left <= 1 && entered <= 1,
+            "step {step}: {left} left, {entered} entered"
+        );
+        moved += entered;
+        before = after;
+    }
+    println!(
+        "discovery: 10 membership changes moved {moved} subset members (go-zero draws a fresh random subset on every update)"
+    );
+}
