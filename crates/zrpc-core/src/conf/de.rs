@@ -352,6 +352,9 @@ impl<'de> de::Deserializer<'de> for ValueDe<'_> {
                 }
             }
         }
+        // A key with no value (`Pass:` in YAML, `null` in JSON) counts as absent, as in go-zero:
+        // the field keeps its default.
+        resolved.retain(|(_, v)| !matches!(v, Value::Null));
         visitor.visit_map(StructDe {
             entries: resolved.into_iter(),
             pending: None,

@@ -396,3 +396,21 @@ proptest::proptest! {
         let _ = duration::parse(&s);
     }
 }
+
+#[test]
+fn a_key_without_value_is_absent() {
+    let c = yaml("Name:\nTimeout:\nSlow:\nEtcd:\nInner:\nMaybe:\nMode:\n").unwrap();
+    assert_eq!(c, Conf::default());
+    let e = yaml("Bogus:\n").unwrap_err();
+    assert!(matches!(e, ConfError::UnknownKey { .. }), "{e}");
+    let e = yaml("Name:\nname: x\n").unwrap_err();
+    assert!(matches!(e, ConfError::DuplicateKey { .. }), "{e}");
+    let c: Conf = from_str_with_env(
+        r#"{"Timeout": null, "Name": "n"}"#,
+        Format::Json,
+        "",
+        no_env,
+    )
+    .unwrap();
+    assert_eq!((c.timeout, c.name.as_str()), (2000, "n"));
+}
