@@ -1,1 +1,83 @@
-fn main() {}
+//! Pick cost of the P2C+EWMA picker: 3, 10 and 100 endpoints, 1 and 2 threads.
+//!
+//! Run: `cargo bench -p zrpc-client --bench picker -- --warm-up-time 1 --measurement-time 2`.
+//! Each iteration is one clock read, one pick and the release of the in-flight slot (so the counters
+//! stay bounded); the completion math (EWMA update) is measured separately (`complete`).
+#![allow(missing_docs, clippy::unwrap_used)]
+
+use std::hint::black_box;
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use zrpc_client::balancer::{EndpointStats, P2cPicker, ThreadRng};
+use zrpc_core::grpc::code;
+
+fn endpoints(n: usize) -> Vec<Arc<EndpointStats>> {
+    (0..n)
+        .map(|i| {
+            let e = Arc::new(EndpointStats::new());
+            // warm: one completed 1..n ms sample each
+            e.on_done(0, 1_000_000 * (1 + i as u64), code::OK);
+            e
+        })
+        .collect()
+}
+
+fn pick(c: &mut Criterion) {
+    let mut g = c.benchmark_group("pick");
+    for n in [3usize, 10, 100] {
+        let set = endpoints(n);
+        let picker = P2cPicker::new(Instant::now());
+        g.bench_with_input(BenchmarkId::new("1_thread", n), &n, |b, _| {
+            b.iter(|| {
+                let now = Instant::now();
+                let i = picker.pick(black_box(&set), now, &mut ThreadRng).unwrap();
+                set[i].on_abandon();
+            });
+        });
+        g.bench_with_input(BenchmarkId::new("2_threads", n), &n, |b, _| {
+            b.iter_custom(|iters| {
+                let barrier = Arc::new(Barrier::new(2));
+                let set = Arc::new(endpoints(n));
+                let run = {
+                    let set = set.clone();
+                    let barrier = barrier.clone();
+                    move || {
+                        barrier.wait();
+                        let start = Instant::now();
+                        for _ in 0..iters {
+                            let now = Instant::now();
+                            let i = picker
+                                .pick(black_box(&set[..]), now, &mut ThreadRng)
+                                .unwrap();
+                            set[i].on_abandon();
+                        }
+                        start.elapsed()
+                    }
+                };
+                let other = std::thread::spawn(run.clone());
+                let mine = run();
+                let theirs = other.join().unwrap();
+                // wall time per pick per thread
+                (mine + theirs) / 2
+            });
+        });
+    }
+    g.finish();
+}
+
+fn complete(c: &mut Criterion) {
+    let e = EndpointStats::new();
+    let mut t = 0u64;
+    c.bench_function("complete", |b| {
+        b.iter(|| {
+            t += 1_000;
+            e.on_pick();
+            e.on_done(t.saturating_sub(500), t, black_box(code::OK));
+        });
+    });
+}
+
+criterion_group!(benches, pick, complete);
+criterion_main!(benches);

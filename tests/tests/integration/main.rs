@@ -2,3 +2,8 @@
 mod registration;
 mod config;
 mod discovery;
+mod client_balance;
+mod client_breaker;
+mod client_calls;
+mod client_failover;
+mod client_support;

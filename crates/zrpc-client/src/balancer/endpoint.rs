@@ -1,0 +1,201 @@
+//! One server: its address, its stats and its HTTP/2 connection (a lazily connected tonic
+//! `Channel`, which reconnects on demand; the picker's back-off spaces the attempts).
+
+use std::error::Error as StdError;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tonic::body::Body;
+use tonic::transport::Channel;
+use tower::ServiceExt;
+use zrpc_core::grpc::{OnStatus, StatusBody, StatusGuard, code};
+
+use super::stats::{Clock, EndpointStats};
+
+type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// Connection settings of endpoint channels.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ConnectOptions {
+    /// HTTP/2 keepalive ping interval (`KeepaliveTime`), `None` = off.
+    pub(crate) keepalive: Option<Duration>,
+    /// TCP connect timeout.
+    pub(crate) connect_timeout: Option<Duration>,
+}
+
+/// A server endpoint.
+#[derive(Debug)]
+pub(crate) struct Endpoint {
+    pub(crate) addr: Arc<str>,
+    pub(crate) stats: EndpointStats,
+    channel: Channel,
+}
+
+impl AsRef<EndpointStats> for Endpoint {
+    fn as_ref(&self) -> &EndpointStats {
+        &self.stats
+    }
+}
+
+impl AsRef<EndpointStats> for Arc<Endpoint> {
+    fn as_ref(&self) -> &EndpointStats {
+        &self.stats
+    }
+}
+
+/// The deadline of a call (set by the timeout layer), so that a call dropped at its deadline is
+/// recorded as `DeadlineExceeded` rather than `Cancelled`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadline(pub Instant);
+
+/// How an attempt failed before any response.
+#[derive(Debug)]
+pub(crate) struct AttemptError {
+    pub(crate) status: tonic::Status,
+    /// The request provably never reached a server (safe to send elsewhere).
+    pub(crate) retryable: bool,
+}
+
+impl Endpoint {
+    /// A lazily connecting endpoint; `None` for an address tonic cannot use as a URI.
+    pub(crate) fn new(
+        addr: &str,
+        opts: &ConnectOptions,
+    ) -> Result<Endpoint, tonic::transport::Error> {
+        let mut ep =
+            tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?.tcp_nodelay(true);
+        if let Some(t) = opts.connect_timeout {
+            ep = ep.connect_timeout(t);
+        }
+        if let Some(k) = opts.keepalive {
+            ep = ep
+                .http2_keep_alive_interval(k)
+                .keep_alive_timeout(Duration::from_secs(20))
+                .keep_alive_while_idle(false);
+        }
+        Ok(Endpoint {
+            addr: Arc::from(addr),
+            stats: EndpointStats::new(),
+            channel: ep.connect_lazy(),
+        })
+    }
+
+    /// Sends `req` (already picked: in flight + 1 at `start`) and wires its completion to the stats:
+    /// from the final gRPC status of the response (headers or trailers; a drop counts as
+    /// cancelled, or deadline exceeded past the deadline). A transport error marks the endpoint
+    /// down (back-off) and reports whether the request can be retried elsewhere.
+    pub(crate) async fn send(
+        self: Arc<Self>,
+        clock: Clock,
+        start: Instant,
+        req: http::Request<Body>,
+        target: &str,
+    ) -> Result<http::Response<Body>, AttemptError> {
+        let deadline = req.extensions().get::<Deadline>().map(|d| d.0);
+        let mut guard = StatusGuard::new(Done {
+            endpoint: self.clone(),
+            clock,
+            start: clock.nanos(start),
+            deadline,
+        });
+        match self.channel.clone().oneshot(req).await {
+            Ok(resp) => {
+                let done = guard.take();
+                Ok(match done {
+                    Some(done) => StatusBody::wrap_response(resp, done).map(Body::new),
+                    None => resp,
+                })
+            }
+            Err(err) => {
+                let err: BoxError = err.into();
+                let done = guard.take();
+                if is_timeout(&*err) {
+                    if let Some(done) = done {
+                        done.on_status(code::DEADLINE_EXCEEDED);
+                    }
+                    return Err(AttemptError {
+                        status: tonic::Status::deadline_exceeded("deadline exceeded"),
+                        retryable: false,
+                    });
+                }
+                if let Some(done) = done {
+                    let now = clock.nanos(Instant::now());
+                    self.stats.on_transport_failure(done.start, now);
+                }
+                let retryable = never_reached_server(&*err);
+                let status = tonic::Status::from_error(err);
+                Err(AttemptError {
+                    status: tonic::Status::unavailable(format!(
+                        "{target}: endpoint {}: {}",
+                        self.addr,
+                        status.message()
+                    )),
+                    retryable,
+                })
+            }
+        }
+    }
+}
+
+/// Records the completion of one request on its endpoint.
+#[derive(Debug)]
+struct Done {
+    endpoint: Arc<Endpoint>,
+    clock: Clock,
+    start: u64,
+    deadline: Option<Instant>,
+}
+
+impl OnStatus for Done {
+    fn on_status(self, c: i32) {
+        let now = Instant::now();
+        let c = if c == code::CANCELLED && self.deadline.is_some_and(|d| now >= d) {
+            code::DEADLINE_EXCEEDED
+        } else {
+            c
+        };
+        self.endpoint
+            .stats
+            .on_done(self.start, self.clock.nanos(now), c);
+    }
+}
+
+fn is_timeout(err: &(dyn StdError + 'static)) -> bool {
+    let mut cur = Some(err);
+    while let Some(e) = cur {
+        if e.is::<tonic::TimeoutExpired>() {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
+}
+
+/// True when the error proves the request was not processed by any server, so it may be sent to
+/// another endpoint even if it is not idempotent:
+/// - the connection could not be established (`tonic::ConnectError`: refused, unreachable, timeout);
+/// - the server refused the stream (`REFUSED_STREAM`) or announced a graceful GOAWAY whose
+///   last-stream-id is below this stream (h2 reports it as a remote GOAWAY with `NO_ERROR`;
+///   tonic would surface it as `Internal`);
+/// - hyper cancelled the request before writing it (the connection closed while it was queued).
+pub(crate) fn never_reached_server(err: &(dyn StdError + 'static)) -> bool {
+    let mut cur = Some(err);
+    while let Some(e) = cur {
+        if e.is::<tonic::ConnectError>() {
+            return true;
+        }
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            return h2.reason() == Some(h2::Reason::REFUSED_STREAM)
+                || (h2.is_go_away()
+                    && h2.is_remote()
+                    && h2.reason() == Some(h2::Reason::NO_ERROR));
+        }
+        if let Some(h) = e.downcast_ref::<hyper::Error>()
+            && h.is_canceled()
+        {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
+}

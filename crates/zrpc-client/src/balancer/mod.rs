@@ -1,0 +1,26 @@
+//! Load balancing: the lock-free P2C+EWMA picker (go-zero's `p2c_ewma`) and round robin, and the
+//! service that sends each request to the endpoint they pick.
+//!
+//! The endpoint set is an immutable snapshot (`Arc<Vec<_>>`) swapped atomically (arc-swap) on each
+//! resolver update; endpoints present before and after an update keep their stats and connection.
+//! A pick reads the snapshot, reads the clock once, draws from a per-thread generator and touches a
+//! few atomics: no lock, no allocation, no worker task.
+
+pub(crate) mod endpoint;
+mod p2c;
+mod replay;
+mod rng;
+mod round_robin;
+pub(crate) mod service;
+mod stats;
+
+pub use endpoint::Deadline;
+pub use p2c::{FORCE_PICK, P2cPicker, PICK_TIMES};
+pub use replay::MAX_REPLAY_BYTES;
+pub use rng::{RandomSource, SeededRng, ThreadRng, random_seed};
+pub use round_robin::RoundRobin;
+pub use service::MAX_ATTEMPTS;
+pub use stats::{
+    BACKOFF_BASE, BACKOFF_MAX, Clock, DECAY_TIME, EndpointStats, FAILED_PROBE_LAG, INIT_SUCCESS,
+    THROTTLE_SUCCESS, is_failure,
+};

@@ -1,0 +1,373 @@
+#![allow(clippy::unwrap_used, clippy::float_cmp)]
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use zrpc_core::grpc::code;
+
+use super::*;
+use crate::balancer::rng::SeededRng;
+
+/// Replays scripted indices for `below`.
+struct Script(VecDeque<usize>);
+
+impl RandomSource for Script {
+    fn next_u64(&mut self) -> u64 {
+        0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        let i = self.0.pop_front().expect("script exhausted");
+        assert!(i < n);
+        i
+    }
+}
+
+fn script(v: &[usize]) -> Script {
+    Script(v.iter().copied().collect())
+}
+
+fn set(n: usize) -> Vec<Arc<EndpointStats>> {
+    (0..n).map(|_| Arc::new(EndpointStats::new())).collect()
+}
+
+const MS: u64 = 1_000_000;
+
+/// Gives endpoint `e` a completed sample of `lag_ms`, completing at `at` ns.
+fn warm(e: &EndpointStats, lag_ms: u64, at: u64) {
+    e.on_pick();
+    e.on_done(at - lag_ms * MS, at, code::OK);
+}
+
+#[test]
+fn empty_set_picks_nothing() {
+    let p = P2cPicker::new(Instant::now());
+    let empty: Vec<Arc<EndpointStats>> = Vec::new();
+    assert_eq!(p.pick(&empty, Instant::now(), &mut SeededRng::new(1)), None);
+}
+
+#[test]
+fn picks_lower_load_of_the_drawn_pair() {
+    let t0 = Instant::now();
+    let p = P2cPicker::new(t0);
+    let s = set(3);
+    let at = 100 * MS;
+    warm(&s[0], 50, at);
+    warm(&s[1], 10, at);
+    warm(&s[2], 1, at);
+    // all just picked (last_pick = 0, now < 1 s): no force pick.
+    let now = t0 + Duration::from_millis(120);
+    // draw a=0, b=0 -> b becomes 1: pair (0, 1) -> 1 (lag 10 < 50)
+    assert_eq!(p.pick(&s, now, &mut script(&[0, 0])), Some(1));
+    // pair (2, 0) -> 2
+    assert_eq!(p.pick(&s, now, &mut script(&[2, 0])), Some(2));
+    // in flight counts: pair (1, 2) with 1 in flight on each: 2 wins while
+    // sqrt(1e6) * (n + 1) <= sqrt(1e7) * 2 = 6325, i.e. up to n = 5 in flight, then 1.
+    let mut seq = Vec::new();
+    for _ in 0..6 {
+        seq.push(p.pick(&s, now, &mut script(&[1, 1])).unwrap());
+    }
+    assert_eq!(seq, vec![2, 2, 2, 2, 2, 1]);
+    assert_eq!(s[2].inflight(), 6);
+    assert_eq!(s[1].inflight(), 2);
+}
+
+#[test]
+fn never_draws_the_same_endpoint_twice() {
+    let t0 = Instant::now();
+    let p = P2cPicker::new(t0);
+    let s = set(5);
+    for (i, e) in s.iter().enumerate() {
+        warm(e, 1 + i as u64, 10 * MS);
+    }
+    let mut rng = SeededRng::new(42);
+    let mut counts = [0u32; 5];
+    for _ in 0..5000 {
+        let i = p
+            .pick(&s, t0 + Duration::from_millis(20), &mut rng)
+            .unwrap();
+        counts[i] += 1;
+        s[i].on_abandon();
+    }
+    // the slowest endpoint is never the lower load of any pair
+    assert_eq!(counts[4], 0, "{counts:?}");
+    assert!(counts[0] > counts[1] && counts[1] > counts[2], "{counts:?}");
+}
+
+#[test]
+fn health_gating_redraws_for_a_healthy_pair() {
+    let t0 = Instant::now();
+    let p = P2cPicker::new(t0);
+    let s = set(3);
+    warm(&s[0], 1, 10 * MS);
+    warm(&s[1], 5, 10 * MS);
+    warm(&s[2], 5, 10 * MS);
+    // endpoint 0 fails: success drops to 0 (w = 0 after 10 s without completions)
+    s[0].on_pick();
+    s[0].on_done(10_000 * MS, 20_000 * MS, code::UNAVAILABLE);
+    assert!(s[0].success() < 500.0);
+    assert!(!s[0].is_healthy(20_000 * MS));
+    let now = t0 + Duration::from_millis(20_000);
+    for e in &s {
+        // recently picked: no force pick in this test
+        e.last_pick
+            .store(p.clock().nanos(now), std::sync::atomic::Ordering::Relaxed);
+    }
+    // draws (0,1) unhealthy, (1,2) healthy -> stop, choose between 1 and 2 (equal load: first)
+    let mut r = script(&[0, 0, 1, 1]);
+    assert_eq!(p.pick(&s, now, &mut r), Some(1));
+    assert!(r.0.is_empty(), "stopped after the healthy pair");
+    // three unhealthy draws: the last pair is used anyway (go-zero)
+    let mut r = script(&[0, 0, 0, 1, 2, 0]);
+    let picked = p.pick(&s, now, &mut r).unwrap();
+    assert!(r.0.is_empty());
+    assert!(picked == 2 || picked == 0);
+}
+
+#[test]
+fn force_picks_an_endpoint_idle_for_a_second() {
+    let t0 = Instant::now();
+    let p = P2cPicker::new(t0);
+    let s = set(2);
+    warm(&s[0], 1, 10 * MS);
+    warm(&s[1], 100, 200 * MS);
+    let mut rng = SeededRng::new(1);
+    // t = 0.5 s: both "picked" at 0 (never): not yet due
+    assert_eq!(
+        p.pick(&s, t0 + Duration::from_millis(500), &mut rng),
+        Some(0)
+    );
+    // t = 1.2 s: endpoint 1 was last picked at 0 -> forced
+    assert_eq!(
+        p.pick(&s, t0 + Duration::from_millis(1200), &mut rng),
+        Some(1)
+    );
+    // right after: not due any more
+    assert_eq!(
+        p.pick(&s, t0 + Duration::from_millis(1300), &mut rng),
+        Some(0)
+    );
+    assert_eq!(
+        p.pick(&s, t0 + Duration::from_millis(2100), &mut rng),
+        Some(0)
+    );
+    assert_eq!(
+        p.pick(&s, t0 + Duration::from_millis(2201), &mut rng),
+        Some(1)
+    );
+}
+
+#[test]
+fn ewma_math_matches_hand_computed_values() {
+    let e = EndpointStats::new();
+    assert_eq!(e.lag(), None);
+    assert_eq!(e.success(), 1000.0);
+    // first sample replaces: 10 ms
+    e.on_pick();
+    e.on_done(0, 10 * MS, code::OK);
+    assert_eq!(e.lag_nanos(), 10_000_000.0);
+    // 5 s later a 30 ms sample: w = exp(-0.5) = 0.6065306597
+    e.on_pick();
+    e.on_done(5_010 * MS - 30 * MS, 5_010 * MS, code::OK);
+    let w = (-0.5f64).exp();
+    let expected = 10e6 * w + 30e6 * (1.0 - w);
+    assert!(
+        (e.lag_nanos() - expected).abs() < 1.0,
+        "{} vs {expected}",
+        e.lag_nanos()
+    );
+    assert!((e.lag_nanos() - 17_869_387.6).abs() < 10.0);
+    assert_eq!(e.success(), 1000.0);
+    // 10 s later a failure (Internal) taking 1 ms: success = 1000 * e^-1 = 367.88;
+    // the failure's lag sample is max(1 ms, lag): the lag cannot drop
+    let before = e.lag_nanos();
+    e.on_pick();
+    e.on_done(15_010 * MS - MS, 15_010 * MS, code::INTERNAL);
+    assert!(
+        (e.success() - 1000.0 * (-1.0f64).exp()).abs() < 1e-6,
+        "{}",
+        e.success()
+    );
+    assert!((e.lag_nanos() - before).abs() < 1.0);
+    assert_eq!(e.inflight(), 0);
+}
+
+#[test]
+fn a_failure_is_never_a_fast_sample() {
+    // go-zero would record 1 ms for a fast failure on a cold endpoint and make it the favourite.
+    let e = EndpointStats::new();
+    e.on_pick();
+    e.on_done(0, MS, code::UNAVAILABLE);
+    assert!(e.lag().unwrap() >= Duration::from_secs(1));
+    assert_eq!(e.success(), 0.0);
+    // acceptable codes (NotFound) are ordinary samples
+    let e = EndpointStats::new();
+    e.on_pick();
+    e.on_done(0, MS, code::NOT_FOUND);
+    assert_eq!(e.lag(), Some(Duration::from_millis(1)));
+    assert_eq!(e.success(), 1000.0);
+}
+
+#[test]
+fn cancellation_of_a_cold_probe_records_nothing() {
+    let e = EndpointStats::new();
+    e.on_pick();
+    e.on_done(0, MS, code::CANCELLED);
+    assert_eq!(e.lag(), None);
+    assert!(e.is_probing());
+    assert_eq!(e.inflight(), 0);
+}
+
+#[test]
+fn cold_endpoint_gets_one_probe_until_it_answers() {
+    let t0 = Instant::now();
+    let p = P2cPicker::new(t0);
+    let s = set(3);
+    warm(&s[0], 10, 10 * MS);
+    warm(&s[1], 10, 10 * MS);
+    // endpoint 2 is new (cold). go-zero's lag = 0 would give it load 1 and nearly all traffic.
+    let now = t0 + Duration::from_millis(20);
+    let mut rng = SeededRng::new(7);
+    let mut to_cold = 0;
+    for _ in 0..300 {
+        let i = p.pick(&s, now, &mut rng).unwrap();
+        if i == 2 {
+            to_cold += 1;
+        } else {
+            s[i].on_done(p.clock().nanos(now), p.clock().nanos(now) + MS, code::OK);
+        }
+    }
+    assert_eq!(to_cold, 1, "exactly one probe while it is in flight");
+    // the probe answers slowly (1 s): now it is measured and avoided
+    s[2].on_done(20 * MS, 1_020 * MS, code::OK);
+    assert!(!s[2].is_probing());
+    let now = t0 + Duration::from_millis(1_020);
+    let mut to_slow = 0;
+    for _ in 0..300 {
+        let i = p.pick(&s, now, &mut rng).unwrap();
+        if i == 2 {
+            to_slow += 1;
+        }
+        s[i].on_abandon();
+    }
+    assert!(to_slow <= 1, "{to_slow}");
+}
+
+#[test]
+fn all_cold_endpoints_share_the_load_without_failing() {
+    let t0 = Instant::now();
+    let p = P2cPicker::new(t0);
+    let s = set(3);
+    let mut rng = SeededRng::new(3);
+    for _ in 0..30 {
+        p.pick(&s, t0, &mut rng).unwrap();
+    }
+    let inflight: Vec<u64> = s.iter().map(|e| e.inflight()).collect();
+    assert_eq!(inflight.iter().sum::<u64>(), 30);
+    assert!(
+        inflight.iter().all(|&i| (8..=12).contains(&i)),
+        "{inflight:?}"
+    );
+}
+
+#[test]
+fn transport_failure_takes_an_endpoint_out_then_probes_it() {
+    let t0 = Instant::now();
+    let p = P2cPicker::new(t0);
+    let s = set(3);
+    for e in &s {
+        warm(e, 1, 10 * MS);
+    }
+    s[1].on_pick();
+    s[1].on_transport_failure(10 * MS, 11 * MS);
+    assert!(s[1].is_down(11 * MS));
+    let mut rng = SeededRng::new(9);
+    let during = t0 + Duration::from_millis(50);
+    for _ in 0..200 {
+        let i = p.pick(&s, during, &mut rng).unwrap();
+        assert_ne!(i, 1, "down endpoint picked");
+        s[i].on_abandon();
+    }
+    // after the 100 ms back-off: one probe at a time
+    let after = t0 + Duration::from_millis(200);
+    let mut to_1 = 0;
+    for _ in 0..200 {
+        let i = p.pick(&s, after, &mut rng).unwrap();
+        if i == 1 {
+            to_1 += 1;
+        } else {
+            s[i].on_abandon();
+        }
+    }
+    assert_eq!(to_1, 1);
+    // the probe fails again: back-off doubles (200 ms)
+    s[1].on_transport_failure(200 * MS, 201 * MS);
+    assert!(s[1].is_down(400 * MS));
+    assert!(!s[1].is_down(402 * MS));
+}
+
+#[test]
+fn all_down_returns_the_first_to_recover() {
+    let t0 = Instant::now();
+    let p = P2cPicker::new(t0);
+    let s = set(3);
+    s[0].on_pick();
+    s[0].on_transport_failure(0, 5 * MS);
+    s[1].on_pick();
+    s[1].on_transport_failure(0, MS);
+    s[2].on_pick();
+    s[2].on_transport_failure(0, 3 * MS);
+    let mut rng = SeededRng::new(1);
+    assert_eq!(p.pick(&s, t0 + Duration::from_millis(6), &mut rng), Some(1));
+}
+
+/// Discrete-event simulation of the design's scenario: A and B answer in 10 ms, C in 1000 ms,
+/// 2000 requests/s for 5 s, all endpoints cold at start. Deterministic (seeded, simulated time).
+fn simulate_share_of_slow(probe_cold: bool) -> f64 {
+    let t0 = Instant::now();
+    let p = P2cPicker::new(t0);
+    let s = set(3);
+    if !probe_cold {
+        // go-zero: cold endpoints are not limited (emulated by leaving probing mode at once)
+        for e in &s {
+            e.probing.store(false, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    let lat = [10 * MS, 10 * MS, 1000 * MS];
+    let mut rng = SeededRng::new(11);
+    let mut done: BinaryHeap<Reverse<(u64, usize, u64)>> = BinaryHeap::new();
+    let total = 10_000u64;
+    let mut to_c = 0;
+    for k in 0..total {
+        let now = k * MS / 2;
+        while let Some(Reverse((t, i, start))) = done.peek().copied() {
+            if t > now {
+                break;
+            }
+            done.pop();
+            s[i].on_done(start, t, code::OK);
+        }
+        let i = p
+            .pick(&s, t0 + Duration::from_nanos(now), &mut rng)
+            .unwrap();
+        if i == 2 {
+            to_c += 1;
+        }
+        done.push(Reverse((now + lat[i], i, now)));
+    }
+    f64::from(to_c) / total as f64
+}
+
+#[test]
+fn slow_endpoint_share_with_cold_probing_is_tiny() {
+    let zrpc = simulate_share_of_slow(true);
+    let flood = simulate_share_of_slow(false);
+    println!(
+        "slow endpoint share: zrpc {:.3}%, without cold probing {:.3}%",
+        zrpc * 100.0,
+        flood * 100.0
+    );
+    assert!(zrpc < 0.002, "zrpc share {zrpc}");
+    assert!(flood > zrpc, "flood {flood} zrpc {zrpc}");
+}

@@ -1,0 +1,200 @@
+//! Keeping a copy of a request so that it can be sent again (transparent retry).
+//!
+//! A request can be replayed only if its whole body is available when it is sent and is small:
+//! tonic's unary calls (and client streams whose messages are all ready) encode their body
+//! synchronously, so polling it once without waiting yields every frame and the end. Such a body is
+//! kept as one `Bytes` (reference-counted: sending it twice copies nothing). A body that is still
+//! pending (a live client stream), larger than [`MAX_REPLAY_BYTES`], or that carries trailers, is
+//! passed through untouched and the request is never retried.
+//!
+//! Retrying is only done when the first attempt provably never reached a server (see
+//! `endpoint::never_reached_server`), so even non-idempotent methods are safe.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use futures_util::FutureExt;
+use http::{Extensions, HeaderMap, Method, Uri, Version};
+use http_body::{Frame, SizeHint};
+use http_body_util::{BodyExt, Full};
+use tonic::body::Body;
+
+/// Bodies larger than this are not kept for a retry.
+pub const MAX_REPLAY_BYTES: usize = 256 * 1024;
+
+/// A re-sendable copy of a request.
+#[derive(Debug)]
+pub(crate) struct Replay {
+    method: Method,
+    uri: Uri,
+    version: Version,
+    headers: HeaderMap,
+    extensions: Extensions,
+    body: Bytes,
+}
+
+impl Replay {
+    /// A copy to send while keeping this one.
+    pub(crate) fn clone_request(&self) -> http::Request<Body> {
+        let mut req = http::Request::new(Body::new(Full::new(self.body.clone())));
+        *req.method_mut() = self.method.clone();
+        *req.uri_mut() = self.uri.clone();
+        *req.version_mut() = self.version;
+        *req.headers_mut() = self.headers.clone();
+        *req.extensions_mut() = self.extensions.clone();
+        req
+    }
+}
+
+/// Returns the request to send now and, when its body was complete and small, a replay copy.
+///
+/// # Errors
+///
+/// The body failed while being read (e.g. a message tonic could not encode): that error.
+pub(crate) fn prepare(
+    req: http::Request<Body>,
+) -> Result<(http::Request<Body>, Option<Replay>), tonic::Status> {
+    let (parts, mut body) = req.into_parts();
+    let mut head: VecDeque<Frame<Bytes>> = VecDeque::new();
+    let mut size = 0usize;
+    let complete = loop {
+        match body.frame().now_or_never() {
+            None => break false,
+            Some(None) => break true,
+            Some(Some(Err(e))) => return Err(e),
+            Some(Some(Ok(frame))) => {
+                let is_data = frame.is_data();
+                if let Some(d) = frame.data_ref() {
+                    size += d.len();
+                }
+                head.push_back(frame);
+                if !is_data || size > MAX_REPLAY_BYTES {
+                    break false;
+                }
+            }
+        }
+    };
+    if !complete {
+        let body = Body::new(Prefixed { head, rest: body });
+        return Ok((http::Request::from_parts(parts, body), None));
+    }
+    let data = match head.len() {
+        0 => Bytes::new(),
+        1 => head
+            .pop_front()
+            .and_then(|f| f.into_data().ok())
+            .unwrap_or_default(),
+        _ => {
+            let mut buf = BytesMut::with_capacity(size);
+            for f in head {
+                if let Ok(d) = f.into_data() {
+                    buf.extend_from_slice(&d);
+                }
+            }
+            buf.freeze()
+        }
+    };
+    let replay = Replay {
+        method: parts.method.clone(),
+        uri: parts.uri.clone(),
+        version: parts.version,
+        headers: parts.headers.clone(),
+        extensions: parts.extensions.clone(),
+        body: data.clone(),
+    };
+    let req = http::Request::from_parts(parts, Body::new(Full::new(data)));
+    Ok((req, Some(replay)))
+}
+
+/// Frames already read, then the rest of the body.
+struct Prefixed {
+    head: VecDeque<Frame<Bytes>>,
+    rest: Body,
+}
+
+impl http_body::Body for Prefixed {
+    type Data = Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, tonic::Status>>> {
+        if let Some(f) = self.head.pop_front() {
+            return Poll::Ready(Some(Ok(f)));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.head.is_empty() && self.rest.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let head: u64 = self
+            .head
+            .iter()
+            .filter_map(|f| f.data_ref().map(|d| d.len() as u64))
+            .sum();
+        let mut hint = self.rest.size_hint();
+        hint.set_lower(hint.lower() + head);
+        if let Some(u) = hint.upper() {
+            hint.set_upper(u + head);
+        }
+        hint
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn complete_body_is_kept_and_resent() {
+        let mut req = http::Request::new(Body::new(Full::new(Bytes::from_static(b"hello"))));
+        req.headers_mut().insert("x-a", "1".parse().unwrap());
+        let (first, replay) = prepare(req).unwrap();
+        let replay = replay.unwrap();
+        assert_eq!(
+            first.into_body().collect().await.unwrap().to_bytes(),
+            "hello"
+        );
+        let again = replay.clone_request();
+        assert_eq!(again.headers()["x-a"], "1");
+        assert_eq!(
+            again.into_body().collect().await.unwrap().to_bytes(),
+            "hello"
+        );
+    }
+
+    #[tokio::test]
+    async fn pending_body_is_passed_through_and_not_kept() {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, tonic::Status>>(4);
+        tx.send(Ok(Frame::data(Bytes::from_static(b"a"))))
+            .await
+            .unwrap();
+        let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+        let body = Body::new(http_body_util::StreamBody::new(stream));
+        let (req, replay) = prepare(http::Request::new(body)).unwrap();
+        assert!(replay.is_none());
+        tx.send(Ok(Frame::data(Bytes::from_static(b"b"))))
+            .await
+            .unwrap();
+        drop(tx);
+        assert_eq!(req.into_body().collect().await.unwrap().to_bytes(), "ab");
+    }
+
+    #[tokio::test]
+    async fn large_body_is_not_kept() {
+        let big = Bytes::from(vec![0u8; MAX_REPLAY_BYTES + 1]);
+        let (req, replay) = prepare(http::Request::new(Body::new(Full::new(big)))).unwrap();
+        assert!(replay.is_none());
+        assert_eq!(
+            req.into_body().collect().await.unwrap().to_bytes().len(),
+            MAX_REPLAY_BYTES + 1
+        );
+    }
+}

@@ -1,0 +1,252 @@
+//! The innermost service of the client: waits for the first endpoint set, picks, sends, retries a
+//! request that never reached a server once on another endpoint.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use futures_util::future::BoxFuture;
+use tokio::sync::watch;
+use tonic::body::Body;
+
+use super::endpoint::{ConnectOptions, Endpoint};
+use super::replay;
+use super::{P2cPicker, RoundRobin, ThreadRng};
+use crate::conf::BalancerName;
+use crate::resolver::{EndpointUpdates, subset};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Attempts per call when earlier ones provably never reached a server (transparent retry).
+pub const MAX_ATTEMPTS: usize = 3;
+
+/// At most this many endpoints per client (go-zero `subsetSize`).
+pub(crate) const SUBSET_SIZE: usize = 32;
+
+/// The shared state of one client's balancer.
+pub(crate) struct Shared {
+    pub(crate) target: Arc<str>,
+    kind: BalancerName,
+    p2c: P2cPicker,
+    rr: RoundRobin,
+    set: ArcSwap<Vec<Arc<Endpoint>>>,
+    /// True once the first endpoint set has been applied.
+    ready: watch::Sender<bool>,
+    connect: ConnectOptions,
+    seed: u64,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Balancer")
+            .field("target", &self.target)
+            .field("balancer", &self.kind)
+            .field(
+                "endpoints",
+                &self
+                    .set
+                    .load()
+                    .iter()
+                    .map(|e| e.addr.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+/// The balancing service (cheap to clone).
+#[derive(Debug, Clone)]
+pub(crate) struct Balancer {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Balancer {
+    /// Creates the balancer and spawns the task applying `updates` (it ends when the balancer is
+    /// dropped or the resolver closes; the last set stays).
+    pub(crate) fn new(
+        target: Arc<str>,
+        kind: BalancerName,
+        mut updates: EndpointUpdates,
+        connect: ConnectOptions,
+        seed: u64,
+    ) -> Balancer {
+        let epoch = epoch();
+        let shared = Arc::new(Shared {
+            target,
+            kind,
+            p2c: P2cPicker::new(epoch),
+            rr: RoundRobin::new(epoch),
+            set: ArcSwap::from_pointee(Vec::new()),
+            ready: watch::channel(false).0,
+            connect,
+            seed,
+        });
+        if let Some(set) = updates.borrow_and_update().clone() {
+            shared.apply(&set);
+        }
+        let weak = Arc::downgrade(&shared);
+        tokio::spawn(async move { apply_updates(weak, updates).await });
+        Balancer { shared }
+    }
+}
+
+fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+async fn apply_updates(shared: Weak<Shared>, mut updates: EndpointUpdates) {
+    loop {
+        let closed = tokio::select! {
+            r = updates.changed() => r.is_err(),
+            () = closed(&shared) => true,
+        };
+        if closed {
+            return;
+        }
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        if let Some(set) = updates.borrow_and_update().clone() {
+            shared.apply(&set);
+        }
+    }
+}
+
+/// Resolves when the balancer has been dropped (checked every few seconds: the resolver's watch
+/// normally ends first, when the balancer's resolution guard is dropped).
+async fn closed(shared: &Weak<Shared>) {
+    while shared.strong_count() > 0 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+}
+
+impl Shared {
+    /// Applies an endpoint set: subset of at most 32, existing endpoints (and their stats and
+    /// connections) kept by address, new ones created cold.
+    pub(crate) fn apply(&self, addrs: &[String]) {
+        let chosen = subset::select(addrs, self.seed, SUBSET_SIZE);
+        let old = self.set.load();
+        let by_addr: HashMap<&str, &Arc<Endpoint>> = old.iter().map(|e| (&*e.addr, e)).collect();
+        let mut next = Vec::with_capacity(chosen.len());
+        for addr in &chosen {
+            if next.iter().any(|e: &Arc<Endpoint>| &*e.addr == addr) {
+                continue;
+            }
+            match by_addr.get(addr.as_str()) {
+                Some(e) => next.push(Arc::clone(e)),
+                None => match Endpoint::new(addr, &self.connect) {
+                    Ok(e) => next.push(Arc::new(e)),
+                    Err(err) => {
+                        tracing::error!(target = %self.target, endpoint = %addr, "invalid endpoint address: {err}")
+                    }
+                },
+            }
+        }
+        tracing::info!(target = %self.target, endpoints = ?chosen, "endpoint set updated");
+        self.set.store(Arc::new(next));
+        self.ready.send_replace(true);
+    }
+
+    /// The current endpoints.
+    pub(crate) fn endpoints(&self) -> Arc<Vec<Arc<Endpoint>>> {
+        self.set.load_full()
+    }
+
+    /// Waits until the first endpoint set has been applied.
+    pub(crate) async fn wait_ready(&self) {
+        let mut rx = self.ready.subscribe();
+        // the sender lives in `self`: `wait_for` cannot fail while we hold `&self`
+        let _ = rx.wait_for(|r| *r).await;
+    }
+
+    pub(crate) fn clock(&self) -> super::Clock {
+        self.p2c.clock()
+    }
+
+    pub(crate) fn is_ready(&self) -> bool {
+        *self.ready.borrow()
+    }
+
+    fn pick(&self, set: &[Arc<Endpoint>], now: Instant) -> Option<Arc<Endpoint>> {
+        let i = match self.kind {
+            BalancerName::RoundRobin => self.rr.pick(set, now),
+            _ => self.p2c.pick(set, now, &mut ThreadRng),
+        }?;
+        Some(Arc::clone(&set[i]))
+    }
+
+    fn no_endpoint(&self) -> tonic::Status {
+        tonic::Status::unavailable(format!("no endpoint available for target {}", self.target))
+    }
+
+    async fn call(
+        self: Arc<Self>,
+        req: http::Request<Body>,
+    ) -> Result<http::Response<Body>, BoxError> {
+        if !self.is_ready() {
+            self.wait_ready().await;
+        }
+        let set = self.set.load_full();
+        if set.is_empty() {
+            return Err(self.no_endpoint().into());
+        }
+        let (req, replay) = if set.len() > 1 {
+            replay::prepare(req)?
+        } else {
+            (req, None)
+        };
+        let now = Instant::now();
+        let ep = self.pick(&set, now).ok_or_else(|| self.no_endpoint())?;
+        let clock = self.p2c.clock();
+        let mut failed = match ep.clone().send(clock, now, req, &self.target).await {
+            Ok(resp) => return Ok(resp),
+            Err(e) if e.retryable && replay.is_some() => (ep, e.status),
+            Err(e) => return Err(e.status.into()),
+        };
+        let Some(replay) = replay else {
+            return Err(failed.1.into());
+        };
+        // Transparent retry: the request never reached a server, so it can go elsewhere, at most
+        // MAX_ATTEMPTS in all. The failed endpoints are in back-off, so the picker avoids them.
+        for attempt in 2..=MAX_ATTEMPTS {
+            let set = self.set.load_full();
+            let now = Instant::now();
+            let Some(ep) = self.pick(&set, now) else {
+                break;
+            };
+            if Arc::ptr_eq(&ep, &failed.0) || ep.stats.is_down(clock.nanos(now)) {
+                // nothing else usable: give up with the last error
+                ep.stats.on_abandon();
+                break;
+            }
+            tracing::debug!(target = %self.target, from = %failed.0.addr, to = %ep.addr, attempt, "transparent retry: {}", failed.1.message());
+            match ep
+                .clone()
+                .send(clock, now, replay.clone_request(), &self.target)
+                .await
+            {
+                Ok(resp) => return Ok(resp),
+                Err(e) if e.retryable => failed = (ep, e.status),
+                Err(e) => return Err(e.status.into()),
+            }
+        }
+        Err(failed.1.into())
+    }
+}
+
+impl tower::Service<http::Request<Body>> for Balancer {
+    type Response = http::Response<Body>;
+    type Error = BoxError;
+    type Future = BoxFuture<'static, Result<http::Response<Body>, BoxError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        Box::pin(Arc::clone(&self.shared).call(req))
+    }
+}

@@ -1,0 +1,267 @@
+//! Per-endpoint load statistics: lock-free atomics updated on pick and completion.
+//!
+//! Times are nanoseconds since the picker's epoch ([`Clock`]), so one `Instant` read per event is
+//! converted once and everything else is integer arithmetic.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use zrpc_core::ewma::decay_weight;
+use zrpc_core::grpc::code;
+
+/// go-zero `decayTime`: 10 s (from Finagle).
+pub const DECAY_TIME: Duration = Duration::from_secs(10);
+/// go-zero `initSuccess`: the success score of a perfect endpoint.
+pub const INIT_SUCCESS: f64 = 1000.0;
+/// go-zero `throttleSuccess`: healthy while the success score is above this.
+pub const THROTTLE_SUCCESS: f64 = 500.0;
+/// Latency recorded for a failure on an endpoint that has no sample yet, so that a fast failure
+/// never looks like a fast endpoint.
+pub const FAILED_PROBE_LAG: Duration = Duration::from_secs(1);
+/// First back-off after a transport failure; doubles on each consecutive one.
+pub const BACKOFF_BASE: Duration = Duration::from_millis(100);
+/// Longest back-off after transport failures.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+const EMPTY: u64 = u64::MAX;
+
+/// Converts instants to nanoseconds since an epoch (the only time representation in the stats).
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    epoch: Instant,
+}
+
+impl Clock {
+    /// A clock counting from `epoch`.
+    #[must_use]
+    pub fn new(epoch: Instant) -> Self {
+        Clock { epoch }
+    }
+
+    /// Nanoseconds from the epoch to `now` (0 before the epoch).
+    #[inline]
+    #[must_use]
+    pub fn nanos(&self, now: Instant) -> u64 {
+        u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+/// The counters and averages of one endpoint (kept across endpoint-set updates, keyed by address).
+#[derive(Debug)]
+pub struct EndpointStats {
+    /// EWMA latency in ns (f64 bits), `EMPTY` until the first sample.
+    lag: AtomicU64,
+    /// EWMA success score 0..1000 (f64 bits).
+    success: AtomicU64,
+    /// Time of the last completion (ns + 1; 0 = never).
+    last_done: AtomicU64,
+    /// Time of the last pick (ns).
+    pub(crate) last_pick: AtomicU64,
+    inflight: AtomicU64,
+    requests: AtomicU64,
+    /// Unusable until this time (ns) after a transport failure; 0 = up.
+    down_until: AtomicU64,
+    /// Cold (no sample yet) or recovering from a transport failure: one request in flight at a time.
+    pub(crate) probing: AtomicBool,
+    /// Consecutive transport failures (the back-off exponent).
+    failures: AtomicU32,
+}
+
+impl Default for EndpointStats {
+    fn default() -> Self {
+        EndpointStats::new()
+    }
+}
+
+impl EndpointStats {
+    /// A cold endpoint: no latency sample, success 1000, probing.
+    #[must_use]
+    pub fn new() -> Self {
+        EndpointStats {
+            lag: AtomicU64::new(EMPTY),
+            success: AtomicU64::new(INIT_SUCCESS.to_bits()),
+            last_done: AtomicU64::new(0),
+            last_pick: AtomicU64::new(0),
+            inflight: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
+            down_until: AtomicU64::new(0),
+            probing: AtomicBool::new(true),
+            failures: AtomicU32::new(0),
+        }
+    }
+
+    /// The EWMA latency, `None` before the first sample.
+    #[must_use]
+    pub fn lag(&self) -> Option<Duration> {
+        match self.lag.load(Ordering::Relaxed) {
+            EMPTY => None,
+            bits => Some(Duration::from_nanos(f64::from_bits(bits) as u64)),
+        }
+    }
+
+    /// The EWMA latency in nanoseconds (0 before the first sample).
+    #[must_use]
+    pub fn lag_nanos(&self) -> f64 {
+        match self.lag.load(Ordering::Relaxed) {
+            EMPTY => 0.0,
+            bits => f64::from_bits(bits),
+        }
+    }
+
+    /// The EWMA success score, 0..=1000.
+    #[must_use]
+    pub fn success(&self) -> f64 {
+        f64::from_bits(self.success.load(Ordering::Relaxed))
+    }
+
+    /// Requests picked and not yet completed.
+    #[must_use]
+    pub fn inflight(&self) -> u64 {
+        self.inflight.load(Ordering::Relaxed)
+    }
+
+    /// Requests picked since creation.
+    #[must_use]
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Cold or recovering: limited to one request in flight while others are usable.
+    #[must_use]
+    pub fn is_probing(&self) -> bool {
+        self.probing.load(Ordering::Relaxed)
+    }
+
+    /// In transport-failure back-off at `now` (ns).
+    #[inline]
+    #[must_use]
+    pub fn is_down(&self, now: u64) -> bool {
+        now < self.down_until.load(Ordering::Relaxed)
+    }
+
+    /// The back-off deadline (ns; 0 = up).
+    #[must_use]
+    pub fn down_until(&self) -> u64 {
+        self.down_until.load(Ordering::Relaxed)
+    }
+
+    /// go-zero's `healthy()` (success > 500) and not down.
+    #[inline]
+    #[must_use]
+    pub fn is_healthy(&self, now: u64) -> bool {
+        self.success() > THROTTLE_SUCCESS && !self.is_down(now)
+    }
+
+    /// The P2C load at `now` (ns): go-zero's `sqrt(lag + 1) * (inflight + 1)`, with:
+    /// - `f64::INFINITY` while down;
+    /// - a probing endpoint: 0 with nothing in flight (send it the probe), else a penalty
+    ///   (`1e12 + inflight`: chosen only when every candidate is penalised).
+    #[inline]
+    #[must_use]
+    pub fn load(&self, now: u64) -> f64 {
+        if self.is_down(now) {
+            return f64::INFINITY;
+        }
+        let inflight = self.inflight() as f64;
+        if self.is_probing() {
+            return if inflight == 0.0 {
+                0.0
+            } else {
+                PENALTY + inflight
+            };
+        }
+        (self.lag_nanos() + 1.0).sqrt() * (inflight + 1.0)
+    }
+
+    /// Records a pick (in flight + 1); the pickers call it.
+    #[inline]
+    pub fn on_pick(&self) {
+        self.inflight.fetch_add(1, Ordering::Relaxed);
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records the completion of a request started at `start` (ns) with the final gRPC `code`, at
+    /// `now` (ns). go-zero's `Done` math, with zrpc's fixes:
+    ///
+    /// ```text
+    /// w       = exp(-(now - last_done) / 10s)   (0 for the first sample: it replaces)
+    /// lag     = lag * w + sample * (1 - w)       sample = now - start, but for a failure or a
+    ///                                            cancellation max(sample, lag) (never "fast")
+    /// success = success * w + (1000 | 0) * (1 - w)
+    /// ```
+    ///
+    /// A cancellation of a request to an endpoint without a sample records nothing (it says
+    /// nothing about its speed) and keeps the endpoint probing.
+    pub fn on_done(&self, start: u64, now: u64, code: i32) {
+        self.inflight.fetch_sub(1, Ordering::Relaxed);
+        let failure = is_failure(code);
+        let old_bits = self.lag.load(Ordering::Relaxed);
+        let empty = old_bits == EMPTY;
+        if empty && code == code::CANCELLED {
+            return;
+        }
+        let prev = self
+            .last_done
+            .swap(now.saturating_add(1), Ordering::Relaxed);
+        let w = if empty || prev == 0 {
+            0.0
+        } else {
+            decay_weight(
+                Duration::from_nanos(now.saturating_add(1).saturating_sub(prev)),
+                DECAY_TIME,
+            )
+        };
+        let old_lag = if empty { 0.0 } else { f64::from_bits(old_bits) };
+        let mut sample = now.saturating_sub(start) as f64;
+        if failure || code == code::CANCELLED {
+            sample = sample.max(old_lag);
+            if empty {
+                sample = sample.max(FAILED_PROBE_LAG.as_nanos() as f64);
+            }
+        }
+        let lag = old_lag * w + sample * (1.0 - w);
+        self.lag.store(lag.to_bits(), Ordering::Relaxed);
+        let score = if failure { 0.0 } else { INIT_SUCCESS };
+        let success = self.success() * w + score * (1.0 - w);
+        self.success.store(success.to_bits(), Ordering::Relaxed);
+        self.probing.store(false, Ordering::Relaxed);
+        if !failure {
+            self.failures.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Records a transport failure (refused, reset, GOAWAY) of a request started at `start`:
+    /// a failed completion, then down for an exponential back-off (100 ms doubling to 5 s), then
+    /// probing again (one request at a time until one completes).
+    pub fn on_transport_failure(&self, start: u64, now: u64) {
+        self.on_done(start, now, code::UNAVAILABLE);
+        let n = self.failures.fetch_add(1, Ordering::Relaxed).min(16);
+        let backoff = BACKOFF_BASE.saturating_mul(1 << n).min(BACKOFF_MAX);
+        let until = now.saturating_add(u64::try_from(backoff.as_nanos()).unwrap_or(u64::MAX));
+        self.down_until.store(until, Ordering::Relaxed);
+        self.probing.store(true, Ordering::Relaxed);
+    }
+
+    /// Releases an in-flight slot without recording anything (a request picked but never sent).
+    pub fn on_abandon(&self) {
+        self.inflight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The load given to a probing endpoint that already has its probe in flight.
+pub(crate) const PENALTY: f64 = 1e12;
+
+/// go-zero `codes.Acceptable` negated: DeadlineExceeded, Internal, Unavailable, DataLoss,
+/// Unimplemented, ResourceExhausted are failures.
+#[must_use]
+pub fn is_failure(c: i32) -> bool {
+    matches!(
+        c,
+        code::DEADLINE_EXCEEDED
+            | code::INTERNAL
+            | code::UNAVAILABLE
+            | code::DATA_LOSS
+            | code::UNIMPLEMENTED
+            | code::RESOURCE_EXHAUSTED
+    )
+}

@@ -1,0 +1,222 @@
+//! [`Client`]: the balanced, governed channel that generated tonic clients use.
+
+use std::any::Any;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tonic::body::Body;
+use tower::ServiceBuilder;
+use tower::util::BoxCloneSyncService;
+use zrpc_core::conf::Validate;
+
+use crate::Error;
+use crate::balancer::endpoint::ConnectOptions;
+use crate::balancer::random_seed;
+use crate::balancer::service::Balancer;
+use crate::conf::RpcClientConf;
+use crate::layers::breaker::BreakerLayer;
+use crate::layers::credentials::CredentialsLayer;
+use crate::layers::duration::DurationLayer;
+use crate::layers::metrics::MetricsLayer;
+use crate::layers::timeout::TimeoutLayer;
+use crate::layers::trace::TraceLayer;
+use crate::layers::{BoxError, Response};
+use crate::resolver::{self, Target};
+
+/// How long `NonBlock: false` waits for a usable endpoint (go-zero's dial timeout).
+pub const BLOCKING_DIAL_TIMEOUT: Duration = Duration::from_secs(3);
+/// TCP connect timeout of endpoint connections.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A zRPC client: `Clone + Send + Sync`, a `tower::Service` that tonic's generated clients accept.
+///
+/// Requests go through go-zero's chain (tracing, duration log, metrics, breaker, timeout, each
+/// switched by `Middlewares`), then `app`/`token` metadata, then the balancer (`p2c_ewma` or
+/// `round_robin`) over the endpoints of the target. Clones share everything.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use zrpc_client::{Client, conf::RpcClientConf};
+///
+/// let client = Client::new(RpcClientConf::direct(["127.0.0.1:8080"])).await?;
+/// // let mut greeter = GreeterClient::new(client.clone());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    service: BoxCloneSyncService<http::Request<Body>, Response, BoxError>,
+    balancer: Balancer,
+    target: Arc<str>,
+    /// Keeps the resolver running.
+    _resolution: Arc<dyn Any + Send + Sync>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("target", &self.target)
+            .field("balancer", &self.balancer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Builds a client from its config (go-zero `zrpc.NewClient`).
+    ///
+    /// With `NonBlock: true` (the default) it returns at once; calls made before the first endpoint
+    /// set is known wait for it until their deadline. With `NonBlock: false` it waits up to 3 s for
+    /// an endpoint that accepts a connection.
+    ///
+    /// # Errors
+    ///
+    /// An invalid config or target, a resolver that cannot start, `App`/`Token` that are not valid
+    /// header values, or (blocking mode) [`Error::Dial`] naming the target.
+    pub async fn new(conf: RpcClientConf) -> Result<Client, Error> {
+        conf.validate().map_err(|e| Error::Config(e.to_string()))?;
+        let target_str = conf
+            .build_target()
+            .map_err(|e| Error::Config(e.to_string()))?;
+        let target = Target::parse(&target_str)?;
+        let resolution = resolver::resolve_with(&target, &conf.etcd)?;
+        let target_name: Arc<str> = Arc::from(target.to_string());
+        let connect = ConnectOptions {
+            keepalive: conf.keepalive(),
+            connect_timeout: Some(CONNECT_TIMEOUT),
+        };
+        let balancer = Balancer::new(
+            target_name.clone(),
+            conf.balancer_name,
+            resolution.updates.clone(),
+            connect,
+            random_seed(),
+        );
+        crate::metrics::track(&balancer.shared);
+        let credentials = if conf.has_credential() {
+            Some(
+                CredentialsLayer::new(&conf.app, &conf.token)
+                    .map_err(|e| Error::Config(format!("App/Token: {e}")))?,
+            )
+        } else {
+            None
+        };
+        let m = &conf.middlewares;
+        let service = ServiceBuilder::new()
+            .option_layer(m.trace.then(|| TraceLayer::new(&target_name)))
+            .option_layer(m.duration.then(|| DurationLayer::new(&target_name)))
+            .option_layer(m.prometheus.then_some(MetricsLayer))
+            .option_layer(m.breaker.then(|| BreakerLayer::new(&target_name)))
+            .option_layer(
+                m.timeout
+                    .then(|| TimeoutLayer::new(conf.timeout_duration())),
+            )
+            .option_layer(credentials)
+            .service(balancer.clone());
+        let client = Client {
+            service: BoxCloneSyncService::new(service),
+            balancer,
+            target: target_name,
+            _resolution: resolution.guard,
+        };
+        if !conf.non_block {
+            client.wait_usable(&target).await?;
+        }
+        Ok(client)
+    }
+
+    /// The target, in canonical form (`direct:///a,b`, `etcd:///h?key=k`, `dns:///host:port`).
+    #[must_use]
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    /// A snapshot of the current endpoints and their balancer stats.
+    #[must_use]
+    pub fn endpoints(&self) -> Vec<EndpointInfo> {
+        self.balancer
+            .shared
+            .endpoints()
+            .iter()
+            .map(|e| EndpointInfo {
+                addr: e.addr.to_string(),
+                lag: e.stats.lag(),
+                success: e.stats.success(),
+                inflight: e.stats.inflight(),
+                requests: e.stats.requests(),
+            })
+            .collect()
+    }
+
+    async fn wait_usable(&self, target: &Target) -> Result<(), Error> {
+        let shared = &self.balancer.shared;
+        let wait = async {
+            shared.wait_ready().await;
+            loop {
+                let set = shared.endpoints();
+                let mut attempts: futures_util::stream::FuturesUnordered<_> = set
+                    .iter()
+                    .map(|e| tokio::net::TcpStream::connect(e.addr.to_string()))
+                    .collect();
+                use futures_util::StreamExt;
+                while let Some(r) = attempts.next().await {
+                    if r.is_ok() {
+                        return;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        };
+        tokio::time::timeout(BLOCKING_DIAL_TIMEOUT, wait)
+            .await
+            .map_err(|_| Error::Dial {
+                target: self.target.to_string(),
+                service: target.service_name(),
+                waited: BLOCKING_DIAL_TIMEOUT,
+            })
+    }
+}
+
+/// One endpoint as seen by the balancer ([`Client::endpoints`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct EndpointInfo {
+    /// `host:port`.
+    pub addr: String,
+    /// EWMA latency (`None` before the first completed call).
+    pub lag: Option<Duration>,
+    /// EWMA success score, 0..=1000.
+    pub success: f64,
+    /// Calls in flight.
+    pub inflight: u64,
+    /// Calls sent since the endpoint joined.
+    pub requests: u64,
+}
+
+impl tower::Service<http::Request<Body>> for Client {
+    type Response = Response;
+    type Error = BoxError;
+    type Future =
+        <BoxCloneSyncService<http::Request<Body>, Response, BoxError> as tower::Service<
+            http::Request<Body>,
+        >>::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.service.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        self.service.call(req)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static_assertions::assert_impl_all!(Client: Clone, Send, Sync, std::fmt::Debug);
+    static_assertions::assert_impl_all!(
+        Client: tower::Service<http::Request<Body>, Response = http::Response<Body>>
+    );
+}

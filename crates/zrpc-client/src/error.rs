@@ -1,0 +1,55 @@
+//! The crate's error type and its one mapping to [`tonic::Status`].
+
+use std::time::Duration;
+
+/// Errors of zrpc-client: bad configuration or target, a resolver that cannot start, no usable
+/// endpoint in blocking mode.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The target string could not be parsed; `reason` names the part that is wrong.
+    #[error("invalid target {target:?}: {reason}")]
+    InvalidTarget {
+        /// The target as given.
+        target: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The configuration is invalid (e.g. no endpoints, target or etcd given).
+    #[error("invalid client config: {0}")]
+    Config(String),
+    /// An unknown `BalancerName`.
+    #[error("unknown balancer {0:?} (supported: \"p2c_ewma\", \"round_robin\")")]
+    UnknownBalancer(String),
+    /// The resolver of a target could not be started.
+    #[error("resolver for {target}: {reason}")]
+    Resolve {
+        /// The target.
+        target: String,
+        /// Why it failed.
+        reason: String,
+    },
+    /// Blocking mode (`NonBlock: false`): no endpoint became usable in time (go-zero's dial error).
+    #[error(
+        "rpc dial: {target}, error: no usable endpoint within {waited:?}, make sure rpc service {service:?} is already started"
+    )]
+    Dial {
+        /// The target.
+        target: String,
+        /// The service name (last path segment of the target).
+        service: String,
+        /// How long the client waited.
+        waited: Duration,
+    },
+}
+
+impl From<Error> for tonic::Status {
+    fn from(err: Error) -> Self {
+        match err {
+            Error::Dial { .. } | Error::Resolve { .. } => {
+                tonic::Status::unavailable(err.to_string())
+            }
+            _ => tonic::Status::invalid_argument(err.to_string()),
+        }
+    }
+}

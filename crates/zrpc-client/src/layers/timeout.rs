@@ -1,0 +1,156 @@
+//! Per-call deadline (go-zero `TimeoutInterceptor`), with the caller's shorter deadline winning.
+//!
+//! The timeout of a call is [`CallTimeout`] from the request extensions if present (go-zero
+//! `WithCallTimeout`), else the client's `Timeout`; an incoming `grpc-timeout` header (tonic's
+//! `Request::set_timeout`, or a deadline propagated by a server handler) wins when shorter. Zero
+//! means no timeout. The deadline is sent on as `grpc-timeout`, recorded as a
+//! [`Deadline`](crate::balancer::Deadline) extension (so the picker counts a call dropped at its
+//! deadline as `DeadlineExceeded`), and enforced on the response: expiry gives
+//! `DeadlineExceeded` (tonic's own timeout would say `Cancelled`).
+
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+use http::HeaderValue;
+use tonic::body::Body;
+use zrpc_core::grpc::timeout as grpc_timeout;
+
+use super::{BoxError, Response};
+use crate::balancer::Deadline;
+
+/// A per-call timeout override, as a request extension:
+///
+/// ```
+/// use std::time::Duration;
+/// use zrpc_client::CallTimeout;
+///
+/// let mut req = tonic::Request::new(());
+/// req.extensions_mut().insert(CallTimeout(Duration::from_millis(300)));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallTimeout(pub Duration);
+
+/// Applies the call deadline.
+#[derive(Debug, Clone, Copy)]
+pub struct TimeoutLayer {
+    default: Option<Duration>,
+}
+
+impl TimeoutLayer {
+    /// A layer whose default timeout is `default` (`None` or zero = none).
+    #[must_use]
+    pub fn new(default: Option<Duration>) -> Self {
+        TimeoutLayer {
+            default: default.filter(|d| !d.is_zero()),
+        }
+    }
+}
+
+impl<S> tower::Layer<S> for TimeoutLayer {
+    type Service = Timeout<S>;
+    fn layer(&self, inner: S) -> Timeout<S> {
+        Timeout {
+            inner,
+            default: self.default,
+        }
+    }
+}
+
+/// The service of [`TimeoutLayer`].
+#[derive(Debug, Clone)]
+pub struct Timeout<S> {
+    inner: S,
+    default: Option<Duration>,
+}
+
+/// The effective timeout: the override (zero = none) or the default, and the header if shorter.
+fn effective(
+    default: Option<Duration>,
+    call: Option<CallTimeout>,
+    header: Option<Duration>,
+) -> Option<Duration> {
+    let own = match call {
+        Some(CallTimeout(d)) if d.is_zero() => None,
+        Some(CallTimeout(d)) => Some(d),
+        None => default,
+    };
+    match (own, header) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+impl<S> tower::Service<http::Request<Body>> for Timeout<S>
+where
+    S: tower::Service<http::Request<Body>, Response = Response, Error = BoxError>,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = BoxError;
+    type Future = BoxFuture<'static, Result<Response, BoxError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<Body>) -> Self::Future {
+        let call = req.extensions().get::<CallTimeout>().copied();
+        let header = grpc_timeout::from_headers(req.headers());
+        let Some(timeout) = effective(self.default, call, header) else {
+            return Box::pin(self.inner.call(req));
+        };
+        let deadline = Instant::now() + timeout;
+        if let Ok(v) = HeaderValue::from_str(&grpc_timeout::format(timeout)) {
+            req.headers_mut().insert(grpc_timeout::GRPC_TIMEOUT, v);
+        }
+        req.extensions_mut().insert(Deadline(deadline));
+        let fut = self.inner.call(req);
+        Box::pin(async move {
+            match tokio::time::timeout_at(deadline.into(), fut).await {
+                Ok(result) => result.map_err(|e| match super::code_of_error(&*e) {
+                    // tonic's own grpc-timeout expiry says Cancelled("Timeout expired")
+                    zrpc_core::grpc::code::CANCELLED if Instant::now() >= deadline => {
+                        tonic::Status::deadline_exceeded(format!(
+                            "deadline exceeded after {timeout:?}"
+                        ))
+                        .into()
+                    }
+                    _ => e,
+                }),
+                Err(_) => Err(tonic::Status::deadline_exceeded(format!(
+                    "deadline exceeded after {timeout:?}"
+                ))
+                .into()),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: fn(u64) -> Duration = Duration::from_millis;
+
+    #[test]
+    fn shorter_deadline_wins() {
+        assert_eq!(effective(Some(S(2000)), None, None), Some(S(2000)));
+        assert_eq!(
+            effective(Some(S(2000)), Some(CallTimeout(S(300))), None),
+            Some(S(300))
+        );
+        assert_eq!(
+            effective(Some(S(2000)), Some(CallTimeout(S(5000))), None),
+            Some(S(5000))
+        );
+        assert_eq!(effective(Some(S(2000)), None, Some(S(100))), Some(S(100)));
+        assert_eq!(effective(Some(S(100)), None, Some(S(2000))), Some(S(100)));
+        assert_eq!(
+            effective(Some(S(2000)), Some(CallTimeout(S(0))), None),
+            None
+        );
+        assert_eq!(effective(None, None, Some(S(7))), Some(S(7)));
+        assert_eq!(effective(None, None, None), None);
+    }
+}

@@ -1,0 +1,182 @@
+//! Client metrics, registered in `prometheus::default_registry()` (the DevServer of zrpc-server
+//! exports that registry next to its own, so client metrics appear on `/metrics` too).
+//!
+//! go-zero's families (`clientinterceptors/prometheusinterceptor.go`):
+//! - `rpc_client_requests_duration_ms{method}`, buckets 1, 2, 5, ..., 5000 ms;
+//! - `rpc_client_requests_code_total{method,code}`, numeric code.
+//!
+//! zrpc additions, per endpoint of every live client (read from the balancer's atomics at scrape
+//! time, nothing is updated per request): `rpc_client_endpoint_lag_ms{target,endpoint}` (EWMA
+//! latency), `rpc_client_endpoint_inflight{target,endpoint}`,
+//! `rpc_client_endpoint_success{target,endpoint}` (EWMA success score 0..1000) and
+//! `rpc_client_endpoint_down{target,endpoint}` (1 while in transport-failure back-off).
+
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
+use prometheus::{GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+
+use crate::balancer::service::Shared;
+
+/// go-zero's duration buckets, in milliseconds.
+pub const DURATION_BUCKETS_MS: [f64; 12] = [
+    1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2000.0, 5000.0,
+];
+
+/// The registry holding the client metrics: `prometheus::default_registry()`.
+#[must_use]
+pub fn registry() -> &'static Registry {
+    prometheus::default_registry()
+}
+
+/// The client metric families.
+#[derive(Debug)]
+pub struct ClientMetrics {
+    /// `rpc_client_requests_duration_ms{method}`.
+    pub duration_ms: HistogramVec,
+    /// `rpc_client_requests_code_total{method,code}`.
+    pub code_total: IntCounterVec,
+}
+
+/// The client metric families, registered on first use (with the per-endpoint collector).
+pub fn client_metrics() -> &'static ClientMetrics {
+    static METRICS: OnceLock<ClientMetrics> = OnceLock::new();
+    METRICS.get_or_init(|| {
+        let duration_ms = HistogramVec::new(
+            HistogramOpts::new(
+                "rpc_client_requests_duration_ms",
+                "rpc client requests duration(ms).",
+            )
+            .buckets(DURATION_BUCKETS_MS.to_vec()),
+            &["method"],
+        );
+        let code_total = IntCounterVec::new(
+            Opts::new(
+                "rpc_client_requests_code_total",
+                "rpc client requests code count.",
+            ),
+            &["method", "code"],
+        );
+        let (Ok(duration_ms), Ok(code_total)) = (duration_ms, code_total) else {
+            unreachable!("static metric options are valid")
+        };
+        for c in [
+            Box::new(duration_ms.clone()) as Box<dyn Collector>,
+            Box::new(code_total.clone()),
+        ] {
+            if let Err(e) = registry().register(c) {
+                tracing::error!(target: "zrpc::metrics", "cannot register client metrics: {e}");
+            }
+        }
+        ClientMetrics {
+            duration_ms,
+            code_total,
+        }
+    })
+}
+
+/// Live balancers, for the per-endpoint gauges.
+fn balancers() -> &'static Mutex<Vec<Weak<Shared>>> {
+    static BALANCERS: OnceLock<Mutex<Vec<Weak<Shared>>>> = OnceLock::new();
+    BALANCERS.get_or_init(|| {
+        if let Err(e) = registry().register(Box::new(EndpointCollector::new())) {
+            tracing::error!(target: "zrpc::metrics", "cannot register endpoint gauges: {e}");
+        }
+        Mutex::new(Vec::new())
+    })
+}
+
+/// Adds a balancer to the per-endpoint gauges (removed automatically when dropped).
+pub(crate) fn track(shared: &Arc<Shared>) {
+    let mut list = balancers().lock();
+    list.retain(|w| w.strong_count() > 0);
+    list.push(Arc::downgrade(shared));
+}
+
+struct EndpointCollector {
+    lag: GaugeVec,
+    inflight: GaugeVec,
+    success: GaugeVec,
+    down: GaugeVec,
+    descs: Vec<Desc>,
+}
+
+impl EndpointCollector {
+    fn new() -> Self {
+        let gauge = |name: &str, help: &str| {
+            GaugeVec::new(Opts::new(name, help), &["target", "endpoint"])
+                .unwrap_or_else(|_| unreachable!())
+        };
+        let lag = gauge(
+            "rpc_client_endpoint_lag_ms",
+            "EWMA latency of the endpoint (ms).",
+        );
+        let inflight = gauge(
+            "rpc_client_endpoint_inflight",
+            "requests in flight on the endpoint.",
+        );
+        let success = gauge(
+            "rpc_client_endpoint_success",
+            "EWMA success score of the endpoint (0..1000).",
+        );
+        let down = gauge(
+            "rpc_client_endpoint_down",
+            "1 while the endpoint is in transport-failure back-off.",
+        );
+        let descs = [&lag, &inflight, &success, &down]
+            .iter()
+            .flat_map(|g| g.desc().into_iter().cloned())
+            .collect();
+        EndpointCollector {
+            lag,
+            inflight,
+            success,
+            down,
+            descs,
+        }
+    }
+}
+
+impl Collector for EndpointCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        for g in [&self.lag, &self.inflight, &self.success, &self.down] {
+            g.reset();
+        }
+        let live: Vec<Arc<Shared>> = balancers()
+            .lock()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        let now = Instant::now();
+        for b in live {
+            let clock = b.clock();
+            for e in b.endpoints().iter() {
+                let labels = [&*b.target, &*e.addr];
+                let s = &e.stats;
+                self.lag.with_label_values(&labels).set(s.lag_nanos() / 1e6);
+                self.inflight
+                    .with_label_values(&labels)
+                    .set(s.inflight() as f64);
+                self.success.with_label_values(&labels).set(s.success());
+                self.down
+                    .with_label_values(&labels)
+                    .set(if s.is_down(clock.nanos(now)) {
+                        1.0
+                    } else {
+                        0.0
+                    });
+            }
+        }
+        [&self.lag, &self.inflight, &self.success, &self.down]
+            .iter()
+            .flat_map(|g| g.collect())
+            .collect()
+    }
+}

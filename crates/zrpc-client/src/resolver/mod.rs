@@ -1,0 +1,87 @@
+//! Endpoint-set sources: direct (here), etcd and DNS (`etcd.rs`, `dns.rs`), and the stable subset.
+//!
+//! A resolver publishes the endpoint set of a [`Target`] on a `tokio::sync::watch` channel
+//! ([`EndpointUpdates`]): `None` until the first resolution, then `Some(set)` on every change. The
+//! client applies [`subset::select`] (at most 32 endpoints, stable under churn) to each update and
+//! hands the result to the balancer, which keeps per-endpoint stats across updates.
+//!
+//! A [`Resolution`] also carries a `guard`: whatever keeps the source alive (a watch task, the
+//! sender). The client holds it for as long as it lives; dropping it lets the source stop.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use zrpc_core::conf::EtcdConf;
+
+use crate::Error;
+
+pub mod dns;
+pub mod etcd;
+pub mod subset;
+mod target;
+
+pub use target::Target;
+
+/// The stream of endpoint sets of one target: `None` = not yet resolved, then each full set.
+pub type EndpointUpdates = watch::Receiver<Option<Arc<Vec<String>>>>;
+
+/// A running resolution: its updates and the guard that keeps its source alive.
+#[derive(Clone)]
+pub struct Resolution {
+    /// The endpoint sets.
+    pub updates: EndpointUpdates,
+    /// Keeps the source alive (drop it to let the source stop).
+    pub guard: Arc<dyn Any + Send + Sync>,
+}
+
+impl std::fmt::Debug for Resolution {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resolution")
+            .field("current", &*self.updates.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Resolution {
+    /// A resolution that publishes `endpoints` once and never changes (the direct source).
+    #[must_use]
+    pub fn fixed(endpoints: Vec<String>) -> Resolution {
+        let (tx, rx) = watch::channel(Some(Arc::new(endpoints)));
+        Resolution {
+            updates: rx,
+            guard: Arc::new(tx),
+        }
+    }
+}
+
+/// Starts the resolver of `target` (dispatch by scheme).
+///
+/// Must be called inside a tokio runtime for the etcd and DNS sources (they spawn their watch task).
+///
+/// # Errors
+///
+/// [`Error::Resolve`] when the source cannot be started.
+pub fn resolve(target: &Target) -> Result<Resolution, Error> {
+    resolve_with(target, &EtcdConf::default())
+}
+
+/// Like [`resolve`], with the etcd account and TLS settings of `etcd` (its hosts and key are
+/// replaced by the target's).
+///
+/// # Errors
+///
+/// [`Error::Resolve`] when the source cannot be started.
+pub fn resolve_with(target: &Target, etcd: &EtcdConf) -> Result<Resolution, Error> {
+    match target {
+        Target::Direct { endpoints } => Ok(Resolution::fixed(endpoints.clone())),
+        Target::Etcd { hosts, key } => {
+            let mut conf = etcd.clone();
+            conf.hosts.clone_from(hosts);
+            conf.key.clone_from(key);
+            self::etcd::resolve(conf)
+        }
+        Target::Dns { host, port } => dns::resolve(host, *port),
+    }
+}

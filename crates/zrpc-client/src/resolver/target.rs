@@ -1,0 +1,362 @@
+//! Parsing of go-zero's target strings (reference §3.4, `zrpc/resolver/internal/targets`).
+//!
+//! | form | meaning |
+//! |---|---|
+//! | `direct:///h1:p1,h2:p2` | fixed endpoints (the authority is ignored) |
+//! | `etcd:///h1:2379,h2:2379?key=<url-encoded key>` | etcd discovery (go-zero >= 1.10.2) |
+//! | `etcd://h1:2379/key`, `discov://h1,h2/key` | legacy etcd forms: hosts in the authority, key in the path |
+//! | `dns:///host:port` (authority ignored) | DNS, re-resolved periodically |
+//! | `host:port` (no scheme) | one fixed endpoint (grpc-go's `passthrough`) |
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::Error;
+
+/// A parsed client target.
+///
+/// # Examples
+///
+/// ```
+/// use zrpc_client::resolver::Target;
+///
+/// let t: Target = "etcd:///127.0.0.1:2379?key=user.rpc".parse().unwrap();
+/// assert_eq!(
+///     t,
+///     Target::Etcd { hosts: vec!["127.0.0.1:2379".into()], key: "user.rpc".into() }
+/// );
+/// assert!("k8s://ns/svc:8080".parse::<Target>().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Target {
+    /// Fixed endpoints (`host:port` each).
+    Direct {
+        /// The endpoints, in the order given.
+        endpoints: Vec<String>,
+    },
+    /// etcd discovery of the values under `key/`.
+    Etcd {
+        /// etcd endpoints.
+        hosts: Vec<String>,
+        /// The service key (without the trailing `/`).
+        key: String,
+    },
+    /// DNS name re-resolved periodically.
+    Dns {
+        /// Host name (or IP literal).
+        host: String,
+        /// Port.
+        port: u16,
+    },
+}
+
+impl Target {
+    /// Parses a target string.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidTarget`] naming the part that is wrong (scheme, hosts, key, port...).
+    pub fn parse(text: &str) -> Result<Target, Error> {
+        let bad = |reason: String| Error::InvalidTarget {
+            target: text.to_owned(),
+            reason,
+        };
+        let trimmed = text.trim();
+        if trimmed.is_empty() {
+            return Err(bad("empty target".into()));
+        }
+        let Some((scheme, rest)) = trimmed.split_once("://") else {
+            // grpc-go's passthrough: a bare `host:port`.
+            check_addr(trimmed).map_err(bad)?;
+            return Ok(Target::Direct {
+                endpoints: vec![trimmed.to_owned()],
+            });
+        };
+        let (authority, path_and_query) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i + 1..]),
+            None => (rest, ""),
+        };
+        let (path, query) = match path_and_query.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (path_and_query, None),
+        };
+        match scheme.to_ascii_lowercase().as_str() {
+            "direct" => {
+                let endpoints = split_list(path);
+                if endpoints.is_empty() {
+                    return Err(bad(
+                        "no endpoints in the path (expected direct:///host:port,host:port)".into(),
+                    ));
+                }
+                for e in &endpoints {
+                    check_addr(e).map_err(bad)?;
+                }
+                Ok(Target::Direct { endpoints })
+            }
+            "etcd" | "discov" if authority.is_empty() => {
+                // etcd:///h1,h2?key=k
+                let hosts = split_list(path);
+                if hosts.is_empty() {
+                    return Err(bad("empty etcd hosts".into()));
+                }
+                let key = query
+                    .and_then(|q| {
+                        q.split('&')
+                            .filter_map(|kv| kv.split_once('='))
+                            .find(|(k, _)| *k == "key")
+                            .map(|(_, v)| v)
+                    })
+                    .ok_or_else(|| {
+                        bad("missing `key` query parameter (expected etcd:///hosts?key=k)".into())
+                    })
+                    .and_then(|v| query_unescape(v).map_err(bad))?;
+                if key.is_empty() {
+                    return Err(bad("empty etcd key".into()));
+                }
+                Ok(Target::Etcd { hosts, key })
+            }
+            "etcd" | "discov" => {
+                // legacy: etcd://h1,h2/key
+                let hosts = split_list(authority);
+                let key = path.trim_end_matches('/');
+                if key.is_empty() {
+                    return Err(bad("empty etcd key (expected etcd://hosts/key)".into()));
+                }
+                Ok(Target::Etcd {
+                    hosts,
+                    key: key.to_owned(),
+                })
+            }
+            "dns" => {
+                let (host, port) = path.rsplit_once(':').ok_or_else(|| {
+                    bad(format!(
+                        "dns target {path:?} has no port (expected dns:///host:port)"
+                    ))
+                })?;
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                if host.is_empty() {
+                    return Err(bad("empty host in dns target".into()));
+                }
+                let port = port
+                    .parse::<u16>()
+                    .map_err(|_| bad(format!("invalid port {port:?} in dns target")))?;
+                Ok(Target::Dns {
+                    host: host.to_owned(),
+                    port,
+                })
+            }
+            other => Err(bad(format!(
+                "unsupported scheme {other:?} (supported: direct, etcd, discov, dns)"
+            ))),
+        }
+    }
+
+    /// The service name used in go-zero's dial error: the last path segment (the etcd key's last
+    /// component, the DNS host, or the endpoint list).
+    #[must_use]
+    pub fn service_name(&self) -> String {
+        match self {
+            Target::Direct { endpoints } => endpoints.join(","),
+            Target::Etcd { key, .. } => key.rsplit('/').next().unwrap_or(key).to_owned(),
+            Target::Dns { host, .. } => host.clone(),
+        }
+    }
+}
+
+impl FromStr for Target {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Target::parse(s)
+    }
+}
+
+impl fmt::Display for Target {
+    /// The canonical form: `direct:///a,b`, `etcd:///h1,h2?key=k`, `dns:///host:port`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Direct { endpoints } => write!(f, "direct:///{}", endpoints.join(",")),
+            Target::Etcd { hosts, key } => {
+                write!(f, "etcd:///{}?key={}", hosts.join(","), query_escape(key))
+            }
+            Target::Dns { host, port } if host.contains(':') => write!(f, "dns:///[{host}]:{port}"),
+            Target::Dns { host, port } => write!(f, "dns:///{host}:{port}"),
+        }
+    }
+}
+
+fn split_list(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn check_addr(addr: &str) -> Result<(), String> {
+    let Some((host, port)) = addr.rsplit_once(':') else {
+        return Err(format!(
+            "endpoint {addr:?} has no port (expected host:port)"
+        ));
+    };
+    if host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .is_empty()
+    {
+        return Err(format!("endpoint {addr:?} has an empty host"));
+    }
+    port.parse::<u16>()
+        .map(|_| ())
+        .map_err(|_| format!("endpoint {addr:?} has an invalid port {port:?}"))
+}
+
+/// Go's `url.QueryUnescape`: `%XX` and `+` as space.
+fn query_unescape(s: &str) -> Result<String, String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = s
+                    .get(i + 1..i + 3)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or_else(|| format!("invalid escape at byte {i} of key {s:?}"))?;
+                out.push(hex);
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).map_err(|_| format!("key {s:?} is not UTF-8 once unescaped"))
+}
+
+/// Go's `url.QueryEscape`.
+fn query_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            b' ' => out.push('+'),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> Target {
+        Target::parse(s).unwrap()
+    }
+
+    fn err(s: &str) -> String {
+        Target::parse(s).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn parses_all_schemes() {
+        assert_eq!(
+            p("direct:///127.0.0.1:1,127.0.0.1:2"),
+            Target::Direct {
+                endpoints: vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()]
+            }
+        );
+        assert_eq!(
+            p("direct://ignored/a:1"),
+            Target::Direct {
+                endpoints: vec!["a:1".into()]
+            }
+        );
+        assert_eq!(
+            p("etcd:///h1:2379,h2:2379?key=user.rpc"),
+            Target::Etcd {
+                hosts: vec!["h1:2379".into(), "h2:2379".into()],
+                key: "user.rpc".into()
+            }
+        );
+        assert_eq!(
+            p("etcd:///h1:2379?key=a%2Fb+c"),
+            Target::Etcd {
+                hosts: vec!["h1:2379".into()],
+                key: "a/b c".into()
+            }
+        );
+        assert_eq!(
+            p("etcd://h1:2379/user.rpc"),
+            Target::Etcd {
+                hosts: vec!["h1:2379".into()],
+                key: "user.rpc".into()
+            }
+        );
+        assert_eq!(
+            p("discov://h1,h2/a/b"),
+            Target::Etcd {
+                hosts: vec!["h1".into(), "h2".into()],
+                key: "a/b".into()
+            }
+        );
+        assert_eq!(
+            p("dns:///svc.local:8080"),
+            Target::Dns {
+                host: "svc.local".into(),
+                port: 8080
+            }
+        );
+        assert_eq!(
+            p("dns://8.8.8.8/svc:80"),
+            Target::Dns {
+                host: "svc".into(),
+                port: 80
+            }
+        );
+        assert_eq!(
+            p("127.0.0.1:9"),
+            Target::Direct {
+                endpoints: vec!["127.0.0.1:9".into()]
+            }
+        );
+    }
+
+    #[test]
+    fn display_round_trips() {
+        for s in [
+            "direct:///a:1,b:2",
+            "etcd:///h1:2379,h2:2379?key=a%2Fb",
+            "dns:///svc:80",
+        ] {
+            assert_eq!(p(s).to_string(), s);
+            assert_eq!(p(&p(s).to_string()), p(s));
+        }
+    }
+
+    #[test]
+    fn errors_name_the_wrong_part() {
+        assert!(err("k8s://ns/svc:80").contains("unsupported scheme \"k8s\""));
+        assert!(err("direct:///").contains("no endpoints"));
+        assert!(err("direct:///a:1,b").contains("\"b\" has no port"));
+        assert!(err("direct:///a:x").contains("invalid port \"x\""));
+        assert!(err("etcd:///h1:2379").contains("missing `key`"));
+        assert!(err("etcd:///?key=k").contains("empty etcd hosts"));
+        assert!(err("etcd:///h:1?key=").contains("empty etcd key"));
+        assert!(err("etcd://h:1/").contains("empty etcd key"));
+        assert!(err("dns:///svc").contains("has no port"));
+        assert!(err("dns:///svc:99999").contains("invalid port"));
+        assert!(err("").contains("empty target"));
+        assert!(err("etcd:///h:1?key=%zz").contains("invalid escape"));
+    }
+
+    #[test]
+    fn service_name_is_last_segment() {
+        assert_eq!(p("etcd://h/a/b/user.rpc").service_name(), "user.rpc");
+        assert_eq!(p("dns:///svc:1").service_name(), "svc");
+    }
+}

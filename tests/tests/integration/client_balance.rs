@@ -1,0 +1,83 @@
+//! P2C+EWMA vs round robin with three real servers, one 50x slower: the slow server's share.
+//!
+//! The servers sleep 5 ms and 250 ms: with smaller delays the loopback and debug-build overhead
+//! (about 1 ms per call here) would make the "fast" servers much less than 50x faster.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use zrpc_client::Client;
+use zrpc_client::conf::{BalancerName, RpcClientConf};
+use zrpc_tests::pb::HelloRequest;
+use zrpc_tests::pb::greeter_client::GreeterClient;
+
+use crate::client_support::Backend;
+
+const REQUESTS: usize = 3000;
+const CONCURRENCY: usize = 50;
+const FAST: Duration = Duration::from_millis(5);
+const SLOW: Duration = Duration::from_millis(250);
+
+/// Runs `REQUESTS` calls with `CONCURRENCY` workers; returns the slow server's share and the time.
+async fn share_of_slow(balancer: BalancerName) -> (f64, Duration, usize) {
+    let fast_a = Backend::start("a", FAST);
+    let fast_b = Backend::start("b", FAST);
+    let slow = Backend::start("c", SLOW);
+    let conf = RpcClientConf::direct([fast_a.endpoint(), fast_b.endpoint(), slow.endpoint()])
+        .with_balancer(balancer)
+        .with_timeout(Duration::from_secs(10));
+    let client = Client::new(conf).await.unwrap();
+    let started = Instant::now();
+    let failures = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for w in 0..CONCURRENCY {
+        let mut greeter = GreeterClient::new(client.clone());
+        let failures = failures.clone();
+        workers.push(tokio::spawn(async move {
+            for i in 0..REQUESTS / CONCURRENCY {
+                let r = greeter
+                    .say_hello(HelloRequest {
+                        name: format!("{w}-{i}"),
+                    })
+                    .await;
+                if r.is_err() {
+                    failures.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        }));
+    }
+    for w in workers {
+        w.await.unwrap();
+    }
+    let elapsed = started.elapsed();
+    let total = fast_a.hits() + fast_b.hits() + slow.hits();
+    assert_eq!(total as usize, REQUESTS);
+    (
+        slow.hits() as f64 / REQUESTS as f64,
+        elapsed,
+        failures.load(std::sync::atomic::Ordering::SeqCst),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn client_p2c_avoids_the_slow_server_round_robin_does_not() {
+    let (p2c, p2c_time, p2c_failed) = share_of_slow(BalancerName::P2cEwma).await;
+    let (rr, rr_time, rr_failed) = share_of_slow(BalancerName::RoundRobin).await;
+    println!(
+        "slow server share of {REQUESTS} requests ({CONCURRENCY} concurrent; servers {FAST:?}, {FAST:?}, {SLOW:?}): \
+         p2c_ewma {:.2}% in {p2c_time:?}, round_robin {:.2}% in {rr_time:?}",
+        p2c * 100.0,
+        rr * 100.0
+    );
+    assert_eq!(p2c_failed + rr_failed, 0);
+    assert!(
+        p2c < 0.05,
+        "p2c_ewma sent {:.2}% to the slow server",
+        p2c * 100.0
+    );
+    assert!(
+        rr > 0.30,
+        "round robin sent {:.2}% to the slow server",
+        rr * 100.0
+    );
+}

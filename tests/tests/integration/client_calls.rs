@@ -1,0 +1,126 @@
+//! Client behaviour on single calls: metadata, timeouts, blocking dial, streaming accounting.
+
+use std::time::{Duration, Instant};
+
+use tonic::Code;
+use zrpc_client::conf::RpcClientConf;
+use zrpc_client::{CallTimeout, Client, Error};
+use zrpc_tests::pb::greeter_client::GreeterClient;
+use zrpc_tests::pb::{HelloRequest, HelloStreamRequest};
+
+use crate::client_support::{Backend, dead_endpoint};
+
+#[tokio::test]
+async fn client_sends_app_and_token() {
+    let server = Backend::start("s", Duration::ZERO);
+    let conf = RpcClientConf::direct([server.endpoint()]).with_credential("my-app", "secret");
+    let mut greeter = GreeterClient::new(Client::new(conf).await.unwrap());
+    let reply = greeter
+        .say_hello(HelloRequest { name: "x".into() })
+        .await
+        .unwrap();
+    assert_eq!(reply.into_inner().message, "s x");
+    assert_eq!(
+        server.last_credentials(),
+        Some(("my-app".into(), "secret".into()))
+    );
+}
+
+#[tokio::test]
+async fn client_timeout_is_deadline_exceeded_and_call_override_wins() {
+    let server = Backend::start("s", Duration::from_millis(300));
+    let conf = RpcClientConf::direct([server.endpoint()]).with_timeout(Duration::from_millis(100));
+    let mut greeter = GreeterClient::new(Client::new(conf).await.unwrap());
+    let start = Instant::now();
+    let e = greeter
+        .say_hello(HelloRequest { name: "x".into() })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::DeadlineExceeded, "{e:?}");
+    assert!(start.elapsed() < Duration::from_millis(250));
+    // a longer per-call timeout lets it through
+    let mut req = tonic::Request::new(HelloRequest { name: "y".into() });
+    req.extensions_mut()
+        .insert(CallTimeout(Duration::from_secs(2)));
+    greeter.say_hello(req).await.unwrap();
+    // the caller's shorter grpc-timeout wins over the per-call timeout
+    let mut req = tonic::Request::new(HelloRequest { name: "z".into() });
+    req.extensions_mut()
+        .insert(CallTimeout(Duration::from_secs(2)));
+    req.set_timeout(Duration::from_millis(50));
+    let e = greeter.say_hello(req).await.unwrap_err();
+    assert_eq!(e.code(), Code::DeadlineExceeded, "{e:?}");
+}
+
+#[tokio::test]
+async fn client_blocking_dial_fails_naming_the_target() {
+    let dead = dead_endpoint();
+    let start = Instant::now();
+    let e = Client::new(RpcClientConf::direct([dead.clone()]).with_non_block(false))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Dial { .. }), "{e:?}");
+    assert!(e.to_string().contains(&dead), "{e}");
+    assert!(start.elapsed() >= Duration::from_secs(3));
+    // non-blocking: created at once; the call fails with Unavailable naming the target
+    let client = Client::new(RpcClientConf::direct([dead.clone()]))
+        .await
+        .unwrap();
+    let e = GreeterClient::new(client)
+        .say_hello(HelloRequest { name: "x".into() })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable);
+    assert!(e.message().contains(&dead), "{e:?}");
+}
+
+#[tokio::test]
+async fn client_blocking_dial_succeeds_with_a_live_server() {
+    let server = Backend::start("s", Duration::ZERO);
+    let client = Client::new(RpcClientConf::direct([server.endpoint()]).with_non_block(false))
+        .await
+        .unwrap();
+    GreeterClient::new(client)
+        .say_hello(HelloRequest { name: "x".into() })
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn client_streams_are_accounted_when_done_or_dropped() {
+    let server = Backend::start("s", Duration::ZERO);
+    let client = Client::new(RpcClientConf::direct([server.endpoint()]))
+        .await
+        .unwrap();
+    let mut greeter = GreeterClient::new(client.clone());
+    let mut stream = greeter
+        .say_hello_stream(HelloStreamRequest {
+            name: "x".into(),
+            count: 3,
+            interval_ms: 1,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut n = 0;
+    while stream.message().await.unwrap().is_some() {
+        n += 1;
+    }
+    assert_eq!(n, 3);
+    assert_eq!(client.endpoints()[0].inflight, 0);
+    assert!(client.endpoints()[0].lag.is_some());
+    // dropped mid-stream: the in-flight slot is released (cancelled)
+    let mut stream = greeter
+        .say_hello_stream(HelloStreamRequest {
+            name: "x".into(),
+            count: 100,
+            interval_ms: 10,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    stream.message().await.unwrap();
+    assert_eq!(client.endpoints()[0].inflight, 1);
+    drop(stream);
+    assert_eq!(client.endpoints()[0].inflight, 0);
+}

@@ -1,0 +1,103 @@
+//! Failover: a server killed mid-run costs only the calls in flight on it; a dead endpoint is
+//! skipped by transparent retry.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use zrpc_client::Client;
+use zrpc_client::conf::RpcClientConf;
+use zrpc_tests::pb::HelloRequest;
+use zrpc_tests::pb::greeter_client::GreeterClient;
+
+use crate::client_support::{Backend, dead_endpoint};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn client_kill_one_server_only_in_flight_calls_fail() {
+    let a = Backend::start("a", Duration::from_millis(2));
+    let b = Backend::start("b", Duration::from_millis(2));
+    let mut c = Backend::start("c", Duration::from_millis(2));
+    let conf = RpcClientConf::direct([a.endpoint(), b.endpoint(), c.endpoint()])
+        .with_timeout(Duration::from_secs(5));
+    let client = Client::new(conf).await.unwrap();
+    const WORKERS: usize = 16;
+    let stop_at = Instant::now() + Duration::from_millis(1500);
+    // (start, end, ok)
+    let log: Arc<Mutex<Vec<(Instant, Instant, Result<(), String>)>>> = Arc::default();
+    let mut workers = Vec::new();
+    for w in 0..WORKERS {
+        let mut greeter = GreeterClient::new(client.clone());
+        let log = log.clone();
+        workers.push(tokio::spawn(async move {
+            let mut i = 0;
+            while Instant::now() < stop_at {
+                let start = Instant::now();
+                let r = greeter
+                    .say_hello(HelloRequest {
+                        name: format!("{w}-{i}"),
+                    })
+                    .await;
+                let end = Instant::now();
+                log.lock()
+                    .unwrap()
+                    .push((start, end, r.map(|_| ()).map_err(|e| e.to_string())));
+                i += 1;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let kill_start = Instant::now();
+    let hits_before = c.hits();
+    c.kill();
+    let kill_done = Instant::now();
+    for w in workers {
+        w.await.unwrap();
+    }
+    let log = log.lock().unwrap();
+    let failed: Vec<_> = log.iter().filter(|(_, _, r)| r.is_err()).collect();
+    let after_kill = log.iter().filter(|(s, _, _)| *s > kill_done).count();
+    println!(
+        "kill: {} calls, {} after the kill, {} failed (in flight on the killed server at most {WORKERS}); killed server had {hits_before} hits",
+        log.len(),
+        after_kill,
+        failed.len()
+    );
+    for (s, e, r) in &failed {
+        assert!(
+            *s <= kill_done && *e >= kill_start,
+            "a call that was not in flight at the kill failed: {r:?}"
+        );
+    }
+    assert!(failed.len() <= WORKERS);
+    // no call was delivered twice (a retry of a call that had reached the killed server)
+    let hits = a.hits() + b.hits() + c.hits();
+    assert!(
+        hits <= log.len() as u64,
+        "{hits} hits for {} calls",
+        log.len()
+    );
+    assert!(after_kill > 1000, "the run went on after the kill");
+    assert!(hits_before > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_dead_endpoint_is_retried_transparently() {
+    let live = Backend::start("live", Duration::ZERO);
+    let conf = RpcClientConf::direct([dead_endpoint(), live.endpoint(), dead_endpoint()]);
+    let client = Client::new(conf).await.unwrap();
+    let mut greeter = GreeterClient::new(client.clone());
+    for i in 0..200 {
+        let r = greeter
+            .say_hello(HelloRequest {
+                name: format!("{i}"),
+            })
+            .await;
+        assert!(r.is_ok(), "call {i}: {r:?}");
+    }
+    assert_eq!(live.hits(), 200);
+    let dead: Vec<_> = client
+        .endpoints()
+        .into_iter()
+        .filter(|e| e.addr != live.endpoint())
+        .collect();
+    assert!(dead.iter().all(|e| e.success < 500.0), "{dead:?}");
+}

@@ -1,0 +1,175 @@
+//! Harness of the client tests: plain tonic greeter servers on `127.0.0.1:0`, each in its own
+//! runtime so that [`Backend::kill`] can make it vanish at once (every connection closed, port
+//! refused), with a switchable failure code and a hit counter.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio_stream::Stream;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::{Code, Request, Response, Status};
+use zrpc_tests::pb::greeter_server::{Greeter, GreeterServer};
+use zrpc_tests::pb::{HelloReply, HelloRequest, HelloStreamRequest};
+
+#[derive(Debug, Default)]
+struct State {
+    id: String,
+    delay_us: AtomicU64,
+    fail: AtomicI32,
+    hits: AtomicU64,
+    last_metadata: Mutex<Option<(String, String)>>,
+}
+
+#[derive(Debug, Clone)]
+struct Svc(Arc<State>);
+
+#[tonic::async_trait]
+impl Greeter for Svc {
+    async fn say_hello(&self, req: Request<HelloRequest>) -> Result<Response<HelloReply>, Status> {
+        let s = &self.0;
+        s.hits.fetch_add(1, Ordering::SeqCst);
+        let md = req.metadata();
+        let get = |k: &str| {
+            md.get(k)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned()
+        };
+        *s.last_metadata.lock().unwrap() = Some((get("app"), get("token")));
+        let delay = Duration::from_micros(s.delay_us.load(Ordering::SeqCst));
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        let fail = s.fail.load(Ordering::SeqCst);
+        if fail != 0 {
+            return Err(Status::new(Code::from_i32(fail), "failed on purpose"));
+        }
+        Ok(Response::new(HelloReply {
+            message: format!("{} {}", s.id, req.into_inner().name),
+        }))
+    }
+
+    type SayHelloStreamStream = Pin<Box<dyn Stream<Item = Result<HelloReply, Status>> + Send>>;
+
+    async fn say_hello_stream(
+        &self,
+        req: Request<HelloStreamRequest>,
+    ) -> Result<Response<Self::SayHelloStreamStream>, Status> {
+        let r = req.into_inner();
+        let id = self.0.id.clone();
+        let stream = async_stream(id, r.count, Duration::from_millis(u64::from(r.interval_ms)));
+        Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+fn async_stream(
+    id: String,
+    count: u32,
+    interval: Duration,
+) -> impl Stream<Item = Result<HelloReply, Status>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tokio::spawn(async move {
+        for i in 0..count {
+            if tx
+                .send(Ok(HelloReply {
+                    message: format!("{id} {i}"),
+                }))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            tokio::time::sleep(interval).await;
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+/// One greeter server in its own runtime.
+#[derive(Debug)]
+pub(crate) struct Backend {
+    pub(crate) addr: SocketAddr,
+    state: Arc<State>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Backend {
+    /// Starts a server answering after `delay`, replying `"<id> <name>"`.
+    pub(crate) fn start(id: &str, delay: Duration) -> Backend {
+        let state = Arc::new(State {
+            id: id.to_owned(),
+            ..State::default()
+        });
+        state
+            .delay_us
+            .store(delay.as_micros() as u64, Ordering::SeqCst);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let svc = Svc(state.clone());
+        runtime.spawn(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            tonic::transport::Server::builder()
+                .add_service(GreeterServer::new(svc))
+                .serve_with_incoming(TcpListenerStream::new(listener))
+                .await
+        });
+        Backend {
+            addr,
+            state,
+            runtime: Some(runtime),
+        }
+    }
+
+    /// `host:port`.
+    pub(crate) fn endpoint(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// Calls that reached the handler.
+    pub(crate) fn hits(&self) -> u64 {
+        self.state.hits.load(Ordering::SeqCst)
+    }
+
+    /// Makes every call fail with `code` (0 = succeed again).
+    pub(crate) fn set_failure(&self, code: Code) {
+        self.state.fail.store(code as i32, Ordering::SeqCst);
+    }
+
+    /// The `app`/`token` metadata of the last call.
+    pub(crate) fn last_credentials(&self) -> Option<(String, String)> {
+        self.state.last_metadata.lock().unwrap().clone()
+    }
+
+    /// Kills the server: its runtime is shut down, every connection closed, the port refused.
+    pub(crate) fn kill(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            // a runtime cannot be shut down (blocking) from inside another one's task
+            std::thread::spawn(move || rt.shutdown_timeout(Duration::from_secs(1)))
+                .join()
+                .unwrap();
+        }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// A port on which nothing listens (bound then released).
+pub(crate) fn dead_endpoint() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
