@@ -185,6 +185,10 @@ impl Validate for RpcClientConf {
         if self.etcd.is_configured() {
             self.etcd.validate()?;
         }
+        if self.endpoints.is_empty() && !self.target.is_empty() {
+            crate::resolver::Target::parse(&self.target)
+                .map_err(|e| ConfError::invalid("Target", e.to_string()))?;
+        }
         self.build_target()?;
         Ok(())
     }
@@ -356,6 +360,18 @@ mod tests {
         let e = RpcClientConf::etcd(["h:2379"], "").validate().unwrap_err();
         assert!(e.to_string().contains("empty etcd key"), "{e}");
         RpcClientConf::direct(["127.0.0.1:8080"])
+            .validate()
+            .unwrap();
+    }
+
+    #[test]
+    fn a_bad_target_fails_validation() {
+        let e = RpcClientConf::target("nope:///x").validate().unwrap_err();
+        assert_eq!(e.path(), Some("Target"));
+        RpcClientConf::target("dns:///greet:8080")
+            .validate()
+            .unwrap();
+        RpcClientConf::target("etcd:///h1:2379,h2:2379?key=greet.rpc")
             .validate()
             .unwrap();
     }
