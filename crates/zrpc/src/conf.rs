@@ -8,7 +8,7 @@
 //! [`docs/configuration.md`](https://github.com/zrpc-rs/zrpc/blob/main/docs/configuration.md).
 
 pub use zrpc_core::conf::{
-    ConfError, EtcdConf, Format, Validate, duration, from_str, from_str_with_env, load,
+    ConfError, Embed, EtcdConf, Format, Validate, duration, from_str, from_str_with_env, load,
     load_with_env,
 };
 
