@@ -206,17 +206,27 @@ impl AdaptiveShedder {
     }
 
     /// `(max_pass, min_rt in µs)` over the window (go-zero `maxPass()` and `minRt()`) in one pass.
+    ///
+    /// `min_rt` is the smallest bucket average, rounded (go-zero rounds each average, then takes the
+    /// minimum; rounding is monotonic, so this is the same). Averages are compared by
+    /// cross-multiplication so the loop has no division.
     pub(super) fn window_stats(&self, now: Instant) -> (u64, f64) {
         let mut max_pass = 1;
-        let mut min_rt = self.config.default_min_rt.as_secs_f64() * 1e6;
+        // The smallest average as a fraction sum / count.
+        let mut min: Option<(u64, u64)> = None;
         self.stat.lock().reduce(now, |b| {
             max_pass = max_pass.max(b.count);
-            if b.count > 0 {
-                let avg = (b.sum as f64 / b.count as f64).round();
-                if avg < min_rt {
-                    min_rt = avg;
-                }
+            if b.count > 0
+                && min.is_none_or(|(sum, count)| {
+                    u128::from(b.sum) * u128::from(count) < u128::from(sum) * u128::from(b.count)
+                })
+            {
+                min = Some((b.sum, b.count));
             }
+        });
+        let default = self.config.default_min_rt.as_secs_f64() * 1e6;
+        let min_rt = min.map_or(default, |(sum, count)| {
+            (sum as f64 / count as f64).round().min(default)
         });
         (max_pass, min_rt)
     }
