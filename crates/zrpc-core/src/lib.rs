@@ -11,12 +11,12 @@
 //!
 //! Higher layers (`zrpc-server`, `zrpc-client`) wrap these in tower middleware.
 
-pub mod conf;
-pub mod ewma;
-pub mod window;
 pub mod breaker;
+pub mod conf;
 pub mod cpu;
-pub mod shedder;
-mod stamp;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+pub mod ewma;
+pub mod shedder;
+mod stamp;
+pub mod window;
