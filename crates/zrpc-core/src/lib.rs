@@ -17,6 +17,7 @@ pub mod cpu;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod ewma;
+pub mod grpc;
 pub mod shedder;
 mod stamp;
 pub mod window;

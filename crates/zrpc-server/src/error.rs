@@ -1,0 +1,71 @@
+//! The crate's error type and its one mapping to `tonic::Status`.
+
+use std::net::SocketAddr;
+
+use zrpc_core::conf::ConfError;
+
+/// Errors of building or running a [`Server`](crate::Server).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The configuration is invalid.
+    #[error("invalid server config: {0}")]
+    Conf(#[from] ConfError),
+    /// `ListenOn` (or the DevServer address) could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address that was tried.
+        addr: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The listener has no local address (should not happen for TCP).
+    #[error("cannot read the local address of the listener: {0}")]
+    LocalAddr(#[source] std::io::Error),
+    /// A file descriptor set given for reflection could not be used.
+    #[error("invalid reflection descriptor set: {0}")]
+    Reflection(String),
+    /// Telemetry (OTLP exporter) could not be set up.
+    #[error("telemetry setup failed: {0}")]
+    Telemetry(String),
+    /// The gRPC transport failed while serving.
+    #[error("grpc transport error: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    /// The DevServer failed.
+    #[error("dev server on {addr} failed: {source}")]
+    DevServer {
+        /// Its address.
+        addr: SocketAddr,
+        /// The IO error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A token store could not answer (auth).
+    #[error("token store: {0}")]
+    TokenStore(String),
+}
+
+impl From<Error> for tonic::Status {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::TokenStore(_) => tonic::Status::internal(e.to_string()),
+            Error::Conf(_) | Error::Reflection(_) => {
+                tonic::Status::failed_precondition(e.to_string())
+            }
+            _ => tonic::Status::unavailable(e.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_to_status() {
+        let s: tonic::Status = Error::TokenStore("redis down".into()).into();
+        assert_eq!(s.code(), tonic::Code::Internal);
+        assert_eq!(s.message(), "token store: redis down");
+    }
+}

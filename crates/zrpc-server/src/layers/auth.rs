@@ -1,0 +1,384 @@
+//! Auth: go-zero's app/token check (`serverinterceptors/authinterceptor.go`, `internal/auth`).
+//!
+//! Every call must carry `app` and `token` metadata:
+//! - either missing or empty -> `Unauthenticated "app/token required"`;
+//! - the token differs from the one the [`TokenStore`] has for the app (constant-time
+//!   compare) -> `Unauthenticated "access denied"`;
+//! - the store does not know the app, or fails: with `StrictControl` the call is rejected
+//!   (`Unauthenticated "access denied"` / `Internal "token store: ..."`); without it the
+//!   call is **allowed**, as in go-zero.
+//!
+//! Health and reflection calls are exempt (probes carry no credentials).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use http::{Request, Response};
+use pin_project_lite::pin_project;
+use subtle::ConstantTimeEq;
+use tower_layer::Layer;
+use tower_service::Service;
+use zrpc_core::grpc::{code, status_response};
+
+use super::util::is_infra;
+use crate::Error;
+
+/// A boxed token lookup, for stores that must do I/O.
+pub type TokenFuture = Pin<Box<dyn Future<Output = Result<Option<Arc<str>>, Error>> + Send>>;
+
+/// The answer of [`TokenStore::lookup`]: at once (no allocation) or later.
+#[allow(missing_debug_implementations)]
+pub enum Lookup {
+    /// The answer is known now: the expected token, `None` for an unknown app, or an error.
+    Ready(Result<Option<Arc<str>>, Error>),
+    /// The answer needs I/O (e.g. Redis).
+    Pending(TokenFuture),
+}
+
+/// Where the expected token of an app comes from (go-zero uses a Redis hash).
+///
+/// Implement it for custom stores; [`StaticTokens`] is the built-in map from `AuthTokens`.
+pub trait TokenStore: Send + Sync + fmt::Debug + 'static {
+    /// The expected token of `app`.
+    fn lookup(&self, app: &str) -> Lookup;
+}
+
+/// A fixed app -> token map (config `AuthTokens`).
+#[derive(Clone, Default)]
+pub struct StaticTokens(HashMap<String, Arc<str>>);
+
+impl StaticTokens {
+    /// A store from `(app, token)` pairs.
+    pub fn new<I, A, T>(pairs: I) -> Self
+    where
+        I: IntoIterator<Item = (A, T)>,
+        A: Into<String>,
+        T: AsRef<str>,
+    {
+        Self(
+            pairs
+                .into_iter()
+                .map(|(a, t)| (a.into(), Arc::from(t.as_ref())))
+                .collect(),
+        )
+    }
+}
+
+impl fmt::Debug for StaticTokens {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never print the tokens.
+        f.debug_struct("StaticTokens")
+            .field("apps", &self.0.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl TokenStore for StaticTokens {
+    fn lookup(&self, app: &str) -> Lookup {
+        Lookup::Ready(Ok(self.0.get(app).cloned()))
+    }
+}
+
+/// Adds [`Auth`].
+#[derive(Debug, Clone)]
+pub struct AuthLayer {
+    store: Option<Arc<dyn TokenStore>>,
+    strict: bool,
+}
+
+impl AuthLayer {
+    /// An auth layer checking against `store`; `None` = auth off.
+    pub fn new(store: Option<Arc<dyn TokenStore>>, strict: bool) -> Self {
+        Self { store, strict }
+    }
+}
+
+impl<S> Layer<S> for AuthLayer {
+    type Service = Auth<S>;
+    fn layer(&self, inner: S) -> Auth<S> {
+        Auth {
+            inner,
+            store: self.store.clone(),
+            strict: self.strict,
+        }
+    }
+}
+
+/// Checks app/token metadata.
+#[derive(Debug, Clone)]
+pub struct Auth<S> {
+    inner: S,
+    store: Option<Arc<dyn TokenStore>>,
+    strict: bool,
+}
+
+enum Verdict {
+    Allow,
+    Reject(i32, String),
+}
+
+fn judge(found: Result<Option<Arc<str>>, Error>, token: &[u8], strict: bool) -> Verdict {
+    match found {
+        Ok(Some(expected)) => {
+            if bool::from(expected.as_bytes().ct_eq(token)) {
+                Verdict::Allow
+            } else {
+                Verdict::Reject(code::UNAUTHENTICATED, "access denied".to_owned())
+            }
+        }
+        Ok(None) if strict => Verdict::Reject(code::UNAUTHENTICATED, "access denied".to_owned()),
+        Err(e) if strict => Verdict::Reject(code::INTERNAL, e.to_string()),
+        Ok(None) => Verdict::Allow,
+        Err(e) => {
+            tracing::warn!(target: "zrpc::auth", "token store failed, call allowed (StrictControl off): {e}");
+            Verdict::Allow
+        }
+    }
+}
+
+fn header<'a, B>(req: &'a Request<B>, name: &str) -> Option<&'a [u8]> {
+    req.headers()
+        .get(name)
+        .map(http::HeaderValue::as_bytes)
+        .filter(|v| !v.is_empty())
+}
+
+impl<S, ReqB, B> Service<Request<ReqB>> for Auth<S>
+where
+    S: Service<Request<ReqB>, Response = Response<B>> + Clone,
+    B: Default,
+{
+    type Response = Response<B>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, Request<ReqB>, B>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        let Some(store) = self.store.as_ref() else {
+            return ResponseFuture::call(self.inner.call(req));
+        };
+        if is_infra(req.uri().path()) {
+            return ResponseFuture::call(self.inner.call(req));
+        }
+        let (Some(app), Some(token)) = (header(&req, "app"), header(&req, "token")) else {
+            return ResponseFuture::reject(code::UNAUTHENTICATED, "app/token required");
+        };
+        let Ok(app) = std::str::from_utf8(app) else {
+            return ResponseFuture::reject(code::UNAUTHENTICATED, "access denied");
+        };
+        match store.lookup(app) {
+            Lookup::Ready(found) => match judge(found, token, self.strict) {
+                Verdict::Allow => ResponseFuture::call(self.inner.call(req)),
+                Verdict::Reject(c, m) => ResponseFuture::reject(c, &m),
+            },
+            Lookup::Pending(lookup) => {
+                let token = token.to_vec();
+                let clone = self.inner.clone();
+                let inner = std::mem::replace(&mut self.inner, clone);
+                ResponseFuture {
+                    state: State::Lookup {
+                        lookup,
+                        pending: Some((inner, req, token)),
+                        strict: self.strict,
+                    },
+                }
+            }
+        }
+    }
+}
+
+pin_project! {
+    /// Response future of [`Auth`].
+    pub struct ResponseFuture<S: Service<R>, R, B> {
+        #[pin]
+        state: State<S, R, B>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S: Service<R>, R, B> {
+        Lookup { lookup: TokenFuture, pending: Option<(S, R, Vec<u8>)>, strict: bool },
+        Call { #[pin] fut: S::Future },
+        Rejected { resp: Option<Response<B>> },
+    }
+}
+
+impl<S: Service<R>, R, B> fmt::Debug for ResponseFuture<S, R, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("auth::ResponseFuture")
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Service<R>, R, B> ResponseFuture<S, R, B> {
+    fn call(fut: S::Future) -> Self {
+        Self {
+            state: State::Call { fut },
+        }
+    }
+
+    fn reject(c: i32, msg: &str) -> Self
+    where
+        B: Default,
+    {
+        Self {
+            state: State::Rejected {
+                resp: Some(status_response(c, msg)),
+            },
+        }
+    }
+}
+
+impl<S, R, B> Future for ResponseFuture<S, R, B>
+where
+    S: Service<R, Response = Response<B>>,
+    B: Default,
+{
+    type Output = Result<Response<B>, S::Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        loop {
+            let mut this = self.as_mut().project();
+            match this.state.as_mut().project() {
+                StateProj::Call { fut } => return fut.poll(cx),
+                StateProj::Rejected { resp } => {
+                    return match resp.take() {
+                        Some(r) => Poll::Ready(Ok(r)),
+                        None => Poll::Pending,
+                    };
+                }
+                StateProj::Lookup {
+                    lookup,
+                    pending,
+                    strict,
+                } => {
+                    let found = ready!(lookup.as_mut().poll(cx));
+                    let Some((mut inner, req, token)) = pending.take() else {
+                        return Poll::Pending;
+                    };
+                    let next = match judge(found, &token, *strict) {
+                        Verdict::Allow => State::Call {
+                            fut: inner.call(req),
+                        },
+                        Verdict::Reject(c, m) => State::Rejected {
+                            resp: Some(status_response(c, &m)),
+                        },
+                    };
+                    this.state.set(next);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::convert::Infallible;
+
+    use tower::ServiceExt;
+    use zrpc_core::grpc::status_message_from_headers;
+
+    use super::*;
+    use crate::layers::test_util::{TestBody, final_code, ok_response};
+
+    #[derive(Debug)]
+    struct SlowStore(Result<Option<&'static str>, &'static str>);
+    impl TokenStore for SlowStore {
+        fn lookup(&self, _app: &str) -> Lookup {
+            let r = self.0;
+            Lookup::Pending(Box::pin(async move {
+                tokio::task::yield_now().await;
+                r.map(|t| t.map(Arc::from))
+                    .map_err(|e| Error::TokenStore(e.to_owned()))
+            }))
+        }
+    }
+
+    fn svc(
+        store: Arc<dyn TokenStore>,
+        strict: bool,
+    ) -> impl Service<Request<()>, Response = Response<TestBody>, Error = Infallible> + Clone {
+        AuthLayer::new(Some(store), strict).layer(tower::service_fn(|_req: Request<()>| async {
+            Ok::<_, Infallible>(ok_response())
+        }))
+    }
+
+    async fn call(
+        s: impl Service<Request<()>, Response = Response<TestBody>, Error = Infallible>,
+        path: &str,
+        app: Option<&str>,
+        token: Option<&str>,
+    ) -> (Option<i32>, Option<String>) {
+        let mut b = Request::builder().uri(path);
+        if let Some(a) = app {
+            b = b.header("app", a);
+        }
+        if let Some(t) = token {
+            b = b.header("token", t);
+        }
+        let resp = s.oneshot(b.body(()).unwrap()).await.unwrap();
+        let msg = status_message_from_headers(resp.headers());
+        (final_code(resp).await, msg)
+    }
+
+    #[tokio::test]
+    async fn static_tokens() {
+        let store: Arc<dyn TokenStore> = Arc::new(StaticTokens::new([("app1", "s3cret")]));
+        let s = svc(store.clone(), true);
+        let m = "/t.T/M";
+        let required = (Some(16), Some("app/token required".to_owned()));
+        let denied = (Some(16), Some("access denied".to_owned()));
+        assert_eq!(call(s.clone(), m, None, None).await, required);
+        assert_eq!(call(s.clone(), m, Some("app1"), None).await, required);
+        assert_eq!(call(s.clone(), m, Some("app1"), Some("")).await, required);
+        assert_eq!(
+            call(s.clone(), m, Some("app1"), Some("wrong")).await,
+            denied
+        );
+        assert_eq!(call(s.clone(), m, Some("nobody"), Some("x")).await, denied);
+        assert_eq!(
+            call(s.clone(), m, Some("app1"), Some("s3cret")).await,
+            (Some(0), None)
+        );
+        assert_eq!(
+            call(s, "/grpc.health.v1.Health/Check", None, None).await,
+            (Some(0), None)
+        );
+        // Not strict: an unknown app is let through (go-zero semantics), a wrong token is not.
+        let lax = svc(store, false);
+        assert_eq!(
+            call(lax.clone(), m, Some("nobody"), Some("x")).await,
+            (Some(0), None)
+        );
+        assert_eq!(call(lax, m, Some("app1"), Some("wrong")).await, denied);
+    }
+
+    #[tokio::test]
+    async fn async_store_and_strict_control() {
+        let m = "/t.T/M";
+        let ok = svc(Arc::new(SlowStore(Ok(Some("t")))), true);
+        assert_eq!(
+            call(ok.clone(), m, Some("a"), Some("t")).await,
+            (Some(0), None)
+        );
+        assert_eq!(call(ok, m, Some("a"), Some("u")).await.0, Some(16));
+        let failing: Arc<dyn TokenStore> = Arc::new(SlowStore(Err("redis down")));
+        assert_eq!(
+            call(svc(failing.clone(), true), m, Some("a"), Some("t")).await,
+            (Some(13), Some("token store: redis down".to_owned()))
+        );
+        assert_eq!(
+            call(svc(failing, false), m, Some("a"), Some("t")).await,
+            (Some(0), None)
+        );
+    }
+}

@@ -1,0 +1,222 @@
+//! Breaker: a Google-SRE adaptive breaker per full method
+//! (go-zero `serverinterceptors/breakerinterceptor.go`).
+//!
+//! Each method has its own [`GoogleBreaker`](zrpc_core::breaker::GoogleBreaker) from a
+//! process-wide [`BreakerRegistry`] keyed by `/pkg.Service/Method`. A rejected call gets
+//! `Unavailable "circuit breaker is open"` and counts in
+//! `rpc_server_requests_rejected_total{reason="breaker"}`. The outcome of an allowed call is
+//! its final code: `DeadlineExceeded`, `Internal`, `Unavailable` (which includes a nested
+//! breaker's "circuit breaker is open"), `DataLoss`, `Unimplemented` and `ResourceExhausted`
+//! are failures ([`is_acceptable_code`]); a call dropped before it finished is a
+//! `Cancelled`, which is acceptable.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use http::{Request, Response};
+use pin_project_lite::pin_project;
+use tower_layer::Layer;
+use tower_service::Service;
+use zrpc_core::breaker::{BreakerPromise, BreakerRegistry, is_acceptable_code};
+use zrpc_core::grpc::{OnStatus, StatusBody, code, status_response};
+
+use super::observe::ObserveFuture;
+use super::util::is_infra;
+use crate::metrics::server_metrics;
+
+/// The message of a breaker rejection (go-zero's).
+pub const BREAKER_OPEN_MESSAGE: &str = "circuit breaker is open";
+
+/// Adds [`Breaker`]; `enabled` is `Middlewares.Breaker`.
+#[derive(Debug, Clone, Copy)]
+pub struct BreakerLayer {
+    registry: Option<&'static BreakerRegistry>,
+}
+
+impl BreakerLayer {
+    /// A breaker layer over the process-wide registry.
+    pub fn new(enabled: bool) -> Self {
+        Self::with_registry(enabled, BreakerRegistry::global())
+    }
+
+    /// A breaker layer over `registry` (tests use their own).
+    pub fn with_registry(enabled: bool, registry: &'static BreakerRegistry) -> Self {
+        Self {
+            registry: enabled.then_some(registry),
+        }
+    }
+}
+
+impl<S> Layer<S> for BreakerLayer {
+    type Service = Breaker<S>;
+    fn layer(&self, inner: S) -> Breaker<S> {
+        Breaker {
+            inner,
+            registry: self.registry,
+        }
+    }
+}
+
+/// Guards each method with its breaker.
+#[derive(Debug, Clone)]
+pub struct Breaker<S> {
+    inner: S,
+    registry: Option<&'static BreakerRegistry>,
+}
+
+/// Reports the call's outcome to its breaker.
+#[derive(Debug)]
+pub struct BreakerRecord {
+    promise: BreakerPromise,
+}
+
+impl OnStatus for BreakerRecord {
+    fn on_status(self, c: i32) {
+        let now = Instant::now();
+        if is_acceptable_code(c) {
+            self.promise.accept(now);
+        } else {
+            self.promise.reject(now);
+        }
+    }
+}
+
+impl<S, ReqB, B> Service<Request<ReqB>> for Breaker<S>
+where
+    S: Service<Request<ReqB>, Response = Response<B>>,
+    B: Default,
+{
+    type Response = Response<StatusBody<B, BreakerRecord>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, B>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        let path = req.uri().path();
+        let Some(registry) = self.registry.filter(|_| !is_infra(path)) else {
+            return ResponseFuture::observe(ObserveFuture::passthrough(self.inner.call(req)));
+        };
+        match registry.get(path).allow(Instant::now()) {
+            Ok(promise) => ResponseFuture::observe(ObserveFuture::new(
+                self.inner.call(req),
+                BreakerRecord { promise },
+            )),
+            Err(_open) => {
+                server_metrics()
+                    .rejected_total
+                    .with_label_values(&[path, "breaker"])
+                    .inc();
+                tracing::debug!(target: "zrpc::breaker", method = path, "{BREAKER_OPEN_MESSAGE}");
+                ResponseFuture::rejected(status_response(code::UNAVAILABLE, BREAKER_OPEN_MESSAGE))
+            }
+        }
+    }
+}
+
+pin_project! {
+    /// Response future of the layer's service.
+    #[derive(Debug)]
+    pub struct ResponseFuture<F, B> {
+        #[pin]
+        state: State<F, B>,
+    }
+}
+
+pin_project! {
+    #[project = Proj]
+    #[derive(Debug)]
+    enum State<F, B> {
+        Observe { #[pin] fut: ObserveFuture<F, BreakerRecord> },
+        Rejected { resp: Option<Response<StatusBody<B, BreakerRecord>>> },
+    }
+}
+
+impl<F, B> ResponseFuture<F, B> {
+    fn observe(fut: ObserveFuture<F, BreakerRecord>) -> Self {
+        Self {
+            state: State::Observe { fut },
+        }
+    }
+    fn rejected(resp: Response<StatusBody<B, BreakerRecord>>) -> Self {
+        Self {
+            state: State::Rejected { resp: Some(resp) },
+        }
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F, B>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<StatusBody<B, BreakerRecord>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            Proj::Observe { fut } => fut.poll(cx),
+            Proj::Rejected { resp } => match resp.take() {
+                Some(r) => Poll::Ready(Ok(r)),
+                None => Poll::Pending,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::convert::Infallible;
+
+    use tower::ServiceExt;
+    use zrpc_core::breaker::BreakerConfig;
+    use zrpc_core::grpc::status_message_from_headers;
+
+    use super::*;
+    use crate::layers::test_util::{final_code, response_with_code};
+
+    #[tokio::test]
+    async fn opens_after_repeated_failures() {
+        let registry: &'static BreakerRegistry =
+            Box::leak(Box::new(BreakerRegistry::new(BreakerConfig::default())));
+        let svc = BreakerLayer::with_registry(true, registry).layer(tower::service_fn(
+            |_req: Request<()>| async { Ok::<_, Infallible>(response_with_code(code::INTERNAL)) },
+        ));
+        let mut rejected = 0;
+        for _ in 0..200 {
+            let req = Request::builder().uri("/b.T/Fails").body(()).unwrap();
+            let resp = svc.clone().oneshot(req).await.unwrap();
+            if status_message_from_headers(resp.headers()).as_deref() == Some(BREAKER_OPEN_MESSAGE)
+            {
+                rejected += 1;
+                assert_eq!(final_code(resp).await, Some(code::UNAVAILABLE));
+            } else {
+                assert_eq!(final_code(resp).await, Some(code::INTERNAL));
+            }
+        }
+        assert!(rejected > 100, "only {rejected} of 200 rejected");
+        // Other methods have their own breaker.
+        let req = Request::builder().uri("/b.T/Other").body(()).unwrap();
+        let resp = svc.oneshot(req).await.unwrap();
+        assert_eq!(final_code(resp).await, Some(code::INTERNAL));
+    }
+
+    #[tokio::test]
+    async fn acceptable_codes_keep_it_closed() {
+        let registry: &'static BreakerRegistry =
+            Box::leak(Box::new(BreakerRegistry::new(BreakerConfig::default())));
+        let svc = BreakerLayer::with_registry(true, registry).layer(tower::service_fn(
+            |_req: Request<()>| async {
+                Ok::<_, Infallible>(response_with_code(code::INVALID_ARGUMENT))
+            },
+        ));
+        for _ in 0..200 {
+            let req = Request::builder().uri("/b.T/BadArgs").body(()).unwrap();
+            let resp = svc.clone().oneshot(req).await.unwrap();
+            assert_eq!(final_code(resp).await, Some(code::INVALID_ARGUMENT));
+        }
+    }
+}

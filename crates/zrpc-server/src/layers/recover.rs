@@ -1,0 +1,367 @@
+//! Recover: a panic in a handler becomes `Internal "panic: <msg>"`, the stack goes to the
+//! log and the server lives on (go-zero `serverinterceptors/recoverinterceptor.go`).
+//!
+//! Panics are caught in `call`, while polling the response future, and while polling the
+//! response body (a panicking stream ends with an `Internal` trailer instead of killing the
+//! HTTP/2 connection). The stack is captured at the panic site by a panic hook that is
+//! active only while zrpc polls a guarded handler; other panics keep the default hook.
+
+use std::any::Any;
+use std::backtrace::Backtrace;
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
+use std::sync::Once;
+use std::task::{Context, Poll};
+
+use http::uri::PathAndQuery;
+use http::{HeaderMap, HeaderValue, Request, Response};
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+use tower_layer::Layer;
+use tower_service::Service;
+use zrpc_core::grpc::{GRPC_MESSAGE, GRPC_STATUS, code, encode_grpc_message, status_response};
+
+use super::util::method_of;
+
+thread_local! {
+    static GUARDED: Cell<bool> = const { Cell::new(false) };
+    static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+fn install_hook() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if GUARDED.with(Cell::get) {
+                let location = info
+                    .location()
+                    .map(|l| format!("{}:{}:{}", l.file(), l.line(), l.column()))
+                    .unwrap_or_default();
+                let stack = format!("at {location}\n{}", Backtrace::force_capture());
+                LAST_PANIC.with(|p| *p.borrow_mut() = Some(stack));
+            } else {
+                prev(info);
+            }
+        }));
+    });
+}
+
+/// A caught panic: its message and, when the hook saw it, where it happened and the stack.
+struct Caught {
+    message: String,
+    stack: String,
+}
+
+fn guarded<R>(f: impl FnOnce() -> R) -> Result<R, Caught> {
+    let was = GUARDED.with(|g| g.replace(true));
+    let r = catch_unwind(AssertUnwindSafe(f));
+    GUARDED.with(|g| g.set(was));
+    r.map_err(|payload| Caught {
+        message: payload_message(payload.as_ref()),
+        stack: LAST_PANIC
+            .with(|p| p.borrow_mut().take())
+            .unwrap_or_default(),
+    })
+}
+
+fn payload_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic payload".to_owned()
+    }
+}
+
+fn log_panic(method: &PathAndQuery, caught: &Caught) {
+    tracing::error!(
+        target: "zrpc::recover",
+        method = method.path(),
+        "panic: {}\n\n{}",
+        caught.message,
+        caught.stack
+    );
+}
+
+fn panic_response<B: Default>(method: &PathAndQuery, caught: &Caught) -> Response<RecoverBody<B>> {
+    log_panic(method, caught);
+    status_response::<RecoverBody<B>>(code::INTERNAL, &format!("panic: {}", caught.message))
+}
+
+/// Adds [`Recover`]; `enabled = false` (`Middlewares.Recover: false`) lets panics through.
+#[derive(Debug, Clone, Copy)]
+pub struct RecoverLayer {
+    enabled: bool,
+}
+
+impl RecoverLayer {
+    /// A recover layer.
+    pub fn new(enabled: bool) -> Self {
+        if enabled {
+            install_hook();
+        }
+        Self { enabled }
+    }
+}
+
+impl<S> Layer<S> for RecoverLayer {
+    type Service = Recover<S>;
+    fn layer(&self, inner: S) -> Recover<S> {
+        Recover {
+            inner,
+            enabled: self.enabled,
+        }
+    }
+}
+
+/// Turns handler panics into `Internal "panic: <msg>"` responses.
+#[derive(Debug, Clone)]
+pub struct Recover<S> {
+    inner: S,
+    enabled: bool,
+}
+
+impl<S, ReqB, B> Service<Request<ReqB>> for Recover<S>
+where
+    S: Service<Request<ReqB>, Response = Response<B>>,
+    B: Body + Default,
+{
+    type Response = Response<RecoverBody<B>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, B>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        if !self.enabled {
+            return ResponseFuture {
+                state: State::Unguarded {
+                    fut: self.inner.call(req),
+                },
+            };
+        }
+        let method = method_of(&req);
+        let inner = &mut self.inner;
+        let state = match guarded(move || inner.call(req)) {
+            Ok(fut) => State::Guarded { fut, method },
+            Err(caught) => State::Panicked {
+                resp: Some(panic_response(&method, &caught)),
+            },
+        };
+        ResponseFuture { state }
+    }
+}
+
+pin_project! {
+    /// Response future of [`Recover`].
+    #[derive(Debug)]
+    pub struct ResponseFuture<F, B> {
+        #[pin]
+        state: State<F, B>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    #[derive(Debug)]
+    enum State<F, B> {
+        Unguarded { #[pin] fut: F },
+        Guarded { #[pin] fut: F, method: PathAndQuery },
+        Panicked { resp: Option<Response<RecoverBody<B>>> },
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F, B>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+    B: Body + Default,
+{
+    type Output = Result<Response<RecoverBody<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProj::Unguarded { fut } => fut
+                .poll(cx)
+                .map_ok(|r| r.map(|b| RecoverBody::new(b, None))),
+            StateProj::Guarded { fut, method } => match guarded(|| fut.poll(cx)) {
+                Ok(Poll::Pending) => Poll::Pending,
+                Ok(Poll::Ready(r)) => {
+                    let method = method.clone();
+                    Poll::Ready(r.map(|r| r.map(|b| RecoverBody::new(b, Some(method)))))
+                }
+                Err(caught) => Poll::Ready(Ok(panic_response(method, &caught))),
+            },
+            StateProj::Panicked { resp } => match resp.take() {
+                Some(r) => Poll::Ready(Ok(r)),
+                None => Poll::Pending,
+            },
+        }
+    }
+}
+
+pin_project! {
+    /// A body whose `poll_frame` panics are turned into an `Internal` trailer.
+    #[derive(Debug)]
+    pub struct RecoverBody<B> {
+        #[pin]
+        inner: B,
+        // `Some` when guarded; the method is for the log line.
+        method: Option<PathAndQuery>,
+        done: bool,
+    }
+}
+
+impl<B> RecoverBody<B> {
+    fn new(inner: B, method: Option<PathAndQuery>) -> Self {
+        Self {
+            inner,
+            method,
+            done: false,
+        }
+    }
+}
+
+impl<B: Default> Default for RecoverBody<B> {
+    fn default() -> Self {
+        Self::new(B::default(), None)
+    }
+}
+
+impl<B: Body> Body for RecoverBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = self.project();
+        if *this.done {
+            return Poll::Ready(None);
+        }
+        let Some(method) = this.method.as_ref() else {
+            return this.inner.poll_frame(cx);
+        };
+        let inner = this.inner;
+        match guarded(|| inner.poll_frame(cx)) {
+            Ok(p) => p,
+            Err(caught) => {
+                log_panic(method, &caught);
+                *this.done = true;
+                let mut trailers = HeaderMap::new();
+                trailers.insert(GRPC_STATUS, HeaderValue::from_static("13"));
+                if let Ok(v) = HeaderValue::from_str(&encode_grpc_message(&format!(
+                    "panic: {}",
+                    caught.message
+                ))) {
+                    trailers.insert(GRPC_MESSAGE, v);
+                }
+                Poll::Ready(Some(Ok(Frame::trailers(trailers))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::convert::Infallible;
+
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    use zrpc_core::grpc::{status_from_headers, status_message_from_headers};
+
+    use super::*;
+    use crate::layers::test_util::{TestBody, ok_response};
+
+    fn req() -> Request<()> {
+        Request::builder()
+            .uri("/greeter.Greeter/SayHello")
+            .body(())
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn panic_in_future_becomes_internal() {
+        let svc = RecoverLayer::new(true).layer(tower::service_fn(|_req: Request<()>| async {
+            if true {
+                panic!("boom");
+            }
+            Ok::<_, Infallible>(ok_response())
+        }));
+        let resp = svc.oneshot(req()).await.unwrap();
+        assert_eq!(status_from_headers(resp.headers()), Some(code::INTERNAL));
+        assert_eq!(
+            status_message_from_headers(resp.headers()).as_deref(),
+            Some("panic: boom")
+        );
+    }
+
+    #[tokio::test]
+    async fn panic_in_call_becomes_internal() {
+        #[derive(Clone)]
+        struct PanicsInCall;
+        impl Service<Request<()>> for PanicsInCall {
+            type Response = Response<TestBody>;
+            type Error = Infallible;
+            type Future = std::future::Ready<Result<Response<TestBody>, Infallible>>;
+            fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+                Poll::Ready(Ok(()))
+            }
+            fn call(&mut self, _: Request<()>) -> Self::Future {
+                panic!("in call {}", 42)
+            }
+        }
+        let resp = RecoverLayer::new(true)
+            .layer(PanicsInCall)
+            .oneshot(req())
+            .await
+            .unwrap();
+        assert_eq!(
+            status_message_from_headers(resp.headers()).as_deref(),
+            Some("panic: in call 42")
+        );
+    }
+
+    #[tokio::test]
+    async fn panic_in_body_becomes_internal_trailer() {
+        let svc = RecoverLayer::new(true).layer(tower::service_fn(|_req: Request<()>| async {
+            Ok::<_, Infallible>(Response::new(TestBody::Panics))
+        }));
+        let resp = svc.oneshot(req()).await.unwrap();
+        let trailers = resp
+            .into_body()
+            .collect()
+            .await
+            .unwrap()
+            .trailers()
+            .cloned();
+        assert_eq!(
+            status_from_headers(&trailers.unwrap()),
+            Some(code::INTERNAL)
+        );
+    }
+
+    #[tokio::test]
+    async fn passes_through_without_panic() {
+        let svc = RecoverLayer::new(true).layer(tower::service_fn(|_req: Request<()>| async {
+            Ok::<_, Infallible>(ok_response())
+        }));
+        let resp = svc.oneshot(req()).await.unwrap();
+        assert_eq!(status_from_headers(resp.headers()), None);
+    }
+}

@@ -1,0 +1,284 @@
+//! Shedding: CPU-adaptive load shedding (go-zero `serverinterceptors/sheddinginterceptor.go`).
+//!
+//! One [`AdaptiveShedder`] per server. A dropped call gets
+//! `ResourceExhausted "service overloaded"` and counts in
+//! `rpc_server_requests_rejected_total{reason="shedding"}`; drops are logged at most once
+//! per second (go-zero logs every one). An allowed call is reported as failed when its final
+//! code is `DeadlineExceeded`, else as passed (go-zero's rule). Known streaming methods and
+//! health/reflection are never shed.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use http::{Request, Response};
+use pin_project_lite::pin_project;
+use tower_layer::Layer;
+use tower_service::Service;
+use zrpc_core::grpc::{OnStatus, StatusBody, code, status_response};
+use zrpc_core::shedder::{AdaptiveShedder, ShedderPromise};
+
+use super::observe::ObserveFuture;
+use super::util::{StreamingMethods, is_infra};
+use crate::metrics::server_metrics;
+
+/// The message of a shedding rejection (go-zero's).
+pub const OVERLOADED_MESSAGE: &str = "service overloaded";
+
+/// Settings of [`Shedding`].
+#[derive(Debug, Clone)]
+pub struct SheddingSettings {
+    /// The server's shedder.
+    pub shedder: Arc<AdaptiveShedder>,
+    /// Methods never shed.
+    pub streaming: StreamingMethods,
+}
+
+#[derive(Debug)]
+struct Shared {
+    settings: SheddingSettings,
+    origin: Instant,
+    last_log_ms: AtomicU64,
+    dropped_since_log: AtomicU64,
+}
+
+impl Shared {
+    fn log_drop(&self, method: &str) {
+        let dropped = self.dropped_since_log.fetch_add(1, Ordering::Relaxed) + 1;
+        let now_ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let last = self.last_log_ms.load(Ordering::Relaxed);
+        if now_ms.saturating_sub(last) >= 1000 || last == 0 {
+            if self
+                .last_log_ms
+                .compare_exchange(last, now_ms.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            {
+                self.dropped_since_log.store(0, Ordering::Relaxed);
+                tracing::warn!(
+                    target: "zrpc::shedding",
+                    method,
+                    dropped,
+                    "[RPC] dropped, service overloaded ({dropped} drops in the last second)"
+                );
+            }
+        }
+    }
+}
+
+/// Adds [`Shedding`]; `None` = off (`CpuThreshold: 0`).
+#[derive(Debug, Clone)]
+pub struct SheddingLayer {
+    shared: Option<Arc<Shared>>,
+}
+
+impl SheddingLayer {
+    /// A shedding layer.
+    pub fn new(settings: Option<SheddingSettings>) -> Self {
+        Self {
+            shared: settings.map(|settings| {
+                Arc::new(Shared {
+                    settings,
+                    origin: Instant::now(),
+                    last_log_ms: AtomicU64::new(0),
+                    dropped_since_log: AtomicU64::new(0),
+                })
+            }),
+        }
+    }
+}
+
+impl<S> Layer<S> for SheddingLayer {
+    type Service = Shedding<S>;
+    fn layer(&self, inner: S) -> Shedding<S> {
+        Shedding {
+            inner,
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// Sheds calls when the CPU is hot and the server is saturated.
+#[derive(Debug, Clone)]
+pub struct Shedding<S> {
+    inner: S,
+    shared: Option<Arc<Shared>>,
+}
+
+/// Reports the call's outcome to the shedder.
+#[derive(Debug)]
+pub struct SheddingRecord {
+    promise: ShedderPromise,
+}
+
+impl OnStatus for SheddingRecord {
+    fn on_status(self, c: i32) {
+        let now = Instant::now();
+        if c == code::DEADLINE_EXCEEDED {
+            self.promise.fail(now);
+        } else {
+            self.promise.pass(now);
+        }
+    }
+}
+
+impl<S, ReqB, B> Service<Request<ReqB>> for Shedding<S>
+where
+    S: Service<Request<ReqB>, Response = Response<B>>,
+    B: Default,
+{
+    type Response = Response<StatusBody<B, SheddingRecord>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, B>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        let path = req.uri().path();
+        let shared = self
+            .shared
+            .as_ref()
+            .filter(|s| !is_infra(path) && !s.settings.streaming.contains(path));
+        let Some(shared) = shared else {
+            return ResponseFuture::observe(ObserveFuture::passthrough(self.inner.call(req)));
+        };
+        match shared.settings.shedder.allow(Instant::now()) {
+            Ok(promise) => ResponseFuture::observe(ObserveFuture::new(
+                self.inner.call(req),
+                SheddingRecord { promise },
+            )),
+            Err(_overloaded) => {
+                server_metrics()
+                    .rejected_total
+                    .with_label_values(&[path, "shedding"])
+                    .inc();
+                shared.log_drop(path);
+                ResponseFuture::rejected(status_response(
+                    code::RESOURCE_EXHAUSTED,
+                    OVERLOADED_MESSAGE,
+                ))
+            }
+        }
+    }
+}
+
+pin_project! {
+    /// Response future of the layer's service.
+    #[derive(Debug)]
+    pub struct ResponseFuture<F, B> {
+        #[pin]
+        state: State<F, B>,
+    }
+}
+
+pin_project! {
+    #[project = Proj]
+    #[derive(Debug)]
+    enum State<F, B> {
+        Observe { #[pin] fut: ObserveFuture<F, SheddingRecord> },
+        Rejected { resp: Option<Response<StatusBody<B, SheddingRecord>>> },
+    }
+}
+
+impl<F, B> ResponseFuture<F, B> {
+    fn observe(fut: ObserveFuture<F, SheddingRecord>) -> Self {
+        Self {
+            state: State::Observe { fut },
+        }
+    }
+    fn rejected(resp: Response<StatusBody<B, SheddingRecord>>) -> Self {
+        Self {
+            state: State::Rejected { resp: Some(resp) },
+        }
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F, B>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<StatusBody<B, SheddingRecord>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            Proj::Observe { fut } => fut.poll(cx),
+            Proj::Rejected { resp } => match resp.take() {
+                Some(r) => Poll::Ready(Ok(r)),
+                None => Poll::Pending,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::convert::Infallible;
+
+    use tokio::sync::Semaphore;
+    use tower::ServiceExt;
+    use zrpc_core::cpu::FixedCpu;
+    use zrpc_core::grpc::status_message_from_headers;
+    use zrpc_core::shedder::ShedderConfig;
+
+    use super::*;
+    use crate::layers::test_util::{final_code, ok_response};
+
+    #[tokio::test]
+    async fn sheds_when_cpu_hot_and_saturated() {
+        let cpu = Arc::new(FixedCpu::new(1000));
+        let shedder = Arc::new(AdaptiveShedder::new(ShedderConfig::default(), cpu));
+        let gate = Arc::new(Semaphore::new(0));
+        let g = gate.clone();
+        let svc = SheddingLayer::new(Some(SheddingSettings {
+            shedder,
+            streaming: StreamingMethods::new(["/s.T/Stream".to_owned()]),
+        }))
+        .layer(tower::service_fn(move |_req: Request<()>| {
+            let g = g.clone();
+            async move {
+                g.acquire().await.unwrap().forget();
+                Ok::<_, Infallible>(ok_response())
+            }
+        }));
+        let call = |path: &'static str| {
+            let svc = svc.clone();
+            async move {
+                let req = Request::builder().uri(path).body(()).unwrap();
+                let resp = svc.oneshot(req).await.unwrap();
+                let msg = status_message_from_headers(resp.headers());
+                (final_code(resp).await, msg)
+            }
+        };
+        let mut running = Vec::new();
+        for _ in 0..80 {
+            running.push(tokio::spawn(call("/s.T/M")));
+        }
+        tokio::task::yield_now().await;
+        // Let 30 finish: the in-flight average climbs well over the estimated capacity.
+        gate.add_permits(30);
+        let mut shed = 0;
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+        let (code, msg) = tokio::spawn(call("/s.T/M")).await.unwrap();
+        if code == Some(code::RESOURCE_EXHAUSTED) {
+            assert_eq!(msg.as_deref(), Some(OVERLOADED_MESSAGE));
+            shed += 1;
+        }
+        assert_eq!(shed, 1, "a hot, saturated server sheds");
+        // Streams are never shed (the gate blocks it: it was admitted).
+        let stream = tokio::spawn(call("/s.T/Stream"));
+        gate.add_permits(1000);
+        assert_eq!(stream.await.unwrap().0, Some(0));
+        for r in running {
+            r.await.unwrap();
+        }
+        // Nothing in flight: nothing is shed, hot or not.
+        assert_eq!(tokio::spawn(call("/s.T/M")).await.unwrap().0, Some(0));
+    }
+}

@@ -1,0 +1,170 @@
+//! Stat: the slow-call log (go-zero `serverinterceptors/statinterceptor.go`).
+//!
+//! A call slower than `SlowThreshold` (default 500 ms) is logged at warn level as
+//! `[RPC] slowcall - <peer> - <method>` with its duration and final code. Unlike go-zero,
+//! requests are **not** logged on every call (cost and PII); `StatConf.LogRequestContent`
+//! turns on a per-call info line (peer, method, code, duration) for methods not listed in
+//! `IgnoreContentMethods`. The request payload itself is not decoded at this HTTP level.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use http::uri::PathAndQuery;
+use http::{Request, Response};
+use tower_layer::Layer;
+use tower_service::Service;
+use zrpc_core::grpc::{OnStatus, StatusBody};
+
+use super::observe::ObserveFuture;
+use super::util::{method_of, peer_addr};
+
+/// Settings of [`Stat`].
+#[derive(Debug, Clone)]
+pub struct StatSettings {
+    /// On/off (`Middlewares.Stat`).
+    pub enabled: bool,
+    /// Calls slower than this are logged (`StatConf.SlowThreshold`, default 500 ms).
+    pub slow_threshold: Duration,
+    /// Log one line per call (`StatConf.LogRequestContent`, default false).
+    pub log_requests: bool,
+    /// Methods never logged per call (`StatConf.IgnoreContentMethods`).
+    pub ignore_content_methods: HashSet<String>,
+}
+
+impl Default for StatSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            slow_threshold: Duration::from_millis(500),
+            log_requests: false,
+            ignore_content_methods: HashSet::new(),
+        }
+    }
+}
+
+/// Adds [`Stat`].
+#[derive(Debug, Clone)]
+pub struct StatLayer {
+    settings: Arc<StatSettings>,
+}
+
+impl StatLayer {
+    /// A stat layer.
+    pub fn new(settings: StatSettings) -> Self {
+        Self {
+            settings: Arc::new(settings),
+        }
+    }
+}
+
+impl<S> Layer<S> for StatLayer {
+    type Service = Stat<S>;
+    fn layer(&self, inner: S) -> Stat<S> {
+        Stat {
+            inner,
+            settings: self.settings.clone(),
+        }
+    }
+}
+
+/// Logs slow calls.
+#[derive(Debug, Clone)]
+pub struct Stat<S> {
+    inner: S,
+    settings: Arc<StatSettings>,
+}
+
+/// What [`Stat`] remembers about a call until its final status.
+#[derive(Debug)]
+pub struct StatRecord {
+    start: Instant,
+    method: PathAndQuery,
+    peer: Option<SocketAddr>,
+    settings: Arc<StatSettings>,
+}
+
+impl OnStatus for StatRecord {
+    fn on_status(self, code: i32) {
+        let elapsed = self.start.elapsed();
+        let peer = self.peer.map_or_else(|| "-".to_owned(), |p| p.to_string());
+        let method = self.method.path();
+        let duration_ms = elapsed.as_secs_f64() * 1000.0;
+        if elapsed > self.settings.slow_threshold {
+            tracing::warn!(
+                target: "zrpc::stat",
+                duration_ms,
+                code,
+                "[RPC] slowcall - {peer} - {method}"
+            );
+        } else if self.settings.log_requests
+            && !self.settings.ignore_content_methods.contains(method)
+        {
+            tracing::info!(target: "zrpc::stat", duration_ms, code, "{peer} - {method}");
+        }
+    }
+}
+
+impl<S, ReqB, B> Service<Request<ReqB>> for Stat<S>
+where
+    S: Service<Request<ReqB>, Response = Response<B>>,
+{
+    type Response = Response<StatusBody<B, StatRecord>>;
+    type Error = S::Error;
+    type Future = ObserveFuture<S::Future, StatRecord>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        if !self.settings.enabled {
+            return ObserveFuture::passthrough(self.inner.call(req));
+        }
+        let record = StatRecord {
+            start: Instant::now(),
+            method: method_of(&req),
+            peer: peer_addr(&req),
+            settings: self.settings.clone(),
+        };
+        ObserveFuture::new(self.inner.call(req), record)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::convert::Infallible;
+
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::layers::test_util::{capture_logs, final_code, ok_response};
+
+    #[tokio::test(start_paused = true)]
+    async fn logs_slow_calls_only() {
+        let (_guard, logs) = capture_logs();
+        let svc = StatLayer::new(StatSettings {
+            slow_threshold: Duration::from_millis(10),
+            ..StatSettings::default()
+        })
+        .layer(tower::service_fn(|req: Request<()>| async move {
+            if req.uri().path().ends_with("Slow") {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok::<_, Infallible>(ok_response())
+        }));
+        for path in ["/a.B/Slow", "/a.B/Fast"] {
+            let req = Request::builder().uri(path).body(()).unwrap();
+            let resp = svc.clone().oneshot(req).await.unwrap();
+            assert_eq!(final_code(resp).await, Some(0));
+        }
+        let out = logs.contents();
+        assert!(out.contains("[RPC] slowcall - - - /a.B/Slow"), "{out}");
+        assert!(!out.contains("/a.B/Fast"), "{out}");
+    }
+}

@@ -1,0 +1,230 @@
+//! Timeout: go-zero's `serverinterceptors/timeoutinterceptor.go`, minus its leak.
+//!
+//! The timeout of a call is `MethodTimeouts[method]` if listed (0 there = no timeout for
+//! that method), else the default `Timeout`, and never longer than the caller's
+//! `grpc-timeout`. On expiry the call gets `DeadlineExceeded "context deadline exceeded"`
+//! and the handler future is **dropped** (go-zero returns but leaves the handler running).
+//! The effective deadline is written back into the request's `grpc-timeout` header so the
+//! handler (and any client call it makes) can see it.
+//!
+//! The timer covers the handler until it returns its response head: all of a unary call;
+//! for a server stream only its set-up. Known streaming methods (see
+//! [`StreamingMethods`]) and health/reflection are never timed out.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::{HeaderValue, Request, Response};
+use pin_project_lite::pin_project;
+use tokio::time::Sleep;
+use tower_layer::Layer;
+use tower_service::Service;
+use zrpc_core::grpc::{code, status_response, timeout as grpc_timeout};
+
+use super::util::{StreamingMethods, is_infra};
+
+/// Settings of [`Timeout`].
+#[derive(Debug, Clone, Default)]
+pub struct TimeoutSettings {
+    /// The default timeout (`Timeout`; `None` = 0 = none).
+    pub default: Option<Duration>,
+    /// Per-method overrides (`MethodTimeouts`; a zero duration means no timeout).
+    pub per_method: HashMap<String, Duration>,
+    /// Methods never timed out.
+    pub streaming: StreamingMethods,
+}
+
+impl TimeoutSettings {
+    /// The server-side timeout of `full_method`, before the caller's deadline.
+    pub fn timeout_for(&self, full_method: &str) -> Option<Duration> {
+        match self.per_method.get(full_method) {
+            Some(d) if d.is_zero() => None,
+            Some(d) => Some(*d),
+            None => self.default,
+        }
+    }
+}
+
+/// Adds [`Timeout`].
+#[derive(Debug, Clone)]
+pub struct TimeoutLayer {
+    settings: Option<Arc<TimeoutSettings>>,
+}
+
+impl TimeoutLayer {
+    /// A timeout layer. It is off when there is neither a default nor a per-method timeout.
+    pub fn new(settings: TimeoutSettings) -> Self {
+        let on = settings.default.is_some() || !settings.per_method.is_empty();
+        Self {
+            settings: on.then(|| Arc::new(settings)),
+        }
+    }
+}
+
+impl<S> Layer<S> for TimeoutLayer {
+    type Service = Timeout<S>;
+    fn layer(&self, inner: S) -> Timeout<S> {
+        Timeout {
+            inner,
+            settings: self.settings.clone(),
+        }
+    }
+}
+
+/// Bounds each call by its timeout.
+#[derive(Debug, Clone)]
+pub struct Timeout<S> {
+    inner: S,
+    settings: Option<Arc<TimeoutSettings>>,
+}
+
+impl<S, ReqB, B> Service<Request<ReqB>> for Timeout<S>
+where
+    S: Service<Request<ReqB>, Response = Response<B>>,
+    B: Default,
+{
+    type Response = Response<B>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
+        let timeout = self.settings.as_ref().and_then(|s| {
+            let path = req.uri().path();
+            if is_infra(path) || s.streaming.contains(path) {
+                return None;
+            }
+            let server = s.timeout_for(path)?;
+            let caller = grpc_timeout::from_headers(req.headers());
+            Some(caller.map_or(server, |c| c.min(server)))
+        });
+        let sleep = timeout.map(|d| {
+            if let Ok(v) = HeaderValue::from_str(&grpc_timeout::format(d)) {
+                req.headers_mut().insert(grpc_timeout::GRPC_TIMEOUT, v);
+            }
+            tokio::time::sleep(d)
+        });
+        ResponseFuture {
+            fut: self.inner.call(req),
+            sleep,
+        }
+    }
+}
+
+pin_project! {
+    /// Response future of [`Timeout`].
+    #[derive(Debug)]
+    pub struct ResponseFuture<F> {
+        #[pin]
+        fut: F,
+        #[pin]
+        sleep: Option<Sleep>,
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+    B: Default,
+{
+    type Output = Result<Response<B>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(out) = this.fut.poll(cx) {
+            return Poll::Ready(out);
+        }
+        match this.sleep.as_pin_mut().map(|sleep| sleep.poll(cx)) {
+            Some(Poll::Ready(())) => Poll::Ready(Ok(status_response(
+                code::DEADLINE_EXCEEDED,
+                "context deadline exceeded",
+            ))),
+            _ => Poll::Pending,
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::convert::Infallible;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::layers::test_util::{TestBody, final_code, ok_response};
+
+    fn sleepy(
+        d: Duration,
+        finished: Arc<AtomicBool>,
+    ) -> impl Service<Request<()>, Response = Response<TestBody>, Error = Infallible> + Clone {
+        tower::service_fn(move |_req: Request<()>| {
+            let finished = finished.clone();
+            async move {
+                tokio::time::sleep(d).await;
+                finished.store(true, Ordering::SeqCst);
+                Ok::<_, Infallible>(ok_response())
+            }
+        })
+    }
+
+    fn settings(default_ms: u64) -> TimeoutSettings {
+        TimeoutSettings {
+            default: Some(Duration::from_millis(default_ms)),
+            per_method: HashMap::from([
+                ("/t.T/Long".to_owned(), Duration::from_secs(10)),
+                ("/t.T/Never".to_owned(), Duration::ZERO),
+            ]),
+            streaming: StreamingMethods::new(["/t.T/Stream".to_owned()]),
+        }
+    }
+
+    async fn run(path: &str, handler_ms: u64, header: Option<&str>) -> (Option<i32>, bool) {
+        let finished = Arc::new(AtomicBool::new(false));
+        let svc = TimeoutLayer::new(settings(100))
+            .layer(sleepy(Duration::from_millis(handler_ms), finished.clone()));
+        let mut req = Request::builder().uri(path).body(()).unwrap();
+        if let Some(h) = header {
+            req.headers_mut()
+                .insert("grpc-timeout", HeaderValue::from_str(h).unwrap());
+        }
+        let code = final_code(svc.oneshot(req).await.unwrap()).await;
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        (code, finished.load(Ordering::SeqCst))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn default_timeout_expires_and_drops_the_handler() {
+        assert_eq!(run("/t.T/M", 500, None).await, (Some(4), false));
+        assert_eq!(run("/t.T/M", 50, None).await, (Some(0), true));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn method_timeouts_override_the_default() {
+        assert_eq!(run("/t.T/Long", 500, None).await, (Some(0), true));
+        assert_eq!(run("/t.T/Never", 15_000, None).await, (Some(0), true));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_callers_shorter_deadline_wins() {
+        assert_eq!(run("/t.T/Long", 500, Some("200m")).await, (Some(4), false));
+        assert_eq!(run("/t.T/M", 80, Some("20S")).await, (Some(0), true));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn streams_and_health_are_not_timed_out() {
+        assert_eq!(run("/t.T/Stream", 500, None).await, (Some(0), true));
+        assert_eq!(
+            run("/grpc.health.v1.Health/Check", 500, None).await,
+            (Some(0), true)
+        );
+    }
+}

@@ -1,0 +1,236 @@
+//! Tracing: a span per RPC (go-zero `serverinterceptors/tracinginterceptor.go`).
+//!
+//! The span is named after the full method without its leading `/` (`pkg.Svc/Method`),
+//! kind server, with `rpc.system`, `rpc.service`, `rpc.method`, `net.peer.ip`,
+//! `net.peer.port` and, at the end, `rpc.grpc.status_code`. The W3C `traceparent`,
+//! `tracestate` and `baggage` metadata become its parent context (OpenTelemetry
+//! TraceContext + Baggage propagators, as go-zero's global propagator). The span stays open
+//! until the final status, so it covers a whole stream. Spans reach an OTLP collector only
+//! when `Telemetry.Endpoint` is set (see [`telemetry`](crate::telemetry)).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::OnceLock;
+use std::task::{Context, Poll};
+
+use http::{HeaderMap, Request, Response};
+use opentelemetry::propagation::{Extractor, TextMapCompositePropagator, TextMapPropagator};
+use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
+use pin_project_lite::pin_project;
+use tower_layer::Layer;
+use tower_service::Service;
+use tracing::Span;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+use zrpc_core::grpc::{OnStatus, StatusBody, method};
+
+use super::observe::ObserveFuture;
+use super::util::peer_addr;
+
+fn propagator() -> &'static TextMapCompositePropagator {
+    static P: OnceLock<TextMapCompositePropagator> = OnceLock::new();
+    P.get_or_init(|| {
+        TextMapCompositePropagator::new(vec![
+            Box::new(TraceContextPropagator::new()),
+            Box::new(BaggagePropagator::new()),
+        ])
+    })
+}
+
+/// Reads propagation fields from HTTP/2 headers (gRPC metadata).
+struct HeaderExtractor<'a>(&'a HeaderMap);
+
+impl Extractor for HeaderExtractor<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(http::HeaderName::as_str).collect()
+    }
+}
+
+/// The parent context carried by a request's metadata, if any.
+pub fn extract_context(headers: &HeaderMap) -> Option<opentelemetry::Context> {
+    let carries = headers.contains_key("traceparent") || headers.contains_key("baggage");
+    carries.then(|| propagator().extract(&HeaderExtractor(headers)))
+}
+
+/// Adds [`Trace`]; `enabled` is `Middlewares.Trace`.
+#[derive(Debug, Clone, Copy)]
+pub struct TraceLayer {
+    enabled: bool,
+}
+
+impl TraceLayer {
+    /// A tracing layer.
+    pub fn new(enabled: bool) -> Self {
+        Self { enabled }
+    }
+}
+
+impl<S> Layer<S> for TraceLayer {
+    type Service = Trace<S>;
+    fn layer(&self, inner: S) -> Trace<S> {
+        Trace {
+            inner,
+            enabled: self.enabled,
+        }
+    }
+}
+
+/// Opens a span per RPC.
+#[derive(Debug, Clone)]
+pub struct Trace<S> {
+    inner: S,
+    enabled: bool,
+}
+
+/// Ends the span with the final code.
+#[derive(Debug)]
+pub struct TraceRecord {
+    span: Span,
+}
+
+impl OnStatus for TraceRecord {
+    fn on_status(self, code: i32) {
+        self.span.record("rpc.grpc.status_code", code);
+        if code != 0 {
+            self.span.record("otel.status_code", "error");
+        }
+    }
+}
+
+fn rpc_span<B>(req: &Request<B>) -> Span {
+    let path = req.uri().path();
+    let (service, method) = method::split(path).unwrap_or(("", ""));
+    let peer = peer_addr(req);
+    let span = tracing::info_span!(
+        target: "zrpc::server",
+        "rpc",
+        otel.name = path.trim_start_matches('/'),
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        rpc.system = "grpc",
+        rpc.service = service,
+        rpc.method = method,
+        net.peer.ip = peer.map(|p| p.ip().to_string()).unwrap_or_else(|| "127.0.0.1".to_owned()),
+        net.peer.port = peer.map_or(0, |p| p.port()),
+        rpc.grpc.status_code = tracing::field::Empty,
+    );
+    if !span.is_disabled() {
+        if let Some(parent) = extract_context(req.headers()) {
+            let _ = span.set_parent(parent);
+        }
+    }
+    span
+}
+
+impl<S, ReqB, B> Service<Request<ReqB>> for Trace<S>
+where
+    S: Service<Request<ReqB>, Response = Response<B>>,
+{
+    type Response = Response<StatusBody<B, TraceRecord>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        if !self.enabled {
+            return ResponseFuture {
+                inner: ObserveFuture::passthrough(self.inner.call(req)),
+                span: Span::none(),
+            };
+        }
+        let span = rpc_span(&req);
+        let fut = {
+            let _enter = span.enter();
+            self.inner.call(req)
+        };
+        let record = TraceRecord { span: span.clone() };
+        ResponseFuture {
+            inner: ObserveFuture::new(fut, record),
+            span,
+        }
+    }
+}
+
+pin_project! {
+    /// Response future of [`Trace`]: polls the handler inside the span.
+    #[derive(Debug)]
+    pub struct ResponseFuture<F> {
+        #[pin]
+        inner: ObserveFuture<F, TraceRecord>,
+        span: Span,
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<StatusBody<B, TraceRecord>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let _enter = this.span.enter();
+        this.inner.poll(cx)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::convert::Infallible;
+
+    use opentelemetry::trace::TraceContextExt;
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::layers::test_util::{capture_logs, final_code, ok_response};
+
+    #[test]
+    fn extracts_w3c_trace_context_and_baggage() {
+        let mut h = HeaderMap::new();
+        assert!(extract_context(&h).is_none());
+        h.insert(
+            "traceparent",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+                .parse()
+                .unwrap(),
+        );
+        h.insert("baggage", "user=alice".parse().unwrap());
+        let cx = extract_context(&h).unwrap();
+        let sc = cx.span().span_context().clone();
+        assert_eq!(
+            sc.trace_id().to_string(),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
+        assert!(sc.is_remote());
+        use opentelemetry::baggage::BaggageExt;
+        assert_eq!(
+            cx.baggage().get("user").map(|v| v.as_str().to_owned()),
+            Some("alice".to_owned())
+        );
+    }
+
+    #[tokio::test]
+    async fn handler_runs_inside_the_rpc_span() {
+        let (_guard, logs) = capture_logs();
+        let svc = TraceLayer::new(true).layer(tower::service_fn(|_req: Request<()>| async {
+            tracing::info!("inside handler");
+            Ok::<_, Infallible>(ok_response())
+        }));
+        let req = Request::builder()
+            .uri("/greeter.Greeter/SayHello")
+            .body(())
+            .unwrap();
+        let resp = svc.oneshot(req).await.unwrap();
+        assert_eq!(final_code(resp).await, Some(0));
+        let out = logs.contents();
+        assert!(out.contains("rpc{"), "{out}");
+        assert!(out.contains("rpc.method=\"SayHello\""), "{out}");
+        assert!(out.contains("inside handler"), "{out}");
+    }
+}

@@ -1,0 +1,115 @@
+//! zrpc's Prometheus metrics: one process-wide registry, lazily created.
+//!
+//! Names and labels are go-zero's (`serverinterceptors/prometheusinterceptor.go`):
+//! `rpc_server_requests_duration_ms{method}` (buckets 1..5000 ms) and
+//! `rpc_server_requests_code_total{method,code}` with the numeric code. zrpc adds (never
+//! renames) `rpc_server_requests_rejected_total{method,reason}` for local rejections
+//! (`reason` = `breaker` or `shedding`) and shedder gauges per server.
+//!
+//! Several servers in one process share these families (go-zero does the same). The
+//! DevServer's `/metrics` serves this registry plus `prometheus::default_registry()`, so
+//! metrics registered there (by the client crate or by users) show up too.
+
+use std::sync::OnceLock;
+
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+
+/// go-zero's duration buckets, in milliseconds.
+pub const DURATION_BUCKETS_MS: [f64; 12] = [
+    1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2000.0, 5000.0,
+];
+
+/// The process-wide zrpc registry.
+pub fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(Registry::new)
+}
+
+/// The server metric families.
+#[derive(Debug)]
+pub struct ServerMetrics {
+    /// `rpc_server_requests_duration_ms{method}`.
+    pub duration_ms: HistogramVec,
+    /// `rpc_server_requests_code_total{method,code}`.
+    pub code_total: IntCounterVec,
+    /// `rpc_server_requests_rejected_total{method,reason}` (zrpc addition).
+    pub rejected_total: IntCounterVec,
+}
+
+/// The server metric families, registered in [`registry`] on first use.
+pub fn server_metrics() -> &'static ServerMetrics {
+    static METRICS: OnceLock<ServerMetrics> = OnceLock::new();
+    METRICS.get_or_init(|| {
+        let duration_ms = HistogramVec::new(
+            HistogramOpts::new(
+                "rpc_server_requests_duration_ms",
+                "rpc server requests duration(ms).",
+            )
+            .buckets(DURATION_BUCKETS_MS.to_vec()),
+            &["method"],
+        );
+        let code_total = IntCounterVec::new(
+            Opts::new(
+                "rpc_server_requests_code_total",
+                "rpc server requests code count.",
+            ),
+            &["method", "code"],
+        );
+        let rejected_total = IntCounterVec::new(
+            Opts::new(
+                "rpc_server_requests_rejected_total",
+                "rpc server requests rejected locally (reason: breaker, shedding).",
+            ),
+            &["method", "reason"],
+        );
+        // The options are static and valid; a failure here is a programming error caught by tests.
+        let (Ok(duration_ms), Ok(code_total), Ok(rejected_total)) =
+            (duration_ms, code_total, rejected_total)
+        else {
+            unreachable!("static metric options are valid")
+        };
+        for c in [
+            Box::new(duration_ms.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(code_total.clone()),
+            Box::new(rejected_total.clone()),
+        ] {
+            if let Err(e) = registry().register(c) {
+                tracing::error!(target: "zrpc::metrics", "cannot register server metrics: {e}");
+            }
+        }
+        ServerMetrics {
+            duration_ms,
+            code_total,
+            rejected_total,
+        }
+    })
+}
+
+/// Renders [`registry`] and the default registry in the Prometheus text format.
+pub fn render() -> String {
+    let mut families = registry().gather();
+    families.extend(prometheus::default_registry().gather());
+    families.sort_by(|a, b| a.name().cmp(b.name()));
+    let mut out = String::new();
+    if let Err(e) = prometheus::TextEncoder::new().encode_utf8(&families, &mut out) {
+        tracing::error!(target: "zrpc::metrics", "cannot encode metrics: {e}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families_have_go_zero_names() {
+        let m = server_metrics();
+        m.duration_ms.with_label_values(&["/t.T/M"]).observe(3.0);
+        m.code_total.with_label_values(&["/t.T/M", "0"]).inc();
+        let text = render();
+        assert!(
+            text.contains("rpc_server_requests_duration_ms_bucket{method=\"/t.T/M\",le=\"5\"} 1")
+        );
+        assert!(text.contains("rpc_server_requests_code_total{code=\"0\",method=\"/t.T/M\"} 1"));
+    }
+}

@@ -1,0 +1,506 @@
+//! [`Server`]: config -> tonic server + middleware chain + health + reflection + DevServer +
+//! registration + graceful shutdown (go-zero `zrpc.NewServer` / `RpcServer.Start`).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use prost::Message;
+use tokio::net::TcpListener;
+use tokio::time::Instant;
+use tonic::body::Body;
+use tonic::server::NamedService;
+use tonic::service::{Routes, RoutesBuilder};
+use tonic::transport::server::TcpIncoming;
+use tonic_health::ServingStatus;
+use tower::ServiceBuilder;
+use tower_layer::{Identity, Layer, Stack};
+use tower_service::Service;
+use zrpc_core::conf::Validate;
+
+use crate::conf::RpcServerConf;
+use crate::error::Error;
+use crate::handle::{HandleParts, Phase, ServerHandle};
+use crate::layers::{
+    AuthLayer, BreakerLayer, MetricsLayer, RecoverLayer, StatLayer, StatSettings, StaticTokens,
+    StreamingMethods, TimeoutLayer, TimeoutSettings, TokenStore, TraceLayer,
+};
+use crate::shutdown;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A hook run at the start of shutdown, before WrapUpTime (go-zero's wrap-up listeners;
+/// etcd deregistration runs here).
+pub type WrapUpHook =
+    Box<dyn FnOnce() -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
+/// A zrpc server: tonic services behind go-zero's middleware chain.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn run<S>(svc: S) -> Result<(), zrpc_server::Error>
+/// # where S: tower_service::Service<http::Request<tonic::body::Body>, Error = std::convert::Infallible>
+/// #     + tonic::server::NamedService + Clone + Send + Sync + 'static,
+/// #   S::Response: axum::response::IntoResponse, S::Future: Send + 'static,
+/// # {
+/// use zrpc_server::{RpcServerConf, Server};
+///
+/// let conf = RpcServerConf::new("greeter.rpc", "0.0.0.0:8080");
+/// Server::new(conf)?.add_service(svc).serve().await
+/// # }
+/// ```
+pub struct Server<L = Identity> {
+    conf: RpcServerConf,
+    routes: RoutesBuilder,
+    names: Vec<&'static str>,
+    layer: L,
+    token_store: Option<Arc<dyn TokenStore>>,
+    extra: crate::shedding_glue::Extra,
+    descriptors: Vec<&'static [u8]>,
+    streaming: Vec<String>,
+    wrap_up: Vec<WrapUpHook>,
+    parts: HandleParts,
+}
+
+impl<L> std::fmt::Debug for Server<L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("name", &self.conf.name)
+            .field("listen_on", &self.conf.listen_on)
+            .field("services", &self.names)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// Builds a server from a validated config (go-zero `zrpc.NewServer`).
+    ///
+    /// With `Auth: true` the token store is the `AuthTokens` map unless
+    /// [`token_store`](Self::token_store) replaces it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Conf`] when the config does not validate.
+    pub fn new(conf: RpcServerConf) -> Result<Server, Error> {
+        conf.validate()?;
+        for ignored in conf.ignored_keys() {
+            tracing::info!(target: "zrpc::server", "{ignored}");
+        }
+        let token_store = conf.auth.then(|| {
+            Arc::new(StaticTokens::new(
+                conf.auth_tokens
+                    .iter()
+                    .map(|t| (t.app.clone(), t.token.clone())),
+            )) as Arc<dyn TokenStore>
+        });
+        Ok(Server {
+            conf,
+            routes: RoutesBuilder::default(),
+            names: Vec::new(),
+            layer: Identity::new(),
+            token_store,
+            extra: crate::shedding_glue::Extra::default(),
+            descriptors: Vec::new(),
+            streaming: Vec::new(),
+            wrap_up: Vec::new(),
+            parts: HandleParts::new(),
+        })
+    }
+}
+
+impl<L> Server<L> {
+    /// Adds a tonic service (e.g. `GreeterServer::new(MyGreeter)`).
+    #[must_use]
+    pub fn add_service<S>(mut self, svc: S) -> Self
+    where
+        S: Service<Request<Body>, Error = std::convert::Infallible>
+            + NamedService
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Response: axum::response::IntoResponse,
+        S::Future: Send + 'static,
+    {
+        self.names.push(S::NAME);
+        self.routes.add_service(svc);
+        self
+    }
+
+    /// Adds a user tower layer, innermost: it runs after auth, just before the services
+    /// (go-zero `AddUnaryInterceptors`). Layers added first are outermost among user layers.
+    /// Its responses must keep a body that is `Default` (tonic's `Body` is).
+    #[must_use]
+    pub fn layer<NL>(self, layer: NL) -> Server<Stack<NL, L>> {
+        Server {
+            conf: self.conf,
+            routes: self.routes,
+            names: self.names,
+            layer: Stack::new(layer, self.layer),
+            token_store: self.token_store,
+            extra: self.extra,
+            descriptors: self.descriptors,
+            streaming: self.streaming,
+            wrap_up: self.wrap_up,
+            parts: self.parts,
+        }
+    }
+
+    /// Replaces the auth token store (default: the `AuthTokens` map). Has effect only with
+    /// `Auth: true`.
+    #[must_use]
+    pub fn token_store(mut self, store: Arc<dyn TokenStore>) -> Self {
+        if self.conf.auth {
+            self.token_store = Some(store);
+        }
+        self
+    }
+
+    /// Registers an encoded `FileDescriptorSet` (from `tonic_prost_build`'s
+    /// `file_descriptor_set_path`), served by reflection (when `Reflection` or `Mode`
+    /// dev/test) and used to learn which methods stream (never shed nor timed out).
+    #[must_use]
+    pub fn reflection_descriptor(mut self, encoded: &'static [u8]) -> Self {
+        self.descriptors.push(encoded);
+        self
+    }
+
+    /// Declares a streaming method (`/pkg.Service/Method`) so it is never shed nor timed
+    /// out, when no descriptor set is registered.
+    #[must_use]
+    pub fn streaming_method(mut self, full_method: impl Into<String>) -> Self {
+        self.streaming.push(full_method.into());
+        self
+    }
+
+    /// Replaces the CPU usage source of the shedder (default: the process-wide sampler,
+    /// cgroup-aware). Tests inject a `zrpc_core::cpu::FixedCpu`.
+    #[must_use]
+    pub fn cpu_usage(mut self, cpu: Arc<dyn zrpc_core::cpu::CpuUsage>) -> Self {
+        self.extra.cpu = Some(cpu);
+        self
+    }
+
+    /// Adds a hook run when shutdown starts, before WrapUpTime (deregistration, flushing).
+    #[must_use]
+    pub fn on_wrap_up<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.wrap_up.push(Box::new(move || Box::pin(hook())));
+        self
+    }
+
+    /// A handle to watch the server and shut it down.
+    pub fn handle(&self) -> ServerHandle {
+        self.parts.handle()
+    }
+
+    /// The config.
+    pub fn conf(&self) -> &RpcServerConf {
+        &self.conf
+    }
+}
+
+/// Streaming methods declared in encoded descriptor sets.
+fn streaming_from_descriptors(sets: &[&'static [u8]]) -> Result<Vec<String>, Error> {
+    let mut out = Vec::new();
+    for set in sets {
+        let set = prost_types::FileDescriptorSet::decode(*set)
+            .map_err(|e| Error::Reflection(e.to_string()))?;
+        for file in &set.file {
+            let pkg = file.package();
+            for svc in &file.service {
+                let svc_name = if pkg.is_empty() {
+                    svc.name().to_owned()
+                } else {
+                    format!("{pkg}.{}", svc.name())
+                };
+                for m in &svc.method {
+                    if m.client_streaming() || m.server_streaming() {
+                        out.push(format!("/{svc_name}/{}", m.name()));
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn listen_addr(listen_on: &str) -> String {
+    match listen_on.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => listen_on.to_owned(),
+    }
+}
+
+impl<L, UB> Server<L>
+where
+    L: Layer<Routes> + Send + 'static,
+    L::Service: Service<Request<Body>, Response = Response<UB>> + Clone + Send + 'static,
+    <L::Service as Service<Request<Body>>>::Future: Send + 'static,
+    <L::Service as Service<Request<Body>>>::Error: Into<BoxError> + Send + 'static,
+    UB: http_body::Body<Data = Bytes> + Default + Send + 'static,
+    UB::Error: Into<BoxError>,
+{
+    /// Sets up logging/telemetry, binds `ListenOn` and serves until SIGTERM or SIGINT, then
+    /// shuts down gracefully (go-zero `RpcServer.Start`).
+    ///
+    /// # Errors
+    ///
+    /// Config, bind or transport errors.
+    pub async fn serve(self) -> Result<(), Error> {
+        let _telemetry = crate::telemetry::init(&self.conf)?;
+        let addr = listen_addr(&self.conf.listen_on);
+        let listener = TcpListener::bind(&addr)
+            .await
+            .map_err(|source| Error::Bind { addr, source })?;
+        self.serve_with_listener(listener, shutdown::signal()).await
+    }
+
+    /// Serves on `listener` until `shutdown` resolves (or [`ServerHandle::shutdown`] is
+    /// called), then shuts down gracefully:
+    ///
+    /// 1. wrap-up hooks (etcd deregistration), health NOT_SERVING, DevServer `/healthz` 503;
+    /// 2. wait `WrapUpTime` (clients see the change) while still serving;
+    /// 3. close the listener and drain in-flight calls and streams;
+    /// 4. give up at `WaitTime` after the signal (remaining connections are left to die
+    ///    with the process).
+    ///
+    /// # Errors
+    ///
+    /// Transport or DevServer bind errors.
+    pub async fn serve_with_listener<F>(
+        self,
+        listener: TcpListener,
+        shutdown: F,
+    ) -> Result<(), Error>
+    where
+        F: Future<Output = ()> + Send,
+    {
+        let Server {
+            conf,
+            routes,
+            names,
+            layer,
+            token_store,
+            extra,
+            descriptors,
+            mut streaming,
+            wrap_up,
+            parts,
+            ..
+        } = self;
+        let local = listener.local_addr().map_err(Error::LocalAddr)?;
+        parts.state.send_modify(|s| s.local_addr = Some(local));
+        streaming.extend(streaming_from_descriptors(&descriptors)?);
+        let streaming = StreamingMethods::new(streaming);
+
+        // Health (SERVING only once we serve) and reflection.
+        let mut routes = routes;
+        let health = if conf.health {
+            let (reporter, svc) = tonic_health::server::health_reporter();
+            set_health(&reporter, &names, ServingStatus::NotServing).await;
+            routes.add_service(svc);
+            Some(reporter)
+        } else {
+            None
+        };
+        if conf.reflection_enabled() {
+            add_reflection(&mut routes, &descriptors)?;
+        }
+        let routes = routes.routes().prepare();
+
+        // One shedder per server, with its gauges.
+        let shedder = extra.shedder(&conf);
+        let shedder_gauges = shedder.as_ref().and_then(|s| {
+            crate::shedding_glue::ShedderCollector::new(s.clone(), &local.to_string())
+        });
+        if let Some(g) = &shedder_gauges {
+            g.register();
+        }
+
+        // The chain, go-zero order (outer -> inner).
+        let mw = &conf.middlewares;
+        let chain = ServiceBuilder::new()
+            .layer(TraceLayer::new(mw.trace))
+            .layer(RecoverLayer::new(mw.recover))
+            .layer(StatLayer::new(StatSettings {
+                enabled: mw.stat,
+                slow_threshold: mw.stat_conf.slow_threshold,
+                log_requests: mw.stat_conf.log_request_content,
+                ignore_content_methods: mw
+                    .stat_conf
+                    .ignore_content_methods
+                    .iter()
+                    .cloned()
+                    .collect(),
+            }))
+            .layer(MetricsLayer::new(mw.prometheus))
+            .layer(BreakerLayer::new(mw.breaker))
+            .layer(crate::shedding_glue::shedding_layer(
+                shedder.as_ref(),
+                &streaming,
+            ))
+            .layer(TimeoutLayer::new(TimeoutSettings {
+                default: conf.timeout_duration(),
+                per_method: conf
+                    .method_timeouts
+                    .iter()
+                    .map(|m| (m.full_method.clone(), m.timeout))
+                    .collect(),
+                streaming: streaming.clone(),
+            }))
+            .layer(AuthLayer::new(token_store, conf.strict_control))
+            .layer(layer)
+            .into_inner();
+
+        // DevServer.
+        let (dev_stop_tx, dev_stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let dev_task = match conf.dev_server.as_ref().filter(|d| d.enabled) {
+            Some(dev) => {
+                let (addr, fut) = crate::devserver::bind(
+                    dev,
+                    parts.state.subscribe(),
+                    format!("zrpc-{}", conf.listen_on),
+                    async move {
+                        let _ = dev_stop_rx.await;
+                    },
+                )
+                .await?;
+                parts.state.send_modify(|s| s.dev_server_addr = Some(addr));
+                Some(tokio::spawn(fut))
+            }
+            None => None,
+        };
+
+        let _gauges_guard = GaugesGuard(shedder_gauges);
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+        let server = tonic::transport::Server::builder()
+            .layer(chain)
+            .serve_with_incoming_shutdown(routes, incoming, async move {
+                let _ = stop_rx.await;
+            });
+        let mut server = std::pin::pin!(server);
+
+        if let Some(h) = &health {
+            set_health(h, &names, ServingStatus::Serving).await;
+        }
+        parts.set_phase(Phase::Serving);
+        tracing::info!(target: "zrpc::server", "{} serving on {local}", conf.name);
+        let registration = crate::shutdown::start_registration(&conf, local);
+
+        // Serve until the shutdown signal (or a transport error).
+        let mut shutdown = std::pin::pin!(shutdown);
+        tokio::select! {
+            res = &mut server => {
+                parts.set_phase(Phase::Stopped);
+                let _ = dev_stop_tx.send(());
+                return res.map_err(Error::from);
+            }
+            () = &mut shutdown => {}
+            () = parts.shutdown_requested() => {}
+        }
+        let started = Instant::now();
+        let wait = conf.shutdown.wait_time.max(conf.shutdown.wrap_up_time);
+        tracing::info!(target: "zrpc::server", "{} shutting down...", conf.name);
+
+        // 1. wrap-up: deregister + NOT_SERVING, while still serving.
+        parts.set_phase(Phase::WrappingUp);
+        let wrap_up_work = async {
+            let hooks = wrap_up.into_iter().map(|h| h());
+            tokio::join!(
+                futures_util::future::join_all(hooks),
+                crate::shutdown::stop_registration(registration),
+                async {
+                    if let Some(h) = &health {
+                        set_health(h, &names, ServingStatus::NotServing).await;
+                    }
+                },
+            );
+            tokio::time::sleep(conf.shutdown.wrap_up_time).await;
+        };
+        tokio::select! {
+            res = &mut server => {
+                parts.set_phase(Phase::Stopped);
+                let _ = dev_stop_tx.send(());
+                return res.map_err(Error::from);
+            }
+            () = tokio::time::sleep_until(started + wait) => {}
+            () = wrap_up_work => {}
+        }
+
+        // 2. stop accepting, drain; force at WaitTime.
+        parts.set_phase(Phase::Draining);
+        let _ = stop_tx.send(());
+        let res = match tokio::time::timeout_at(started + wait, &mut server).await {
+            Ok(res) => res.map_err(Error::from),
+            Err(_) => {
+                tracing::warn!(
+                    target: "zrpc::server",
+                    "still alive after {:?}, giving up on the remaining calls",
+                    wait
+                );
+                Ok(())
+            }
+        };
+        parts.set_phase(Phase::Stopped);
+        let _ = dev_stop_tx.send(());
+        if let Some(t) = dev_task {
+            let _ = tokio::time::timeout(Duration::from_secs(1), t).await;
+        }
+        tracing::info!(target: "zrpc::server", "{} stopped", conf.name);
+        res
+    }
+}
+
+struct GaugesGuard(Option<crate::shedding_glue::ShedderCollector>);
+
+impl Drop for GaugesGuard {
+    fn drop(&mut self) {
+        if let Some(g) = &self.0 {
+            g.unregister();
+        }
+    }
+}
+
+async fn set_health(
+    reporter: &tonic_health::server::HealthReporter,
+    names: &[&str],
+    status: ServingStatus,
+) {
+    reporter.set_service_status("", status).await;
+    for n in names {
+        reporter.set_service_status(*n, status).await;
+    }
+}
+
+fn add_reflection(routes: &mut RoutesBuilder, descriptors: &[&'static [u8]]) -> Result<(), Error> {
+    let builder = || {
+        descriptors
+            .iter()
+            .fold(tonic_reflection::server::Builder::configure(), |b, d| {
+                b.register_encoded_file_descriptor_set(d)
+            })
+    };
+    if descriptors.is_empty() {
+        tracing::warn!(
+            target: "zrpc::server",
+            "reflection is on but no descriptor set was registered (Server::reflection_descriptor)"
+        );
+    }
+    let v1 = builder()
+        .build_v1()
+        .map_err(|e| Error::Reflection(e.to_string()))?;
+    let v1alpha = builder()
+        .build_v1alpha()
+        .map_err(|e| Error::Reflection(e.to_string()))?;
+    routes.add_service(v1);
+    routes.add_service(v1alpha);
+    Ok(())
+}

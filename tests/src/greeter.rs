@@ -1,0 +1,283 @@
+//! A configurable Greeter for server tests, and a helper that runs it behind a zrpc
+//! [`Server`] on `127.0.0.1:0`.
+//!
+//! Per-request behaviour comes from the request name, a comma-separated list of
+//! directives (anything else is just a name):
+//! - `sleep:<ms>`: wait before answering;
+//! - `fail:<code>`: answer with that numeric gRPC code (message `"failed on purpose"`);
+//! - `panic` / `panic:<msg>`: panic in the handler.
+//!
+//! Builder fields apply to every call: [`TestGreeter::with_delay`],
+//! [`TestGreeter::with_failure`], [`TestGreeter::with_panic`].
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_stream::Stream;
+use tonic::{Code, Request, Response, Status};
+use zrpc_server::conf::ShutdownConf;
+use zrpc_server::{RpcServerConf, Server, ServerHandle};
+
+use crate::pb::greeter_client::GreeterClient;
+use crate::pb::greeter_server::{Greeter, GreeterServer};
+use crate::pb::{HelloReply, HelloRequest, HelloStreamRequest};
+
+/// The encoded descriptor set of `proto/greeter.proto` (for reflection and streaming detection).
+pub const GREETER_DESCRIPTOR: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/greeter_descriptor.bin"));
+
+/// Full method names of the Greeter.
+pub const SAY_HELLO: &str = "/greeter.Greeter/SayHello";
+/// The server-streaming method.
+pub const SAY_HELLO_STREAM: &str = "/greeter.Greeter/SayHelloStream";
+
+#[derive(Debug, Default)]
+struct Counters {
+    started: AtomicU64,
+    finished: AtomicU64,
+}
+
+/// The test Greeter. Cheap to clone; clones share their counters.
+#[derive(Debug, Clone, Default)]
+pub struct TestGreeter {
+    delay: Duration,
+    failure: Option<Code>,
+    panic: bool,
+    counters: Arc<Counters>,
+}
+
+/// What a name asks the handler to do.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Directives {
+    /// `sleep:<ms>`.
+    pub sleep: Option<Duration>,
+    /// `fail:<code>`.
+    pub fail: Option<Code>,
+    /// `panic[:<msg>]`.
+    pub panic: Option<String>,
+}
+
+/// Parses the directives of a request name.
+pub fn directives(name: &str) -> Directives {
+    let mut d = Directives::default();
+    for part in name.split(',').map(str::trim) {
+        if let Some(ms) = part.strip_prefix("sleep:") {
+            d.sleep = ms.parse().ok().map(Duration::from_millis);
+        } else if let Some(code) = part.strip_prefix("fail:") {
+            d.fail = code.parse::<i32>().ok().map(Code::from_i32);
+        } else if part == "panic" {
+            d.panic = Some("test panic".to_owned());
+        } else if let Some(msg) = part.strip_prefix("panic:") {
+            d.panic = Some(msg.to_owned());
+        }
+    }
+    d
+}
+
+impl TestGreeter {
+    /// A greeter that answers `hello <name>` at once.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Waits `delay` in every unary call.
+    #[must_use]
+    pub fn with_delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// Fails every unary call with `code`.
+    #[must_use]
+    pub fn with_failure(mut self, code: Code) -> Self {
+        self.failure = Some(code);
+        self
+    }
+
+    /// Panics in every unary call.
+    #[must_use]
+    pub fn with_panic(mut self) -> Self {
+        self.panic = true;
+        self
+    }
+
+    /// Unary calls that entered the handler.
+    pub fn started(&self) -> u64 {
+        self.counters.started.load(Ordering::SeqCst)
+    }
+
+    /// Unary calls whose handler ran to completion (not dropped).
+    pub fn finished(&self) -> u64 {
+        self.counters.finished.load(Ordering::SeqCst)
+    }
+
+    /// The tonic service.
+    pub fn into_service(self) -> GreeterServer<TestGreeter> {
+        GreeterServer::new(self)
+    }
+}
+
+#[tonic::async_trait]
+impl Greeter for TestGreeter {
+    async fn say_hello(&self, req: Request<HelloRequest>) -> Result<Response<HelloReply>, Status> {
+        self.counters.started.fetch_add(1, Ordering::SeqCst);
+        let name = req.into_inner().name;
+        let d = directives(&name);
+        let delay = d.sleep.unwrap_or(self.delay);
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        if let Some(msg) = d
+            .panic
+            .or_else(|| self.panic.then(|| "test panic".to_owned()))
+        {
+            panic!("{msg}");
+        }
+        self.counters.finished.fetch_add(1, Ordering::SeqCst);
+        if let Some(code) = d.fail.or(self.failure) {
+            return Err(Status::new(code, "failed on purpose"));
+        }
+        Ok(Response::new(HelloReply {
+            message: format!("hello {name}"),
+        }))
+    }
+
+    type SayHelloStreamStream = Pin<Box<dyn Stream<Item = Result<HelloReply, Status>> + Send>>;
+
+    async fn say_hello_stream(
+        &self,
+        req: Request<HelloStreamRequest>,
+    ) -> Result<Response<Self::SayHelloStreamStream>, Status> {
+        let r = req.into_inner();
+        let interval = Duration::from_millis(u64::from(r.interval_ms));
+        let stream = async_stream(r.name, r.count, interval);
+        Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+fn async_stream(
+    name: String,
+    count: u32,
+    interval: Duration,
+) -> impl Stream<Item = Result<HelloReply, Status>> + Send {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(async move {
+        for i in 0..count {
+            if i > 0 && !interval.is_zero() {
+                tokio::time::sleep(interval).await;
+            }
+            let reply = HelloReply {
+                message: format!("hello {name} {i}"),
+            };
+            if tx.send(Ok(reply)).await.is_err() {
+                return;
+            }
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+/// A config for tests: `127.0.0.1:0`, short WrapUpTime (100 ms), WaitTime 10 s.
+pub fn test_conf(name: &str) -> RpcServerConf {
+    RpcServerConf::new(name, "127.0.0.1:0").with_shutdown(ShutdownConf::new(
+        Duration::from_millis(100),
+        Duration::from_secs(10),
+    ))
+}
+
+/// A running test server.
+#[derive(Debug)]
+pub struct TestServer {
+    /// Its gRPC address.
+    pub addr: SocketAddr,
+    /// Its handle.
+    pub handle: ServerHandle,
+    /// The greeter it serves (counters).
+    pub greeter: TestGreeter,
+    join: JoinHandle<Result<(), zrpc_server::Error>>,
+}
+
+impl TestServer {
+    /// `http://addr`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A fresh tonic client (its own connection).
+    pub async fn client(&self) -> GreeterClient<tonic::transport::Channel> {
+        GreeterClient::connect(self.url())
+            .await
+            .expect("connect to the test server")
+    }
+
+    /// Starts the graceful shutdown without waiting.
+    pub fn begin_shutdown(&self) {
+        self.handle.shutdown();
+    }
+
+    /// Shuts down and waits for `serve` to return.
+    pub async fn shutdown(self) -> Result<(), zrpc_server::Error> {
+        self.handle.shutdown();
+        self.join.await.expect("server task panicked")
+    }
+
+    /// Waits for `serve` to return (after a shutdown was started).
+    pub async fn join(self) -> Result<(), zrpc_server::Error> {
+        self.join.await.expect("server task panicked")
+    }
+}
+
+/// Starts `greeter` behind a zrpc server built from `conf` (with the greeter descriptor set
+/// registered), after `customize` (token store, CPU source, ...).
+pub async fn start_server_with(
+    conf: RpcServerConf,
+    greeter: TestGreeter,
+    customize: impl FnOnce(Server) -> Server,
+) -> TestServer {
+    let server = Server::new(conf)
+        .expect("valid test config")
+        .add_service(greeter.clone().into_service())
+        .reflection_descriptor(GREETER_DESCRIPTOR);
+    let server = customize(server);
+    let handle = server.handle();
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let join = tokio::spawn(server.serve_with_listener(listener, std::future::pending()));
+    let addr = handle.serving().await.expect("server serves");
+    TestServer {
+        addr,
+        handle,
+        greeter,
+        join,
+    }
+}
+
+/// Starts `greeter` behind a zrpc server built from `conf`.
+pub async fn start_server(conf: RpcServerConf, greeter: TestGreeter) -> TestServer {
+    start_server_with(conf, greeter, |s| s).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_directives() {
+        assert_eq!(
+            directives("bob,sleep:20,fail:14"),
+            Directives {
+                sleep: Some(Duration::from_millis(20)),
+                fail: Some(Code::Unavailable),
+                panic: None
+            }
+        );
+        assert_eq!(directives("panic:oops").panic.as_deref(), Some("oops"));
+        assert_eq!(directives("alice"), Directives::default());
+    }
+}
