@@ -20,6 +20,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_stream::Stream;
 use tonic::{Code, Request, Response, Status};
+use zrpc_core::breaker::BreakerRegistry;
 use zrpc_server::conf::ShutdownConf;
 use zrpc_server::{RpcServerConf, Server, ServerHandle};
 
@@ -215,6 +216,15 @@ impl TestServer {
             .expect("connect to the test server")
     }
 
+    /// A fresh channel (its own connection), e.g. for a health client.
+    pub async fn channel(&self) -> tonic::transport::Channel {
+        tonic::transport::Endpoint::from_shared(self.url())
+            .expect("valid url")
+            .connect()
+            .await
+            .expect("connect to the test server")
+    }
+
     /// Starts the graceful shutdown without waiting.
     pub fn begin_shutdown(&self) {
         self.handle.shutdown();
@@ -242,7 +252,9 @@ pub async fn start_server_with(
     let server = Server::new(conf)
         .expect("valid test config")
         .add_service(greeter.clone().into_service())
-        .reflection_descriptor(GREETER_DESCRIPTOR);
+        .reflection_descriptor(GREETER_DESCRIPTOR)
+        // Each test server has its own breakers: tests run in parallel in one process.
+        .breaker_registry(Box::leak(Box::new(BreakerRegistry::default())));
     let server = customize(server);
     let handle = server.handle();
     let listener = TcpListener::bind("127.0.0.1:0")
@@ -261,6 +273,27 @@ pub async fn start_server_with(
 /// Starts `greeter` behind a zrpc server built from `conf`.
 pub async fn start_server(conf: RpcServerConf, greeter: TestGreeter) -> TestServer {
     start_server_with(conf, greeter, |s| s).await
+}
+
+/// A minimal HTTP/1.1 GET (for the DevServer): returns the status code and the body.
+pub async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ use tonic_health::ServingStatus;
 use tower::ServiceBuilder;
 use tower_layer::{Identity, Layer, Stack};
 use tower_service::Service;
+use zrpc_core::breaker::BreakerRegistry;
 use zrpc_core::conf::Validate;
 
 use crate::conf::RpcServerConf;
@@ -59,6 +60,7 @@ pub struct Server<L = Identity> {
     layer: L,
     token_store: Option<Arc<dyn TokenStore>>,
     extra: crate::shedding_glue::Extra,
+    breakers: &'static BreakerRegistry,
     descriptors: Vec<&'static [u8]>,
     streaming: Vec<String>,
     wrap_up: Vec<WrapUpHook>,
@@ -103,6 +105,7 @@ impl Server {
             layer: Identity::new(),
             token_store,
             extra: crate::shedding_glue::Extra::default(),
+            breakers: BreakerRegistry::global(),
             descriptors: Vec::new(),
             streaming: Vec::new(),
             wrap_up: Vec::new(),
@@ -142,6 +145,7 @@ impl<L> Server<L> {
             layer: Stack::new(layer, self.layer),
             token_store: self.token_store,
             extra: self.extra,
+            breakers: self.breakers,
             descriptors: self.descriptors,
             streaming: self.streaming,
             wrap_up: self.wrap_up,
@@ -181,6 +185,15 @@ impl<L> Server<L> {
     #[must_use]
     pub fn cpu_usage(mut self, cpu: Arc<dyn zrpc_core::cpu::CpuUsage>) -> Self {
         self.extra.cpu = Some(cpu);
+        self
+    }
+
+    /// Replaces the breaker registry (default: the process-wide one, shared by every server
+    /// in the process, keyed by full method, as in go-zero). Tests running several servers of
+    /// the same service in one process give each its own.
+    #[must_use]
+    pub fn breaker_registry(mut self, registry: &'static BreakerRegistry) -> Self {
+        self.breakers = registry;
         self
     }
 
@@ -289,6 +302,7 @@ where
             layer,
             token_store,
             extra,
+            breakers,
             descriptors,
             mut streaming,
             wrap_up,
@@ -341,7 +355,7 @@ where
                     .collect(),
             }))
             .layer(MetricsLayer::new(mw.prometheus))
-            .layer(BreakerLayer::new(mw.breaker))
+            .layer(BreakerLayer::with_registry(mw.breaker, breakers))
             .layer(crate::shedding_glue::shedding_layer(
                 shedder.as_ref(),
                 &streaming,

@@ -26,10 +26,10 @@ pub struct TelemetryGuard {
 
 impl Drop for TelemetryGuard {
     fn drop(&mut self) {
-        if let Some(p) = self.provider.take() {
-            if let Err(e) = p.shutdown() {
-                tracing::warn!(target: "zrpc::telemetry", "tracer provider shutdown: {e}");
-            }
+        if let Some(p) = self.provider.take()
+            && let Err(e) = p.shutdown()
+        {
+            tracing::warn!(target: "zrpc::telemetry", "tracer provider shutdown: {e}");
         }
     }
 }

@@ -79,10 +79,10 @@ pub fn status_response<B: Default>(code: i32, message: &str) -> Response<B> {
         HeaderValue::from_static("application/grpc"),
     );
     headers.insert(GRPC_STATUS, HeaderValue::from_static(code::as_str(code)));
-    if !message.is_empty() {
-        if let Ok(v) = HeaderValue::from_str(&encode_grpc_message(message)) {
-            headers.insert(GRPC_MESSAGE, v);
-        }
+    if !message.is_empty()
+        && let Ok(v) = HeaderValue::from_str(&encode_grpc_message(message))
+    {
+        headers.insert(GRPC_MESSAGE, v);
     }
     resp
 }

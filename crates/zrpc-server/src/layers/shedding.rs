@@ -50,20 +50,19 @@ impl Shared {
         let dropped = self.dropped_since_log.fetch_add(1, Ordering::Relaxed) + 1;
         let now_ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
         let last = self.last_log_ms.load(Ordering::Relaxed);
-        if now_ms.saturating_sub(last) >= 1000 || last == 0 {
-            if self
+        if (now_ms.saturating_sub(last) >= 1000 || last == 0)
+            && self
                 .last_log_ms
                 .compare_exchange(last, now_ms.max(1), Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
-            {
-                self.dropped_since_log.store(0, Ordering::Relaxed);
-                tracing::warn!(
-                    target: "zrpc::shedding",
-                    method,
-                    dropped,
-                    "[RPC] dropped, service overloaded ({dropped} drops in the last second)"
-                );
-            }
+        {
+            self.dropped_since_log.store(0, Ordering::Relaxed);
+            tracing::warn!(
+                target: "zrpc::shedding",
+                method,
+                dropped,
+                "[RPC] dropped, service overloaded ({dropped} drops in the last second)"
+            );
         }
     }
 }

@@ -116,10 +116,10 @@ fn rpc_span<B>(req: &Request<B>) -> Span {
         net.peer.port = peer.map_or(0, |p| p.port()),
         rpc.grpc.status_code = tracing::field::Empty,
     );
-    if !span.is_disabled() {
-        if let Some(parent) = extract_context(req.headers()) {
-            let _ = span.set_parent(parent);
-        }
+    if !span.is_disabled()
+        && let Some(parent) = extract_context(req.headers())
+    {
+        let _ = span.set_parent(parent);
     }
     span
 }

@@ -1,0 +1,120 @@
+//! Server lifecycle (issue 3): health SERVING then NOT_SERVING during shutdown, the listener
+//! closes, and a shutdown with 20 in-flight slow calls completes all 20.
+
+use std::time::Duration;
+
+use tokio_stream::StreamExt;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_client::HealthClient;
+use zrpc_server::Phase;
+use zrpc_server::conf::{DevServerConf, ShutdownConf};
+use zrpc_tests::greeter::{TestGreeter, http_get, start_server, test_conf};
+use zrpc_tests::pb::{HelloRequest, HelloStreamRequest};
+
+async fn health(client: &mut HealthClient<tonic::transport::Channel>, service: &str) -> i32 {
+    client
+        .check(HealthCheckRequest {
+            service: service.into(),
+        })
+        .await
+        .expect("health answers")
+        .into_inner()
+        .status
+}
+
+#[tokio::test]
+async fn server_health_serving_then_not_serving_during_shutdown() {
+    let conf = test_conf("health.rpc")
+        .with_dev_server(DevServerConf::new("127.0.0.1", 0))
+        .with_shutdown(ShutdownConf::new(
+            Duration::from_millis(800),
+            Duration::from_secs(5),
+        ));
+    let srv = start_server(conf, TestGreeter::new()).await;
+    let dev = srv.handle.dev_server_addr().unwrap();
+    let mut h = HealthClient::new(srv.channel().await);
+    assert_eq!(health(&mut h, "").await, 1, "SERVING");
+    assert_eq!(health(&mut h, "greeter.Greeter").await, 1, "SERVING");
+    assert_eq!(http_get(dev, "/healthz").await.unwrap().0, 200);
+
+    srv.begin_shutdown();
+    assert_eq!(
+        srv.handle.wait_for(Phase::WrappingUp).await,
+        Phase::WrappingUp
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // During WrapUpTime the server still answers, but says NOT_SERVING.
+    assert_eq!(health(&mut h, "").await, 2, "NOT_SERVING");
+    assert_eq!(health(&mut h, "greeter.Greeter").await, 2, "NOT_SERVING");
+    let (status, body) = http_get(dev, "/healthz").await.unwrap();
+    assert_eq!(status, 503, "{body}");
+    let mut c = srv.client().await;
+    assert!(
+        c.say_hello(HelloRequest {
+            name: "late".into()
+        })
+        .await
+        .is_ok()
+    );
+    srv.join().await.expect("clean shutdown");
+}
+
+#[tokio::test]
+async fn server_shutdown_completes_20_in_flight_calls() {
+    let srv = start_server(test_conf("drain.rpc"), TestGreeter::new()).await;
+    let shared = srv.client().await;
+    let mut calls = Vec::new();
+    for i in 0..20 {
+        // Half share one connection, half have their own.
+        let mut c = if i % 2 == 0 {
+            shared.clone()
+        } else {
+            srv.client().await
+        };
+        calls.push(tokio::spawn(async move {
+            c.say_hello(HelloRequest {
+                name: format!("n{i},sleep:1000"),
+            })
+            .await
+        }));
+    }
+    let mut stream = shared
+        .clone()
+        .say_hello_stream(HelloStreamRequest {
+            name: "s".into(),
+            count: 5,
+            interval_ms: 200,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    while srv.greeter.started() < 20 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let addr = srv.addr;
+    let handle = srv.handle.clone();
+    srv.begin_shutdown();
+
+    // Once draining, the listener is closed: new connections are refused.
+    handle.wait_for(Phase::Draining).await;
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "listener still open"
+    );
+
+    for (i, call) in calls.into_iter().enumerate() {
+        let reply = call
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("call {i} lost: {e:?}"));
+        assert_eq!(reply.into_inner().message, format!("hello n{i},sleep:1000"));
+    }
+    let mut got = 0;
+    while let Some(m) = stream.next().await {
+        m.expect("the stream drains");
+        got += 1;
+    }
+    assert_eq!(got, 5);
+    srv.join().await.expect("clean shutdown");
+    assert_eq!(handle.phase(), Phase::Stopped);
+}

@@ -1,0 +1,86 @@
+//! Server metrics (issue 3): the DevServer's `/metrics` has go-zero's names, labels and counts;
+//! `/healthz` and `/` answer.
+
+use zrpc_server::conf::DevServerConf;
+use zrpc_tests::greeter::{SAY_HELLO, TestGreeter, http_get, start_server, test_conf};
+use zrpc_tests::pb::HelloRequest;
+
+/// The value of a sample line `name{labels} value` (labels in Prometheus' sorted order).
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+}
+
+#[tokio::test]
+async fn server_metrics_scraped_from_the_dev_server() {
+    let conf = test_conf("metrics.rpc").with_dev_server(DevServerConf::new("127.0.0.1", 0));
+    let srv = start_server(conf, TestGreeter::new()).await;
+    let dev = srv.handle.dev_server_addr().expect("dev server runs");
+    let mut c = srv.client().await;
+
+    // Codes only this test produces (tests share the process-wide registry).
+    for _ in 0..3 {
+        let _ = c
+            .say_hello(HelloRequest {
+                name: "fail:7".into(),
+            })
+            .await;
+    }
+    for _ in 0..2 {
+        let _ = c
+            .say_hello(HelloRequest {
+                name: "fail:9".into(),
+            })
+            .await;
+    }
+    c.say_hello(HelloRequest { name: "ok".into() })
+        .await
+        .unwrap();
+
+    let (status, text) = http_get(dev, "/metrics").await.unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        text.contains("# TYPE rpc_server_requests_duration_ms histogram"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# TYPE rpc_server_requests_code_total counter"),
+        "{text}"
+    );
+    let code =
+        |c: &str| format!("rpc_server_requests_code_total{{code=\"{c}\",method=\"{SAY_HELLO}\"}}");
+    assert_eq!(sample(&text, &code("7")), Some(3.0), "{text}");
+    assert_eq!(sample(&text, &code("9")), Some(2.0), "{text}");
+    assert!(sample(&text, &code("0")).unwrap_or(0.0) >= 1.0, "{text}");
+    let count = sample(
+        &text,
+        &format!("rpc_server_requests_duration_ms_count{{method=\"{SAY_HELLO}\"}}"),
+    )
+    .unwrap_or(0.0);
+    assert!(count >= 6.0, "{text}");
+    for le in [
+        "1", "2", "5", "10", "25", "50", "100", "250", "500", "1000", "2000", "5000", "+Inf",
+    ] {
+        let bucket =
+            format!("rpc_server_requests_duration_ms_bucket{{method=\"{SAY_HELLO}\",le=\"{le}\"}}");
+        assert!(text.contains(&bucket), "missing bucket {le}");
+    }
+    // Shedder gauges of this server (zrpc addition).
+    assert!(
+        text.contains(&format!(
+            "rpc_server_shedder_cpu_millicpu{{server=\"{}\"}}",
+            srv.addr
+        )),
+        "{text}"
+    );
+
+    let (status, body) = http_get(dev, "/healthz").await.unwrap();
+    assert_eq!((status, body.as_str()), (200, "OK"));
+    let (status, body) = http_get(dev, "/").await.unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("\"/metrics\"") && body.contains("\"/healthz\""),
+        "{body}"
+    );
+    srv.shutdown().await.expect("clean shutdown");
+}
