@@ -36,6 +36,15 @@ fn pick(c: &mut Criterion) {
                 set[i].on_abandon();
             });
         });
+        let fixed = Instant::now();
+        g.bench_with_input(BenchmarkId::new("1_thread_no_clock", n), &n, |b, _| {
+            b.iter(|| {
+                let i = picker
+                    .pick(black_box(&set), black_box(fixed), &mut ThreadRng)
+                    .unwrap();
+                set[i].on_abandon();
+            });
+        });
         g.bench_with_input(BenchmarkId::new("2_threads", n), &n, |b, _| {
             b.iter_custom(|iters| {
                 let barrier = Arc::new(Barrier::new(2));
@@ -67,6 +76,10 @@ fn pick(c: &mut Criterion) {
     g.finish();
 }
 
+fn clock(c: &mut Criterion) {
+    c.bench_function("clock_read", |b| b.iter(Instant::now));
+}
+
 fn complete(c: &mut Criterion) {
     let e = EndpointStats::new();
     let mut t = 0u64;
@@ -79,5 +92,5 @@ fn complete(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, pick, complete);
+criterion_group!(benches, pick, complete, clock);
 criterion_main!(benches);

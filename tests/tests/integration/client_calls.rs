@@ -124,3 +124,36 @@ async fn client_streams_are_accounted_when_done_or_dropped() {
     drop(stream);
     assert_eq!(client.endpoints()[0].inflight, 0);
 }
+
+#[tokio::test]
+async fn client_oversized_messages_are_out_of_range() {
+    let a = Backend::start("a", Duration::ZERO);
+    let b = Backend::start("b", Duration::ZERO);
+    let client = Client::new(RpcClientConf::direct([a.endpoint(), b.endpoint()]))
+        .await
+        .unwrap();
+    // request above the server's 4 MiB decode limit (and above the 256 KiB replay limit)
+    let big = "x".repeat(5 * 1024 * 1024);
+    let e = GreeterClient::new(client.clone())
+        .say_hello(HelloRequest { name: big })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::OutOfRange, "{e:?}");
+    // reply above the client's decode limit
+    let e = GreeterClient::new(client.clone())
+        .max_decoding_message_size(1024)
+        .say_hello(HelloRequest {
+            name: "y".repeat(2048),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::OutOfRange, "{e:?}");
+    // a large request under the limits passes (not kept for replay, streamed through)
+    let r = GreeterClient::new(client)
+        .say_hello(HelloRequest {
+            name: "z".repeat(1024 * 1024),
+        })
+        .await
+        .unwrap();
+    assert_eq!(r.into_inner().message.len(), 2 + 1024 * 1024);
+}

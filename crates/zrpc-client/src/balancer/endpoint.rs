@@ -199,3 +199,45 @@ pub(crate) fn never_reached_server(err: &(dyn StdError + 'static)) -> bool {
     }
     false
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn boxed(e: impl StdError + Send + Sync + 'static) -> BoxError {
+        Box::new(e)
+    }
+
+    #[test]
+    fn classifies_errors_that_never_reached_a_server() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert!(never_reached_server(&*boxed(tonic::ConnectError(
+            Box::new(refused)
+        ))));
+        assert!(never_reached_server(&*boxed(h2::Error::from(
+            h2::Reason::REFUSED_STREAM
+        ))));
+        // a reset or a protocol error may come after the server started processing
+        assert!(!never_reached_server(&*boxed(h2::Error::from(
+            h2::Reason::CANCEL
+        ))));
+        assert!(!never_reached_server(&*boxed(h2::Error::from(
+            h2::Reason::INTERNAL_ERROR
+        ))));
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert!(!never_reached_server(&*boxed(reset)));
+        // nested in a status source chain
+        let status = tonic::Status::from_error(boxed(tonic::ConnectError(Box::new(
+            std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        ))));
+        assert!(never_reached_server(&status));
+    }
+
+    #[test]
+    fn recognises_tonic_timeouts() {
+        assert!(is_timeout(&*boxed(tonic::TimeoutExpired(()))));
+        assert!(!is_timeout(&*boxed(std::io::Error::from(
+            std::io::ErrorKind::TimedOut
+        ))));
+    }
+}

@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::rng::RandomSource;
-use super::stats::{Clock, EndpointStats, PENALTY};
+use super::stats::{Clock, EndpointStats, PENALTY, THROTTLE_SUCCESS};
 
 /// go-zero `forcePick`: an endpoint not picked for this long gets the next request of its pair.
 pub const FORCE_PICK: Duration = Duration::from_secs(1);
@@ -64,41 +64,52 @@ impl P2cPicker {
         let chosen = match n {
             0 => return None,
             1 => 0,
-            2 => choose(set, 0, 1, now, rng),
+            2 => {
+                let (la, lb) = (set[0].as_ref().load(now), set[1].as_ref().load(now));
+                choose(set, (0, la), (1, lb), now, rng)
+            }
             _ => {
-                let (mut a, mut b) = (0, 1);
+                let mut pair = ((0, 0.0), (1, 0.0));
                 for _ in 0..PICK_TIMES {
-                    a = rng.below(n);
-                    b = rng.below(n - 1);
+                    let a = rng.below(n);
+                    let mut b = rng.below(n - 1);
                     if b >= a {
                         b += 1;
                     }
                     let (sa, sb) = (set[a].as_ref(), set[b].as_ref());
-                    if sa.is_healthy(now)
-                        && sb.is_healthy(now)
-                        && sa.load(now) < PENALTY
-                        && sb.load(now) < PENALTY
+                    let (la, lb) = (sa.load(now), sb.load(now));
+                    pair = ((a, la), (b, lb));
+                    // healthy: success > 500, not down, not a probe already in flight
+                    if la < PENALTY
+                        && lb < PENALTY
+                        && sa.success() > THROTTLE_SUCCESS
+                        && sb.success() > THROTTLE_SUCCESS
                     {
                         break;
                     }
                 }
-                choose(set, a, b, now, rng)
+                choose(set, pair.0, pair.1, now, rng)
             }
         };
         let stats = set[chosen].as_ref();
-        stats.last_pick.store(now, Ordering::Relaxed);
+        stats.touch(now);
         stats.on_pick();
         Some(chosen)
     }
 }
 
 /// go-zero's `choose`: the lower load wins, unless the other one is due for a forced pick.
-fn choose<E, R>(set: &[E], a: usize, b: usize, now: u64, rng: &mut R) -> usize
+fn choose<E, R>(
+    set: &[E],
+    (a, la): (usize, f64),
+    (b, lb): (usize, f64),
+    now: u64,
+    rng: &mut R,
+) -> usize
 where
     E: AsRef<EndpointStats>,
     R: RandomSource + ?Sized,
 {
-    let (la, lb) = (set[a].as_ref().load(now), set[b].as_ref().load(now));
     let (c1, c2, l1, l2) = if la > lb {
         (b, a, lb, la)
     } else {

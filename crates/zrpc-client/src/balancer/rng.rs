@@ -49,7 +49,8 @@ impl RandomSource for SeededRng {
 }
 
 thread_local! {
-    static THREAD_STATE: Cell<u64> = Cell::new(random_seed());
+    /// 0 = not yet seeded.
+    static THREAD_STATE: Cell<u64> = const { Cell::new(0) };
 }
 
 /// A random seed from the standard library's per-process hash keys (no extra dependency).
@@ -69,6 +70,9 @@ impl RandomSource for ThreadRng {
     fn next_u64(&mut self) -> u64 {
         THREAD_STATE.with(|s| {
             let mut v = s.get();
+            if v == 0 {
+                v = random_seed() | 1;
+            }
             let r = wyrand(&mut v);
             s.set(v);
             r

@@ -250,3 +250,105 @@ impl tower::Service<http::Request<Body>> for Balancer {
         Box::pin(Arc::clone(&self.shared).call(req))
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use zrpc_core::grpc::code;
+
+    use super::*;
+
+    fn addrs(v: &[&str]) -> Arc<Vec<String>> {
+        Arc::new(v.iter().map(|s| (*s).to_owned()).collect())
+    }
+
+    #[tokio::test]
+    async fn stats_and_connections_survive_endpoint_set_updates() {
+        let (tx, rx) = watch::channel(None);
+        let b = Balancer::new(
+            Arc::from("direct:///test"),
+            BalancerName::P2cEwma,
+            rx,
+            ConnectOptions::default(),
+            1,
+        );
+        assert!(!b.shared.is_ready());
+        tx.send_replace(Some(addrs(&["127.0.0.1:1", "127.0.0.1:2"])));
+        b.shared.wait_ready().await;
+        let first = b.shared.endpoints();
+        assert_eq!(first.len(), 2);
+        let a = first
+            .iter()
+            .find(|e| &*e.addr == "127.0.0.1:1")
+            .unwrap()
+            .clone();
+        a.stats.on_pick();
+        a.stats.on_done(0, 5_000_000, code::OK);
+        assert_eq!(a.stats.lag(), Some(Duration::from_millis(5)));
+
+        // b leaves, c joins: a keeps its Arc (stats and channel), c starts cold
+        tx.send_replace(Some(addrs(&["127.0.0.1:1", "127.0.0.1:3"])));
+        for _ in 0..100 {
+            if b.shared
+                .endpoints()
+                .iter()
+                .any(|e| &*e.addr == "127.0.0.1:3")
+            {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        let second = b.shared.endpoints();
+        let names: Vec<&str> = second.iter().map(|e| &*e.addr).collect();
+        assert!(
+            names.contains(&"127.0.0.1:1") && names.contains(&"127.0.0.1:3") && names.len() == 2,
+            "{names:?}"
+        );
+        let a2 = second.iter().find(|e| &*e.addr == "127.0.0.1:1").unwrap();
+        assert!(Arc::ptr_eq(&a, a2), "same endpoint object");
+        assert_eq!(a2.stats.lag(), Some(Duration::from_millis(5)));
+        let c = second.iter().find(|e| &*e.addr == "127.0.0.1:3").unwrap();
+        assert!(c.stats.is_probing() && c.stats.lag().is_none());
+    }
+
+    #[tokio::test]
+    async fn empty_set_is_unavailable_naming_the_target() {
+        let (tx, rx) = watch::channel(None);
+        let mut b = Balancer::new(
+            Arc::from("etcd:///h:2379?key=svc"),
+            BalancerName::P2cEwma,
+            rx,
+            ConnectOptions::default(),
+            1,
+        );
+        tx.send_replace(Some(addrs(&[])));
+        b.shared.wait_ready().await;
+        let req = http::Request::new(Body::empty());
+        let err = tower::Service::call(&mut b, req).await.unwrap_err();
+        let status = err.downcast::<tonic::Status>().unwrap();
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert!(
+            status.message().contains("etcd:///h:2379?key=svc"),
+            "{status:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_wait_for_the_first_endpoint_set() {
+        let (tx, rx) = watch::channel(None);
+        let mut b = Balancer::new(
+            Arc::from("t"),
+            BalancerName::P2cEwma,
+            rx,
+            ConnectOptions::default(),
+            1,
+        );
+        let call = tower::Service::call(&mut b, http::Request::new(Body::empty()));
+        let waited = tokio::time::timeout(Duration::from_secs(1), call).await;
+        assert!(waited.is_err(), "no set yet: the call waits");
+        let call = tower::Service::call(&mut b, http::Request::new(Body::empty()));
+        tx.send_replace(Some(addrs(&[])));
+        let err = call.await.unwrap_err().downcast::<tonic::Status>().unwrap();
+        assert_eq!(err.code(), tonic::Code::Unavailable);
+    }
+}

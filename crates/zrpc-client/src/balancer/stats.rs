@@ -174,10 +174,24 @@ impl EndpointStats {
     }
 
     /// Records a pick (in flight + 1); the pickers call it.
+    ///
+    /// The request counter is approximate under concurrent picks (a plain load and store, no
+    /// read-modify-write: it is only reported, never used to choose).
     #[inline]
     pub fn on_pick(&self) {
         self.inflight.fetch_add(1, Ordering::Relaxed);
-        self.requests.fetch_add(1, Ordering::Relaxed);
+        let r = self.requests.load(Ordering::Relaxed);
+        self.requests.store(r + 1, Ordering::Relaxed);
+    }
+
+    /// Records the pick time `now` (ns). Written only when it moved by more than 1 ms, so that
+    /// concurrent picks of a busy endpoint do not keep writing its cache line (forcePick works in
+    /// seconds).
+    #[inline]
+    pub(crate) fn touch(&self, now: u64) {
+        if now.saturating_sub(self.last_pick.load(Ordering::Relaxed)) > 1_000_000 {
+            self.last_pick.store(now, Ordering::Relaxed);
+        }
     }
 
     /// Records the completion of a request started at `start` (ns) with the final gRPC `code`, at
