@@ -1,4 +1,5 @@
 //! Client behaviour on single calls: metadata, timeouts, blocking dial, streaming accounting.
+#![allow(clippy::unwrap_used)]
 
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,6 @@
 //! Failover: a server killed mid-run costs only the calls in flight on it; a dead endpoint is
 //! skipped by transparent retry.
+#![allow(clippy::unwrap_used)]
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -10,6 +11,9 @@ use zrpc_tests::pb::HelloRequest;
 use zrpc_tests::pb::greeter_client::GreeterClient;
 
 use crate::client_support::{Backend, dead_endpoint};
+
+/// (start, end, outcome) of one call.
+type Call = (Instant, Instant, Result<(), String>);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn client_kill_one_server_only_in_flight_calls_fail() {
@@ -22,7 +26,7 @@ async fn client_kill_one_server_only_in_flight_calls_fail() {
     const WORKERS: usize = 16;
     let stop_at = Instant::now() + Duration::from_millis(1500);
     // (start, end, ok)
-    let log: Arc<Mutex<Vec<(Instant, Instant, Result<(), String>)>>> = Arc::default();
+    let log: Arc<Mutex<Vec<Call>>> = Arc::default();
     let mut workers = Vec::new();
     for w in 0..WORKERS {
         let mut greeter = GreeterClient::new(client.clone());
