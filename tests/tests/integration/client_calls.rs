@@ -158,3 +158,35 @@ async fn client_oversized_messages_are_out_of_range() {
         .unwrap();
     assert_eq!(r.into_inner().message.len(), 2 + 1024 * 1024);
 }
+
+#[tokio::test]
+async fn client_metrics_are_exported() {
+    let server = Backend::start("s", Duration::ZERO);
+    let client = Client::new(RpcClientConf::direct([server.endpoint()]))
+        .await
+        .unwrap();
+    GreeterClient::new(client.clone())
+        .say_hello(HelloRequest { name: "m".into() })
+        .await
+        .unwrap();
+    let families = zrpc_client::metrics::registry().gather();
+    let find = |name: &str| families.iter().find(|f| f.name() == name);
+    let codes = find("rpc_client_requests_code_total").expect("code counter");
+    assert!(codes.get_metric().iter().any(|m| {
+        let labels: Vec<(&str, &str)> = m
+            .get_label()
+            .iter()
+            .map(|l| (l.name(), l.value()))
+            .collect();
+        labels.contains(&("method", "/greeter.Greeter/SayHello")) && labels.contains(&("code", "0"))
+    }));
+    assert!(find("rpc_client_requests_duration_ms").is_some());
+    let lag = find("rpc_client_endpoint_lag_ms").expect("endpoint gauges");
+    assert!(lag.get_metric().iter().any(|m| {
+        m.get_label()
+            .iter()
+            .any(|l| l.name() == "endpoint" && l.value() == server.endpoint())
+    }));
+    assert!(find("rpc_client_endpoint_inflight").is_some());
+    assert!(find("rpc_client_endpoint_success").is_some());
+}

@@ -111,3 +111,47 @@ where
         }))
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use tower::{Layer, Service, ServiceExt};
+    use zrpc_core::breaker::BreakerConfig;
+    use zrpc_core::grpc::{code, status_response};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn rejects_locally_with_an_unavailable_status_once_failures_pile_up() {
+        let registry: &'static BreakerRegistry =
+            Box::leak(Box::new(BreakerRegistry::new(BreakerConfig::default())));
+        let inner = tower::service_fn(|_req: http::Request<Body>| async {
+            Ok::<_, BoxError>(status_response::<Body>(code::UNAVAILABLE, "down"))
+        });
+        let mut svc = BreakerLayer::with_registry("direct:///x:1", registry).layer(inner);
+        let mut local = 0;
+        for _ in 0..300 {
+            let req = http::Request::builder()
+                .uri("/greeter.Greeter/SayHello")
+                .body(Body::empty())
+                .unwrap();
+            match svc.ready().await.unwrap().call(req).await {
+                Ok(resp) => assert_eq!(
+                    zrpc_core::grpc::status_from_headers(resp.headers()),
+                    Some(code::UNAVAILABLE)
+                ),
+                Err(e) => {
+                    let s = e.downcast::<tonic::Status>().unwrap();
+                    assert_eq!(s.code(), tonic::Code::Unavailable);
+                    assert_eq!(s.message(), BREAKER_OPEN);
+                    local += 1;
+                }
+            }
+        }
+        assert!(local > 100, "{local}");
+        assert_eq!(
+            registry.names(),
+            vec!["direct:///x:1/greeter.Greeter/SayHello".to_owned()]
+        );
+    }
+}

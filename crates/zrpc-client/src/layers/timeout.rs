@@ -9,7 +9,7 @@
 //! `DeadlineExceeded` (tonic's own timeout would say `Cancelled`).
 
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use http::HeaderValue;
@@ -100,17 +100,18 @@ where
         let Some(timeout) = effective(self.default, call, header) else {
             return Box::pin(self.inner.call(req));
         };
-        let deadline = Instant::now() + timeout;
+        // tokio's clock (honours a paused test clock); the extension carries the std instant
+        let deadline = tokio::time::Instant::now() + timeout;
         if let Ok(v) = HeaderValue::from_str(&grpc_timeout::format(timeout)) {
             req.headers_mut().insert(grpc_timeout::GRPC_TIMEOUT, v);
         }
-        req.extensions_mut().insert(Deadline(deadline));
+        req.extensions_mut().insert(Deadline(deadline.into_std()));
         let fut = self.inner.call(req);
         Box::pin(async move {
-            match tokio::time::timeout_at(deadline.into(), fut).await {
+            match tokio::time::timeout_at(deadline, fut).await {
                 Ok(result) => result.map_err(|e| match super::code_of_error(&*e) {
                     // tonic's own grpc-timeout expiry says Cancelled("Timeout expired")
-                    zrpc_core::grpc::code::CANCELLED if Instant::now() >= deadline => {
+                    zrpc_core::grpc::code::CANCELLED if tokio::time::Instant::now() >= deadline => {
                         tonic::Status::deadline_exceeded(format!(
                             "deadline exceeded after {timeout:?}"
                         ))
@@ -152,5 +153,73 @@ mod tests {
         );
         assert_eq!(effective(None, None, Some(S(7))), Some(S(7)));
         assert_eq!(effective(None, None, None), None);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod layer_tests {
+    use std::sync::{Arc, Mutex};
+
+    use tower::{Layer, Service, ServiceExt};
+
+    use super::*;
+
+    fn request() -> http::Request<Body> {
+        http::Request::builder()
+            .uri("/greeter.Greeter/SayHello")
+            .body(Body::empty())
+            .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn expiry_is_deadline_exceeded_and_deadline_is_propagated() {
+        let seen: Arc<Mutex<Option<(Option<String>, bool)>>> = Arc::default();
+        let inner = {
+            let seen = seen.clone();
+            tower::service_fn(move |req: http::Request<Body>| {
+                let header = req
+                    .headers()
+                    .get("grpc-timeout")
+                    .map(|v| v.to_str().unwrap().to_owned());
+                *seen.lock().unwrap() =
+                    Some((header, req.extensions().get::<Deadline>().is_some()));
+                async {
+                    std::future::pending::<()>().await;
+                    Ok::<_, BoxError>(http::Response::new(Body::empty()))
+                }
+            })
+        };
+        let mut svc = TimeoutLayer::new(Some(Duration::from_millis(100))).layer(inner);
+        let err = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(request())
+            .await
+            .unwrap_err();
+        let status = err.downcast::<tonic::Status>().unwrap();
+        assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
+        let (header, has_deadline) = seen.lock().unwrap().take().unwrap();
+        assert_eq!(header.as_deref(), Some("100000u"));
+        assert!(has_deadline);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tonic_cancelled_at_the_deadline_becomes_deadline_exceeded() {
+        let inner = tower::service_fn(|_req: http::Request<Body>| async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Err::<Response, BoxError>(tonic::Status::cancelled("Timeout expired").into())
+        });
+        let mut svc = TimeoutLayer::new(Some(Duration::from_millis(50))).layer(inner);
+        let err = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(request())
+            .await
+            .unwrap_err();
+        let status = err.downcast::<tonic::Status>().unwrap();
+        assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
     }
 }

@@ -114,3 +114,61 @@ where
         )
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use opentelemetry::KeyValue;
+    use opentelemetry::baggage::BaggageExt;
+    use opentelemetry::propagation::TextMapCompositePropagator;
+    use opentelemetry::trace::TracerProvider;
+    use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
+    use tower::{Layer, Service, ServiceExt};
+    use tracing_subscriber::layer::SubscriberExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn injects_traceparent_and_baggage() {
+        opentelemetry::global::set_text_map_propagator(TextMapCompositePropagator::new(vec![
+            Box::new(TraceContextPropagator::new()),
+            Box::new(BaggagePropagator::new()),
+        ]));
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
+        let _sub = tracing::subscriber::set_default(subscriber);
+        let _cx =
+            opentelemetry::Context::current_with_baggage([KeyValue::new("tenant", "t1")]).attach();
+
+        let seen: Arc<Mutex<Option<http::HeaderMap>>> = Arc::default();
+        let inner = {
+            let seen = seen.clone();
+            tower::service_fn(move |req: http::Request<Body>| {
+                *seen.lock().unwrap() = Some(req.headers().clone());
+                async { Ok::<_, BoxError>(http::Response::new(Body::empty())) }
+            })
+        };
+        let mut svc = TraceLayer::new("direct:///a:1").layer(inner);
+        let req = http::Request::builder()
+            .uri("/greeter.Greeter/SayHello")
+            .body(Body::empty())
+            .unwrap();
+        svc.ready().await.unwrap().call(req).await.unwrap();
+        let headers = seen.lock().unwrap().take().unwrap();
+        let tp = headers
+            .get("traceparent")
+            .expect("traceparent injected")
+            .to_str()
+            .unwrap();
+        assert!(tp.starts_with("00-") && tp.len() == 55, "{tp}");
+        let baggage = headers
+            .get("baggage")
+            .expect("baggage injected")
+            .to_str()
+            .unwrap();
+        assert!(baggage.contains("tenant=t1"), "{baggage}");
+    }
+}
