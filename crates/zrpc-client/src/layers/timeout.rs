@@ -174,7 +174,9 @@ mod layer_tests {
 
     #[tokio::test(start_paused = true)]
     async fn expiry_is_deadline_exceeded_and_deadline_is_propagated() {
-        let seen: Arc<Mutex<Option<(Option<String>, bool)>>> = Arc::default();
+        // (grpc-timeout header, Deadline extension present)
+        type Seen = Option<(Option<String>, bool)>;
+        let seen: Arc<Mutex<Seen>> = Arc::default();
         let inner = {
             let seen = seen.clone();
             tower::service_fn(move |req: http::Request<Body>| {
