@@ -105,3 +105,50 @@ async fn client_dead_endpoint_is_retried_transparently() {
         .collect();
     assert!(dead.iter().all(|e| e.success < 500.0), "{dead:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn client_graceful_server_stop_loses_no_call() {
+    let a = Backend::start("a", Duration::from_millis(2));
+    let b = Backend::start("b", Duration::from_millis(2));
+    let mut c = Backend::start("c", Duration::from_millis(2));
+    let conf = RpcClientConf::direct([a.endpoint(), b.endpoint(), c.endpoint()])
+        .with_timeout(Duration::from_secs(5));
+    let client = Client::new(conf).await.unwrap();
+    let stop_at = Instant::now() + Duration::from_millis(1500);
+    let mut workers = Vec::new();
+    for w in 0..16 {
+        let mut greeter = GreeterClient::new(client.clone());
+        workers.push(tokio::spawn(async move {
+            let (mut ok, mut failed) = (0u32, Vec::new());
+            let mut i = 0;
+            while Instant::now() < stop_at {
+                match greeter
+                    .say_hello(HelloRequest {
+                        name: format!("{w}-{i}"),
+                    })
+                    .await
+                {
+                    Ok(_) => ok += 1,
+                    Err(e) => failed.push(e.to_string()),
+                }
+                i += 1;
+            }
+            (ok, failed)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = c.hits();
+    c.stop_gracefully().await;
+    let (mut ok, mut failed) = (0, Vec::new());
+    for w in workers {
+        let (o, f) = w.await.unwrap();
+        ok += o;
+        failed.extend(f);
+    }
+    println!(
+        "graceful stop: {ok} calls ok, {} failed; stopped server had {before} hits before the stop",
+        failed.len()
+    );
+    assert!(failed.is_empty(), "{failed:?}");
+    assert!(before > 0);
+}

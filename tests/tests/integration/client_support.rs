@@ -95,6 +95,8 @@ pub(crate) struct Backend {
     pub(crate) addr: SocketAddr,
     state: Arc<State>,
     runtime: Option<tokio::runtime::Runtime>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    stopped: Option<std::sync::mpsc::Receiver<()>>,
 }
 
 impl Backend {
@@ -116,17 +118,25 @@ impl Backend {
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
         let svc = Svc(state.clone());
+        let (shutdown, signal) = tokio::sync::oneshot::channel::<()>();
+        let (stopped_tx, stopped) = std::sync::mpsc::channel();
         runtime.spawn(async move {
             let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            tonic::transport::Server::builder()
+            let r = tonic::transport::Server::builder()
                 .add_service(GreeterServer::new(svc))
-                .serve_with_incoming(TcpListenerStream::new(listener))
-                .await
+                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+                    let _ = signal.await;
+                })
+                .await;
+            let _ = stopped_tx.send(());
+            r
         });
         Backend {
             addr,
             state,
             runtime: Some(runtime),
+            shutdown: Some(shutdown),
+            stopped: Some(stopped),
         }
     }
 
@@ -148,6 +158,20 @@ impl Backend {
     /// The `app`/`token` metadata of the last call.
     pub(crate) fn last_credentials(&self) -> Option<(String, String)> {
         self.state.last_metadata.lock().unwrap().clone()
+    }
+
+    /// Stops the server gracefully (GOAWAY, in-flight calls finish, listener closed) and waits
+    /// until it has stopped.
+    pub(crate) async fn stop_gracefully(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(rx) = self.stopped.take() {
+            tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(10)))
+                .await
+                .unwrap()
+                .unwrap();
+        }
     }
 
     /// Kills the server: its runtime is shut down, every connection closed, the port refused.
