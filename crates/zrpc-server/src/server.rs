@@ -25,8 +25,9 @@ use crate::conf::RpcServerConf;
 use crate::error::Error;
 use crate::handle::{HandleParts, Phase, ServerHandle};
 use crate::layers::{
-    AuthLayer, BreakerLayer, MetricsLayer, RecoverLayer, StatLayer, StatSettings, StaticTokens,
-    StreamingMethods, TimeoutLayer, TimeoutSettings, TokenStore, TraceLayer,
+    AuthLayer, BreakerLayer, DrainLayer, DrainSignal, MetricsLayer, RecoverLayer, StatLayer,
+    StatSettings, StaticTokens, StreamingMethods, TimeoutLayer, TimeoutSettings, TokenStore,
+    TraceLayer,
 };
 use crate::shutdown;
 
@@ -281,8 +282,10 @@ where
     /// 1. wrap-up hooks (etcd deregistration), health NOT_SERVING, DevServer `/healthz` 503;
     /// 2. wait `WrapUpTime` (clients see the change) while still serving;
     /// 3. close the listener and drain in-flight calls and streams;
-    /// 4. give up at `WaitTime` after the signal (remaining connections are left to die
-    ///    with the process).
+    /// 4. shortly before `WaitTime` (by a tenth of it, at most 500 ms) end the known
+    ///    streams still open with `Unavailable "server is shutting down"`;
+    /// 5. give up at `WaitTime` after the signal (remaining unary calls are left to die
+    ///    with the process, as go-zero's kill does).
     ///
     /// # Errors
     ///
@@ -338,6 +341,8 @@ where
             g.register();
         }
 
+        let drain = DrainSignal::new();
+
         // The chain, go-zero order (outer -> inner).
         let mw = &conf.middlewares;
         let chain = ServiceBuilder::new()
@@ -370,6 +375,7 @@ where
                 streaming: streaming.clone(),
             }))
             .layer(AuthLayer::new(token_store, conf.strict_control))
+            .layer(DrainLayer::new(drain.clone(), streaming.clone()))
             .layer(layer)
             .into_inner();
 
@@ -449,10 +455,23 @@ where
             () = wrap_up_work => {}
         }
 
-        // 2. stop accepting, drain; force at WaitTime.
+        // 2. stop accepting, drain; shortly before WaitTime end the streams still open with
+        // `Unavailable "server is shutting down"`; give up at WaitTime.
         parts.set_phase(Phase::Draining);
         let _ = stop_tx.send(());
-        let res = match tokio::time::timeout_at(started + wait, &mut server).await {
+        let cut_at = started + wait - (wait / 10).min(Duration::from_millis(500));
+        let drained = match tokio::time::timeout_at(cut_at, &mut server).await {
+            Ok(res) => Ok(res),
+            Err(_) => {
+                tracing::warn!(
+                    target: "zrpc::server",
+                    "ending the streams still open at the shutdown deadline"
+                );
+                drain.cut();
+                tokio::time::timeout_at(started + wait, &mut server).await
+            }
+        };
+        let res = match drained {
             Ok(res) => res.map_err(Error::from),
             Err(_) => {
                 tracing::warn!(

@@ -118,3 +118,45 @@ async fn server_shutdown_completes_20_in_flight_calls() {
     srv.join().await.expect("clean shutdown");
     assert_eq!(handle.phase(), Phase::Stopped);
 }
+
+#[tokio::test]
+async fn server_stream_still_open_at_wait_time_ends_with_unavailable() {
+    let conf = test_conf("cut.rpc").with_shutdown(ShutdownConf::new(
+        Duration::from_millis(100),
+        Duration::from_millis(1500),
+    ));
+    let srv = start_server(conf, TestGreeter::new()).await;
+    let mut stream = srv
+        .client()
+        .await
+        .say_hello_stream(HelloStreamRequest {
+            name: "long".into(),
+            count: 1000,
+            interval_ms: 100,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    stream.next().await.unwrap().expect("first message");
+    let t0 = std::time::Instant::now();
+    srv.begin_shutdown();
+    let mut got = 1;
+    let status = loop {
+        match stream.next().await {
+            Some(Ok(_)) => got += 1,
+            Some(Err(status)) => break status,
+            None => panic!("the stream ended without a status"),
+        }
+    };
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert_eq!(status.message(), "server is shutting down");
+    assert!(
+        got > 5,
+        "the stream kept flowing while draining ({got} messages)"
+    );
+    let handle = srv.handle.clone();
+    srv.join().await.expect("clean shutdown");
+    let took = t0.elapsed();
+    assert!(took < Duration::from_millis(1700), "shutdown took {took:?}");
+    assert_eq!(handle.phase(), Phase::Stopped);
+}

@@ -1,7 +1,10 @@
 //! The server middleware chain, one tower `Layer` + `Service` pair per stage, in go-zero's
 //! order (outer -> inner):
 //!
-//! `trace -> recover -> stat -> metrics -> breaker -> shedding -> timeout -> auth -> user layers -> service`
+//! `trace -> recover -> stat -> metrics -> breaker -> shedding -> timeout -> auth -> (drain) -> user layers -> service`
+//!
+//! `drain` is a zrpc addition: it ends streams still open at the shutdown deadline with a
+//! proper status.
 //!
 //! Each stage is switched by the config at run time (a disabled stage passes calls through)
 //! rather than with `option_layer`: the stages that observe the final status wrap the
@@ -11,6 +14,7 @@
 
 pub mod auth;
 pub mod breaker;
+pub mod drain;
 pub mod metrics;
 pub mod observe;
 pub mod recover;
@@ -25,6 +29,7 @@ pub(crate) mod test_util;
 
 pub use auth::{AuthLayer, Lookup, StaticTokens, TokenFuture, TokenStore};
 pub use breaker::BreakerLayer;
+pub use drain::{DrainLayer, DrainSignal};
 pub use metrics::MetricsLayer;
 pub use recover::RecoverLayer;
 pub use shedding::{SheddingLayer, SheddingSettings};

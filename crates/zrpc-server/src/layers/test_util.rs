@@ -22,6 +22,8 @@ pub(crate) enum TestBody {
     Frames(VecDeque<Frame<Bytes>>),
     /// Panics when polled.
     Panics,
+    /// Never yields (an idle stream).
+    Pending,
 }
 
 impl Body for TestBody {
@@ -35,6 +37,7 @@ impl Body for TestBody {
             TestBody::Empty => Poll::Ready(None),
             TestBody::Frames(f) => Poll::Ready(f.pop_front().map(Ok)),
             TestBody::Panics => panic!("body exploded"),
+            TestBody::Pending => Poll::Pending,
         }
     }
 }

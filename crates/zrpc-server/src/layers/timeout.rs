@@ -49,10 +49,35 @@ impl TimeoutSettings {
     }
 }
 
+/// A server timeout with its `grpc-timeout` header value, formatted once.
+type Limit = Option<(Duration, HeaderValue)>;
+
+fn limit(d: Option<Duration>) -> Limit {
+    let d = d.filter(|d| !d.is_zero())?;
+    Some((d, HeaderValue::from_str(&grpc_timeout::format(d)).ok()?))
+}
+
+/// [`TimeoutSettings`] ready for the hot path.
+#[derive(Debug)]
+struct Compiled {
+    default: Limit,
+    per_method: HashMap<String, Limit>,
+    streaming: StreamingMethods,
+}
+
+impl Compiled {
+    fn limit_for(&self, full_method: &str) -> Option<&(Duration, HeaderValue)> {
+        match self.per_method.get(full_method) {
+            Some(l) => l.as_ref(),
+            None => self.default.as_ref(),
+        }
+    }
+}
+
 /// Adds [`Timeout`].
 #[derive(Debug, Clone)]
 pub struct TimeoutLayer {
-    settings: Option<Arc<TimeoutSettings>>,
+    settings: Option<Arc<Compiled>>,
 }
 
 impl TimeoutLayer {
@@ -60,7 +85,17 @@ impl TimeoutLayer {
     pub fn new(settings: TimeoutSettings) -> Self {
         let on = settings.default.is_some() || !settings.per_method.is_empty();
         Self {
-            settings: on.then(|| Arc::new(settings)),
+            settings: on.then(|| {
+                Arc::new(Compiled {
+                    default: limit(settings.default),
+                    per_method: settings
+                        .per_method
+                        .into_iter()
+                        .map(|(m, d)| (m, limit(Some(d))))
+                        .collect(),
+                    streaming: settings.streaming,
+                })
+            }),
         }
     }
 }
@@ -79,7 +114,7 @@ impl<S> Layer<S> for TimeoutLayer {
 #[derive(Debug, Clone)]
 pub struct Timeout<S> {
     inner: S,
-    settings: Option<Arc<TimeoutSettings>>,
+    settings: Option<Arc<Compiled>>,
 }
 
 impl<S, ReqB, B> Service<Request<ReqB>> for Timeout<S>
@@ -96,20 +131,23 @@ where
     }
 
     fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
-        let timeout = self.settings.as_ref().and_then(|s| {
+        let limit = self.settings.as_ref().and_then(|s| {
             let path = req.uri().path();
             if is_infra(path) || s.streaming.contains(path) {
                 return None;
             }
-            let server = s.timeout_for(path)?;
-            let caller = grpc_timeout::from_headers(req.headers());
-            Some(caller.map_or(server, |c| c.min(server)))
+            s.limit_for(path)
         });
-        let sleep = timeout.map(|d| {
-            if let Ok(v) = HeaderValue::from_str(&grpc_timeout::format(d)) {
-                req.headers_mut().insert(grpc_timeout::GRPC_TIMEOUT, v);
+        let sleep = limit.map(|(server, header)| {
+            match grpc_timeout::from_headers(req.headers()) {
+                // The caller's deadline is shorter: its header already says so.
+                Some(caller) if caller < *server => tokio::time::sleep(caller),
+                _ => {
+                    req.headers_mut()
+                        .insert(grpc_timeout::GRPC_TIMEOUT, header.clone());
+                    tokio::time::sleep(*server)
+                }
             }
-            tokio::time::sleep(d)
         });
         ResponseFuture {
             fut: self.inner.call(req),
