@@ -1,4 +1,5 @@
 //! Server auth (issue 3): app/token metadata against the configured tokens.
+#![allow(clippy::unwrap_used)]
 
 use tonic::{Code, Request};
 use zrpc_tests::greeter::{TestGreeter, start_server, test_conf};

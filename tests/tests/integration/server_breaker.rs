@@ -1,4 +1,5 @@
 //! Server breaker (issue 3): a method that keeps failing opens its breaker.
+#![allow(clippy::unwrap_used)]
 
 use tonic::Code;
 use zrpc_tests::greeter::{TestGreeter, start_server, test_conf};

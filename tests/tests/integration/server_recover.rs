@@ -1,5 +1,6 @@
 //! Server recover (issue 3): a handler panic becomes `Internal "panic: <msg>"`, the server
 //! and the connection live on.
+#![allow(clippy::unwrap_used)]
 
 use tonic::Code;
 use zrpc_tests::greeter::{TestGreeter, start_server, test_conf};

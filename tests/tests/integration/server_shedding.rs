@@ -1,5 +1,6 @@
 //! Server shedding (issue 3): with a (fake) hot CPU and a saturated server, calls are shed
 //! with `ResourceExhausted "service overloaded"`.
+#![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,5 +1,6 @@
 //! Server timeouts (issue 3): `Timeout`, `MethodTimeouts` overrides, the handler is dropped
 //! on expiry, streams are not timed out.
+#![allow(clippy::unwrap_used)]
 
 use std::time::{Duration, Instant};
 
