@@ -47,7 +47,11 @@ impl Clock {
 }
 
 /// The counters and averages of one endpoint (kept across endpoint-set updates, keyed by address).
+///
+/// Aligned to 128 bytes (two cache lines, the prefetch pair) so that the stats of two endpoints
+/// never share a line: picks on different endpoints from different threads do not contend.
 #[derive(Debug)]
+#[repr(align(128))]
 pub struct EndpointStats {
     /// EWMA latency in ns (f64 bits), `EMPTY` until the first sample.
     lag: AtomicU64,
@@ -100,6 +104,7 @@ impl EndpointStats {
     }
 
     /// The EWMA latency in nanoseconds (0 before the first sample).
+    #[inline]
     #[must_use]
     pub fn lag_nanos(&self) -> f64 {
         match self.lag.load(Ordering::Relaxed) {
@@ -109,12 +114,14 @@ impl EndpointStats {
     }
 
     /// The EWMA success score, 0..=1000.
+    #[inline]
     #[must_use]
     pub fn success(&self) -> f64 {
         f64::from_bits(self.success.load(Ordering::Relaxed))
     }
 
     /// Requests picked and not yet completed.
+    #[inline]
     #[must_use]
     pub fn inflight(&self) -> u64 {
         self.inflight.load(Ordering::Relaxed)
@@ -127,6 +134,7 @@ impl EndpointStats {
     }
 
     /// Cold or recovering: limited to one request in flight while others are usable.
+    #[inline]
     #[must_use]
     pub fn is_probing(&self) -> bool {
         self.probing.load(Ordering::Relaxed)
@@ -140,6 +148,7 @@ impl EndpointStats {
     }
 
     /// The back-off deadline (ns; 0 = up).
+    #[inline]
     #[must_use]
     pub fn down_until(&self) -> u64 {
         self.down_until.load(Ordering::Relaxed)
