@@ -600,11 +600,32 @@ async fn registered_server_gets_traffic_within_1s_and_none_1s_after_deregisterin
     let took = wait_traffic(&b, Duration::from_secs(1)).await;
     println!("discovery e2e: server registered -> first request in {took:?}");
 
+    // B is in rotation.
+    let start = Instant::now();
+    while b.greeter.started() < 50 {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "B got only {} calls",
+            b.greeter.started()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     // B deregisters (graceful shutdown: revoke, 1 s wrap-up, drain): no traffic 1 s later.
     let a_before = a.greeter.started();
+    let b_addr = b.addr.to_string();
+    let resolution = etcd_resolver::resolve(conf(etcd.endpoints(), &key)).unwrap();
+    let mut rx = resolution.updates.clone();
     let stopping = Instant::now();
     b.begin_shutdown();
-    let last = last_traffic(&b, stopping, Duration::from_secs(2)).await;
+    let (last, gone) = tokio::join!(last_traffic(&b, stopping, Duration::from_secs(2)), async {
+        rx.wait_for(|v| v.as_ref().is_some_and(|v| !v.contains(&b_addr)))
+            .await
+            .unwrap();
+        stopping.elapsed()
+    });
+    println!(
+        "discovery e2e: shutdown began -> B removed from the client's endpoint set in {gone:?}"
+    );
     println!("discovery e2e: deregistered -> last request at {last:?} after shutdown began");
     assert!(
         last.is_none_or(|t| t < Duration::from_secs(1)),
