@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use futures_util::future::BoxFuture;
@@ -36,6 +36,8 @@ pub(crate) struct Shared {
     ready: watch::Sender<bool>,
     connect: ConnectOptions,
     seed: u64,
+    /// Never sent: its receivers see an error once the balancer is dropped.
+    alive: watch::Sender<()>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -82,12 +84,14 @@ impl Balancer {
             ready: watch::channel(false).0,
             connect,
             seed,
+            alive: watch::channel(()).0,
         });
         if let Some(set) = updates.borrow_and_update().clone() {
             shared.apply(&set);
         }
         let weak = Arc::downgrade(&shared);
-        tokio::spawn(async move { apply_updates(weak, updates).await });
+        let alive = shared.alive.subscribe();
+        tokio::spawn(async move { apply_updates(weak, updates, alive).await });
         Balancer { shared }
     }
 }
@@ -97,14 +101,16 @@ fn epoch() -> Instant {
     *EPOCH.get_or_init(Instant::now)
 }
 
-async fn apply_updates(shared: Weak<Shared>, mut updates: EndpointUpdates) {
+/// Applies each update until the resolver closes or the balancer is dropped (the last set stays).
+async fn apply_updates(
+    shared: Weak<Shared>,
+    mut updates: EndpointUpdates,
+    mut alive: watch::Receiver<()>,
+) {
     loop {
-        let closed = tokio::select! {
-            r = updates.changed() => r.is_err(),
-            () = closed(&shared) => true,
-        };
-        if closed {
-            return;
+        tokio::select! {
+            r = updates.changed() => if r.is_err() { return },
+            _ = alive.changed() => return,
         }
         let Some(shared) = shared.upgrade() else {
             return;
@@ -112,14 +118,6 @@ async fn apply_updates(shared: Weak<Shared>, mut updates: EndpointUpdates) {
         if let Some(set) = updates.borrow_and_update().clone() {
             shared.apply(&set);
         }
-    }
-}
-
-/// Resolves when the balancer has been dropped (checked every few seconds: the resolver's watch
-/// normally ends first, when the balancer's resolution guard is dropped).
-async fn closed(shared: &Weak<Shared>) {
-    while shared.strong_count() > 0 {
-        tokio::time::sleep(Duration::from_secs(5)).await;
     }
 }
 
@@ -254,6 +252,8 @@ impl tower::Service<http::Request<Body>> for Balancer {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use std::time::Duration;
+
     use zrpc_core::grpc::code;
 
     use super::*;
@@ -331,6 +331,23 @@ mod tests {
             status.message().contains("etcd:///h:2379?key=svc"),
             "{status:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn update_task_ends_when_the_balancer_is_dropped() {
+        let (tx, rx) = watch::channel(None);
+        let b = Balancer::new(
+            Arc::from("t"),
+            BalancerName::P2cEwma,
+            rx,
+            ConnectOptions::default(),
+            1,
+        );
+        assert_eq!(tx.receiver_count(), 1, "the update task holds the receiver");
+        drop(b);
+        tokio::time::timeout(Duration::from_secs(5), tx.closed())
+            .await
+            .unwrap();
     }
 
     #[tokio::test(start_paused = true)]
