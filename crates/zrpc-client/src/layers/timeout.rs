@@ -4,7 +4,7 @@
 //! `WithCallTimeout`), else the client's `Timeout`; an incoming `grpc-timeout` header (tonic's
 //! `Request::set_timeout`, or a deadline propagated by a server handler) wins when shorter. Zero
 //! means no timeout. The deadline is sent on as `grpc-timeout`, recorded as a
-//! [`Deadline`](crate::balancer::Deadline) extension (so the picker counts a call dropped at its
+//! [`Deadline`] extension (so the picker counts a call dropped at its
 //! deadline as `DeadlineExceeded`), and enforced on the response: expiry gives
 //! `DeadlineExceeded` (tonic's own timeout would say `Cancelled`).
 
