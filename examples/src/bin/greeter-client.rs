@@ -9,6 +9,7 @@
 //! `x-server` response metadata). The exit status is non-zero if any call failed.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -45,8 +46,24 @@ struct Args {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+async fn main() -> ExitCode {
+    match run_client(Args::parse()).await {
+        Ok(summary) if summary.failures == 0 => ExitCode::SUCCESS,
+        Ok(summary) => {
+            eprintln!(
+                "error: {} of {} calls failed",
+                summary.failures, summary.calls
+            );
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run_client(args: Args) -> anyhow::Result<Summary> {
     let conf: zrpc::RpcClientConf = zrpc::conf::load(&args.file)?;
     let client = zrpc::client(conf).await?;
 
@@ -65,10 +82,7 @@ async fn main() -> anyhow::Result<()> {
         wall.as_secs_f64(),
         summary.calls as f64 / wall.as_secs_f64().max(1e-9)
     );
-    if summary.failures > 0 {
-        anyhow::bail!("{} of {} calls failed", summary.failures, summary.calls);
-    }
-    Ok(())
+    Ok(summary)
 }
 
 /// Runs `args.calls` calls with `args.concurrency` workers pulling from a shared counter.

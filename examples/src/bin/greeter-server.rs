@@ -9,6 +9,7 @@
 //! `Shutdown.WrapUpTime` and drains in-flight calls before it exits.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
@@ -35,8 +36,17 @@ struct Args {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), zrpc::Error> {
-    let args = Args::parse();
+async fn main() -> ExitCode {
+    match serve(Args::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: Args) -> Result<(), zrpc::Error> {
     let mut conf: zrpc::RpcServerConf = zrpc::conf::load(&args.file)?;
     if let Some(listen) = args.listen {
         conf.listen_on = listen;
