@@ -342,6 +342,7 @@ where
         }
 
         let drain = DrainSignal::new();
+        let drain_infra = DrainSignal::new();
 
         // The chain, go-zero order (outer -> inner).
         let mw = &conf.middlewares;
@@ -375,7 +376,11 @@ where
                 streaming: streaming.clone(),
             }))
             .layer(AuthLayer::new(token_store, conf.strict_control))
-            .layer(DrainLayer::new(drain.clone(), streaming.clone()))
+            .layer(DrainLayer::new(
+                drain.clone(),
+                drain_infra.clone(),
+                streaming.clone(),
+            ))
             .layer(layer)
             .into_inner();
 
@@ -459,6 +464,7 @@ where
         // `Unavailable "server is shutting down"`; give up at WaitTime.
         parts.set_phase(Phase::Draining);
         let _ = stop_tx.send(());
+        drain_infra.cut();
         let cut_at = started + wait - (wait / 10).min(Duration::from_millis(500));
         let drained = match tokio::time::timeout_at(cut_at, &mut server).await {
             Ok(res) => Ok(res),
@@ -536,4 +542,126 @@ fn add_reflection(routes: &mut RoutesBuilder, descriptors: &[&'static [u8]]) -> 
     routes.add_service(v1);
     routes.add_service(v1alpha);
     Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use prost_types::{
+        DescriptorProto, FileDescriptorProto, FileDescriptorSet, MethodDescriptorProto,
+        ServiceDescriptorProto,
+    };
+
+    use super::*;
+
+    /// `package t; message Req {} service Svc { rpc M(Req) returns (Req); rpc S(Req) returns (stream Req); }`
+    fn descriptor() -> &'static [u8] {
+        let method = |name: &str, streaming: bool| MethodDescriptorProto {
+            name: Some(name.into()),
+            input_type: Some(".t.Req".into()),
+            output_type: Some(".t.Req".into()),
+            server_streaming: Some(streaming),
+            ..Default::default()
+        };
+        let set = FileDescriptorSet {
+            file: vec![FileDescriptorProto {
+                name: Some("t.proto".into()),
+                package: Some("t".into()),
+                message_type: vec![DescriptorProto {
+                    name: Some("Req".into()),
+                    ..Default::default()
+                }],
+                service: vec![ServiceDescriptorProto {
+                    name: Some("Svc".into()),
+                    method: vec![method("M", false), method("S", true)],
+                    ..Default::default()
+                }],
+                syntax: Some("proto3".into()),
+                ..Default::default()
+            }],
+        };
+        Box::leak(set.encode_to_vec().into_boxed_slice())
+    }
+
+    #[test]
+    fn learns_streaming_methods_from_descriptors() {
+        assert_eq!(
+            streaming_from_descriptors(&[descriptor()]).unwrap(),
+            vec!["/t.Svc/S".to_owned()]
+        );
+        assert!(streaming_from_descriptors(&[b"\xff\xff"]).is_err());
+    }
+
+    async fn list_v1(channel: tonic::transport::Channel) -> Vec<String> {
+        use tonic_reflection::pb::v1::ServerReflectionRequest;
+        use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+        use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+        use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+        let req = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        };
+        let mut resp = ServerReflectionClient::new(channel)
+            .server_reflection_info(tokio_stream::once(req))
+            .await
+            .unwrap()
+            .into_inner();
+        match resp.message().await.unwrap().unwrap().message_response {
+            Some(MessageResponse::ListServicesResponse(l)) => {
+                l.service.into_iter().map(|s| s.name).collect()
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    async fn list_v1alpha(channel: tonic::transport::Channel) -> Vec<String> {
+        use tonic_reflection::pb::v1alpha::ServerReflectionRequest;
+        use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient;
+        use tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest;
+        use tonic_reflection::pb::v1alpha::server_reflection_response::MessageResponse;
+        let req = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        };
+        let mut resp = ServerReflectionClient::new(channel)
+            .server_reflection_info(tokio_stream::once(req))
+            .await
+            .unwrap()
+            .into_inner();
+        match resp.message().await.unwrap().unwrap().message_response {
+            Some(MessageResponse::ListServicesResponse(l)) => {
+                l.service.into_iter().map(|s| s.name).collect()
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn serves_reflection_v1_and_v1alpha_when_switched_on() {
+        let conf = RpcServerConf::new("refl.rpc", "127.0.0.1:0").with_reflection(true);
+        let server = Server::new(conf)
+            .unwrap()
+            .reflection_descriptor(descriptor());
+        let handle = server.handle();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let task = tokio::spawn(server.serve_with_listener(listener, std::future::pending()));
+        let addr = handle.serving().await.unwrap();
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        for names in [list_v1(channel.clone()).await, list_v1alpha(channel).await] {
+            assert!(names.contains(&"t.Svc".to_owned()), "{names:?}");
+        }
+        handle.shutdown();
+        task.await.unwrap().unwrap();
+        assert_eq!(handle.phase(), Phase::Stopped);
+    }
+
+    #[tokio::test]
+    async fn rejects_an_invalid_config() {
+        let conf = RpcServerConf::new("", "127.0.0.1:0");
+        assert!(matches!(Server::new(conf), Err(Error::Conf(_))));
+    }
 }

@@ -161,3 +161,35 @@ async fn server_stream_still_open_at_wait_time_ends_with_unavailable() {
     assert!(took < Duration::from_millis(1700), "shutdown took {took:?}");
     assert_eq!(handle.phase(), Phase::Stopped);
 }
+
+#[tokio::test]
+async fn server_health_watch_sees_not_serving_and_does_not_hold_the_shutdown() {
+    let conf = test_conf("watch.rpc").with_shutdown(ShutdownConf::new(
+        Duration::from_millis(300),
+        Duration::from_secs(10),
+    ));
+    let srv = start_server(conf, TestGreeter::new()).await;
+    let mut h = HealthClient::new(srv.channel().await);
+    let mut watch = h
+        .watch(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(watch.next().await.unwrap().unwrap().status, 1, "SERVING");
+    let t0 = std::time::Instant::now();
+    srv.begin_shutdown();
+    assert_eq!(
+        watch.next().await.unwrap().unwrap().status,
+        2,
+        "NOT_SERVING"
+    );
+    let end = watch.next().await.unwrap().unwrap_err();
+    assert_eq!(end.code(), tonic::Code::Unavailable);
+    srv.join().await.expect("clean shutdown");
+    assert!(
+        t0.elapsed() < Duration::from_secs(3),
+        "the watch held the shutdown"
+    );
+}

@@ -5,6 +5,8 @@
 //! Not a go-zero stage (go-zero kills the process at WaitTime). It sits innermost, just
 //! outside the user layers, so metrics and the breaker see the `Unavailable`. It only
 //! watches known streaming methods ([`StreamingMethods`]): unary calls pay nothing.
+//! The health `Watch` and reflection streams are ended earlier, when draining starts, so
+//! a watching client does not hold the shutdown until the deadline.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,7 +23,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 use zrpc_core::grpc::{GRPC_MESSAGE, GRPC_STATUS, code, status_response};
 
-use super::util::StreamingMethods;
+use super::util::{StreamingMethods, is_infra};
 
 /// The status message of a stream cut at the end of the shutdown.
 pub const SHUTTING_DOWN_MESSAGE: &str = "server is shutting down";
@@ -59,13 +61,24 @@ impl DrainSignal {
 #[derive(Debug, Clone)]
 pub struct DrainLayer {
     signal: Arc<DrainSignal>,
+    infra: Arc<DrainSignal>,
     streaming: StreamingMethods,
 }
 
 impl DrainLayer {
-    /// A drain layer watching `streaming` methods.
-    pub fn new(signal: Arc<DrainSignal>, streaming: StreamingMethods) -> Self {
-        Self { signal, streaming }
+    /// A drain layer: `streaming` methods end at `signal`; the health `Watch` and
+    /// reflection streams end at `infra` (when draining starts: they would otherwise hold
+    /// their connection open until the deadline).
+    pub fn new(
+        signal: Arc<DrainSignal>,
+        infra: Arc<DrainSignal>,
+        streaming: StreamingMethods,
+    ) -> Self {
+        Self {
+            signal,
+            infra,
+            streaming,
+        }
     }
 }
 
@@ -75,6 +88,7 @@ impl<S> Layer<S> for DrainLayer {
         Drain {
             inner,
             signal: self.signal.clone(),
+            infra: self.infra.clone(),
             streaming: self.streaming.clone(),
         }
     }
@@ -85,6 +99,7 @@ impl<S> Layer<S> for DrainLayer {
 pub struct Drain<S> {
     inner: S,
     signal: Arc<DrainSignal>,
+    infra: Arc<DrainSignal>,
     streaming: StreamingMethods,
 }
 
@@ -102,11 +117,18 @@ where
     }
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        let watch = self.streaming.contains(req.uri().path());
+        let path = req.uri().path();
+        let signal = if is_infra(path) {
+            Some(&self.infra)
+        } else if self.streaming.contains(path) {
+            Some(&self.signal)
+        } else {
+            None
+        };
         ResponseFuture {
+            cut: signal.map(|s| s.notified()),
+            signal: signal.cloned(),
             fut: self.inner.call(req),
-            cut: watch.then(|| self.signal.notified()),
-            signal: watch.then(|| self.signal.clone()),
         }
     }
 }
