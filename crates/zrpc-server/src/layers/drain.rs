@@ -255,6 +255,7 @@ mod tests {
     fn layer(signal: &Arc<DrainSignal>) -> DrainLayer {
         DrainLayer::new(
             signal.clone(),
+            DrainSignal::new(),
             StreamingMethods::new(["/d.T/Stream".to_owned()]),
         )
     }
