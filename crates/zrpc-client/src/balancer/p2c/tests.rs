@@ -371,3 +371,52 @@ fn slow_endpoint_share_with_cold_probing_is_tiny() {
     assert!(zrpc < 0.002, "zrpc share {zrpc}");
     assert!(flood > zrpc, "flood {flood} zrpc {zrpc}");
 }
+
+proptest::proptest! {
+    /// Any state, any seed: the pick is in range, marks exactly one endpoint in flight, and never
+    /// chooses an endpoint in back-off while another one is usable.
+    #[test]
+    fn pick_invariants(
+        seed in proptest::prelude::any::<u64>(),
+        spec in proptest::collection::vec((0u64..2_000, 0u8..4, 0u64..5, proptest::prelude::any::<bool>()), 1..40),
+        now_ms in 0u64..3_000,
+    ) {
+        let t0 = Instant::now();
+        let p = P2cPicker::new(t0);
+        let s = set(spec.len());
+        for (e, &(lag_ms, kind, inflight, down)) in s.iter().zip(&spec) {
+            match kind {
+                0 => {} // cold
+                1 => warm(e, lag_ms, 2_000 * MS + lag_ms * MS),
+                2 => {
+                    e.on_pick();
+                    e.on_done(0, lag_ms * MS, code::UNAVAILABLE);
+                }
+                _ => {
+                    warm(e, lag_ms, 2_000 * MS + lag_ms * MS);
+                    e.on_pick();
+                    e.on_done(3_000 * MS, 3_001 * MS, code::INTERNAL);
+                }
+            }
+            for _ in 0..inflight {
+                e.on_pick();
+            }
+            if down {
+                e.on_pick();
+                e.on_transport_failure(0, 2_500 * MS);
+            }
+        }
+        let now = t0 + Duration::from_millis(now_ms);
+        let now_ns = p.clock().nanos(now);
+        let before: Vec<u64> = s.iter().map(|e| e.inflight()).collect();
+        let i = p.pick(&s, now, &mut SeededRng::new(seed)).unwrap();
+        proptest::prop_assert!(i < s.len());
+        for (k, e) in s.iter().enumerate() {
+            let expected = before[k] + u64::from(k == i);
+            proptest::prop_assert_eq!(e.inflight(), expected);
+        }
+        if s.iter().any(|e| !e.is_down(now_ns)) {
+            proptest::prop_assert!(!s[i].is_down(now_ns), "picked a down endpoint");
+        }
+    }
+}
