@@ -152,3 +152,45 @@ async fn client_graceful_server_stop_loses_no_call() {
     assert!(failed.is_empty(), "{failed:?}");
     assert!(before > 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn client_restarted_server_gets_traffic_again() {
+    let a = Backend::start("a", Duration::from_millis(1));
+    let mut c = Backend::start("c", Duration::from_millis(1));
+    let addr = c.endpoint();
+    let client = Client::new(RpcClientConf::direct([a.endpoint(), addr.clone()]))
+        .await
+        .unwrap();
+    let mut greeter = GreeterClient::new(client.clone());
+    let call = |mut g: GreeterClient<Client>| async move {
+        g.say_hello(HelloRequest { name: "r".into() })
+            .await
+            .map(|_| ())
+    };
+    for _ in 0..50 {
+        call(greeter.clone()).await.unwrap();
+    }
+    assert!(c.hits() > 0);
+    c.kill();
+    // while it is down every call still succeeds (retried on `a`)
+    let down_until = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < down_until {
+        call(greeter.clone()).await.unwrap();
+    }
+    let restarted = Backend::start_on(&addr, "c2", Duration::from_millis(1));
+    let back = Instant::now();
+    while restarted.hits() == 0 {
+        assert!(
+            back.elapsed() < Duration::from_secs(10),
+            "restarted server never got traffic"
+        );
+        greeter
+            .say_hello(HelloRequest { name: "r".into() })
+            .await
+            .unwrap();
+    }
+    println!(
+        "restarted server got traffic again {:?} after it came back",
+        back.elapsed()
+    );
+}

@@ -102,6 +102,11 @@ pub(crate) struct Backend {
 impl Backend {
     /// Starts a server answering after `delay`, replying `"<id> <name>"`.
     pub(crate) fn start(id: &str, delay: Duration) -> Backend {
+        Backend::start_on("127.0.0.1:0", id, delay)
+    }
+
+    /// Starts a server on `addr` (e.g. the address of a killed one, to restart it).
+    pub(crate) fn start_on(addr: &str, id: &str, delay: Duration) -> Backend {
         let state = Arc::new(State {
             id: id.to_owned(),
             ..State::default()
@@ -114,7 +119,7 @@ impl Backend {
             .enable_all()
             .build()
             .unwrap();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let listener = std::net::TcpListener::bind(addr).unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
         let svc = Svc(state.clone());
