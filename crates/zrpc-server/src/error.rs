@@ -1,7 +1,5 @@
 //! The crate's error type and its one mapping to `tonic::Status`.
 
-use std::net::SocketAddr;
-
 use zrpc_core::conf::ConfError;
 
 /// Errors of building or running a [`Server`](crate::Server).
@@ -32,15 +30,6 @@ pub enum Error {
     /// The gRPC transport failed while serving.
     #[error("grpc transport error: {0}")]
     Transport(#[from] tonic::transport::Error),
-    /// The DevServer failed.
-    #[error("dev server on {addr} failed: {source}")]
-    DevServer {
-        /// Its address.
-        addr: SocketAddr,
-        /// The IO error.
-        #[source]
-        source: std::io::Error,
-    },
     /// A token store could not answer (auth).
     #[error("token store: {0}")]
     TokenStore(String),

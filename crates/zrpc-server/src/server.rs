@@ -388,7 +388,7 @@ where
         let (dev_stop_tx, dev_stop_rx) = tokio::sync::oneshot::channel::<()>();
         let dev_task = match conf.dev_server.as_ref().filter(|d| d.enabled) {
             Some(dev) => {
-                let (addr, fut) = crate::devserver::bind(
+                let bound = crate::devserver::bind(
                     dev,
                     parts.state.subscribe(),
                     format!("zrpc-{}", conf.listen_on),
@@ -396,9 +396,27 @@ where
                         let _ = dev_stop_rx.await;
                     },
                 )
-                .await?;
-                parts.state.send_modify(|s| s.dev_server_addr = Some(addr));
-                Some(tokio::spawn(fut))
+                .await;
+                match bound {
+                    Ok((addr, fut)) => {
+                        parts.state.send_modify(|s| s.dev_server_addr = Some(addr));
+                        Some(tokio::spawn(fut))
+                    }
+                    // go-zero starts one DevServer per process; several servers in one process
+                    // with the same DevServer port share the first one (metrics are
+                    // process-wide anyway).
+                    Err(Error::Bind { addr, source })
+                        if source.kind() == std::io::ErrorKind::AddrInUse =>
+                    {
+                        tracing::warn!(
+                            target: "zrpc::devserver",
+                            "dev server address {addr} is in use (another server of this process?); \
+                             continuing without a dev server for this one"
+                        );
+                        None
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             None => None,
         };
@@ -657,6 +675,29 @@ mod tests {
         handle.shutdown();
         task.await.unwrap().unwrap();
         assert_eq!(handle.phase(), Phase::Stopped);
+    }
+
+    #[test]
+    fn listen_on_without_host_binds_all_interfaces() {
+        assert_eq!(listen_addr(":8080"), "0.0.0.0:8080");
+        assert_eq!(listen_addr("127.0.0.1:9"), "127.0.0.1:9");
+    }
+
+    #[tokio::test]
+    async fn a_busy_dev_server_port_does_not_stop_the_second_server() {
+        use crate::conf::DevServerConf;
+        let busy = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = busy.local_addr().unwrap().port();
+        let conf = RpcServerConf::new("dev2.rpc", "127.0.0.1:0")
+            .with_dev_server(DevServerConf::new("127.0.0.1", port));
+        let server = Server::new(conf).unwrap();
+        let handle = server.handle();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let task = tokio::spawn(server.serve_with_listener(listener, std::future::pending()));
+        assert!(handle.serving().await.is_some());
+        assert_eq!(handle.dev_server_addr(), None);
+        handle.shutdown();
+        task.await.unwrap().unwrap();
     }
 
     #[tokio::test]
