@@ -7,7 +7,7 @@ pub mod greeter;
 pub mod stats;
 
 /// Generated from `proto/greeter.proto`.
-#[allow(missing_docs, unreachable_pub, clippy::all)]
+#[allow(missing_docs, unreachable_pub, clippy::all, rustdoc::all)]
 pub mod pb {
     tonic::include_proto!("greeter");
 
