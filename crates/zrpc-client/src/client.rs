@@ -81,7 +81,32 @@ impl Client {
             .map_err(|e| Error::Config(e.to_string()))?;
         let target = Target::parse(&target_str)?;
         let resolution = resolver::resolve_with(&target, &conf.etcd)?;
-        let target_name: Arc<str> = Arc::from(target.to_string());
+        Client::build(conf, target.to_string(), target.service_name(), resolution).await
+    }
+
+    /// Builds a client over any endpoint-set source: `resolution` replaces the resolver of the
+    /// config's target (`Endpoints`, `Target` and `Etcd` are ignored); `name` names the target in
+    /// errors, logs, breakers and metrics. Use it for a custom discovery (publish `Some(set)` on the
+    /// watch channel on every change), or to drive endpoint-set updates in tests.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::new`], except for target errors.
+    pub async fn with_resolution(
+        conf: RpcClientConf,
+        name: &str,
+        resolution: resolver::Resolution,
+    ) -> Result<Client, Error> {
+        Client::build(conf, name.to_owned(), name.to_owned(), resolution).await
+    }
+
+    async fn build(
+        conf: RpcClientConf,
+        target_name: String,
+        service_name: String,
+        resolution: resolver::Resolution,
+    ) -> Result<Client, Error> {
+        let target_name: Arc<str> = Arc::from(target_name);
         let connect = ConnectOptions {
             keepalive: conf.keepalive(),
             connect_timeout: Some(CONNECT_TIMEOUT),
@@ -121,7 +146,7 @@ impl Client {
             _resolution: resolution.guard,
         };
         if !conf.non_block {
-            client.wait_usable(&target).await?;
+            client.wait_usable(service_name).await?;
         }
         Ok(client)
     }
@@ -149,7 +174,7 @@ impl Client {
             .collect()
     }
 
-    async fn wait_usable(&self, target: &Target) -> Result<(), Error> {
+    async fn wait_usable(&self, service: String) -> Result<(), Error> {
         let shared = &self.balancer.shared;
         let wait = async {
             shared.wait_ready().await;
@@ -172,7 +197,7 @@ impl Client {
             .await
             .map_err(|_| Error::Dial {
                 target: self.target.to_string(),
-                service: target.service_name(),
+                service,
                 waited: BLOCKING_DIAL_TIMEOUT,
             })
     }

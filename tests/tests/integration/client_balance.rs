@@ -82,3 +82,75 @@ async fn client_p2c_avoids_the_slow_server_round_robin_does_not() {
         rr * 100.0
     );
 }
+
+/// A slow server joining a warm client under load gets a probe and a trickle, not a flood (go-zero's
+/// fresh stats with lag 0 make a new node ~1000x more attractive, and reset every other node too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn client_new_slow_endpoint_is_probed_not_flooded() {
+    let a = Backend::start("a", FAST);
+    let b = Backend::start("b", FAST);
+    let slow = Backend::start("c", SLOW);
+    let (tx, rx) = tokio::sync::watch::channel(Some(Arc::new(vec![a.endpoint(), b.endpoint()])));
+    let resolution = zrpc_client::resolver::Resolution {
+        updates: rx,
+        guard: Arc::new(()),
+    };
+    let conf = RpcClientConf::default().with_timeout(Duration::from_secs(10));
+    let client = Client::with_resolution(conf, "test:///probe", resolution)
+        .await
+        .unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for w in 0..20 {
+        let mut greeter = GreeterClient::new(client.clone());
+        let stop = stop.clone();
+        workers.push(tokio::spawn(async move {
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                greeter
+                    .say_hello(HelloRequest {
+                        name: format!("{w}-{i}"),
+                    })
+                    .await
+                    .unwrap();
+                i += 1;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = a.hits() + b.hits();
+    tx.send_replace(Some(Arc::new(vec![
+        a.endpoint(),
+        b.endpoint(),
+        slow.endpoint(),
+    ])));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for w in workers {
+        w.await.unwrap();
+    }
+    let fast_after = a.hits() + b.hits() - before;
+    let share = slow.hits() as f64 / (fast_after + slow.hits()) as f64;
+    println!(
+        "new slow endpoint: {} of {} calls in the second after it joined ({:.2}%)",
+        slow.hits(),
+        fast_after + slow.hits(),
+        share * 100.0
+    );
+    assert!(slow.hits() >= 1, "it was probed");
+    assert!(share < 0.05, "flooded: {:.2}%", share * 100.0);
+    // without the one-probe rule (lag 0 until the first answer) this run gives ~27 calls: the
+    // burst sent before the first 250 ms answer comes back
+    assert!(
+        slow.hits() < 20,
+        "{} calls to the new slow endpoint",
+        slow.hits()
+    );
+    // the fast endpoints kept their stats across the update
+    let eps = client.endpoints();
+    assert!(
+        eps.iter()
+            .filter(|e| e.addr != slow.endpoint())
+            .all(|e| e.requests > 50)
+    );
+}
