@@ -115,13 +115,12 @@ pub(crate) fn local_ipv4s_from_fib_trie(trie: &str) -> Vec<Ipv4Addr> {
             .and_then(|s| s.parse::<Ipv4Addr>().ok())
         {
             last_ip = Some(ip);
-        } else if t.starts_with("/32 host LOCAL") {
-            if let Some(ip) = last_ip.take()
-                && !ip.is_loopback()
-                && !out.contains(&ip)
-            {
-                out.push(ip);
-            }
+        } else if t.starts_with("/32 host LOCAL")
+            && let Some(ip) = last_ip.take()
+            && !ip.is_loopback()
+            && !out.contains(&ip)
+        {
+            out.push(ip);
         }
     }
     out
