@@ -30,9 +30,9 @@ pin_project! {
     /// use zrpc_core::grpc::{StatusBody, code};
     ///
     /// let resp: http::Response<String> = zrpc_core::grpc::status_response(code::INTERNAL, "boom");
-    /// let mut seen = None;
-    /// let _resp = StatusBody::wrap_response(resp, |c| seen = Some(c));
-    /// assert_eq!(seen, Some(code::INTERNAL));
+    /// let seen = std::cell::Cell::new(None);
+    /// let _resp = StatusBody::wrap_response(resp, |c| seen.set(Some(c)));
+    /// assert_eq!(seen.get(), Some(code::INTERNAL));
     /// ```
     pub struct StatusBody<B, F: OnStatus> {
         #[pin]
