@@ -8,6 +8,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -193,7 +194,22 @@ async fn greeter_processes_discover_each_other_and_survive_a_sigterm() {
 
     // 2. SIGTERM one server in the middle of a run: zero failed calls.
     let mut run = Proc::spawn(&mut client_command(&client_yaml, 4000, 6));
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Stop the server once the client is calling (it says so on stderr after its warm-up).
+    let stderr = run.child().stderr.take().unwrap();
+    let (calling_tx, calling_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if line.starts_with("calling ") {
+                let _ = calling_tx.send(());
+            }
+            eprintln!("greeter-client: {line}");
+        }
+    });
+    calling_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("greeter-client did not start calling");
+    tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(
         run.child().try_wait().unwrap().is_none(),
         "client finished too early to test the stop"

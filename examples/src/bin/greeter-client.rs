@@ -71,6 +71,12 @@ async fn run_client(args: Args) -> anyhow::Result<Summary> {
         wait_for_a_server(&client, Duration::from_secs(args.wait_secs)).await?;
     }
 
+    eprintln!(
+        "calling {}: {} calls, {} in flight",
+        client.target(),
+        args.calls,
+        args.concurrency.max(1)
+    );
     let started = Instant::now();
     let calls = run(&client, &args).await;
     let wall = started.elapsed();
