@@ -125,3 +125,25 @@ impl ServerHandle {
         self.wait_for(Phase::Stopped).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static_assertions::assert_impl_all!(ServerHandle: Send, Sync, Clone);
+
+    #[tokio::test]
+    async fn phases_only_move_forward() {
+        let parts = HandleParts::new();
+        let h = parts.handle();
+        assert_eq!(h.phase(), Phase::Starting);
+        parts.set_phase(Phase::Draining);
+        parts.set_phase(Phase::Serving);
+        assert_eq!(h.phase(), Phase::Draining);
+        assert_eq!(h.wait_for(Phase::WrappingUp).await, Phase::Draining);
+        h.shutdown();
+        parts.shutdown_requested().await;
+        drop(parts);
+        assert_eq!(h.serving().await, None);
+    }
+}

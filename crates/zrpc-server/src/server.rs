@@ -89,9 +89,6 @@ impl Server {
     /// [`Error::Conf`] when the config does not validate.
     pub fn new(conf: RpcServerConf) -> Result<Server, Error> {
         conf.validate()?;
-        for ignored in conf.ignored_keys() {
-            tracing::info!(target: "zrpc::server", "{ignored}");
-        }
         let token_store = conf.auth.then(|| {
             Arc::new(StaticTokens::new(
                 conf.auth_tokens
@@ -314,6 +311,10 @@ where
         } = self;
         let local = listener.local_addr().map_err(Error::LocalAddr)?;
         parts.state.send_modify(|s| s.local_addr = Some(local));
+        // Logged here rather than in `new`: `serve` has set up logging by now.
+        for ignored in conf.ignored_keys() {
+            tracing::info!(target: "zrpc::server", "{ignored}");
+        }
         streaming.extend(streaming_from_descriptors(&descriptors)?);
         let streaming = StreamingMethods::new(streaming);
 
