@@ -71,18 +71,23 @@
 //!   extension, `${VAR}` expansion, case-insensitive keys, unknown keys are errors).
 //! - [`server()`] / [`Server`]: the server, its [`ServerHandle`] and graceful [`shutdown`].
 //! - [`client()`] / [`Client`]: the balanced, governed channel.
-//! - [`layers`]: the middleware of both chains, for users who assemble their own stacks.
+//! - [`layers`]: the middleware of both chains, for users who assemble their own stacks;
+//!   [`metrics`]: their Prometheus families.
 //! - [`registry`] (server side, etcd registration) and [`resolver`] (client side, discovery).
 //! - [`Error`]: one error type for everything the facade does; the crate errors
-//!   ([`ServerError`], [`ClientError`], [`ConfError`](conf::ConfError)) convert into it.
+//!   ([`ServerError`], [`ClientError`], [`ConfError`](conf::ConfError)) convert into it;
+//!   [`BreakerOpen`] and [`Overloaded`] mark local rejections.
 //!
 //! Longer guides live in the repository's `docs/`: `configuration.md` (every key and default),
 //! `middleware.md` (both chains, their order, adding a layer) and `migrating-from-go-zero.md`.
 
 pub mod conf;
+mod constructors;
 mod error;
 pub mod layers;
+pub mod metrics;
 
+pub use constructors::{client, server};
 pub use error::Error;
 
 #[doc(no_inline)]
@@ -93,6 +98,10 @@ pub use conf::{
 
 pub use zrpc_client::{CallTimeout, Client, EndpointInfo};
 pub use zrpc_server::{Phase, Server, ServerHandle};
+
+/// Local rejections, as marker errors: the breaker is open (`Unavailable "circuit breaker is
+/// open"` on the wire) and the shedder dropped the call (`ResourceExhausted "service overloaded"`).
+pub use zrpc_core::{breaker::BreakerOpen, shedder::Overloaded};
 
 #[doc(no_inline)]
 pub use zrpc_client::Error as ClientError;
@@ -114,49 +123,3 @@ pub use zrpc_server::telemetry;
 
 /// The tonic version zrpc is built on, re-exported so an application uses exactly one.
 pub use tonic;
-
-/// Builds a server from its config (go-zero `zrpc.NewServer`); add services with
-/// [`Server::add_service`], then [`Server::serve`].
-///
-/// # Errors
-///
-/// [`Error::Server`] when the config does not validate.
-///
-/// # Examples
-///
-/// ```no_run
-/// # use zrpc_examples::{greeter::Greeter, pb::greeter_server::GreeterServer};
-/// # async fn run() -> Result<(), zrpc::Error> {
-/// let conf = zrpc::RpcServerConf::new("greeter.rpc", "127.0.0.1:8080");
-/// # let greeter = Greeter::new("doc", std::time::Duration::ZERO);
-/// zrpc::server(conf)?.add_service(GreeterServer::new(greeter)).serve().await?;
-/// # Ok(()) }
-/// ```
-pub fn server(conf: RpcServerConf) -> Result<Server, Error> {
-    Ok(Server::new(conf)?)
-}
-
-/// Builds a client from its config (go-zero `zrpc.NewClient`).
-///
-/// With `NonBlock: true` (the default) it returns at once and calls wait for the first endpoint
-/// set until their deadline; with `NonBlock: false` it waits up to 3 s for a usable endpoint.
-///
-/// # Errors
-///
-/// [`Error::Client`]: an invalid config or target, a resolver that cannot start, or (blocking
-/// mode) no usable endpoint within 3 s.
-///
-/// # Examples
-///
-/// ```no_run
-/// # use zrpc_examples::pb::{HelloRequest, greeter_client::GreeterClient};
-/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// let client = zrpc::client(zrpc::RpcClientConf::direct(["127.0.0.1:8080"])).await?;
-/// let reply = GreeterClient::new(client.clone())
-///     .say_hello(HelloRequest { name: "zrpc".into() })
-///     .await?;
-/// # Ok(()) }
-/// ```
-pub async fn client(conf: RpcClientConf) -> Result<Client, Error> {
-    Ok(Client::new(conf).await?)
-}

@@ -1,0 +1,18 @@
+//! Prometheus metrics of both sides, with go-zero's names and labels.
+//!
+//! `rpc_server_requests_duration_ms{method}`, `rpc_server_requests_code_total{method,code}`,
+//! `rpc_client_requests_duration_ms{method}` and `rpc_client_requests_code_total{method,code}`
+//! (buckets 1..5000 ms, numeric `code`), plus zrpc's additions (local rejections, shedder and
+//! balancer gauges). The DevServer's `/metrics` serves all of them; to serve them yourself,
+//! render [`server::render`] (it includes `prometheus::default_registry()`, where the client
+//! metrics live).
+
+/// Server metrics (`zrpc_server::metrics`).
+pub mod server {
+    pub use zrpc_server::metrics::*;
+}
+
+/// Client metrics (`zrpc_client::metrics`).
+pub mod client {
+    pub use zrpc_client::metrics::*;
+}
