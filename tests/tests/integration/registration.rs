@@ -36,10 +36,10 @@ async fn registered(p: &Publisher, limit: Duration) -> (String, i64, Duration) {
         state.wait_for(|s| matches!(s, RegistrationState::Registered { .. })),
     )
     .await;
-    if let Ok(Ok(s)) = r {
-        if let RegistrationState::Registered { key, lease } = &*s {
-            return (key.clone(), *lease, start.elapsed());
-        }
+    if let Ok(Ok(s)) = r
+        && let RegistrationState::Registered { key, lease } = &*s
+    {
+        return (key.clone(), *lease, start.elapsed());
     }
     panic!("not registered within {limit:?}: {:?}", *p.state().borrow());
 }
