@@ -9,7 +9,8 @@
 //!
 //! `cargo run --release -p zrpc-tests --bin server_overhead -- --calls 20000 --rounds 3 [--single-thread]`
 //!
-//! With `--single-thread` the client and the servers share one thread, so the sequential
+//! `--with-logs` installs a JSON `tracing` subscriber at info, as `Server::serve` does, so the
+//! per-RPC span is really recorded. With `--single-thread` the client and the servers share one thread, so the sequential
 //! figure is the CPU cost of a call (client + server), free of cross-thread wake-ups.
 #![allow(clippy::unwrap_used)]
 
@@ -76,6 +77,15 @@ fn main() {
             .build()
     };
     let rt = rt.unwrap();
+    if std::env::args().any(|a| a == "--with-logs") {
+        // As `Server::serve` sets up logging in production: JSON at info (to a sink here).
+        tracing_subscriber::fmt()
+            .json()
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(std::io::sink)
+            .init();
+        println!("logging: JSON subscriber at info (spans recorded)");
+    }
     println!(
         "runtime: {}",
         if single {

@@ -92,9 +92,17 @@ pub struct TraceRecord {
 
 impl OnStatus for TraceRecord {
     fn on_status(self, code: i32) {
-        self.span.record("rpc.grpc.status_code", code);
+        // Straight to the OpenTelemetry span (a no-op without the OTel layer): `record` would
+        // make the fmt layer re-serialize the span's fields, ~5 us per call with JSON logs.
+        self.span
+            .set_attribute("rpc.grpc.status_code", i64::from(code));
         if code != 0 {
-            self.span.record("otel.status_code", "error");
+            self.span
+                .set_status(opentelemetry::trace::Status::error(format!(
+                    "grpc status {} ({})",
+                    code,
+                    zrpc_core::grpc::code::name(code)
+                )));
         }
     }
 }
@@ -108,13 +116,11 @@ fn rpc_span<B>(req: &Request<B>) -> Span {
         "rpc",
         otel.name = path.trim_start_matches('/'),
         otel.kind = "server",
-        otel.status_code = tracing::field::Empty,
         rpc.system = "grpc",
         rpc.service = service,
         rpc.method = method,
-        net.peer.ip = peer.map(|p| p.ip().to_string()).unwrap_or_else(|| "127.0.0.1".to_owned()),
+        net.peer.ip = %peer.map_or(std::net::IpAddr::from([127, 0, 0, 1]), |p| p.ip()),
         net.peer.port = peer.map_or(0, |p| p.port()),
-        rpc.grpc.status_code = tracing::field::Empty,
     );
     if !span.is_disabled()
         && let Some(parent) = extract_context(req.headers())
