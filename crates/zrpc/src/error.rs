@@ -21,3 +21,40 @@ pub enum Error {
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::Error;
+    use crate::conf::{self, Format};
+
+    fn shareable<T: Send + Sync + 'static>() {}
+
+    #[test]
+    fn facade_types_are_shareable() {
+        shareable::<Error>();
+        shareable::<crate::Client>();
+        shareable::<crate::ServerHandle>();
+    }
+
+    #[test]
+    fn conf_errors_keep_their_message() {
+        let text = "Name: greeter.rpc\nListenOn: 127.0.0.1:8080\nTimout: 100\n";
+        let conf_err =
+            conf::from_str::<crate::RpcServerConf>(text, Format::Yaml, "etc/greeter.yaml")
+                .unwrap_err();
+        let message = conf_err.to_string();
+        let err: Error = conf_err.into();
+        assert!(matches!(err, Error::Conf(_)));
+        assert_eq!(err.to_string(), message);
+        assert!(message.contains("Timout"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn client_errors_convert() {
+        let err = crate::client(crate::RpcClientConf::target("nope:///x"))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Client(_)), "{err:?}");
+    }
+}
