@@ -9,6 +9,7 @@
 pub mod conf;
 mod devserver;
 mod error;
+mod gauges;
 mod handle;
 pub mod layers;
 pub mod metrics;

@@ -4,7 +4,9 @@
 //! `rpc_server_requests_duration_ms{method}` (buckets 1..5000 ms) and
 //! `rpc_server_requests_code_total{method,code}` with the numeric code. zrpc adds (never
 //! renames) `rpc_server_requests_rejected_total{method,reason}` for local rejections
-//! (`reason` = `breaker` or `shedding`) and shedder gauges per server.
+//! (`reason` = `breaker` or `shedding`), shedder gauges per server
+//! (`rpc_server_shedder_*{server}`) and breaker gauges per method
+//! (`rpc_server_breaker_drop_ratio{method}`, `rpc_server_breaker_requests{method,outcome}`).
 //!
 //! Several servers in one process share these families (go-zero does the same). The
 //! DevServer's `/metrics` serves this registry plus `prometheus::default_registry()`, so

@@ -333,6 +333,10 @@ where
         }
         let routes = routes.routes().prepare();
 
+        if conf.middlewares.breaker {
+            crate::gauges::register_breakers(breakers);
+        }
+
         // One shedder per server, with its gauges.
         let shedder = extra.shedder(&conf);
         let shedder_gauges = shedder.as_ref().and_then(|s| {
