@@ -286,7 +286,7 @@ mod tests {
     use zrpc_core::grpc::{status_from_headers, status_message_from_headers};
 
     use super::*;
-    use crate::layers::test_util::{TestBody, ok_response};
+    use crate::layers::test_util::{TestBody, capture_logs, ok_response};
 
     fn req() -> Request<()> {
         Request::builder()
@@ -297,6 +297,7 @@ mod tests {
 
     #[tokio::test]
     async fn panic_in_future_becomes_internal() {
+        let (_guard, logs) = capture_logs();
         let svc = RecoverLayer::new(true).layer(tower::service_fn(|_req: Request<()>| async {
             if true {
                 panic!("boom");
@@ -309,6 +310,10 @@ mod tests {
             status_message_from_headers(resp.headers()).as_deref(),
             Some("panic: boom")
         );
+        // The log has the message, the panic site and a stack.
+        let out = logs.contents();
+        assert!(out.contains("panic: boom"), "{out}");
+        assert!(out.contains("layers/recover.rs:"), "{out}");
     }
 
     #[tokio::test]
