@@ -447,6 +447,8 @@ where
         let mut shutdown = std::pin::pin!(shutdown);
         tokio::select! {
             res = &mut server => {
+                // The transport failed: deregister before reporting it.
+                crate::shutdown::stop_registration(registration).await;
                 parts.set_phase(Phase::Stopped);
                 let _ = dev_stop_tx.send(());
                 return res.map_err(Error::from);
