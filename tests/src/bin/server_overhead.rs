@@ -114,7 +114,28 @@ async fn run() {
     );
     // zrpc, default chain; the shedder reads a fixed cool CPU so that the machine's load
     // (other builds) does not shed the bench itself: the per-call work is the same.
-    let conf = zrpc_tests::greeter::test_conf("bench.rpc");
+    let mut conf = zrpc_tests::greeter::test_conf("bench.rpc");
+    // `--disable trace,breaker,...` switches stages off in the "chain" server, to attribute cost.
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(list) = args
+        .iter()
+        .position(|a| a == "--disable")
+        .and_then(|i| args.get(i + 1))
+    {
+        for stage in list.split(',') {
+            match stage {
+                "trace" => conf.middlewares.trace = false,
+                "recover" => conf.middlewares.recover = false,
+                "stat" => conf.middlewares.stat = false,
+                "metrics" => conf.middlewares.prometheus = false,
+                "breaker" => conf.middlewares.breaker = false,
+                "shedding" => conf.cpu_threshold = 0,
+                "timeout" => conf = conf.with_timeout(Duration::ZERO),
+                other => panic!("unknown stage {other}"),
+            }
+        }
+        println!("chain without: {list}");
+    }
     let zrpc = start_server_with(conf, TestGreeter::new(), |s| {
         s.cpu_usage(std::sync::Arc::new(FixedCpu::new(0)))
     })
