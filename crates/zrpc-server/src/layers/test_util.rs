@@ -96,6 +96,13 @@ impl std::io::Write for LogBuf {
 
 /// Captures logs of the current thread (use with a current-thread runtime).
 pub(crate) fn capture_logs() -> (tracing::subscriber::DefaultGuard, LogBuf) {
+    // A global subscriber interested in everything, so that a callsite first hit on a
+    // thread without a scoped subscriber (tests run in parallel) is not cached as
+    // "never interesting" for the scoped subscribers of other threads.
+    static GLOBAL: std::sync::Once = std::sync::Once::new();
+    GLOBAL.call_once(|| {
+        let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry());
+    });
     let buf = LogBuf::default();
     let writer = buf.clone();
     let sub = tracing_subscriber::fmt()
