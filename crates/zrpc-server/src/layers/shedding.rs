@@ -227,6 +227,25 @@ mod tests {
     use super::*;
     use crate::layers::test_util::{final_code, ok_response};
 
+    #[test]
+    fn logs_drops_at_most_once_per_second() {
+        let (_guard, logs) = crate::layers::test_util::capture_logs();
+        let shedder = Arc::new(AdaptiveShedder::new(
+            ShedderConfig::default(),
+            Arc::new(FixedCpu::new(0)),
+        ));
+        let layer = SheddingLayer::new(Some(SheddingSettings {
+            shedder,
+            streaming: StreamingMethods::default(),
+        }));
+        let shared = layer.shared.unwrap();
+        for _ in 0..50 {
+            shared.log_drop("/s.T/M");
+        }
+        let out = logs.contents();
+        assert_eq!(out.matches("service overloaded").count(), 1, "{out}");
+    }
+
     #[tokio::test]
     async fn sheds_when_cpu_hot_and_saturated() {
         let cpu = Arc::new(FixedCpu::new(1000));

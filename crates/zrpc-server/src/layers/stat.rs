@@ -167,4 +167,31 @@ mod tests {
         assert!(out.contains("[RPC] slowcall - - - /a.B/Slow"), "{out}");
         assert!(!out.contains("/a.B/Fast"), "{out}");
     }
+
+    #[tokio::test]
+    async fn logs_every_call_only_when_opted_in() {
+        let (_guard, logs) = capture_logs();
+        let svc = |log_requests| {
+            StatLayer::new(StatSettings {
+                log_requests,
+                ignore_content_methods: ["/a.B/Secret".to_owned()].into_iter().collect(),
+                ..StatSettings::default()
+            })
+            .layer(tower::service_fn(|_req: Request<()>| async {
+                Ok::<_, Infallible>(ok_response())
+            }))
+        };
+        for (on, path) in [
+            (false, "/a.B/Quiet"),
+            (true, "/a.B/Loud"),
+            (true, "/a.B/Secret"),
+        ] {
+            let req = Request::builder().uri(path).body(()).unwrap();
+            final_code(svc(on).oneshot(req).await.unwrap()).await;
+        }
+        let out = logs.contents();
+        assert!(out.contains("/a.B/Loud"), "{out}");
+        assert!(!out.contains("/a.B/Quiet"), "{out}");
+        assert!(!out.contains("/a.B/Secret"), "{out}");
+    }
 }
