@@ -214,7 +214,8 @@ impl RpcServerConf {
         self.etcd.has_etcd()
     }
 
-    /// `Timeout` as a duration, `None` when 0 (timeouts off, `MethodTimeouts` ignored too).
+    /// `Timeout` as a duration, `None` when 0 (no default timeout; unlike go-zero, `MethodTimeouts`
+    /// still apply).
     pub fn timeout_duration(&self) -> Option<Duration> {
         (self.timeout > 0).then(|| Duration::from_millis(self.timeout))
     }

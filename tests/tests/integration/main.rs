@@ -1,12 +1,12 @@
 //! zrpc integration tests: one module per behaviour, one test binary (one link).
-mod registration;
-mod config;
-mod discovery;
 mod client_balance;
 mod client_breaker;
 mod client_calls;
 mod client_failover;
 mod client_support;
+mod config;
+mod discovery;
+mod registration;
 mod server_auth;
 mod server_breaker;
 mod server_lifecycle;
