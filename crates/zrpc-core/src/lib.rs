@@ -9,6 +9,13 @@
 //! - [`shedder`]: the adaptive (BBR-like) load shedder (go-zero `load/adaptiveshedder.go`).
 //! - [`cpu`]: the cgroup-aware CPU usage sampler that feeds the shedder (go-zero `stat/usage.go`).
 //!
+//! Shared by both sides of zrpc, also here:
+//!
+//! - [`conf`]: go-zero-compatible config loading (YAML/JSON/TOML, `${VAR}`, case-insensitive keys,
+//!   unknown-key errors) and the shared `EtcdConf`.
+//! - [`grpc`]: http-level gRPC helpers (final status from headers or trailers, `grpc-timeout`).
+//! - `etcd` (feature `etcd`): the etcd client options used by registration and discovery.
+//!
 //! Higher layers (`zrpc-server`, `zrpc-client`) wrap these in tower middleware.
 
 pub mod breaker;
