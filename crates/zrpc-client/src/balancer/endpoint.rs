@@ -11,6 +11,7 @@ use tower::ServiceExt;
 use zrpc_core::grpc::{OnStatus, StatusBody, StatusGuard, code};
 
 use super::stats::{Clock, EndpointStats};
+use super::wire::{Connector, Wire};
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 
@@ -29,6 +30,8 @@ pub(crate) struct Endpoint {
     pub(crate) addr: Arc<str>,
     pub(crate) stats: EndpointStats,
     channel: Channel,
+    /// Writes and losses of its connections (see `wire`).
+    wire: Arc<Wire>,
 }
 
 impl AsRef<EndpointStats> for Endpoint {
@@ -57,13 +60,12 @@ pub(crate) struct AttemptError {
 }
 
 impl Endpoint {
-    /// A lazily connecting endpoint; `None` for an address tonic cannot use as a URI.
+    /// A lazily connecting endpoint; an error for an address tonic cannot use as a URI.
     pub(crate) fn new(
         addr: &str,
         opts: &ConnectOptions,
     ) -> Result<Endpoint, tonic::transport::Error> {
-        let mut ep =
-            tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?.tcp_nodelay(true);
+        let mut ep = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?;
         if let Some(t) = opts.connect_timeout {
             ep = ep.connect_timeout(t);
         }
@@ -73,10 +75,15 @@ impl Endpoint {
                 .keep_alive_timeout(Duration::from_secs(20))
                 .keep_alive_while_idle(false);
         }
+        let wire = Arc::new(Wire::default());
+        // plain TCP with TCP_NODELAY (tonic still applies the connect timeout and wraps connect
+        // errors in `ConnectError`), watched to prove a failed request was never written
+        let channel = ep.connect_with_connector_lazy(Connector { wire: wire.clone() });
         Ok(Endpoint {
             addr: Arc::from(addr),
             stats: EndpointStats::new(),
-            channel: ep.connect_lazy(),
+            channel,
+            wire,
         })
     }
 
@@ -98,6 +105,7 @@ impl Endpoint {
             start: clock.nanos(start),
             deadline,
         });
+        let mark = self.wire.mark();
         match self.channel.clone().oneshot(req).await {
             Ok(resp) => {
                 let done = guard.take();
@@ -122,7 +130,8 @@ impl Endpoint {
                     let now = clock.nanos(Instant::now());
                     self.stats.on_transport_failure(done.start, now);
                 }
-                let retryable = never_reached_server(&*err);
+                let retryable = never_reached_server(&*err)
+                    || (is_connection_loss(&*err) && self.wire.unsent_since(mark));
                 let status = tonic::Status::from_error(err);
                 Err(AttemptError {
                     status: tonic::Status::unavailable(format!(
@@ -165,6 +174,25 @@ fn is_timeout(err: &(dyn StdError + 'static)) -> bool {
     while let Some(e) = cur {
         if e.is::<tonic::TimeoutExpired>() {
             return true;
+        }
+        cur = e.source();
+    }
+    false
+}
+
+/// True for an I/O error of the connection (the peer closed or reset it, or a write to it failed):
+/// the request may or may not have been written; [`Wire::unsent_since`] tells.
+fn is_connection_loss(err: &(dyn StdError + 'static)) -> bool {
+    let mut cur = Some(err);
+    while let Some(e) = cur {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::UnexpectedEof
+            );
         }
         cur = e.source();
     }
@@ -231,6 +259,23 @@ mod tests {
             std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
         ))));
         assert!(never_reached_server(&status));
+    }
+
+    #[test]
+    fn connection_losses_are_io_errors_of_the_connection() {
+        for kind in [
+            std::io::ErrorKind::BrokenPipe,
+            std::io::ErrorKind::ConnectionReset,
+        ] {
+            let status = tonic::Status::from_error(boxed(std::io::Error::from(kind)));
+            assert!(is_connection_loss(&status), "{kind:?}");
+        }
+        assert!(!is_connection_loss(&*boxed(std::io::Error::from(
+            std::io::ErrorKind::InvalidData
+        ))));
+        assert!(!is_connection_loss(&*boxed(h2::Error::from(
+            h2::Reason::INTERNAL_ERROR
+        ))));
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod rng;
 mod round_robin;
 pub(crate) mod service;
 mod stats;
+mod wire;
 
 pub use endpoint::Deadline;
 pub use p2c::{FORCE_PICK, P2cPicker, PICK_TIMES};

@@ -56,20 +56,8 @@ where
                 .observe(ms);
             metrics
                 .code_total
-                .with_label_values(&[method.as_str(), itoa(code)])
+                .with_label_values(&[method.as_str(), zrpc_core::grpc::code::as_str(code)])
                 .inc();
         }))
     }
-}
-
-/// The numeric code as a label without allocating.
-fn itoa(code: i32) -> &'static str {
-    const CODES: [&str; 17] = [
-        "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16",
-    ];
-    usize::try_from(code)
-        .ok()
-        .and_then(|i| CODES.get(i))
-        .copied()
-        .unwrap_or("2")
 }

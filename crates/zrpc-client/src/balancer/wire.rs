@@ -1,0 +1,260 @@
+//! The TCP connections of one endpoint, watched so that a request failed by a connection loss can
+//! be proven never to have left the client.
+//!
+//! When a server dies, the client learns it only when its connection task reads the EOF (or reset).
+//! A request sent in between is queued on the dead connection and h2 fails it with the same
+//! `BrokenPipe`/`ConnectionReset` as the requests that were really in flight (which the server may
+//! have processed, so they must not be retried). The evidence that tells them apart is the socket
+//! itself: every successful write on any connection of the endpoint bumps a counter, and every
+//! observed loss (read EOF, read or write error) records the counter. A request whose attempt
+//! failed with a connection-loss error, when a loss was recorded after it was sent and nothing was
+//! written between its sending and that loss, never had a byte on the wire: safe to send elsewhere.
+//!
+//! Two details make the window between the server's death and the client noticing it safe:
+//! - h2's connection task reads before it writes, so a request queued on a connection whose EOF is
+//!   already readable fails at the EOF without being written;
+//! - tokio caches readiness, so that read may not see an EOF the I/O driver has not processed yet:
+//!   before each write the socket is peeked (a non-blocking `recv(MSG_PEEK)` on a duplicate of its
+//!   descriptor), and a write to a connection the peer has closed fails without writing.
+
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+
+use futures_util::future::BoxFuture;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+/// The write and loss record of an endpoint's connections (lock-free: two loads per request).
+#[derive(Debug, Default)]
+pub(crate) struct Wire {
+    /// Successful writes, on every connection of the endpoint.
+    writes: AtomicU64,
+    /// Losses observed (incremented after `loss_writes` is updated).
+    losses: AtomicU64,
+    /// `writes` when the last loss was observed (only grows: `fetch_max`).
+    loss_writes: AtomicU64,
+}
+
+/// The state of a [`Wire`] when a request was handed to the connection.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Mark {
+    writes: u64,
+    losses: u64,
+}
+
+impl Wire {
+    /// Taken just before a request is handed to the channel (writes first: a loss counted after
+    /// the mark saw at least `writes`).
+    pub(crate) fn mark(&self) -> Mark {
+        let writes = self.writes.load(Ordering::SeqCst);
+        Mark {
+            writes,
+            losses: self.losses.load(Ordering::SeqCst),
+        }
+    }
+
+    fn on_write(&self) {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn on_loss(&self) {
+        self.loss_writes
+            .fetch_max(self.writes.load(Ordering::SeqCst), Ordering::SeqCst);
+        self.losses.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// True when a connection loss was observed after `mark` and nothing had been written on any
+    /// connection of the endpoint between `mark` and that loss. Only meaningful for a request that
+    /// failed with a connection-loss error (an I/O error of its connection, which [`Watched`]
+    /// records before h2 sees it): its bytes could only have been written before that loss, and
+    /// `loss_writes`, which only grows, equals `mark.writes` only if every loss since did.
+    pub(crate) fn unsent_since(&self, mark: Mark) -> bool {
+        self.losses.load(Ordering::SeqCst) > mark.losses
+            && self.loss_writes.load(Ordering::SeqCst) == mark.writes
+    }
+}
+
+/// Connects plain TCP (`TCP_NODELAY`) to `host:port` of the URI and watches the connection.
+#[derive(Debug, Clone)]
+pub(crate) struct Connector {
+    pub(crate) wire: Arc<Wire>,
+}
+
+impl tower::Service<http::Uri> for Connector {
+    type Response = TokioIo<Watched>;
+    type Error = io::Error;
+    type Future = BoxFuture<'static, io::Result<TokioIo<Watched>>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let wire = Arc::clone(&self.wire);
+        Box::pin(async move {
+            let host = uri
+                .host()
+                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no host in URI"))?;
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let port = uri.port_u16().unwrap_or(80);
+            let tcp = TcpStream::connect((host, port)).await?;
+            tcp.set_nodelay(true)?;
+            // a second descriptor of the same socket (already non-blocking) to peek at it without
+            // going through tokio's cached readiness
+            let std = tcp.into_std()?;
+            let peek = std.try_clone()?;
+            let tcp = TcpStream::from_std(std)?;
+            Ok(TokioIo::new(Watched { tcp, peek, wire }))
+        })
+    }
+}
+
+/// A TCP connection whose writes and losses are recorded in its endpoint's [`Wire`].
+#[derive(Debug)]
+pub(crate) struct Watched {
+    tcp: TcpStream,
+    peek: std::net::TcpStream,
+    wire: Arc<Wire>,
+}
+
+impl Watched {
+    /// `Err` when the peer has closed or reset the connection (nothing must be written then).
+    fn check_peer(&self) -> io::Result<()> {
+        match self.peek.peek(&mut [0u8; 1]) {
+            Ok(0) => Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "connection closed by the peer before the write",
+            )),
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn written(&self, r: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        match &r {
+            Poll::Ready(Ok(n)) if *n > 0 => self.wire.on_write(),
+            Poll::Ready(Err(_)) => self.wire.on_loss(),
+            _ => {}
+        }
+        r
+    }
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let room = buf.remaining() > 0;
+        let r = Pin::new(&mut this.tcp).poll_read(cx, buf);
+        match &r {
+            Poll::Ready(Ok(())) if room && buf.filled().len() == before => this.wire.on_loss(),
+            Poll::Ready(Err(_)) => this.wire.on_loss(),
+            _ => {}
+        }
+        r
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if let Err(e) = this.check_peer() {
+            this.wire.on_loss();
+            return Poll::Ready(Err(e));
+        }
+        let r = Pin::new(&mut this.tcp).poll_write(cx, buf);
+        this.written(r)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if let Err(e) = this.check_peer() {
+            this.wire.on_loss();
+            return Poll::Ready(Err(e));
+        }
+        let r = Pin::new(&mut this.tcp).poll_write_vectored(cx, bufs);
+        this.written(r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tcp.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    #[test]
+    fn a_loss_proves_unsent_only_when_nothing_was_written_since_the_mark() {
+        let w = Wire::default();
+        w.on_write();
+        let m = w.mark();
+        assert!(!w.unsent_since(m), "no loss yet");
+        w.on_loss();
+        assert!(
+            w.unsent_since(m),
+            "lost with nothing written since the mark"
+        );
+        let m2 = w.mark();
+        w.on_write();
+        w.on_loss();
+        assert!(!w.unsent_since(m2), "written before the loss");
+        assert!(!w.unsent_since(m), "a later loss after a write");
+    }
+
+    #[tokio::test]
+    async fn a_write_to_a_closed_peer_fails_unwritten_and_a_read_eof_is_a_loss() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let uri: http::Uri = format!("http://{}", l.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let wire = Arc::new(Wire::default());
+        let mut c = Connector { wire: wire.clone() };
+        let io = tower::Service::call(&mut c, uri).await.unwrap();
+        let mut io = io.into_inner();
+        let (mut server, _) = l.accept().await.unwrap();
+        io.write_all(b"a").await.unwrap();
+        let mut b = [0u8; 1];
+        server.read_exact(&mut b).await.unwrap();
+        let m = wire.mark();
+        drop(server);
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        // the peer has closed: the write fails and writes nothing
+        let err = io.write(b"b").await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
+        assert!(wire.unsent_since(m));
+        let m = wire.mark();
+        assert_eq!(io.read(&mut b).await.unwrap(), 0);
+        assert!(wire.unsent_since(m), "EOF recorded");
+    }
+}
