@@ -10,19 +10,16 @@
 //! are failures ([`is_acceptable_code`]); a call dropped before it finished is a
 //! `Cancelled`, which is acceptable.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
 use http::{Request, Response};
-use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
 use zrpc_core::breaker::{BreakerPromise, BreakerRegistry, is_acceptable_code};
 use zrpc_core::grpc::{OnStatus, StatusBody, code, status_response};
 
-use super::observe::ObserveFuture;
+use super::observe::{ObserveFuture, ObserveOrReject};
 use super::util::is_infra;
 use crate::metrics::server_metrics;
 
@@ -118,53 +115,8 @@ where
     }
 }
 
-pin_project! {
-    /// Response future of the layer's service.
-    #[derive(Debug)]
-    pub struct ResponseFuture<F, B> {
-        #[pin]
-        state: State<F, B>,
-    }
-}
-
-pin_project! {
-    #[project = Proj]
-    #[derive(Debug)]
-    enum State<F, B> {
-        Observe { #[pin] fut: ObserveFuture<F, BreakerRecord> },
-        Rejected { resp: Option<Response<StatusBody<B, BreakerRecord>>> },
-    }
-}
-
-impl<F, B> ResponseFuture<F, B> {
-    fn observe(fut: ObserveFuture<F, BreakerRecord>) -> Self {
-        Self {
-            state: State::Observe { fut },
-        }
-    }
-    fn rejected(resp: Response<StatusBody<B, BreakerRecord>>) -> Self {
-        Self {
-            state: State::Rejected { resp: Some(resp) },
-        }
-    }
-}
-
-impl<F, B, E> Future for ResponseFuture<F, B>
-where
-    F: Future<Output = Result<Response<B>, E>>,
-{
-    type Output = Result<Response<StatusBody<B, BreakerRecord>>, E>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().state.project() {
-            Proj::Observe { fut } => fut.poll(cx),
-            Proj::Rejected { resp } => match resp.take() {
-                Some(r) => Poll::Ready(Ok(r)),
-                None => Poll::Pending,
-            },
-        }
-    }
-}
+/// Response future of the layer's service: the observed call, or the local rejection.
+pub type ResponseFuture<F, B> = ObserveOrReject<F, B, BreakerRecord>;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -64,3 +64,54 @@ where
         })
     }
 }
+
+pin_project! {
+    /// An [`ObserveFuture`], or a call rejected locally (breaker open, overloaded) whose
+    /// trailers-only response already carries the layer's record in its [`StatusBody`].
+    #[derive(Debug)]
+    pub struct ObserveOrReject<F, B, R: OnStatus> {
+        #[pin]
+        state: State<F, B, R>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    #[derive(Debug)]
+    enum State<F, B, R: OnStatus> {
+        Observe { #[pin] fut: ObserveFuture<F, R> },
+        Rejected { resp: Option<Response<StatusBody<B, R>>> },
+    }
+}
+
+impl<F, B, R: OnStatus> ObserveOrReject<F, B, R> {
+    pub(crate) fn observe(fut: ObserveFuture<F, R>) -> Self {
+        Self {
+            state: State::Observe { fut },
+        }
+    }
+
+    pub(crate) fn rejected(resp: Response<StatusBody<B, R>>) -> Self {
+        Self {
+            state: State::Rejected { resp: Some(resp) },
+        }
+    }
+}
+
+impl<F, B, R, E> Future for ObserveOrReject<F, B, R>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+    R: OnStatus,
+{
+    type Output = Result<Response<StatusBody<B, R>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProj::Observe { fut } => fut.poll(cx),
+            StateProj::Rejected { resp } => match resp.take() {
+                Some(r) => Poll::Ready(Ok(r)),
+                None => Poll::Pending,
+            },
+        }
+    }
+}

@@ -7,21 +7,18 @@
 //! code is `DeadlineExceeded`, else as passed (go-zero's rule). Known streaming methods and
 //! health/reflection are never shed.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
 use http::{Request, Response};
-use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
 use zrpc_core::grpc::{OnStatus, StatusBody, code, status_response};
 use zrpc_core::shedder::{AdaptiveShedder, ShedderPromise};
 
-use super::observe::ObserveFuture;
+use super::observe::{ObserveFuture, ObserveOrReject};
 use super::util::{StreamingMethods, is_infra};
 use crate::metrics::server_metrics;
 
@@ -165,53 +162,8 @@ where
     }
 }
 
-pin_project! {
-    /// Response future of the layer's service.
-    #[derive(Debug)]
-    pub struct ResponseFuture<F, B> {
-        #[pin]
-        state: State<F, B>,
-    }
-}
-
-pin_project! {
-    #[project = Proj]
-    #[derive(Debug)]
-    enum State<F, B> {
-        Observe { #[pin] fut: ObserveFuture<F, SheddingRecord> },
-        Rejected { resp: Option<Response<StatusBody<B, SheddingRecord>>> },
-    }
-}
-
-impl<F, B> ResponseFuture<F, B> {
-    fn observe(fut: ObserveFuture<F, SheddingRecord>) -> Self {
-        Self {
-            state: State::Observe { fut },
-        }
-    }
-    fn rejected(resp: Response<StatusBody<B, SheddingRecord>>) -> Self {
-        Self {
-            state: State::Rejected { resp: Some(resp) },
-        }
-    }
-}
-
-impl<F, B, E> Future for ResponseFuture<F, B>
-where
-    F: Future<Output = Result<Response<B>, E>>,
-{
-    type Output = Result<Response<StatusBody<B, SheddingRecord>>, E>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().state.project() {
-            Proj::Observe { fut } => fut.poll(cx),
-            Proj::Rejected { resp } => match resp.take() {
-                Some(r) => Poll::Ready(Ok(r)),
-                None => Poll::Pending,
-            },
-        }
-    }
-}
+/// Response future of the layer's service: the observed call, or the local rejection.
+pub type ResponseFuture<F, B> = ObserveOrReject<F, B, SheddingRecord>;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
