@@ -9,7 +9,7 @@ use serde::de::{self, Error as _, IntoDeserializer, Visitor};
 
 mod access;
 
-use access::{EnumDe, MapDe, SeqDe, StructDe};
+use access::{EntriesDe, EnumDe, SeqDe};
 
 use super::ConfError;
 use super::suggest::closest;
@@ -229,11 +229,10 @@ impl<'de> de::Deserializer<'de> for ValueDe<'_> {
                 items: items.iter().enumerate(),
                 path: self.path,
             }),
-            Value::Map(entries) => visitor.visit_map(MapDe {
-                entries: entries.iter(),
-                pending: None,
-                path: self.path,
-            }),
+            Value::Map(entries) => visitor.visit_map(EntriesDe::new(
+                entries.iter().map(|(k, v)| (k.as_str(), v)).collect(),
+                self.path,
+            )),
         }
     }
 
@@ -302,11 +301,7 @@ impl<'de> de::Deserializer<'de> for ValueDe<'_> {
 
     fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DeError> {
         match self.value {
-            Value::Null => visitor.visit_map(MapDe {
-                entries: [].iter(),
-                pending: None,
-                path: self.path,
-            }),
+            Value::Null => visitor.visit_map(EntriesDe::new(Vec::new(), self.path)),
             Value::Map(_) => self.deserialize_any(visitor),
             _ => Err(self.invalid_type("a map")),
         }
@@ -355,11 +350,7 @@ impl<'de> de::Deserializer<'de> for ValueDe<'_> {
         // A key with no value (`Pass:` in YAML, `null` in JSON) counts as absent, as in go-zero:
         // the field keeps its default.
         resolved.retain(|(_, v)| !matches!(v, Value::Null));
-        visitor.visit_map(StructDe {
-            entries: resolved.into_iter(),
-            pending: None,
-            path: self.path,
-        })
+        visitor.visit_map(EntriesDe::new(resolved, self.path))
     }
 
     fn deserialize_enum<V: Visitor<'de>>(

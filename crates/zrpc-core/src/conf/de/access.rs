@@ -39,58 +39,25 @@ impl<'de> de::SeqAccess<'de> for SeqDe<'_> {
     }
 }
 
-/// A plain map (`HashMap`, `BTreeMap`, or a struct with `flatten`): keys as written.
-pub(super) struct MapDe<'a> {
-    pub(super) entries: std::slice::Iter<'a, (String, Value)>,
+/// Map entries: a plain map's keys as written (`HashMap`, `BTreeMap`, `flatten`), or a
+/// struct's keys already resolved to its field names.
+pub(super) struct EntriesDe<'a> {
+    pub(super) entries: std::vec::IntoIter<(&'a str, &'a Value)>,
     pub(super) pending: Option<(&'a str, &'a Value)>,
     pub(super) path: &'a str,
 }
 
-impl<'de> de::MapAccess<'de> for MapDe<'_> {
-    type Error = DeError;
-
-    fn next_key_seed<K: DeserializeSeed<'de>>(
-        &mut self,
-        seed: K,
-    ) -> Result<Option<K::Value>, DeError> {
-        match self.entries.next() {
-            Some((k, v)) => {
-                self.pending = Some((k, v));
-                let key: StrDeserializer<'_, DeError> = k.as_str().into_deserializer();
-                seed.deserialize(key)
-                    .map(Some)
-                    .map_err(|e| e.at(&child(self.path, k)))
-            }
-            None => Ok(None),
+impl<'a> EntriesDe<'a> {
+    pub(super) fn new(entries: Vec<(&'a str, &'a Value)>, path: &'a str) -> Self {
+        Self {
+            entries: entries.into_iter(),
+            pending: None,
+            path,
         }
     }
-
-    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, DeError> {
-        let Some((k, value)) = self.pending.take() else {
-            return Err(DeError::custom("value requested before key"));
-        };
-        let path = child(self.path, k);
-        seed.deserialize(ValueDe {
-            value,
-            path: &path,
-            lenient: None,
-        })
-        .map_err(|e| e.at(&path))
-    }
-
-    fn size_hint(&self) -> Option<usize> {
-        Some(self.entries.len())
-    }
 }
 
-/// A struct's keys, already resolved to the field names.
-pub(super) struct StructDe<'a> {
-    pub(super) entries: std::vec::IntoIter<(&'static str, &'a Value)>,
-    pub(super) pending: Option<(&'static str, &'a Value)>,
-    pub(super) path: &'a str,
-}
-
-impl<'de> de::MapAccess<'de> for StructDe<'_> {
+impl<'de> de::MapAccess<'de> for EntriesDe<'_> {
     type Error = DeError;
 
     fn next_key_seed<K: DeserializeSeed<'de>>(
