@@ -6,6 +6,7 @@
 //! go-zero's order, see [`layers`]), the gRPC health service, optional reflection, the
 //! DevServer (`/metrics`, `/healthz`), etcd registration and a graceful shutdown.
 
+mod authority;
 pub mod conf;
 mod devserver;
 mod error;
@@ -19,6 +20,7 @@ mod shedding_glue;
 pub mod shutdown;
 pub mod telemetry;
 
+pub use authority::original_authority;
 pub use conf::RpcServerConf;
 pub use error::Error;
 pub use handle::{Phase, ServerHandle};

@@ -21,6 +21,7 @@ use tower_service::Service;
 use zrpc_core::breaker::BreakerRegistry;
 use zrpc_core::conf::Validate;
 
+use crate::authority::AuthorityFix;
 use crate::conf::RpcServerConf;
 use crate::error::Error;
 use crate::handle::{HandleParts, Phase, ServerHandle};
@@ -428,7 +429,18 @@ where
 
         let _gauges_guard = GaugesGuard(shedder_gauges);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+        // Every connection is read through the `:authority` repair for grpc-go's multi-host
+        // targets (`crate::authority`); it steps aside after the first header block of any
+        // client that does not need it.
+        let incoming = tokio_stream::StreamExt::map(
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            |conn| {
+                conn.map(|stream| {
+                    let addrs = stream.local_addr().ok().zip(stream.peer_addr().ok());
+                    AuthorityFix::new(stream, addrs)
+                })
+            },
+        );
         let server = tonic::transport::Server::builder()
             .layer(chain)
             .serve_with_incoming_shutdown(routes, incoming, async move {

@@ -1,0 +1,181 @@
+//! [`AuthorityFix`]: the accepted connection seen through the [`Inspector`] until it is known
+//! not to need it, then a plain pass-through.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tonic::transport::server::Connected;
+
+use super::frames::{Inspector, Verdict};
+
+/// Octets read from the socket per read while inspecting.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// An accepted connection whose unparseable `:authority` values are repaired before `h2` reads
+/// them (see the [module docs](super)).
+///
+/// Writes always go straight through. Reads go through the inspector only until the first
+/// header block shows the client does not need it (every well-behaved client); from then on a
+/// read costs one branch.
+#[derive(Debug)]
+pub(crate) struct AuthorityFix<T> {
+    inner: T,
+    inspecting: Option<Box<Inspecting>>,
+    /// The connection's addresses, once a repair is recorded under them.
+    recorded: Option<super::ConnAddrs>,
+    addrs: Option<super::ConnAddrs>,
+}
+
+#[derive(Debug)]
+struct Inspecting {
+    inspector: Inspector,
+    /// Read but not yet judged.
+    input: BytesMut,
+    /// Judged, waiting to be read by `h2`.
+    output: BytesMut,
+    /// Stop inspecting once `output` and `input` are handed on.
+    done: bool,
+}
+
+impl<T> AuthorityFix<T> {
+    /// Wraps an accepted connection; `addrs` (local, remote) key the record of what the client
+    /// sent, read back by [`original_authority`](super::original_authority).
+    pub(crate) fn new(inner: T, addrs: Option<super::ConnAddrs>) -> Self {
+        Self {
+            inner,
+            inspecting: Some(Box::new(Inspecting {
+                inspector: Inspector::default(),
+                input: BytesMut::new(),
+                output: BytesMut::new(),
+                done: false,
+            })),
+            recorded: None,
+            addrs,
+        }
+    }
+
+    /// Whether reads still go through the inspector (for tests).
+    #[cfg(test)]
+    pub(crate) fn is_inspecting(&self) -> bool {
+        self.inspecting.as_ref().is_some_and(|s| !s.done)
+    }
+
+    fn note_repair(&mut self, original: String, repaired: String) {
+        let peer = self.addrs.map(|(_, remote)| remote);
+        tracing::debug!(
+            target: "zrpc::server::authority",
+            ?peer,
+            original = %original,
+            repaired = %repaired,
+            "rewrote an :authority that h2 would reject (a grpc-go client with several etcd hosts \
+             or endpoints in its target); later requests on this connection are repaired too"
+        );
+        if let Some(addrs) = self.addrs {
+            super::record(addrs, original);
+            self.recorded = Some(addrs);
+        }
+    }
+}
+
+impl<T> Drop for AuthorityFix<T> {
+    fn drop(&mut self) {
+        if let Some(addrs) = self.recorded.take() {
+            super::forget(addrs);
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for AuthorityFix<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        loop {
+            let Some(state) = this.inspecting.as_deref_mut() else {
+                return Pin::new(&mut this.inner).poll_read(cx, out);
+            };
+            if !state.output.is_empty() {
+                let n = out.remaining().min(state.output.len());
+                out.put_slice(&state.output[..n]);
+                state.output.advance(n);
+                return Poll::Ready(Ok(()));
+            }
+            if state.done {
+                if state.input.is_empty() {
+                    this.inspecting = None;
+                } else {
+                    state.output = state.input.split();
+                }
+                continue;
+            }
+            // Read more into `input`, then judge it.
+            let filled = state.input.len();
+            state.input.resize(filled + READ_CHUNK, 0);
+            let mut read = ReadBuf::new(&mut state.input[filled..]);
+            let res = Pin::new(&mut this.inner).poll_read(cx, &mut read);
+            let n = read.filled().len();
+            state.input.truncate(filled + n);
+            match res {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(())) if n == 0 => {
+                    // EOF: hand on what is held; h2 will see the EOF on the next read.
+                    state.done = true;
+                    continue;
+                }
+                Poll::Ready(Ok(())) => {}
+            }
+            let (released, verdict) = state.inspector.process(&mut state.input);
+            state.output = state.input.split_to(released);
+            if verdict == Verdict::PassThrough {
+                state.done = true;
+            }
+            if let Some((original, repaired)) = state.inspector.first_repair.take() {
+                this.note_repair(original, repaired);
+            }
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for AuthorityFix<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+impl<T: Connected> Connected for AuthorityFix<T> {
+    type ConnectInfo = T::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
+}

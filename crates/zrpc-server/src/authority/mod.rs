@@ -1,0 +1,90 @@
+//! Accepting the `:authority` that grpc-go (go-zero's client) sends for multi-host targets.
+//!
+//! # The hazard
+//!
+//! grpc-go sends the path of its dial target as `:authority`. A go-zero client with two or more
+//! `Etcd.Hosts` dials `etcd:///h1:p1,h2:p2?key=k` and sends `:authority: h1:p1,h2:p2`; two or more
+//! `Endpoints` do the same (`direct:///a:1,b:2`). `h2`, under hyper and tonic, parses the
+//! authority with `http::uri::Authority`, which refuses more than one port colon, and answers
+//! every such request with `RST_STREAM PROTOCOL_ERROR` before any zrpc or tonic code runs: the Go
+//! side sees `Internal: stream terminated by RST_STREAM with error code: PROTOCOL_ERROR` on 100 %
+//! of its calls. `h2` has no switch for it (hyperium/h2#525), and the value sits inside the
+//! HPACK-compressed header block, so no tower layer can reach it.
+//!
+//! # The fix
+//!
+//! Every accepted connection is read through an adapter below `h2` ([`AuthorityFix`]). It reads
+//! HTTP/2 frames as they arrive (split anywhere across reads), holds back each header block
+//! (HEADERS + CONTINUATION, padding and priority skipped) until it is complete, follows the
+//! client's HPACK dynamic table, and rewrites an `:authority` that `http::uri::Authority`
+//! rejects **in place, to a valid value of the same length whose characters have the same
+//! Huffman code lengths**: every `:` but the last (and any other character that cannot stand in
+//! an authority) becomes a plain one, e.g. `127.0.0.1:2379,127.0.0.1:2380` ->
+//! `127.0.0.1x2379,127.0.0.1:2380`. The frame lengths stay as they are, and the entry that both
+//! the client's encoder and `h2`'s decoder add to their dynamic tables keeps its size, so the
+//! two tables stay in step and later requests that refer to the entry by index get the repaired
+//! value.
+//!
+//! Cost: a connection whose first header block carries a valid authority (every client but
+//! these) is inspected only up to that block, then passes straight through. A connection that
+//! needed a repair stays inspected: each header block is walked (no allocation per header,
+//! Huffman decoding only for new table entries), other frames pass at once. At most one header
+//! block (up to 64 KiB) is held per connection; a larger block, an HPACK error or a non-HTTP/2
+//! preface ends inspection and leaves the verdict to `h2`.
+//!
+//! A repair is logged once per connection at DEBUG (target `zrpc::server::authority`), and
+//! what the client sent stays available to handlers through [`original_authority`].
+
+mod frames;
+mod hpack;
+mod huffman;
+mod huffman_table;
+mod io;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, LazyLock};
+
+use parking_lot::Mutex;
+use tonic::transport::server::TcpConnectInfo;
+
+pub(crate) use io::AuthorityFix;
+
+/// What clients sent on connections whose `:authority` was repaired, by (local, remote)
+/// address. Touched only when a connection needs a repair and when it closes.
+static ORIGINALS: LazyLock<Mutex<HashMap<ConnAddrs, Arc<str>>>> = LazyLock::new(Default::default);
+
+/// A connection's (local, remote) addresses.
+type ConnAddrs = (SocketAddr, SocketAddr);
+
+fn record(addrs: ConnAddrs, original: String) {
+    ORIGINALS.lock().insert(addrs, Arc::from(original));
+}
+
+fn forget(addrs: ConnAddrs) {
+    ORIGINALS.lock().remove(&addrs);
+}
+
+/// The `:authority` the client really sent, when zrpc had to rewrite it for `h2` to accept the
+/// request (see the [module docs](self)); `None` when the request's authority is what the client
+/// sent.
+///
+/// Pass the request's extensions (`tonic::Request::extensions()` or
+/// `http::Request::extensions()`); the lookup uses the connection's addresses
+/// (`TcpConnectInfo`). It is the first rewritten value of the connection: grpc-go sends one
+/// authority per connection.
+///
+/// # Examples
+///
+/// ```
+/// # fn handler(request: &tonic::Request<()>) {
+/// let authority = zrpc_server::original_authority(request.extensions());
+/// # }
+/// ```
+pub fn original_authority(extensions: &http::Extensions) -> Option<Arc<str>> {
+    let info = extensions.get::<TcpConnectInfo>()?;
+    let key = (info.local_addr()?, info.remote_addr()?);
+    ORIGINALS.lock().get(&key).cloned()
+}
