@@ -66,6 +66,7 @@ pub struct Server<L = Identity> {
     descriptors: Vec<&'static [u8]>,
     streaming: Vec<String>,
     wrap_up: Vec<WrapUpHook>,
+    authority_repair: bool,
     parts: HandleParts,
 }
 
@@ -108,6 +109,7 @@ impl Server {
             descriptors: Vec::new(),
             streaming: Vec::new(),
             wrap_up: Vec::new(),
+            authority_repair: true,
             parts: HandleParts::new(),
         })
     }
@@ -148,6 +150,7 @@ impl<L> Server<L> {
             descriptors: self.descriptors,
             streaming: self.streaming,
             wrap_up: self.wrap_up,
+            authority_repair: self.authority_repair,
             parts: self.parts,
         }
     }
@@ -204,6 +207,16 @@ impl<L> Server<L> {
         Fut: Future<Output = ()> + Send + 'static,
     {
         self.wrap_up.push(Box::new(move || Box::pin(hook())));
+        self
+    }
+
+    /// Whether to repair the `:authority` that grpc-go clients (go-zero's) send for multi-host
+    /// targets (`h1:p1,h2:p2`), which `h2` would otherwise reset with `PROTOCOL_ERROR`
+    /// (default: on). The repair steps aside after the first request of any other client;
+    /// `zrpc_server::original_authority` gives handlers what the client sent.
+    #[must_use]
+    pub fn authority_repair(mut self, on: bool) -> Self {
+        self.authority_repair = on;
         self
     }
 
@@ -307,6 +320,7 @@ where
             descriptors,
             mut streaming,
             wrap_up,
+            authority_repair,
             parts,
             ..
         } = self;
@@ -437,7 +451,7 @@ where
             |conn| {
                 conn.map(|stream| {
                     let addrs = stream.local_addr().ok().zip(stream.peer_addr().ok());
-                    AuthorityFix::new(stream, addrs)
+                    AuthorityFix::new(stream, addrs, authority_repair)
                 })
             },
         );

@@ -42,16 +42,19 @@ struct Inspecting {
 
 impl<T> AuthorityFix<T> {
     /// Wraps an accepted connection; `addrs` (local, remote) key the record of what the client
-    /// sent, read back by [`original_authority`](super::original_authority).
-    pub(crate) fn new(inner: T, addrs: Option<super::ConnAddrs>) -> Self {
+    /// sent, read back by [`original_authority`](super::original_authority). With `repair`
+    /// off the connection passes straight through from the start.
+    pub(crate) fn new(inner: T, addrs: Option<super::ConnAddrs>, repair: bool) -> Self {
         Self {
             inner,
-            inspecting: Some(Box::new(Inspecting {
-                inspector: Inspector::default(),
-                input: BytesMut::new(),
-                output: BytesMut::new(),
-                done: false,
-            })),
+            inspecting: repair.then(|| {
+                Box::new(Inspecting {
+                    inspector: Inspector::default(),
+                    input: BytesMut::new(),
+                    output: BytesMut::new(),
+                    done: false,
+                })
+            }),
             recorded: None,
             addrs,
         }

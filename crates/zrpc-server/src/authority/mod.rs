@@ -80,7 +80,7 @@ fn forget(addrs: ConnAddrs) {
 ///
 /// ```
 /// # fn handler(request: &tonic::Request<()>) {
-/// let authority = zrpc_server::original_authority(request.extensions());
+/// let authority = zrpc_server::original_authority(request.extensions()); // zrpc::original_authority
 /// # }
 /// ```
 pub fn original_authority(extensions: &http::Extensions) -> Option<Arc<str>> {

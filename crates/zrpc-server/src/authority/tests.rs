@@ -254,7 +254,7 @@ fn read_through(chunks: VecDeque<Vec<u8>>) -> Vec<u8> {
         .build()
         .unwrap();
     rt.block_on(async {
-        let mut fix = AuthorityFix::new(Chunks(chunks), None);
+        let mut fix = AuthorityFix::new(Chunks(chunks), None, true);
         let mut out = Vec::new();
         fix.read_to_end(&mut out).await.unwrap();
         out
@@ -396,7 +396,7 @@ fn still_inspecting(input: &[u8]) -> bool {
         .build()
         .unwrap();
     rt.block_on(async {
-        let mut fix = AuthorityFix::new(Chunks(VecDeque::from([input.to_vec()])), None);
+        let mut fix = AuthorityFix::new(Chunks(VecDeque::from([input.to_vec()])), None, true);
         let mut out = vec![0; input.len()];
         fix.read_exact(&mut out).await.unwrap();
         fix.is_inspecting()
@@ -444,7 +444,7 @@ async fn h2_accepts_every_request_through_the_adapter_and_rejects_them_without()
         let accepted = tokio::spawn(async move {
             let mut seen = Vec::new();
             let io: Pin<Box<dyn AsyncIo>> = if fix {
-                Box::pin(AuthorityFix::new(server, None))
+                Box::pin(AuthorityFix::new(server, None, true))
             } else {
                 Box::pin(server)
             };
@@ -558,4 +558,69 @@ proptest! {
         let mut block = block;
         let _ = Walker::default().walk(&mut block);
     }
+}
+
+/// A real zrpc server, a crafted grpc-go-like connection over TCP: the request reaches the
+/// handler chain with the repaired authority, `original_authority` gives what was sent, and the
+/// record is dropped with the connection.
+#[tokio::test]
+async fn a_zrpc_server_serves_the_request_and_keeps_the_original_for_handlers() {
+    use std::sync::{Arc, Mutex};
+
+    use tonic::transport::server::TcpConnectInfo;
+
+    type Seen = Arc<Mutex<Vec<(Option<String>, Option<String>, Option<TcpConnectInfo>)>>>;
+    let seen: Seen = Arc::default();
+    let record = seen.clone();
+    let capture =
+        tower::ServiceBuilder::new().map_request(move |req: http::Request<tonic::body::Body>| {
+            record.lock().unwrap().push((
+                req.uri().authority().map(|a| a.to_string()),
+                super::original_authority(req.extensions()).map(|a| a.to_string()),
+                req.extensions().get::<TcpConnectInfo>().cloned(),
+            ));
+            req
+        });
+    let conf = crate::RpcServerConf::new("authority.rpc", "127.0.0.1:0").with_cpu_threshold(0);
+    let server = crate::Server::new(conf)
+        .unwrap()
+        .layer(capture.into_inner());
+    let handle = server.handle();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let task = tokio::spawn(server.serve_with_listener(listener, std::future::pending()));
+    let addr = handle.serving().await.unwrap();
+
+    let mut first = grpc_go_first(BAD, true);
+    first[2] = lit(4, "/grpc.health.v1.Health/Check");
+    let block = encode(&first);
+    let mut input = PREFACE.to_vec();
+    input.extend(frame(0x4, 0, 0, &[]));
+    input.extend(frame(0x1, 0x4, 1, &block)); // END_HEADERS, body follows
+    input.extend(frame(0x0, 0x1, 1, &[0, 0, 0, 0, 0])); // empty HealthCheckRequest, END_STREAM
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(&input).await.unwrap();
+    let mut sink = vec![0; 4096];
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while seen.lock().unwrap().is_empty() && tokio::time::Instant::now() < deadline {
+        let _ =
+            tokio::time::timeout(std::time::Duration::from_millis(50), conn.read(&mut sink)).await;
+    }
+    let (authority, original, info) = seen.lock().unwrap()[0].clone();
+    assert_eq!(
+        authority.as_deref(),
+        Some("127.0.0.1x23790,127.0.0.1:23791")
+    );
+    assert_eq!(original.as_deref(), Some(BAD));
+    drop(conn);
+    // The record goes with the connection.
+    let mut extensions = http::Extensions::new();
+    extensions.insert(info.unwrap());
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while super::original_authority(&extensions).is_some() && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(super::original_authority(&extensions), None);
+    handle.shutdown();
+    task.await.unwrap().unwrap();
 }
