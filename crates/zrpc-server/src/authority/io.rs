@@ -116,22 +116,17 @@ impl<T: AsyncRead + Unpin> AsyncRead for AuthorityFix<T> {
                 }
                 continue;
             }
-            // Read more into `input`, then judge it.
-            let filled = state.input.len();
-            state.input.resize(filled + READ_CHUNK, 0);
-            let mut read = ReadBuf::new(&mut state.input[filled..]);
-            let res = Pin::new(&mut this.inner).poll_read(cx, &mut read);
-            let n = read.filled().len();
-            state.input.truncate(filled + n);
-            match res {
+            // Read more into `input`'s spare capacity (no zeroing), then judge it.
+            state.input.reserve(READ_CHUNK);
+            match tokio_util::io::poll_read_buf(Pin::new(&mut this.inner), cx, &mut state.input) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Ready(Ok(())) if n == 0 => {
+                Poll::Ready(Ok(0)) => {
                     // EOF: hand on what is held; h2 will see the EOF on the next read.
                     state.done = true;
                     continue;
                 }
-                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Ok(_)) => {}
             }
             let (released, verdict) = state.inspector.process(&mut state.input);
             state.output = state.input.split_to(released);
