@@ -4,18 +4,23 @@
 //! Load it with `zrpc_core::conf::load::<RpcServerConf>("etc/greet.yaml")`, or build it in code
 //! with [`RpcServerConf::new`]. Every key is documented in `docs/configuration.md`.
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use zrpc_core::conf::{ConfError, EtcdConf, Validate, duration};
 
+mod ignored;
+mod log;
+mod redis;
 mod service;
 
+pub use ignored::IgnoredKey;
+pub use log::{LogConf, LogFieldKeys};
+pub use redis::RedisKeyConf;
 pub use service::{
-    DevServerConf, LogConf, LogFieldKeys, ProfileTypeConf, ProfilingConf, PrometheusConf,
-    RedisKeyConf, ServiceMode, ShutdownConf, TelemetryConf,
+    DevServerConf, ProfileTypeConf, ProfilingConf, PrometheusConf, ServiceMode, ShutdownConf,
+    TelemetryConf,
 };
 
 /// The server config (go-zero `zrpc.RpcServerConf`).
@@ -59,7 +64,8 @@ pub struct RpcServerConf {
     pub etcd: EtcdConf,
     /// Turn on app/token authentication.
     pub auth: bool,
-    /// go-zero's Redis token store (accepted; not implemented: use `AuthTokens` or a custom store).
+    /// go-zero's Redis token store (accepted, every v1.10.3 key; not implemented: use `AuthTokens`
+    /// or a custom store).
     pub redis: Option<RedisKeyConf>,
     /// zrpc addition: the static token store for `Auth` (app -> token).
     pub auth_tokens: Vec<AuthTokenConf>,
@@ -232,62 +238,6 @@ impl RpcServerConf {
             _ => &self.name,
         }
     }
-
-    /// The keys that were set but that zrpc accepts without acting on them (for the server to log
-    /// once at start-up).
-    pub fn ignored_keys(&self) -> Vec<IgnoredKey> {
-        let mut out = Vec::new();
-        if self.redis.is_some() {
-            out.push(IgnoredKey {
-                key: "Redis",
-                reason: "go-zero's Redis-backed token store is not implemented; use AuthTokens or a custom TokenStore",
-            });
-        }
-        if self.profiling.is_some() {
-            out.push(IgnoredKey {
-                key: "Profiling",
-                reason: "continuous profiling (Pyroscope) is not implemented",
-            });
-        }
-        if !self.metrics_url.is_empty() {
-            out.push(IgnoredKey {
-                key: "MetricsUrl",
-                reason: "go-zero's stat report POST is not implemented; scrape DevServer /metrics",
-            });
-        }
-        if self.prometheus.is_some() {
-            out.push(IgnoredKey {
-                key: "Prometheus",
-                reason: "deprecated in go-zero; metrics are served by DevServer",
-            });
-        }
-        if let Some(d) = &self.dev_server
-            && d.enable_pprof
-            && d.enabled
-        {
-            out.push(IgnoredKey {
-                key: "DevServer.EnablePprof",
-                reason: "Go pprof endpoints do not exist in Rust",
-            });
-        }
-        out
-    }
-}
-
-/// A key zrpc accepts for go-zero compatibility but does not act on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct IgnoredKey {
-    /// The key path, e.g. `Redis`.
-    pub key: &'static str,
-    /// Why it is ignored and what to use instead.
-    pub reason: &'static str,
-}
-
-impl fmt::Display for IgnoredKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "config key `{}` is ignored: {}", self.key, self.reason)
-    }
 }
 
 impl Validate for RpcServerConf {
@@ -337,6 +287,12 @@ impl Validate for RpcServerConf {
         self.log.validate()?;
         if let Some(t) = &self.telemetry {
             t.validate()?;
+        }
+        if let Some(r) = &self.redis {
+            r.validate()?;
+        }
+        if let Some(p) = &self.profiling {
+            p.validate()?;
         }
         if let Some(d) = &self.dev_server
             && d.enabled

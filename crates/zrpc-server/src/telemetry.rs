@@ -1,22 +1,42 @@
 //! Logging and OpenTelemetry set-up (go-zero `ServiceConf.SetUp`: logx + trace agent).
 //!
-//! [`init`] installs a global `tracing` subscriber (JSON or plain per `Log.Encoding`, level
-//! per `Log.Level`, overridable with `RUST_LOG`) and, when `Telemetry.Endpoint` is set and
+//! [`init`] installs a global `tracing` subscriber and, when `Telemetry.Endpoint` is set and
 //! `Telemetry.Disabled` is false, an OTLP/gRPC span exporter with go-zero's sampler
-//! (`ParentBased(TraceIdRatioBased(Sampler))`) and `service.name`. Without an endpoint,
-//! spans still exist (and appear in logs) but are not exported, as in go-zero.
+//! (`ParentBased(TraceIdRatioBased(Sampler))`), `service.name` and `OtlpHeaders`. Without an
+//! endpoint, spans still exist (and appear in logs) but are not exported, as in go-zero.
 //! It does nothing when a global subscriber is already installed (by the application or a
 //! test harness).
+//!
+//! Log lines follow the `Log` block (go-zero `logx.SetUp`, `core/logx/logs.go`):
+//! - `Encoding`: JSON lines (default) or plain text; never with ANSI colour codes, so files and
+//!   log collectors get clean text.
+//! - `Level`: `debug`, `info`, `error` (and `severe` = error); `RUST_LOG` overrides it.
+//! - `Mode`: `console` writes to stdout; `file` appends to `Path/access.log` (errors to
+//!   `Path/error.log`, as go-zero splits them); `volume` does the same under
+//!   `Path/<ServiceName>/<hostname>` (`ServiceName` defaults to `Name`). The directory is
+//!   created; the files are never rotated (see `Log.Rotation` in `docs/configuration.md`).
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use tracing::{Level, Subscriber};
+use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::fmt::writer::{BoxMakeWriter, MakeWriterExt};
 use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::{EnvFilter, Layer as _};
+use tracing_subscriber::{EnvFilter, Layer};
 
-use crate::conf::RpcServerConf;
+use crate::conf::{LogConf, RpcServerConf};
 use crate::error::Error;
+
+/// go-zero's file names (`core/logx/vars.go`).
+const ACCESS_LOG: &str = "access.log";
+const ERROR_LOG: &str = "error.log";
 
 /// Keeps the tracer provider alive; flushes spans when dropped (at shutdown).
 #[derive(Debug, Default)]
@@ -44,10 +64,12 @@ fn level(conf: &RpcServerConf) -> &'static str {
 
 /// The OTLP/gRPC tracer provider of `conf` (`None` when `Telemetry.Endpoint` is empty or
 /// `Telemetry.Disabled`). Build it inside a Tokio runtime (the exporter uses tonic).
+/// `Telemetry.Batcher` values other than `otlpgrpc` are reported by
+/// [`RpcServerConf::ignored_keys`] and export with OTLP/gRPC.
 ///
 /// # Errors
 ///
-/// [`Error::Telemetry`] when the exporter cannot be built.
+/// [`Error::Telemetry`] when the exporter cannot be built or `OtlpHeaders` is not valid metadata.
 pub fn tracer_provider(conf: &RpcServerConf) -> Result<Option<SdkTracerProvider>, Error> {
     let Some(t) = conf
         .telemetry
@@ -56,22 +78,17 @@ pub fn tracer_provider(conf: &RpcServerConf) -> Result<Option<SdkTracerProvider>
     else {
         return Ok(None);
     };
-    if t.batcher != "otlpgrpc" {
-        tracing::warn!(
-            target: "zrpc::telemetry",
-            "Telemetry.Batcher {:?} is not supported, using otlpgrpc",
-            t.batcher
-        );
-    }
     let endpoint = if t.endpoint.contains("://") {
         t.endpoint.clone()
     } else {
         format!("http://{}", t.endpoint)
     };
-    use opentelemetry_otlp::WithExportConfig;
+    let metadata = t.metadata().map_err(|e| Error::Telemetry(e.to_string()))?;
+    use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_tonic()
         .with_endpoint(endpoint)
+        .with_metadata(metadata)
         .build()
         .map_err(|e| Error::Telemetry(e.to_string()))?;
     Ok(Some(
@@ -89,18 +106,87 @@ pub fn tracer_provider(conf: &RpcServerConf) -> Result<Option<SdkTracerProvider>
     ))
 }
 
+/// The directory of the `file` / `volume` log files: `Path`, or `Path/<ServiceName>/<hostname>`
+/// (go-zero `setupWithVolume`). An empty `Path` is the working directory, as in go-zero.
+fn log_dir(conf: &RpcServerConf) -> PathBuf {
+    let log = &conf.log;
+    let base = PathBuf::from(if log.path.is_empty() { "." } else { &log.path });
+    if log.mode != "volume" {
+        return base;
+    }
+    let service = if log.service_name.is_empty() {
+        &conf.name
+    } else {
+        &log.service_name
+    };
+    base.join(service).join(hostname())
+}
+
+/// The host name (go-zero `sysx.Hostname`), from the kernel or `$HOSTNAME`.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()))
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+fn open_append(path: &Path) -> Result<Arc<File>, Error> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map(Arc::new)
+        .map_err(|e| Error::Telemetry(format!("Log: cannot open {}: {e}", path.display())))
+}
+
+/// Where log lines go: stdout, or go-zero's `access.log` / `error.log` in [`log_dir`].
+fn log_writer(conf: &RpcServerConf) -> Result<BoxMakeWriter, Error> {
+    if !conf.log.writes_files() {
+        return Ok(BoxMakeWriter::new(std::io::stdout));
+    }
+    let dir = log_dir(conf);
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        Error::Telemetry(format!(
+            "Log.Path: cannot create the log directory {}: {e}",
+            dir.display()
+        ))
+    })?;
+    let access = open_append(&dir.join(ACCESS_LOG))?;
+    let error = open_append(&dir.join(ERROR_LOG))?;
+    Ok(BoxMakeWriter::new(
+        error.with_max_level(Level::ERROR).or_else(access),
+    ))
+}
+
+/// The formatting layer for `log` (`Encoding`), writing to `writer`, without colour codes.
+fn fmt_layer<S, W>(log: &LogConf, writer: W) -> Box<dyn Layer<S> + Send + Sync>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    // No ANSI colour, ever: JSON has none, and plain lines go to files, pipes and collectors
+    // where escape codes are noise (tracing-subscriber would colour unless NO_COLOR is set).
+    let layer = tracing_subscriber::fmt::layer()
+        .with_writer(writer)
+        .with_ansi(false);
+    if log.encoding == "plain" {
+        layer.boxed()
+    } else {
+        layer.json().boxed()
+    }
+}
+
 /// Installs logging and (if configured) OTLP export. See the module docs.
 ///
 /// # Errors
 ///
-/// [`Error::Telemetry`] when the OTLP exporter cannot be built.
+/// [`Error::Telemetry`] when the OTLP exporter cannot be built or, in the `file` and `volume`
+/// modes, when the log directory or files cannot be created.
 pub fn init(conf: &RpcServerConf) -> Result<TelemetryGuard, Error> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level(conf)));
-    let fmt = if conf.log.encoding == "plain" {
-        tracing_subscriber::fmt::layer().boxed()
-    } else {
-        tracing_subscriber::fmt::layer().json().boxed()
-    };
+    let fmt = fmt_layer(&conf.log, log_writer(conf)?);
     let Some(provider) = tracer_provider(conf)? else {
         let _ = tracing_subscriber::registry()
             .with(filter)
@@ -166,6 +252,160 @@ mod tests {
         });
         handle.serving().await.unwrap();
         (handle, task)
+    }
+
+    /// A directory under the system temp dir, removed on drop.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(name: &str) -> Self {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos();
+            let dir = std::env::temp_dir().join(format!(
+                "zrpc-telemetry-{name}-{}-{nanos}",
+                std::process::id()
+            ));
+            std::fs::create_dir_all(&dir).unwrap();
+            TempDir(dir)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// Emits one line per level through `conf`'s logging, with a thread-local subscriber (the
+    /// global one is never touched, so tests cannot race on it).
+    fn log_lines_with(conf: &RpcServerConf, writer: BoxMakeWriter) {
+        let subscriber = tracing_subscriber::registry()
+            .with(EnvFilter::new("info"))
+            .with(fmt_layer(&conf.log, writer));
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!("call", method = "/greet.Greeter/SayHello");
+            let _entered = span.enter();
+            tracing::info!(target: "zrpc::server", peer = "127.0.0.1:1", "an info line");
+            tracing::warn!(target: "zrpc::server", "a warn line");
+            tracing::error!(target: "zrpc::server", code = 13, "an error line");
+        });
+    }
+
+    fn file_conf(mode: &str, encoding: &str, dir: &Path) -> RpcServerConf {
+        let mut conf = RpcServerConf::new("greet.rpc", "127.0.0.1:0");
+        conf.log.mode = mode.into();
+        conf.log.encoding = encoding.into();
+        conf.log.path = dir.display().to_string();
+        conf
+    }
+
+    fn assert_no_ansi(text: &str) {
+        assert!(
+            !text.contains('\x1b'),
+            "ANSI escape in log output: {text:?}"
+        );
+    }
+
+    #[test]
+    fn file_mode_writes_go_zero_files_without_colour() {
+        for encoding in ["plain", "json"] {
+            let dir = TempDir::new(encoding);
+            let conf = file_conf("file", encoding, &dir.0);
+            log_lines_with(&conf, log_writer(&conf).unwrap());
+            let access = std::fs::read_to_string(dir.0.join(ACCESS_LOG)).unwrap();
+            let error = std::fs::read_to_string(dir.0.join(ERROR_LOG)).unwrap();
+            assert_no_ansi(&access);
+            assert_no_ansi(&error);
+            assert!(access.contains("an info line"), "{access}");
+            assert!(access.contains("a warn line"), "{access}");
+            assert!(!access.contains("an error line"), "{access}");
+            assert!(error.contains("an error line"), "{error}");
+            assert_eq!(error.lines().count(), 1, "{error}");
+            if encoding == "plain" {
+                assert!(access.contains(" INFO "), "{access}");
+                assert!(!access.trim_start().starts_with('{'), "{access}");
+            } else {
+                for line in access.lines().chain(error.lines()) {
+                    assert!(line.starts_with('{') && line.ends_with('}'), "{line}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn file_mode_appends() {
+        let dir = TempDir::new("append");
+        let conf = file_conf("file", "plain", &dir.0);
+        log_lines_with(&conf, log_writer(&conf).unwrap());
+        log_lines_with(&conf, log_writer(&conf).unwrap());
+        let access = std::fs::read_to_string(dir.0.join(ACCESS_LOG)).unwrap();
+        assert_eq!(access.matches("an info line").count(), 2, "{access}");
+    }
+
+    #[test]
+    fn volume_mode_writes_under_service_name_and_host() {
+        let dir = TempDir::new("volume");
+        let mut conf = file_conf("volume", "plain", &dir.0);
+        let expected = dir.0.join("greet.rpc").join(hostname());
+        assert_eq!(log_dir(&conf), expected, "ServiceName defaults to Name");
+        log_lines_with(&conf, log_writer(&conf).unwrap());
+        let access = std::fs::read_to_string(expected.join(ACCESS_LOG)).unwrap();
+        assert!(access.contains("an info line"), "{access}");
+        assert_no_ansi(&access);
+        conf.log.service_name = "greet".into();
+        assert_eq!(log_dir(&conf), dir.0.join("greet").join(hostname()));
+    }
+
+    #[test]
+    fn plain_console_output_has_no_colour() {
+        #[derive(Clone, Default)]
+        struct Buf(Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let mut conf = RpcServerConf::new("greet.rpc", "127.0.0.1:0");
+        conf.log.encoding = "plain".into();
+        let sink = buf.clone();
+        log_lines_with(&conf, BoxMakeWriter::new(move || sink.clone()));
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        assert!(text.contains("an error line"), "{text}");
+        assert_no_ansi(&text);
+    }
+
+    #[test]
+    fn an_unwritable_log_path_is_a_clear_error() {
+        let dir = TempDir::new("blocked");
+        let file = dir.0.join("not-a-dir");
+        std::fs::write(&file, b"").unwrap();
+        let conf = file_conf("file", "json", &file);
+        let e = log_writer(&conf).unwrap_err().to_string();
+        assert!(e.contains("Log.Path") && e.contains("not-a-dir"), "{e}");
+    }
+
+    #[test]
+    fn otlp_headers_become_metadata() {
+        let mut t = TelemetryConf::default();
+        t.otlp_headers.insert(
+            "uptrace-dsn".into(),
+            "http://token@localhost:14317/2".into(),
+        );
+        let md = t.metadata().unwrap();
+        assert_eq!(
+            md.get("uptrace-dsn").unwrap().to_str().unwrap(),
+            "http://token@localhost:14317/2"
+        );
+        t.otlp_headers.insert("bad name".into(), "x".into());
+        let e = t.metadata().unwrap_err();
+        assert_eq!(e.path(), Some("Telemetry.OtlpHeaders.bad name"));
     }
 
     #[test]

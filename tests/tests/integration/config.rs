@@ -266,7 +266,174 @@ fn every_go_zero_server_key_is_accepted() {
     assert_eq!(c.log.field_keys.timestamp_key, "@timestamp");
     assert_eq!(c.telemetry_name(), "greet");
     let ignored: Vec<&str> = c.ignored_keys().iter().map(|k| k.key).collect();
-    assert_eq!(ignored, ["Redis", "Profiling", "MetricsUrl", "Prometheus"]);
+    assert_eq!(
+        ignored,
+        [
+            "Redis",
+            "Profiling",
+            "MetricsUrl",
+            "Prometheus",
+            "Log.TimeFormat",
+            "Log.MaxContentLength"
+        ]
+    );
+}
+
+/// `gozero-v1.10.3-server-all-keys.yaml`: every key of go-zero v1.10.3's `RpcServerConf`, as
+/// go-zero itself reads it.
+#[test]
+fn go_zero_v1_10_3_server_yaml_loads_unchanged() {
+    let c = load_server("gozero-v1.10.3-server-all-keys.yaml").unwrap();
+    // goctl's keys.
+    assert_eq!(c.name, "greet.rpc");
+    assert_eq!(c.listen_on, "127.0.0.1:8080");
+    assert_eq!(c.etcd.hosts, ["127.0.0.1:2379"]);
+    assert_eq!(c.etcd.key, "greet.rpc");
+    assert_eq!(c.etcd.id, 7);
+    assert!(c.etcd.has_account() && c.etcd.has_tls() && !c.etcd.insecure_skip_verify);
+    // ServiceConf.
+    assert_eq!(c.mode, ServiceMode::Pre);
+    assert_eq!(c.log.encoding, "plain");
+    assert_eq!(c.log.max_content_length, 4096);
+    assert_eq!(c.log.field_keys.timestamp_key, "@timestamp");
+    let t = c.telemetry.as_ref().unwrap();
+    assert!((t.sampler - 0.5).abs() < f64::EPSILON);
+    assert_eq!(
+        t.otlp_headers.get("uptrace-dsn").map(String::as_str),
+        Some("http://project2_secret_token@127.0.0.1:14317/2")
+    );
+    let dev = c.dev_server.as_ref().unwrap();
+    assert_eq!(dev.bind_addr(), "127.0.0.1:6060");
+    assert_eq!(c.shutdown.wrap_up_time, Duration::from_secs(2));
+    assert_eq!(c.prometheus.as_ref().unwrap().port, 9101);
+    let p = c.profiling.as_ref().unwrap();
+    assert_eq!(p.profiling_duration, Duration::from_secs(120));
+    assert!(p.profile_type.cpu && !p.profile_type.mutex);
+    // The v1.10.3 Redis keys zrpc used to reject.
+    let r = c.redis.as_ref().unwrap();
+    assert!(r.disable_identity);
+    assert_eq!(r.protocol, 2);
+    assert_eq!(r.maint_notifications, "disabled");
+    assert_eq!(r.ping_timeout, Duration::from_secs(1));
+    assert_eq!(r.key, "rpc:greet:tokens");
+    // RpcServerConf.
+    assert!(c.auth && c.strict_control && c.health);
+    assert_eq!((c.timeout, c.cpu_threshold), (3000, 800));
+    let m = &c.middlewares;
+    assert!(m.trace && m.recover && m.stat && m.prometheus && m.breaker);
+    assert_eq!(m.stat_conf.slow_threshold, Duration::from_millis(250));
+    assert_eq!(m.stat_conf.ignore_content_methods, ["/greet.Greeter/Login"]);
+    assert_eq!(c.method_timeouts[1].full_method, "/greet.Greeter/Export");
+    assert_eq!(c.method_timeouts[1].timeout, Duration::from_secs(90));
+    // zrpc additions stay at their defaults: the file is go-zero's.
+    assert!(c.advertise_addr.is_none() && c.auth_tokens.is_empty() && !c.reflection);
+
+    let ignored: Vec<String> = c.ignored_keys().iter().map(ToString::to_string).collect();
+    let keys: Vec<&str> = c.ignored_keys().iter().map(|k| k.key).collect();
+    assert_eq!(
+        keys,
+        [
+            "Redis",
+            "Profiling",
+            "MetricsUrl",
+            "Prometheus",
+            "DevServer.EnablePprof",
+            "Telemetry.OtlpHttpPath",
+            "Log.TimeFormat",
+            "Log.MaxContentLength",
+        ],
+        "{ignored:#?}"
+    );
+    assert!(
+        ignored[0].starts_with("config key `Redis` is ignored: "),
+        "{ignored:#?}"
+    );
+}
+
+/// A typo in a v1.10.3 key is still an error naming the file, the key path and the key meant.
+#[test]
+fn a_misspelt_v1_10_3_key_is_still_an_error() {
+    let text = std::fs::read_to_string(fixture("gozero-v1.10.3-server-all-keys.yaml")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("greet.yaml");
+    std::fs::write(
+        &file,
+        text.replace("MaintNotifications:", "MaintNotification:"),
+    )
+    .unwrap();
+    let e = conf::load::<RpcServerConf>(&file).unwrap_err();
+    assert!(matches!(e, ConfError::UnknownKey { .. }), "{e}");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "config file {}: unknown key `Redis.MaintNotification` (did you mean `MaintNotifications`?)",
+            file.display()
+        )
+    );
+}
+
+/// goctl's shape: an application config with a `Greeter` client block.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+struct GreeterClientConfig {
+    name: String,
+    greeter: RpcClientConf,
+}
+
+impl conf::Validate for GreeterClientConfig {
+    fn validate(&self) -> Result<(), ConfError> {
+        self.greeter.validate()
+    }
+}
+
+#[test]
+fn go_zero_v1_10_3_client_yaml_loads_unchanged() {
+    let c: GreeterClientConfig =
+        conf::load(fixture("gozero-v1.10.3-client-all-keys.yaml")).unwrap();
+    assert_eq!(c.name, "greeter.client");
+    let g = &c.greeter;
+    assert_eq!(g.etcd.hosts, ["127.0.0.1:2379", "127.0.0.1:22379"]);
+    assert!(g.etcd.has_account() && g.etcd.has_tls());
+    assert!(g.endpoints.is_empty() && g.target.is_empty());
+    assert_eq!(
+        (g.app.as_str(), g.token.as_str()),
+        ("gateway", "gateway-token")
+    );
+    assert!(!g.non_block);
+    assert_eq!(g.timeout, 3000);
+    assert_eq!(g.keepalive(), Some(Duration::from_secs(20)));
+    assert!(!g.middlewares.duration);
+    assert!(g.middlewares.trace && g.middlewares.prometheus && g.middlewares.breaker);
+    assert_eq!(g.balancer_name, BalancerName::P2cEwma);
+    assert_eq!(
+        g.build_target().unwrap(),
+        "etcd:///127.0.0.1:2379,127.0.0.1:22379?key=greet.rpc"
+    );
+
+    let bare: RpcClientConf =
+        conf::load(fixture("gozero-v1.10.3-client-bare-all-keys.yaml")).unwrap();
+    assert_eq!(bare.endpoints, ["127.0.0.1:8080", "127.0.0.1:8081"]);
+    assert_eq!(bare.target, "dns:///127.0.0.1:8080");
+    assert_eq!(bare.etcd.key, "greet.rpc");
+    assert_eq!(bare.keepalive(), Some(Duration::from_secs(60)));
+    assert!(!bare.middlewares.trace && !bare.middlewares.breaker);
+    assert_eq!(
+        bare.build_target().unwrap(),
+        "direct:///127.0.0.1:8080,127.0.0.1:8081",
+        "Endpoints win, as in go-zero"
+    );
+
+    let e = conf::from_str_with_env::<GreeterClientConfig, _>(
+        "Greeter:\n  Endpoints: [127.0.0.1:1]\n  KeepAliveTimes: 20s\n",
+        conf::Format::Yaml,
+        "client.yaml",
+        |_| None,
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "config file client.yaml: unknown key `Greeter.KeepAliveTimes` (did you mean `KeepaliveTime`?)"
+    );
 }
 
 #[test]

@@ -1,14 +1,17 @@
 //! The `service.ServiceConf` part of the server config (`core/service/serviceconf.go`): mode,
-//! logging, telemetry, the dev server, shutdown timings, and go-zero keys zrpc accepts but ignores.
+//! telemetry, the dev server, shutdown timings, and go-zero keys zrpc accepts but ignores
+//! (`Prometheus`, `Profiling`). `Log` is in `log.rs`, `Redis` in `redis.rs`.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use tonic::metadata::{Ascii, MetadataKey, MetadataMap, MetadataValue};
 use zrpc_core::conf::{ConfError, Validate, duration};
 
 use super::one_of;
+
 /// go-zero's service modes (`Mode`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -189,121 +192,28 @@ impl Validate for TelemetryConf {
                 format!("{} is out of range [0:1]", self.sampler),
             ));
         }
-        Ok(())
+        self.metadata().map(drop)
     }
 }
 
-/// Logging settings (go-zero `logx.LogConf`). All of go-zero's keys are accepted; which ones
-/// zrpc honours is listed in `docs/configuration.md`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
-#[non_exhaustive]
-pub struct LogConf {
-    /// Service name in log lines (default: the service `Name`).
-    pub service_name: String,
-    /// `console` (default), `file` or `volume`.
-    pub mode: String,
-    /// `json` (default) or `plain`.
-    pub encoding: String,
-    /// Timestamp format (Go layout; accepted).
-    pub time_format: String,
-    /// Log directory for file mode (default `logs`).
-    pub path: String,
-    /// `debug`, `info` (default), `error` or `severe`.
-    pub level: String,
-    /// Truncate log content longer than this (0 = no limit).
-    pub max_content_length: u32,
-    /// Compress rotated files.
-    pub compress: bool,
-    /// Log periodic statistics (default true).
-    pub stat: bool,
-    /// Days to keep log files (0 = forever).
-    pub keep_days: i64,
-    /// Cooldown between stack traces in ms (default 100).
-    pub stack_cooldown_millis: i64,
-    /// Rotated files to keep (0 = all).
-    pub max_backups: i64,
-    /// Max file size in MB for size rotation (0 = no limit).
-    pub max_size: i64,
-    /// `daily` (default) or `size`.
-    pub rotation: String,
-    /// Time format in rotated file names.
-    pub file_time_format: String,
-    /// Renamed JSON field keys.
-    pub field_keys: LogFieldKeys,
-}
-
-impl Default for LogConf {
-    fn default() -> Self {
-        LogConf {
-            service_name: String::new(),
-            mode: "console".to_owned(),
-            encoding: "json".to_owned(),
-            time_format: String::new(),
-            path: "logs".to_owned(),
-            level: "info".to_owned(),
-            max_content_length: 0,
-            compress: false,
-            stat: true,
-            keep_days: 0,
-            stack_cooldown_millis: 100,
-            max_backups: 0,
-            max_size: 0,
-            rotation: "daily".to_owned(),
-            file_time_format: String::new(),
-            field_keys: LogFieldKeys::default(),
+impl TelemetryConf {
+    /// `OtlpHeaders` as gRPC metadata for the OTLP/gRPC exporter.
+    ///
+    /// # Errors
+    /// [`ConfError::Invalid`] naming `Telemetry.OtlpHeaders.<name>` when a name is not a valid
+    /// ASCII metadata key or a value is not a valid header value.
+    pub fn metadata(&self) -> Result<MetadataMap, ConfError> {
+        let mut map = MetadataMap::new();
+        for (name, value) in &self.otlp_headers {
+            let path = || format!("Telemetry.OtlpHeaders.{name}");
+            let key = MetadataKey::<Ascii>::from_bytes(name.as_bytes()).map_err(|_| {
+                ConfError::invalid(path(), format!("{name:?} is not a valid header name"))
+            })?;
+            let value = MetadataValue::<Ascii>::try_from(value.as_str())
+                .map_err(|_| ConfError::invalid(path(), "the value is not a valid header value"))?;
+            map.insert(key, value);
         }
-    }
-}
-
-impl Validate for LogConf {
-    fn validate(&self) -> Result<(), ConfError> {
-        one_of("Log.Mode", &self.mode, &["console", "file", "volume"])?;
-        one_of("Log.Encoding", &self.encoding, &["json", "plain"])?;
-        one_of(
-            "Log.Level",
-            &self.level,
-            &["debug", "info", "error", "severe"],
-        )?;
-        one_of("Log.Rotation", &self.rotation, &["daily", "size"])
-    }
-}
-
-/// go-zero `logx` field key names (`Log.FieldKeys`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
-#[non_exhaustive]
-pub struct LogFieldKeys {
-    /// Default `caller`.
-    pub caller_key: String,
-    /// Default `content`.
-    pub content_key: String,
-    /// Default `duration`.
-    pub duration_key: String,
-    /// Default `level`.
-    pub level_key: String,
-    /// Default `span`.
-    pub span_key: String,
-    /// Default `@timestamp`.
-    pub timestamp_key: String,
-    /// Default `trace`.
-    pub trace_key: String,
-    /// Default `truncated`.
-    pub truncated_key: String,
-}
-
-impl Default for LogFieldKeys {
-    fn default() -> Self {
-        LogFieldKeys {
-            caller_key: "caller".to_owned(),
-            content_key: "content".to_owned(),
-            duration_key: "duration".to_owned(),
-            level_key: "level".to_owned(),
-            span_key: "span".to_owned(),
-            timestamp_key: "@timestamp".to_owned(),
-            trace_key: "trace".to_owned(),
-            truncated_key: "truncated".to_owned(),
-        }
+        Ok(map)
     }
 }
 
@@ -326,46 +236,6 @@ impl Default for PrometheusConf {
             host: String::new(),
             port: 9101,
             path: "/metrics".to_owned(),
-        }
-    }
-}
-
-/// go-zero's Redis token store config (`Redis`, a `redis.RedisKeyConf`); accepted, not used.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
-#[non_exhaustive]
-pub struct RedisKeyConf {
-    /// `host:port`.
-    pub host: String,
-    /// `node` (default) or `cluster`.
-    #[serde(rename = "Type")]
-    pub kind: String,
-    /// User.
-    pub user: String,
-    /// Password.
-    pub pass: String,
-    /// Use TLS.
-    pub tls: bool,
-    /// Do not ping at start.
-    pub non_block: bool,
-    /// Ping timeout (Go duration).
-    #[serde(with = "duration")]
-    pub ping_timeout: Duration,
-    /// The hash key holding app -> token.
-    pub key: String,
-}
-
-impl Default for RedisKeyConf {
-    fn default() -> Self {
-        RedisKeyConf {
-            host: String::new(),
-            kind: "node".to_owned(),
-            user: String::new(),
-            pass: String::new(),
-            tls: false,
-            non_block: false,
-            ping_timeout: Duration::ZERO,
-            key: String::new(),
         }
     }
 }
@@ -411,6 +281,19 @@ impl Default for ProfilingConf {
             cpu_threshold: 700,
             profile_type: ProfileTypeConf::default(),
         }
+    }
+}
+
+impl Validate for ProfilingConf {
+    /// go-zero's range check of `CpuThreshold` (`[0:1000)`).
+    fn validate(&self) -> Result<(), ConfError> {
+        if !(0..1000).contains(&self.cpu_threshold) {
+            return Err(ConfError::invalid(
+                "Profiling.CpuThreshold",
+                format!("{} is out of range [0:1000)", self.cpu_threshold),
+            ));
+        }
+        Ok(())
     }
 }
 

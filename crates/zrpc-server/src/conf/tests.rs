@@ -209,7 +209,138 @@ fn accepts_go_zero_service_conf_keys() {
     assert!(!c.profiling.as_ref().unwrap().profile_type.cpu);
     assert_eq!(c.shutdown.wait_time, Duration::from_secs(10));
     let keys: Vec<&str> = c.ignored_keys().iter().map(|k| k.key).collect();
-    assert_eq!(keys, ["Redis", "Profiling", "MetricsUrl", "Prometheus"]);
+    assert_eq!(
+        keys,
+        [
+            "Redis",
+            "Profiling",
+            "MetricsUrl",
+            "Prometheus",
+            "Telemetry.Batcher",
+            "Log.TimeFormat",
+            "Log.StackCooldownMillis",
+            "Log.FieldKeys",
+            "Log.Rotation",
+            "Log.KeepDays",
+            "Log.MaxBackups",
+            "Log.MaxSize",
+            "Log.Compress",
+        ]
+    );
+}
+
+#[test]
+fn accepts_go_zero_v1_10_3_redis_keys() {
+    let c = yaml(
+        "Name: a\nListenOn: :1\nRedis:\n  Host: r:6379\n  Type: cluster\n  User: u\n  Pass: p\n  Tls: true\n  \
+         NonBlock: false\n  DisableIdentity: true\n  Protocol: 2\n  MaintNotifications: auto\n  \
+         PingTimeout: 500ms\n  Key: rpc:tokens\n",
+    )
+    .unwrap();
+    let r = c.redis.as_ref().unwrap();
+    assert_eq!(r.kind, "cluster");
+    assert!(r.disable_identity && r.tls && !r.non_block);
+    assert_eq!(r.protocol, 2);
+    assert_eq!(r.maint_notifications, "auto");
+    assert_eq!(r.ping_timeout, Duration::from_millis(500));
+    assert_eq!(r.key, "rpc:tokens");
+
+    let r = yaml("Name: a\nListenOn: :1\nRedis: {Host: r:6379, Key: k}\n")
+        .unwrap()
+        .redis
+        .unwrap();
+    assert_eq!(
+        r,
+        RedisKeyConf {
+            host: "r:6379".into(),
+            key: "k".into(),
+            ..RedisKeyConf::default()
+        }
+    );
+    assert!(r.non_block, "go-zero v1.10.3 default");
+    assert_eq!(r.ping_timeout, Duration::from_secs(1));
+
+    let e = yaml("Name: a\nListenOn: :1\nRedis: {Host: r, MaintNotification: auto}\n").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "config file greet.yaml: unknown key `Redis.MaintNotification` (did you mean `MaintNotifications`?)"
+    );
+    let e = yaml("Name: a\nListenOn: :1\nRedis: {Host: r, MaintNotifications: on}\n").unwrap_err();
+    assert_eq!(e.path(), Some("Redis.MaintNotifications"));
+    let e = yaml("Name: a\nListenOn: :1\nRedis: {Host: r, Protocol: three}\n").unwrap_err();
+    assert_eq!(e.path(), Some("Redis.Protocol"));
+}
+
+#[test]
+fn defaults_ignore_nothing_and_console_mode_ignores_file_keys() {
+    // go-zero applies KeepDays, Rotation, ... only to files; in console mode they do nothing
+    // there either, so zrpc has nothing to warn about.
+    let c = yaml(
+        "Name: a\nListenOn: :1\nLog: {Mode: console, Rotation: size, KeepDays: 7, MaxSize: 10, \
+         MaxBackups: 2, Compress: true, FileTimeFormat: '2006-01-02', Stat: false}\n\
+         DevServer: {Port: 6061, EnablePprof: false}\nTelemetry: {Endpoint: '', Batcher: zipkin}\n",
+    )
+    .unwrap();
+    assert!(c.ignored_keys().is_empty(), "{:?}", c.ignored_keys());
+
+    let mut c = RpcServerConf::new("a", ":1");
+    c.log.mode = "volume".into();
+    let keys: Vec<&str> = c.ignored_keys().iter().map(|k| k.key).collect();
+    assert_eq!(
+        keys,
+        ["Log.Rotation"],
+        "go-zero rotates files daily by default"
+    );
+    c.log.file_time_format = "2006-01-02".into();
+    c.log.max_content_length = 10;
+    let keys: Vec<&str> = c.ignored_keys().iter().map(|k| k.key).collect();
+    assert_eq!(
+        keys,
+        ["Log.MaxContentLength", "Log.Rotation", "Log.FileTimeFormat"]
+    );
+}
+
+#[test]
+fn telemetry_http_keys_are_ignored_only_when_exporting() {
+    let mut c = RpcServerConf::new("a", ":1");
+    c.telemetry = Some(TelemetryConf {
+        otlp_http_path: "/v1/traces".into(),
+        otlp_http_secure: true,
+        ..TelemetryConf::default()
+    });
+    assert!(c.ignored_keys().is_empty(), "no Endpoint, nothing exported");
+    if let Some(t) = &mut c.telemetry {
+        t.endpoint = "127.0.0.1:4318".into();
+        t.batcher = "otlphttp".into();
+    }
+    let keys: Vec<&str> = c.ignored_keys().iter().map(|k| k.key).collect();
+    assert_eq!(
+        keys,
+        [
+            "Telemetry.Batcher",
+            "Telemetry.OtlpHttpPath",
+            "Telemetry.OtlpHttpSecure"
+        ]
+    );
+    let shown = c.ignored_keys()[0].to_string();
+    assert!(
+        shown.starts_with("config key `Telemetry.Batcher` is ignored: "),
+        "{shown}"
+    );
+}
+
+#[test]
+fn profiling_cpu_threshold_range_is_go_zeros() {
+    let e = yaml("Name: a\nListenOn: :1\nProfiling: {ServerAddr: http://p, CpuThreshold: 1000}\n")
+        .unwrap_err();
+    assert_eq!(e.path(), Some("Profiling.CpuThreshold"));
+    assert!(e.to_string().contains("out of range [0:1000)"), "{e}");
+}
+
+#[test]
+fn otlp_headers_must_be_valid_metadata() {
+    let e = yaml("Name: a\nListenOn: :1\nTelemetry: {OtlpHeaders: {'a b': x}}\n").unwrap_err();
+    assert_eq!(e.path(), Some("Telemetry.OtlpHeaders.a b"));
 }
 
 #[test]

@@ -1,0 +1,146 @@
+//! go-zero keys zrpc accepts but does not act on, listed so the server can say so once at start.
+//!
+//! A key is listed only when its value would change what go-zero does: a present `Redis` block,
+//! a non-empty `MetricsUrl`, `Log.MaxContentLength` above 0, the rotation keys when logs go to
+//! files, and so on. A key left at go-zero's default (or one that has no effect in go-zero either,
+//! such as `Log.KeepDays` in console mode) is not listed.
+
+use std::fmt;
+
+use super::{LogConf, LogFieldKeys, RpcServerConf};
+
+/// A key zrpc accepts for go-zero compatibility but does not act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct IgnoredKey {
+    /// The key path, e.g. `Redis`.
+    pub key: &'static str,
+    /// Why it is ignored and what to use instead.
+    pub reason: &'static str,
+}
+
+impl fmt::Display for IgnoredKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "config key `{}` is ignored: {}", self.key, self.reason)
+    }
+}
+
+impl RpcServerConf {
+    /// The keys that were set but that zrpc accepts without acting on them (for the server to log
+    /// once at start-up, at WARN). See `docs/configuration.md` for the full table.
+    pub fn ignored_keys(&self) -> Vec<IgnoredKey> {
+        let mut out = Vec::new();
+        let mut push = |on: bool, key: &'static str, reason: &'static str| {
+            if on {
+                out.push(IgnoredKey { key, reason });
+            }
+        };
+        push(
+            self.redis.is_some(),
+            "Redis",
+            "go-zero's Redis-backed token store is not implemented; use AuthTokens or a custom TokenStore",
+        );
+        push(
+            self.profiling.is_some(),
+            "Profiling",
+            "continuous profiling (Pyroscope) is not implemented",
+        );
+        push(
+            !self.metrics_url.is_empty(),
+            "MetricsUrl",
+            "go-zero's stat report POST is not implemented; scrape DevServer /metrics",
+        );
+        push(
+            self.prometheus.is_some(),
+            "Prometheus",
+            "deprecated in go-zero; metrics are served by DevServer",
+        );
+        push(
+            self.dev_server
+                .as_ref()
+                .is_some_and(|d| d.enabled && d.enable_pprof),
+            "DevServer.EnablePprof",
+            "Go pprof endpoints do not exist in Rust",
+        );
+        if let Some(t) = self
+            .telemetry
+            .as_ref()
+            .filter(|t| !t.endpoint.is_empty() && !t.disabled)
+        {
+            push(
+                t.batcher != "otlpgrpc",
+                "Telemetry.Batcher",
+                "only otlpgrpc is implemented; spans are exported with OTLP/gRPC to Telemetry.Endpoint",
+            );
+            push(
+                !t.otlp_http_path.is_empty(),
+                "Telemetry.OtlpHttpPath",
+                "used only by the otlphttp batcher, which is not implemented",
+            );
+            push(
+                t.otlp_http_secure,
+                "Telemetry.OtlpHttpSecure",
+                "used only by the otlphttp batcher, which is not implemented",
+            );
+        }
+        log_keys(&self.log, &mut push);
+        out
+    }
+}
+
+fn log_keys(log: &LogConf, push: &mut impl FnMut(bool, &'static str, &'static str)) {
+    push(
+        !log.time_format.is_empty(),
+        "Log.TimeFormat",
+        "timestamps are always RFC 3339 in UTC",
+    );
+    push(
+        log.max_content_length > 0,
+        "Log.MaxContentLength",
+        "log content is not truncated",
+    );
+    push(
+        log.stack_cooldown_millis != LogConf::default().stack_cooldown_millis,
+        "Log.StackCooldownMillis",
+        "panic stacks are logged every time, without a cooldown",
+    );
+    push(
+        log.field_keys != LogFieldKeys::default(),
+        "Log.FieldKeys",
+        "JSON lines use tracing's field names (timestamp, level, fields.message, target, span)",
+    );
+    if !log.writes_files() {
+        return;
+    }
+    // go-zero rotates its files daily by default; zrpc appends to them and never rotates.
+    push(
+        true,
+        "Log.Rotation",
+        "zrpc does not rotate its log files; rotate them with logrotate's copytruncate",
+    );
+    push(
+        log.keep_days > 0,
+        "Log.KeepDays",
+        "zrpc does not rotate or delete its log files",
+    );
+    push(
+        log.max_backups > 0,
+        "Log.MaxBackups",
+        "zrpc does not rotate or delete its log files",
+    );
+    push(
+        log.max_size > 0,
+        "Log.MaxSize",
+        "zrpc does not rotate its log files by size",
+    );
+    push(
+        log.compress,
+        "Log.Compress",
+        "zrpc does not compress log files",
+    );
+    push(
+        !log.file_time_format.is_empty(),
+        "Log.FileTimeFormat",
+        "zrpc does not rotate its log files, so it names none by time",
+    );
+}
