@@ -26,9 +26,9 @@ use crate::conf::RpcServerConf;
 use crate::error::Error;
 use crate::handle::{HandleParts, Phase, ServerHandle};
 use crate::layers::{
-    AuthLayer, BreakerLayer, DrainLayer, DrainSignal, MetricsLayer, RecoverLayer, StatLayer,
-    StatSettings, StaticTokens, StreamingMethods, TimeoutLayer, TimeoutSettings, TokenStore,
-    TraceLayer,
+    AuthLayer, BreakerLayer, DrainLayer, DrainSignal, FactsLayer, MetricsLayer, RecoverLayer,
+    StatLayer, StatSettings, StaticTokens, StreamingMethods, TimeoutLayer, TimeoutSettings,
+    TokenStore, TraceLayer,
 };
 use crate::shutdown;
 
@@ -364,9 +364,12 @@ where
         let drain = DrainSignal::new();
         let drain_infra = DrainSignal::new();
 
-        // The chain, go-zero order (outer -> inner).
+        // The chain, go-zero order (outer -> inner) but for auth, which runs before the
+        // breaker and the shedder so unauthenticated callers cannot move them; `facts` tells
+        // them which failures the caller caused (`layers/mod.rs`, docs/middleware.md).
         let mw = &conf.middlewares;
         let chain = ServiceBuilder::new()
+            .layer(FactsLayer::new(mw.breaker || shedder.is_some()))
             .layer(TraceLayer::new(mw.trace))
             .layer(RecoverLayer::new(mw.recover))
             .layer(StatLayer::new(StatSettings {
@@ -381,6 +384,7 @@ where
                     .collect(),
             }))
             .layer(MetricsLayer::new(mw.prometheus))
+            .layer(AuthLayer::new(token_store, conf.strict_control))
             .layer(BreakerLayer::with_registry(mw.breaker, breakers))
             .layer(crate::shedding_glue::shedding_layer(
                 shedder.as_ref(),
@@ -395,7 +399,6 @@ where
                     .collect(),
                 streaming: streaming.clone(),
             }))
-            .layer(AuthLayer::new(token_store, conf.strict_control))
             .layer(DrainLayer::new(
                 drain.clone(),
                 drain_infra.clone(),

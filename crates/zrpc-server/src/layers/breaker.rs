@@ -7,8 +7,15 @@
 //! `rpc_server_requests_rejected_total{reason="breaker"}`. The outcome of an allowed call is
 //! its final code: `DeadlineExceeded`, `Internal`, `Unavailable` (which includes a nested
 //! breaker's "circuit breaker is open"), `DataLoss`, `Unimplemented` and `ResourceExhausted`
-//! are failures ([`is_acceptable_code`]); a call dropped before it finished is a
-//! `Cancelled`, which is acceptable.
+//! are failures ([`is_acceptable_code`](zrpc_core::breaker::is_acceptable_code)); a call
+//! dropped before it finished is a `Cancelled`, which is acceptable.
+//!
+//! Unlike go-zero, only failures the **server** produced count (see [`facts`](super::facts)):
+//! a failure whose request body never arrived whole (undecodable, truncated, still missing at
+//! the deadline) or failed (the caller reset the stream) is recorded as acceptable, and a
+//! handler panic is a failure even though the recover layer drops the handler as a
+//! cancellation. Auth runs before this layer, so unauthenticated calls never reach it. A
+//! hostile caller therefore cannot open the breaker for everyone else.
 
 use std::task::{Context, Poll};
 use std::time::Instant;
@@ -16,9 +23,10 @@ use std::time::Instant;
 use http::{Request, Response};
 use tower_layer::Layer;
 use tower_service::Service;
-use zrpc_core::breaker::{BreakerPromise, BreakerRegistry, is_acceptable_code};
+use zrpc_core::breaker::{BreakerPromise, BreakerRegistry};
 use zrpc_core::grpc::{OnStatus, StatusBody, code, status_response};
 
+use super::facts::{Blame, CallFacts, blame, facts_of};
 use super::observe::{ObserveFuture, ObserveOrReject};
 use super::util::is_infra;
 use crate::metrics::server_metrics;
@@ -67,15 +75,17 @@ pub struct Breaker<S> {
 #[derive(Debug)]
 pub struct BreakerRecord {
     promise: BreakerPromise,
+    facts: Option<CallFacts>,
 }
 
 impl OnStatus for BreakerRecord {
     fn on_status(self, c: i32) {
         let now = Instant::now();
-        if is_acceptable_code(c) {
-            self.promise.accept(now);
-        } else {
-            self.promise.reject(now);
+        match blame(self.facts.as_ref(), c) {
+            Blame::Server => self.promise.reject(now),
+            // A caller-caused failure is acceptable, like a go-zero acceptable code: the
+            // server did its job.
+            Blame::None | Blame::Caller => self.promise.accept(now),
         }
     }
 }
@@ -99,10 +109,13 @@ where
             return ResponseFuture::observe(ObserveFuture::passthrough(self.inner.call(req)));
         };
         match registry.get(path).allow(Instant::now()) {
-            Ok(promise) => ResponseFuture::observe(ObserveFuture::new(
-                self.inner.call(req),
-                BreakerRecord { promise },
-            )),
+            Ok(promise) => {
+                let facts = facts_of(&req);
+                ResponseFuture::observe(ObserveFuture::new(
+                    self.inner.call(req),
+                    BreakerRecord { promise, facts },
+                ))
+            }
             Err(_open) => {
                 server_metrics()
                     .rejected_total
@@ -128,6 +141,7 @@ mod tests {
     use zrpc_core::grpc::status_message_from_headers;
 
     use super::*;
+    use crate::layers::facts::CallFacts;
     use crate::layers::test_util::{final_code, response_with_code};
 
     #[tokio::test]
@@ -154,6 +168,65 @@ mod tests {
         let req = Request::builder().uri("/b.T/Other").body(()).unwrap();
         let resp = svc.oneshot(req).await.unwrap();
         assert_eq!(final_code(resp).await, Some(code::INTERNAL));
+    }
+
+    fn leaked() -> &'static BreakerRegistry {
+        Box::leak(Box::new(BreakerRegistry::new(BreakerConfig::default())))
+    }
+
+    /// 200 calls failing with `code` whose request facts are `facts()`; how many the breaker
+    /// rejected.
+    async fn rejections(code: i32, facts: impl Fn() -> CallFacts) -> usize {
+        let svc = BreakerLayer::with_registry(true, leaked()).layer(tower::service_fn(
+            move |_req: Request<()>| async move { Ok::<_, Infallible>(response_with_code(code)) },
+        ));
+        let mut rejected = 0;
+        for _ in 0..200 {
+            let mut req = Request::builder().uri("/b.T/M").body(()).unwrap();
+            req.extensions_mut().insert(facts());
+            let resp = svc.clone().oneshot(req).await.unwrap();
+            if status_message_from_headers(resp.headers()).as_deref() == Some(BREAKER_OPEN_MESSAGE)
+            {
+                rejected += 1;
+            }
+            let _ = final_code(resp).await;
+        }
+        rejected
+    }
+
+    #[tokio::test]
+    async fn failures_before_the_request_arrived_do_not_open_it() {
+        // Undecodable or missing requests (tonic answers Internal), bodies still missing at
+        // the deadline (DeadlineExceeded): the body was never read to its end.
+        for code in [code::INTERNAL, code::DEADLINE_EXCEEDED, code::UNAVAILABLE] {
+            assert_eq!(rejections(code, CallFacts::default).await, 0, "code {code}");
+        }
+    }
+
+    #[tokio::test]
+    async fn handler_failures_after_the_request_arrived_open_it() {
+        let arrived = || {
+            let f = CallFacts::default();
+            f.mark_request_ended();
+            f
+        };
+        for code in [code::INTERNAL, code::DEADLINE_EXCEEDED, code::UNAVAILABLE] {
+            let n = rejections(code, arrived).await;
+            assert!(n > 100, "code {code}: only {n} of 200 rejected");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_handler_panic_counts_although_it_looks_cancelled() {
+        // The recover layer marks the panic, then drops the handler: Cancelled.
+        let panicked = || {
+            let f = CallFacts::default();
+            f.mark_panicked();
+            f
+        };
+        let n = rejections(code::CANCELLED, panicked).await;
+        assert!(n > 100, "only {n} of 200 rejected");
+        assert_eq!(rejections(code::CANCELLED, CallFacts::default).await, 0);
     }
 
     #[tokio::test]

@@ -1,10 +1,15 @@
-//! The server middleware chain, one tower `Layer` + `Service` pair per stage, in go-zero's
-//! order (outer -> inner):
+//! The server middleware chain, one tower `Layer` + `Service` pair per stage (outer -> inner):
 //!
-//! `trace -> recover -> stat -> metrics -> breaker -> shedding -> timeout -> auth -> (drain) -> user layers -> service`
+//! `(facts) -> trace -> recover -> stat -> metrics -> auth -> breaker -> shedding -> timeout -> (drain) -> user layers -> service`
 //!
-//! `drain` is a zrpc addition: it ends streams still open at the shutdown deadline with a
-//! proper status.
+//! This is go-zero's order but for auth, which go-zero runs innermost (after breaker,
+//! shedding and timeout): there an unauthenticated caller's calls are counted by the breaker
+//! and the shedder. zrpc checks credentials first, so nothing such a caller sends can open a
+//! breaker or move the shedder (see `docs/middleware.md`).
+//!
+//! `facts` and `drain` are zrpc additions: `facts` records whether a call's request arrived
+//! whole, so the breaker and the shedder count only failures the server produced; `drain`
+//! ends streams still open at the shutdown deadline with a proper status.
 //!
 //! Each stage is switched by the config at run time (a disabled stage passes calls through)
 //! rather than with `option_layer`: the stages that observe the final status wrap the
@@ -15,6 +20,7 @@
 pub mod auth;
 pub mod breaker;
 pub mod drain;
+pub mod facts;
 pub mod metrics;
 pub mod observe;
 pub mod recover;
@@ -30,6 +36,7 @@ pub(crate) mod test_util;
 pub use auth::{AuthLayer, Lookup, StaticTokens, TokenFuture, TokenStore};
 pub use breaker::BreakerLayer;
 pub use drain::{DrainLayer, DrainSignal};
+pub use facts::{CallFacts, FactsLayer};
 pub use metrics::MetricsLayer;
 pub use recover::RecoverLayer;
 pub use shedding::{SheddingLayer, SheddingSettings};

@@ -23,6 +23,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 use zrpc_core::grpc::{GRPC_MESSAGE, GRPC_STATUS, code, encode_grpc_message, status_response};
 
+use super::facts::{CallFacts, facts_of};
 use super::util::method_of;
 
 thread_local! {
@@ -147,12 +148,18 @@ where
             };
         }
         let method = method_of(&req);
+        // Marked on a panic before the handler is dropped, so the breaker counts it (it would
+        // otherwise see the drop as a cancellation).
+        let facts = facts_of(&req);
         let inner = &mut self.inner;
         let state = match guarded(move || inner.call(req)) {
-            Ok(fut) => State::Guarded { fut, method },
-            Err(caught) => State::Panicked {
-                resp: Some(panic_response(&method, &caught)),
-            },
+            Ok(fut) => State::Guarded { fut, method, facts },
+            Err(caught) => {
+                mark_panicked(facts.as_ref());
+                State::Panicked {
+                    resp: Some(panic_response(&method, &caught)),
+                }
+            }
         };
         ResponseFuture { state }
     }
@@ -172,7 +179,7 @@ pin_project! {
     #[derive(Debug)]
     enum State<F, B> {
         Unguarded { #[pin] fut: F },
-        Guarded { #[pin] fut: F, method: PathAndQuery },
+        Guarded { #[pin] fut: F, method: PathAndQuery, facts: Option<CallFacts> },
         Panicked { resp: Option<Response<RecoverBody<B>>> },
     }
 }
@@ -189,13 +196,17 @@ where
             StateProj::Unguarded { fut } => fut
                 .poll(cx)
                 .map_ok(|r| r.map(|b| RecoverBody::new(b, None))),
-            StateProj::Guarded { fut, method } => match guarded(|| fut.poll(cx)) {
+            StateProj::Guarded { fut, method, facts } => match guarded(|| fut.poll(cx)) {
                 Ok(Poll::Pending) => Poll::Pending,
                 Ok(Poll::Ready(r)) => {
                     let method = method.clone();
-                    Poll::Ready(r.map(|r| r.map(|b| RecoverBody::new(b, Some(method)))))
+                    let facts = facts.take();
+                    Poll::Ready(r.map(|r| r.map(|b| RecoverBody::guarded(b, method, facts))))
                 }
-                Err(caught) => Poll::Ready(Ok(panic_response(method, &caught))),
+                Err(caught) => {
+                    mark_panicked(facts.as_ref());
+                    Poll::Ready(Ok(panic_response(method, &caught)))
+                }
             },
             StateProj::Panicked { resp } => match resp.take() {
                 Some(r) => Poll::Ready(Ok(r)),
@@ -213,6 +224,7 @@ pin_project! {
         inner: B,
         // `Some` when guarded; the method is for the log line.
         method: Option<PathAndQuery>,
+        facts: Option<CallFacts>,
         done: bool,
     }
 }
@@ -222,8 +234,24 @@ impl<B> RecoverBody<B> {
         Self {
             inner,
             method,
+            facts: None,
             done: false,
         }
+    }
+
+    fn guarded(inner: B, method: PathAndQuery, facts: Option<CallFacts>) -> Self {
+        Self {
+            inner,
+            method: Some(method),
+            facts,
+            done: false,
+        }
+    }
+}
+
+fn mark_panicked(facts: Option<&CallFacts>) {
+    if let Some(f) = facts {
+        f.mark_panicked();
     }
 }
 
@@ -253,6 +281,7 @@ impl<B: Body> Body for RecoverBody<B> {
             Ok(p) => p,
             Err(caught) => {
                 log_panic(method, &caught);
+                mark_panicked(this.facts.as_ref());
                 *this.done = true;
                 let mut trailers = HeaderMap::new();
                 trailers.insert(GRPC_STATUS, HeaderValue::from_static("13"));

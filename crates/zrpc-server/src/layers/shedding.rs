@@ -6,6 +6,12 @@
 //! per second (go-zero logs every one). An allowed call is reported as failed when its final
 //! code is `DeadlineExceeded`, else as passed (go-zero's rule). Known streaming methods and
 //! health/reflection are never shed.
+//!
+//! A call whose failure the caller caused (see [`facts`](super::facts): its request never
+//! arrived whole, or the caller reset it) is reported as failed, never as passed: its response
+//! time says nothing about the server, and a flood of instant decode errors would otherwise
+//! drag the shedder's minimum response time (and so its flight limit) down. Auth runs before
+//! this layer, so unauthenticated calls never reach it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +24,7 @@ use tower_service::Service;
 use zrpc_core::grpc::{OnStatus, StatusBody, code, status_response};
 use zrpc_core::shedder::{AdaptiveShedder, ShedderPromise};
 
+use super::facts::{Blame, CallFacts, blame, facts_of};
 use super::observe::{ObserveFuture, ObserveOrReject};
 use super::util::{StreamingMethods, is_infra};
 use crate::metrics::server_metrics;
@@ -107,12 +114,13 @@ pub struct Shedding<S> {
 #[derive(Debug)]
 pub struct SheddingRecord {
     promise: ShedderPromise,
+    facts: Option<CallFacts>,
 }
 
 impl OnStatus for SheddingRecord {
     fn on_status(self, c: i32) {
         let now = Instant::now();
-        if c == code::DEADLINE_EXCEEDED {
+        if c == code::DEADLINE_EXCEEDED || blame(self.facts.as_ref(), c) == Blame::Caller {
             self.promise.fail(now);
         } else {
             self.promise.pass(now);
@@ -143,10 +151,13 @@ where
             return ResponseFuture::observe(ObserveFuture::passthrough(self.inner.call(req)));
         };
         match shared.settings.shedder.allow(Instant::now()) {
-            Ok(promise) => ResponseFuture::observe(ObserveFuture::new(
-                self.inner.call(req),
-                SheddingRecord { promise },
-            )),
+            Ok(promise) => {
+                let facts = facts_of(&req);
+                ResponseFuture::observe(ObserveFuture::new(
+                    self.inner.call(req),
+                    SheddingRecord { promise, facts },
+                ))
+            }
             Err(_overloaded) => {
                 server_metrics()
                     .rejected_total

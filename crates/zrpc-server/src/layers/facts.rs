@@ -1,0 +1,309 @@
+//! Facts: who caused a call's failure, so the breaker and the shedder learn only from the
+//! server (a zrpc addition; go-zero's interceptors count every failure).
+//!
+//! A final gRPC code alone cannot say whose fault a failure was: `Internal` is what tonic
+//! answers to an undecodable request *and* what a failing handler returns; `DeadlineExceeded`
+//! is a slow handler *or* a request body that never arrived. [`FactsLayer`] (outermost in the
+//! chain) gives each call a [`CallFacts`] in its request extensions and wraps the request body
+//! to record whether it was read **to its end**. The layers that learn from outcomes read it:
+//!
+//! - **The request was never read to its end**: the handler of a unary or server-streaming
+//!   method never ran, because tonic reads the whole request body (message, then trailers: its
+//!   `map_request_unary`) before it calls the handler. Whatever the call ended with (a decode
+//!   error, a missing message, a deadline while waiting for the body, the caller's reset, an
+//!   unknown method), the caller caused it. This is the structural signal we rely on instead of
+//!   matching tonic's decode error text (`"failed to decode Protobuf message: ..."`, prost's
+//!   `Display`, which is neither a stable API nor the only caller-caused error: a truncated
+//!   frame is `"Unexpected EOF decoding stream."`, an absent one `"Missing request message."`).
+//!   It also covers the decode error raised while reading trailing messages, and any codec.
+//! - **The request body failed** (the client reset the stream): the caller went away.
+//! - **A handler panicked** ([`RecoverLayer`](super::RecoverLayer) marks it before it drops the
+//!   handler's future, which would otherwise look like a cancellation): the server failed.
+//!
+//! For client- and bidi-streaming methods the handler reads the body itself, so a failure it
+//! returns before the caller finished sending is not attributed to the server either (the
+//! conservative side: a caller that keeps its stream open cannot make the server reject others).
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use http::Request;
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+use tower_layer::Layer;
+use tower_service::Service;
+use zrpc_core::breaker::is_acceptable_code;
+
+const REQUEST_ENDED: u8 = 1;
+const REQUEST_FAILED: u8 = 2;
+const PANICKED: u8 = 4;
+
+/// What the transport saw of one call; shared by the layers through the request extensions.
+#[derive(Debug, Clone, Default)]
+pub struct CallFacts(Arc<AtomicU8>);
+
+/// Whose fault a call's final code is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blame {
+    /// The call succeeded or failed acceptably (go-zero's acceptable codes).
+    None,
+    /// The server failed: the handler returned a failure code, timed out or panicked.
+    Server,
+    /// The caller caused the failure (its request never arrived whole, or it went away).
+    Caller,
+}
+
+impl CallFacts {
+    fn set(&self, bit: u8) {
+        self.0.fetch_or(bit, Ordering::Relaxed);
+    }
+
+    fn has(&self, bit: u8) -> bool {
+        self.0.load(Ordering::Relaxed) & bit != 0
+    }
+
+    /// The request body was read to its end (so a unary handler got its request).
+    pub fn request_ended(&self) -> bool {
+        self.has(REQUEST_ENDED)
+    }
+
+    /// Records that the handler panicked.
+    pub fn mark_panicked(&self) {
+        self.set(PANICKED);
+    }
+
+    /// Records that the request body was read to its end (the body wrapper does this).
+    pub fn mark_request_ended(&self) {
+        self.set(REQUEST_ENDED);
+    }
+
+    /// Whose fault the final `code` is.
+    pub fn blame(&self, code: i32) -> Blame {
+        if self.has(PANICKED) {
+            return Blame::Server;
+        }
+        if is_acceptable_code(code) {
+            return Blame::None;
+        }
+        if self.has(REQUEST_FAILED) || !self.has(REQUEST_ENDED) {
+            return Blame::Caller;
+        }
+        Blame::Server
+    }
+}
+
+/// Whose fault `code` is for a call with `facts` (`None`: no [`FactsLayer`] in the chain, the
+/// code alone decides). A record dropped while the thread unwinds is a panic in the handler.
+pub(crate) fn blame(facts: Option<&CallFacts>, code: i32) -> Blame {
+    if std::thread::panicking() {
+        return Blame::Server;
+    }
+    match facts {
+        Some(f) => f.blame(code),
+        None if is_acceptable_code(code) => Blame::None,
+        None => Blame::Server,
+    }
+}
+
+/// The facts of a request, if [`FactsLayer`] ran.
+pub(crate) fn facts_of<B>(req: &Request<B>) -> Option<CallFacts> {
+    req.extensions().get::<CallFacts>().cloned()
+}
+
+/// Adds [`Facts`]; `enabled` when a stage that learns from outcomes (breaker, shedding) is on.
+#[derive(Debug, Clone, Copy)]
+pub struct FactsLayer {
+    enabled: bool,
+}
+
+impl FactsLayer {
+    /// A facts layer.
+    pub fn new(enabled: bool) -> Self {
+        Self { enabled }
+    }
+}
+
+impl<S> Layer<S> for FactsLayer {
+    type Service = Facts<S>;
+    fn layer(&self, inner: S) -> Facts<S> {
+        Facts {
+            inner,
+            enabled: self.enabled,
+        }
+    }
+}
+
+/// Gives each call its [`CallFacts`] and watches its request body.
+#[derive(Debug, Clone)]
+pub struct Facts<S> {
+    inner: S,
+    enabled: bool,
+}
+
+impl<S> Service<Request<tonic::body::Body>> for Facts<S>
+where
+    S: Service<Request<tonic::body::Body>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<tonic::body::Body>) -> Self::Future {
+        if !self.enabled {
+            return self.inner.call(req);
+        }
+        let facts = CallFacts::default();
+        let (mut parts, body) = req.into_parts();
+        parts.extensions.insert(facts.clone());
+        // A request without a body (END_STREAM on its headers) stays "not ended": no handler
+        // of a unary method runs without a message.
+        let body = tonic::body::Body::new(FactsBody {
+            inner: body,
+            facts: Some(facts),
+        });
+        self.inner.call(Request::from_parts(parts, body))
+    }
+}
+
+pin_project! {
+    /// A request body that records in [`CallFacts`] whether it was read to its end or failed.
+    #[derive(Debug)]
+    pub struct FactsBody<B> {
+        #[pin]
+        inner: B,
+        // `None` once the outcome is recorded.
+        facts: Option<CallFacts>,
+    }
+}
+
+impl<B> FactsBody<B> {
+    /// Watches `inner` for `facts`.
+    pub fn new(inner: B, facts: CallFacts) -> Self {
+        Self {
+            inner,
+            facts: Some(facts),
+        }
+    }
+}
+
+impl<B> Body for FactsBody<B>
+where
+    B: Body<Data = Bytes>,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.project();
+        let frame = ready!(this.inner.poll_frame(cx));
+        let bit = match &frame {
+            // Read to the end: the end of the stream, or its trailers (always last).
+            None => Some(REQUEST_ENDED),
+            Some(Ok(f)) if f.is_trailers() => Some(REQUEST_ENDED),
+            Some(Ok(_)) => None,
+            Some(Err(_)) => Some(REQUEST_FAILED),
+        };
+        if let Some(bit) = bit
+            && let Some(facts) = this.facts.take()
+        {
+            facts.set(bit);
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::convert::Infallible;
+
+    use http_body_util::{BodyExt, StreamBody};
+    use zrpc_core::grpc::code;
+
+    use super::*;
+
+    fn body(
+        frames: Vec<Result<Frame<Bytes>, &'static str>>,
+    ) -> (
+        FactsBody<impl Body<Data = Bytes, Error = &'static str>>,
+        CallFacts,
+    ) {
+        let facts = CallFacts::default();
+        let inner = StreamBody::new(tokio_stream::iter(frames));
+        (FactsBody::new(inner, facts.clone()), facts)
+    }
+
+    #[tokio::test]
+    async fn a_body_read_to_its_end_blames_the_server() {
+        let (mut b, facts) = body(vec![Ok(Frame::data(Bytes::from_static(b"x")))]);
+        assert!(b.frame().await.unwrap().is_ok());
+        // Data alone is not the end: a decode error stops reading here.
+        assert!(!facts.request_ended());
+        assert_eq!(facts.blame(code::INTERNAL), Blame::Caller);
+        assert_eq!(facts.blame(code::DEADLINE_EXCEEDED), Blame::Caller);
+        assert!(b.frame().await.is_none());
+        assert!(facts.request_ended());
+        assert_eq!(facts.blame(code::INTERNAL), Blame::Server);
+        assert_eq!(facts.blame(code::OK), Blame::None);
+        assert_eq!(facts.blame(code::UNAUTHENTICATED), Blame::None);
+    }
+
+    #[tokio::test]
+    async fn trailers_end_the_request() {
+        let (mut b, facts) = body(vec![Ok(Frame::trailers(http::HeaderMap::new()))]);
+        assert!(b.frame().await.unwrap().is_ok());
+        assert_eq!(facts.blame(code::UNAVAILABLE), Blame::Server);
+    }
+
+    #[tokio::test]
+    async fn a_failed_body_blames_the_caller() {
+        let (mut b, facts) = body(vec![Err("reset")]);
+        assert!(b.frame().await.unwrap().is_err());
+        assert_eq!(facts.blame(code::UNAVAILABLE), Blame::Caller);
+        assert_eq!(facts.blame(code::INTERNAL), Blame::Caller);
+    }
+
+    #[test]
+    fn a_panic_blames_the_server_whatever_the_code() {
+        let facts = CallFacts::default();
+        facts.mark_panicked();
+        assert_eq!(facts.blame(code::CANCELLED), Blame::Server);
+        assert_eq!(blame(None, code::INTERNAL), Blame::Server);
+        assert_eq!(blame(None, code::CANCELLED), Blame::None);
+    }
+
+    #[tokio::test]
+    async fn the_layer_inserts_facts_and_watches_the_body() {
+        use tower::ServiceExt;
+        let svc = FactsLayer::new(true).layer(tower::service_fn(
+            |req: Request<tonic::body::Body>| async move {
+                let facts = facts_of(&req).unwrap();
+                assert!(!facts.request_ended());
+                let _ = req.into_body().collect().await;
+                Ok::<_, Infallible>(facts.request_ended())
+            },
+        ));
+        let req = Request::new(tonic::body::Body::new(http_body_util::Full::new(
+            Bytes::from_static(b"abc"),
+        )));
+        assert!(svc.oneshot(req).await.unwrap());
+    }
+}
