@@ -25,6 +25,16 @@
 //! `--cert-file --key-file --trusted-ca-file --client-cert-auth` and an `https://` client URL;
 //! [`EtcdServer::etcd_conf`] fills `CertFile`/`CertKeyFile`/`CACertFile`.
 //!
+//! # A multi-member cluster
+//!
+//! [`EtcdCluster::start`]`(n)` runs `n` etcd processes on loopback (free client and peer ports per
+//! member, fresh data dirs, one `--initial-cluster` listing every member, `--initial-cluster-state
+//! new`, one cluster token). It is ready when every member's `/health` answers `true` and `/version`
+//! shows a decided cluster version (>= 3.4: go-zero's etcd client rejects older clusters and a
+//! fresh cluster briefly reports `3.0.0`, see go-zero #4873). [`EtcdCluster::kill_member`] and
+//! [`EtcdCluster::restart_member`] stop and bring back one member; dropping the value kills all.
+//! With `ZRPC_TEST_ETCD_ENDPOINTS` set, the cluster is that external etcd (kill/restart panic).
+//!
 //! # An external etcd
 //!
 //! When no `etcd` binary is installed but one runs elsewhere (for example `docker compose up -d etcd`),
@@ -653,5 +663,368 @@ fn make_certs(dir: &Path) -> TlsFiles {
         key: dir.join("client.key"),
         server_cert: dir.join("server.pem"),
         server_key: dir.join("server.key"),
+    }
+}
+
+/// An n-member etcd cluster on loopback, started for one test (see the module docs).
+#[derive(Debug)]
+pub struct EtcdCluster {
+    endpoints: Vec<String>,
+    members: Vec<Member>,
+    // Held for its Drop (removes every member's data dir and log).
+    _dir: Option<tempfile::TempDir>,
+}
+
+#[derive(Debug)]
+struct Member {
+    name: String,
+    client_port: u16,
+    peer_port: u16,
+    initial_cluster: String,
+    token: String,
+    data_dir: PathBuf,
+    log_path: PathBuf,
+    child: Option<Child>,
+}
+
+impl EtcdCluster {
+    /// Starts an `n`-member cluster and waits until every member is healthy and the cluster
+    /// version is decided (>= 3.4).
+    ///
+    /// # Panics
+    /// When `n` is 0, or the cluster does not become ready in 20 s (3 attempts on fresh ports).
+    pub async fn start(n: usize) -> EtcdCluster {
+        assert!(n > 0, "a cluster needs at least one member");
+        if let Some(endpoints) = external_endpoints() {
+            return EtcdCluster {
+                endpoints,
+                members: Vec::new(),
+                _dir: None,
+            };
+        }
+        static TOKENS: AtomicU64 = AtomicU64::new(0);
+        let mut last_err = String::new();
+        for _ in 0..3 {
+            let dir = tempfile::Builder::new()
+                .prefix("zrpc-etcd-cluster-")
+                .tempdir()
+                .expect("create a temp dir for the etcd cluster");
+            let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+            let initial_cluster = ports
+                .iter()
+                .enumerate()
+                .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
+                .collect::<Vec<_>>()
+                .join(",");
+            let token = format!(
+                "zrpc-test-{}-{}",
+                std::process::id(),
+                TOKENS.fetch_add(1, Ordering::Relaxed)
+            );
+            let mut members: Vec<Member> = ports
+                .iter()
+                .enumerate()
+                .map(|(i, &(client_port, peer_port))| Member {
+                    name: format!("m{i}"),
+                    client_port,
+                    peer_port,
+                    initial_cluster: initial_cluster.clone(),
+                    token: token.clone(),
+                    data_dir: dir.path().join(format!("m{i}.data")),
+                    log_path: dir.path().join(format!("m{i}.log")),
+                    child: None,
+                })
+                .collect();
+            let spawned: Result<(), String> = members.iter_mut().try_for_each(Member::spawn);
+            let ready = match spawned {
+                Ok(()) => wait_members_ready(&mut members).await,
+                Err(e) => Err(e),
+            };
+            match ready {
+                Ok(()) => {
+                    let endpoints = members
+                        .iter()
+                        .map(|m| format!("127.0.0.1:{}", m.client_port))
+                        .collect();
+                    return EtcdCluster {
+                        endpoints,
+                        members,
+                        _dir: Some(dir),
+                    };
+                }
+                Err(e) => {
+                    last_err = e;
+                    for m in &mut members {
+                        m.kill();
+                    }
+                }
+            }
+        }
+        panic!("could not start a {n}-member etcd cluster: {last_err}");
+    }
+
+    /// True when the cluster is an external etcd (`ZRPC_TEST_ETCD_ENDPOINTS`).
+    pub fn is_external(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// The client endpoints of every member (`127.0.0.1:port`), in member order.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.endpoints.clone()
+    }
+
+    /// The first `n` client endpoints (all of them if there are fewer).
+    pub fn hosts(&self, n: usize) -> Vec<String> {
+        self.endpoints.iter().take(n).cloned().collect()
+    }
+
+    /// An `EtcdConf` with every member as a host and `key`.
+    pub fn etcd_conf(&self, key: &str) -> zrpc_core::conf::EtcdConf {
+        zrpc_core::conf::EtcdConf::new(self.endpoints.clone(), key)
+    }
+
+    /// The log files of the members (for failure messages).
+    pub fn log_paths(&self) -> Vec<PathBuf> {
+        self.members.iter().map(|m| m.log_path.clone()).collect()
+    }
+
+    /// A plain etcd client over every member (3 s request timeout).
+    ///
+    /// # Panics
+    /// When no member is reachable.
+    pub async fn client(&self) -> etcd_client::Client {
+        let options = etcd_client::ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(2))
+            .with_timeout(Duration::from_secs(3))
+            .with_keep_alive_while_idle(false);
+        etcd_client::Client::connect(&self.endpoints, Some(options))
+            .await
+            .unwrap_or_else(|e| panic!("connect to etcd cluster {:?}: {e}", self.endpoints))
+    }
+
+    /// Kills member `i` with SIGKILL and waits for the process to exit. The others keep a quorum
+    /// as long as a majority runs.
+    ///
+    /// # Panics
+    /// For an external etcd or an unknown member.
+    pub fn kill_member(&mut self, i: usize) {
+        self.member_mut(i, "kill").kill();
+    }
+
+    /// Starts member `i` again on its data dir and ports and waits until it is healthy (20 s).
+    /// Returns the instant it was seen healthy.
+    ///
+    /// # Panics
+    /// For an external etcd or an unknown member, or when it does not come back.
+    pub async fn restart_member(&mut self, i: usize) -> Instant {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let m = self.member_mut(i, "restart");
+            m.kill();
+            if let Err(e) = m.spawn() {
+                panic!("restart etcd member {i}: {e}");
+            }
+            match wait_members_ready(std::slice::from_mut(m)).await {
+                Ok(()) => return Instant::now(),
+                Err(e) if Instant::now() > deadline => panic!("restart etcd member {i}: {e}"),
+                // The ports were just released by the killed process; etcd may fail to bind.
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// True while member `i` runs (always true for an external etcd).
+    pub fn is_member_running(&mut self, i: usize) -> bool {
+        if self.is_external() {
+            return true;
+        }
+        self.member_mut(i, "inspect").running()
+    }
+
+    fn member_mut(&mut self, i: usize, what: &str) -> &mut Member {
+        assert!(
+            !self.members.is_empty(),
+            "cannot {what} a member of an external etcd ({ENDPOINTS_ENV} is set)"
+        );
+        let n = self.members.len();
+        self.members
+            .get_mut(i)
+            .unwrap_or_else(|| panic!("no etcd member {i} (cluster of {n})"))
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for m in &mut self.members {
+            m.kill();
+        }
+    }
+}
+
+impl Member {
+    fn spawn(&mut self) -> Result<(), String> {
+        let bin = std::env::var(BIN_ENV).unwrap_or_else(|_| "etcd".to_owned());
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .map_err(|e| format!("open {}: {e}", self.log_path.display()))?;
+        let log2 = log
+            .try_clone()
+            .map_err(|e| format!("clone log handle: {e}"))?;
+        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let child = Command::new(&bin)
+            .arg("--name")
+            .arg(&self.name)
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .arg("--listen-client-urls")
+            .arg(&client)
+            .arg("--advertise-client-urls")
+            .arg(&client)
+            .arg("--listen-peer-urls")
+            .arg(&peer)
+            .arg("--initial-advertise-peer-urls")
+            .arg(&peer)
+            .arg("--initial-cluster")
+            .arg(&self.initial_cluster)
+            .arg("--initial-cluster-state")
+            .arg("new")
+            .arg("--initial-cluster-token")
+            .arg(&self.token)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .spawn()
+            .map_err(|e| {
+                format!("spawn `{bin}` (install etcd or set {ENDPOINTS_ENV}/{BIN_ENV}): {e}")
+            })?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    fn running(&mut self) -> bool {
+        match &mut self.child {
+            None => false,
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Waits (20 s) until every member answers `/health` true and `/version` shows a decided
+/// cluster version >= 3.4.
+async fn wait_members_ready(members: &mut [Member]) -> Result<(), String> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        let mut pending = None;
+        for m in members.iter_mut() {
+            if !m.running() {
+                return Err(format!(
+                    "etcd member {} exited during start-up; see {}",
+                    m.name,
+                    m.log_path.display()
+                ));
+            }
+            let addr = SocketAddr::from(([127, 0, 0, 1], m.client_port));
+            if !healthy(addr).await {
+                pending = Some(format!("member {} not healthy on {addr}", m.name));
+                break;
+            }
+            let version = get_text(addr, "/version").await.unwrap_or_default();
+            if !cluster_version_at_least_3_4(&version) {
+                pending = Some(format!(
+                    "member {} reports cluster version {version:?} on {addr}",
+                    m.name
+                ));
+                break;
+            }
+        }
+        let Some(why) = pending else {
+            return Ok(());
+        };
+        if Instant::now() > deadline {
+            let logs: Vec<String> = members
+                .iter()
+                .map(|m| m.log_path.display().to_string())
+                .collect();
+            return Err(format!(
+                "{why} after {READY_TIMEOUT:?}; see {}",
+                logs.join(", ")
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// True when an etcd `/version` body (`{"etcdserver":"3.4.23","etcdcluster":"3.4.0"}`) shows a
+/// cluster version >= 3.4.
+fn cluster_version_at_least_3_4(body: &str) -> bool {
+    let Some(rest) = body.split("\"etcdcluster\":\"").nth(1) else {
+        return false;
+    };
+    let version = rest.split('"').next().unwrap_or("");
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor) >= (3, 4),
+        _ => false,
+    }
+}
+
+/// Waits until `endpoint`'s `/version` shows a decided cluster version >= 3.4 (go-zero's client
+/// needs it; see the module docs). Returns false after `limit`.
+pub async fn wait_cluster_version(endpoint: &str, limit: Duration) -> bool {
+    let Ok(addr) = endpoint.parse::<SocketAddr>() else {
+        return false;
+    };
+    let deadline = Instant::now() + limit;
+    loop {
+        let body = get_text(addr, "/version").await.unwrap_or_default();
+        if cluster_version_at_least_3_4(&body) {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A plain HTTP/1.1 GET on etcd's client port; the body (with headers) as text.
+async fn get_text(addr: SocketAddr, path: &str) -> Option<String> {
+    let probe = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.ok()?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.ok()?;
+        Some(String::from_utf8_lossy(&buf).into_owned())
+    };
+    tokio::time::timeout(Duration::from_secs(1), probe)
+        .await
+        .ok()
+        .flatten()
+}
+
+#[cfg(test)]
+mod cluster_tests {
+    use super::cluster_version_at_least_3_4 as ok;
+
+    #[test]
+    fn cluster_version_gate() {
+        assert!(ok(r#"{"etcdserver":"3.4.23","etcdcluster":"3.4.0"}"#));
+        assert!(ok(r#"{"etcdserver":"3.5.21","etcdcluster":"3.5.0"}"#));
+        assert!(!ok(r#"{"etcdserver":"3.4.23","etcdcluster":"3.0.0"}"#));
+        assert!(!ok(
+            r#"{"etcdserver":"3.4.23","etcdcluster":"not_decided"}"#
+        ));
+        assert!(!ok(""));
     }
 }

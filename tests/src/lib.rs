@@ -1,6 +1,8 @@
-//! Shared harness of zrpc's integration tests: a real etcd, greeter servers on loopback.
+//! Shared harness of zrpc's integration tests: a real etcd, greeter servers on loopback, and
+//! real go-zero programs for the interop tests.
 
 pub mod etcd;
+pub mod gozero;
 pub mod greeter;
 
 /// Generated from `proto/greeter.proto`.

@@ -1,0 +1,219 @@
+//! Deregistration and rolling restarts under load, across languages: a zrpc server stopped
+//! gracefully under go-zero client load loses no call, a go-zero server SIGTERMed under zrpc
+//! client load loses no call, and go-zero clients with the production config (3 etcd hosts of a
+//! 3-member cluster) see no failure while 3 zrpc servers are restarted one by one.
+
+use std::time::{Duration, Instant};
+
+use zrpc_tests::etcd::{EtcdCluster, unique_key};
+use zrpc_tests::gozero::{
+    ClientYaml, Discovery, GzClient, Load, ZrpcServer, eventually, start_zrpc, wait_deregistered,
+    wait_registered, zrpc_conf, zrpc_load,
+};
+use zrpc_tests::gozero_or_skip;
+
+use crate::support::{REGISTER_WAIT, gz_pair, zrpc_pair};
+
+#[tokio::test]
+async fn zrpc_server_stopped_under_go_zero_load_loses_no_call() {
+    let p = gozero_or_skip!();
+    let cluster = EtcdCluster::start(1).await;
+    let key = unique_key("dereg-zrpc");
+    let mut servers = zrpc_pair(&cluster, &key).await;
+    let addrs: Vec<String> = servers.iter().map(ZrpcServer::listen_on).collect();
+    let client = GzClient::new(
+        p,
+        &ClientYaml::new(Discovery::Etcd(cluster.endpoints(), key.clone())),
+    )
+    .duration(Duration::from_secs(5))
+    .c(4)
+    .gap(Duration::from_millis(10))
+    .verbose()
+    .spawn();
+    // Let the client reach both servers, then stop one gracefully.
+    let all = &servers;
+    let both = eventually(Duration::from_secs(5), || async move {
+        all.iter().all(|s| s.greeter.calls() > 0)
+    })
+    .await;
+    assert!(both, "the go-zero client did not reach both zrpc servers");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let stopped = servers.remove(0);
+    let stopped_addr = stopped.listen_on();
+    let stopped_calls = stopped.greeter.clone();
+    let t0 = Instant::now();
+    stopped.shutdown().await.expect("graceful shutdown");
+    let took = t0.elapsed();
+    let etcd = cluster.client().await;
+    assert!(wait_deregistered(&etcd, &key, &stopped_addr, Duration::from_secs(1)).await);
+    let survivor_before = servers[0].greeter.calls();
+    let stopped_served = stopped_calls.calls();
+    let run = client.finish().await;
+    let survivor_after = servers[0].greeter.calls();
+    println!(
+        "zrpc server {stopped_addr} stopped (in {took:?}) under go-zero client load after serving {stopped_served} calls: \
+         {} calls, {} failed, codes {:?}, per peer {:?}; survivor served {} calls after the stop",
+        run.summary.calls,
+        run.summary.failed,
+        run.summary.codes,
+        run.summary.peers,
+        survivor_after - survivor_before
+    );
+    run.assert_all_ok("zrpc server stopped under go-zero load", None);
+    assert!(
+        survivor_after > survivor_before,
+        "the survivor served after the stop"
+    );
+    assert!(run.summary.peers.keys().all(|p| addrs.contains(p)));
+}
+
+#[tokio::test]
+async fn gz_server_sigtermed_under_zrpc_load_loses_no_call() {
+    let p = gozero_or_skip!();
+    let cluster = EtcdCluster::start(1).await;
+    let key = unique_key("dereg-gz");
+    let mut servers = gz_pair(p, &cluster, &key).await;
+    let addrs: Vec<String> = servers.iter().map(|s| s.addr.clone()).collect();
+    let client = zrpc::client(Discovery::Etcd(cluster.endpoints(), key.clone()).zrpc_conf())
+        .await
+        .expect("zrpc client");
+    let stopped = servers.remove(0);
+    let stopped_addr = stopped.addr.clone();
+    let etcd = cluster.client().await;
+    let load = Load {
+        calls_per_worker: 0,
+        workers: 4,
+        gap: Duration::from_millis(10),
+        duration: Some(Duration::from_secs(5)),
+        name: "sleep:5",
+    };
+    let (run, (exit, took, gone)) =
+        tokio::join!(zrpc_load(&client, load, Duration::from_secs(10)), async {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            let t0 = Instant::now();
+            let stop = tokio::spawn(stopped.stop());
+            let gone = wait_deregistered(&etcd, &key, &stopped_addr, Duration::from_secs(2)).await;
+            let gone_after = t0.elapsed();
+            let exit = stop.await.expect("stop task");
+            (exit, gone_after, gone)
+        });
+    println!(
+        "go-zero server {stopped_addr} SIGTERMed under zrpc client load: key gone {gone} after {took:?}, \
+         exit {:?} after {:?}, it served {:?} calls; client: {} calls, {} failed, codes {:?}, shares {}",
+        exit.exit_code,
+        exit.took,
+        exit.calls,
+        run.calls,
+        run.failed,
+        run.codes,
+        run.shares_text(&addrs)
+    );
+    assert!(
+        gone,
+        "the go-zero server's key is gone within 2 s of SIGTERM"
+    );
+    assert_eq!(exit.exit_code, Some(0), "{exit:?}");
+    assert!(
+        exit.calls.unwrap_or(0) > 0,
+        "it served before the stop: {exit:?}"
+    );
+    assert_eq!(run.failed, 0, "zrpc client calls lost: {run:?}");
+    assert!(run.servers.keys().all(|s| addrs.contains(s)), "{run:?}");
+}
+
+/// go-zero clients with the production config (3 etcd hosts of a 3-member cluster) during a
+/// rolling restart of 3 zrpc servers: stop one gracefully, start a replacement, wait until it is
+/// registered, next. No call may fail.
+#[tokio::test]
+async fn rolling_restart_of_3_zrpc_servers_under_go_zero_clients_with_3_etcd_hosts() {
+    let p = gozero_or_skip!();
+    let cluster = EtcdCluster::start(3).await;
+    let key = unique_key("rolling");
+    let etcd = cluster.client().await;
+    let mut servers = Vec::new();
+    for i in 0..3 {
+        servers.push(
+            start_zrpc(zrpc_conf(
+                &format!("zrpc-{i}.rpc"),
+                Some(cluster.etcd_conf(&key)),
+            ))
+            .await,
+        );
+    }
+    for s in &servers {
+        assert!(wait_registered(&etcd, &key, &s.listen_on(), REGISTER_WAIT).await);
+    }
+    let yaml = ClientYaml::new(Discovery::Etcd(cluster.hosts(3), key.clone()));
+    let clients: Vec<_> = (0..2)
+        .map(|_| {
+            GzClient::new(p, &yaml)
+                .duration(Duration::from_secs(10))
+                .c(4)
+                .gap(Duration::from_millis(10))
+                .spawn()
+        })
+        .collect();
+    let started = Instant::now();
+    let all = &servers;
+    let reached = eventually(Duration::from_secs(5), || async move {
+        all.iter().all(|s| s.greeter.calls() > 0)
+    })
+    .await;
+    assert!(
+        reached,
+        "the go-zero clients did not reach all 3 zrpc servers"
+    );
+    let mut retired = Vec::new();
+    for round in 0..3 {
+        // About a second of load on the current set before each stop.
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let old = servers.remove(0);
+        let old_addr = old.listen_on();
+        let old_calls = old.greeter.clone();
+        old.shutdown().await.expect("graceful shutdown");
+        let new = start_zrpc(zrpc_conf(
+            &format!("zrpc-r{round}.rpc"),
+            Some(cluster.etcd_conf(&key)),
+        ))
+        .await;
+        assert!(wait_registered(&etcd, &key, &new.listen_on(), REGISTER_WAIT).await);
+        // Give the clients a moment to connect to the replacement before the next stop.
+        let new_greeter = &new.greeter;
+        eventually(
+            Duration::from_secs(2),
+            || async move { new_greeter.calls() > 0 },
+        )
+        .await;
+        println!(
+            "rolling restart round {round}: stopped {old_addr} ({} calls), started {} at {:?}",
+            old_calls.calls(),
+            new.listen_on(),
+            started.elapsed()
+        );
+        retired.push(old_calls);
+        servers.push(new);
+    }
+    let restarts_done = started.elapsed();
+    let mut total = 0;
+    let mut failed = 0;
+    for (i, c) in clients.into_iter().enumerate() {
+        let run = c.finish().await;
+        println!(
+            "rolling restart, go-zero client {i} (3 etcd hosts): {} calls, {} failed, codes {:?}, per peer {:?}",
+            run.summary.calls, run.summary.failed, run.summary.codes, run.summary.peers
+        );
+        total += run.summary.calls;
+        failed += run.summary.failed;
+        run.assert_all_ok(&format!("rolling restart, client {i}"), None);
+    }
+    let replacement_calls: u64 = servers.iter().map(|s| s.greeter.calls()).sum();
+    println!(
+        "rolling restart of 3 zrpc servers (done after {restarts_done:?}) under 2 go-zero clients: \
+         {total} calls, {failed} failed; replacements served {replacement_calls}"
+    );
+    assert!(
+        restarts_done < Duration::from_secs(10),
+        "the restarts ended after the load"
+    );
+    assert!(replacement_calls > 0);
+}

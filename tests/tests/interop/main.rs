@@ -1,0 +1,17 @@
+//! zrpc next to real go-zero v1.10.3 (`interop/gozero/`: `gz-server` and `gz-client`, built once
+//! per run by `zrpc_tests::gozero::programs`), all with a real etcd: discovery both ways with
+//! every client config shape, mixed fleets, wire parity (statuses, deadline, metadata, metrics),
+//! deregistration and rolling restarts under load, and one YAML file served by both.
+//!
+//! Without Go these tests print `SKIPPED: go not found, go-zero interop tests not run` and pass;
+//! with `CI=true` a missing Go fails them.
+//!
+//! `cargo test -p zrpc-tests --test interop -- --nocapture` shows the figures.
+mod gozero_client;
+mod lifecycle;
+mod metrics;
+mod mixed;
+mod parity;
+mod same_yaml;
+mod support;
+mod zrpc_client;
