@@ -328,7 +328,7 @@ where
         parts.state.send_modify(|s| s.local_addr = Some(local));
         // Logged here rather than in `new`: `serve` has set up logging by now.
         for ignored in conf.ignored_keys() {
-            tracing::info!(target: "zrpc::server", "{ignored}");
+            tracing::warn!(target: "zrpc::server", "{ignored}");
         }
         streaming.extend(streaming_from_descriptors(&descriptors)?);
         let streaming = StreamingMethods::new(streaming);

@@ -32,11 +32,12 @@ pub(crate) struct AuthorityFix<T> {
 #[derive(Debug)]
 struct Inspecting {
     inspector: Inspector,
-    /// Read but not yet judged.
-    input: BytesMut,
-    /// Judged, waiting to be read by `h2`.
-    output: BytesMut,
-    /// Stop inspecting once `output` and `input` are handed on.
+    /// Read from the socket: the first `ready` octets are judged and wait for `h2`, the rest
+    /// (an incomplete header block) wait for more input. One buffer, consumed from the front,
+    /// so its space is reused instead of reallocated.
+    buf: BytesMut,
+    ready: usize,
+    /// Stop inspecting once `buf` is handed on.
     done: bool,
 }
 
@@ -50,8 +51,8 @@ impl<T> AuthorityFix<T> {
             inspecting: repair.then(|| {
                 Box::new(Inspecting {
                     inspector: Inspector::default(),
-                    input: BytesMut::new(),
-                    output: BytesMut::new(),
+                    buf: BytesMut::new(),
+                    ready: 0,
                     done: false,
                 })
             }),
@@ -102,23 +103,24 @@ impl<T: AsyncRead + Unpin> AsyncRead for AuthorityFix<T> {
             let Some(state) = this.inspecting.as_deref_mut() else {
                 return Pin::new(&mut this.inner).poll_read(cx, out);
             };
-            if !state.output.is_empty() {
-                let n = out.remaining().min(state.output.len());
-                out.put_slice(&state.output[..n]);
-                state.output.advance(n);
+            if state.ready > 0 {
+                let n = out.remaining().min(state.ready);
+                out.put_slice(&state.buf[..n]);
+                state.buf.advance(n);
+                state.ready -= n;
                 return Poll::Ready(Ok(()));
             }
             if state.done {
-                if state.input.is_empty() {
+                if state.buf.is_empty() {
                     this.inspecting = None;
                 } else {
-                    state.output = state.input.split();
+                    state.ready = state.buf.len();
                 }
                 continue;
             }
-            // Read more into `input`'s spare capacity (no zeroing), then judge it.
-            state.input.reserve(READ_CHUNK);
-            match tokio_util::io::poll_read_buf(Pin::new(&mut this.inner), cx, &mut state.input) {
+            // Read more into the spare capacity (no zeroing), then judge what is held.
+            state.buf.reserve(READ_CHUNK);
+            match tokio_util::io::poll_read_buf(Pin::new(&mut this.inner), cx, &mut state.buf) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Ready(Ok(0)) => {
@@ -128,8 +130,8 @@ impl<T: AsyncRead + Unpin> AsyncRead for AuthorityFix<T> {
                 }
                 Poll::Ready(Ok(_)) => {}
             }
-            let (released, verdict) = state.inspector.process(&mut state.input);
-            state.output = state.input.split_to(released);
+            let (released, verdict) = state.inspector.process(&mut state.buf);
+            state.ready = released;
             if verdict == Verdict::PassThrough {
                 state.done = true;
             }

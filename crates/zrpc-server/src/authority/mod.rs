@@ -68,8 +68,13 @@ fn forget(addrs: ConnAddrs) {
 }
 
 /// The `:authority` the client really sent, when zrpc had to rewrite it for `h2` to accept the
-/// request (see the [module docs](self)); `None` when the request's authority is what the client
-/// sent.
+/// request; `None` when the request's authority is what the client sent.
+///
+/// grpc-go clients (go-zero's) with several etcd hosts or endpoints in their target send
+/// `:authority: h1:p1,h2:p2`, which `h2` rejects; zrpc rewrites it below `h2` to a valid value
+/// of the same length (`h1:p1` -> `h1xp1` for every colon but the last), so
+/// `request.uri().authority()` shows the rewritten value and this function the original
+/// (see `docs/migrating-from-go-zero.md`).
 ///
 /// Pass the request's extensions (`tonic::Request::extensions()` or
 /// `http::Request::extensions()`); the lookup uses the connection's addresses
