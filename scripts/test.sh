@@ -16,6 +16,9 @@ log() { printf '\n==> %s\n' "$*"; }
 need=()
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 [ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
+# h2load (nghttp2-client) for the benches; redis-server for the go-zero auth parity test.
+command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if [ -z "${ZRPC_TEST_ETCD_ENDPOINTS:-}" ]; then
   command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
   command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
@@ -27,7 +30,9 @@ if [ ${#need[@]} -gt 0 ]; then
     apt-get update -qq
     apt-get install -y -qq "${need[@]}" >/dev/null
     # Debian's etcd-server package tries to start a system etcd; the tests start their own.
-    if command -v systemctl >/dev/null 2>&1; then systemctl stop etcd >/dev/null 2>&1 || true; fi
+    # Debian's etcd-server and redis-server packages start system services; the tests start
+    # their own on free loopback ports.
+    if command -v systemctl >/dev/null 2>&1; then systemctl stop etcd redis-server >/dev/null 2>&1 || true; fi
   else
     echo "missing: ${need[*]} (install them, or run as root so this script can)" >&2
     exit 1
@@ -50,7 +55,7 @@ if command -v go >/dev/null 2>&1; then
   echo "go-zero programs ready in $(( $(date +%s) - go_start ))s (a cold module cache downloads ~57 modules)"
 elif [ "${CI:-}" = "true" ]; then
   echo "error: CI=true but go is not on PATH: the go-zero interop tests must run in CI." >&2
-  echo "       Install Go >= 1.24 (e.g. https://go.dev/dl/) and re-run." >&2
+  echo "       Install Go >= 1.24 and re-run." >&2
   exit 1
 else
   cat >&2 <<'WARN'

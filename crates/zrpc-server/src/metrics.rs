@@ -7,6 +7,10 @@
 //! (`reason` = `breaker` or `shedding`), shedder gauges per server
 //! (`rpc_server_shedder_*{server}`) and breaker gauges per method
 //! (`rpc_server_breaker_drop_ratio{method}`, `rpc_server_breaker_requests{method,outcome}`).
+//! Streams are recorded in their own families, `rpc_server_streams_duration_ms{method}` and
+//! `rpc_server_streams_code_total{method,code}`: go-zero records no streams, and a stream's
+//! lifetime in `rpc_server_requests_duration_ms` would skew the latency a mixed Go/Rust fleet's
+//! dashboards compare.
 //!
 //! Several servers in one process share these families (go-zero does the same). The
 //! DevServer's `/metrics` serves this registry plus `prometheus::default_registry()`, so
@@ -36,6 +40,10 @@ pub struct ServerMetrics {
     pub code_total: IntCounterVec,
     /// `rpc_server_requests_rejected_total{method,reason}` (zrpc addition).
     pub rejected_total: IntCounterVec,
+    /// `rpc_server_streams_duration_ms{method}`: a stream's lifetime (zrpc addition).
+    pub stream_duration_ms: HistogramVec,
+    /// `rpc_server_streams_code_total{method,code}` (zrpc addition).
+    pub stream_code_total: IntCounterVec,
 }
 
 /// The server metric families, registered in [`registry`] on first use.
@@ -64,9 +72,35 @@ pub fn server_metrics() -> &'static ServerMetrics {
             ),
             &["method", "reason"],
         );
+        let stream_duration_ms = HistogramVec::new(
+            HistogramOpts::new(
+                "rpc_server_streams_duration_ms",
+                "rpc server streams duration(ms) (zrpc; go-zero records no streams).",
+            )
+            .buckets(DURATION_BUCKETS_MS.to_vec()),
+            &["method"],
+        );
+        let stream_code_total = IntCounterVec::new(
+            Opts::new(
+                "rpc_server_streams_code_total",
+                "rpc server streams code count (zrpc; go-zero records no streams).",
+            ),
+            &["method", "code"],
+        );
         // The options are static and valid; a failure here is a programming error caught by tests.
-        let (Ok(duration_ms), Ok(code_total), Ok(rejected_total)) =
-            (duration_ms, code_total, rejected_total)
+        let (
+            Ok(duration_ms),
+            Ok(code_total),
+            Ok(rejected_total),
+            Ok(stream_duration_ms),
+            Ok(stream_code_total),
+        ) = (
+            duration_ms,
+            code_total,
+            rejected_total,
+            stream_duration_ms,
+            stream_code_total,
+        )
         else {
             unreachable!("static metric options are valid")
         };
@@ -74,6 +108,8 @@ pub fn server_metrics() -> &'static ServerMetrics {
             Box::new(duration_ms.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(code_total.clone()),
             Box::new(rejected_total.clone()),
+            Box::new(stream_duration_ms.clone()),
+            Box::new(stream_code_total.clone()),
         ] {
             if let Err(e) = registry().register(c) {
                 tracing::error!(target: "zrpc::metrics", "cannot register server metrics: {e}");
@@ -83,6 +119,8 @@ pub fn server_metrics() -> &'static ServerMetrics {
             duration_ms,
             code_total,
             rejected_total,
+            stream_duration_ms,
+            stream_code_total,
         }
     })
 }

@@ -383,7 +383,7 @@ where
                     .cloned()
                     .collect(),
             }))
-            .layer(MetricsLayer::new(mw.prometheus))
+            .layer(MetricsLayer::new(mw.prometheus).streaming(streaming.clone()))
             .layer(AuthLayer::new(token_store, conf.strict_control))
             .layer(BreakerLayer::with_registry(mw.breaker, breakers))
             .layer(crate::shedding_glue::shedding_layer(

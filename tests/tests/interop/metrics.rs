@@ -159,7 +159,7 @@ async fn metrics_parity_go_zero_vs_zrpc_server() {
 /// recover and breaker): server streams leave no series. zrpc must not add one under go-zero's
 /// names (dashboards summing `rpc_server_requests_code_total` would count streams).
 #[tokio::test]
-async fn metrics_parity_streams_leave_no_series() {
+async fn metrics_parity_streams_leave_no_series_in_go_zero_families() {
     let p = gozero_or_skip!();
     let cluster = EtcdCluster::start(1).await;
     let hosts = cluster.endpoints();
@@ -210,5 +210,16 @@ async fn metrics_parity_streams_leave_no_series() {
         series(&z).is_empty(),
         "zrpc records streams under go-zero's names: {:?}",
         series(&z)
+    );
+    // zrpc records them in its own families instead.
+    let streams =
+        format!("rpc_server_streams_code_total{{code=\"0\",method=\"{stream_method}\"}} 5");
+    assert!(
+        z.lines().any(|l| l == streams),
+        "no `{streams}` in zrpc's metrics:\n{}",
+        z.lines()
+            .filter(|l| l.starts_with("rpc_server_streams"))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 }

@@ -1,9 +1,12 @@
 //! Metrics: go-zero's Prometheus interceptor (`serverinterceptors/prometheusinterceptor.go`).
 //!
 //! After the final status: observe `rpc_server_requests_duration_ms{method}` and increment
-//! `rpc_server_requests_code_total{method,code}` (numeric code). Unlike go-zero, streams are
-//! counted too (their duration is the stream's lifetime) and metrics are always recorded
-//! when the layer is on (go-zero records only when a Prometheus endpoint is enabled).
+//! `rpc_server_requests_code_total{method,code}` (numeric code), for unary calls only, as
+//! go-zero does. Streaming methods the server knows ([`StreamingMethods`]) are recorded in
+//! zrpc's own `rpc_server_streams_duration_ms` / `rpc_server_streams_code_total` (their duration
+//! is the stream's lifetime), so go-zero's families mean the same on Go and Rust servers.
+//! Unlike go-zero, metrics are always recorded when the layer is on (go-zero records only when a
+//! Prometheus endpoint is enabled).
 
 use std::task::{Context, Poll};
 use tokio::time::Instant;
@@ -14,20 +17,34 @@ use tower_layer::Layer;
 use tower_service::Service;
 use zrpc_core::grpc::{OnStatus, StatusBody, code};
 
+use prometheus::{HistogramVec, IntCounterVec};
+
 use super::observe::ObserveFuture;
-use super::util::method_of;
+use super::util::{StreamingMethods, method_of};
 use crate::metrics::{ServerMetrics, server_metrics};
 
 /// Adds [`Metrics`]; `enabled` is `Middlewares.Prometheus`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct MetricsLayer {
     enabled: bool,
+    streaming: StreamingMethods,
 }
 
 impl MetricsLayer {
-    /// A metrics layer.
+    /// A metrics layer (no streaming method known: every call counts as unary).
     pub fn new(enabled: bool) -> Self {
-        Self { enabled }
+        Self {
+            enabled,
+            streaming: StreamingMethods::default(),
+        }
+    }
+
+    /// The streaming methods, recorded in the `rpc_server_streams_*` families instead of
+    /// go-zero's (default: none).
+    #[must_use]
+    pub fn streaming(mut self, streaming: StreamingMethods) -> Self {
+        self.streaming = streaming;
+        self
     }
 }
 
@@ -37,6 +54,7 @@ impl<S> Layer<S> for MetricsLayer {
         Metrics {
             inner,
             metrics: self.enabled.then(server_metrics),
+            streaming: self.streaming.clone(),
         }
     }
 }
@@ -46,6 +64,7 @@ impl<S> Layer<S> for MetricsLayer {
 pub struct Metrics<S> {
     inner: S,
     metrics: Option<&'static ServerMetrics>,
+    streaming: StreamingMethods,
 }
 
 /// What [`Metrics`] remembers about a call until its final status.
@@ -53,19 +72,16 @@ pub struct Metrics<S> {
 pub struct MetricsRecord {
     start: Instant,
     method: PathAndQuery,
-    metrics: &'static ServerMetrics,
+    duration_ms: &'static HistogramVec,
+    code_total: &'static IntCounterVec,
 }
 
 impl OnStatus for MetricsRecord {
     fn on_status(self, c: i32) {
         let ms = self.start.elapsed().as_secs_f64() * 1000.0;
         let method = self.method.path();
-        self.metrics
-            .duration_ms
-            .with_label_values(&[method])
-            .observe(ms);
-        self.metrics
-            .code_total
+        self.duration_ms.with_label_values(&[method]).observe(ms);
+        self.code_total
             .with_label_values(&[method, code::as_str(c)])
             .inc();
     }
@@ -87,10 +103,24 @@ where
         let Some(metrics) = self.metrics else {
             return ObserveFuture::passthrough(self.inner.call(req));
         };
+        let method = method_of(&req);
+        let ServerMetrics {
+            duration_ms,
+            code_total,
+            stream_duration_ms,
+            stream_code_total,
+            ..
+        } = metrics;
+        let (duration_ms, code_total) = if self.streaming.contains(method.path()) {
+            (stream_duration_ms, stream_code_total)
+        } else {
+            (duration_ms, code_total)
+        };
         let record = MetricsRecord {
             start: Instant::now(),
-            method: method_of(&req),
-            metrics,
+            method,
+            duration_ms,
+            code_total,
         };
         ObserveFuture::new(self.inner.call(req), record)
     }
@@ -136,6 +166,33 @@ mod tests {
                 .with_label_values(&["/metrics.T/Ok"])
                 .get_sample_count()
                 >= 1
+        );
+    }
+
+    #[tokio::test]
+    async fn streams_go_to_their_own_families() {
+        let layer = MetricsLayer::new(true)
+            .streaming(StreamingMethods::new(["/metrics.S/Stream".to_owned()]));
+        let svc = layer.layer(tower::service_fn(|_req: Request<()>| async {
+            Ok::<_, Infallible>(response_with_code(0))
+        }));
+        let req = Request::builder()
+            .uri("/metrics.S/Stream")
+            .body(())
+            .unwrap();
+        final_code(svc.oneshot(req).await.unwrap()).await;
+        let m = server_metrics();
+        assert_eq!(
+            m.stream_code_total
+                .with_label_values(&["/metrics.S/Stream", "0"])
+                .get(),
+            1
+        );
+        assert_eq!(
+            m.code_total
+                .with_label_values(&["/metrics.S/Stream", "0"])
+                .get(),
+            0
         );
     }
 
