@@ -29,7 +29,6 @@ if [ ${#need[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq "${need[@]}" >/dev/null
-    # Debian's etcd-server package tries to start a system etcd; the tests start their own.
     # Debian's etcd-server and redis-server packages start system services; the tests start
     # their own on free loopback ports.
     if command -v systemctl >/dev/null 2>&1; then systemctl stop etcd redis-server >/dev/null 2>&1 || true; fi

@@ -157,9 +157,7 @@ async fn run() {
     let on = start(true).await;
     let off = start(false).await;
     let multi = format!("127.0.0.1:{0},127.0.0.1:{0}", on.addr.port());
-    println!(
-        "{rounds} alternating rounds of {seconds} s, h2load -t 1 -c 10 -m 50"
-    );
+    println!("{rounds} alternating rounds of {seconds} s, h2load -t 1 -c 10 -m 50");
 
     let (mut with, mut without) = (Vec::new(), Vec::new());
     let (mut single_host, mut two_hosts) = (Vec::new(), Vec::new());
