@@ -111,12 +111,13 @@ impl Client {
             keepalive: conf.keepalive(),
             connect_timeout: Some(CONNECT_TIMEOUT),
         };
-        let balancer = Balancer::new(
+        let balancer = Balancer::with_status(
             target_name.clone(),
             conf.balancer_name,
             resolution.updates.clone(),
             connect,
             random_seed(),
+            resolution.status.clone(),
         );
         crate::metrics::track(&balancer.shared);
         let credentials = if conf.has_credential() {
@@ -174,6 +175,31 @@ impl Client {
             .collect()
     }
 
+    /// Why a blocking dial found no usable endpoint: the resolver's problem, the endpoints that
+    /// refused connections, or a resolver that has not answered.
+    fn dial_state(&self, service: &str) -> String {
+        let shared = &self.balancer.shared;
+        if let Some(problem) = shared.resolver_problem() {
+            return problem.to_string();
+        }
+        if !shared.is_ready() {
+            return "the resolver has not answered yet".to_owned();
+        }
+        let set: Vec<String> = shared
+            .endpoints()
+            .iter()
+            .map(|e| e.addr.to_string())
+            .collect();
+        if set.is_empty() {
+            return "the resolver returned no endpoints".to_owned();
+        }
+        format!(
+            "no connection to any of the {} resolved endpoint(s) [{}], make sure rpc service {service:?} is already started",
+            set.len(),
+            set.join(", ")
+        )
+    }
+
     async fn wait_usable(&self, service: String) -> Result<(), Error> {
         let shared = &self.balancer.shared;
         let wait = async {
@@ -197,8 +223,8 @@ impl Client {
             .await
             .map_err(|_| Error::Dial {
                 target: self.target.to_string(),
-                service,
                 waited: BLOCKING_DIAL_TIMEOUT,
+                state: self.dial_state(&service),
             })
     }
 }

@@ -29,17 +29,17 @@ pub enum Error {
         /// Why it failed.
         reason: String,
     },
-    /// Blocking mode (`NonBlock: false`): no endpoint became usable in time (go-zero's dial error).
-    #[error(
-        "rpc dial: {target}, error: no usable endpoint within {waited:?}, make sure rpc service {service:?} is already started"
-    )]
+    /// Blocking mode (`NonBlock: false`): no endpoint became usable in time (go-zero's dial
+    /// error); `state` says why (the resolver's problem, or the endpoints that refused).
+    #[error("rpc dial: {target}, error: no usable endpoint within {waited:?}: {state}")]
     Dial {
         /// The target.
         target: String,
-        /// The service name (last path segment of the target).
-        service: String,
         /// How long the client waited.
         waited: Duration,
+        /// The resolver's state: e.g. `etcd unreachable at h:2379: ...`, `no endpoints
+        /// registered under key "k" ...`, or the resolved endpoints that refused connections.
+        state: String,
     },
 }
 

@@ -40,11 +40,14 @@ pub enum EtcdError {
     /// A TLS file could not be read or the TLS setup was refused.
     #[error("etcd TLS: {0}")]
     Tls(String),
-    /// etcd answered with an error, or the connection failed.
-    #[error("cannot reach etcd at {hosts}: {source}")]
+    /// etcd answered with an error, or the connection failed; `message` names the cause
+    /// ([`describe`]).
+    #[error("{message}")]
     Unreachable {
         /// The configured hosts, comma-separated.
         hosts: String,
+        /// What failed, with the hosts ([`describe`]).
+        message: String,
         /// The etcd client error.
         #[source]
         source: etcd_client::Error,
@@ -99,6 +102,170 @@ fn tls_options(conf: &EtcdConf) -> Result<TlsOptions, EtcdError> {
         .identity(Identity::from_pem(cert, key)))
 }
 
+/// Checks what cannot heal by retrying: every host is `host:port` (an optional `http://` or
+/// `https://` scheme allowed) and the TLS files can be read. Servers call it at start so a bad
+/// config fails at once instead of being retried forever.
+///
+/// # Errors
+/// [`EtcdError::Config`] naming the malformed host, [`EtcdError::Tls`] naming the unreadable file.
+pub fn check(conf: &EtcdConf) -> Result<(), EtcdError> {
+    if conf.hosts.is_empty() {
+        return Err(EtcdError::Config("empty etcd hosts".to_owned()));
+    }
+    for host in &conf.hosts {
+        check_host(host).map_err(|why| {
+            EtcdError::Config(format!("Etcd.Hosts: {host:?} is not host:port ({why})"))
+        })?;
+    }
+    connect_options(conf).map(|_| ())
+}
+
+fn check_host(host: &str) -> Result<(), &'static str> {
+    let h = host.trim();
+    let h = h
+        .strip_prefix("http://")
+        .or_else(|| h.strip_prefix("https://"))
+        .unwrap_or(h);
+    let (name, port) = h.rsplit_once(':').ok_or("no port")?;
+    port.parse::<u16>()
+        .map_err(|_| "the port is not a number in 1..65535")?;
+    if port == "0" {
+        return Err("the port is not a number in 1..65535");
+    }
+    let name = name
+        .strip_prefix('[')
+        .and_then(|n| n.strip_suffix(']'))
+        .unwrap_or(name);
+    if name.is_empty() {
+        return Err("no host name");
+    }
+    if name.contains(['/', ' ', '?', '#', '@']) {
+        return Err("invalid character in the host name");
+    }
+    Ok(())
+}
+
+/// What kind of failure an etcd client error is (see [`describe`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// etcd refused the account (wrong user or password), or requires one.
+    Auth,
+    /// The TLS handshake failed (e.g. TLS against a plain etcd, or an untrusted certificate).
+    Tls,
+    /// An etcd host name could not be resolved.
+    Dns,
+    /// No connection (refused, reset, timed out, no leader).
+    Unreachable,
+    /// etcd answered with another error.
+    Other,
+}
+
+/// The messages of `err` and its sources, outermost first, without repeats.
+fn causes(err: &(dyn std::error::Error + 'static)) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cur {
+        let msg = e.to_string();
+        if !msg.is_empty() && !out.iter().any(|m| m.contains(&msg)) {
+            out.push(msg);
+        }
+        cur = e.source();
+    }
+    out
+}
+
+/// Classifies an etcd client error.
+///
+/// etcd-client reports most failures as a gRPC status from its tonic channel; the kind is
+/// read from the status code and from the chain of its source errors (an `io::Error` kind for
+/// refused or reset connections; hyper's "dns error" and rustls' "tls"/"certificate" texts,
+/// which have no public error type to match on).
+pub fn classify(err: &etcd_client::Error) -> FailureKind {
+    if let etcd_client::Error::GRpcStatus(status) = err {
+        let msg = status.message();
+        // `tonic::Code` (not re-exported by etcd-client) is a fieldless enum of the gRPC codes.
+        if status.code() as i32 == crate::grpc::code::UNAUTHENTICATED
+            || msg.contains("authentication failed")
+            || msg.contains("user name is empty")
+            || msg.contains("invalid auth token")
+            || msg.contains("permission denied")
+        {
+            return FailureKind::Auth;
+        }
+    }
+    let all = causes(err).join(": ").to_ascii_lowercase();
+    if all.contains("dns error") || all.contains("failed to lookup address") {
+        FailureKind::Dns
+    } else if all.contains("tls") || all.contains("certificate") || all.contains("handshake") {
+        FailureKind::Tls
+    } else if matches!(
+        err,
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_)
+    ) || all.contains("connect error")
+        || all.contains("unavailable")
+        || all.contains("no leader")
+        || has_io_error(err)
+    {
+        FailureKind::Unreachable
+    } else {
+        FailureKind::Other
+    }
+}
+
+fn has_io_error(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if e.downcast_ref::<std::io::Error>().is_some() {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
+}
+
+/// A message for `err` that names its cause and the hosts of `conf`, e.g.
+/// `etcd unreachable at 127.0.0.1:1: tcp connect error: Connection refused (os error 111)` or
+/// `etcd authentication failed at h:2379 for user "u": etcdserver: authentication failed, ...`.
+pub fn describe(conf: &EtcdConf, err: &etcd_client::Error) -> String {
+    let hosts = hosts_label(conf);
+    let cause = match err {
+        etcd_client::Error::GRpcStatus(status) => {
+            let first = status.message().to_owned();
+            let mut c = vec![first.clone()];
+            if let Some(src) = std::error::Error::source(status) {
+                c.extend(
+                    causes(src)
+                        .into_iter()
+                        .filter(|m| !first.contains(m.as_str())),
+                );
+            }
+            c.join(": ")
+        }
+        other => causes(other).join(": "),
+    };
+    match classify(err) {
+        FailureKind::Auth if conf.user.is_empty() => format!(
+            "etcd at {hosts} requires authentication (set Etcd.User and Etcd.Pass): {cause}"
+        ),
+        FailureKind::Auth => {
+            format!(
+                "etcd authentication failed at {hosts} for user {:?}: {cause}",
+                conf.user
+            )
+        }
+        FailureKind::Tls if conf.has_tls() => {
+            format!(
+                "etcd TLS handshake with {hosts} failed (does etcd serve TLS there, signed by Etcd.CACertFile?): {cause}"
+            )
+        }
+        FailureKind::Tls => format!("etcd TLS failure at {hosts}: {cause}"),
+        FailureKind::Dns => format!("cannot resolve etcd host(s) {hosts}: {cause}"),
+        FailureKind::Unreachable => format!("etcd unreachable at {hosts}: {cause}"),
+        FailureKind::Other => format!("etcd at {hosts}: {cause}"),
+    }
+}
+
 /// The hosts of `conf`, comma-separated, for messages.
 pub fn hosts_label(conf: &EtcdConf) -> String {
     conf.hosts.join(",")
@@ -127,7 +294,11 @@ pub async fn connect(conf: &EtcdConf) -> Result<Client, EtcdError> {
     let bound = DIAL_TIMEOUT + REQUEST_TIMEOUT;
     match tokio::time::timeout(bound, attempt).await {
         Ok(Ok(client)) => Ok(client),
-        Ok(Err(source)) => Err(EtcdError::Unreachable { hosts, source }),
+        Ok(Err(source)) => Err(EtcdError::Unreachable {
+            hosts,
+            message: describe(conf, &source),
+            source,
+        }),
         Err(_) => Err(EtcdError::Timeout {
             hosts,
             after: bound,
@@ -170,6 +341,32 @@ mod tests {
         let conf = EtcdConf::new(["127.0.0.1:1"], "k");
         let e = connect(&conf).await.err().unwrap().to_string();
         assert!(e.contains("127.0.0.1:1"), "{e}");
+    }
+
+    #[test]
+    fn malformed_hosts_and_missing_files_fail_the_check() {
+        let ok = EtcdConf::new(
+            ["127.0.0.1:2379", "etcd.local:2379", "http://[::1]:2379"],
+            "k",
+        );
+        check(&ok).unwrap();
+        for bad in ["127.0.0.1", "h:port", "h:0", ":2379", "h/x:1"] {
+            let e = check(&EtcdConf::new([bad], "k")).unwrap_err().to_string();
+            assert!(e.contains("Etcd.Hosts") && e.contains(bad), "{e}");
+        }
+        let mut conf = EtcdConf::new(["127.0.0.1:2379"], "k");
+        conf.cert_file = "/nonexistent/zrpc-cert.pem".into();
+        conf.cert_key_file = "k.pem".into();
+        conf.ca_cert_file = "ca.pem".into();
+        assert!(matches!(check(&conf), Err(EtcdError::Tls(_))));
+    }
+
+    #[tokio::test]
+    async fn refused_connections_are_unreachable() {
+        let conf = EtcdConf::new(["127.0.0.1:1"], "k");
+        let e = connect(&conf).await.err().unwrap().to_string();
+        assert!(e.starts_with("etcd unreachable at 127.0.0.1:1: "), "{e}");
+        assert!(e.contains("refused"), "{e}");
     }
 
     #[tokio::test]

@@ -94,6 +94,7 @@ async fn client_new_slow_endpoint_is_probed_not_flooded() {
     let resolution = zrpc_client::resolver::Resolution {
         updates: rx,
         guard: Arc::new(()),
+        status: zrpc_client::resolver::ResolverStatus::default(),
     };
     let conf = RpcClientConf::default().with_timeout(Duration::from_secs(10));
     let client = Client::with_resolution(conf, "test:///probe", resolution)

@@ -99,6 +99,8 @@ impl Endpoint {
         target: &str,
     ) -> Result<http::Response<Body>, AttemptError> {
         let deadline = req.extensions().get::<Deadline>().map(|d| d.0);
+        // The same message as the timeout layer's (the header is the effective timeout).
+        let timeout = zrpc_core::grpc::timeout::from_headers(req.headers());
         let mut guard = StatusGuard::new(Done {
             endpoint: self.clone(),
             clock,
@@ -122,7 +124,7 @@ impl Endpoint {
                         done.on_status(code::DEADLINE_EXCEEDED);
                     }
                     return Err(AttemptError {
-                        status: tonic::Status::deadline_exceeded("deadline exceeded"),
+                        status: crate::layers::timeout::deadline_exceeded(timeout),
                         retryable: false,
                     });
                 }

@@ -11,11 +11,11 @@ use futures_util::future::BoxFuture;
 use tokio::sync::watch;
 use tonic::body::Body;
 
-use super::endpoint::{ConnectOptions, Endpoint};
+use super::endpoint::{ConnectOptions, Deadline, Endpoint};
 use super::replay;
 use super::{P2cPicker, RoundRobin, ThreadRng};
 use crate::conf::BalancerName;
-use crate::resolver::{EndpointUpdates, subset};
+use crate::resolver::{EndpointUpdates, ResolverStatus, subset};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -38,6 +38,8 @@ pub(crate) struct Shared {
     seed: u64,
     /// Never sent: its receivers see an error once the balancer is dropped.
     alive: watch::Sender<()>,
+    /// The resolver's status, quoted in "no endpoint" errors.
+    status: ResolverStatus,
 }
 
 impl std::fmt::Debug for Shared {
@@ -67,12 +69,32 @@ pub(crate) struct Balancer {
 impl Balancer {
     /// Creates the balancer and spawns the task applying `updates` (it ends when the balancer is
     /// dropped or the resolver closes; the last set stays).
+    #[cfg(test)]
     pub(crate) fn new(
+        target: Arc<str>,
+        kind: BalancerName,
+        updates: EndpointUpdates,
+        connect: ConnectOptions,
+        seed: u64,
+    ) -> Balancer {
+        Balancer::with_status(
+            target,
+            kind,
+            updates,
+            connect,
+            seed,
+            ResolverStatus::default(),
+        )
+    }
+
+    /// Like [`Balancer::new`], quoting `status` (the resolver's) in its "no endpoint" errors.
+    pub(crate) fn with_status(
         target: Arc<str>,
         kind: BalancerName,
         mut updates: EndpointUpdates,
         connect: ConnectOptions,
         seed: u64,
+        status: ResolverStatus,
     ) -> Balancer {
         let epoch = epoch();
         let shared = Arc::new(Shared {
@@ -85,6 +107,7 @@ impl Balancer {
             connect,
             seed,
             alive: watch::channel(()).0,
+            status,
         });
         if let Some(set) = updates.borrow_and_update().clone() {
             shared.apply(&set);
@@ -176,8 +199,51 @@ impl Shared {
         Some(Arc::clone(&set[i]))
     }
 
+    /// The resolver's current problem, if any (etcd unreachable, empty key, DNS failure...).
+    pub(crate) fn resolver_problem(&self) -> Option<Arc<str>> {
+        self.status.problem()
+    }
+
     fn no_endpoint(&self) -> tonic::Status {
-        tonic::Status::unavailable(format!("no endpoint available for target {}", self.target))
+        match self.status.problem() {
+            Some(p) => self.unresolved(&p),
+            None => tonic::Status::unavailable(format!(
+                "no endpoint available for target {}",
+                self.target
+            )),
+        }
+    }
+
+    fn unresolved(&self, problem: &str) -> tonic::Status {
+        tonic::Status::unavailable(format!(
+            "no endpoint available for target {}: {problem}",
+            self.target
+        ))
+    }
+
+    /// Waits for the first endpoint set. Fails at once with the resolver's problem when it
+    /// reports one (grpc-go fails the calls of a channel in TRANSIENT_FAILURE the same way),
+    /// and at the call's deadline with what is known, so the caller learns why.
+    async fn wait_first_set(
+        &self,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<(), tonic::Status> {
+        let started = tokio::time::Instant::now();
+        let expiry = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(tokio::time::Instant::from_std(d)).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            () = self.wait_ready() => Ok(()),
+            problem = self.status.failed() => Err(self.unresolved(&problem)),
+            () = expiry => Err(self.unresolved(&format!(
+                "the resolver found none within {:?} (no answer from its source yet)",
+                started.elapsed()
+            ))),
+        }
     }
 
     async fn call(
@@ -185,7 +251,8 @@ impl Shared {
         req: http::Request<Body>,
     ) -> Result<http::Response<Body>, BoxError> {
         if !self.is_ready() {
-            self.wait_ready().await;
+            let deadline = req.extensions().get::<Deadline>().map(|d| d.0);
+            self.wait_first_set(deadline).await?;
         }
         let set = self.set.load_full();
         if set.is_empty() {
@@ -260,6 +327,65 @@ mod tests {
 
     fn addrs(v: &[&str]) -> Arc<Vec<String>> {
         Arc::new(v.iter().map(|s| (*s).to_owned()).collect())
+    }
+
+    #[tokio::test]
+    async fn calls_name_the_resolvers_problem() {
+        let (tx, rx) = watch::channel(None);
+        let status = ResolverStatus::default();
+        let b = Balancer::with_status(
+            Arc::from("etcd:///h:1?key=k"),
+            BalancerName::P2cEwma,
+            rx,
+            ConnectOptions::default(),
+            1,
+            status.clone(),
+        );
+        let req = || http::Request::new(Body::empty());
+        // No answer yet: the call waits; a reported problem fails it at once, with the cause.
+        let call = tokio::spawn(Arc::clone(&b.shared).call(req()));
+        tokio::task::yield_now().await;
+        status.set(Some("etcd unreachable at h:1: connection refused".into()));
+        let e = call.await.unwrap().unwrap_err();
+        let s = e.downcast_ref::<tonic::Status>().unwrap();
+        assert_eq!(s.code(), tonic::Code::Unavailable);
+        assert_eq!(
+            s.message(),
+            "no endpoint available for target etcd:///h:1?key=k: etcd unreachable at h:1: connection refused"
+        );
+        // An empty key: the resolver's words again.
+        status.set(Some("no endpoints registered under key \"k\"".into()));
+        tx.send_replace(Some(Arc::new(Vec::new())));
+        b.shared.wait_ready().await;
+        let e = Arc::clone(&b.shared).call(req()).await.unwrap_err();
+        let s = e.downcast_ref::<tonic::Status>().unwrap();
+        assert!(
+            s.message()
+                .ends_with("no endpoints registered under key \"k\""),
+            "{s:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_waiting_for_its_first_endpoints_ends_at_its_deadline() {
+        let (_tx, rx) = watch::channel(None);
+        let b = Balancer::new(
+            Arc::from("dns:///h:1"),
+            BalancerName::P2cEwma,
+            rx,
+            ConnectOptions::default(),
+            1,
+        );
+        let mut req = http::Request::new(Body::empty());
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+        req.extensions_mut().insert(Deadline(deadline.into_std()));
+        let e = Arc::clone(&b.shared).call(req).await.unwrap_err();
+        let s = e.downcast_ref::<tonic::Status>().unwrap();
+        assert_eq!(s.code(), tonic::Code::Unavailable);
+        assert!(
+            s.message().contains("no answer from its source yet"),
+            "{s:?}"
+        );
     }
 
     #[tokio::test]

@@ -112,19 +112,22 @@ where
                 Ok(result) => result.map_err(|e| match super::code_of_error(&*e) {
                     // tonic's own grpc-timeout expiry says Cancelled("Timeout expired")
                     zrpc_core::grpc::code::CANCELLED if tokio::time::Instant::now() >= deadline => {
-                        tonic::Status::deadline_exceeded(format!(
-                            "deadline exceeded after {timeout:?}"
-                        ))
-                        .into()
+                        deadline_exceeded(Some(timeout)).into()
                     }
                     _ => e,
                 }),
-                Err(_) => Err(tonic::Status::deadline_exceeded(format!(
-                    "deadline exceeded after {timeout:?}"
-                ))
-                .into()),
+                Err(_) => Err(deadline_exceeded(Some(timeout)).into()),
             }
         })
+    }
+}
+
+/// The one client timeout status: `DeadlineExceeded "deadline exceeded after 1s"`, whether this
+/// layer or the connection's own `grpc-timeout` timer fired first.
+pub(crate) fn deadline_exceeded(timeout: Option<Duration>) -> tonic::Status {
+    match timeout {
+        Some(t) => tonic::Status::deadline_exceeded(format!("deadline exceeded after {t:?}")),
+        None => tonic::Status::deadline_exceeded("deadline exceeded"),
     }
 }
 

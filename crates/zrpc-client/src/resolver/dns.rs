@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::Resolution;
+use super::{Resolution, ResolverStatus};
 
 /// How often a healthy name is re-resolved.
 pub const REFRESH: Duration = Duration::from_secs(30);
@@ -57,6 +57,8 @@ pub fn resolve_every(host: &str, port: u16, refresh: Duration) -> Result<Resolut
     let runtime = tokio::runtime::Handle::try_current()
         .map_err(|_| error("the dns resolver must be started inside a tokio runtime"))?;
     let (tx, updates) = watch::channel(None);
+    let status = ResolverStatus::default();
+    let label = format!("{host}:{port}");
     let lookup = move || {
         let host = host.clone();
         async move {
@@ -65,16 +67,24 @@ pub fn resolve_every(host: &str, port: u16, refresh: Duration) -> Result<Resolut
                 .map(Iterator::collect)
         }
     };
-    let task = runtime.spawn(run(lookup, refresh, tx)).abort_handle();
+    let task = runtime
+        .spawn(run(lookup, refresh, tx, status.clone(), label))
+        .abort_handle();
     Ok(Resolution {
         updates,
         guard: Arc::new(DnsTask(task)),
+        status,
     })
 }
 
 /// The lookup loop, generic over the lookup so that it can be tested with a fake one and tokio's paused clock.
-async fn run<F, Fut>(lookup: F, refresh: Duration, tx: Sender)
-where
+async fn run<F, Fut>(
+    lookup: F,
+    refresh: Duration,
+    tx: Sender,
+    status: ResolverStatus,
+    label: String,
+) where
     F: Fn() -> Fut,
     Fut: Future<Output = io::Result<Vec<SocketAddr>>>,
 {
@@ -100,9 +110,11 @@ where
                     true
                 });
                 retry = RETRY.min(refresh);
+                status.set(None);
                 refresh
             }
             Err(e) => {
+                status.set(Some(format!("DNS lookup of {label} failed: {e}")));
                 tracing::warn!(error = %e, retry_in = ?retry, "dns resolver: lookup failed, keeping the last known endpoints");
                 let wait = retry;
                 retry = (retry * 2).min(refresh);
@@ -181,7 +193,13 @@ mod tests {
         ]);
         let (tx, mut rx) = watch::channel(None);
         let start = tokio::time::Instant::now();
-        let task = tokio::spawn(run(lookup, Duration::from_secs(30), tx));
+        let task = tokio::spawn(run(
+            lookup,
+            Duration::from_secs(30),
+            tx,
+            ResolverStatus::default(),
+            "h:1".into(),
+        ));
 
         // First lookup fails: nothing published (None), retry after 1 s.
         rx.changed().await.unwrap();
@@ -205,7 +223,13 @@ mod tests {
     async fn stops_when_every_receiver_is_gone() {
         let (lookup, _) = scripted(vec![Ok(vec![addr("10.0.0.1:80")])]);
         let (tx, rx) = watch::channel(None);
-        let task = tokio::spawn(run(lookup, Duration::from_secs(30), tx));
+        let task = tokio::spawn(run(
+            lookup,
+            Duration::from_secs(30),
+            tx,
+            ResolverStatus::default(),
+            "h:1".into(),
+        ));
         drop(rx);
         tokio::time::timeout(Duration::from_secs(1), task)
             .await

@@ -26,7 +26,7 @@ use rand::RngExt;
 use tokio::sync::watch;
 use zrpc_core::conf::{EtcdConf, Validate};
 
-use super::{EndpointUpdates, Resolution};
+use super::{EndpointUpdates, Resolution, ResolverStatus};
 
 /// Timeout of the prefix get and of the watch creation (go-zero's `RequestTimeout`).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
@@ -51,6 +51,8 @@ struct SharedWatch {
     /// Never marked as seen: clones report the current value as changed once it exists.
     updates: EndpointUpdates,
     task: tokio::task::AbortHandle,
+    /// What the task last reported (the cause when there are no endpoints).
+    status: ResolverStatus,
     /// Full loads (prefix gets) done so far.
     reloads: Arc<AtomicU64>,
 }
@@ -112,6 +114,7 @@ pub fn resolve(conf: EtcdConf) -> Result<Resolution, crate::Error> {
         if !shared.task.is_finished() {
             return Ok(Resolution {
                 updates: shared.updates.clone(),
+                status: shared.status.clone(),
                 guard: shared,
             });
         }
@@ -121,17 +124,22 @@ pub fn resolve(conf: EtcdConf) -> Result<Resolution, crate::Error> {
     }
     let (tx, updates) = watch::channel(None);
     let reloads = Arc::new(AtomicU64::new(0));
-    let task = runtime.spawn(run(conf, tx, reloads.clone())).abort_handle();
+    let status = ResolverStatus::default();
+    let task = runtime
+        .spawn(run(conf, tx, reloads.clone(), status.clone()))
+        .abort_handle();
     let shared = Arc::new(SharedWatch {
         key: key.clone(),
         updates: updates.clone(),
         task,
+        status: status.clone(),
         reloads,
     });
     registry.insert(key, Arc::downgrade(&shared));
     Ok(Resolution {
         updates,
         guard: shared,
+        status,
     })
 }
 
@@ -249,7 +257,31 @@ async fn connect(conf: &EtcdConf) -> Result<etcd_client::Client, String> {
         .with_require_leader(true);
     etcd_client::Client::connect(&conf.hosts, Some(options))
         .await
-        .map_err(|e| format!("cannot reach etcd at {}: {e}", conf.hosts.join(",")))
+        .map_err(|e| zrpc_core::etcd::describe(conf, &e))
+}
+
+/// Records `problem` as the resolver's status; logs it once (repeats of the same problem go to
+/// debug), saying that the last known endpoints are kept.
+fn report(status: &ResolverStatus, prefix: &str, problem: String) {
+    if status.set(Some(problem.clone())) {
+        tracing::warn!(
+            prefix,
+            "etcd resolver: {problem}; keeping the last known endpoints, retrying every ~1s"
+        );
+    } else {
+        tracing::debug!(prefix, "etcd resolver: still failing: {problem}");
+    }
+}
+
+/// After a successful read: no problem, or "no endpoints registered under key K" for an empty set.
+fn set_empty_status(status: &ResolverStatus, set: &EndpointSet, key: &str, hosts: &str) {
+    let problem = set
+        .by_value
+        .is_empty()
+        .then(|| format!("no endpoints registered under key {key:?} in etcd at {hosts}"));
+    if status.set(problem) && status.problem().is_none() {
+        tracing::info!(key, "etcd resolver: etcd answers again");
+    }
 }
 
 /// ~`BACKOFF` with ±20 % jitter, growing slowly (up to 2x) while failures repeat.
@@ -275,7 +307,8 @@ struct Position {
 }
 
 /// The shared watch task: runs until aborted (last guard dropped) or every receiver is gone.
-async fn run(conf: EtcdConf, tx: Sender, reloads: Arc<AtomicU64>) {
+async fn run(conf: EtcdConf, tx: Sender, reloads: Arc<AtomicU64>, status: ResolverStatus) {
+    let hosts = zrpc_core::etcd::hosts_label(&conf);
     let prefix = format!("{}/", conf.key);
     let mut set = EndpointSet::default();
     let mut client: Option<etcd_client::Client> = None;
@@ -298,12 +331,18 @@ async fn run(conf: EtcdConf, tx: Sender, reloads: Arc<AtomicU64>) {
                 Ok(Ok(c)) => client = Some(c),
                 Ok(Err(e)) => {
                     failures += 1;
-                    tracing::warn!(hosts = ?conf.hosts, error = %e, "etcd resolver: connect failed, keeping the last known endpoints");
+                    report(&status, &prefix, e);
                     continue;
                 }
                 Err(_) => {
                     failures += 1;
-                    tracing::warn!(hosts = ?conf.hosts, "etcd resolver: connect timed out, keeping the last known endpoints");
+                    report(
+                        &status,
+                        &prefix,
+                        format!(
+                            "etcd unreachable at {hosts}: no connection within {CONNECT_TIMEOUT:?}"
+                        ),
+                    );
                     continue;
                 }
             }
@@ -320,6 +359,7 @@ async fn run(conf: EtcdConf, tx: Sender, reloads: Arc<AtomicU64>) {
                         set.reload(resp.kvs().iter().map(|kv| (kv.key(), kv.value())));
                         reloads.fetch_add(1, Ordering::Relaxed);
                         publish(&tx, &set, &prefix);
+                        set_empty_status(&status, &set, &conf.key, &hosts);
                         let pos = Position {
                             revision: resp.header().map_or(0, |h| h.revision()),
                             cluster_id: resp.header().map_or(0, |h| h.cluster_id()),
@@ -329,14 +369,17 @@ async fn run(conf: EtcdConf, tx: Sender, reloads: Arc<AtomicU64>) {
                     }
                     Ok(Err(e)) => {
                         failures += 1;
-                        tracing::warn!(prefix, error = %e, "etcd resolver: get failed, keeping the last known endpoints");
+                        report(&status, &prefix, zrpc_core::etcd::describe(&conf, &e));
                         continue;
                     }
                     Err(_) => {
                         failures += 1;
-                        tracing::warn!(
-                            prefix,
-                            "etcd resolver: get timed out, keeping the last known endpoints"
+                        report(
+                            &status,
+                            &prefix,
+                            format!(
+                                "etcd unreachable at {hosts}: no answer to a get within {REQUEST_TIMEOUT:?}"
+                            ),
                         );
                         continue;
                     }
@@ -348,27 +391,25 @@ async fn run(conf: EtcdConf, tx: Sender, reloads: Arc<AtomicU64>) {
         let options = WatchOptions::new()
             .with_prefix()
             .with_start_revision(pos.revision + 1);
-        let stream = match tokio::time::timeout(
-            REQUEST_TIMEOUT,
-            c.watch(prefix.as_str(), Some(options)),
-        )
-        .await
-        {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => {
-                failures += 1;
-                tracing::warn!(prefix, error = %e, "etcd resolver: watch failed, keeping the last known endpoints");
-                continue;
-            }
-            Err(_) => {
-                failures += 1;
-                tracing::warn!(
-                    prefix,
-                    "etcd resolver: watch creation timed out, keeping the last known endpoints"
-                );
-                continue;
-            }
-        };
+        let stream =
+            match tokio::time::timeout(REQUEST_TIMEOUT, c.watch(prefix.as_str(), Some(options)))
+                .await
+            {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => {
+                    failures += 1;
+                    report(&status, &prefix, zrpc_core::etcd::describe(&conf, &e));
+                    continue;
+                }
+                Err(_) => {
+                    failures += 1;
+                    tracing::warn!(
+                        prefix,
+                        "etcd resolver: watch creation timed out, keeping the last known endpoints"
+                    );
+                    continue;
+                }
+            };
         // Keep the request half open: closing it would end the watch.
         let (_requests, mut responses) = stream.split();
         let mut pos = pos;
@@ -379,6 +420,7 @@ async fn run(conf: EtcdConf, tx: Sender, reloads: Arc<AtomicU64>) {
             &prefix,
             &mut failures,
             &mut pos,
+            &|set: &EndpointSet| set_empty_status(&status, set, &conf.key, &hosts),
         )
         .await;
         position = Some(pos);
@@ -405,6 +447,7 @@ async fn watch_loop(
     prefix: &str,
     failures: &mut u32,
     pos: &mut Position,
+    empty: &(dyn Fn(&EndpointSet) + Sync),
 ) -> WatchEnd {
     loop {
         let first = tokio::select! {
@@ -468,6 +511,7 @@ async fn watch_loop(
         // Events applied before a failure are real (they came from etcd, in order): publish them.
         if changed {
             publish(tx, set, prefix);
+            empty(set);
         }
         if let Some(end) = end {
             return end;

@@ -34,6 +34,61 @@ pub struct Resolution {
     pub updates: EndpointUpdates,
     /// Keeps the source alive (drop it to let the source stop).
     pub guard: Arc<dyn Any + Send + Sync>,
+    /// Why the source has no endpoints to give, if it knows (etcd unreachable, authentication
+    /// or TLS failure, DNS failure, an empty key); the client's errors quote it.
+    pub status: ResolverStatus,
+}
+
+/// What a resolver last reported about its source: `None` while it is fine.
+///
+/// Written by the resolver task on each failure and success; read by the client only on its
+/// error paths (no endpoint yet, an empty set, a blocking dial that gave up).
+#[derive(Debug, Clone)]
+pub struct ResolverStatus(Arc<watch::Sender<Option<Arc<str>>>>);
+
+impl Default for ResolverStatus {
+    fn default() -> Self {
+        Self(Arc::new(watch::channel(None).0))
+    }
+}
+
+impl ResolverStatus {
+    /// A status with no problem.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The current problem, if any.
+    #[must_use]
+    pub fn problem(&self) -> Option<Arc<str>> {
+        self.0.borrow().clone()
+    }
+
+    /// Reports `problem` (`None`: the source is fine again). Returns whether it changed.
+    pub fn set(&self, problem: Option<String>) -> bool {
+        self.0.send_if_modified(|cur| {
+            if cur.as_deref() == problem.as_deref() {
+                return false;
+            }
+            *cur = problem.map(Arc::from);
+            true
+        })
+    }
+
+    /// Waits until a problem is reported (at once if one is).
+    pub async fn failed(&self) -> Arc<str> {
+        let mut rx = self.0.subscribe();
+        loop {
+            if let Some(p) = rx.borrow_and_update().clone() {
+                return p;
+            }
+            // The sender lives in `self`: `changed` cannot fail while we hold `&self`.
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Resolution {
@@ -52,6 +107,7 @@ impl Resolution {
         Resolution {
             updates: rx,
             guard: Arc::new(tx),
+            status: ResolverStatus::default(),
         }
     }
 }
