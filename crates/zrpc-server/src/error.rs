@@ -30,6 +30,10 @@ pub enum Error {
     /// The gRPC transport failed while serving.
     #[error("grpc transport error: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// The etcd settings cannot work and retrying will not help (a malformed host, an
+    /// unreadable TLS file): the server refuses to start instead of retrying forever.
+    #[error("etcd registration: {0}")]
+    Etcd(#[from] zrpc_core::etcd::EtcdError),
     /// A token store could not answer (auth).
     #[error("token store: {0}")]
     TokenStore(String),
@@ -39,7 +43,7 @@ impl From<Error> for tonic::Status {
     fn from(e: Error) -> Self {
         match e {
             Error::TokenStore(_) => tonic::Status::internal(e.to_string()),
-            Error::Conf(_) | Error::Reflection(_) => {
+            Error::Conf(_) | Error::Reflection(_) | Error::Etcd(_) => {
                 tonic::Status::failed_precondition(e.to_string())
             }
             _ => tonic::Status::unavailable(e.to_string()),

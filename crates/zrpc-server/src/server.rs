@@ -91,6 +91,7 @@ impl Server {
     /// [`Error::Conf`] when the config does not validate.
     pub fn new(conf: RpcServerConf) -> Result<Server, Error> {
         conf.validate()?;
+        crate::registry::check(&conf)?;
         let token_store = conf.auth.then(|| {
             Arc::new(StaticTokens::new(
                 conf.auth_tokens

@@ -14,6 +14,18 @@ mod publisher;
 pub use advertise::{POD_IP_ENV, advertise_addr};
 pub use publisher::{Publisher, RETRY_INTERVAL, RegistrationState, STOP_TIMEOUT, TIME_TO_LIVE};
 
+/// Checks the etcd settings of `conf` for what retrying cannot heal (malformed hosts, unreadable
+/// TLS files), so the server fails at start; reachability is retried by [`Publisher`].
+///
+/// # Errors
+/// [`crate::Error::Etcd`] naming the host or file.
+pub fn check(conf: &crate::conf::RpcServerConf) -> Result<(), crate::Error> {
+    if conf.etcd.has_etcd() {
+        zrpc_core::etcd::check(&conf.etcd)?;
+    }
+    Ok(())
+}
+
 /// Starts the registration of a server bound to `bound` when its config has `Etcd.Hosts` and
 /// `Etcd.Key` (the lifecycle calls this once health is SERVING). The published value is
 /// [`advertise_addr`]`(ListenOn, bound, AdvertiseAddr)`.
@@ -27,4 +39,34 @@ pub fn register(
     let value = advertise_addr(&conf.listen_on, bound, conf.advertise_addr.as_deref());
     tracing::info!(target: "zrpc::server", key = %conf.etcd.key, %value, "registering in etcd");
     Some(Publisher::spawn(conf.etcd.clone(), value))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use zrpc_core::conf::EtcdConf;
+
+    use crate::conf::RpcServerConf;
+
+    fn conf(etcd: EtcdConf) -> RpcServerConf {
+        let mut c = RpcServerConf::new("check.rpc", "127.0.0.1:0");
+        c.etcd = etcd;
+        c
+    }
+
+    #[test]
+    fn config_errors_that_cannot_heal_fail_at_start() {
+        let e = crate::Server::new(conf(EtcdConf::new(["etcd-1"], "k")))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("Etcd.Hosts") && e.contains("etcd-1"), "{e}");
+        let mut etcd = EtcdConf::new(["127.0.0.1:2379"], "k");
+        etcd.cert_file = "/nonexistent/zrpc-cert.pem".into();
+        etcd.cert_key_file = "/nonexistent/zrpc-key.pem".into();
+        etcd.ca_cert_file = "/nonexistent/zrpc-ca.pem".into();
+        let e = crate::Server::new(conf(etcd)).unwrap_err().to_string();
+        assert!(e.contains("zrpc-cert.pem"), "{e}");
+        // Reachability is not checked here: it can heal, the publisher retries it.
+        crate::Server::new(conf(EtcdConf::new(["127.0.0.1:1"], "k"))).unwrap();
+    }
 }
