@@ -9,6 +9,7 @@ mod discovery;
 mod registration;
 mod server_auth;
 mod server_breaker;
+mod server_breaker_poisoning;
 mod server_lifecycle;
 mod server_metrics;
 mod server_recover;
