@@ -2,6 +2,7 @@
 mod client_balance;
 mod client_breaker;
 mod client_calls;
+mod client_errors;
 mod client_failover;
 mod client_support;
 mod config;
