@@ -215,3 +215,30 @@ async fn handler_failures_still_open_the_breaker() {
     );
     srv.shutdown().await.expect("clean shutdown");
 }
+
+#[tokio::test]
+async fn handler_panics_open_the_breaker() {
+    // The recover layer drops a panicking handler, which looks like a cancellation; it is still
+    // the server's failure.
+    let srv = start_server(test_conf("poison.panic.rpc"), TestGreeter::new()).await;
+    let ch = srv.channel().await;
+    let mut c = zrpc_tests::pb::greeter_client::GreeterClient::new(ch.clone());
+    for _ in 0..100 {
+        let e = c
+            .say_hello(HelloRequest {
+                name: "panic".into(),
+            })
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e.code(), Code::Internal | Code::Unavailable),
+            "{e:?}"
+        );
+    }
+    let open = unary_rejections(&ch, None).await;
+    assert!(
+        open > 0,
+        "the breaker never opened after 100 handler panics"
+    );
+    srv.shutdown().await.expect("clean shutdown");
+}
