@@ -13,12 +13,16 @@
 //!
 //! ```text
 //! cargo build --release -p zrpc-tests --bin authority_cost
-//! taskset -c 0 target/release/authority_cost --rounds 5 --seconds 5 \
+//! taskset -c 0 target/release/authority_cost --rounds 5 --requests 150000 --seconds 5 \
 //!     [--gz-client interop/gozero/bin/gz-client]
 //! ```
 //!
 //! The servers run on one tokio worker (pin the process to one CPU with `taskset`); `h2load`
-//! (`-t 1 -c 10 -m 50`) and gz-client run on CPU 1 when `taskset` exists.
+//! (`-t 1 -c 10 -m 50`, a fixed `--requests` count) and gz-client run on CPU 1 when `taskset`
+//! exists. Each run reports the clients' throughput and the **server's CPU time per request**
+//! (this process's threads, from `/proc/self/task/*/schedstat`), which the load of other jobs on
+//! a shared machine disturbs far less than throughput; the ratios are medians of the per-round
+//! ratios (each round's two runs are adjacent in time).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
@@ -52,11 +56,32 @@ fn on_cpu1(program: &str) -> Command {
     }
 }
 
-/// One h2load run: requests/s (all requests must succeed with HTTP 200).
-fn h2load(addr: SocketAddr, authority: &str, seconds: u64, body: &std::path::Path) -> f64 {
+/// CPU time of this process so far (all threads), in nanoseconds.
+fn cpu_ns() -> u64 {
+    std::fs::read_dir("/proc/self/task")
+        .map(|tasks| {
+            tasks
+                .flatten()
+                .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+                .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// One measured run: the client's throughput (per second) and the server's CPU per request (µs).
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    rate: f64,
+    cpu_us: f64,
+}
+
+/// One h2load run of `requests` requests (all must succeed with HTTP 200).
+fn h2load(addr: SocketAddr, authority: &str, requests: u64, body: &std::path::Path) -> Run {
+    let cpu0 = cpu_ns();
     let out = on_cpu1("h2load")
-        .args(["-t", "1", "-c", "10", "-m", "50", "--warm-up-time", "1"])
-        .args(["-D", &seconds.to_string()])
+        .args(["-t", "1", "-c", "10", "-m", "50"])
+        .args(["-n", &requests.to_string()])
         .arg("-d")
         .arg(body)
         .args(["-H", "content-type: application/grpc", "-H", "te: trailers"])
@@ -71,28 +96,32 @@ fn h2load(addr: SocketAddr, authority: &str, seconds: u64, body: &std::path::Pat
             .unwrap_or_else(|| panic!("no `{prefix}` in h2load output:\n{text}"))
             .to_owned()
     };
-    let requests = line("requests:");
+    let done = line("requests:");
     assert!(
-        requests.contains(" 0 failed, 0 errored"),
-        "h2load saw failures: {requests}"
+        done.contains(" 0 failed, 0 errored"),
+        "h2load saw failures: {done}"
     );
     let codes = line("status codes:");
     assert!(
         codes.contains(" 0 4xx, 0 5xx"),
         "h2load saw errors: {codes}"
     );
+    #[allow(clippy::cast_precision_loss)]
+    let cpu_us = (cpu_ns() - cpu0) as f64 / 1000.0 / requests as f64;
     // "finished in 5.00s, 12345.67 req/s, 1.2MB/s"
     let finished = line("finished in");
-    finished
+    let rate = finished
         .split(", ")
         .nth(1)
         .and_then(|s| s.strip_suffix(" req/s"))
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("cannot read req/s from `{finished}`"))
+        .unwrap_or_else(|| panic!("cannot read req/s from `{finished}`"));
+    Run { rate, cpu_us }
 }
 
-/// One gz-client run over `endpoints`: calls/s (every call must succeed).
-fn gz_client(bin: &str, endpoints: &[String], seconds: u64, dir: &std::path::Path) -> f64 {
+/// One gz-client run over `endpoints` (every call must succeed).
+fn gz_client(bin: &str, endpoints: &[String], seconds: u64, dir: &std::path::Path) -> Run {
+    let cpu0 = cpu_ns();
     let conf = dir.join("gz-client.yaml");
     let list: String = endpoints.iter().map(|e| format!("    - {e}\n")).collect();
     std::fs::write(
@@ -113,18 +142,40 @@ fn gz_client(bin: &str, endpoints: &[String], seconds: u64, dir: &std::path::Pat
         .and_then(|l| serde_json::from_str(l).ok())
         .unwrap_or_else(|| panic!("no gz-client summary in:\n{text}"));
     assert_eq!(summary["failed"], 0, "gz-client failures: {summary}");
-    summary["calls"].as_f64().unwrap() / (summary["elapsed_ms"].as_f64().unwrap() / 1000.0)
+    let calls = summary["calls"].as_f64().unwrap();
+    #[allow(clippy::cast_precision_loss)]
+    let cpu_us = (cpu_ns() - cpu0) as f64 / 1000.0 / calls;
+    Run {
+        rate: calls / (summary["elapsed_ms"].as_f64().unwrap() / 1000.0),
+        cpu_us,
+    }
 }
 
-fn report(label: &str, a_name: &str, a: &[f64], b_name: &str, b: &[f64]) {
-    let (ma, mb) = (median(a.to_vec()), median(b.to_vec()));
+fn report(label: &str, a_name: &str, a: &[Run], b_name: &str, b: &[Run]) {
+    let rates = |v: &[Run]| v.iter().map(|r| r.rate).collect::<Vec<_>>();
+    let cpus = |v: &[Run]| v.iter().map(|r| r.cpu_us).collect::<Vec<_>>();
+    let rate_ratio = median(a.iter().zip(b).map(|(x, y)| y.rate / x.rate).collect());
+    let cpu_ratio = median(a.iter().zip(b).map(|(x, y)| y.cpu_us / x.cpu_us).collect());
+    println!("{label}: {b_name} vs {a_name}");
     println!(
-        "{label}: {a_name} {ma:.0}/s, {b_name} {mb:.0}/s, ratio {:.3} ({:+.1}%)\n  runs {a_name}: {:?}\n  runs {b_name}: {:?}",
-        mb / ma,
-        (mb / ma - 1.0) * 100.0,
-        a.iter().map(|x| x.round()).collect::<Vec<_>>(),
-        b.iter().map(|x| x.round()).collect::<Vec<_>>(),
+        "  throughput  median {a_name} {:.0}/s, {b_name} {:.0}/s; median per-round ratio {rate_ratio:.3} ({:+.1}%)",
+        median(rates(a)),
+        median(rates(b)),
+        (rate_ratio - 1.0) * 100.0
     );
+    println!(
+        "  server CPU  median {a_name} {:.2} us/req, {b_name} {:.2} us/req; median per-round ratio {cpu_ratio:.3} ({:+.1}%)",
+        median(cpus(a)),
+        median(cpus(b)),
+        (cpu_ratio - 1.0) * 100.0
+    );
+    let fmt = |v: &[Run]| {
+        v.iter()
+            .map(|r| format!("{:.0}/s {:.2}us", r.rate, r.cpu_us))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!("  runs {a_name}: {}\n  runs {b_name}: {}", fmt(a), fmt(b));
 }
 
 fn main() {
@@ -134,12 +185,35 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(run());
+    match arg("--serve") {
+        Some(mode) => rt.block_on(serve_only(&mode)),
+        None => rt.block_on(run()),
+    }
+}
+
+/// `--serve on|off --exit-after N`: one server (repair on or off) that prints `listening ADDR`
+/// and exits once N calls have finished; for `scripts/bench_authority.sh`, which runs it under
+/// valgrind to count the instructions per request (a figure machine noise cannot move).
+async fn serve_only(mode: &str) {
+    let exit_after: u64 = arg("--exit-after").map_or(1000, |n| n.parse().unwrap());
+    let greeter = TestGreeter::new();
+    let conf = test_conf("authority-bench.rpc").with_cpu_threshold(0);
+    let repair = mode == "on";
+    let server = start_server_with(conf, greeter.clone(), move |s| {
+        s.cpu_usage(std::sync::Arc::new(FixedCpu::new(0)))
+            .authority_repair(repair)
+    })
+    .await;
+    println!("listening {}", server.addr);
+    while greeter.finished() < exit_after {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 async fn run() {
     let rounds: usize = arg("--rounds").map_or(5, |r| r.parse().unwrap());
     let seconds: u64 = arg("--seconds").map_or(5, |s| s.parse().unwrap());
+    let requests: u64 = arg("--requests").map_or(150_000, |s| s.parse().unwrap());
     let gz = arg("--gz-client");
     let dir = tempfile::tempdir().unwrap();
     let body = dir.path().join("hello.bin");
@@ -157,7 +231,9 @@ async fn run() {
     let on = start(true).await;
     let off = start(false).await;
     let multi = format!("127.0.0.1:{0},127.0.0.1:{0}", on.addr.port());
-    println!("{rounds} alternating rounds of {seconds} s, h2load -t 1 -c 10 -m 50");
+    println!(
+        "{rounds} alternating rounds: h2load -t 1 -c 10 -m 50 -n {requests}; gz-client -c 50 for {seconds} s"
+    );
 
     let (mut with, mut without) = (Vec::new(), Vec::new());
     let (mut single_host, mut two_hosts) = (Vec::new(), Vec::new());
@@ -165,16 +241,16 @@ async fn run() {
         let flip = round % 2 == 1;
         for pass in 0..2 {
             if (pass == 0) != flip {
-                with.push(h2load(on.addr, &on.addr.to_string(), seconds, &body));
+                with.push(h2load(on.addr, &on.addr.to_string(), requests, &body));
             } else {
-                without.push(h2load(off.addr, &off.addr.to_string(), seconds, &body));
+                without.push(h2load(off.addr, &off.addr.to_string(), requests, &body));
             }
         }
         for pass in 0..2 {
             if (pass == 0) != flip {
-                single_host.push(h2load(on.addr, &on.addr.to_string(), seconds, &body));
+                single_host.push(h2load(on.addr, &on.addr.to_string(), requests, &body));
             } else {
-                two_hosts.push(h2load(on.addr, &multi, seconds, &body));
+                two_hosts.push(h2load(on.addr, &multi, requests, &body));
             }
         }
     }
