@@ -14,6 +14,7 @@ mod ignored;
 mod log;
 mod redis;
 mod service;
+mod transport;
 
 pub use ignored::IgnoredKey;
 pub use log::{LogConf, LogFieldKeys};
@@ -22,14 +23,15 @@ pub use service::{
     DevServerConf, ProfileTypeConf, ProfilingConf, PrometheusConf, ServiceMode, ShutdownConf,
     TelemetryConf,
 };
+pub use transport::TransportConf;
 
 /// The server config (go-zero `zrpc.RpcServerConf`).
 ///
 /// The `ServiceConf` keys (`Name`, `Mode`, `Log`, `Telemetry`, `DevServer`, `Shutdown`,
 /// `Prometheus`, `MetricsUrl`, `Profiling`) sit at the top level, as go-zero embeds them.
 ///
-/// zrpc additions (not in go-zero): `AdvertiseAddr`, `Reflection`, `AuthTokens`, and
-/// `Middlewares.StatConf.LogRequestContent`.
+/// zrpc additions (not in go-zero): `AdvertiseAddr`, `Reflection`, `AuthTokens`,
+/// `Middlewares.StatConf.LogRequestContent` and the `Transport` block.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
 #[non_exhaustive]
@@ -83,6 +85,9 @@ pub struct RpcServerConf {
     pub middlewares: ServerMiddlewaresConf,
     /// Per-method timeout overrides.
     pub method_timeouts: Vec<MethodTimeoutConf>,
+    /// zrpc addition: HTTP/2 and connection limits (streams per connection, handshake and
+    /// idle timeouts, keepalive, connection age, connection cap).
+    pub transport: TransportConf,
 }
 
 impl Default for RpcServerConf {
@@ -110,6 +115,7 @@ impl Default for RpcServerConf {
             reflection: false,
             middlewares: ServerMiddlewaresConf::default(),
             method_timeouts: Vec::new(),
+            transport: TransportConf::default(),
         }
     }
 }
@@ -215,6 +221,13 @@ impl RpcServerConf {
         self
     }
 
+    /// Sets the `Transport` block (default: see [`TransportConf`]).
+    #[must_use]
+    pub fn with_transport(mut self, transport: TransportConf) -> Self {
+        self.transport = transport;
+        self
+    }
+
     /// The server registers in etcd (go-zero `HasEtcd`: `Etcd.Hosts` and `Etcd.Key` set).
     pub fn has_etcd(&self) -> bool {
         self.etcd.has_etcd()
@@ -285,6 +298,7 @@ impl Validate for RpcServerConf {
             }
         }
         self.log.validate()?;
+        self.transport.validate()?;
         if let Some(t) = &self.telemetry {
             t.validate()?;
         }

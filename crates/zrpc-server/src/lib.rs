@@ -19,6 +19,7 @@ mod server;
 mod shedding_glue;
 pub mod shutdown;
 pub mod telemetry;
+mod transport;
 
 pub use authority::original_authority;
 pub use conf::RpcServerConf;

@@ -13,7 +13,6 @@ use tokio::time::Instant;
 use tonic::body::Body;
 use tonic::server::NamedService;
 use tonic::service::{Routes, RoutesBuilder};
-use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 use tower::ServiceBuilder;
 use tower_layer::{Identity, Layer, Stack};
@@ -21,7 +20,6 @@ use tower_service::Service;
 use zrpc_core::breaker::BreakerRegistry;
 use zrpc_core::conf::Validate;
 
-use crate::authority::AuthorityFix;
 use crate::conf::RpcServerConf;
 use crate::error::Error;
 use crate::handle::{HandleParts, Phase, ServerHandle};
@@ -368,8 +366,11 @@ where
         // The chain, go-zero order (outer -> inner) but for auth, which runs before the
         // breaker and the shedder so unauthenticated callers cannot move them; `facts` tells
         // them which failures the caller caused (`layers/mod.rs`, docs/middleware.md).
+        // Outside it all: per-connection call counting and 415 for non-gRPC requests.
         let mw = &conf.middlewares;
+        let accept = crate::transport::accept_settings(&conf.transport, authority_repair);
         let chain = ServiceBuilder::new()
+            .layer(crate::transport::outer_layers(&accept))
             .layer(FactsLayer::new(mw.breaker || shedder.is_some()))
             .layer(TraceLayer::new(mw.trace))
             .layer(RecoverLayer::new(mw.recover))
@@ -447,23 +448,18 @@ where
 
         let _gauges_guard = GaugesGuard(shedder_gauges);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        // Every connection is read through the `:authority` repair for grpc-go's multi-host
-        // targets (`crate::authority`); it steps aside after the first header block of any
-        // client that does not need it.
-        let incoming = tokio_stream::StreamExt::map(
-            TcpIncoming::from(listener).with_nodelay(Some(true)),
-            |conn| {
-                conn.map(|stream| {
-                    let addrs = stream.local_addr().ok().zip(stream.peer_addr().ok());
-                    AuthorityFix::new(stream, addrs, authority_repair)
-                })
-            },
-        );
-        let server = tonic::transport::Server::builder()
-            .layer(chain)
-            .serve_with_incoming_shutdown(routes, incoming, async move {
-                let _ = stop_rx.await;
-            });
+        // zrpc's accept loop (`crate::transport`): back-off on accept errors, the connection
+        // cap, TCP_NODELAY; each connection is read through the `:authority` repair for
+        // grpc-go's multi-host targets (`crate::authority`, innermost; it steps aside after the
+        // first header block of any client that does not need it) and under the handshake,
+        // idle and age deadlines.
+        let incoming = crate::transport::incoming(listener, accept);
+        let server =
+            crate::transport::configure(tonic::transport::Server::builder(), &conf.transport)
+                .layer(chain)
+                .serve_with_incoming_shutdown(routes, incoming, async move {
+                    let _ = stop_rx.await;
+                });
         let mut server = std::pin::pin!(server);
 
         if let Some(h) = &health {

@@ -1,0 +1,132 @@
+//! `Transport`: zrpc's HTTP/2 and connection limits (a zrpc addition; go-zero has no such
+//! block and leaves grpc-go's defaults in place). Every key is documented in
+//! `docs/configuration.md` and `docs/security.md`.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use zrpc_core::conf::{ConfError, Validate, duration};
+
+/// HTTP/2 and connection limits of the server (`Transport:` block, a zrpc addition).
+///
+/// Defaults protect against hostile clients without touching well-behaved ones: grpc-go
+/// and tonic clients queue calls beyond `MaxConcurrentStreams` instead of failing them, the
+/// server pings only every 2 hours (grpc's default), and no connection that completed its
+/// handshake is ever closed unless `MaxConnectionAge` or `MaxConnectionIdle` is set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct TransportConf {
+    /// SETTINGS_MAX_CONCURRENT_STREAMS advertised to every client (default 1000, at least 1).
+    pub max_concurrent_streams: u32,
+    /// Time a new connection has to send the HTTP/2 preface and its first SETTINGS frame
+    /// before it is closed (default 10s; 0 = no limit).
+    #[serde(with = "duration")]
+    pub handshake_timeout: Duration,
+    /// Interval of the server's HTTP/2 keepalive pings (default 2h, grpc's; 0 = none).
+    #[serde(with = "duration")]
+    pub keepalive_time: Duration,
+    /// A connection whose keepalive ping is not acknowledged within this is closed
+    /// (default 20s, grpc's).
+    #[serde(with = "duration")]
+    pub keepalive_timeout: Duration,
+    /// After this, a connection is sent GOAWAY so its client reconnects (and rebalances)
+    /// (default 0 = never).
+    #[serde(with = "duration")]
+    pub max_connection_age: Duration,
+    /// After `MaxConnectionAge`, calls still open get this long before the connection is
+    /// closed (default 0 = wait for them; needs `MaxConnectionAge`).
+    #[serde(with = "duration")]
+    pub max_connection_age_grace: Duration,
+    /// A connection with no call open for this long is closed (default 0 = never).
+    #[serde(with = "duration")]
+    pub max_connection_idle: Duration,
+    /// At most this many connections at once; more are accepted and closed at once
+    /// (default 0 = no cap).
+    pub max_connections: usize,
+}
+
+impl Default for TransportConf {
+    fn default() -> Self {
+        TransportConf {
+            max_concurrent_streams: 1000,
+            handshake_timeout: Duration::from_secs(10),
+            keepalive_time: Duration::from_secs(2 * 60 * 60),
+            keepalive_timeout: Duration::from_secs(20),
+            max_connection_age: Duration::ZERO,
+            max_connection_age_grace: Duration::ZERO,
+            max_connection_idle: Duration::ZERO,
+            max_connections: 0,
+        }
+    }
+}
+
+fn some(d: Duration) -> Option<Duration> {
+    (!d.is_zero()).then_some(d)
+}
+
+impl TransportConf {
+    /// `HandshakeTimeout`, `None` when 0.
+    pub fn handshake_timeout(&self) -> Option<Duration> {
+        some(self.handshake_timeout)
+    }
+
+    /// `KeepaliveTime`, `None` when 0.
+    pub fn keepalive_time(&self) -> Option<Duration> {
+        some(self.keepalive_time)
+    }
+
+    /// `MaxConnectionAge`, `None` when 0.
+    pub fn max_connection_age(&self) -> Option<Duration> {
+        some(self.max_connection_age)
+    }
+
+    /// `MaxConnectionAgeGrace`, `None` when 0 or when `MaxConnectionAge` is not set.
+    pub fn max_connection_age_grace(&self) -> Option<Duration> {
+        self.max_connection_age()
+            .and_then(|_| some(self.max_connection_age_grace))
+    }
+
+    /// `MaxConnectionIdle`, `None` when 0.
+    pub fn max_connection_idle(&self) -> Option<Duration> {
+        some(self.max_connection_idle)
+    }
+
+    /// `MaxConnections`, `None` when 0.
+    pub fn max_connections(&self) -> Option<usize> {
+        (self.max_connections > 0).then_some(self.max_connections)
+    }
+}
+
+impl Validate for TransportConf {
+    fn validate(&self) -> Result<(), ConfError> {
+        if self.max_concurrent_streams == 0 {
+            return Err(ConfError::invalid(
+                "Transport.MaxConcurrentStreams",
+                "0 would refuse every call; use at least 1 (default 1000)",
+            ));
+        }
+        if self.keepalive_time().is_some() && self.keepalive_timeout.is_zero() {
+            return Err(ConfError::invalid(
+                "Transport.KeepaliveTimeout",
+                "must be positive while KeepaliveTime is set (default 20s)",
+            ));
+        }
+        if !self.keepalive_time.is_zero() && self.keepalive_time < Duration::from_secs(1) {
+            return Err(ConfError::invalid(
+                "Transport.KeepaliveTime",
+                format!(
+                    "{:?} is below 1s; pings that often only cost CPU (default 2h)",
+                    self.keepalive_time
+                ),
+            ));
+        }
+        if !self.max_connection_age_grace.is_zero() && self.max_connection_age.is_zero() {
+            return Err(ConfError::invalid(
+                "Transport.MaxConnectionAgeGrace",
+                "needs Transport.MaxConnectionAge",
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,279 @@
+//! [`Guarded`]: an accepted connection with its deadlines, outside the `:authority` repair
+//! (`AuthorityFix` stays the innermost wrapper around the `TcpStream`).
+//!
+//! h2 always has a read pending on a live connection, so the deadlines are checked in
+//! `poll_read`: when one passes, the read fails and hyper drops the connection.
+//!
+//! - **Handshake**: until the client has sent the 24-octet preface and a whole first frame
+//!   (its SETTINGS), the connection must make it by `HandshakeTimeout`. This closes idle
+//!   TCP connections and slowloris preface senders, which h2 would otherwise hold forever.
+//! - **Idle** (`MaxConnectionIdle`): no call open for that long (the count is kept by
+//!   [`StreamCountLayer`](super::StreamCountLayer)).
+//! - **Age grace**: `MaxConnectionAge + MaxConnectionAgeGrace` after accept, whatever is
+//!   still open. (GOAWAY at `MaxConnectionAge` itself is tonic's; tonic's own grace timer
+//!   would skip that GOAWAY, so zrpc keeps the grace here.)
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::{Instant, Sleep};
+use tonic::transport::server::Connected;
+
+use super::streams::ConnEntry;
+
+/// Client connection preface (RFC 9113 §3.4).
+const PREFACE_LEN: usize = 24;
+/// HTTP/2 frame header.
+const FRAME_HEADER_LEN: usize = 9;
+
+/// Deadlines and limits applied to every accepted connection.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ConnLimits {
+    pub(crate) handshake_timeout: Option<Duration>,
+    pub(crate) idle: Option<Duration>,
+    /// `MaxConnectionAge + MaxConnectionAgeGrace`.
+    pub(crate) hard_age: Option<Duration>,
+}
+
+/// An accepted connection under [`ConnLimits`]; holds its connection-cap permit and its
+/// entry in the per-connection call count until dropped.
+#[derive(Debug)]
+pub(crate) struct Guarded<T> {
+    inner: T,
+    handshake: Option<Handshake>,
+    hard_deadline: Option<Pin<Box<Sleep>>>,
+    idle: Option<Idle>,
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+#[derive(Debug)]
+struct Handshake {
+    timeout: Duration,
+    sleep: Pin<Box<Sleep>>,
+    seen: usize,
+    header: [u8; FRAME_HEADER_LEN],
+    /// Octets the preface plus the first frame take, once its header is known.
+    needed: Option<usize>,
+}
+
+impl Handshake {
+    /// Feeds octets read; true once the preface and the first frame are complete.
+    fn feed(&mut self, data: &[u8]) -> bool {
+        for &b in data {
+            let at = self.seen;
+            self.seen += 1;
+            if (PREFACE_LEN..PREFACE_LEN + FRAME_HEADER_LEN).contains(&at) {
+                self.header[at - PREFACE_LEN] = b;
+                if at + 1 == PREFACE_LEN + FRAME_HEADER_LEN {
+                    let len =
+                        u32::from_be_bytes([0, self.header[0], self.header[1], self.header[2]]);
+                    self.needed = Some(PREFACE_LEN + FRAME_HEADER_LEN + len as usize);
+                }
+            }
+            if self.needed.is_some_and(|n| self.seen >= n) {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+#[derive(Debug)]
+struct Idle {
+    timeout: Duration,
+    entry: ConnEntry,
+    sleep: Pin<Box<Sleep>>,
+}
+
+impl<T> Guarded<T> {
+    /// Wraps `inner`, starting its clocks now.
+    pub(crate) fn new(
+        inner: T,
+        limits: ConnLimits,
+        permit: Option<OwnedSemaphorePermit>,
+        entry: Option<ConnEntry>,
+    ) -> Self {
+        let now = Instant::now();
+        Guarded {
+            inner,
+            handshake: limits.handshake_timeout.map(|timeout| Handshake {
+                timeout,
+                sleep: Box::pin(tokio::time::sleep_until(now + timeout)),
+                seen: 0,
+                header: [0; FRAME_HEADER_LEN],
+                needed: None,
+            }),
+            hard_deadline: limits
+                .hard_age
+                .map(|age| Box::pin(tokio::time::sleep_until(now + age))),
+            idle: limits.idle.zip(entry).map(|(timeout, entry)| Idle {
+                timeout,
+                entry,
+                sleep: Box::pin(tokio::time::sleep_until(now + timeout)),
+            }),
+            _permit: permit,
+        }
+    }
+
+    /// Checks every deadline; `Err` once one has passed.
+    fn check(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        if let Some(h) = &mut self.handshake
+            && h.sleep.as_mut().poll(cx).is_ready()
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "no HTTP/2 preface and SETTINGS within Transport.HandshakeTimeout ({:?})",
+                    h.timeout
+                ),
+            ));
+        }
+        if let Some(d) = &mut self.hard_deadline
+            && d.as_mut().poll(cx).is_ready()
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "Transport.MaxConnectionAge + MaxConnectionAgeGrace reached",
+            ));
+        }
+        if let Some(idle) = &mut self.idle {
+            while idle.sleep.as_mut().poll(cx).is_ready() {
+                let now = Instant::now();
+                match idle.entry.idle_since() {
+                    Some(since) if now.saturating_duration_since(since) >= idle.timeout => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            format!(
+                                "no call for Transport.MaxConnectionIdle ({:?})",
+                                idle.timeout
+                            ),
+                        ));
+                    }
+                    Some(since) => idle.sleep.as_mut().reset(since + idle.timeout),
+                    None => idle.sleep.as_mut().reset(now + idle.timeout),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+use std::future::Future as _;
+
+impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if let Err(e) = this.check(cx) {
+            tracing::debug!(target: "zrpc::server", "closing connection: {e}");
+            return Poll::Ready(Err(e));
+        }
+        let before = buf.filled().len();
+        let res = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if let (Poll::Ready(Ok(())), Some(h)) = (&res, &mut this.handshake)
+            && h.feed(&buf.filled()[before..])
+        {
+            this.handshake = None;
+        }
+        res
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+impl<T: Connected> Connected for Guarded<T> {
+    type ConnectInfo = T::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn handshake() -> Handshake {
+        Handshake {
+            timeout: Duration::from_secs(1),
+            sleep: Box::pin(tokio::time::sleep(Duration::from_secs(1))),
+            seen: 0,
+            header: [0; FRAME_HEADER_LEN],
+            needed: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn handshake_completes_after_preface_and_first_frame_octet_by_octet() {
+        let mut wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        wire.extend_from_slice(&[0, 0, 6, 4, 0, 0, 0, 0, 0]);
+        wire.extend_from_slice(&[0, 3, 0, 0, 0, 100]);
+        let mut h = handshake();
+        let (last, rest) = wire.split_last().unwrap();
+        for b in rest {
+            assert!(!h.feed(std::slice::from_ref(b)));
+        }
+        assert!(h.feed(std::slice::from_ref(last)));
+    }
+
+    #[tokio::test]
+    async fn handshake_with_empty_settings_completes_in_one_read() {
+        let mut wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        wire.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+        assert!(handshake().feed(&wire));
+        assert!(!handshake().feed(&wire[..wire.len() - 1]));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_connection_fails_its_read_at_the_handshake_timeout() {
+        use tokio::io::AsyncReadExt;
+        let (client, server) = tokio::io::duplex(64);
+        let limits = ConnLimits {
+            handshake_timeout: Some(Duration::from_secs(10)),
+            ..ConnLimits::default()
+        };
+        let mut g = Guarded::new(server, limits, None, None);
+        let started = Instant::now();
+        let mut buf = [0u8; 8];
+        let err = g.read(&mut buf).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), Duration::from_secs(10));
+        drop(client);
+    }
+}

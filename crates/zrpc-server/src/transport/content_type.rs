@@ -1,0 +1,135 @@
+//! HTTP 415 for requests whose `content-type` is not `application/grpc*`.
+//!
+//! The gRPC over HTTP/2 spec: "If Content-Type does not begin with `application/grpc`, gRPC
+//! servers SHOULD respond with HTTP status of 415 (Unsupported Media Type). This will prevent
+//! other HTTP/2 clients from interpreting a gRPC error response, which uses status 200 (OK),
+//! as successful." Like grpc-go, the 415 also carries `grpc-status: 3` (InvalidArgument) and a
+//! `grpc-message` naming the content-type, for gRPC clients that look only at those.
+
+use std::task::{Context, Poll};
+
+use futures_util::future::{Either, Ready, ready};
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use tower_layer::Layer;
+use tower_service::Service;
+
+/// Answers 415 to requests that are not gRPC (see the module docs).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ContentTypeLayer;
+
+impl<S> Layer<S> for ContentTypeLayer {
+    type Service = ContentType<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        ContentType { inner }
+    }
+}
+
+/// The service of [`ContentTypeLayer`].
+#[derive(Debug, Clone)]
+pub(crate) struct ContentType<S> {
+    inner: S,
+}
+
+fn is_grpc(value: Option<&HeaderValue>) -> bool {
+    value.is_some_and(|v| {
+        let v = v.as_bytes();
+        v.len() >= 16
+            && v[..16].eq_ignore_ascii_case(b"application/grpc")
+            && matches!(v.get(16), None | Some(b'+' | b';'))
+    })
+}
+
+fn unsupported<B: Default>(value: Option<&HeaderValue>) -> Response<B> {
+    let shown = value.map_or_else(
+        || "none".to_owned(),
+        |v| String::from_utf8_lossy(v.as_bytes()).into_owned(),
+    );
+    let message = format!("invalid gRPC request content-type {shown:?}");
+    let mut res = Response::new(B::default());
+    *res.status_mut() = StatusCode::UNSUPPORTED_MEDIA_TYPE;
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    h.insert("grpc-status", HeaderValue::from_static("3"));
+    if let Ok(v) = HeaderValue::from_str(&percent_encode(&message)) {
+        h.insert("grpc-message", v);
+    }
+    res
+}
+
+/// grpc-message's percent-encoding (printable ASCII but `%` passes).
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if (0x20..0x7f).contains(&b) && b != b'%' {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+impl<S, B, ResBody> Service<Request<B>> for ContentType<S>
+where
+    S: Service<Request<B>, Response = Response<ResBody>>,
+    ResBody: Default,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = Either<Ready<Result<Response<ResBody>, S::Error>>, S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let value = req.headers().get(header::CONTENT_TYPE);
+        if is_grpc(value) {
+            Either::Right(self.inner.call(req))
+        } else {
+            Either::Left(ready(Ok(unsupported(value))))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognises_grpc_content_types() {
+        for ok in [
+            "application/grpc",
+            "application/grpc+proto",
+            "Application/GRPC+json",
+            "application/grpc;charset=utf-8",
+        ] {
+            assert!(is_grpc(Some(&HeaderValue::from_static(ok))), "{ok}");
+        }
+        for bad in [
+            "application/json",
+            "application/grpcx",
+            "text/plain",
+            "application/grp",
+        ] {
+            assert!(!is_grpc(Some(&HeaderValue::from_static(bad))), "{bad}");
+        }
+        assert!(!is_grpc(None));
+    }
+
+    #[test]
+    fn unsupported_answer_is_415_with_invalid_argument() {
+        let res: Response<String> =
+            unsupported(Some(&HeaderValue::from_static("application/json")));
+        assert_eq!(res.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        assert_eq!(res.headers()["grpc-status"], "3");
+        assert_eq!(
+            res.headers()["grpc-message"],
+            "invalid gRPC request content-type \"application/json\""
+        );
+    }
+}

@@ -1,0 +1,76 @@
+//! The server's transport: how connections are accepted and what limits they live under
+//! (`Transport:` config block, `docs/security.md`).
+//!
+//! - [`incoming`]: zrpc's accept loop (back-off on accept errors, connection cap, TCP_NODELAY,
+//!   `AuthorityFix` innermost, then [`Guarded`](conn::Guarded));
+//! - [`Guarded`](conn::Guarded): handshake timeout, idle timeout, hard end of a connection's age grace;
+//! - [`StreamCountLayer`]: calls open per connection, for the idle timeout;
+//! - [`ContentTypeLayer`]: HTTP 415 for requests that are not gRPC;
+//! - [`configure`]: the HTTP/2 settings tonic applies (streams per connection, keepalive,
+//!   GOAWAY at the maximum connection age).
+//!
+//! hyper 1 / h2 0.4 offer no minimum interval for the client's pings (grpc-go's
+//! `EnforcementPolicy`, GOAWAY `too_many_pings`): h2 answers every PING. Ping floods are
+//! bounded only by h2's own limits on pending control frames.
+
+mod accept;
+mod backoff;
+mod conn;
+mod content_type;
+mod streams;
+
+use std::sync::Arc;
+
+pub(crate) use accept::{AcceptSettings, incoming};
+pub(crate) use conn::ConnLimits;
+pub(crate) use content_type::ContentTypeLayer;
+pub(crate) use streams::{ConnTable, StreamCountLayer};
+
+use crate::conf::TransportConf;
+
+/// The accept-loop settings for `conf`.
+pub(crate) fn accept_settings(conf: &TransportConf, authority_repair: bool) -> AcceptSettings {
+    AcceptSettings {
+        limits: ConnLimits {
+            handshake_timeout: conf.handshake_timeout(),
+            idle: conf.max_connection_idle(),
+            hard_age: conf
+                .max_connection_age()
+                .zip(conf.max_connection_age_grace())
+                .map(|(age, grace)| age.saturating_add(grace)),
+        },
+        max_connections: conf.max_connections(),
+        authority_repair,
+        table: conf
+            .max_connection_idle()
+            .map(|_| Arc::new(ConnTable::default())),
+    }
+}
+
+/// Applies the HTTP/2 settings of `conf` to a tonic server builder.
+pub(crate) fn configure<L>(
+    builder: tonic::transport::Server<L>,
+    conf: &TransportConf,
+) -> tonic::transport::Server<L> {
+    let builder = builder
+        .max_concurrent_streams(conf.max_concurrent_streams)
+        .http2_keepalive_interval(conf.keepalive_time())
+        .http2_keepalive_timeout(Some(conf.keepalive_timeout));
+    // tonic's own `max_connection_age_grace` replaces the GOAWAY at the age by a hard close at
+    // age + grace; zrpc sets only the age here and keeps the grace in `Guarded`.
+    match conf.max_connection_age() {
+        Some(age) => builder.max_connection_age(age),
+        None => builder,
+    }
+}
+
+/// The outermost layers: call counting per connection, then 415 for non-gRPC requests
+/// (outside tracing, metrics and every other layer, health and reflection included).
+pub(crate) fn outer_layers(
+    settings: &AcceptSettings,
+) -> tower_layer::Stack<ContentTypeLayer, StreamCountLayer> {
+    tower_layer::Stack::new(
+        ContentTypeLayer,
+        StreamCountLayer::new(settings.table.clone()),
+    )
+}

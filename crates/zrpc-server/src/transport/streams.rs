@@ -1,0 +1,260 @@
+//! Calls open per connection, for `Transport.MaxConnectionIdle`.
+//!
+//! [`StreamCountLayer`] finds the request's connection by its addresses (tonic puts a
+//! `TcpConnectInfo` in every request) in the server's [`ConnTable`], counts the call open
+//! until its response body is finished or dropped, and notes when the count falls to zero;
+//! the connection's [`Guarded`](super::conn::Guarded) reads that to close it after the idle time.
+//! Without `MaxConnectionIdle` the table is absent and the layer does no lookup.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use parking_lot::Mutex;
+use pin_project_lite::pin_project;
+use tokio::time::Instant;
+use tonic::transport::server::TcpConnectInfo;
+use tower_layer::Layer;
+use tower_service::Service;
+
+type ConnAddrs = (SocketAddr, SocketAddr);
+
+/// One connection's open calls and the time the last one ended.
+#[derive(Debug)]
+pub(crate) struct ConnState {
+    base: Instant,
+    open: AtomicUsize,
+    /// Nanoseconds after `base` when `open` last fell to zero.
+    idle_since: AtomicU64,
+}
+
+impl ConnState {
+    fn new() -> Self {
+        ConnState {
+            base: Instant::now(),
+            open: AtomicUsize::new(0),
+            idle_since: AtomicU64::new(0),
+        }
+    }
+
+    fn start(self: &Arc<Self>) -> CallGuard {
+        self.open.fetch_add(1, Ordering::AcqRel);
+        CallGuard(self.clone())
+    }
+
+    /// When the connection became idle; `None` while a call is open.
+    pub(crate) fn idle_since(&self) -> Option<Instant> {
+        (self.open.load(Ordering::Acquire) == 0).then(|| {
+            self.base + std::time::Duration::from_nanos(self.idle_since.load(Ordering::Acquire))
+        })
+    }
+}
+
+/// Counts one call open until dropped.
+#[derive(Debug)]
+pub(crate) struct CallGuard(Arc<ConnState>);
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        let nanos = u64::try_from(self.0.base.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.0.idle_since.store(nanos, Ordering::Release);
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The server's live connections by (local, remote) address.
+#[derive(Debug, Default)]
+pub(crate) struct ConnTable {
+    conns: Mutex<HashMap<ConnAddrs, Arc<ConnState>>>,
+}
+
+impl ConnTable {
+    /// Registers an accepted connection; the entry leaves the table when dropped.
+    pub(crate) fn register(self: &Arc<Self>, addrs: ConnAddrs) -> ConnEntry {
+        let state = Arc::new(ConnState::new());
+        self.conns.lock().insert(addrs, state.clone());
+        ConnEntry {
+            table: self.clone(),
+            addrs,
+            state,
+        }
+    }
+
+    fn find(&self, addrs: ConnAddrs) -> Option<Arc<ConnState>> {
+        self.conns.lock().get(&addrs).cloned()
+    }
+}
+
+/// A connection's place in the [`ConnTable`].
+#[derive(Debug)]
+pub(crate) struct ConnEntry {
+    table: Arc<ConnTable>,
+    addrs: ConnAddrs,
+    state: Arc<ConnState>,
+}
+
+impl ConnEntry {
+    /// See [`ConnState::idle_since`].
+    pub(crate) fn idle_since(&self) -> Option<Instant> {
+        self.state.idle_since()
+    }
+}
+
+impl Drop for ConnEntry {
+    fn drop(&mut self) {
+        let mut conns = self.table.conns.lock();
+        if conns
+            .get(&self.addrs)
+            .is_some_and(|s| Arc::ptr_eq(s, &self.state))
+        {
+            conns.remove(&self.addrs);
+        }
+    }
+}
+
+/// Counts the calls open on each connection (see the module docs).
+#[derive(Debug, Clone)]
+pub(crate) struct StreamCountLayer {
+    table: Option<Arc<ConnTable>>,
+}
+
+impl StreamCountLayer {
+    /// Counts into `table`; `None` = count nothing.
+    pub(crate) fn new(table: Option<Arc<ConnTable>>) -> Self {
+        StreamCountLayer { table }
+    }
+}
+
+impl<S> Layer<S> for StreamCountLayer {
+    type Service = StreamCount<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        StreamCount {
+            inner,
+            table: self.table.clone(),
+        }
+    }
+}
+
+/// The service of [`StreamCountLayer`].
+#[derive(Debug, Clone)]
+pub(crate) struct StreamCount<S> {
+    inner: S,
+    table: Option<Arc<ConnTable>>,
+}
+
+impl<S, B, ResBody> Service<Request<B>> for StreamCount<S>
+where
+    S: Service<Request<B>, Response = Response<ResBody>>,
+{
+    type Response = Response<CountedBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let guard = self.table.as_ref().and_then(|table| {
+            let info = req.extensions().get::<TcpConnectInfo>()?;
+            let addrs = info.local_addr().zip(info.remote_addr())?;
+            Some(table.find(addrs)?.start())
+        });
+        ResponseFuture {
+            inner: self.inner.call(req),
+            guard,
+        }
+    }
+}
+
+pin_project! {
+    /// The response future of [`StreamCount`].
+    #[derive(Debug)]
+    pub(crate) struct ResponseFuture<F> {
+        #[pin]
+        inner: F,
+        guard: Option<CallGuard>,
+    }
+}
+
+impl<F, ResBody, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<Response<ResBody>, E>>,
+{
+    type Output = Result<Response<CountedBody<ResBody>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let res = std::task::ready!(this.inner.poll(cx));
+        let guard = this.guard.take();
+        Poll::Ready(res.map(|r| {
+            r.map(|inner| CountedBody {
+                inner,
+                _guard: guard,
+            })
+        }))
+    }
+}
+
+pin_project! {
+    /// A response body that keeps its call counted until it ends or is dropped.
+    #[derive(Debug)]
+    pub(crate) struct CountedBody<B> {
+        #[pin]
+        inner: B,
+        _guard: Option<CallGuard>,
+    }
+}
+
+impl<B: http_body::Body> http_body::Body for CountedBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        self.project().inner.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn addrs() -> ConnAddrs {
+        (
+            "127.0.0.1:1".parse().unwrap(),
+            "127.0.0.1:2".parse().unwrap(),
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_is_idle_only_while_no_call_is_open() {
+        let table = Arc::new(ConnTable::default());
+        let entry = table.register(addrs());
+        assert!(entry.idle_since().is_some());
+        let call = table.find(addrs()).unwrap().start();
+        assert_eq!(entry.idle_since(), None);
+        tokio::time::advance(std::time::Duration::from_secs(3)).await;
+        drop(call);
+        assert_eq!(entry.idle_since(), Some(Instant::now()));
+        drop(entry);
+        assert!(table.find(addrs()).is_none());
+    }
+}
