@@ -16,3 +16,4 @@ mod server_metrics;
 mod server_recover;
 mod server_shedding;
 mod server_timeout;
+mod server_transport;

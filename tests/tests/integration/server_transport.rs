@@ -1,0 +1,409 @@
+//! Transport limits under hostile clients (issue 11), loopback only, bounded in count and time:
+//! streams per connection capped by the advertised limit, idle and slowloris connections
+//! closed at the handshake timeout, idle HTTP/2 connections closed after `MaxConnectionIdle`,
+//! GOAWAY at `MaxConnectionAge`, the connection cap, 415 for non-gRPC requests. Each test
+//! checks that the server stays up and another client keeps being served.
+#![allow(clippy::unwrap_used)]
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use zrpc_server::conf::TransportConf;
+use zrpc_tests::greeter::{TestGreeter, TestServer, start_server, test_conf};
+use zrpc_tests::pb::{HelloRequest, HelloStreamRequest};
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+async fn server_with(name: &str, edit: impl FnOnce(&mut TransportConf)) -> TestServer {
+    let mut conf = test_conf(name);
+    edit(&mut conf.transport);
+    start_server(conf, TestGreeter::new()).await
+}
+
+/// The process's resident set (kB), from `/proc/self/status`.
+fn rss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// `n` unary calls on a fresh client; returns the p99 latency. Panics on any failure.
+async fn served(server: &TestServer, n: usize) -> Duration {
+    let mut client = server.client().await;
+    let mut took = Vec::with_capacity(n);
+    for i in 0..n {
+        let started = Instant::now();
+        let reply = client
+            .say_hello(HelloRequest {
+                name: format!("bystander {i}"),
+            })
+            .await
+            .expect("the bystander is served");
+        assert_eq!(reply.into_inner().message, format!("hello bystander {i}"));
+        took.push(started.elapsed());
+    }
+    took.sort();
+    took[(n * 99 / 100).min(n - 1)]
+}
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len()).unwrap().to_be_bytes();
+    let mut f = vec![len[1], len[2], len[3], kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A HEADERS block for a gRPC call on `path` (HPACK literals without indexing, no Huffman).
+fn grpc_headers(path: &str, authority: &str) -> Vec<u8> {
+    let mut b = vec![0x83, 0x86]; // :method POST, :scheme http
+    for (index, value) in [(4u8, path), (1, authority)] {
+        b.push(index); // literal without indexing, indexed name (:path, :authority)
+        b.push(u8::try_from(value.len()).unwrap());
+        b.extend_from_slice(value.as_bytes());
+    }
+    b.extend_from_slice(&[0x0f, 0x10]); // content-type (static 31)
+    b.push(16);
+    b.extend_from_slice(b"application/grpc");
+    b.extend_from_slice(&[0x00, 2]);
+    b.extend_from_slice(b"te");
+    b.push(8);
+    b.extend_from_slice(b"trailers");
+    b
+}
+
+/// Reads one frame: (type, flags, stream, payload); `None` at EOF or on an error.
+async fn read_frame(sock: &mut TcpStream) -> Option<(u8, u8, u32, Vec<u8>)> {
+    let mut h = [0u8; 9];
+    sock.read_exact(&mut h).await.ok()?;
+    let len = u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize;
+    let stream = u32::from_be_bytes([h[5] & 0x7f, h[6], h[7], h[8]]);
+    let mut payload = vec![0u8; len];
+    sock.read_exact(&mut payload).await.ok()?;
+    Some((h[3], h[4], stream, payload))
+}
+
+/// SETTINGS_MAX_CONCURRENT_STREAMS in a SETTINGS payload.
+fn max_streams_setting(payload: &[u8]) -> Option<u32> {
+    payload.chunks_exact(6).find_map(|s| {
+        (u16::from_be_bytes([s[0], s[1]]) == 3)
+            .then(|| u32::from_be_bytes([s[2], s[3], s[4], s[5]]))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_beyond_the_advertised_limit_are_refused_while_others_are_served() {
+    let server = server_with("transport-streams", |_| {}).await;
+    let baseline_p99 = served(&server, 50).await;
+    let rss_before = rss_kb();
+
+    // A client that ignores the advertised limit: 2,000 streams on one connection, each
+    // with its headers sent and no request body (they stay open in the handler's decode).
+    let mut sock = TcpStream::connect(server.addr).await.unwrap();
+    sock.write_all(PREFACE).await.unwrap();
+    sock.write_all(&frame(4, 0, 0, &[])).await.unwrap();
+    let (kind, _, _, payload) = read_frame(&mut sock).await.unwrap();
+    assert_eq!(kind, 4, "the server's first frame is SETTINGS");
+    let advertised = max_streams_setting(&payload).expect("MAX_CONCURRENT_STREAMS advertised");
+    assert_eq!(advertised, 1000, "the default limit");
+    sock.write_all(&frame(4, 1, 0, &[])).await.unwrap(); // SETTINGS ACK
+    let headers = grpc_headers(zrpc_tests::greeter::SAY_HELLO_STREAM, "localhost");
+    let started = Instant::now();
+    let mut burst = BytesMut::new();
+    for i in 0..2000u32 {
+        burst.put_slice(&frame(1, 0x4, 2 * i + 1, &headers));
+    }
+    sock.write_all(&burst).await.unwrap();
+
+    // Count the refusals (RST_STREAM REFUSED_STREAM) while a bystander is served.
+    let reader = tokio::spawn(async move {
+        let mut refused = 0u32;
+        let mut goaway = None;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while let Ok(Some((kind, _, _, payload))) =
+            tokio::time::timeout_at(deadline, read_frame(&mut sock)).await
+        {
+            match kind {
+                3 if payload.get(..4) == Some(&[0, 0, 0, 7]) => refused += 1,
+                7 => goaway = Some(payload),
+                _ => {}
+            }
+            if refused >= 1000 {
+                break;
+            }
+        }
+        (refused, goaway, sock)
+    });
+    let attack_p99 = served(&server, 200).await;
+    let (refused, goaway, sock) = reader.await.unwrap();
+    let rss_after = rss_kb();
+    println!(
+        "2000 streams on one connection: advertised {advertised}, refused {refused} in {:?}, \
+         goaway {goaway:?}; bystander p99 {baseline_p99:?} before, {attack_p99:?} during; \
+         RSS {rss_before} kB -> {rss_after} kB (+{} kB)",
+        started.elapsed(),
+        rss_after.saturating_sub(rss_before)
+    );
+    assert!(refused >= 1000, "streams past the limit refused: {refused}");
+    assert!(
+        attack_p99 < Duration::from_secs(1),
+        "bystander p99 {attack_p99:?}"
+    );
+    assert!(
+        rss_after.saturating_sub(rss_before) < 64 * 1024,
+        "RSS grew {rss_before} -> {rss_after} kB"
+    );
+    drop(sock);
+    served(&server, 10).await;
+    server.shutdown().await.unwrap();
+}
+
+/// Waits until the peer closes `sock` (EOF or reset); the time it took.
+async fn closed_after(mut sock: TcpStream, started: Instant, limit: Duration) -> Option<Duration> {
+    let mut buf = [0u8; 1024];
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, sock.read(&mut buf)).await {
+            Ok(Ok(0) | Err(_)) => return Some(started.elapsed()),
+            Ok(Ok(_)) => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_and_slowloris_connections_are_closed_at_the_handshake_timeout() {
+    let timeout = Duration::from_secs(1);
+    let server = server_with("transport-handshake", |t| t.handshake_timeout = timeout).await;
+    let started = Instant::now();
+    let mut waits = Vec::new();
+    // 200 TCP connections that never send a byte.
+    for _ in 0..200 {
+        let sock = TcpStream::connect(server.addr).await.unwrap();
+        waits.push(tokio::spawn(closed_after(sock, started, timeout * 5)));
+    }
+    // 50 slowloris connections sending the preface one octet every 100 ms.
+    for _ in 0..50 {
+        let sock = TcpStream::connect(server.addr).await.unwrap();
+        let (mut rd, mut wr) = sock.into_split();
+        waits.push(tokio::spawn(async move {
+            let writer = tokio::spawn(async move {
+                for b in PREFACE {
+                    if wr.write_all(&[*b]).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            });
+            let mut buf = [0u8; 1024];
+            let deadline = tokio::time::Instant::now() + timeout * 5;
+            let res = loop {
+                match tokio::time::timeout_at(deadline, rd.read(&mut buf)).await {
+                    Ok(Ok(0) | Err(_)) => break Some(started.elapsed()),
+                    Ok(Ok(_)) => {}
+                    Err(_) => break None,
+                }
+            };
+            writer.abort();
+            res
+        }));
+    }
+    let p99 = served(&server, 100).await;
+    let mut latest = Duration::ZERO;
+    for w in waits {
+        let closed = w
+            .await
+            .unwrap()
+            .expect("connection closed within 5x the timeout");
+        assert!(
+            closed >= timeout - Duration::from_millis(50),
+            "closed early: {closed:?}"
+        );
+        latest = latest.max(closed);
+    }
+    println!(
+        "200 idle + 50 slowloris connections, HandshakeTimeout {timeout:?}: all closed by \
+         {latest:?}; bystander p99 {p99:?}"
+    );
+    assert!(latest < timeout * 3, "closed by {latest:?}");
+    served(&server, 10).await;
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handshaken_connection_outlives_the_handshake_timeout() {
+    let server = server_with("transport-handshake-ok", |t| {
+        t.handshake_timeout = Duration::from_millis(300);
+    })
+    .await;
+    let mut client = server.client().await;
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        client
+            .say_hello(HelloRequest { name: "x".into() })
+            .await
+            .expect("served on the same connection");
+    }
+    server.shutdown().await.unwrap();
+}
+
+/// An h2 client connection; its driver task ends when the server closes it.
+async fn h2_connect(
+    addr: SocketAddr,
+) -> (
+    h2::client::SendRequest<Bytes>,
+    tokio::task::JoinHandle<Instant>,
+) {
+    let sock = TcpStream::connect(addr).await.unwrap();
+    let (send, conn) = h2::client::handshake(sock).await.unwrap();
+    let driver = tokio::spawn(async move {
+        let _ = conn.await;
+        Instant::now()
+    });
+    (send, driver)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_http2_connections_are_closed_after_max_idle_but_not_while_a_call_is_open() {
+    let idle = Duration::from_secs(1);
+    let server = server_with("transport-idle", |t| t.max_connection_idle = idle).await;
+    let started = Instant::now();
+    let mut drivers = Vec::new();
+    for _ in 0..20 {
+        let (send, driver) = h2_connect(server.addr).await;
+        drivers.push((send, driver));
+    }
+    // A stream open longer than the idle time: 3 messages 700 ms apart.
+    let mut client = server.client().await;
+    let mut stream = client
+        .say_hello_stream(HelloStreamRequest {
+            name: "long".into(),
+            count: 3,
+            interval_ms: 700,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut got = 0;
+    while let Some(m) = stream.message().await.unwrap() {
+        assert!(m.message.starts_with("hello long"));
+        got += 1;
+    }
+    assert_eq!(got, 3);
+    let mut latest = Duration::ZERO;
+    for (_send, driver) in drivers {
+        let ended = tokio::time::timeout(idle * 5, driver)
+            .await
+            .expect("idle connection closed")
+            .unwrap();
+        let after = ended.duration_since(started);
+        assert!(
+            after >= idle - Duration::from_millis(50),
+            "closed early: {after:?}"
+        );
+        latest = latest.max(after);
+    }
+    println!("20 idle HTTP/2 connections, MaxConnectionIdle {idle:?}: closed by {latest:?}");
+    assert!(latest < idle * 3);
+    served(&server, 10).await;
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_get_goaway_at_max_connection_age() {
+    let age = Duration::from_millis(800);
+    let server = server_with("transport-age", |t| {
+        t.max_connection_age = age;
+        t.max_connection_age_grace = Duration::from_millis(500);
+    })
+    .await;
+    let started = Instant::now();
+    let (_send, driver) = h2_connect(server.addr).await;
+    let ended = tokio::time::timeout(Duration::from_secs(5), driver)
+        .await
+        .expect("aged connection closed")
+        .unwrap()
+        .duration_since(started);
+    println!("MaxConnectionAge {age:?}: idle connection closed after {ended:?}");
+    assert!(
+        ended >= age - Duration::from_millis(50) && ended < age * 3,
+        "{ended:?}"
+    );
+    // A tonic channel reconnects after the GOAWAY: calls keep working across ages.
+    let mut client = server.client().await;
+    for _ in 0..8 {
+        client
+            .say_hello(HelloRequest { name: "x".into() })
+            .await
+            .expect("served across connection ages");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_over_the_cap_are_closed_at_once() {
+    let server = server_with("transport-cap", |t| t.max_connections = 4).await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(h2_connect(server.addr).await);
+    }
+    let started = Instant::now();
+    let extra = TcpStream::connect(server.addr).await.unwrap();
+    let closed = closed_after(extra, started, Duration::from_secs(2))
+        .await
+        .expect("the fifth connection is closed");
+    println!("MaxConnections 4: the fifth connection closed after {closed:?}");
+    drop(held);
+    // Once the held connections are gone, new clients are served again.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    served(&server, 10).await;
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn non_grpc_content_types_get_415() {
+    let server = server_with("transport-415", |_| {}).await;
+    let (send, _driver) = h2_connect(server.addr).await;
+    for content_type in [Some("application/json"), Some("text/plain"), None] {
+        let mut req = http::Request::builder()
+            .method("POST")
+            .uri(format!(
+                "http://{}{}",
+                server.addr,
+                zrpc_tests::greeter::SAY_HELLO
+            ))
+            .header("te", "trailers");
+        if let Some(ct) = content_type {
+            req = req.header("content-type", ct);
+        }
+        let (res, _) = send
+            .clone()
+            .ready()
+            .await
+            .unwrap()
+            .send_request(req.body(()).unwrap(), true)
+            .unwrap();
+        let res = res.await.unwrap();
+        assert_eq!(res.status(), 415, "{content_type:?}");
+        assert_eq!(res.headers()["grpc-status"], "3", "{content_type:?}");
+    }
+    // gRPC health (inside the same chain) answers gRPC clients as before.
+    let mut health = tonic_health::pb::health_client::HealthClient::new(server.channel().await);
+    health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap();
+    served(&server, 10).await;
+    server.shutdown().await.unwrap();
+}
