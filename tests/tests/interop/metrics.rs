@@ -211,12 +211,16 @@ async fn metrics_parity_streams_leave_no_series_in_go_zero_families() {
         "zrpc records streams under go-zero's names: {:?}",
         series(&z)
     );
-    // zrpc records them in its own families instead.
-    let streams =
-        format!("rpc_server_streams_code_total{{code=\"0\",method=\"{stream_method}\"}} 5");
+    // zrpc records them in its own families instead (process-wide: other tests of this binary
+    // stream too, so at least our 5).
+    let prefix = format!("rpc_server_streams_code_total{{code=\"0\",method=\"{stream_method}\"}} ");
+    let count = z
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|n| n.parse::<u64>().ok());
     assert!(
-        z.lines().any(|l| l == streams),
-        "no `{streams}` in zrpc's metrics:\n{}",
+        count.is_some_and(|n| n >= 5),
+        "want `{prefix}` >= 5 in zrpc's metrics, got {count:?}:\n{}",
         z.lines()
             .filter(|l| l.starts_with("rpc_server_streams"))
             .collect::<Vec<_>>()
