@@ -386,17 +386,11 @@ impl Local {
     }
 
     fn running(&mut self) -> bool {
-        match &mut self.child {
-            None => false,
-            Some(c) => matches!(c.try_wait(), Ok(None)),
-        }
+        child_running(&mut self.child)
     }
 
     fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        kill_child(&mut self.child);
     }
 
     fn stop(&mut self) {
@@ -905,17 +899,11 @@ impl Member {
     }
 
     fn running(&mut self) -> bool {
-        match &mut self.child {
-            None => false,
-            Some(c) => matches!(c.try_wait(), Ok(None)),
-        }
+        child_running(&mut self.child)
     }
 
     fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        kill_child(&mut self.child);
     }
 }
 
@@ -1011,6 +999,20 @@ async fn get_text(addr: SocketAddr, path: &str) -> Option<String> {
         .await
         .ok()
         .flatten()
+}
+
+/// Whether the child in `slot` is still running.
+fn child_running(slot: &mut Option<Child>) -> bool {
+    slot.as_mut()
+        .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+}
+
+/// SIGKILLs and reaps the child in `slot`, if any.
+fn kill_child(slot: &mut Option<Child>) {
+    if let Some(mut child) = slot.take() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
 }
 
 #[cfg(test)]
