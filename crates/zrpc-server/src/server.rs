@@ -366,11 +366,12 @@ where
         // The chain, go-zero order (outer -> inner) but for auth, which runs before the
         // breaker and the shedder so unauthenticated callers cannot move them; `facts` tells
         // them which failures the caller caused (`layers/mod.rs`, docs/middleware.md).
-        // Outside it all: per-connection call counting and 415 for non-gRPC requests.
+        // Outside it all: per-connection call counting, 415 for non-gRPC requests and the
+        // request-bytes budget (`crate::transport`).
         let mw = &conf.middlewares;
         let accept = crate::transport::accept_settings(&conf.transport, authority_repair);
         let chain = ServiceBuilder::new()
-            .layer(crate::transport::outer_layers(&accept))
+            .layer(crate::transport::outer_layers(&accept, &conf.transport))
             .layer(FactsLayer::new(mw.breaker || shedder.is_some()))
             .layer(TraceLayer::new(mw.trace))
             .layer(RecoverLayer::new(mw.recover))

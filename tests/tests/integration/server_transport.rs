@@ -407,3 +407,114 @@ async fn non_grpc_content_types_get_415() {
     served(&server, 10).await;
     server.shutdown().await.unwrap();
 }
+
+/// Starts a unary SayHello whose message says `len` octets and sends only `sent` of them;
+/// returns the call's grpc-status once the server ends it (`None` if it does not within
+/// `limit`). The stream handle is kept alive so the caller never resets it.
+async fn partial_message(
+    send: &h2::client::SendRequest<Bytes>,
+    addr: SocketAddr,
+    len: usize,
+    sent: usize,
+) -> (h2::client::ResponseFuture, h2::SendStream<Bytes>) {
+    let req = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://{addr}{}", zrpc_tests::greeter::SAY_HELLO))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (res, mut body) = send
+        .clone()
+        .ready()
+        .await
+        .unwrap()
+        .send_request(req, false)
+        .unwrap();
+    let mut data = BytesMut::with_capacity(5 + sent);
+    data.put_u8(0);
+    data.put_u32(u32::try_from(len).unwrap());
+    data.put_bytes(b'a', sent);
+    body.reserve_capacity(data.len());
+    body.send_data(data.freeze(), false).unwrap();
+    (res, body)
+}
+
+/// The grpc-status of a response: trailers-only headers, else the trailers.
+async fn grpc_status(res: h2::client::ResponseFuture, limit: Duration) -> Option<String> {
+    tokio::time::timeout(limit, async move {
+        let res = res.await.ok()?;
+        if let Some(s) = res.headers().get("grpc-status") {
+            return Some(s.to_str().ok()?.to_owned());
+        }
+        let mut body = res.into_body();
+        while body.data().await.is_some() {}
+        let trailers = body.trailers().await.ok()??;
+        Some(trailers.get("grpc-status")?.to_str().ok()?.to_owned())
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incomplete_messages_past_the_byte_budget_end_with_resource_exhausted() {
+    let server = server_with("transport-budget", |t| {
+        t.max_buffered_request_bytes = 8 << 20;
+        t.message_receive_timeout = Duration::ZERO;
+    })
+    .await;
+    let rss_before = rss_kb();
+    // 24 calls each announcing a 3 MiB message and sending 1 MiB of it, then nothing.
+    let mut calls = Vec::new();
+    let mut conns = Vec::new();
+    for _ in 0..6 {
+        let (send, driver) = h2_connect(server.addr).await;
+        for _ in 0..4 {
+            calls.push(partial_message(&send, server.addr, 3 << 20, 1 << 20).await);
+        }
+        conns.push((send, driver));
+    }
+    let p99 = served(&server, 100).await;
+    let mut exhausted = 0;
+    let mut open = Vec::new();
+    for (res, body) in calls {
+        match grpc_status(res, Duration::from_secs(2)).await.as_deref() {
+            Some("8") => exhausted += 1,
+            other => open.push((other.map(str::to_owned), body)),
+        }
+    }
+    let rss_after = rss_kb();
+    println!(
+        "24 calls x 1 MiB of a 3 MiB message, MaxBufferedRequestBytes 8 MiB: {exhausted} \
+         ResourceExhausted, {} held; bystander p99 {p99:?}; RSS {rss_before} kB -> \
+         {rss_after} kB",
+        open.len()
+    );
+    assert!(exhausted >= 16, "calls past the budget ended: {exhausted}");
+    assert!(open.len() <= 8, "at most 8 MiB held: {}", open.len());
+    drop(open);
+    drop(conns);
+    served(&server, 10).await;
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_not_received_whole_in_time_ends_with_resource_exhausted() {
+    let timeout = Duration::from_millis(500);
+    let server = server_with("transport-msg-timeout", |t| {
+        t.message_receive_timeout = timeout
+    })
+    .await;
+    let (send, _driver) = h2_connect(server.addr).await;
+    let started = Instant::now();
+    let (res, _body) = partial_message(&send, server.addr, 1000, 10).await;
+    let status = grpc_status(res, Duration::from_secs(5)).await;
+    let took = started.elapsed();
+    println!("a message stalled after 10 of 1000 octets: grpc-status {status:?} after {took:?}");
+    assert_eq!(status.as_deref(), Some("8"));
+    assert!(took >= timeout && took < timeout * 4, "{took:?}");
+    // A quiet stream between messages is not touched: a long server stream still completes.
+    served(&server, 10).await;
+    server.shutdown().await.unwrap();
+}

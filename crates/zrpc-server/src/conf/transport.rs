@@ -44,6 +44,14 @@ pub struct TransportConf {
     /// At most this many connections at once; more are accepted and closed at once
     /// (default 0 = no cap).
     pub max_connections: usize,
+    /// Octets of request messages received but not yet whole, summed over the server's
+    /// calls; past it the call that asks for more ends with `ResourceExhausted`
+    /// (default 64 MiB = 67108864; 0 = no cap).
+    pub max_buffered_request_bytes: usize,
+    /// A request message that started arriving must be whole within this, or its call ends
+    /// with `ResourceExhausted` (default 60s; 0 = no limit). Time between messages is free.
+    #[serde(with = "duration")]
+    pub message_receive_timeout: Duration,
 }
 
 impl Default for TransportConf {
@@ -57,6 +65,8 @@ impl Default for TransportConf {
             max_connection_age_grace: Duration::ZERO,
             max_connection_idle: Duration::ZERO,
             max_connections: 0,
+            max_buffered_request_bytes: 64 << 20,
+            message_receive_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -90,6 +100,16 @@ impl TransportConf {
     /// `MaxConnectionIdle`, `None` when 0.
     pub fn max_connection_idle(&self) -> Option<Duration> {
         some(self.max_connection_idle)
+    }
+
+    /// `MaxBufferedRequestBytes`, `None` when 0.
+    pub fn max_buffered_request_bytes(&self) -> Option<usize> {
+        (self.max_buffered_request_bytes > 0).then_some(self.max_buffered_request_bytes)
+    }
+
+    /// `MessageReceiveTimeout`, `None` when 0.
+    pub fn message_receive_timeout(&self) -> Option<Duration> {
+        some(self.message_receive_timeout)
     }
 
     /// `MaxConnections`, `None` when 0.

@@ -6,6 +6,8 @@
 //! - [`Guarded`](conn::Guarded): handshake timeout, idle timeout, hard end of a connection's age grace;
 //! - [`StreamCountLayer`]: calls open per connection, for the idle timeout;
 //! - [`ContentTypeLayer`]: HTTP 415 for requests that are not gRPC;
+//! - [`RequestBudgetLayer`]: bytes of incomplete request messages per server, and the time a
+//!   started message may take to arrive;
 //! - [`configure`]: the HTTP/2 settings tonic applies (streams per connection, keepalive,
 //!   GOAWAY at the maximum connection age).
 //!
@@ -15,6 +17,7 @@
 
 mod accept;
 mod backoff;
+mod budget;
 mod conn;
 mod content_type;
 mod streams;
@@ -22,6 +25,7 @@ mod streams;
 use std::sync::Arc;
 
 pub(crate) use accept::{AcceptSettings, incoming};
+pub(crate) use budget::{Budget, RequestBudgetLayer};
 pub(crate) use conn::ConnLimits;
 pub(crate) use content_type::ContentTypeLayer;
 pub(crate) use streams::{ConnTable, StreamCountLayer};
@@ -64,13 +68,22 @@ pub(crate) fn configure<L>(
     }
 }
 
-/// The outermost layers: call counting per connection, then 415 for non-gRPC requests
-/// (outside tracing, metrics and every other layer, health and reflection included).
+/// The outermost layers, outer -> inner: call counting per connection, 415 for non-gRPC
+/// requests, the request-bytes budget (outside tracing, metrics and every other layer, health
+/// and reflection included).
 pub(crate) fn outer_layers(
     settings: &AcceptSettings,
-) -> tower_layer::Stack<ContentTypeLayer, StreamCountLayer> {
+    conf: &TransportConf,
+) -> tower_layer::Stack<RequestBudgetLayer, tower_layer::Stack<ContentTypeLayer, StreamCountLayer>>
+{
+    let max = conf.max_buffered_request_bytes();
+    let timeout = conf.message_receive_timeout();
+    let budget = (max.is_some() || timeout.is_some()).then(|| Arc::new(Budget::new(max, timeout)));
     tower_layer::Stack::new(
-        ContentTypeLayer,
-        StreamCountLayer::new(settings.table.clone()),
+        RequestBudgetLayer::new(budget),
+        tower_layer::Stack::new(
+            ContentTypeLayer,
+            StreamCountLayer::new(settings.table.clone()),
+        ),
     )
 }

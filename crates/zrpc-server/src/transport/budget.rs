@@ -1,0 +1,300 @@
+//! Bytes of request messages received but not yet whole, bounded per server, and the time one
+//! message may take to arrive (`Transport.MaxBufferedRequestBytes`,
+//! `Transport.MessageReceiveTimeout`).
+//!
+//! tonic keeps the octets of a message in its decode buffer until the message is complete
+//! (up to the 4 MiB message limit), for unary and streaming calls alike. A caller that starts
+//! large messages and never finishes them on many streams holds that memory for as long as it
+//! likes. [`RequestBudgetLayer`] follows the gRPC framing (1-octet flag, 4-octet length) of
+//! each request body, charges the octets of the incomplete message to a per-server budget, and
+//! ends the call with `ResourceExhausted` when the budget is spent or when a started message
+//! has not arrived whole within the timeout. tonic then drops the call and its buffer. The
+//! error is a request-body error, so the breaker blames the caller (`layers/facts.rs`).
+//! A call idle *between* messages (a quiet bidi stream) is not affected.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes};
+use http::Request;
+use http_body::{Frame, SizeHint};
+use pin_project_lite::pin_project;
+use tokio::time::Sleep;
+use tonic::Status;
+use tonic::body::Body;
+use tower_layer::Layer;
+use tower_service::Service;
+
+const PREFIX_LEN: usize = 5;
+
+/// The per-server budget and the message timeout.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    max: Option<usize>,
+    used: AtomicUsize,
+    message_timeout: Option<Duration>,
+}
+
+impl Budget {
+    /// A budget of `max` octets (`None` = unbounded), `message_timeout` per message.
+    pub(crate) fn new(max: Option<usize>, message_timeout: Option<Duration>) -> Self {
+        Budget {
+            max,
+            used: AtomicUsize::new(0),
+            message_timeout,
+        }
+    }
+
+    fn charge(&self, n: usize) -> bool {
+        let before = self.used.fetch_add(n, Ordering::AcqRel);
+        if self.max.is_some_and(|max| before.saturating_add(n) > max) {
+            self.used.fetch_sub(n, Ordering::AcqRel);
+            false
+        } else {
+            true
+        }
+    }
+
+    fn release(&self, n: usize) {
+        if n > 0 {
+            self.used.fetch_sub(n, Ordering::AcqRel);
+        }
+    }
+
+    /// Octets charged now (for tests).
+    #[cfg(test)]
+    pub(crate) fn used(&self) -> usize {
+        self.used.load(Ordering::Acquire)
+    }
+}
+
+/// Wraps each request body in a [`BudgetedBody`]; absent when neither limit is set.
+#[derive(Debug, Clone)]
+pub(crate) struct RequestBudgetLayer {
+    budget: Option<Arc<Budget>>,
+}
+
+impl RequestBudgetLayer {
+    /// Charges to `budget`; `None` leaves request bodies untouched.
+    pub(crate) fn new(budget: Option<Arc<Budget>>) -> Self {
+        RequestBudgetLayer { budget }
+    }
+}
+
+impl<S> Layer<S> for RequestBudgetLayer {
+    type Service = RequestBudget<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RequestBudget {
+            inner,
+            budget: self.budget.clone(),
+        }
+    }
+}
+
+/// The service of [`RequestBudgetLayer`].
+#[derive(Debug, Clone)]
+pub(crate) struct RequestBudget<S> {
+    inner: S,
+    budget: Option<Arc<Budget>>,
+}
+
+impl<S> Service<Request<Body>> for RequestBudget<S>
+where
+    S: Service<Request<Body>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        match &self.budget {
+            Some(budget) => {
+                let budget = budget.clone();
+                self.inner
+                    .call(req.map(|inner| Body::new(BudgetedBody::new(inner, budget))))
+            }
+            None => self.inner.call(req),
+        }
+    }
+}
+
+pin_project! {
+    /// A request body whose incomplete message is charged to the server's [`Budget`].
+    #[derive(Debug)]
+    pub(crate) struct BudgetedBody<B> {
+        #[pin]
+        inner: B,
+        budget: Arc<Budget>,
+        // Octets of the current message's prefix still to come, then of its payload.
+        prefix: [u8; PREFIX_LEN],
+        prefix_seen: usize,
+        payload_left: usize,
+        // Octets of the current (incomplete) message charged to the budget.
+        charged: usize,
+        timer: Option<Pin<Box<Sleep>>>,
+        timer_armed: bool,
+        done: bool,
+    }
+
+    impl<B> PinnedDrop for BudgetedBody<B> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            this.budget.release(*this.charged);
+        }
+    }
+}
+
+impl<B> BudgetedBody<B> {
+    /// Wraps a request body.
+    pub(crate) fn new(inner: B, budget: Arc<Budget>) -> Self {
+        BudgetedBody {
+            inner,
+            budget,
+            prefix: [0; PREFIX_LEN],
+            prefix_seen: 0,
+            payload_left: 0,
+            charged: 0,
+            timer: None,
+            timer_armed: false,
+            done: false,
+        }
+    }
+}
+
+/// Follows the framing over `data`; returns whether a message is incomplete afterwards and
+/// how many octets of it arrived in `data` (those of completed messages are released).
+fn follow(
+    data: &[u8],
+    prefix: &mut [u8; PREFIX_LEN],
+    prefix_seen: &mut usize,
+    payload_left: &mut usize,
+) -> (bool, usize, bool) {
+    // (message pending, octets of the pending message in `data`, a message completed)
+    let mut rest = data;
+    let mut pending_octets = 0;
+    let mut completed = false;
+    while !rest.is_empty() {
+        if *prefix_seen < PREFIX_LEN {
+            let take = (PREFIX_LEN - *prefix_seen).min(rest.len());
+            prefix[*prefix_seen..*prefix_seen + take].copy_from_slice(&rest[..take]);
+            *prefix_seen += take;
+            pending_octets += take;
+            rest = &rest[take..];
+            if *prefix_seen == PREFIX_LEN {
+                *payload_left =
+                    u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
+            } else {
+                break;
+            }
+        }
+        let take = (*payload_left).min(rest.len());
+        *payload_left -= take;
+        pending_octets += take;
+        rest = &rest[take..];
+        if *payload_left == 0 {
+            *prefix_seen = 0;
+            pending_octets = 0;
+            completed = true;
+        }
+    }
+    let pending = *prefix_seen > 0;
+    (pending, pending_octets, completed)
+}
+
+impl<B> http_body::Body for BudgetedBody<B>
+where
+    B: http_body::Body<Data = Bytes, Error = Status>,
+{
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        let mut this = self.project();
+        if *this.done {
+            return Poll::Ready(None);
+        }
+        let frame = match this.inner.as_mut().poll_frame(cx) {
+            Poll::Ready(frame) => frame,
+            Poll::Pending => {
+                if *this.timer_armed
+                    && let Some(t) = this.timer.as_mut()
+                    && t.as_mut().poll(cx).is_ready()
+                {
+                    *this.done = true;
+                    this.budget.release(std::mem::take(this.charged));
+                    let timeout = this.budget.message_timeout.unwrap_or_default();
+                    return Poll::Ready(Some(Err(Status::resource_exhausted(format!(
+                        "request message not received whole within \
+                         Transport.MessageReceiveTimeout ({timeout:?})"
+                    )))));
+                }
+                return Poll::Pending;
+            }
+        };
+        let Some(Ok(frame)) = frame else {
+            this.budget.release(std::mem::take(this.charged));
+            return Poll::Ready(frame);
+        };
+        let Some(data) = frame.data_ref() else {
+            return Poll::Ready(Some(Ok(frame)));
+        };
+        let (pending, octets, completed) = follow(
+            data.chunk(),
+            this.prefix,
+            this.prefix_seen,
+            this.payload_left,
+        );
+        if completed {
+            this.budget.release(std::mem::take(this.charged));
+            *this.timer_armed = false;
+        }
+        if pending {
+            let new = if completed { octets } else { data.len() };
+            if !this.budget.charge(new) {
+                *this.done = true;
+                this.budget.release(std::mem::take(this.charged));
+                return Poll::Ready(Some(Err(Status::resource_exhausted(
+                    "request messages being received on this server exceed \
+                     Transport.MaxBufferedRequestBytes",
+                ))));
+            }
+            *this.charged += new;
+            if !*this.timer_armed
+                && let Some(timeout) = this.budget.message_timeout
+            {
+                let deadline = tokio::time::Instant::now() + timeout;
+                match this.timer.as_mut() {
+                    Some(t) => t.as_mut().reset(deadline),
+                    None => *this.timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
+                }
+                *this.timer_armed = true;
+            }
+        }
+        Poll::Ready(Some(Ok(frame)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+use std::future::Future as _;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;

@@ -1,0 +1,94 @@
+use super::*;
+use futures_util::StreamExt;
+use http_body_util::{BodyExt, StreamBody};
+
+type Frames = Vec<Result<Frame<Bytes>, Status>>;
+
+fn message(len: usize) -> Vec<u8> {
+    let mut m = vec![0u8];
+    m.extend_from_slice(&u32::try_from(len).unwrap().to_be_bytes());
+    m.extend(std::iter::repeat_n(7u8, len));
+    m
+}
+
+/// A body yielding `chunks`, then staying open (never ending).
+fn open_body(chunks: Vec<Vec<u8>>) -> impl http_body::Body<Data = Bytes, Error = Status> {
+    let frames: Frames = chunks
+        .into_iter()
+        .map(|c| Ok(Frame::data(Bytes::from(c))))
+        .collect();
+    StreamBody::new(futures_util::stream::iter(frames).chain(futures_util::stream::pending()))
+}
+
+async fn next(
+    body: &mut Pin<Box<BudgetedBody<impl http_body::Body<Data = Bytes, Error = Status>>>>,
+) -> Option<Result<Frame<Bytes>, Status>> {
+    body.frame().await
+}
+
+#[tokio::test]
+async fn follows_messages_across_chunks_and_releases_completed_ones() {
+    let budget = Arc::new(Budget::new(Some(1 << 20), None));
+    let m = message(100);
+    let mut two = m.clone();
+    two.extend_from_slice(&m[..30]);
+    let chunks = vec![m[..3].to_vec(), m[3..50].to_vec(), m[50..].to_vec(), two];
+    let mut body = Box::pin(BudgetedBody::new(open_body(chunks), budget.clone()));
+    next(&mut body).await.unwrap().unwrap();
+    assert_eq!(budget.used(), 3);
+    next(&mut body).await.unwrap().unwrap();
+    assert_eq!(budget.used(), 50);
+    next(&mut body).await.unwrap().unwrap();
+    assert_eq!(budget.used(), 0, "a whole message is released");
+    next(&mut body).await.unwrap().unwrap();
+    assert_eq!(budget.used(), 30, "only the started message stays charged");
+    drop(body);
+    assert_eq!(budget.used(), 0, "dropping the call releases its charge");
+}
+
+#[tokio::test]
+async fn a_spent_budget_ends_the_call_with_resource_exhausted() {
+    let budget = Arc::new(Budget::new(Some(1000), None));
+    let big = message(4000);
+    let mut first = Box::pin(BudgetedBody::new(
+        open_body(vec![big[..600].to_vec()]),
+        budget.clone(),
+    ));
+    next(&mut first).await.unwrap().unwrap();
+    let mut second = Box::pin(BudgetedBody::new(
+        open_body(vec![big[..600].to_vec()]),
+        budget.clone(),
+    ));
+    let err = next(&mut second).await.unwrap().unwrap_err();
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted);
+    assert!(err.message().contains("Transport.MaxBufferedRequestBytes"));
+    assert!(next(&mut second).await.is_none());
+    assert_eq!(budget.used(), 600);
+    drop(first);
+    assert_eq!(budget.used(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_message_that_never_completes_times_out_but_a_quiet_stream_does_not() {
+    let budget = Arc::new(Budget::new(None, Some(Duration::from_secs(5))));
+    // Between messages: no timeout.
+    let whole = message(10);
+    let mut quiet = Box::pin(BudgetedBody::new(open_body(vec![whole]), budget.clone()));
+    next(&mut quiet).await.unwrap().unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_secs(60), next(&mut quiet))
+            .await
+            .is_err()
+    );
+    // Inside a message: ResourceExhausted at the timeout.
+    let started = tokio::time::Instant::now();
+    let mut slow = Box::pin(BudgetedBody::new(
+        open_body(vec![message(100)[..20].to_vec()]),
+        budget.clone(),
+    ));
+    next(&mut slow).await.unwrap().unwrap();
+    let err = next(&mut slow).await.unwrap().unwrap_err();
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted);
+    assert!(err.message().contains("Transport.MessageReceiveTimeout"));
+    assert_eq!(started.elapsed(), Duration::from_secs(5));
+}
