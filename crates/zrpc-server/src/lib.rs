@@ -6,6 +6,7 @@
 //! go-zero's order, see [`layers`]), the gRPC health service, optional reflection, the
 //! DevServer (`/metrics`, `/healthz`), etcd registration and a graceful shutdown.
 
+mod auth;
 mod authority;
 pub mod conf;
 mod devserver;
@@ -21,6 +22,7 @@ pub mod shutdown;
 pub mod telemetry;
 mod transport;
 
+pub use auth::RedisTokens;
 pub use authority::original_authority;
 pub use conf::RpcServerConf;
 pub use error::Error;

@@ -25,8 +25,8 @@ use crate::error::Error;
 use crate::handle::{HandleParts, Phase, ServerHandle};
 use crate::layers::{
     AuthLayer, BreakerLayer, DrainLayer, DrainSignal, FactsLayer, MetricsLayer, RecoverLayer,
-    StatLayer, StatSettings, StaticTokens, StreamingMethods, TimeoutLayer, TimeoutSettings,
-    TokenStore, TraceLayer,
+    StatLayer, StatSettings, StreamingMethods, TimeoutLayer, TimeoutSettings, TokenStore,
+    TraceLayer,
 };
 use crate::shutdown;
 
@@ -81,22 +81,19 @@ impl<L> std::fmt::Debug for Server<L> {
 impl Server {
     /// Builds a server from a validated config (go-zero `zrpc.NewServer`).
     ///
-    /// With `Auth: true` the token store is the `AuthTokens` map unless
-    /// [`token_store`](Self::token_store) replaces it.
+    /// With `Auth: true` the token store is go-zero's Redis hash when `Redis.Host` is set
+    /// (with `Redis.NonBlock: false` Redis is pinged here, blocking up to `PingTimeout`), else
+    /// the `AuthTokens` map, unless [`token_store`](Self::token_store) replaces it.
     ///
     /// # Errors
     ///
-    /// [`Error::Conf`] when the config does not validate.
+    /// [`Error::Conf`] when the config does not validate (for Redis: `Redis.Host` not
+    /// `host:port`, `Redis.Key` empty, `Redis.Type: cluster`, `Redis.Tls: true`);
+    /// [`Error::TokenStore`] when `Redis.NonBlock` is false and Redis does not answer.
     pub fn new(conf: RpcServerConf) -> Result<Server, Error> {
         conf.validate()?;
         crate::registry::check(&conf)?;
-        let token_store = conf.auth.then(|| {
-            Arc::new(StaticTokens::new(
-                conf.auth_tokens
-                    .iter()
-                    .map(|t| (t.app.clone(), t.token.clone())),
-            )) as Arc<dyn TokenStore>
-        });
+        let token_store = crate::auth::store_from_conf(&conf)?;
         Ok(Server {
             conf,
             routes: RoutesBuilder::default(),

@@ -35,10 +35,13 @@ impl RpcServerConf {
                 out.push(IgnoredKey { key, reason });
             }
         };
+        // `Redis` is used by `Auth: true` (as in go-zero) and, like go-zero, unused without it.
         push(
-            self.redis.is_some(),
-            "Redis",
-            "go-zero's Redis-backed token store is not implemented; use AuthTokens or a custom TokenStore",
+            self.redis
+                .as_ref()
+                .is_some_and(|r| r.maint_notifications != "disabled"),
+            "Redis.MaintNotifications",
+            "the Redis client of the token store does not handle maintenance notifications",
         );
         push(
             self.profiling.is_some(),

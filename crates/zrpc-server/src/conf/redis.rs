@@ -1,6 +1,7 @@
 //! The `Redis` block: go-zero's `redis.RedisKeyConf` (`core/stores/redis/conf.go`, v1.10.3), the
-//! Redis-backed token store of `Auth`. zrpc accepts every key with go-zero's defaults and checks
-//! the enumerated ones, but does not connect to Redis: the key is reported by
+//! Redis-backed token store of `Auth` (`crate::auth::RedisTokens`). zrpc accepts every key with
+//! go-zero's defaults and checks the enumerated ones; `Type: cluster` and `Tls: true` are refused
+//! when the store is built, `MaintNotifications` is reported by
 //! [`super::RpcServerConf::ignored_keys`].
 
 use std::time::Duration;
@@ -10,8 +11,8 @@ use zrpc_core::conf::{ConfError, Validate, duration};
 
 use super::one_of;
 
-/// go-zero's Redis token store config (`Redis`, a `redis.RedisKeyConf`: `RedisConf` + `Key`);
-/// accepted, not used.
+/// go-zero's Redis token store config (`Redis`, a `redis.RedisKeyConf`: `RedisConf` + `Key`),
+/// used when `Auth` is true and `Host` is set.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
 #[non_exhaustive]

@@ -138,7 +138,7 @@ fn ignored_keys_are_listed() {
     c.metrics_url = "http://x".into();
     c.profiling = Some(ProfilingConf::default());
     let keys: Vec<&str> = c.ignored_keys().iter().map(|k| k.key).collect();
-    assert_eq!(keys, ["Redis", "Profiling", "MetricsUrl"]);
+    assert_eq!(keys, ["Profiling", "MetricsUrl"]);
 }
 
 #[test]
@@ -212,7 +212,6 @@ fn accepts_go_zero_service_conf_keys() {
     assert_eq!(
         keys,
         [
-            "Redis",
             "Profiling",
             "MetricsUrl",
             "Prometheus",

@@ -33,6 +33,7 @@ mod util;
 #[cfg(test)]
 pub(crate) mod test_util;
 
+pub use crate::auth::RedisTokens;
 pub use auth::{AuthLayer, Lookup, StaticTokens, TokenFuture, TokenStore};
 pub use breaker::BreakerLayer;
 pub use drain::{DrainLayer, DrainSignal};
