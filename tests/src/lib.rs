@@ -4,6 +4,7 @@
 pub mod etcd;
 pub mod gozero;
 pub mod greeter;
+pub mod redis;
 
 /// Generated from `proto/greeter.proto`.
 #[allow(missing_docs, unreachable_pub, clippy::all)]

@@ -9,6 +9,7 @@ mod config;
 mod discovery;
 mod registration;
 mod server_auth;
+mod server_auth_redis;
 mod server_breaker;
 mod server_breaker_poisoning;
 mod server_lifecycle;
