@@ -85,7 +85,7 @@ async fn redis_auth_right_wrong_missing_and_unknown_strict() {
     // go-zero: HGET of a missing field is redis.Nil, an error: Internal under StrictControl.
     assert_eq!(
         call(&mut c, Some("stranger"), Some("s3cret")).await,
-        status(Code::Internal, "token store: redis: nil")
+        status(Code::Internal, "redis: nil")
     );
     assert_eq!(
         srv.greeter.started(),
@@ -127,10 +127,7 @@ async fn redis_down_is_internal_when_strict_and_allowed_otherwise() {
     let mut c = strict.client().await;
     let (code, msg) = call(&mut c, Some("billing"), Some("s3cret")).await;
     assert_eq!(code, Code::Internal, "{msg}");
-    assert!(
-        msg.starts_with(&format!("token store: redis {down}: ")),
-        "{msg}"
-    );
+    assert!(msg.starts_with(&format!("redis {down}: ")), "{msg}");
     strict.shutdown().await.unwrap();
 
     let lax = start_server(conf("auth-down-lax.rpc", &down, false), TestGreeter::new()).await;

@@ -7,6 +7,7 @@
 //! with `CI=true` a missing Go fails them.
 //!
 //! `cargo test -p zrpc-tests --test interop -- --nocapture` shows the figures.
+mod auth_redis;
 mod gozero_client;
 mod lifecycle;
 mod metrics;

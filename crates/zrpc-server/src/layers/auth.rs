@@ -5,7 +5,8 @@
 //! - the token differs from the one the [`TokenStore`] has for the app (constant-time
 //!   compare) -> `Unauthenticated "access denied"`;
 //! - the store does not know the app, or fails: with `StrictControl` the call is rejected
-//!   (`Unauthenticated "access denied"` / `Internal "token store: ..."`); without it the
+//!   (`Unauthenticated "access denied"` / `Internal` with the store's error text, e.g.
+//!   `redis: nil` for an app missing from go-zero's Redis hash); without it the
 //!   call is **allowed**, as in go-zero.
 //!
 //! Health and reflection calls are exempt (probes carry no credentials).
@@ -131,6 +132,8 @@ fn judge(found: Result<Option<Arc<str>>, Error>, token: &[u8], strict: bool) -> 
             }
         }
         Ok(None) if strict => Verdict::Reject(code::UNAUTHENTICATED, "access denied".to_owned()),
+        // go-zero answers with the store's own error text (`redis: nil`, a dial error).
+        Err(Error::TokenStore(m)) if strict => Verdict::Reject(code::INTERNAL, m),
         Err(e) if strict => Verdict::Reject(code::INTERNAL, e.to_string()),
         Ok(None) => Verdict::Allow,
         Err(e) => {
@@ -374,7 +377,7 @@ mod tests {
         let failing: Arc<dyn TokenStore> = Arc::new(SlowStore(Err("redis down")));
         assert_eq!(
             call(svc(failing.clone(), true), m, Some("a"), Some("t")).await,
-            (Some(13), Some("token store: redis down".to_owned()))
+            (Some(13), Some("redis down".to_owned()))
         );
         assert_eq!(
             call(svc(failing, false), m, Some("a"), Some("t")).await,
