@@ -42,8 +42,8 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// ```no_run
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use zrpc::conf::{RedisKeyConf, RpcServerConf};
-/// use zrpc::layers::server::RedisTokens;
+/// use zrpc_server::conf::{RedisKeyConf, RpcServerConf};
+/// use zrpc_server::{RedisTokens, Server};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let mut redis = RedisKeyConf::default();
@@ -52,7 +52,7 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// let store = RedisTokens::new(&redis)?.cache_ttl(Duration::from_secs(30));
 /// let mut conf = RpcServerConf::new("greeter.rpc", "127.0.0.1:8080");
 /// conf.auth = true;
-/// let server = zrpc::Server::new(conf)?.token_store(Arc::new(store));
+/// let server = Server::new(conf)?.token_store(Arc::new(store));
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
