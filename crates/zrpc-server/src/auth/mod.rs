@@ -40,9 +40,55 @@ pub(crate) fn store_from_conf(conf: &RpcServerConf) -> Result<Option<Arc<dyn Tok
         }
         return Ok(Some(Arc::new(store)));
     }
+    if conf.auth_tokens.is_empty() {
+        tracing::warn!(
+            target: "zrpc::auth",
+            "Auth: true with neither Redis.Host nor AuthTokens: no app is known, so every call with app/token is {}",
+            if conf.strict_control { "rejected (StrictControl)" } else { "allowed (StrictControl off)" }
+        );
+    }
     Ok(Some(Arc::new(StaticTokens::new(
         conf.auth_tokens
             .iter()
             .map(|t| (t.app.clone(), t.token.clone())),
     ))))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::conf::RedisKeyConf;
+
+    fn conf(auth: bool, redis_host: &str) -> RpcServerConf {
+        let mut c = RpcServerConf::new("a", "127.0.0.1:0").with_auth_tokens([("app", "tok")]);
+        c.auth = auth;
+        c.redis = Some(RedisKeyConf {
+            host: redis_host.into(),
+            key: "apps".into(),
+            ..RedisKeyConf::default()
+        });
+        c
+    }
+
+    fn kind(c: &RpcServerConf) -> Option<String> {
+        store_from_conf(c).unwrap().map(|s| format!("{s:?}"))
+    }
+
+    #[test]
+    fn redis_wins_over_auth_tokens_when_its_host_is_set() {
+        assert_eq!(kind(&conf(false, "127.0.0.1:6379")), None);
+        assert!(
+            kind(&conf(true, "127.0.0.1:6379"))
+                .unwrap()
+                .starts_with("RedisTokens")
+        );
+        assert!(kind(&conf(true, "")).unwrap().starts_with("StaticTokens"));
+        let mut no_block = conf(true, "127.0.0.1:1");
+        if let Some(r) = no_block.redis.as_mut() {
+            r.non_block = false;
+            r.ping_timeout = std::time::Duration::from_millis(200);
+        }
+        assert!(store_from_conf(&no_block).is_err());
+    }
 }
