@@ -185,7 +185,7 @@ async fn redis_unsupported_options_fail_at_start() {
 }
 
 #[tokio::test]
-async fn redis_password_is_used() {
+async fn redis_user_and_password_are_used() {
     let Some(redis) = RedisServer::start_with_password("pa55").await else {
         return;
     };
@@ -195,6 +195,21 @@ async fn redis_password_is_used() {
         r.pass = "pa55".into();
     }
     let srv = start_server(with_pass, TestGreeter::new()).await;
+    let mut c = srv.client().await;
+    assert_eq!(call(&mut c, Some("billing"), Some("s3cret")).await, ok());
+    srv.shutdown().await.unwrap();
+
+    // An ACL user (Redis 6+): `User` + `Pass`.
+    let reply = redis
+        .command(&["ACL", "SETUSER", "svc", "on", ">svcpw", "~*", "+@all"])
+        .await;
+    assert!(reply.starts_with("+OK"), "ACL SETUSER: {reply}");
+    let mut with_user = conf("auth-user.rpc", &redis.addr, true);
+    if let Some(r) = with_user.redis.as_mut() {
+        r.user = "svc".into();
+        r.pass = "svcpw".into();
+    }
+    let srv = start_server(with_user, TestGreeter::new()).await;
     let mut c = srv.client().await;
     assert_eq!(call(&mut c, Some("billing"), Some("s3cret")).await, ok());
     srv.shutdown().await.unwrap();
