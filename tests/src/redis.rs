@@ -1,6 +1,7 @@
 //! A real Redis for the auth tests: `redis-server` (Debian's, installed by `scripts/test.sh`; or
 //! the binary named by `ZRPC_TEST_REDIS_BIN`) on a free loopback port, without persistence
-//! (`--save '' --appendonly no`), killed on drop (only our PID).
+//! (`--save '' --appendonly no`), killed on drop (only our PID); [`RedisServer::kill`] and
+//! [`RedisServer::restart`] (same port, empty) make an outage.
 //!
 //! Without the binary, [`RedisServer::start`] prints `SKIPPED: redis-server not found` and returns
 //! None (tests return early); with `CI=true` a missing binary is a panic.
@@ -18,6 +19,8 @@ pub const BIN_ENV: &str = "ZRPC_TEST_REDIS_BIN";
 #[derive(Debug)]
 pub struct RedisServer {
     child: Child,
+    bin: String,
+    args: Vec<String>,
     /// `127.0.0.1:<port>`.
     pub addr: String,
     password: Option<String>,
@@ -40,14 +43,13 @@ impl RedisServer {
     async fn start_with(extra: &[&str]) -> Option<RedisServer> {
         let bin = std::env::var(BIN_ENV).unwrap_or_else(|_| "redis-server".to_owned());
         let port = free_port();
-        let spawned = Command::new(&bin)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
+        let mut args: Vec<String> = ["--port", &port.to_string(), "--bind", "127.0.0.1"]
+            .iter()
+            .map(|a| (*a).to_owned())
+            .collect();
+        args.extend(["--save", "", "--appendonly", "no"].map(str::to_owned));
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
+        let spawned = spawn(&bin, &args);
         let child = match spawned {
             Ok(c) => c,
             Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
@@ -60,6 +62,8 @@ impl RedisServer {
         };
         let r = RedisServer {
             child,
+            bin,
+            args,
             addr: format!("127.0.0.1:{port}"),
             password: None,
         };
@@ -67,6 +71,20 @@ impl RedisServer {
             r.wait_ready().await;
         }
         Some(r)
+    }
+
+    /// Kills the server (SIGKILL): Redis is down until [`restart`](Self::restart).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the server again on the same port (empty: there is no persistence).
+    pub async fn restart(&mut self) {
+        self.kill();
+        self.child = spawn(&self.bin, &self.args)
+            .unwrap_or_else(|e| panic!("restart {} on {}: {e}", self.bin, self.addr));
+        self.wait_ready().await;
     }
 
     async fn wait_ready(&self) {
@@ -136,6 +154,15 @@ impl RedisServer {
             }
         }
     }
+}
+
+fn spawn(bin: &str, args: &[String]) -> std::io::Result<Child> {
+    Command::new(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
 }
 
 fn encode(args: &[&str]) -> String {

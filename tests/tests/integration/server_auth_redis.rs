@@ -296,3 +296,39 @@ async fn redis_tokens_are_cached_and_concurrent_misses_share_one_hget() {
     assert_eq!(call(&mut c, Some("billing"), Some("newer")).await, ok());
     srv.shutdown().await.unwrap();
 }
+
+/// Tokens already cached keep working while Redis is down (an unknown app gets `Internal` under
+/// `StrictControl`), and the store reconnects by itself once Redis is back.
+#[tokio::test]
+async fn redis_outage_keeps_cached_tokens_and_the_store_reconnects() {
+    let Some(mut redis) = RedisServer::start().await else {
+        return;
+    };
+    redis.hset(KEY, "billing", "s3cret").await;
+    let srv = start_server(
+        conf("auth-outage.rpc", &redis.addr, true),
+        TestGreeter::new(),
+    )
+    .await;
+    let mut c = srv.client().await;
+    assert_eq!(call(&mut c, Some("billing"), Some("s3cret")).await, ok());
+
+    redis.kill();
+    assert_eq!(
+        call(&mut c, Some("billing"), Some("s3cret")).await,
+        ok(),
+        "cached: Redis is not asked"
+    );
+    let (code, msg) = call(&mut c, Some("ops"), Some("t0k")).await;
+    assert_eq!(code, Code::Internal, "{msg}");
+    assert!(msg.contains(&redis.addr), "the error names the host: {msg}");
+
+    redis.restart().await;
+    redis.hset(KEY, "ops", "t0k").await;
+    assert_eq!(
+        call(&mut c, Some("ops"), Some("t0k")).await,
+        ok(),
+        "reconnected after the outage"
+    );
+    srv.shutdown().await.unwrap();
+}
