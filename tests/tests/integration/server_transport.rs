@@ -518,3 +518,134 @@ async fn a_message_not_received_whole_in_time_ends_with_resource_exhausted() {
     served(&server, 10).await;
     server.shutdown().await.unwrap();
 }
+
+/// The child side of `accept_errors_back_off_under_fd_exhaustion`: a server in a process
+/// with few file descriptors, serving until its stdin closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by accept_errors_back_off_under_fd_exhaustion, in a child with a low RLIMIT_NOFILE"]
+async fn fd_exhaustion_child() {
+    if std::env::var_os("ZRPC_FD_CHILD").is_none() {
+        return;
+    }
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter("zrpc=info")
+        .try_init();
+    let server = server_with("transport-fd", |_| {}).await;
+    println!("ADDR {}", server.addr);
+    let _ = tokio::task::spawn_blocking(|| {
+        use std::io::Read;
+        std::io::stdin().read(&mut [0u8; 1])
+    })
+    .await;
+    server.shutdown().await.unwrap();
+}
+
+/// CPU time (utime + stime, clock ticks) of process `pid`.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after_comm = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after_comm.split(' ').collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accept_errors_back_off_under_fd_exhaustion() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new("prlimit")
+        .arg("--nofile=64:64")
+        .arg(&exe)
+        .args([
+            "server_transport::fd_exhaustion_child",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("ZRPC_FD_CHILD", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("prlimit runs the test binary");
+    let pid = child.id();
+    let stdout = child.stdout.take().unwrap();
+    let addr: SocketAddr = tokio::task::spawn_blocking(move || {
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .find_map(|l| l.split("ADDR ").nth(1).and_then(|a| a.trim().parse().ok()))
+    })
+    .await
+    .unwrap()
+    .expect("the child prints its address");
+    let stderr = child.stderr.take().unwrap();
+    let log = tokio::task::spawn_blocking(move || {
+        std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<_>>()
+    });
+
+    // 200 connections: past ~50 the child has no descriptor left to accept with.
+    let mut held = Vec::new();
+    let connecting = Instant::now();
+    for _ in 0..200 {
+        if let Ok(Ok(s)) =
+            tokio::time::timeout(Duration::from_millis(200), TcpStream::connect(addr)).await
+        {
+            held.push(s);
+        }
+    }
+    let connected = (held.len(), connecting.elapsed());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let window = Duration::from_secs(3);
+    let before = cpu_ticks(pid);
+    tokio::time::sleep(window).await;
+    let used = cpu_ticks(pid) - before;
+    // The descriptors come back when the connections close; then the server serves again.
+    drop(held);
+    let recovered = Instant::now();
+    let mut served_again = false;
+    while recovered.elapsed() < Duration::from_secs(10) {
+        let call = async {
+            let mut c =
+                zrpc_tests::pb::greeter_client::GreeterClient::connect(format!("http://{addr}"))
+                    .await
+                    .ok()?;
+            c.say_hello(HelloRequest { name: "x".into() }).await.ok()
+        };
+        if let Ok(Some(_)) = tokio::time::timeout(Duration::from_secs(1), call).await {
+            served_again = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let recovery = recovered.elapsed();
+    drop(child.stdin.take());
+    let _ = tokio::task::spawn_blocking(move || child.wait()).await;
+    let log = log.await.unwrap();
+    let accept_errors: Vec<_> = log
+        .iter()
+        .filter(|l| l.contains("accepting a connection failed"))
+        .collect();
+    let cpu_pct = used as f64 / window.as_secs_f64(); // 100 ticks per second
+    println!(
+        "fd exhaustion (RLIMIT_NOFILE 64, {} connections made in {:?}): server CPU {cpu_pct:.1}% over \
+         {window:?}, {} accept-error log lines, first: {:?}; served again {recovery:?} after the \
+         connections closed",
+        connected.0,
+        connected.1,
+        accept_errors.len(),
+        accept_errors.first()
+    );
+    assert!(served_again, "the server serves once descriptors are free");
+    assert!(!accept_errors.is_empty(), "the accept errors are logged");
+    assert!(
+        cpu_pct < 5.0,
+        "server CPU {cpu_pct:.1}% while out of descriptors"
+    );
+}
