@@ -16,7 +16,9 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
+use std::time::Instant;
 
 use http::{Request, Response};
 use pin_project_lite::pin_project;
@@ -88,13 +90,52 @@ impl TokenStore for StaticTokens {
 #[derive(Debug, Clone)]
 pub struct AuthLayer {
     store: Option<Arc<dyn TokenStore>>,
+    policy: Arc<Policy>,
+}
+
+/// `StrictControl`, and the once-per-second WARN for calls let through on a store error (a Redis
+/// outage would otherwise log every call).
+#[derive(Debug)]
+struct Policy {
     strict: bool,
+    origin: Instant,
+    last_log_ms: AtomicU64,
+    allowed_since_log: AtomicU64,
+}
+
+impl Policy {
+    fn log_allowed(&self, e: &Error) {
+        let allowed = self.allowed_since_log.fetch_add(1, Ordering::Relaxed) + 1;
+        let now_ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let last = self.last_log_ms.load(Ordering::Relaxed);
+        if (now_ms.saturating_sub(last) >= 1000 || last == 0)
+            && self
+                .last_log_ms
+                .compare_exchange(last, now_ms.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.allowed_since_log.store(0, Ordering::Relaxed);
+            tracing::warn!(
+                target: "zrpc::auth",
+                allowed,
+                "token store failed, call allowed (StrictControl off; {allowed} such calls in the last second): {e}"
+            );
+        }
+    }
 }
 
 impl AuthLayer {
     /// An auth layer checking against `store`; `None` = auth off.
     pub fn new(store: Option<Arc<dyn TokenStore>>, strict: bool) -> Self {
-        Self { store, strict }
+        Self {
+            store,
+            policy: Arc::new(Policy {
+                strict,
+                origin: Instant::now(),
+                last_log_ms: AtomicU64::new(0),
+                allowed_since_log: AtomicU64::new(0),
+            }),
+        }
     }
 }
 
@@ -104,7 +145,7 @@ impl<S> Layer<S> for AuthLayer {
         Auth {
             inner,
             store: self.store.clone(),
-            strict: self.strict,
+            policy: Arc::clone(&self.policy),
         }
     }
 }
@@ -114,7 +155,7 @@ impl<S> Layer<S> for AuthLayer {
 pub struct Auth<S> {
     inner: S,
     store: Option<Arc<dyn TokenStore>>,
-    strict: bool,
+    policy: Arc<Policy>,
 }
 
 enum Verdict {
@@ -122,7 +163,8 @@ enum Verdict {
     Reject(i32, String),
 }
 
-fn judge(found: Result<Option<Arc<str>>, Error>, token: &[u8], strict: bool) -> Verdict {
+fn judge(found: Result<Option<Arc<str>>, Error>, token: &[u8], policy: &Policy) -> Verdict {
+    let strict = policy.strict;
     match found {
         Ok(Some(expected)) => {
             if bool::from(expected.as_bytes().ct_eq(token)) {
@@ -137,7 +179,7 @@ fn judge(found: Result<Option<Arc<str>>, Error>, token: &[u8], strict: bool) -> 
         Err(e) if strict => Verdict::Reject(code::INTERNAL, e.to_string()),
         Ok(None) => Verdict::Allow,
         Err(e) => {
-            tracing::warn!(target: "zrpc::auth", "token store failed, call allowed (StrictControl off): {e}");
+            policy.log_allowed(&e);
             Verdict::Allow
         }
     }
@@ -177,7 +219,7 @@ where
             return ResponseFuture::reject(code::UNAUTHENTICATED, "access denied");
         };
         match store.lookup(app) {
-            Lookup::Ready(found) => match judge(found, token, self.strict) {
+            Lookup::Ready(found) => match judge(found, token, &self.policy) {
                 Verdict::Allow => ResponseFuture::call(self.inner.call(req)),
                 Verdict::Reject(c, m) => ResponseFuture::reject(c, &m),
             },
@@ -189,7 +231,7 @@ where
                     state: State::Lookup {
                         lookup,
                         pending: Some((inner, req, token)),
-                        strict: self.strict,
+                        policy: Arc::clone(&self.policy),
                     },
                 }
             }
@@ -208,7 +250,7 @@ pin_project! {
 pin_project! {
     #[project = StateProj]
     enum State<S: Service<R>, R, B> {
-        Lookup { lookup: TokenFuture, pending: Option<(S, R, Vec<u8>)>, strict: bool },
+        Lookup { lookup: TokenFuture, pending: Option<(S, R, Vec<u8>)>, policy: Arc<Policy> },
         Call { #[pin] fut: S::Future },
         Rejected { resp: Option<Response<B>> },
     }
@@ -261,13 +303,13 @@ where
                 StateProj::Lookup {
                     lookup,
                     pending,
-                    strict,
+                    policy,
                 } => {
                     let found = ready!(lookup.as_mut().poll(cx));
                     let Some((mut inner, req, token)) = pending.take() else {
                         return Poll::Pending;
                     };
-                    let next = match judge(found, &token, *strict) {
+                    let next = match judge(found, &token, policy) {
                         Verdict::Allow => State::Call {
                             fut: inner.call(req),
                         },
