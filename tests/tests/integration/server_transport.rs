@@ -17,8 +17,10 @@ use zrpc_tests::pb::{HelloRequest, HelloStreamRequest};
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
+/// A test server with `edit` applied to its `Transport` block. Shedding is off: the suite
+/// runs many tests at once on few cores, and these tests are about the transport, not CPU.
 async fn server_with(name: &str, edit: impl FnOnce(&mut TransportConf)) -> TestServer {
-    let mut conf = test_conf(name);
+    let mut conf = test_conf(name).with_cpu_threshold(0);
     edit(&mut conf.transport);
     start_server(conf, TestGreeter::new()).await
 }
