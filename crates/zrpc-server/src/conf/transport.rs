@@ -150,3 +150,54 @@ impl Validate for TransportConf {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::conf::RpcServerConf;
+
+    fn yaml(text: &str) -> Result<RpcServerConf, ConfError> {
+        zrpc_core::conf::from_str_with_env(text, zrpc_core::conf::Format::Yaml, "t.yaml", |_| None)
+    }
+
+    #[test]
+    fn transport_block_loads_go_durations_and_keeps_defaults() {
+        let c = yaml(
+            "Name: a\nListenOn: 127.0.0.1:1\nTransport:\n  MaxConcurrentStreams: 100\n  \
+             HandshakeTimeout: 3s\n  MaxConnectionAge: 30m\n  MaxConnectionAgeGrace: 10s\n",
+        )
+        .unwrap();
+        let t = &c.transport;
+        assert_eq!(t.max_concurrent_streams, 100);
+        assert_eq!(t.handshake_timeout(), Some(Duration::from_secs(3)));
+        assert_eq!(t.max_connection_age(), Some(Duration::from_secs(1800)));
+        assert_eq!(t.max_connection_age_grace(), Some(Duration::from_secs(10)));
+        assert_eq!(t.keepalive_time(), Some(Duration::from_secs(7200)));
+        assert_eq!(t.max_connection_idle(), None);
+        assert_eq!(t.max_buffered_request_bytes(), Some(64 << 20));
+    }
+
+    #[test]
+    fn unknown_and_invalid_transport_keys_are_named() {
+        let err = yaml("Name: a\nListenOn: 127.0.0.1:1\nTransport:\n  MaxStreams: 5\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("MaxStreams"), "{err}");
+        for (text, key) in [
+            ("MaxConcurrentStreams: 0", "Transport.MaxConcurrentStreams"),
+            (
+                "MaxConnectionAgeGrace: 5s",
+                "Transport.MaxConnectionAgeGrace",
+            ),
+            ("KeepaliveTime: 10ms", "Transport.KeepaliveTime"),
+        ] {
+            let err = yaml(&format!(
+                "Name: a\nListenOn: 127.0.0.1:1\nTransport:\n  {text}\n"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains(key), "{text}: {err}");
+        }
+    }
+}
