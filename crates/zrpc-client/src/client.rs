@@ -110,6 +110,7 @@ impl Client {
         let connect = ConnectOptions {
             keepalive: conf.keepalive(),
             connect_timeout: Some(CONNECT_TIMEOUT),
+            tls: conf.tls.as_ref().map(|t| t.build()).transpose()?,
         };
         let balancer = Balancer::with_status(
             target_name.clone(),

@@ -10,6 +10,8 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use zrpc_core::conf::{ConfError, EtcdConf, Validate, duration};
 
+pub use crate::tls::ClientTlsConf;
+
 /// The client config (go-zero `zrpc.RpcClientConf`).
 ///
 /// Where the servers are comes from, in go-zero's priority: `Endpoints` > `Target` > `Etcd`
@@ -39,6 +41,8 @@ pub struct RpcClientConf {
     pub middlewares: ClientMiddlewaresConf,
     /// `p2c_ewma` (default) or `round_robin`.
     pub balancer_name: BalancerName,
+    /// zrpc addition: TLS / mutual TLS to the servers (absent = plaintext, the default).
+    pub tls: Option<crate::tls::ClientTlsConf>,
 }
 
 impl Default for RpcClientConf {
@@ -54,11 +58,19 @@ impl Default for RpcClientConf {
             keepalive_time: Duration::ZERO,
             middlewares: ClientMiddlewaresConf::default(),
             balancer_name: BalancerName::default(),
+            tls: None,
         }
     }
 }
 
 impl RpcClientConf {
+    /// Sets the `Tls` block (default: none, plaintext).
+    #[must_use]
+    pub fn with_tls(mut self, tls: crate::tls::ClientTlsConf) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
     /// A client of fixed addresses (go-zero `NewDirectClientConf`).
     pub fn direct<I, S>(endpoints: I) -> Self
     where
@@ -174,6 +186,9 @@ impl RpcClientConf {
 
 impl Validate for RpcClientConf {
     fn validate(&self) -> Result<(), ConfError> {
+        if let Some(t) = &self.tls {
+            t.validate()?;
+        }
         for (i, e) in self.endpoints.iter().enumerate() {
             if e.trim().is_empty() || e.contains(',') {
                 return Err(ConfError::invalid(

@@ -18,6 +18,16 @@ pub enum Error {
     /// The configuration is invalid (e.g. no endpoints, target or etcd given).
     #[error("invalid client config: {0}")]
     Config(String),
+    /// A TLS file is missing, unreadable or unusable (`Tls` block).
+    #[error("{key} {file:?}: {reason}")]
+    Tls {
+        /// The config key (`Tls.CaFile`, ...).
+        key: &'static str,
+        /// The file.
+        file: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// An unknown `BalancerName`.
     #[error("unknown balancer {0:?} (supported: \"p2c_ewma\", \"round_robin\")")]
     UnknownBalancer(String),

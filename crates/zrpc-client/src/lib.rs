@@ -12,6 +12,7 @@ mod error;
 pub mod layers;
 pub mod metrics;
 pub mod resolver;
+mod tls;
 
 pub use client::{BLOCKING_DIAL_TIMEOUT, CONNECT_TIMEOUT, Client, EndpointInfo};
 pub use error::Error;

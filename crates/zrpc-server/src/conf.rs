@@ -14,6 +14,7 @@ mod ignored;
 mod log;
 mod redis;
 mod service;
+mod tls;
 mod transport;
 
 pub use ignored::IgnoredKey;
@@ -23,6 +24,7 @@ pub use service::{
     DevServerConf, ProfileTypeConf, ProfilingConf, PrometheusConf, ServiceMode, ShutdownConf,
     TelemetryConf,
 };
+pub use tls::{ClientAuth, ServerTlsConf};
 pub use transport::TransportConf;
 
 /// The server config (go-zero `zrpc.RpcServerConf`).
@@ -31,7 +33,7 @@ pub use transport::TransportConf;
 /// `Prometheus`, `MetricsUrl`, `Profiling`) sit at the top level, as go-zero embeds them.
 ///
 /// zrpc additions (not in go-zero): `AdvertiseAddr`, `Reflection`, `AuthTokens`,
-/// `Middlewares.StatConf.LogRequestContent` and the `Transport` block.
+/// `Middlewares.StatConf.LogRequestContent`, the `Transport` and the `Tls` blocks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
 #[non_exhaustive]
@@ -89,6 +91,8 @@ pub struct RpcServerConf {
     /// zrpc addition: HTTP/2 and connection limits (streams per connection, handshake and
     /// idle timeouts, keepalive, connection age, connection cap).
     pub transport: TransportConf,
+    /// zrpc addition: TLS / mutual TLS (absent = plaintext, the default).
+    pub tls: Option<ServerTlsConf>,
 }
 
 impl Default for RpcServerConf {
@@ -117,6 +121,7 @@ impl Default for RpcServerConf {
             middlewares: ServerMiddlewaresConf::default(),
             method_timeouts: Vec::new(),
             transport: TransportConf::default(),
+            tls: None,
         }
     }
 }
@@ -229,6 +234,13 @@ impl RpcServerConf {
         self
     }
 
+    /// Sets the `Tls` block (default: none, plaintext).
+    #[must_use]
+    pub fn with_tls(mut self, tls: ServerTlsConf) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
     /// The server registers in etcd (go-zero `HasEtcd`: `Etcd.Hosts` and `Etcd.Key` set).
     pub fn has_etcd(&self) -> bool {
         self.etcd.has_etcd()
@@ -300,6 +312,9 @@ impl Validate for RpcServerConf {
         }
         self.log.validate()?;
         self.transport.validate()?;
+        if let Some(t) = &self.tls {
+            t.validate()?;
+        }
         if let Some(t) = &self.telemetry {
             t.validate()?;
         }

@@ -34,6 +34,10 @@ pub enum Error {
     /// unreadable TLS file): the server refuses to start instead of retrying forever.
     #[error("etcd registration: {0}")]
     Etcd(#[from] zrpc_core::etcd::EtcdError),
+    /// A TLS file is missing, unreadable or does not fit (`Tls` block); the message names the
+    /// key and the file.
+    #[error("{0}")]
+    Tls(#[from] crate::tls::TlsError),
     /// A token store could not answer (auth).
     #[error("token store: {0}")]
     TokenStore(String),
@@ -43,7 +47,7 @@ impl From<Error> for tonic::Status {
     fn from(e: Error) -> Self {
         match e {
             Error::TokenStore(_) => tonic::Status::internal(e.to_string()),
-            Error::Conf(_) | Error::Reflection(_) | Error::Etcd(_) => {
+            Error::Conf(_) | Error::Reflection(_) | Error::Etcd(_) | Error::Tls(_) => {
                 tonic::Status::failed_precondition(e.to_string())
             }
             _ => tonic::Status::unavailable(e.to_string()),

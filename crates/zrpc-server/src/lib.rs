@@ -20,6 +20,7 @@ mod server;
 mod shedding_glue;
 pub mod shutdown;
 pub mod telemetry;
+mod tls;
 mod transport;
 
 pub use auth::RedisTokens;
@@ -28,3 +29,4 @@ pub use conf::RpcServerConf;
 pub use error::Error;
 pub use handle::{Phase, ServerHandle};
 pub use server::{Server, WrapUpHook};
+pub use tls::{PeerIdentity, TlsError};

@@ -366,9 +366,24 @@ where
         // Outside it all: per-connection call counting, 415 for non-gRPC requests and the
         // request-bytes budget (`crate::transport`).
         let mw = &conf.middlewares;
-        let accept = crate::transport::accept_settings(&conf.transport, authority_repair);
+        let mut accept = crate::transport::accept_settings(&conf.transport, authority_repair);
+        // TLS (`crate::tls`): files checked now, the certificate watched while serving.
+        let tls = conf
+            .tls
+            .as_ref()
+            .map(crate::tls::ServerTls::load)
+            .transpose()?;
+        let _tls_watch = tls.as_ref().map(|t| {
+            accept.tls = Some(t.config.clone());
+            crate::tls::WatchGuard(t.cert.clone().watch())
+        });
+        let allowed = conf.tls.as_ref().map(|t| t.allowed_clients.as_slice());
         let chain = ServiceBuilder::new()
+            .layer(crate::tls::layer::PeerLayer)
             .layer(crate::transport::outer_layers(&accept, &conf.transport))
+            .layer(crate::tls::layer::AllowLayer::new(
+                allowed.unwrap_or_default(),
+            ))
             .layer(FactsLayer::new(mw.breaker || shedder.is_some()))
             .layer(TraceLayer::new(mw.trace))
             .layer(RecoverLayer::new(mw.recover))

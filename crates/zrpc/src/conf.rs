@@ -12,9 +12,9 @@ pub use zrpc_core::conf::{
     load_with_env,
 };
 
-pub use zrpc_client::conf::{BalancerName, ClientMiddlewaresConf, RpcClientConf};
+pub use zrpc_client::conf::{BalancerName, ClientMiddlewaresConf, ClientTlsConf, RpcClientConf};
 pub use zrpc_server::conf::{
-    AuthTokenConf, DevServerConf, IgnoredKey, LogConf, LogFieldKeys, MethodTimeoutConf,
+    AuthTokenConf, ClientAuth, DevServerConf, IgnoredKey, LogConf, LogFieldKeys, MethodTimeoutConf,
     ProfileTypeConf, ProfilingConf, PrometheusConf, RedisKeyConf, RpcServerConf,
-    ServerMiddlewaresConf, ServiceMode, ShutdownConf, StatConf, TelemetryConf,
+    ServerMiddlewaresConf, ServerTlsConf, ServiceMode, ShutdownConf, StatConf, TelemetryConf,
 };

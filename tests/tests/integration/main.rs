@@ -18,3 +18,4 @@ mod server_recover;
 mod server_shedding;
 mod server_timeout;
 mod server_transport;
+mod tls;

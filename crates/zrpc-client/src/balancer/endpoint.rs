@@ -22,6 +22,8 @@ pub(crate) struct ConnectOptions {
     pub(crate) keepalive: Option<Duration>,
     /// TCP connect timeout.
     pub(crate) connect_timeout: Option<Duration>,
+    /// TLS (`Tls` block), `None` = plaintext.
+    pub(crate) tls: Option<tonic::transport::ClientTlsConfig>,
 }
 
 /// A server endpoint.
@@ -65,7 +67,12 @@ impl Endpoint {
         addr: &str,
         opts: &ConnectOptions,
     ) -> Result<Endpoint, tonic::transport::Error> {
-        let mut ep = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?;
+        let scheme = if opts.tls.is_some() { "https" } else { "http" };
+        let mut ep = tonic::transport::Endpoint::from_shared(format!("{scheme}://{addr}"))?;
+        if let Some(tls) = &opts.tls {
+            // tonic's rustls connector runs over `Connector`'s watched TCP stream
+            ep = ep.tls_config(tls.clone())?;
+        }
         if let Some(t) = opts.connect_timeout {
             ep = ep.connect_timeout(t);
         }

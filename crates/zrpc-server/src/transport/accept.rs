@@ -4,13 +4,17 @@
 //!   once per second, instead of being retried in a hot loop;
 //! - errors of one aborted connection (ECONNABORTED, ECONNRESET) are skipped at once;
 //! - over `MaxConnections` a connection is accepted and closed at once (logged once per second);
-//! - TCP_NODELAY on, then `AuthorityFix` (innermost) and [`Guarded`] around the stream.
+//! - TCP_NODELAY on, then `AuthorityFix` (innermost) and [`Guarded`] around the stream;
+//! - with `Tls`, the TLS handshake runs in a task per connection (under
+//!   `Transport.HandshakeTimeout`) so a slow handshake never holds up the accept loop; the
+//!   order is `TcpStream -> TlsStream -> AuthorityFix -> Guarded` (`AuthorityFix` reads the
+//!   decrypted HTTP/2 octets).
 
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -19,6 +23,7 @@ use super::backoff::{AcceptBackoff, LogGate};
 use super::conn::{ConnLimits, Guarded};
 use super::streams::ConnTable;
 use crate::authority::AuthorityFix;
+use crate::tls::io::ConnIo;
 
 /// What the accept loop needs to know.
 #[derive(Debug, Clone)]
@@ -28,10 +33,12 @@ pub(crate) struct AcceptSettings {
     pub(crate) authority_repair: bool,
     /// Present when `MaxConnectionIdle` is set.
     pub(crate) table: Option<Arc<ConnTable>>,
+    /// Present when `Tls` is set.
+    pub(crate) tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// A connection as tonic receives it.
-pub(crate) type Accepted = Guarded<AuthorityFix<TcpStream>>;
+pub(crate) type Accepted = Guarded<AuthorityFix<ConnIo>>;
 
 struct Acceptor {
     listener: TcpListener,
@@ -58,10 +65,74 @@ pub(crate) fn incoming(
         error_log: LogGate::new(Duration::from_secs(1)),
         cap_log: LogGate::new(Duration::from_secs(1)),
     };
-    futures_util::stream::unfold(acceptor, |mut a| async move {
-        let conn = a.next().await;
-        Some((Ok(conn), a))
-    })
+    match acceptor.settings.tls.clone() {
+        None => futures_util::stream::unfold(acceptor, |mut a| async move {
+            let (stream, peer, permit) = a.next().await;
+            Some((
+                Ok(wrap(&a.settings, ConnIo::Plain(stream), peer, permit)),
+                a,
+            ))
+        })
+        .left_stream(),
+        Some(tls) => tls_incoming(acceptor, tls).right_stream(),
+    }
+}
+
+/// The accept loop in its own task; each TLS handshake in a task of its own, its connection
+/// handed over when done. The loop stops when the returned stream is dropped.
+fn tls_incoming(
+    mut a: Acceptor,
+    tls: Arc<rustls::ServerConfig>,
+) -> impl Stream<Item = Result<Accepted, io::Error>> + Send {
+    let tls = tokio_rustls::TlsAcceptor::from(tls);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Accepted>(64);
+    let log = Arc::new(parking_lot::Mutex::new(LogGate::new(Duration::from_secs(
+        1,
+    ))));
+    let settings = Arc::new(a.settings.clone());
+    tokio::spawn(async move {
+        loop {
+            let (stream, peer, permit) = tokio::select! {
+                () = tx.closed() => return,
+                next = a.next() => next,
+            };
+            let (tls, tx, settings, log) = (tls.clone(), tx.clone(), settings.clone(), log.clone());
+            tokio::spawn(async move {
+                let timeout = settings.limits.handshake_timeout;
+                let handshake = tls.accept(stream);
+                let result = match timeout {
+                    Some(t) => tokio::time::timeout(t, handshake)
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(io::Error::new(
+                                io::ErrorKind::TimedOut,
+                                format!(
+                                    "no TLS handshake within Transport.HandshakeTimeout ({t:?})"
+                                ),
+                            ))
+                        }),
+                    None => handshake.await,
+                };
+                match result {
+                    Ok(stream) => {
+                        let conn = wrap(&settings, ConnIo::Tls(Box::new(stream)), peer, permit);
+                        let _ = tx.send(conn).await;
+                    }
+                    Err(e) => {
+                        let gate = log.lock().allow(Instant::now());
+                        if let Some(held) = gate {
+                            tracing::warn!(
+                                target: "zrpc::server",
+                                "TLS handshake with {peer} failed: {e} \
+                                 ({held} more failed since the last message)"
+                            );
+                        }
+                    }
+                }
+            });
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok)
 }
 
 /// Errors that concern one connection, not the listener: skip it and accept the next.
@@ -76,7 +147,14 @@ fn is_connection_error(e: &io::Error) -> bool {
 }
 
 impl Acceptor {
-    async fn next(&mut self) -> Accepted {
+    /// The next connection, under the connection cap.
+    async fn next(
+        &mut self,
+    ) -> (
+        TcpStream,
+        std::net::SocketAddr,
+        Option<tokio::sync::OwnedSemaphorePermit>,
+    ) {
         loop {
             let (stream, peer) = match self.listener.accept().await {
                 Ok(accepted) => accepted,
@@ -116,15 +194,28 @@ impl Acceptor {
             if let Err(e) = stream.set_nodelay(true) {
                 tracing::debug!(target: "zrpc::server", "TCP_NODELAY on {peer}: {e}");
             }
-            let addrs = stream.local_addr().ok().map(|local| (local, peer));
-            let entry = self
-                .settings
-                .table
-                .as_ref()
-                .zip(addrs)
-                .map(|(table, addrs)| table.register(addrs));
-            let io = AuthorityFix::new(stream, addrs, self.settings.authority_repair);
-            return Guarded::new(io, self.settings.limits, permit, entry);
+            return (stream, peer, permit);
         }
     }
+}
+
+/// `io` under the `:authority` repair and the connection deadlines.
+fn wrap(
+    settings: &AcceptSettings,
+    io: ConnIo,
+    peer: std::net::SocketAddr,
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+) -> Accepted {
+    let local = match &io {
+        ConnIo::Plain(s) => s.local_addr(),
+        ConnIo::Tls(s) => s.get_ref().0.local_addr(),
+    };
+    let addrs = local.ok().map(|local| (local, peer));
+    let entry = settings
+        .table
+        .as_ref()
+        .zip(addrs)
+        .map(|(table, addrs)| table.register(addrs));
+    let io = AuthorityFix::new(io, addrs, settings.authority_repair);
+    Guarded::new(io, settings.limits, permit, entry)
 }

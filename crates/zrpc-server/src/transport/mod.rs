@@ -48,6 +48,7 @@ pub(crate) fn accept_settings(conf: &TransportConf, authority_repair: bool) -> A
         table: conf
             .max_connection_idle()
             .map(|_| Arc::new(ConnTable::default())),
+        tls: None,
     }
 }
 

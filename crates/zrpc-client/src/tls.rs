@@ -1,0 +1,136 @@
+//! Client TLS (`Tls:` block of `RpcClientConf`, a zrpc addition): tonic's rustls connector
+//! (ring provider, the one etcd-client's TLS uses) over zrpc's watched TCP connection.
+
+use serde::{Deserialize, Serialize};
+use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+use zrpc_core::conf::{ConfError, Validate};
+
+use crate::error::Error;
+
+/// The client's TLS settings (`Tls:` block). Absent = plaintext (default).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct ClientTlsConf {
+    /// PEM CA certificates that sign the servers' certificates (required).
+    pub ca_file: String,
+    /// PEM client certificate chain, for servers that ask for one (mTLS; needs `KeyFile`).
+    pub cert_file: String,
+    /// PEM private key of `CertFile`.
+    pub key_file: String,
+    /// The name the server certificate must carry (and SNI). Empty = each endpoint's host
+    /// (an IP address is checked against the certificate's IP SANs).
+    pub server_name: String,
+}
+
+impl ClientTlsConf {
+    /// TLS that trusts the CA certificates of `ca_file`.
+    pub fn new(ca_file: impl Into<String>) -> Self {
+        ClientTlsConf {
+            ca_file: ca_file.into(),
+            ..ClientTlsConf::default()
+        }
+    }
+
+    /// Sets `CertFile` and `KeyFile`: the client certificate (default: none).
+    #[must_use]
+    pub fn with_identity(
+        mut self,
+        cert_file: impl Into<String>,
+        key_file: impl Into<String>,
+    ) -> Self {
+        self.cert_file = cert_file.into();
+        self.key_file = key_file.into();
+        self
+    }
+
+    /// Sets `ServerName` (default: the endpoint's host).
+    #[must_use]
+    pub fn with_server_name(mut self, name: impl Into<String>) -> Self {
+        self.server_name = name.into();
+        self
+    }
+
+    /// Reads the files and builds tonic's TLS config; errors name the key and the file.
+    pub(crate) fn build(&self) -> Result<ClientTlsConfig, Error> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+        let read = |key: &'static str, file: &str| {
+            std::fs::read(file).map_err(|e| Error::Tls {
+                key,
+                file: file.to_owned(),
+                reason: format!("cannot read: {e}"),
+            })
+        };
+        let certs = |key: &'static str, file: &str, pem: &[u8]| {
+            let n = CertificateDer::pem_slice_iter(pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| Error::Tls {
+                    key,
+                    file: file.to_owned(),
+                    reason: format!("bad PEM: {e}"),
+                })?
+                .len();
+            if n == 0 {
+                return Err(Error::Tls {
+                    key,
+                    file: file.to_owned(),
+                    reason: "no PEM CERTIFICATE block".to_owned(),
+                });
+            }
+            Ok(())
+        };
+        let ca = read("Tls.CaFile", &self.ca_file)?;
+        certs("Tls.CaFile", &self.ca_file, &ca)?;
+        let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
+        if !self.cert_file.is_empty() {
+            let cert = read("Tls.CertFile", &self.cert_file)?;
+            certs("Tls.CertFile", &self.cert_file, &cert)?;
+            let key = read("Tls.KeyFile", &self.key_file)?;
+            PrivateKeyDer::from_pem_slice(&key).map_err(|e| Error::Tls {
+                key: "Tls.KeyFile",
+                file: self.key_file.clone(),
+                reason: format!("no usable PEM private key (PKCS#8, PKCS#1 or SEC1): {e}"),
+            })?;
+            tls = tls.identity(Identity::from_pem(cert, key));
+        }
+        if !self.server_name.is_empty() {
+            tls = tls.domain_name(self.server_name.clone());
+        }
+        // tonic builds its connector here: a key that does not fit fails now, not per call
+        tonic::transport::Endpoint::from_static("https://localhost")
+            .tls_config(tls.clone())
+            .map_err(|e| Error::Tls {
+                key: "Tls",
+                file: format!("{} / {}", self.cert_file, self.key_file),
+                reason: format!("{e}: {}", source_chain(&e)),
+            })?;
+        Ok(tls)
+    }
+}
+
+fn source_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = Vec::new();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        out.push(s.to_string());
+        cur = s.source();
+    }
+    out.join(": ")
+}
+
+impl Validate for ClientTlsConf {
+    fn validate(&self) -> Result<(), ConfError> {
+        if self.ca_file.is_empty() {
+            return Err(ConfError::missing("Tls.CaFile"));
+        }
+        if self.cert_file.is_empty() != self.key_file.is_empty() {
+            return Err(ConfError::invalid(
+                "Tls.KeyFile",
+                "CertFile and KeyFile go together (both set for mTLS, or neither)",
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,138 @@
+//! `Tls`: the server's TLS and mutual TLS (a zrpc addition; go-zero sets TLS through options
+//! in code). Documented in `docs/configuration.md` and `docs/security.md`.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use zrpc_core::conf::{ConfError, Validate, duration};
+
+/// Whether the server asks connecting clients for a certificate (`Tls.ClientAuth`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum ClientAuth {
+    /// No client certificate is asked for.
+    None,
+    /// A client certificate is verified against `ClientCaFile` when one is sent.
+    Optional,
+    /// Every client must present a certificate signed by `ClientCaFile`.
+    Required,
+}
+
+/// The server's TLS settings (`Tls:` block, a zrpc addition). Absent = plaintext (default).
+///
+/// Certificate and key files are re-read when they change (checked every `ReloadInterval`
+/// and on SIGHUP): new connections get the new certificate, existing ones keep theirs, and a
+/// broken new file is logged as an error naming it while the old certificate stays in use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct ServerTlsConf {
+    /// PEM certificate chain of the server, leaf first (required).
+    pub cert_file: String,
+    /// PEM private key of the server certificate: PKCS#8, PKCS#1 or SEC1 (required).
+    pub key_file: String,
+    /// PEM CA certificates that sign client certificates; setting it turns on client
+    /// verification (mTLS). Empty = clients are not asked for a certificate.
+    pub client_ca_file: String,
+    /// `none`, `optional` or `required` (default `required` when `ClientCaFile` is set,
+    /// else `none`).
+    pub client_auth: Option<ClientAuth>,
+    /// Allow-list of client identities: a client whose certificate's subject CN, SAN DNS
+    /// name or SAN URI is not listed gets `PermissionDenied` on every call. Empty = any client
+    /// the CA signed. Needs `ClientCaFile`.
+    pub allowed_clients: Vec<String>,
+    /// How often the certificate and key files are checked for changes (default 10s;
+    /// 0 = only on SIGHUP).
+    #[serde(with = "duration")]
+    pub reload_interval: Duration,
+}
+
+impl Default for ServerTlsConf {
+    fn default() -> Self {
+        ServerTlsConf {
+            cert_file: String::new(),
+            key_file: String::new(),
+            client_ca_file: String::new(),
+            client_auth: None,
+            allowed_clients: Vec::new(),
+            reload_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+impl ServerTlsConf {
+    /// TLS with the server certificate `cert_file` and its key `key_file`.
+    pub fn new(cert_file: impl Into<String>, key_file: impl Into<String>) -> Self {
+        ServerTlsConf {
+            cert_file: cert_file.into(),
+            key_file: key_file.into(),
+            ..ServerTlsConf::default()
+        }
+    }
+
+    /// Sets `ClientCaFile` (default empty: no client verification).
+    #[must_use]
+    pub fn with_client_ca_file(mut self, file: impl Into<String>) -> Self {
+        self.client_ca_file = file.into();
+        self
+    }
+
+    /// Sets `ClientAuth` (default `required` with a `ClientCaFile`, else `none`).
+    #[must_use]
+    pub fn with_client_auth(mut self, auth: ClientAuth) -> Self {
+        self.client_auth = Some(auth);
+        self
+    }
+
+    /// Sets `AllowedClients` (default empty: any client the CA signed).
+    #[must_use]
+    pub fn with_allowed_clients<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.allowed_clients = names.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Sets `ReloadInterval` (default 10s; zero = only on SIGHUP).
+    #[must_use]
+    pub fn with_reload_interval(mut self, every: Duration) -> Self {
+        self.reload_interval = every;
+        self
+    }
+
+    /// The effective `ClientAuth`.
+    pub fn client_auth(&self) -> ClientAuth {
+        match self.client_auth {
+            Some(a) => a,
+            None if self.client_ca_file.is_empty() => ClientAuth::None,
+            None => ClientAuth::Required,
+        }
+    }
+}
+
+impl Validate for ServerTlsConf {
+    fn validate(&self) -> Result<(), ConfError> {
+        if self.cert_file.is_empty() {
+            return Err(ConfError::missing("Tls.CertFile"));
+        }
+        if self.key_file.is_empty() {
+            return Err(ConfError::missing("Tls.KeyFile"));
+        }
+        if self.client_ca_file.is_empty() && self.client_auth() != ClientAuth::None {
+            return Err(ConfError::invalid(
+                "Tls.ClientAuth",
+                "optional/required client certificates need Tls.ClientCaFile",
+            ));
+        }
+        if !self.allowed_clients.is_empty() && self.client_auth() == ClientAuth::None {
+            return Err(ConfError::invalid(
+                "Tls.AllowedClients",
+                "needs client certificates: set Tls.ClientCaFile (and ClientAuth optional or required)",
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,145 @@
+//! PEM files to rustls types; every error names the config key and the file.
+
+use std::sync::Arc;
+
+use rustls::RootCertStore;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::sign::CertifiedKey;
+
+/// A TLS set-up error (server start, or a certificate reload that was refused).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsError {
+    /// A file could not be read.
+    #[error("{key} {file:?}: cannot read: {source}")]
+    Read {
+        /// The config key (`Tls.CertFile`, ...).
+        key: &'static str,
+        /// The file.
+        file: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file holds no usable PEM block of the expected kind.
+    #[error("{key} {file:?}: {reason}")]
+    Pem {
+        /// The config key.
+        key: &'static str,
+        /// The file.
+        file: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The private key does not belong to the certificate.
+    #[error(
+        "Tls.KeyFile {key_file:?} does not match the certificate in Tls.CertFile {cert_file:?}"
+    )]
+    KeyMismatch {
+        /// The certificate file.
+        cert_file: String,
+        /// The key file.
+        key_file: String,
+    },
+    /// The client CA cannot verify clients.
+    #[error("Tls.ClientCaFile {file:?}: {reason}")]
+    Verifier {
+        /// The CA file.
+        file: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// rustls refused the configuration.
+    #[error("TLS configuration: {0}")]
+    Rustls(String),
+}
+
+fn read(key: &'static str, file: &str) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(file).map_err(|source| TlsError::Read {
+        key,
+        file: file.to_owned(),
+        source,
+    })
+}
+
+/// The PEM certificates of `file` (at least one).
+pub(crate) fn load_certs(
+    key: &'static str,
+    file: &str,
+) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    certs_from_pem(key, file, &read(key, file)?)
+}
+
+fn certs_from_pem(
+    key: &'static str,
+    file: &str,
+    pem: &[u8],
+) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::Pem {
+            key,
+            file: file.to_owned(),
+            reason: format!("bad PEM: {e}"),
+        })?;
+    if certs.is_empty() {
+        return Err(TlsError::Pem {
+            key,
+            file: file.to_owned(),
+            reason: "no PEM CERTIFICATE block".to_owned(),
+        });
+    }
+    Ok(certs)
+}
+
+/// The CA certificates of `file` as trust anchors.
+pub(crate) fn load_roots(key: &'static str, file: &str) -> Result<RootCertStore, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for cert in load_certs(key, file)? {
+        roots.add(cert).map_err(|e| TlsError::Pem {
+            key,
+            file: file.to_owned(),
+            reason: format!("not a usable CA certificate: {e}"),
+        })?;
+    }
+    Ok(roots)
+}
+
+/// The private key of `file`.
+pub(crate) fn load_key(key: &'static str, file: &str) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_slice(&read(key, file)?).map_err(|e| TlsError::Pem {
+        key,
+        file: file.to_owned(),
+        reason: format!("no usable PEM private key (PKCS#8, PKCS#1 or SEC1): {e}"),
+    })
+}
+
+/// The certificate chain and key of the server, checked to belong together.
+pub(crate) fn load_certified_key(
+    cert_file: &str,
+    key_file: &str,
+    provider: &CryptoProvider,
+) -> Result<Arc<CertifiedKey>, TlsError> {
+    let chain = load_certs("Tls.CertFile", cert_file)?;
+    let key = load_key("Tls.KeyFile", key_file)?;
+    let signer = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| TlsError::Pem {
+            key: "Tls.KeyFile",
+            file: key_file.to_owned(),
+            reason: format!("unsupported private key: {e}"),
+        })?;
+    let certified = CertifiedKey::new(chain, signer);
+    match certified.keys_match() {
+        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => {
+            Err(TlsError::KeyMismatch {
+                cert_file: cert_file.to_owned(),
+                key_file: key_file.to_owned(),
+            })
+        }
+        _ => Ok(Arc::new(certified)),
+    }
+}

@@ -1,0 +1,109 @@
+//! The connection under `AuthorityFix`: plain TCP or TLS over TCP, and what it tells tonic.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
+use tonic::transport::server::{Connected, TcpConnectInfo};
+
+use super::identity::PeerIdentity;
+
+/// An accepted connection, decrypted when TLS is on.
+#[derive(Debug)]
+pub(crate) enum ConnIo {
+    /// Plaintext.
+    Plain(TcpStream),
+    /// TLS, handshake done.
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+/// The connect info of a [`ConnIo`]; [`PeerLayer`](super::layer::PeerLayer) turns it into
+/// `TcpConnectInfo` (for `Request::remote_addr`) and [`PeerIdentity`] extensions.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnInfo {
+    pub(crate) tcp: TcpConnectInfo,
+    pub(crate) peer: Option<PeerIdentity>,
+}
+
+impl Connected for ConnIo {
+    type ConnectInfo = ConnInfo;
+
+    fn connect_info(&self) -> ConnInfo {
+        match self {
+            ConnIo::Plain(tcp) => ConnInfo {
+                tcp: tcp.connect_info(),
+                peer: None,
+            },
+            ConnIo::Tls(tls) => {
+                let (tcp, session) = tls.get_ref();
+                ConnInfo {
+                    tcp: tcp.connect_info(),
+                    peer: session
+                        .peer_certificates()
+                        .and_then(|certs| PeerIdentity::from_chain(certs.to_vec())),
+                }
+            }
+        }
+    }
+}
+
+impl AsyncRead for ConnIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ConnIo::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            ConnIo::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for ConnIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ConnIo::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            ConnIo::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ConnIo::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            ConnIo::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            ConnIo::Plain(s) => s.is_write_vectored(),
+            ConnIo::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ConnIo::Plain(s) => Pin::new(s).poll_flush(cx),
+            ConnIo::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ConnIo::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            ConnIo::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}

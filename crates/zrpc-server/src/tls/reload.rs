@@ -1,0 +1,131 @@
+//! The server certificate behind an `ArcSwap`, re-read when its files change.
+//!
+//! rustls asks [`ReloadingCert`] for the certificate at each handshake, so a swap reaches new
+//! connections only; established ones keep the session they negotiated. The watcher reads both
+//! files every `Tls.ReloadInterval` (and on SIGHUP) and reloads when their bytes changed; a new
+//! pair that fails (bad PEM, a key that does not match, a file half-written) is logged as an
+//! error naming the file, and the old certificate stays until a good pair appears.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use rustls::crypto::CryptoProvider;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+
+use super::certs::{TlsError, load_certified_key};
+use crate::conf::ServerTlsConf;
+
+/// The current server certificate (rustls `ResolvesServerCert`).
+#[derive(Debug)]
+pub(crate) struct ReloadingCert {
+    current: ArcSwap<CertifiedKey>,
+    cert_file: String,
+    key_file: String,
+    interval: Duration,
+    provider: Arc<CryptoProvider>,
+    /// The bytes of the files last tried (loaded or refused), to act on changes only.
+    seen: Mutex<(Vec<u8>, Vec<u8>)>,
+}
+
+impl ReloadingCert {
+    /// Loads the certificate and key of `conf`.
+    pub(crate) fn load(
+        conf: &ServerTlsConf,
+        provider: &Arc<CryptoProvider>,
+    ) -> Result<ReloadingCert, TlsError> {
+        let seen = (
+            std::fs::read(&conf.cert_file).unwrap_or_default(),
+            std::fs::read(&conf.key_file).unwrap_or_default(),
+        );
+        let key = load_certified_key(&conf.cert_file, &conf.key_file, provider)?;
+        Ok(ReloadingCert {
+            current: ArcSwap::new(key),
+            cert_file: conf.cert_file.clone(),
+            key_file: conf.key_file.clone(),
+            interval: conf.reload_interval,
+            provider: provider.clone(),
+            seen: Mutex::new(seen),
+        })
+    }
+
+    /// Re-reads the files if they changed since the last try (or always, with `force`).
+    /// Returns whether a new certificate is now in use.
+    pub(crate) fn reload(&self, force: bool) -> bool {
+        let now = (
+            std::fs::read(&self.cert_file).unwrap_or_default(),
+            std::fs::read(&self.key_file).unwrap_or_default(),
+        );
+        {
+            let mut seen = self.seen.lock();
+            if !force && *seen == now {
+                return false;
+            }
+            *seen = now;
+        }
+        match load_certified_key(&self.cert_file, &self.key_file, &self.provider) {
+            Ok(key) => {
+                self.current.store(key);
+                tracing::info!(
+                    target: "zrpc::server",
+                    "TLS certificate reloaded from {:?} and {:?}; new connections use it",
+                    self.cert_file,
+                    self.key_file
+                );
+                true
+            }
+            Err(e) => {
+                tracing::error!(
+                    target: "zrpc::server",
+                    "TLS certificate reload refused, keeping the current certificate: {e}"
+                );
+                false
+            }
+        }
+    }
+
+    /// Watches the files until the returned task is aborted: every `ReloadInterval` and on
+    /// SIGHUP.
+    pub(crate) fn watch(self: Arc<Self>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            #[cfg(unix)]
+            let mut hup =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+            loop {
+                let tick = async {
+                    if self.interval.is_zero() {
+                        std::future::pending::<()>().await;
+                    } else {
+                        tokio::time::sleep(self.interval).await;
+                    }
+                };
+                #[cfg(unix)]
+                let hup_recv = async {
+                    match hup.as_mut() {
+                        Some(h) => {
+                            h.recv().await;
+                        }
+                        None => std::future::pending::<()>().await,
+                    }
+                };
+                #[cfg(not(unix))]
+                let hup_recv = std::future::pending::<()>();
+                let forced = tokio::select! {
+                    () = tick => false,
+                    () = hup_recv => true,
+                };
+                let this = self.clone();
+                // file reads off the runtime threads
+                let _ = tokio::task::spawn_blocking(move || this.reload(forced)).await;
+            }
+        })
+    }
+}
+
+impl ResolvesServerCert for ReloadingCert {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current.load_full())
+    }
+}

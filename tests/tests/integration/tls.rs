@@ -1,0 +1,603 @@
+//! TLS and mTLS (issue 12): certificates made by `openssl` in the test (`zrpc_tests::certs`).
+//! Each failure case prints its error text (`--nocapture`) for the docs' test matrix.
+#![allow(clippy::unwrap_used)]
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures_util::Stream;
+use tokio::net::TcpListener;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::{Code, Request, Response, Status};
+use zrpc::conf::{ClientAuth, ClientTlsConf, RpcClientConf, ServerTlsConf};
+use zrpc::{Client, PeerIdentity, Server, ServerHandle};
+use zrpc_tests::certs::{CertFiles, TestCa};
+use zrpc_tests::greeter::test_conf;
+use zrpc_tests::pb::greeter_client::GreeterClient;
+use zrpc_tests::pb::greeter_server::{Greeter, GreeterServer};
+use zrpc_tests::pb::{HelloReply, HelloRequest, HelloStreamRequest};
+
+const LOCAL_SANS: &[&str] = &["DNS:localhost", "IP:127.0.0.1"];
+
+/// Answers with what the server knows of the caller: its identity and address.
+#[derive(Debug, Clone, Default)]
+struct WhoGreeter;
+
+#[tonic::async_trait]
+impl Greeter for WhoGreeter {
+    async fn say_hello(&self, req: Request<HelloRequest>) -> Result<Response<HelloReply>, Status> {
+        let who = req
+            .extensions()
+            .get::<PeerIdentity>()
+            .map_or_else(|| "anonymous".to_owned(), PeerIdentity::describe);
+        let addr = req
+            .remote_addr()
+            .map_or_else(|| "no addr".to_owned(), |a| a.ip().to_string());
+        Ok(Response::new(HelloReply {
+            message: format!("{who} from {addr}"),
+        }))
+    }
+
+    type SayHelloStreamStream = Pin<Box<dyn Stream<Item = Result<HelloReply, Status>> + Send>>;
+
+    async fn say_hello_stream(
+        &self,
+        _req: Request<HelloStreamRequest>,
+    ) -> Result<Response<Self::SayHelloStreamStream>, Status> {
+        Err(Status::unimplemented("not here"))
+    }
+}
+
+struct TlsServer {
+    addr: std::net::SocketAddr,
+    handle: ServerHandle,
+    join: tokio::task::JoinHandle<Result<(), zrpc::ServerError>>,
+}
+
+impl TlsServer {
+    async fn start(tls: Option<ServerTlsConf>) -> TlsServer {
+        let mut conf = test_conf("tls.rpc");
+        if let Some(tls) = tls {
+            conf = conf.with_tls(tls);
+        }
+        let server = Server::new(conf)
+            .unwrap()
+            .add_service(GreeterServer::new(WhoGreeter));
+        let handle = server.handle();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let join = tokio::spawn(server.serve_with_listener(listener, std::future::pending()));
+        let addr = handle.serving().await.expect("server serves");
+        TlsServer { addr, handle, join }
+    }
+
+    async fn stop(self) {
+        self.handle.shutdown();
+        self.join.await.unwrap().unwrap();
+    }
+}
+
+/// The error and its sources, joined.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = vec![e.to_string()];
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        out.push(s.to_string());
+        cur = s.source();
+    }
+    out.join(": ")
+}
+
+fn tls_config(ca: &CertFiles, identity: Option<&CertFiles>) -> ClientTlsConfig {
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(std::fs::read(&ca.cert).unwrap()));
+    if let Some(id) = identity {
+        tls = tls.identity(Identity::from_pem(
+            std::fs::read(&id.cert).unwrap(),
+            std::fs::read(&id.key).unwrap(),
+        ));
+    }
+    tls
+}
+
+/// One call on a fresh tonic connection; the reply, or the error text (connect or call).
+async fn call_once(url: String, tls: Option<ClientTlsConfig>) -> Result<String, String> {
+    let mut ep = Endpoint::from_shared(url).unwrap();
+    if let Some(tls) = tls {
+        ep = ep.tls_config(tls).unwrap();
+    }
+    let channel: Channel = ep.connect().await.map_err(|e| chain(&e))?;
+    let mut c = GreeterClient::new(channel);
+    c.say_hello(HelloRequest { name: "x".into() })
+        .await
+        .map(|r| r.into_inner().message)
+        .map_err(|s| format!("{:?}: {}", s.code(), chain(&s)))
+}
+
+fn zrpc_client_conf(addr: std::net::SocketAddr, tls: ClientTlsConf) -> RpcClientConf {
+    RpcClientConf::direct([addr.to_string()]).with_tls(tls)
+}
+
+#[tokio::test]
+async fn tls_right_certificates_work_and_the_handler_sees_the_peer_identity() {
+    let ca = TestCa::new("zrpc test CA");
+    let server = ca.issue("server", LOCAL_SANS);
+    let client = ca.issue(
+        "billing",
+        &["URI:spiffe://zrpc.test/billing", "DNS:billing.local"],
+    );
+    let srv = TlsServer::start(Some(
+        ServerTlsConf::new(server.cert_str(), server.key_str())
+            .with_client_ca_file(ca.files.cert_str()),
+    ))
+    .await;
+
+    // tonic channel, mTLS
+    let reply = call_once(
+        format!("https://127.0.0.1:{}", srv.addr.port()),
+        Some(tls_config(&ca.files, Some(&client))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        reply,
+        "CN=billing, DNS=billing.local, URI=spiffe://zrpc.test/billing from 127.0.0.1"
+    );
+
+    // zrpc client, mTLS (server name: the endpoint's IP)
+    let conf = zrpc_client_conf(
+        srv.addr,
+        ClientTlsConf::new(ca.files.cert_str()).with_identity(client.cert_str(), client.key_str()),
+    );
+    let mut c = GreeterClient::new(Client::new(conf).await.unwrap());
+    for _ in 0..3 {
+        let r = c
+            .say_hello(HelloRequest { name: "x".into() })
+            .await
+            .unwrap();
+        assert!(r.into_inner().message.starts_with("CN=billing"));
+    }
+    // zrpc client with ServerName = localhost
+    let conf = zrpc_client_conf(
+        srv.addr,
+        ClientTlsConf::new(ca.files.cert_str())
+            .with_identity(client.cert_str(), client.key_str())
+            .with_server_name("localhost"),
+    );
+    let mut c = GreeterClient::new(Client::new(conf).await.unwrap());
+    c.say_hello(HelloRequest { name: "x".into() })
+        .await
+        .unwrap();
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn tls_without_client_ca_serves_anonymous_clients() {
+    let ca = TestCa::new("zrpc test CA");
+    let server = ca.issue("server", LOCAL_SANS);
+    let srv = TlsServer::start(Some(ServerTlsConf::new(
+        server.cert_str(),
+        server.key_str(),
+    )))
+    .await;
+    let reply = call_once(
+        format!("https://127.0.0.1:{}", srv.addr.port()),
+        Some(tls_config(&ca.files, None)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(reply, "anonymous from 127.0.0.1");
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn tls_rejects_wrong_ca_expired_wrong_san_and_missing_client_cert() {
+    let ca = TestCa::new("zrpc test CA");
+    let other = TestCa::new("other CA");
+    let server = ca.issue("server", LOCAL_SANS);
+    let client = ca.issue("billing", &[]);
+    let strange_client = other.issue("billing", &[]);
+    let expired_client = ca.issue_expired("billing", &[]);
+    let srv = TlsServer::start(Some(
+        ServerTlsConf::new(server.cert_str(), server.key_str())
+            .with_client_ca_file(ca.files.cert_str()),
+    ))
+    .await;
+    tokio::time::sleep(Duration::from_millis(1100)).await; // expired_client is past its end
+    let url = format!("https://127.0.0.1:{}", srv.addr.port());
+
+    // the client does not trust the server's CA
+    let e = call_once(url.clone(), Some(tls_config(&other.files, Some(&client))))
+        .await
+        .unwrap_err();
+    println!("client trusts another CA: {e}");
+    assert!(e.contains("UnknownIssuer"), "{e}");
+
+    // the server does not trust the client's CA
+    let e = call_once(
+        url.clone(),
+        Some(tls_config(&ca.files, Some(&strange_client))),
+    )
+    .await
+    .unwrap_err();
+    println!("client certificate from another CA: {e}");
+    assert!(e.contains("UnknownCA") || e.contains("unknown"), "{e}");
+
+    // expired client certificate
+    let e = call_once(
+        url.clone(),
+        Some(tls_config(&ca.files, Some(&expired_client))),
+    )
+    .await
+    .unwrap_err();
+    println!("expired client certificate: {e}");
+    assert!(
+        e.contains("CertificateExpired") || e.contains("expired"),
+        "{e}"
+    );
+
+    // no client certificate while required
+    let e = call_once(url.clone(), Some(tls_config(&ca.files, None)))
+        .await
+        .unwrap_err();
+    println!("no client certificate (ClientAuth required): {e}");
+    assert!(e.contains("CertificateRequired"), "{e}");
+    srv.stop().await;
+
+    // expired server certificate
+    let expired_server = ca.issue_expired("server", LOCAL_SANS);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let srv = TlsServer::start(Some(ServerTlsConf::new(
+        expired_server.cert_str(),
+        expired_server.key_str(),
+    )))
+    .await;
+    let e = call_once(
+        format!("https://127.0.0.1:{}", srv.addr.port()),
+        Some(tls_config(&ca.files, None)),
+    )
+    .await
+    .unwrap_err();
+    println!("expired server certificate: {e}");
+    assert!(
+        e.contains("invalid peer certificate: certificate expired"),
+        "{e}"
+    );
+    srv.stop().await;
+
+    // server certificate for another name
+    let wrong_san = ca.issue("server", &["DNS:elsewhere.example"]);
+    let srv = TlsServer::start(Some(ServerTlsConf::new(
+        wrong_san.cert_str(),
+        wrong_san.key_str(),
+    )))
+    .await;
+    let e = call_once(
+        format!("https://127.0.0.1:{}", srv.addr.port()),
+        Some(tls_config(&ca.files, None)),
+    )
+    .await
+    .unwrap_err();
+    println!("server certificate for another name: {e}");
+    assert!(
+        e.contains("certificate not valid for name \"127.0.0.1\""),
+        "{e}"
+    );
+    // the zrpc client: the call fails (Unavailable), naming the cause
+    let conf = zrpc_client_conf(srv.addr, ClientTlsConf::new(ca.files.cert_str()));
+    let mut c = GreeterClient::new(Client::new(conf).await.unwrap());
+    let s = c
+        .say_hello(HelloRequest { name: "x".into() })
+        .await
+        .unwrap_err();
+    println!(
+        "zrpc client, server certificate for another name: {:?}: {}",
+        s.code(),
+        chain(&s)
+    );
+    assert_eq!(s.code(), Code::Unavailable);
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn tls_optional_client_auth_serves_both() {
+    let ca = TestCa::new("zrpc test CA");
+    let server = ca.issue("server", LOCAL_SANS);
+    let client = ca.issue("billing", &[]);
+    let srv = TlsServer::start(Some(
+        ServerTlsConf::new(server.cert_str(), server.key_str())
+            .with_client_ca_file(ca.files.cert_str())
+            .with_client_auth(ClientAuth::Optional),
+    ))
+    .await;
+    let url = format!("https://127.0.0.1:{}", srv.addr.port());
+    let anon = call_once(url.clone(), Some(tls_config(&ca.files, None))).await;
+    assert_eq!(anon.unwrap(), "anonymous from 127.0.0.1");
+    let named = call_once(url, Some(tls_config(&ca.files, Some(&client)))).await;
+    assert_eq!(named.unwrap(), "CN=billing from 127.0.0.1");
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn tls_plaintext_and_tls_do_not_mix() {
+    let ca = TestCa::new("zrpc test CA");
+    let server = ca.issue("server", LOCAL_SANS);
+    let tls_srv = TlsServer::start(Some(ServerTlsConf::new(
+        server.cert_str(),
+        server.key_str(),
+    )))
+    .await;
+    let e = call_once(format!("http://{}", tls_srv.addr), None)
+        .await
+        .unwrap_err();
+    println!("plaintext client to TLS server: {e}");
+    // the TLS server is still fine afterwards
+    call_once(
+        format!("https://127.0.0.1:{}", tls_srv.addr.port()),
+        Some(tls_config(&ca.files, None)),
+    )
+    .await
+    .unwrap();
+    tls_srv.stop().await;
+
+    let plain = TlsServer::start(None).await;
+    let e = call_once(
+        format!("https://127.0.0.1:{}", plain.addr.port()),
+        Some(tls_config(&ca.files, None)),
+    )
+    .await
+    .unwrap_err();
+    println!("TLS client to plaintext server: {e}");
+    let conf = zrpc_client_conf(plain.addr, ClientTlsConf::new(ca.files.cert_str()));
+    let mut c = GreeterClient::new(Client::new(conf).await.unwrap());
+    let s = c
+        .say_hello(HelloRequest { name: "x".into() })
+        .await
+        .unwrap_err();
+    println!(
+        "zrpc TLS client to plaintext server: {:?}: {}",
+        s.code(),
+        chain(&s)
+    );
+    assert_eq!(s.code(), Code::Unavailable);
+    plain.stop().await;
+}
+
+#[tokio::test]
+async fn tls_allow_list_admits_listed_identities_only() {
+    let ca = TestCa::new("zrpc test CA");
+    let server = ca.issue("server", LOCAL_SANS);
+    let billing = ca.issue("billing", &[]);
+    let spiffe = ca.issue("anything", &["URI:spiffe://zrpc.test/orders"]);
+    let stranger = ca.issue("stranger", &["DNS:stranger.local"]);
+    let srv = TlsServer::start(Some(
+        ServerTlsConf::new(server.cert_str(), server.key_str())
+            .with_client_ca_file(ca.files.cert_str())
+            .with_allowed_clients(["billing", "spiffe://zrpc.test/orders"]),
+    ))
+    .await;
+    let url = format!("https://127.0.0.1:{}", srv.addr.port());
+    call_once(url.clone(), Some(tls_config(&ca.files, Some(&billing))))
+        .await
+        .unwrap();
+    call_once(url.clone(), Some(tls_config(&ca.files, Some(&spiffe))))
+        .await
+        .unwrap();
+    let e = call_once(url, Some(tls_config(&ca.files, Some(&stranger))))
+        .await
+        .unwrap_err();
+    println!("client not in AllowedClients: {e}");
+    assert!(e.starts_with("PermissionDenied: "), "{e}");
+    assert!(
+        e.contains(
+            "message: \"client certificate (CN=stranger, DNS=stranger.local) is not in \
+             Tls.AllowedClients\""
+        ),
+        "{e}"
+    );
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn tls_start_errors_name_the_file() {
+    let ca = TestCa::new("zrpc test CA");
+    let server = ca.issue("server", LOCAL_SANS);
+    let other = ca.issue("other", LOCAL_SANS);
+    let bad = ca.dir().join("bad.pem");
+    std::fs::write(&bad, "not a certificate\n").unwrap();
+    let missing = ca.dir().join("missing.pem");
+    let bad_s = bad.display().to_string();
+    let missing_s = missing.display().to_string();
+
+    async fn start_err(tls: ServerTlsConf) -> String {
+        let server = Server::new(test_conf("tls.rpc").with_tls(tls)).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        server
+            .serve_with_listener(listener, std::future::pending())
+            .await
+            .unwrap_err()
+            .to_string()
+    }
+    let cases = [
+        (
+            "missing cert file",
+            ServerTlsConf::new(missing_s.clone(), server.key_str()),
+            format!(
+                "Tls.CertFile {missing_s:?}: cannot read: No such file or directory (os error 2)"
+            ),
+        ),
+        (
+            "bad PEM cert",
+            ServerTlsConf::new(bad_s.clone(), server.key_str()),
+            format!("Tls.CertFile {bad_s:?}: no PEM CERTIFICATE block"),
+        ),
+        (
+            "bad PEM key",
+            ServerTlsConf::new(server.cert_str(), bad_s.clone()),
+            format!(
+                "Tls.KeyFile {bad_s:?}: no usable PEM private key (PKCS#8, PKCS#1 or SEC1): no items found"
+            ),
+        ),
+        (
+            "key of another certificate",
+            ServerTlsConf::new(server.cert_str(), other.key_str()),
+            format!(
+                "Tls.KeyFile {:?} does not match the certificate in Tls.CertFile {:?}",
+                other.key_str(),
+                server.cert_str()
+            ),
+        ),
+        (
+            "bad client CA",
+            ServerTlsConf::new(server.cert_str(), server.key_str())
+                .with_client_ca_file(bad_s.clone()),
+            format!("Tls.ClientCaFile {bad_s:?}: no PEM CERTIFICATE block"),
+        ),
+    ];
+    for (what, tls, want) in cases {
+        let got = start_err(tls).await;
+        println!("{what}: {got}");
+        assert_eq!(got, want, "{what}");
+    }
+
+    // the client names its files too
+    let conf =
+        RpcClientConf::direct(["127.0.0.1:1"]).with_tls(ClientTlsConf::new(missing_s.clone()));
+    let e = Client::new(conf).await.unwrap_err().to_string();
+    println!("client, missing CA file: {e}");
+    assert_eq!(
+        e,
+        format!("Tls.CaFile {missing_s:?}: cannot read: No such file or directory (os error 2)")
+    );
+}
+
+/// The DER of the certificate a fresh TLS connection to `addr` is served.
+async fn served_cert(addr: std::net::SocketAddr, ca: &CertFiles) -> Vec<u8> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(&ca.cert).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let tls = connector
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+}
+
+fn der_of(files: &CertFiles) -> Vec<u8> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    CertificateDer::from_pem_file(&files.cert).unwrap().to_vec()
+}
+
+/// Replaces `dst` with `src` atomically (write aside, rename).
+fn replace(src: &std::path::Path, dst: &std::path::Path) {
+    let tmp = dst.with_extension("tmp");
+    std::fs::copy(src, &tmp).unwrap();
+    std::fs::rename(&tmp, dst).unwrap();
+}
+
+#[tokio::test]
+async fn tls_certificate_rotation_under_load_fails_no_call() {
+    let ca = TestCa::new("zrpc test CA");
+    let v1 = ca.issue("server-v1", LOCAL_SANS);
+    let v2 = ca.issue("server-v2", LOCAL_SANS);
+    // the server reads copies that the test replaces
+    let live = CertFiles {
+        cert: ca.dir().join("live.pem"),
+        key: ca.dir().join("live.key"),
+    };
+    std::fs::copy(&v1.cert, &live.cert).unwrap();
+    std::fs::copy(&v1.key, &live.key).unwrap();
+    let srv = TlsServer::start(Some(
+        ServerTlsConf::new(live.cert_str(), live.key_str())
+            .with_reload_interval(Duration::from_millis(100)),
+    ))
+    .await;
+    assert_eq!(served_cert(srv.addr, &ca.files).await, der_of(&v1));
+
+    let ok = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for w in 0..4 {
+        let (ok, failed, stop) = (ok.clone(), failed.clone(), stop.clone());
+        let addr = srv.addr;
+        let ca_file = ca.files.cert_str();
+        workers.push(tokio::spawn(async move {
+            // half the workers keep one zrpc client, half make a new one (new connections) per 50 calls
+            let mut n = 0u64;
+            let mut c = None;
+            while !stop.load(Ordering::Relaxed) {
+                if c.is_none() || (w % 2 == 1 && n.is_multiple_of(50)) {
+                    let conf = zrpc_client_conf(addr, ClientTlsConf::new(ca_file.clone()));
+                    c = Some(GreeterClient::new(Client::new(conf).await.unwrap()));
+                }
+                let call = c
+                    .as_mut()
+                    .unwrap()
+                    .say_hello(HelloRequest { name: "x".into() });
+                match call.await {
+                    Ok(_) => {
+                        ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(s) => {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        println!("rotation: failed call: {s:?}");
+                    }
+                }
+                n += 1;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // a broken new certificate: refused, the old one stays
+    std::fs::write(
+        live.cert.with_extension("tmp"),
+        "-----BEGIN CERTIFICATE-----\ngarbage\n",
+    )
+    .unwrap();
+    std::fs::rename(live.cert.with_extension("tmp"), &live.cert).unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        served_cert(srv.addr, &ca.files).await,
+        der_of(&v1),
+        "old cert kept"
+    );
+
+    // the new pair (key first, then the certificate)
+    replace(&v2.key, &live.key);
+    replace(&v2.cert, &live.cert);
+    let mut rotated = false;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if served_cert(srv.addr, &ca.files).await == der_of(&v2) {
+            rotated = true;
+            break;
+        }
+    }
+    assert!(rotated, "new connections get the new certificate");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.await.unwrap();
+    }
+    let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    println!("rotation under load: {ok} calls OK, {failed} failed");
+    assert_eq!(failed, 0);
+    assert!(ok > 100, "{ok} calls");
+    srv.stop().await;
+}
