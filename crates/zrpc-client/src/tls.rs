@@ -134,3 +134,39 @@ impl Validate for ClientTlsConf {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::conf::RpcClientConf;
+
+    fn yaml(text: &str) -> Result<RpcClientConf, ConfError> {
+        zrpc_core::conf::from_str_with_env(text, zrpc_core::conf::Format::Yaml, "c.yaml", |_| None)
+    }
+
+    #[test]
+    fn tls_block_loads_and_is_checked() {
+        let c = yaml("Endpoints: [a:1]\nTls:\n  CaFile: ca.pem\n  ServerName: greet\n").unwrap();
+        let t = c.tls.unwrap();
+        assert_eq!(
+            (t.ca_file.as_str(), t.server_name.as_str()),
+            ("ca.pem", "greet")
+        );
+        let e = yaml("Endpoints: [a:1]\nTls:\n  ServerName: x\n").unwrap_err();
+        assert!(e.to_string().contains("Tls.CaFile"), "{e}");
+        let e = yaml("Endpoints: [a:1]\nTls:\n  CaFile: c\n  CertFile: x\n").unwrap_err();
+        assert!(e.to_string().contains("Tls.KeyFile"), "{e}");
+    }
+
+    #[test]
+    fn build_names_the_missing_file() {
+        let e = ClientTlsConf::new("/nonexistent/ca.pem")
+            .build()
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Tls.CaFile \"/nonexistent/ca.pem\": cannot read: No such file or directory (os error 2)"
+        );
+    }
+}

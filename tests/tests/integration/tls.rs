@@ -601,3 +601,15 @@ async fn tls_certificate_rotation_under_load_fails_no_call() {
     assert!(ok > 100, "{ok} calls");
     srv.stop().await;
 }
+
+#[test]
+fn tls_example_files_load() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/etc");
+    let s: zrpc::RpcServerConf =
+        zrpc::conf::load(format!("{dir}/greeter-server-tls.yaml")).unwrap();
+    let t = s.tls.unwrap();
+    assert_eq!(t.client_auth(), ClientAuth::Required);
+    assert_eq!(t.allowed_clients, ["greeter-client"]);
+    let c: RpcClientConf = zrpc::conf::load(format!("{dir}/greeter-client-tls.yaml")).unwrap();
+    assert_eq!(c.tls.unwrap().cert_file, "examples/etc/certs/client.pem");
+}

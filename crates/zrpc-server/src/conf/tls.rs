@@ -136,3 +136,64 @@ impl Validate for ServerTlsConf {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::conf::RpcServerConf;
+
+    fn yaml(text: &str) -> Result<RpcServerConf, ConfError> {
+        zrpc_core::conf::from_str_with_env(text, zrpc_core::conf::Format::Yaml, "t.yaml", |_| None)
+    }
+
+    #[test]
+    fn tls_block_loads_with_defaults() {
+        let c = yaml("Name: a\nListenOn: :1\nTls:\n  CertFile: s.pem\n  KeyFile: s.key\n").unwrap();
+        let t = c.tls.unwrap();
+        assert_eq!(
+            (t.cert_file.as_str(), t.key_file.as_str()),
+            ("s.pem", "s.key")
+        );
+        assert_eq!(t.client_auth(), ClientAuth::None);
+        assert_eq!(t.reload_interval, Duration::from_secs(10));
+        assert!(yaml("Name: a\nListenOn: :1\n").unwrap().tls.is_none());
+    }
+
+    #[test]
+    fn client_ca_makes_client_auth_required_by_default() {
+        let c = yaml(
+            "Name: a\nListenOn: :1\nTls:\n  CertFile: s\n  KeyFile: k\n  ClientCaFile: ca\n  \
+             AllowedClients: [billing]\n  ReloadInterval: 500ms\n",
+        )
+        .unwrap();
+        let t = c.tls.unwrap();
+        assert_eq!(t.client_auth(), ClientAuth::Required);
+        assert_eq!(t.allowed_clients, ["billing"]);
+        assert_eq!(t.reload_interval, Duration::from_millis(500));
+        let t = t.with_client_auth(ClientAuth::Optional);
+        assert_eq!(t.client_auth(), ClientAuth::Optional);
+    }
+
+    #[test]
+    fn invalid_tls_blocks_name_the_key() {
+        let err = |text: &str| yaml(text).unwrap_err().to_string();
+        let e = err("Name: a\nListenOn: :1\nTls:\n  KeyFile: k\n");
+        assert!(e.contains("Tls.CertFile"), "{e}");
+        let e = err("Name: a\nListenOn: :1\nTls:\n  CertFile: c\n");
+        assert!(e.contains("Tls.KeyFile"), "{e}");
+        let e = err(
+            "Name: a\nListenOn: :1\nTls:\n  CertFile: c\n  KeyFile: k\n  ClientAuth: required\n",
+        );
+        assert!(e.contains("Tls.ClientAuth"), "{e}");
+        let e = err(
+            "Name: a\nListenOn: :1\nTls:\n  CertFile: c\n  KeyFile: k\n  AllowedClients: [x]\n",
+        );
+        assert!(e.contains("Tls.AllowedClients"), "{e}");
+        let e =
+            err("Name: a\nListenOn: :1\nTls:\n  CertFile: c\n  KeyFile: k\n  ClientAuth: maybe\n");
+        assert!(e.contains("ClientAuth"), "{e}");
+        let e = err("Name: a\nListenOn: :1\nTls:\n  CertFile: c\n  KeyFile: k\n  CaFile: x\n");
+        assert!(e.contains("CaFile"), "{e}");
+    }
+}

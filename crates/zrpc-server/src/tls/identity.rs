@@ -215,3 +215,51 @@ fn parse_extensions(wrapped: &[u8], out: &mut Inner) -> Option<()> {
     }
     Some(())
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use rustls::pki_types::pem::PemObject;
+
+    use super::*;
+
+    /// `O=zrpc, CN=svc-a`; SANs DNS a.example, b.example, URI spiffe://t/x, IP 10.0.0.7, ::1
+    /// (made with openssl, valid until 2126).
+    const CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIBzDCCAXGgAwIBAgIUWfd2pIv4YWj9ny2/QLpJYWTXlxYwCgYIKoZIzj0EAwIw\nEjEQMA4GA1UEAwwHdGVzdCBDQTAgFw0yNjExMzAwNjI2MTlaGA8yMTI2MTEwNjA2\nMjYxOVowHzENMAsGA1UECgwEenJwYzEOMAwGA1UEAwwFc3ZjLWEwWTATBgcqhkjO\nPQIBBggqhkjOPQMBBwNCAATVkZ3B7Wn6PyAdjQnaydknVnu970HvbkCRiIoil728\nxUbWTKf4wcLUkCnsRUgwoc5vr5wYNI9uhMvOaMVehOqfo4GVMIGSMEUGA1UdEQQ+\nMDyCCWEuZXhhbXBsZYIJYi5leGFtcGxlhgxzcGlmZmU6Ly90L3iHBAoAAAeHEAAA\nAAAAAAAAAAAAAAAAAAEwCQYDVR0TBAIwADAdBgNVHQ4EFgQUnawN8laGW8Zgxhs0\n1Bo2DUI24MowHwYDVR0jBBgwFoAUDaHWEOwBXK1sFqryBPjslJf9wp0wCgYIKoZI\nzj0EAwIDSQAwRgIhAPTbMD5JT7kjg5XA6OHRAsB40rbY/xih563c+2wHKOuYAiEA\n9wOQ11vDNAXehe6acB1te6iCJAACPqWeCZbKanqSUs8=\n-----END CERTIFICATE-----";
+
+    #[test]
+    fn reads_common_name_and_sans() {
+        let der = CertificateDer::from_pem_slice(CERT.as_bytes()).unwrap();
+        let id = PeerIdentity::from_chain(vec![der]).unwrap();
+        assert_eq!(id.common_name(), Some("svc-a"));
+        assert_eq!(id.dns_names(), ["a.example", "b.example"]);
+        assert_eq!(id.uris(), ["spiffe://t/x"]);
+        assert_eq!(
+            id.ip_addresses(),
+            [
+                "10.0.0.7".parse::<IpAddr>().unwrap(),
+                "::1".parse().unwrap()
+            ]
+        );
+        assert!(id.matches("svc-a") && id.matches("b.example") && id.matches("spiffe://t/x"));
+        assert!(!id.matches("zrpc") && !id.matches("10.0.0.7"));
+        assert_eq!(
+            id.describe(),
+            "CN=svc-a, DNS=a.example, DNS=b.example, URI=spiffe://t/x, IP=10.0.0.7, IP=::1"
+        );
+    }
+
+    #[test]
+    fn garbage_gives_an_empty_identity_not_a_panic() {
+        for bytes in [
+            &b""[..],
+            &[0x30, 0x82, 0xff],
+            &[0x30, 0x03, 0x30, 0x01, 0x02],
+        ] {
+            let id = PeerIdentity::from_chain(vec![CertificateDer::from(bytes.to_vec())]).unwrap();
+            assert_eq!(id.common_name(), None);
+            assert_eq!(id.describe(), "no CN or SAN");
+        }
+        assert!(PeerIdentity::from_chain(Vec::new()).is_none());
+    }
+}
