@@ -283,7 +283,12 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, Str
     s.write_all(req.as_bytes()).await?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).await?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
+    Ok(parse_http_response(&raw))
+}
+
+/// The status code and the body of a raw HTTP/1.x response (0 when there is no status line).
+pub fn parse_http_response(raw: &[u8]) -> (u16, String) {
+    let text = String::from_utf8_lossy(raw);
     let status = text
         .split_whitespace()
         .nth(1)
@@ -293,7 +298,7 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, Str
         .split_once("\r\n\r\n")
         .map(|(_, b)| b.to_owned())
         .unwrap_or_default();
-    Ok((status, body))
+    (status, body)
 }
 
 #[cfg(test)]

@@ -100,17 +100,7 @@ pub async fn http10_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, S
     let raw = tokio::time::timeout(Duration::from_secs(5), io)
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "GET timed out"))??;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
+    Ok(crate::greeter::parse_http_response(&raw))
 }
 
 /// `GET path` on a DevServer (HTTP/1.0); panics unless it answers 200.
