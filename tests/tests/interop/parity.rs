@@ -16,7 +16,7 @@ use zrpc_tests::gozero::{
 use zrpc_tests::gozero_or_skip;
 use zrpc_tests::pb::greeter_client::GreeterClient;
 
-use crate::support::{REGISTER_WAIT, Redis};
+use crate::support::REGISTER_WAIT;
 
 /// One go-zero and one zrpc server, each under its own key in one etcd.
 struct Pair {
@@ -265,7 +265,7 @@ type AuthCase<'a> = (&'a str, Option<(&'a str, &'a str)>, &'a str, &'a str);
 async fn parity_auth_statuses() {
     let p = gozero_or_skip!();
     // go-zero's auth reads tokens from Redis (HGET Key app); zrpc's from AuthTokens.
-    let redis = Redis::start().await;
+    let redis = zrpc_tests::redis::RedisServer::start().await;
     let redis_yaml = redis.as_ref().map(|r| {
         format!(
             "Auth: true\nStrictControl: true\nRedis:\n  Host: {}\n  Type: node\n  Key: interop:apps\n",
@@ -273,8 +273,7 @@ async fn parity_auth_statuses() {
         )
     });
     if let Some(r) = &redis {
-        let reply = r.command(&["HSET", "interop:apps", "demo", "s3cret"]).await;
-        assert!(reply.starts_with(':'), "HSET: {reply}");
+        r.hset("interop:apps", "demo", "s3cret").await;
     } else {
         println!(
             "note: redis-server not installed: the go-zero side of the auth parity is not run"

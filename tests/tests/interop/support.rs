@@ -1,14 +1,11 @@
-//! Glue shared by the interop tests: config shapes, server pairs, a Redis for go-zero's auth.
+//! Glue shared by the interop tests: config shapes and server pairs.
 
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use zrpc_tests::etcd::EtcdCluster;
 use zrpc_tests::gozero::{
-    Discovery, GzServer, Programs, ServerYaml, ZrpcServer, etcd_target, free_port, start_zrpc,
-    wait_registered, wait_tcp, zrpc_conf,
+    Discovery, GzServer, Programs, ServerYaml, ZrpcServer, etcd_target, start_zrpc,
+    wait_registered, zrpc_conf,
 };
 
 /// The least share of the calls each backend must get when calls are spread.
@@ -113,63 +110,4 @@ pub(crate) async fn gz_pair(p: &Programs, cluster: &EtcdCluster, key: &str) -> V
         );
     }
     vec![a, b]
-}
-
-/// A `redis-server` on a free loopback port (for go-zero's Redis-backed auth), killed on drop.
-#[derive(Debug)]
-pub(crate) struct Redis {
-    child: Child,
-    pub(crate) addr: String,
-}
-
-impl Redis {
-    /// Starts `redis-server` (None when it is not installed).
-    pub(crate) async fn start() -> Option<Redis> {
-        let port = free_port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()?;
-        let redis = Redis {
-            child,
-            addr: format!("127.0.0.1:{port}"),
-        };
-        assert!(
-            wait_tcp(&redis.addr, Duration::from_secs(10)).await,
-            "redis-server does not accept on {}",
-            redis.addr
-        );
-        Some(redis)
-    }
-
-    /// Runs one command (RESP) and returns the raw reply.
-    pub(crate) async fn command(&self, args: &[&str]) -> String {
-        let mut req = format!("*{}\r\n", args.len());
-        for a in args {
-            req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-        }
-        let addr: SocketAddr = self.addr.parse().expect("redis address");
-        let mut s = tokio::net::TcpStream::connect(addr)
-            .await
-            .expect("connect redis");
-        s.write_all(req.as_bytes()).await.expect("write redis");
-        let mut buf = vec![0u8; 512];
-        let deadline = Instant::now() + Duration::from_secs(2);
-        let n = tokio::time::timeout_at(deadline.into(), s.read(&mut buf))
-            .await
-            .expect("redis answers")
-            .expect("read redis");
-        String::from_utf8_lossy(&buf[..n]).into_owned()
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
