@@ -613,3 +613,90 @@ fn tls_example_files_load() {
     let c: RpcClientConf = zrpc::conf::load(format!("{dir}/greeter-client-tls.yaml")).unwrap();
     assert_eq!(c.tls.unwrap().cert_file, "examples/etc/certs/client.pem");
 }
+
+/// grpc-go's multi-host `:authority` (`h1:port,h2:port`) is repaired over TLS too: the repair
+/// reads the decrypted HTTP/2 octets (`TcpStream -> TlsStream -> AuthorityFix`).
+#[tokio::test]
+async fn tls_multi_host_authority_is_repaired_under_tls() {
+    use rustls::pki_types::ServerName;
+    use rustls::pki_types::pem::PemObject;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let len = u32::try_from(payload.len()).unwrap().to_be_bytes();
+        let mut f = vec![len[1], len[2], len[3], kind, flags];
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    let ca = TestCa::new("zrpc test CA");
+    let server = ca.issue("server", LOCAL_SANS);
+    let srv = TlsServer::start(Some(ServerTlsConf::new(
+        server.cert_str(),
+        server.key_str(),
+    )))
+    .await;
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from_pem_file(&ca.files.cert).unwrap())
+        .unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(srv.addr).await.unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+
+    let authority = format!("127.0.0.1:{0},127.0.0.1:{0}", srv.addr.port());
+    let mut block = vec![0x83, 0x86]; // :method POST, :scheme http
+    for (index, value) in [(4u8, "/greeter.Greeter/SayHello"), (1, authority.as_str())] {
+        block.push(index);
+        block.push(u8::try_from(value.len()).unwrap());
+        block.extend_from_slice(value.as_bytes());
+    }
+    block.extend_from_slice(&[0x0f, 0x10, 16]);
+    block.extend_from_slice(b"application/grpc");
+    block.extend_from_slice(&[0x00, 2]);
+    block.extend_from_slice(b"te");
+    block.push(8);
+    block.extend_from_slice(b"trailers");
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(frame(4, 0, 0, &[]));
+    out.extend(frame(1, 0x4, 1, &block));
+    out.extend(frame(0, 0x1, 1, b"\x00\x00\x00\x00\x03\x0a\x01x"));
+    tls.write_all(&out).await.unwrap();
+
+    let reply = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let mut h = [0u8; 9];
+            tls.read_exact(&mut h).await.unwrap();
+            let len = u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize;
+            let stream = u32::from_be_bytes([h[5] & 0x7f, h[6], h[7], h[8]]);
+            let mut payload = vec![0u8; len];
+            tls.read_exact(&mut payload).await.unwrap();
+            match (h[3], stream) {
+                (4, 0) if h[4] & 1 == 0 => tls.write_all(&frame(4, 1, 0, &[])).await.unwrap(),
+                (3, 1) => panic!("RST_STREAM on the call: {payload:?}"),
+                (7, _) => panic!("GOAWAY: {payload:?}"),
+                (0, 1) => return payload,
+                _ => {}
+            }
+        }
+    })
+    .await
+    .expect("a reply within 5 s");
+    let text = String::from_utf8_lossy(&reply);
+    assert!(text.contains("anonymous from 127.0.0.1"), "{text:?}");
+    drop(tls);
+    srv.stop().await;
+}
