@@ -700,3 +700,41 @@ async fn tls_multi_host_authority_is_repaired_under_tls() {
     drop(tls);
     srv.stop().await;
 }
+
+/// With `ReloadInterval: 0` the files are re-read on SIGHUP only.
+#[tokio::test]
+async fn tls_certificate_reloads_on_sighup() {
+    let ca = TestCa::new("zrpc test CA");
+    let v1 = ca.issue("server-v1", LOCAL_SANS);
+    let v2 = ca.issue("server-v2", LOCAL_SANS);
+    let live = CertFiles {
+        cert: ca.dir().join("hup.pem"),
+        key: ca.dir().join("hup.key"),
+    };
+    std::fs::copy(&v1.cert, &live.cert).unwrap();
+    std::fs::copy(&v1.key, &live.key).unwrap();
+    let srv = TlsServer::start(Some(
+        ServerTlsConf::new(live.cert_str(), live.key_str()).with_reload_interval(Duration::ZERO),
+    ))
+    .await;
+    replace(&v2.key, &live.key);
+    replace(&v2.cert, &live.cert);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        served_cert(srv.addr, &ca.files).await,
+        der_of(&v1),
+        "no polling"
+    );
+    // the server's watcher has its SIGHUP handler installed by now (it serves)
+    nix::sys::signal::raise(nix::sys::signal::Signal::SIGHUP).unwrap();
+    let mut rotated = false;
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if served_cert(srv.addr, &ca.files).await == der_of(&v2) {
+            rotated = true;
+            break;
+        }
+    }
+    assert!(rotated, "SIGHUP reloads the certificate");
+    srv.stop().await;
+}
