@@ -24,16 +24,28 @@ async fn client_kill_one_server_only_in_flight_calls_fail() {
         .with_timeout(Duration::from_secs(5));
     let client = Client::new(conf).await.unwrap();
     const WORKERS: usize = 16;
-    let stop_at = Instant::now() + Duration::from_millis(1500);
+    // The run goes on until 1000 calls have started after the kill (not for a fixed time: a
+    // loaded machine makes fewer calls per second), with a 60 s safety stop.
+    const AFTER_KILL: usize = 1000;
+    let safety_stop = Instant::now() + Duration::from_secs(60);
+    let killed = Arc::new(std::sync::OnceLock::<Instant>::new());
+    let started_after_kill = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     // (start, end, ok)
     let log: Arc<Mutex<Vec<Call>>> = Arc::default();
     let mut workers = Vec::new();
     for w in 0..WORKERS {
         let mut greeter = GreeterClient::new(client.clone());
         let log = log.clone();
+        let killed = killed.clone();
+        let started_after_kill = started_after_kill.clone();
         workers.push(tokio::spawn(async move {
             let mut i = 0;
-            while Instant::now() < stop_at {
+            while Instant::now() < safety_stop
+                && started_after_kill.load(std::sync::atomic::Ordering::Relaxed) <= AFTER_KILL
+            {
+                if killed.get().is_some() {
+                    started_after_kill.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
                 let start = Instant::now();
                 let r = greeter
                     .say_hello(HelloRequest {
@@ -53,6 +65,7 @@ async fn client_kill_one_server_only_in_flight_calls_fail() {
     let hits_before = c.hits();
     c.kill();
     let kill_done = Instant::now();
+    killed.set(kill_done).unwrap();
     for w in workers {
         w.await.unwrap();
     }
@@ -79,7 +92,7 @@ async fn client_kill_one_server_only_in_flight_calls_fail() {
         "{hits} hits for {} calls",
         log.len()
     );
-    assert!(after_kill > 1000, "the run went on after the kill");
+    assert!(after_kill > AFTER_KILL, "the run went on after the kill");
     assert!(hits_before > 0);
 }
 
