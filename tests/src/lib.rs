@@ -1,6 +1,7 @@
 //! Shared harness of zrpc's integration tests: a real etcd, greeter servers on loopback, and
 //! real go-zero programs for the interop tests.
 
+pub mod bench;
 pub mod certs;
 pub mod etcd;
 pub mod gozero;

@@ -26,97 +26,19 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
-use std::process::Command;
 
 use zrpc_core::cpu::FixedCpu;
+use zrpc_tests::bench::{self, Run, arg, cpu_ns, median, on_cpu1};
 use zrpc_tests::greeter::{TestGreeter, start_server_with, test_conf};
 
-fn arg(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .cloned()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// A command on CPU 1 when `taskset` is there (the servers are meant to be on CPU 0).
-fn on_cpu1(program: &str) -> Command {
-    let pinned = Command::new("taskset").arg("--version").output().is_ok();
-    if pinned {
-        let mut c = Command::new("taskset");
-        c.args(["-c", "1", program]);
-        c
-    } else {
-        Command::new(program)
-    }
-}
-
-/// CPU time of this process so far (all threads), in nanoseconds.
-fn cpu_ns() -> u64 {
-    std::fs::read_dir("/proc/self/task")
-        .map(|tasks| {
-            tasks
-                .flatten()
-                .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-                .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-                .sum()
-        })
-        .unwrap_or(0)
-}
-
-/// One measured run: the client's throughput (per second) and the server's CPU per request (µs).
-#[derive(Debug, Clone, Copy)]
-struct Run {
-    rate: f64,
-    cpu_us: f64,
-}
-
-/// One h2load run of `requests` requests (all must succeed with HTTP 200).
+/// One h2load run (`-c 10 -m 50`) against `addr` with the given `:authority`.
 fn h2load(addr: SocketAddr, authority: &str, requests: u64, body: &std::path::Path) -> Run {
-    let cpu0 = cpu_ns();
-    let out = on_cpu1("h2load")
-        .args(["-t", "1", "-c", "10", "-m", "50"])
-        .args(["-n", &requests.to_string()])
-        .arg("-d")
-        .arg(body)
-        .args(["-H", "content-type: application/grpc", "-H", "te: trailers"])
-        .args(["-H", &format!(":authority: {authority}")])
-        .arg(format!("http://{addr}/greeter.Greeter/SayHello"))
-        .output()
-        .expect("h2load (Debian nghttp2-client) is installed");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = |prefix: &str| {
-        text.lines()
-            .find(|l| l.starts_with(prefix))
-            .unwrap_or_else(|| panic!("no `{prefix}` in h2load output:\n{text}"))
-            .to_owned()
-    };
-    let done = line("requests:");
-    assert!(
-        done.contains(" 0 failed, 0 errored"),
-        "h2load saw failures: {done}"
-    );
-    let codes = line("status codes:");
-    assert!(
-        codes.contains(" 0 4xx, 0 5xx"),
-        "h2load saw errors: {codes}"
-    );
-    #[allow(clippy::cast_precision_loss)]
-    let cpu_us = (cpu_ns() - cpu0) as f64 / 1000.0 / requests as f64;
-    // "finished in 5.00s, 12345.67 req/s, 1.2MB/s"
-    let finished = line("finished in");
-    let rate = finished
-        .split(", ")
-        .nth(1)
-        .and_then(|s| s.strip_suffix(" req/s"))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("cannot read req/s from `{finished}`"));
-    Run { rate, cpu_us }
+    bench::h2load(
+        &format!("http://{addr}"),
+        (10, 50, requests),
+        &[&format!(":authority: {authority}")],
+        body,
+    )
 }
 
 /// One gz-client run over `endpoints` (every call must succeed).

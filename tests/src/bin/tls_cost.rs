@@ -21,99 +21,20 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
 use zrpc::conf::{ClientTlsConf, RpcClientConf, ServerTlsConf};
 use zrpc_core::cpu::FixedCpu;
+use zrpc_tests::bench::{self, Run, arg, cpu_ns, median};
 use zrpc_tests::certs::TestCa;
 use zrpc_tests::greeter::{TestGreeter, start_server_with, test_conf};
 use zrpc_tests::pb::HelloRequest;
 use zrpc_tests::pb::greeter_client::GreeterClient;
 
-fn arg(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .cloned()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn on_cpu1(program: &str) -> Command {
-    if Command::new("taskset").arg("--version").output().is_ok() {
-        let mut c = Command::new("taskset");
-        c.args(["-c", "1", program]);
-        c
-    } else {
-        Command::new(program)
-    }
-}
-
-fn cpu_ns() -> u64 {
-    std::fs::read_dir("/proc/self/task")
-        .map(|tasks| {
-            tasks
-                .flatten()
-                .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-                .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-                .sum()
-        })
-        .unwrap_or(0)
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Run {
-    rate: f64,
-    cpu_us: f64,
-}
-
 /// One h2load run against `url` (`http://` or `https://`); every request must succeed.
 fn h2load(url: &str, conns: u64, streams: u64, requests: u64, body: &std::path::Path) -> Run {
-    let cpu0 = cpu_ns();
-    let out = on_cpu1("h2load")
-        .args([
-            "-t",
-            "1",
-            "-c",
-            &conns.to_string(),
-            "-m",
-            &streams.to_string(),
-        ])
-        .args(["-n", &requests.to_string()])
-        .arg("-d")
-        .arg(body)
-        .args(["-H", "content-type: application/grpc", "-H", "te: trailers"])
-        .arg(format!("{url}/greeter.Greeter/SayHello"))
-        .output()
-        .expect("h2load (Debian nghttp2-client) is installed");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = |prefix: &str| {
-        text.lines()
-            .find(|l| l.starts_with(prefix))
-            .unwrap_or_else(|| panic!("no `{prefix}` in h2load output:\n{text}"))
-            .to_owned()
-    };
-    let done = line("requests:");
-    assert!(
-        done.contains(" 0 failed, 0 errored"),
-        "h2load saw failures: {done}\n{text}"
-    );
-    #[allow(clippy::cast_precision_loss)]
-    let cpu_us = (cpu_ns() - cpu0) as f64 / 1000.0 / requests as f64;
-    let finished = line("finished in");
-    let rate = finished
-        .split(", ")
-        .nth(1)
-        .and_then(|s| s.strip_suffix(" req/s"))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("cannot read req/s from `{finished}`"));
-    Run { rate, cpu_us }
+    bench::h2load(url, (conns, streams, requests), &[], body)
 }
 
 /// `calls` calls through a zrpc client, 50 in flight.
