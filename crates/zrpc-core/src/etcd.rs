@@ -244,7 +244,13 @@ pub fn describe(conf: &EtcdConf, err: &etcd_client::Error) -> String {
         }
         other => causes(other).join(": "),
     };
-    match classify(err) {
+    let mut kind = classify(err);
+    if kind == FailureKind::Unreachable && conf.has_tls() && closed_by_peer(&cause) {
+        // A plaintext server answers a TLS ClientHello by closing the connection (a reset or an
+        // EOF, which one depends on timing): with TLS configured, that is a handshake failure.
+        kind = FailureKind::Tls;
+    }
+    match kind {
         FailureKind::Auth if conf.user.is_empty() => format!(
             "etcd at {hosts} requires authentication (set Etcd.User and Etcd.Pass): {cause}"
         ),
@@ -264,6 +270,12 @@ pub fn describe(conf: &EtcdConf, err: &etcd_client::Error) -> String {
         FailureKind::Unreachable => format!("etcd unreachable at {hosts}: {cause}"),
         FailureKind::Other => format!("etcd at {hosts}: {cause}"),
     }
+}
+
+/// Whether `cause` says the peer closed the connection (reset, EOF, broken pipe).
+fn closed_by_peer(cause: &str) -> bool {
+    let c = cause.to_ascii_lowercase();
+    c.contains("connection reset") || c.contains("eof") || c.contains("broken pipe")
 }
 
 /// The hosts of `conf`, comma-separated, for messages.
@@ -310,6 +322,37 @@ pub async fn connect(conf: &EtcdConf) -> Result<Client, EtcdError> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reset_during_a_tls_connect_is_described_as_a_tls_failure() {
+        let reset = || {
+            etcd_client::Error::IoError(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "Connection reset by peer (os error 104)",
+            ))
+        };
+        let mut conf = EtcdConf::new(["127.0.0.1:2379"], "k");
+        // Without TLS a reset is just unreachable.
+        let plain = describe(&conf, &reset());
+        assert!(
+            plain.starts_with("etcd unreachable at 127.0.0.1:2379"),
+            "{plain}"
+        );
+        conf.cert_file = "c.pem".into();
+        conf.cert_key_file = "k.pem".into();
+        conf.ca_cert_file = "ca.pem".into();
+        let tls = describe(&conf, &reset());
+        assert!(
+            tls.starts_with("etcd TLS handshake with 127.0.0.1:2379 failed"),
+            "{tls}"
+        );
+        // A refused connection stays unreachable even with TLS configured.
+        let refused = etcd_client::Error::IoError(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "Connection refused (os error 111)",
+        ));
+        assert!(describe(&conf, &refused).starts_with("etcd unreachable"));
+    }
 
     #[test]
     fn insecure_skip_verify_is_a_clear_error() {
