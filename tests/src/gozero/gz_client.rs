@@ -33,7 +33,9 @@ impl GzClient {
         }
     }
 
-    fn arg(mut self, flag: &str, value: impl ToString) -> Self {
+    /// Any `-flag value` pair (for flags without a method here, e.g. `-tls-ca`).
+    #[must_use]
+    pub fn arg(mut self, flag: &str, value: impl ToString) -> Self {
         self.args.push(flag.to_owned());
         self.args.push(value.to_string());
         self
