@@ -2,6 +2,11 @@
 // svc, server and logic collapsed into one file). It is the Go half of zrpc's interop tests.
 //
 //	gz-server -f etc/gz-server.yaml [-delay 0s]
+//	          [-tls-cert s.pem -tls-key s.key [-tls-client-ca ca.pem]]
+//
+// With -tls-cert/-tls-key it serves TLS the way a go-zero service does it in code (RpcServerConf
+// has no TLS keys): s.AddOptions(grpc.Creds(credentials.NewTLS(...))). -tls-client-ca makes
+// it require and verify client certificates signed by that CA (mutual TLS).
 //
 // SayHello replies "hello <name>", SayHelloStream replies `count` messages "hello <name> <i>"
 // with `interval_ms` between them, exactly like zrpc's example greeter. Every response carries
@@ -22,7 +27,10 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -38,6 +46,7 @@ import (
 	"github.com/zeromicro/go-zero/zrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
@@ -51,7 +60,38 @@ const serverHeader = "x-server"
 var (
 	configFile = flag.String("f", "etc/gz-server.yaml", "the config file")
 	delay      = flag.Duration("delay", 0, "wait this long before answering each SayHello (context-aware)")
+
+	tlsCert     = flag.String("tls-cert", "", "PEM server certificate chain: serve TLS (needs -tls-key)")
+	tlsKey      = flag.String("tls-key", "", "PEM private key of -tls-cert")
+	tlsClientCA = flag.String("tls-client-ca", "", "PEM CA file: require client certificates it signed (mutual TLS)")
 )
+
+// serverTLS is the TLS config of the -tls-* flags, or nil without -tls-cert.
+func serverTLS() (*tls.Config, error) {
+	if *tlsCert == "" && *tlsKey == "" {
+		if *tlsClientCA != "" {
+			return nil, errors.New("-tls-client-ca needs -tls-cert and -tls-key")
+		}
+		return nil, nil
+	}
+	pair, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
+	if err != nil {
+		return nil, fmt.Errorf("-tls-cert %s / -tls-key %s: %w", *tlsCert, *tlsKey, err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	if *tlsClientCA != "" {
+		pem, err := os.ReadFile(*tlsClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("-tls-client-ca: %w", err)
+		}
+		cfg.ClientCAs = x509.NewCertPool()
+		if !cfg.ClientCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("-tls-client-ca %s: no PEM certificate in the file", *tlsClientCA)
+		}
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}
 
 // greeterServer implements greeter.GreeterServer.
 type greeterServer struct {
@@ -186,6 +226,12 @@ func main() {
 		logx.SetWriter(logx.NewWriter(os.Stderr))
 	}
 
+	tlsConf, err := serverTLS()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gz-server:", err)
+		os.Exit(2)
+	}
+
 	srv := &greeterServer{name: c.ListenOn, delay: *delay}
 	s := zrpc.MustNewServer(c, func(grpcServer *grpc.Server) {
 		greeter.RegisterGreeterServer(grpcServer, srv)
@@ -194,6 +240,9 @@ func main() {
 			reflection.Register(grpcServer)
 		}
 	})
+	if tlsConf != nil {
+		s.AddOptions(grpc.Creds(credentials.NewTLS(tlsConf)))
+	}
 	defer s.Stop()
 
 	event(struct {
