@@ -4,7 +4,7 @@ use std::time::Duration;
 
 /// Errors of zrpc-client: bad configuration or target, a resolver that cannot start, no usable
 /// endpoint in blocking mode.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The target string could not be parsed; `reason` names the part that is wrong.
@@ -61,5 +61,13 @@ impl From<Error> for tonic::Status {
             }
             _ => tonic::Status::invalid_argument(err.to_string()),
         }
+    }
+}
+
+/// Debug prints the friendly message (as `anyhow` does), so `fn main() -> Result<(), Error>`
+/// shows what went wrong and where rather than the variant's fields.
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        zrpc_core::conf::debug_report(self, f)
     }
 }

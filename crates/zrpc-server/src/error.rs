@@ -3,7 +3,7 @@
 use zrpc_core::conf::ConfError;
 
 /// Errors of building or running a [`Server`](crate::Server).
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The configuration is invalid.
@@ -52,6 +52,14 @@ impl From<Error> for tonic::Status {
             }
             _ => tonic::Status::unavailable(e.to_string()),
         }
+    }
+}
+
+/// Debug prints the friendly message (as `anyhow` does), so `fn main() -> Result<(), Error>`
+/// shows what went wrong and where rather than the variant's fields.
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        zrpc_core::conf::debug_report(self, f)
     }
 }
 

@@ -7,7 +7,7 @@ use std::fmt;
 /// Every variant carries the file it came from (`file`, empty when the config was built in code
 /// or parsed from a string without an origin) and, where it applies, the key path in go-zero's
 /// spelling (`Middlewares.StatConf.SlowThreshold`, `MethodTimeouts[0].FullMethod`).
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfError {
     /// The file could not be read.
@@ -84,6 +84,35 @@ pub enum ConfError {
         /// What is wrong.
         message: String,
     },
+}
+
+/// Debug prints the friendly message (as `anyhow` does), so `fn main() -> Result<(), E>` and
+/// `Box<dyn Error>` show what went wrong and where, not the variant's fields.
+impl fmt::Debug for ConfError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        debug_report(self, f)
+    }
+}
+
+/// Writes `err`'s message followed by the causes its message does not already contain, one
+/// per line (`Caused by: ...`). The `Debug` impl of every zrpc error type calls it, so that
+/// `main` returning an error prints a sentence instead of `UnknownKey { file: .. }`.
+#[doc(hidden)]
+pub fn debug_report(
+    err: &(dyn std::error::Error + 'static),
+    f: &mut fmt::Formatter<'_>,
+) -> fmt::Result {
+    let message = err.to_string();
+    f.write_str(&message)?;
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            write!(f, "\n\nCaused by: {text}")?;
+        }
+        source = cause.source();
+    }
+    Ok(())
 }
 
 impl ConfError {

@@ -30,6 +30,8 @@ use serde::de::DeserializeOwned;
 
 pub use embed::Embed;
 pub use error::ConfError;
+#[doc(hidden)]
+pub use error::debug_report;
 pub use etcd::EtcdConf;
 
 /// A config file format.
