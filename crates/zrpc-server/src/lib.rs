@@ -9,6 +9,8 @@
 mod auth;
 mod authority;
 pub mod conf;
+#[doc(hidden)]
+pub mod descriptors;
 mod devserver;
 mod error;
 mod gauges;

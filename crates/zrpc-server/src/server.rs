@@ -326,6 +326,8 @@ where
         for ignored in conf.ignored_keys() {
             tracing::warn!(target: "zrpc::server", "{ignored}");
         }
+        // Sets linked in by zrpc-build's generated code: streaming kinds and reflection.
+        let descriptors = crate::descriptors::with_linked(descriptors);
         streaming.extend(streaming_from_descriptors(&descriptors)?);
         let streaming = StreamingMethods::new(streaming);
 
