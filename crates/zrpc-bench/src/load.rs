@@ -1,0 +1,335 @@
+//! `zrpc-bench load`: the Rust load generator, built from zrpc's own client (or a bare tonic
+//! channel for the anchor). Closed loop (`-c` workers, `-n` calls or `--duration-ms`) or open
+//! loop (`--rate` calls/s for `--duration-ms`, one task per call, never waiting for answers).
+//! Prints one JSON [`Summary`] line; `--records` writes every call (`start_ms latency_ms code
+//! server`). The Go generator (`go/gzbench`) takes the same flags and prints the same JSON.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use tonic::transport::Channel;
+use zrpc_tests::pb::HelloRequest;
+use zrpc_tests::pb::greeter_client::GreeterClient;
+
+use crate::stats::{DROPPED, Summary, code_name, percentile};
+
+/// The `load` arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct LoadArgs {
+    /// `zrpc` (zrpc::Client: balancer, breaker, timeout...) or `tonic` (one bare channel).
+    #[arg(long, default_value = "zrpc")]
+    client: String,
+    /// `p2c_ewma` or `round_robin` (zrpc only).
+    #[arg(long, default_value = "p2c_ewma")]
+    balancer: String,
+    /// Server addresses, comma-separated.
+    #[arg(long, default_value = "")]
+    endpoints: String,
+    /// etcd hosts, comma-separated (with --key): discover the servers there.
+    #[arg(long, default_value = "")]
+    etcd: String,
+    /// etcd key.
+    #[arg(long, default_value = "")]
+    key: String,
+    /// Closed loop: workers.
+    #[arg(short = 'c', default_value_t = 1)]
+    concurrency: usize,
+    /// Closed loop: calls (ignored with --duration-ms).
+    #[arg(short = 'n', default_value_t = 1000)]
+    calls: u64,
+    /// Run for this long, ms.
+    #[arg(long, default_value_t = 0)]
+    duration_ms: u64,
+    /// Open loop: calls per second (0: closed loop).
+    #[arg(long, default_value_t = 0.0)]
+    rate: f64,
+    /// Calls before measuring (closed loop, same workers).
+    #[arg(long, default_value_t = 0)]
+    warmup: u64,
+    /// Per-call timeout, ms (0: the client's default; zrpc's is 2000).
+    #[arg(long, default_value_t = 0)]
+    timeout_ms: u64,
+    /// Write every call here.
+    #[arg(long)]
+    records: Option<PathBuf>,
+    /// Tokio worker threads (0: one per CPU; 1: current-thread runtime).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// Retry the first call until it succeeds or this passes, ms (discovery lag).
+    #[arg(long, default_value_t = 10_000)]
+    wait_ms: u64,
+}
+
+#[derive(Debug, Clone)]
+enum Caller {
+    Tonic(GreeterClient<Channel>),
+    Zrpc(GreeterClient<zrpc::Client>),
+}
+
+/// One call: (code, server). Code [`DROPPED`] when the client's breaker refused it.
+async fn call(c: &mut Caller, timeout: Option<Duration>) -> (u32, Option<String>) {
+    let mut req = tonic::Request::new(HelloRequest {
+        name: "bench".into(),
+    });
+    if let Some(t) = timeout {
+        req.set_timeout(t);
+    }
+    let res = match c {
+        Caller::Tonic(g) => g.say_hello(req).await,
+        Caller::Zrpc(g) => g.say_hello(req).await,
+    };
+    match res {
+        Ok(resp) => (
+            0,
+            resp.metadata()
+                .get("x-server")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+        ),
+        Err(st) if st.message().contains("circuit breaker is open") => (DROPPED, None),
+        Err(st) => (st.code() as u32, None),
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Rec {
+    start: Duration,
+    latency: Duration,
+    code: u32,
+    server: Option<String>,
+}
+
+/// Runs the generator and prints its summary.
+pub(crate) fn run(args: LoadArgs) -> Result<()> {
+    let mut rt = if args.threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    if args.threads > 1 {
+        rt.worker_threads(args.threads);
+    }
+    let summary = rt.enable_all().build()?.block_on(load(args))?;
+    println!("{}", serde_json::to_string(&summary)?);
+    Ok(())
+}
+
+async fn connect(args: &LoadArgs) -> Result<Caller> {
+    let endpoints: Vec<String> = args
+        .endpoints
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    match args.client.as_str() {
+        "tonic" => {
+            let first = endpoints
+                .first()
+                .context("--client tonic needs --endpoints host:port")?;
+            let ch = tonic::transport::Endpoint::from_shared(format!("http://{first}"))?
+                .tcp_nodelay(true)
+                .connect()
+                .await
+                .with_context(|| format!("cannot connect to {first}"))?;
+            Ok(Caller::Tonic(GreeterClient::new(ch)))
+        }
+        "zrpc" => {
+            let mut conf = if args.etcd.is_empty() {
+                zrpc::RpcClientConf::direct(endpoints)
+            } else {
+                zrpc::RpcClientConf::etcd(args.etcd.split(','), args.key.clone())
+            };
+            conf.balancer_name = match args.balancer.as_str() {
+                "p2c_ewma" => zrpc::conf::BalancerName::P2cEwma,
+                "round_robin" => zrpc::conf::BalancerName::RoundRobin,
+                other => bail!("--balancer {other}: expected p2c_ewma or round_robin"),
+            };
+            if args.timeout_ms > 0 {
+                conf.timeout = args.timeout_ms;
+            }
+            let client = zrpc::client(conf).await?;
+            Ok(Caller::Zrpc(GreeterClient::new(client)))
+        }
+        other => bail!("--client {other}: expected zrpc or tonic"),
+    }
+}
+
+async fn load(args: LoadArgs) -> Result<Summary> {
+    let mut caller = connect(&args).await?;
+    let timeout = (args.timeout_ms > 0 && args.client == "tonic")
+        .then(|| Duration::from_millis(args.timeout_ms));
+    // The first call: wait for discovery and the connection.
+    let deadline = Instant::now() + Duration::from_millis(args.wait_ms);
+    loop {
+        let (code, _) = call(&mut caller, timeout).await;
+        if code == 0 || code == 13 || Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if args.warmup > 0 {
+        closed(&caller, args.concurrency, args.warmup, None, timeout, Instant::now()).await;
+    }
+    let cpu0 = zrpc_tests::bench::cpu_ns();
+    let t0 = Instant::now();
+    let duration = (args.duration_ms > 0).then(|| Duration::from_millis(args.duration_ms));
+    let recs = if args.rate > 0.0 {
+        open(
+            &caller,
+            args.rate,
+            duration.unwrap_or(Duration::from_secs(5)),
+            timeout,
+            t0,
+        )
+        .await
+    } else {
+        closed(&caller, args.concurrency, args.calls, duration, timeout, t0).await
+    };
+    let elapsed = t0.elapsed();
+    let cpu = zrpc_tests::bench::cpu_ns().saturating_sub(cpu0);
+    if let Some(path) = &args.records {
+        let mut f = std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot write {}", path.display()))?,
+        );
+        for r in &recs {
+            writeln!(
+                f,
+                "{:.3} {:.3} {} {}",
+                r.start.as_secs_f64() * 1000.0,
+                r.latency.as_secs_f64() * 1000.0,
+                r.code,
+                r.server.as_deref().unwrap_or("-")
+            )?;
+        }
+        f.flush()?;
+    }
+    Ok(summarize(&recs, elapsed, cpu))
+}
+
+fn summarize(recs: &[Rec], elapsed: Duration, cpu_ns: u64) -> Summary {
+    let mut s = Summary::default();
+    let mut lat: Vec<f64> = Vec::with_capacity(recs.len());
+    for r in recs {
+        s.calls += 1;
+        if r.code == 0 {
+            s.ok += 1;
+        } else {
+            s.failed += 1;
+        }
+        if r.code == DROPPED {
+            s.dropped += 1;
+        }
+        *s.codes.entry(code_name(r.code)).or_default() += 1;
+        if let Some(srv) = &r.server {
+            *s.servers.entry(srv.clone()).or_default() += 1;
+        }
+        lat.push(r.latency.as_secs_f64() * 1000.0);
+    }
+    lat.sort_by(f64::total_cmp);
+    s.p50_ms = percentile(&lat, 0.5);
+    s.p99_ms = percentile(&lat, 0.99);
+    s.p999_ms = percentile(&lat, 0.999);
+    s.elapsed_ms = elapsed.as_secs_f64() * 1000.0;
+    s.cpu_us = if s.calls > 0 {
+        cpu_ns as f64 / 1000.0 / s.calls as f64
+    } else {
+        0.0
+    };
+    s.rss_mb = peak_rss_mb();
+    s
+}
+
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+async fn closed(
+    caller: &Caller,
+    workers: usize,
+    calls: u64,
+    duration: Option<Duration>,
+    timeout: Option<Duration>,
+    t0: Instant,
+) -> Vec<Rec> {
+    let workers = workers.max(1);
+    let per = calls.div_ceil(workers as u64);
+    let end = duration.map(|d| t0 + d);
+    let tasks: Vec<_> = (0..workers)
+        .map(|_| {
+            let mut c = caller.clone();
+            tokio::spawn(async move {
+                let mut out = Vec::with_capacity(if end.is_some() { 1024 } else { per as usize });
+                let mut i = 0u64;
+                loop {
+                    match end {
+                        Some(end) if Instant::now() >= end => break,
+                        None if i >= per => break,
+                        _ => {}
+                    }
+                    i += 1;
+                    let start = Instant::now();
+                    let (code, server) = call(&mut c, timeout).await;
+                    out.push(Rec {
+                        start: start.duration_since(t0),
+                        latency: start.elapsed(),
+                        code,
+                        server,
+                    });
+                }
+                out
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        if let Ok(v) = t.await {
+            all.extend(v);
+        }
+    }
+    all
+}
+
+async fn open(
+    caller: &Caller,
+    rate: f64,
+    duration: Duration,
+    timeout: Option<Duration>,
+    t0: Instant,
+) -> Vec<Rec> {
+    let recs = Arc::new(Mutex::new(Vec::new()));
+    let period = Duration::from_secs_f64(1.0 / rate);
+    let total = (rate * duration.as_secs_f64()).round() as u64;
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..total {
+        tick.tick().await;
+        let mut c = caller.clone();
+        let recs = recs.clone();
+        tasks.spawn(async move {
+            let start = Instant::now();
+            let (code, server) = call(&mut c, timeout).await;
+            let rec = Rec {
+                start: start.duration_since(t0),
+                latency: start.elapsed(),
+                code,
+                server,
+            };
+            recs.lock().unwrap_or_else(|e| e.into_inner()).push(rec);
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    let v = std::mem::take(&mut *recs.lock().unwrap_or_else(|e| e.into_inner()));
+    v
+}

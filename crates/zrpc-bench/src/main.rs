@@ -1,0 +1,123 @@
+//! zrpc-bench: zrpc's evaluation harness. It measures zrpc against bare tonic and real go-zero
+//! side by side, in one invocation, as medians of alternating runs, and writes a Markdown
+//! report with SVG charts.
+//!
+//! ```text
+//! cargo run --release -p zrpc-bench -- all                 # docs/benchmarks.md + docs/benchmarks/*.svg
+//! cargo run --release -p zrpc-bench -- --quick --out /tmp/b/report.md all   # smoke run, < 2 min
+//! cargo run --release -p zrpc-bench -- overhead            # one scenario
+//! ```
+//!
+//! Every server and load generator is a child process (this binary's hidden `serve` and `load`
+//! commands, the Go `gzbench` program in `go/`, `interop/gozero/bin/gz-server`, `h2load`), so
+//! that CPU time and RSS are measured per process from `/proc`, and every child is ended on
+//! exit and on Ctrl-C.
+#![allow(clippy::cast_precision_loss, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+
+mod charts;
+mod env;
+mod load;
+mod proc;
+mod report;
+mod scenarios;
+mod serve;
+mod stats;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// zrpc vs bare tonic vs go-zero: side-by-side benchmarks, Markdown report and SVG charts.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Cli {
+    /// Small sizes: the whole run finishes in under 2 minutes (a smoke test, not figures).
+    #[arg(long, global = true)]
+    quick: bool,
+    /// The report to write; charts go to `<dir of out>/<stem>/*.svg`.
+    #[arg(long, global = true, default_value = "docs/benchmarks.md")]
+    out: PathBuf,
+    /// Alternating rounds per comparison (medians are taken over them). Default 5 (quick: 1).
+    #[arg(long, global = true)]
+    rounds: Option<usize>,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Every scenario, in order.
+    All,
+    /// Server and client throughput, latency, CPU per request and RSS (pinned and unpinned).
+    Overhead,
+    /// Serial calls (C=1), the four Rust/Go client/server pairs.
+    Latency,
+    /// Two 10 ms servers and one 1000 ms server: slow share, latency, failures.
+    Balance,
+    /// A backend that fails 100% for a while, then heals: the client breakers.
+    Breaker,
+    /// 2x overload of a CPU-bound handler: goodput and admitted latency.
+    Shed,
+    /// One of three servers killed / stopped / drained under load.
+    Failover,
+    /// (internal) run a Rust server.
+    #[command(hide = true)]
+    Serve(serve::ServeArgs),
+    /// (internal) run the Rust load generator.
+    #[command(hide = true)]
+    Load(load::LoadArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Cmd::Serve(a) => serve::run(a),
+        Cmd::Load(a) => load::run(a),
+        cmd => {
+            let which: &[scenarios::Kind] = match cmd {
+                Cmd::All => &scenarios::ALL,
+                Cmd::Overhead => &[scenarios::Kind::Overhead],
+                Cmd::Latency => &[scenarios::Kind::Latency],
+                Cmd::Balance => &[scenarios::Kind::Balance],
+                Cmd::Breaker => &[scenarios::Kind::Breaker],
+                Cmd::Shed => &[scenarios::Kind::Shed],
+                Cmd::Failover => &[scenarios::Kind::Failover],
+                Cmd::Serve(_) | Cmd::Load(_) => unreachable!("handled above"),
+            };
+            install_ctrl_c();
+            let opts = scenarios::Opts {
+                quick: cli.quick,
+                rounds: cli.rounds.unwrap_or(if cli.quick { 1 } else { 5 }),
+                out: cli.out,
+            };
+            let r = scenarios::run(which, &opts);
+            proc::kill_all();
+            r
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Ctrl-C / SIGTERM: end every child, then exit (no leftover servers holding ports).
+fn install_ctrl_c() {
+    std::thread::spawn(|| {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        rt.block_on(zrpc::shutdown::signal());
+        eprintln!("\ninterrupted: stopping every child process");
+        proc::kill_all();
+        #[allow(clippy::exit)]
+        std::process::exit(130);
+    });
+}

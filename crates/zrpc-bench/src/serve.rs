@@ -1,0 +1,199 @@
+//! `zrpc-bench serve`: the Rust servers of a run (bare tonic, or zrpc from a go-zero YAML), with
+//! a greeter that can sleep, burn CPU, or fail for a while, and that names itself in `x-server`.
+//! Events (`ready`, `first_call`, `stopped`) are JSON lines appended to `--events`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use tonic::{Request, Response, Status};
+use zrpc_tests::pb::greeter_server::{Greeter, GreeterServer};
+use zrpc_tests::pb::{HelloReply, HelloRequest, HelloStreamRequest};
+
+/// The `serve` arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ServeArgs {
+    /// `tonic` (bare tonic server) or `zrpc` (zrpc server from `--conf`).
+    #[arg(long, default_value = "tonic")]
+    kind: String,
+    /// The zrpc server config (go-zero YAML); its ListenOn is used.
+    #[arg(long)]
+    conf: Option<PathBuf>,
+    /// Listen address for `tonic`.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: String,
+    /// Where to append JSON events.
+    #[arg(long)]
+    events: PathBuf,
+    /// Sleep this long in every call, ms.
+    #[arg(long, default_value_t = 0)]
+    delay_ms: u64,
+    /// Burn this much CPU in every call, µs.
+    #[arg(long, default_value_t = 0)]
+    spin_us: u64,
+    /// Fail every call with Internal for this long after the first call, ms.
+    #[arg(long, default_value_t = 0)]
+    fail_ms: u64,
+    /// Tokio worker threads (0: one per CPU).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+}
+
+#[derive(Debug)]
+struct State {
+    name: String,
+    delay: Duration,
+    spin: Duration,
+    fail: Duration,
+    started: Instant,
+    first: OnceLock<Instant>,
+    calls: AtomicU64,
+    failed_phase: AtomicU64,
+    events: Mutex<std::fs::File>,
+}
+
+impl State {
+    fn event(&self, v: serde_json::Value) {
+        let mut f = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = writeln!(f, "{v}");
+        let _ = f.flush();
+    }
+}
+
+#[derive(Debug, Clone)]
+struct BenchGreeter(Arc<State>);
+
+#[tonic::async_trait]
+impl Greeter for BenchGreeter {
+    async fn say_hello(&self, req: Request<HelloRequest>) -> Result<Response<HelloReply>, Status> {
+        let s = &self.0;
+        s.calls.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        let first = *s.first.get_or_init(|| {
+            s.event(serde_json::json!({
+                "event": "first_call",
+                "ms_since_start": now.duration_since(s.started).as_secs_f64() * 1000.0,
+            }));
+            now
+        });
+        if !s.fail.is_zero() && now.duration_since(first) < s.fail {
+            s.failed_phase.fetch_add(1, Ordering::Relaxed);
+            return Err(Status::internal("failing on purpose (bench backend is down)"));
+        }
+        if !s.spin.is_zero() {
+            // CPU-bound work: spin on the clock (the handler under test must hold a core).
+            let t = Instant::now();
+            let mut x = 0u64;
+            while t.elapsed() < s.spin {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+        }
+        if !s.delay.is_zero() {
+            tokio::time::sleep(s.delay).await;
+        }
+        let mut resp = Response::new(HelloReply {
+            message: format!("hello {}", req.into_inner().name),
+        });
+        if let Ok(v) = s.name.parse() {
+            resp.metadata_mut().insert("x-server", v);
+        }
+        Ok(resp)
+    }
+
+    type SayHelloStreamStream =
+        Pin<Box<dyn tokio_stream_shim::Stream<Item = Result<HelloReply, Status>> + Send>>;
+
+    async fn say_hello_stream(
+        &self,
+        _req: Request<HelloStreamRequest>,
+    ) -> Result<Response<Self::SayHelloStreamStream>, Status> {
+        Err(Status::unimplemented("the bench greeter does not stream"))
+    }
+}
+
+/// The `Stream` trait tonic's generated code names (re-exported by tonic's codegen).
+mod tokio_stream_shim {
+    pub(crate) use tonic::codegen::tokio_stream::Stream;
+}
+
+/// Runs a server until SIGTERM/SIGINT.
+pub(crate) fn run(args: ServeArgs) -> Result<()> {
+    let mut rt = if args.threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    if args.threads > 1 {
+        rt.worker_threads(args.threads);
+    }
+    rt.enable_all().build()?.block_on(serve(args))
+}
+
+async fn serve(args: ServeArgs) -> Result<()> {
+    let events = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&args.events)
+        .with_context(|| format!("cannot open the events file {}", args.events.display()))?;
+    let conf: Option<zrpc::RpcServerConf> = match &args.conf {
+        Some(path) => Some(zrpc::conf::load(path)?),
+        None => None,
+    };
+    let listen = conf
+        .as_ref()
+        .map_or(args.listen.clone(), |c| c.listen_on.clone());
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let addr = listener.local_addr()?;
+    let state = Arc::new(State {
+        name: addr.to_string(),
+        delay: Duration::from_millis(args.delay_ms),
+        spin: Duration::from_micros(args.spin_us),
+        fail: Duration::from_millis(args.fail_ms),
+        started: Instant::now(),
+        first: OnceLock::new(),
+        calls: AtomicU64::new(0),
+        failed_phase: AtomicU64::new(0),
+        events: Mutex::new(events),
+    });
+    let svc = GreeterServer::new(BenchGreeter(state.clone()));
+    state.event(serde_json::json!({"event": "ready", "addr": addr.to_string()}));
+    match (args.kind.as_str(), conf) {
+        ("zrpc", Some(conf)) => {
+            let _telemetry = zrpc::telemetry::init(&conf)?;
+            zrpc::server(conf)?
+                .add_service(svc)
+                .serve_with_listener(listener, zrpc::shutdown::signal())
+                .await?;
+        }
+        ("tonic", None) => {
+            tonic::transport::Server::builder()
+                .add_service(svc)
+                .serve_with_incoming_shutdown(
+                    tonic::transport::server::TcpIncoming::from(listener)
+                        .with_nodelay(Some(true)),
+                    zrpc::shutdown::signal(),
+                )
+                .await?;
+        }
+        (kind, _) => anyhow::bail!(
+            "serve: --kind {kind} needs {}",
+            if kind == "zrpc" {
+                "--conf <yaml>"
+            } else {
+                "no --conf (kinds: tonic, zrpc)"
+            }
+        ),
+    }
+    state.event(serde_json::json!({
+        "event": "stopped",
+        "calls": state.calls.load(Ordering::Relaxed),
+        "failed_phase_calls": state.failed_phase.load(Ordering::Relaxed),
+    }));
+    Ok(())
+}
