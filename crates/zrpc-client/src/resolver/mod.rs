@@ -1,4 +1,5 @@
-//! Endpoint-set sources: direct (here), etcd and DNS (`etcd.rs`, `dns.rs`), and the stable subset.
+//! Endpoint-set sources: direct (here), etcd, DNS and Kubernetes (`etcd.rs`, `dns.rs`, `k8s/`), and
+//! the stable subset.
 //!
 //! A resolver publishes the endpoint set of a [`Target`] on a `tokio::sync::watch` channel
 //! ([`EndpointUpdates`]): `None` until the first resolution, then `Some(set)` on every change. The
@@ -19,10 +20,11 @@ use crate::Error;
 
 pub mod dns;
 pub mod etcd;
+pub mod k8s;
 pub mod subset;
 mod target;
 
-pub use target::Target;
+pub use target::{K8sPort, Target};
 
 /// The stream of endpoint sets of one target: `None` = not yet resolved, then each full set.
 pub type EndpointUpdates = watch::Receiver<Option<Arc<Vec<String>>>>;
@@ -139,5 +141,10 @@ pub fn resolve_with(target: &Target, etcd: &EtcdConf) -> Result<Resolution, Erro
             self::etcd::resolve(conf)
         }
         Target::Dns { host, port } => dns::resolve(host, *port),
+        Target::K8s {
+            namespace,
+            service,
+            port,
+        } => k8s::resolve(namespace, service, port.clone()),
     }
 }

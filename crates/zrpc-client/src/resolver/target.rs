@@ -6,6 +6,7 @@
 //! | `etcd:///h1:2379,h2:2379?key=<url-encoded key>` | etcd discovery (go-zero >= 1.10.2) |
 //! | `etcd://h1:2379/key`, `discov://h1,h2/key` | legacy etcd forms: hosts in the authority, key in the path |
 //! | `dns:///host:port` (authority ignored) | DNS, re-resolved periodically |
+//! | `k8s://namespace/service:port`, `k8s:///service:port` (namespace `default`) | Kubernetes EndpointSlices; the port is a number, a port name (zrpc addition) or absent |
 //! | `host:port` (no scheme) | one fixed endpoint (grpc-go's `passthrough`) |
 
 use std::fmt;
@@ -25,7 +26,7 @@ use crate::Error;
 ///     t,
 ///     Target::Etcd { hosts: vec!["127.0.0.1:2379".into()], key: "user.rpc".into() }
 /// );
-/// assert!("k8s://ns/svc:8080".parse::<Target>().is_err());
+/// assert!("ftp://ns/svc:8080".parse::<Target>().is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -49,6 +50,35 @@ pub enum Target {
         /// Port.
         port: u16,
     },
+    /// Kubernetes discovery: the ready endpoints of a Service's EndpointSlices.
+    K8s {
+        /// The namespace (`default` when the target's authority is empty).
+        namespace: String,
+        /// The Service name.
+        service: String,
+        /// The port to dial on each endpoint; `None` = the slices' only port.
+        port: Option<K8sPort>,
+    },
+}
+
+/// The port of a `k8s://` target.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum K8sPort {
+    /// A port number, dialled as given on every endpoint address (go-zero's meaning).
+    Number(u16),
+    /// A port name, looked up in each EndpointSlice's `ports` (a zrpc addition: the slices
+    /// carry the container port, which may differ from the Service port).
+    Name(String),
+}
+
+impl fmt::Display for K8sPort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            K8sPort::Number(n) => write!(f, "{n}"),
+            K8sPort::Name(name) => f.write_str(name),
+        }
+    }
 }
 
 impl Target {
@@ -146,8 +176,9 @@ impl Target {
                     port,
                 })
             }
+            "k8s" => parse_k8s(authority, path).map_err(bad),
             other => Err(bad(format!(
-                "unsupported scheme {other:?} (supported: direct, etcd, discov, dns)"
+                "unsupported scheme {other:?} (supported: direct, etcd, discov, dns, k8s)"
             ))),
         }
     }
@@ -160,7 +191,70 @@ impl Target {
             Target::Direct { endpoints } => endpoints.join(","),
             Target::Etcd { key, .. } => key.rsplit('/').next().unwrap_or(key).to_owned(),
             Target::Dns { host, .. } => host.clone(),
+            Target::K8s { service, .. } => service.clone(),
         }
+    }
+}
+
+/// `k8s://namespace/service[:port]` (go-zero's `kube.ParseTarget`; it knows no other spelling, so
+/// neither does zrpc). Names are checked as Kubernetes does (RFC 1123 labels) so that a typo is
+/// an error here, not an empty watch.
+fn parse_k8s(authority: &str, path: &str) -> Result<Target, String> {
+    let namespace = if authority.is_empty() {
+        "default"
+    } else {
+        authority
+    };
+    let path = path.trim_end_matches('/');
+    if path.is_empty() {
+        return Err("no service (expected k8s://namespace/service:port)".into());
+    }
+    let (service, port) = match path.split_once(':') {
+        Some((s, p)) => (s, Some(p)),
+        None => (path, None),
+    };
+    check_label("namespace", namespace)?;
+    if service.contains('.') {
+        return Err(format!(
+            "service {service:?} contains a dot: write the namespace in the authority \
+             (k8s://namespace/service:port), not service.namespace"
+        ));
+    }
+    check_label("service", service)?;
+    let port = match port {
+        None => None,
+        Some("") => return Err("empty port after ':' (expected a number or a port name)".into()),
+        Some(p) if p.bytes().all(|b| b.is_ascii_digit()) => match p.parse::<u16>() {
+            Ok(n) if n > 0 => Some(K8sPort::Number(n)),
+            _ => return Err(format!("invalid port {p:?} (1-65535 or a port name)")),
+        },
+        Some(p) => {
+            check_label("port name", p)?;
+            Some(K8sPort::Name(p.to_owned()))
+        }
+    };
+    Ok(Target::K8s {
+        namespace: namespace.to_owned(),
+        service: service.to_owned(),
+        port,
+    })
+}
+
+/// An RFC 1123 label: 1-63 of `a-z0-9-`, starting and ending alphanumeric.
+fn check_label(what: &str, s: &str) -> Result<(), String> {
+    let ok = !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid {what} {s:?} (a Kubernetes name: 1-63 lowercase letters, digits or '-', \
+             starting and ending with a letter or digit)"
+        ))
     }
 }
 
@@ -181,6 +275,16 @@ impl fmt::Display for Target {
             }
             Target::Dns { host, port } if host.contains(':') => write!(f, "dns:///[{host}]:{port}"),
             Target::Dns { host, port } => write!(f, "dns:///{host}:{port}"),
+            Target::K8s {
+                namespace,
+                service,
+                port: Some(port),
+            } => write!(f, "k8s://{namespace}/{service}:{port}"),
+            Target::K8s {
+                namespace,
+                service,
+                port: None,
+            } => write!(f, "k8s://{namespace}/{service}"),
         }
     }
 }
@@ -332,6 +436,9 @@ mod tests {
             "direct:///a:1,b:2",
             "etcd:///h1:2379,h2:2379?key=a%2Fb",
             "dns:///svc:80",
+            "k8s://ns/svc:8080",
+            "k8s://ns/svc:grpc",
+            "k8s://default/svc",
         ] {
             assert_eq!(p(s).to_string(), s);
             assert_eq!(p(&p(s).to_string()), p(s));
@@ -340,7 +447,15 @@ mod tests {
 
     #[test]
     fn errors_name_the_wrong_part() {
-        assert!(err("k8s://ns/svc:80").contains("unsupported scheme \"k8s\""));
+        assert!(err("ftp://ns/svc:80").contains("unsupported scheme \"ftp\""));
+        assert!(err("k8s://ns/").contains("no service"));
+        assert!(err("k8s://ns/svc.other:80").contains("contains a dot"));
+        assert!(err("k8s://Ns/svc:80").contains("invalid namespace \"Ns\""));
+        assert!(err("k8s://ns/svc_1:80").contains("invalid service \"svc_1\""));
+        assert!(err("k8s://ns/svc:").contains("empty port"));
+        assert!(err("k8s://ns/svc:70000").contains("invalid port \"70000\""));
+        assert!(err("k8s://ns/svc:0").contains("invalid port \"0\""));
+        assert!(err("k8s://ns/svc:-x").contains("invalid port name"));
         assert!(err("direct:///").contains("no endpoints"));
         assert!(err("direct:///a:1,b").contains("\"b\" has no port"));
         assert!(err("direct:///a:x").contains("invalid port \"x\""));
@@ -352,6 +467,29 @@ mod tests {
         assert!(err("dns:///svc:99999").contains("invalid port"));
         assert!(err("").contains("empty target"));
         assert!(err("etcd:///h:1?key=%zz").contains("invalid escape"));
+    }
+
+    #[test]
+    fn parses_k8s_like_go_zero() {
+        let k8s = |ns: &str, svc: &str, port: Option<K8sPort>| Target::K8s {
+            namespace: ns.into(),
+            service: svc.into(),
+            port,
+        };
+        assert_eq!(
+            p("k8s://prod/user-rpc:8080"),
+            k8s("prod", "user-rpc", Some(K8sPort::Number(8080)))
+        );
+        assert_eq!(
+            p("k8s:///user-rpc:8080"),
+            k8s("default", "user-rpc", Some(K8sPort::Number(8080)))
+        );
+        assert_eq!(p("k8s://prod/user-rpc"), k8s("prod", "user-rpc", None));
+        assert_eq!(
+            p("K8S://prod/user-rpc:grpc"),
+            k8s("prod", "user-rpc", Some(K8sPort::Name("grpc".into())))
+        );
+        assert_eq!(p("k8s://prod/user-rpc:1").service_name(), "user-rpc");
     }
 
     #[test]
