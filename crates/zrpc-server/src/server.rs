@@ -375,17 +375,16 @@ where
             .as_ref()
             .map(crate::tls::ServerTls::load)
             .transpose()?;
+        let tls = tls.map(std::sync::Arc::new);
         let _tls_watch = tls.as_ref().map(|t| {
             accept.tls = Some(t.config.clone());
-            crate::tls::WatchGuard(t.cert.clone().watch())
+            t.watch()
         });
-        let allowed = conf.tls.as_ref().map(|t| t.allowed_clients.as_slice());
+        let allowed = tls.as_ref().and_then(|t| t.allowed.clone());
         let chain = ServiceBuilder::new()
             .layer(crate::tls::layer::PeerLayer)
             .layer(crate::transport::outer_layers(&accept, &conf.transport))
-            .layer(crate::tls::layer::AllowLayer::new(
-                allowed.unwrap_or_default(),
-            ))
+            .layer(crate::tls::layer::AllowLayer::new(allowed))
             .layer(FactsLayer::new(mw.breaker || shedder.is_some()))
             .layer(TraceLayer::new(mw.trace))
             .layer(RecoverLayer::new(mw.recover))

@@ -738,3 +738,180 @@ async fn tls_certificate_reloads_on_sighup() {
     assert!(rotated, "SIGHUP reloads the certificate");
     srv.stop().await;
 }
+
+/// A tonic channel with mTLS as `id`, connected now (one connection, kept).
+async fn mtls_channel(addr: std::net::SocketAddr, ca: &CertFiles, id: &CertFiles) -> Channel {
+    Endpoint::from_shared(format!("https://127.0.0.1:{}", addr.port()))
+        .unwrap()
+        .tls_config(tls_config(ca, Some(id)))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// One call on `channel`: the reply or `Code: message`.
+async fn call_on(channel: &Channel) -> Result<String, String> {
+    GreeterClient::new(channel.clone())
+        .say_hello(HelloRequest { name: "x".into() })
+        .await
+        .map(|r| r.into_inner().message)
+        .map_err(|s| format!("{:?}: {}", s.code(), s.message()))
+}
+
+/// Polls `check` every 100 ms for up to 5 s; whether it came true.
+async fn within_5s<F, Fut>(mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..50 {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+/// `ClientCaFile` is polled: a broken file keeps the old CA, a new CA admits its clients on new
+/// connections and refuses the old CA's, while a connection verified before keeps working.
+#[tokio::test]
+async fn tls_client_ca_reloads_and_a_broken_file_keeps_the_old_ca() {
+    let ca_a = TestCa::new("client CA A");
+    let ca_b = TestCa::new("client CA B");
+    let server = ca_a.issue("server", LOCAL_SANS);
+    let client_a = ca_a.issue("client-a", &[]);
+    let client_b = ca_b.issue("client-b", &[]);
+    let live_ca = ca_a.dir().join("live-client-ca.pem");
+    std::fs::copy(&ca_a.files.cert, &live_ca).unwrap();
+    let srv = TlsServer::start(Some(
+        ServerTlsConf::new(server.cert_str(), server.key_str())
+            .with_client_ca_file(live_ca.display().to_string())
+            .with_reload_interval(Duration::from_millis(100)),
+    ))
+    .await;
+    let url = format!("https://127.0.0.1:{}", srv.addr.port());
+    // The server's own certificate is from CA A: clients always trust A.
+    let as_a = || call_once(url.clone(), Some(tls_config(&ca_a.files, Some(&client_a))));
+    let as_b = || call_once(url.clone(), Some(tls_config(&ca_a.files, Some(&client_b))));
+    as_a().await.unwrap();
+    let e = as_b().await.unwrap_err();
+    assert!(e.contains("UnknownCA"), "{e}");
+    let open_a = mtls_channel(srv.addr, &ca_a.files, &client_a).await;
+    call_on(&open_a).await.unwrap();
+
+    // A half-written CA file is refused: A still admitted, B still refused.
+    let pem = std::fs::read_to_string(&ca_b.files.cert).unwrap();
+    std::fs::write(&live_ca, &pem[..pem.len() / 2]).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    as_a().await.unwrap();
+    let e = as_b().await.unwrap_err();
+    assert!(e.contains("UnknownCA"), "{e}");
+
+    // CA B in place: B admitted on new connections, A refused on new ones.
+    replace(&ca_b.files.cert, &live_ca);
+    assert!(
+        within_5s(|| async { as_b().await.is_ok() }).await,
+        "CA B admitted after the reload"
+    );
+    let e = as_a().await.unwrap_err();
+    println!("client of the replaced CA after the reload: {e}");
+    assert!(e.contains("received fatal alert: UnknownCA"), "{e}");
+    // The connection verified with CA A before the change keeps being served.
+    let reply = call_on(&open_a).await.unwrap();
+    assert_eq!(reply, "CN=client-a from 127.0.0.1");
+    srv.stop().await;
+}
+
+/// `AllowedClientsFile` reloads on SIGHUP (ReloadInterval 0) and applies from each client's next
+/// call, on open connections too; `AllowedClients` stays; a file with no name is refused.
+#[tokio::test]
+async fn tls_allowed_clients_file_reloads_on_sighup_for_open_connections() {
+    let ca = TestCa::new("zrpc test CA");
+    let server = ca.issue("server", LOCAL_SANS);
+    let (billing, orders, ops) = (
+        ca.issue("billing", &[]),
+        ca.issue("orders", &["URI:spiffe://zrpc.test/orders"]),
+        ca.issue("ops", &[]),
+    );
+    let list = ca.dir().join("allowed.txt");
+    std::fs::write(&list, "# who may call\nbilling\n").unwrap();
+    let srv = TlsServer::start(Some(
+        ServerTlsConf::new(server.cert_str(), server.key_str())
+            .with_client_ca_file(ca.files.cert_str())
+            .with_allowed_clients(["ops"])
+            .with_allowed_clients_file(list.display().to_string())
+            .with_reload_interval(Duration::ZERO),
+    ))
+    .await;
+    let (c_billing, c_orders, c_ops) = (
+        mtls_channel(srv.addr, &ca.files, &billing).await,
+        mtls_channel(srv.addr, &ca.files, &orders).await,
+        mtls_channel(srv.addr, &ca.files, &ops).await,
+    );
+    call_on(&c_billing).await.unwrap();
+    call_on(&c_ops).await.unwrap();
+    let e = call_on(&c_orders).await.unwrap_err();
+    assert_eq!(
+        e,
+        "PermissionDenied: client certificate (CN=orders, URI=spiffe://zrpc.test/orders) is not \
+         in Tls.AllowedClients"
+    );
+
+    let next = ca.dir().join("allowed.next");
+    std::fs::write(&next, "spiffe://zrpc.test/orders  # the orders service\n").unwrap();
+    replace(&next, &list);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(call_on(&c_orders).await.is_err(), "no polling");
+    nix::sys::signal::raise(nix::sys::signal::Signal::SIGHUP).unwrap();
+    assert!(
+        within_5s(|| async { call_on(&c_orders).await.is_ok() }).await,
+        "orders admitted on its open connection after SIGHUP"
+    );
+    let e = call_on(&c_billing).await.unwrap_err();
+    assert!(e.starts_with("PermissionDenied: "), "{e}");
+    call_on(&c_ops).await.unwrap();
+
+    // A file with no name would admit every client: refused, the list stays.
+    std::fs::write(&next, "# emptied by mistake\n").unwrap();
+    replace(&next, &list);
+    nix::sys::signal::raise(nix::sys::signal::Signal::SIGHUP).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    call_on(&c_orders).await.unwrap();
+    let e = call_on(&c_billing).await.unwrap_err();
+    assert!(e.starts_with("PermissionDenied: "), "{e}");
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn tls_allowed_clients_file_start_errors_name_the_file() {
+    let ca = TestCa::new("zrpc test CA");
+    let server = ca.issue("server", LOCAL_SANS);
+    let start = |file: String| {
+        let tls = ServerTlsConf::new(server.cert_str(), server.key_str())
+            .with_client_ca_file(ca.files.cert_str())
+            .with_allowed_clients_file(file);
+        async move {
+            let server = Server::new(test_conf("tls.rpc").with_tls(tls)).unwrap();
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            server
+                .serve_with_listener(listener, std::future::pending())
+                .await
+                .unwrap_err()
+                .to_string()
+        }
+    };
+    let missing = ca.dir().join("missing.txt").display().to_string();
+    let e = start(missing.clone()).await;
+    println!("missing AllowedClientsFile: {e}");
+    assert!(
+        e.contains(&format!("Tls.AllowedClientsFile {missing:?}: cannot read")),
+        "{e}"
+    );
+    let empty = ca.dir().join("empty.txt");
+    std::fs::write(&empty, "\n# nobody yet\n").unwrap();
+    let e = start(empty.display().to_string()).await;
+    println!("AllowedClientsFile without a name: {e}");
+    assert!(e.contains("no name in the file"), "{e}");
+}

@@ -21,9 +21,11 @@ pub enum ClientAuth {
 
 /// The server's TLS settings (`Tls:` block, a zrpc addition). Absent = plaintext (default).
 ///
-/// Certificate and key files are re-read when they change (checked every `ReloadInterval`
-/// and on SIGHUP): new connections get the new certificate, existing ones keep theirs, and a
-/// broken new file is logged as an error naming it while the old certificate stays in use.
+/// The certificate and key, `ClientCaFile` and `AllowedClientsFile` are re-read when they
+/// change (checked every `ReloadInterval` and on SIGHUP): new connections get the new
+/// certificate and CA, existing ones keep what they were verified with, the allow-list applies
+/// from each client's next call, and a broken new file is logged as an error naming it while
+/// the old one stays in use.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
 #[non_exhaustive]
@@ -42,8 +44,12 @@ pub struct ServerTlsConf {
     /// name or SAN URI is not listed gets `PermissionDenied` on every call. Empty = any client
     /// the CA signed. Needs `ClientCaFile`.
     pub allowed_clients: Vec<String>,
-    /// How often the certificate and key files are checked for changes (default 10s;
-    /// 0 = only on SIGHUP).
+    /// A file of more allowed identities, one per line (blank lines and `#` comments
+    /// skipped), added to `AllowedClients` and re-read like the certificate; a file without
+    /// a name is refused (it would admit every client). Empty = none. Needs `ClientCaFile`.
+    pub allowed_clients_file: String,
+    /// How often the certificate, key, client CA and allow-list files are checked for
+    /// changes (default 10s; 0 = only on SIGHUP).
     #[serde(with = "duration")]
     pub reload_interval: Duration,
 }
@@ -56,6 +62,7 @@ impl Default for ServerTlsConf {
             client_ca_file: String::new(),
             client_auth: None,
             allowed_clients: Vec::new(),
+            allowed_clients_file: String::new(),
             reload_interval: Duration::from_secs(10),
         }
     }
@@ -96,6 +103,13 @@ impl ServerTlsConf {
         self
     }
 
+    /// Sets `AllowedClientsFile` (default empty: no file).
+    #[must_use]
+    pub fn with_allowed_clients_file(mut self, file: impl Into<String>) -> Self {
+        self.allowed_clients_file = file.into();
+        self
+    }
+
     /// Sets `ReloadInterval` (default 10s; zero = only on SIGHUP).
     #[must_use]
     pub fn with_reload_interval(mut self, every: Duration) -> Self {
@@ -127,11 +141,19 @@ impl Validate for ServerTlsConf {
                 "optional/required client certificates need Tls.ClientCaFile",
             ));
         }
-        if !self.allowed_clients.is_empty() && self.client_auth() == ClientAuth::None {
-            return Err(ConfError::invalid(
-                "Tls.AllowedClients",
-                "needs client certificates: set Tls.ClientCaFile (and ClientAuth optional or required)",
-            ));
+        for (key, set) in [
+            ("Tls.AllowedClients", !self.allowed_clients.is_empty()),
+            (
+                "Tls.AllowedClientsFile",
+                !self.allowed_clients_file.is_empty(),
+            ),
+        ] {
+            if set && self.client_auth() == ClientAuth::None {
+                return Err(ConfError::invalid(
+                    key,
+                    "needs client certificates: set Tls.ClientCaFile (and ClientAuth optional or required)",
+                ));
+            }
         }
         Ok(())
     }
@@ -190,6 +212,10 @@ mod tests {
             "Name: a\nListenOn: :1\nTls:\n  CertFile: c\n  KeyFile: k\n  AllowedClients: [x]\n",
         );
         assert!(e.contains("Tls.AllowedClients"), "{e}");
+        let e = err(
+            "Name: a\nListenOn: :1\nTls:\n  CertFile: c\n  KeyFile: k\n  AllowedClientsFile: f\n",
+        );
+        assert!(e.contains("Tls.AllowedClientsFile"), "{e}");
         let e =
             err("Name: a\nListenOn: :1\nTls:\n  CertFile: c\n  KeyFile: k\n  ClientAuth: maybe\n");
         assert!(e.contains("ClientAuth"), "{e}");

@@ -51,12 +51,20 @@ pub enum TlsError {
         /// What is wrong.
         reason: String,
     },
+    /// `Tls.AllowedClientsFile` cannot be used.
+    #[error("Tls.AllowedClientsFile {file:?}: {reason}")]
+    AllowList {
+        /// The file.
+        file: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// rustls refused the configuration.
     #[error("TLS configuration: {0}")]
     Rustls(String),
 }
 
-fn read(key: &'static str, file: &str) -> Result<Vec<u8>, TlsError> {
+pub(crate) fn read(key: &'static str, file: &str) -> Result<Vec<u8>, TlsError> {
     std::fs::read(file).map_err(|source| TlsError::Read {
         key,
         file: file.to_owned(),
@@ -94,10 +102,14 @@ fn certs_from_pem(
     Ok(certs)
 }
 
-/// The CA certificates of `file` as trust anchors.
-pub(crate) fn load_roots(key: &'static str, file: &str) -> Result<RootCertStore, TlsError> {
+/// The CA certificates in `pem` (the bytes of `file`) as trust anchors.
+pub(crate) fn roots_from_pem(
+    key: &'static str,
+    file: &str,
+    pem: &[u8],
+) -> Result<RootCertStore, TlsError> {
     let mut roots = RootCertStore::empty();
-    for cert in load_certs(key, file)? {
+    for cert in certs_from_pem(key, file, pem)? {
         roots.add(cert).map_err(|e| TlsError::Pem {
             key,
             file: file.to_owned(),

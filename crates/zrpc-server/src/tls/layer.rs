@@ -12,6 +12,7 @@ use http::{Request, Response};
 use tower_layer::Layer;
 use tower_service::Service;
 
+use super::allow::AllowList;
 use super::identity::PeerIdentity;
 use super::io::ConnInfo;
 
@@ -59,15 +60,13 @@ where
 /// See the [module docs](self).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct AllowLayer {
-    allowed: Option<Arc<[String]>>,
+    allowed: Option<Arc<AllowList>>,
 }
 
 impl AllowLayer {
-    /// `allowed`: `Tls.AllowedClients` (empty = no allow-list).
-    pub(crate) fn new(allowed: &[String]) -> Self {
-        AllowLayer {
-            allowed: (!allowed.is_empty()).then(|| Arc::from(allowed)),
-        }
+    /// `allowed`: the server's allow-list (None = any client).
+    pub(crate) fn new(allowed: Option<Arc<AllowList>>) -> Self {
+        AllowLayer { allowed }
     }
 }
 
@@ -86,7 +85,7 @@ impl<S> Layer<S> for AllowLayer {
 #[derive(Debug, Clone)]
 pub(crate) struct Allow<S> {
     inner: S,
-    allowed: Option<Arc<[String]>>,
+    allowed: Option<Arc<AllowList>>,
 }
 
 impl<S, B, ResBody> Service<Request<B>> for Allow<S>
@@ -106,7 +105,7 @@ where
         if let Some(allowed) = &self.allowed {
             let denied = match req.extensions().get::<PeerIdentity>() {
                 None => Some("a client certificate is required (Tls.AllowedClients)".to_owned()),
-                Some(id) if allowed.iter().any(|name| id.matches(name)) => None,
+                Some(id) if allowed.allows(id) => None,
                 Some(id) => Some(format!(
                     "client certificate ({}) is not in Tls.AllowedClients",
                     id.describe()

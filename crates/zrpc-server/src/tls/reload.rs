@@ -1,13 +1,13 @@
 //! The server certificate behind an `ArcSwap`, re-read when its files change.
 //!
 //! rustls asks [`ReloadingCert`] for the certificate at each handshake, so a swap reaches new
-//! connections only; established ones keep the session they negotiated. The watcher reads both
-//! files every `Tls.ReloadInterval` (and on SIGHUP) and reloads when their bytes changed; a new
+//! connections only; established ones keep the session they negotiated. The watcher
+//! ([`super::watch`]) has both files read every `Tls.ReloadInterval` (and on SIGHUP) and reloads
+//! when their bytes changed; a new
 //! pair that fails (bad PEM, a key that does not match, a file half-written) is logged as an
 //! error naming the file, and the old certificate stays until a good pair appears.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
@@ -24,7 +24,6 @@ pub(crate) struct ReloadingCert {
     current: ArcSwap<CertifiedKey>,
     cert_file: String,
     key_file: String,
-    interval: Duration,
     provider: Arc<CryptoProvider>,
     /// The bytes of the files last tried (loaded or refused), to act on changes only.
     seen: Mutex<(Vec<u8>, Vec<u8>)>,
@@ -45,7 +44,6 @@ impl ReloadingCert {
             current: ArcSwap::new(key),
             cert_file: conf.cert_file.clone(),
             key_file: conf.key_file.clone(),
-            interval: conf.reload_interval,
             provider: provider.clone(),
             seen: Mutex::new(seen),
         })
@@ -84,43 +82,6 @@ impl ReloadingCert {
                 false
             }
         }
-    }
-
-    /// Watches the files until the returned task is aborted: every `ReloadInterval` and on
-    /// SIGHUP.
-    pub(crate) fn watch(self: Arc<Self>) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(async move {
-            #[cfg(unix)]
-            let mut hup =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-            loop {
-                let tick = async {
-                    if self.interval.is_zero() {
-                        std::future::pending::<()>().await;
-                    } else {
-                        tokio::time::sleep(self.interval).await;
-                    }
-                };
-                #[cfg(unix)]
-                let hup_recv = async {
-                    match hup.as_mut() {
-                        Some(h) => {
-                            h.recv().await;
-                        }
-                        None => std::future::pending::<()>().await,
-                    }
-                };
-                #[cfg(not(unix))]
-                let hup_recv = std::future::pending::<()>();
-                let forced = tokio::select! {
-                    () = tick => false,
-                    () = hup_recv => true,
-                };
-                let this = self.clone();
-                // file reads off the runtime threads
-                let _ = tokio::task::spawn_blocking(move || this.reload(forced)).await;
-            }
-        })
     }
 }
 

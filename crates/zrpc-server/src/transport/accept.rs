@@ -33,8 +33,8 @@ pub(crate) struct AcceptSettings {
     pub(crate) authority_repair: bool,
     /// Present when `MaxConnectionIdle` is set.
     pub(crate) table: Option<Arc<ConnTable>>,
-    /// Present when `Tls` is set.
-    pub(crate) tls: Option<Arc<rustls::ServerConfig>>,
+    /// Present when `Tls` is set; its current config is taken for each connection.
+    pub(crate) tls: Option<Arc<crate::tls::config::ReloadingConfig>>,
 }
 
 /// A connection as tonic receives it.
@@ -82,9 +82,8 @@ pub(crate) fn incoming(
 /// handed over when done. The loop stops when the returned stream is dropped.
 fn tls_incoming(
     mut a: Acceptor,
-    tls: Arc<rustls::ServerConfig>,
+    tls: Arc<crate::tls::config::ReloadingConfig>,
 ) -> impl Stream<Item = Result<Accepted, io::Error>> + Send {
-    let tls = tokio_rustls::TlsAcceptor::from(tls);
     let (tx, rx) = tokio::sync::mpsc::channel::<Accepted>(64);
     let log = Arc::new(parking_lot::Mutex::new(LogGate::new(Duration::from_secs(
         1,
@@ -99,7 +98,7 @@ fn tls_incoming(
             let (tls, tx, settings, log) = (tls.clone(), tx.clone(), settings.clone(), log.clone());
             tokio::spawn(async move {
                 let timeout = settings.limits.handshake_timeout;
-                let handshake = tls.accept(stream);
+                let handshake = tokio_rustls::TlsAcceptor::from(tls.current()).accept(stream);
                 let result = match timeout {
                     Some(t) => tokio::time::timeout(t, handshake)
                         .await
