@@ -30,6 +30,11 @@ pub struct BreakerRegistry {
     breakers: RwLock<HashMap<String, Arc<GoogleBreaker>>>,
 }
 
+fn global_registry() -> &'static Arc<BreakerRegistry> {
+    static GLOBAL: OnceLock<Arc<BreakerRegistry>> = OnceLock::new();
+    GLOBAL.get_or_init(Arc::default)
+}
+
 impl BreakerRegistry {
     /// An empty registry whose breakers use `config`.
     #[must_use]
@@ -43,8 +48,14 @@ impl BreakerRegistry {
     /// The process-wide registry (go-zero's package-level breakers), with the default config.
     #[must_use]
     pub fn global() -> &'static BreakerRegistry {
-        static GLOBAL: OnceLock<BreakerRegistry> = OnceLock::new();
-        GLOBAL.get_or_init(BreakerRegistry::default)
+        global_registry()
+    }
+
+    /// A handle on the process-wide registry, for holders of an `Arc<BreakerRegistry>` (the
+    /// client takes one, and a registry of its own in tests).
+    #[must_use]
+    pub fn shared() -> Arc<BreakerRegistry> {
+        Arc::clone(global_registry())
     }
 
     /// The breaker called `name`, created on first use.
@@ -58,6 +69,12 @@ impl BreakerRegistry {
             map.entry(name.to_owned())
                 .or_insert_with(|| Arc::new(GoogleBreaker::new(self.config.clone()))),
         )
+    }
+
+    /// The breaker called `name` if it exists (none is created).
+    #[must_use]
+    pub fn find(&self, name: &str) -> Option<Arc<GoogleBreaker>> {
+        self.breakers.read().get(name).cloned()
     }
 
     /// Removes the breaker called `name`; holders of its [`Arc`] keep using it.
