@@ -16,6 +16,12 @@
 //! handler panic is a failure even though the recover layer drops the handler as a
 //! cancellation. Auth runs before this layer, so unauthenticated calls never reach it. A
 //! hostile caller therefore cannot open the breaker for everyone else.
+//!
+//! Nor can it grow the registry: a method gets its breaker only once a call to it has
+//! finished with a code other than `Unimplemented` (what tonic's router and generated services
+//! answer for unknown services and methods). Calls to a method without a breaker yet pass
+//! unguarded, so `/x.Y/<random>` paths cost no memory. (grpc-go answers unknown methods before
+//! any interceptor runs, so go-zero's breaker never sees them either.)
 
 use std::task::{Context, Poll};
 use std::time::Instant;
@@ -73,19 +79,38 @@ pub struct Breaker<S> {
 
 /// Reports the call's outcome to its breaker.
 #[derive(Debug)]
-pub struct BreakerRecord {
-    promise: BreakerPromise,
-    facts: Option<CallFacts>,
+pub struct BreakerRecord(Record);
+
+#[derive(Debug)]
+enum Record {
+    Guarded {
+        promise: BreakerPromise,
+        facts: Option<CallFacts>,
+    },
+    /// A method without a breaker yet: it gets one if the call shows the method exists.
+    Learn {
+        registry: &'static BreakerRegistry,
+        method: String,
+    },
 }
 
 impl OnStatus for BreakerRecord {
     fn on_status(self, c: i32) {
-        let now = Instant::now();
-        match blame(self.facts.as_ref(), c) {
-            Blame::Server => self.promise.reject(now),
-            // A caller-caused failure is acceptable, like a go-zero acceptable code: the
-            // server did its job.
-            Blame::None | Blame::Caller => self.promise.accept(now),
+        match self.0 {
+            Record::Guarded { promise, facts } => {
+                let now = Instant::now();
+                match blame(facts.as_ref(), c) {
+                    Blame::Server => promise.reject(now),
+                    // A caller-caused failure is acceptable, like a go-zero acceptable code:
+                    // the server did its job.
+                    Blame::None | Blame::Caller => promise.accept(now),
+                }
+            }
+            Record::Learn { registry, method } => {
+                if c != code::UNIMPLEMENTED {
+                    let _ = registry.get(&method);
+                }
+            }
         }
     }
 }
@@ -108,12 +133,19 @@ where
         let Some(registry) = self.registry.filter(|_| !is_infra(path)) else {
             return ResponseFuture::observe(ObserveFuture::passthrough(self.inner.call(req)));
         };
-        match registry.get(path).allow(Instant::now()) {
+        let Some(breaker) = registry.find(path) else {
+            let record = BreakerRecord(Record::Learn {
+                registry,
+                method: path.to_owned(),
+            });
+            return ResponseFuture::observe(ObserveFuture::new(self.inner.call(req), record));
+        };
+        match breaker.allow(Instant::now()) {
             Ok(promise) => {
                 let facts = facts_of(&req);
                 ResponseFuture::observe(ObserveFuture::new(
                     self.inner.call(req),
-                    BreakerRecord { promise, facts },
+                    BreakerRecord(Record::Guarded { promise, facts }),
                 ))
             }
             Err(_open) => {
@@ -227,6 +259,34 @@ mod tests {
         let n = rejections(code::CANCELLED, panicked).await;
         assert!(n > 100, "only {n} of 200 rejected");
         assert_eq!(rejections(code::CANCELLED, CallFacts::default).await, 0);
+    }
+
+    #[tokio::test]
+    async fn unknown_methods_get_no_breaker() {
+        let registry = leaked();
+        let svc = BreakerLayer::with_registry(true, registry).layer(tower::service_fn(
+            |req: Request<()>| async move {
+                let c = if req.uri().path() == "/b.T/Real" {
+                    code::OK
+                } else {
+                    code::UNIMPLEMENTED
+                };
+                Ok::<_, Infallible>(response_with_code(c))
+            },
+        ));
+        for i in 0..1000 {
+            let req = Request::builder()
+                .uri(format!("/b.T/Random{i}"))
+                .body(())
+                .unwrap();
+            let resp = svc.clone().oneshot(req).await.unwrap();
+            assert_eq!(final_code(resp).await, Some(code::UNIMPLEMENTED));
+        }
+        assert_eq!(registry.len(), 0, "{:?}", registry.names());
+        let req = Request::builder().uri("/b.T/Real").body(()).unwrap();
+        let resp = svc.clone().oneshot(req).await.unwrap();
+        assert_eq!(final_code(resp).await, Some(code::OK));
+        assert_eq!(registry.names(), vec!["/b.T/Real".to_owned()]);
     }
 
     #[tokio::test]
