@@ -48,6 +48,10 @@ pub struct TransportConf {
     /// calls; past it the call that asks for more ends with `ResourceExhausted`
     /// (default 64 MiB = 67108864; 0 = no cap).
     pub max_buffered_request_bytes: usize,
+    /// The share of `MaxBufferedRequestBytes` one connection may hold; past it the call that
+    /// asks for more ends with `ResourceExhausted`, so one client cannot fail every other
+    /// client's large messages (default 32 MiB = 33554432; 0 = no per-connection cap).
+    pub max_connection_buffered_request_bytes: usize,
     /// A request message that started arriving must be whole within this, or its call ends
     /// with `ResourceExhausted` (default 60s; 0 = no limit). Time between messages is free.
     #[serde(with = "duration")]
@@ -66,6 +70,7 @@ impl Default for TransportConf {
             max_connection_idle: Duration::ZERO,
             max_connections: 0,
             max_buffered_request_bytes: 64 << 20,
+            max_connection_buffered_request_bytes: 32 << 20,
             message_receive_timeout: Duration::from_secs(60),
         }
     }
@@ -105,6 +110,12 @@ impl TransportConf {
     /// `MaxBufferedRequestBytes`, `None` when 0.
     pub fn max_buffered_request_bytes(&self) -> Option<usize> {
         (self.max_buffered_request_bytes > 0).then_some(self.max_buffered_request_bytes)
+    }
+
+    /// `MaxConnectionBufferedRequestBytes`, `None` when 0.
+    pub fn max_connection_buffered_request_bytes(&self) -> Option<usize> {
+        (self.max_connection_buffered_request_bytes > 0)
+            .then_some(self.max_connection_buffered_request_bytes)
     }
 
     /// `MessageReceiveTimeout`, `None` when 0.
@@ -176,6 +187,7 @@ mod tests {
         assert_eq!(t.keepalive_time(), Some(Duration::from_secs(7200)));
         assert_eq!(t.max_connection_idle(), None);
         assert_eq!(t.max_buffered_request_bytes(), Some(64 << 20));
+        assert_eq!(t.max_connection_buffered_request_bytes(), Some(32 << 20));
     }
 
     #[test]

@@ -1,14 +1,16 @@
-//! Bytes of request messages received but not yet whole, bounded per server, and the time one
-//! message may take to arrive (`Transport.MaxBufferedRequestBytes`,
-//! `Transport.MessageReceiveTimeout`).
+//! Bytes of request messages received but not yet whole, bounded per server and per
+//! connection, and the time one message may take to arrive (`Transport.MaxBufferedRequestBytes`,
+//! `Transport.MaxConnectionBufferedRequestBytes`, `Transport.MessageReceiveTimeout`).
 //!
 //! tonic keeps the octets of a message in its decode buffer until the message is complete
 //! (up to the 4 MiB message limit), for unary and streaming calls alike. A caller that starts
 //! large messages and never finishes them on many streams holds that memory for as long as it
 //! likes. [`RequestBudgetLayer`] follows the gRPC framing (1-octet flag, 4-octet length) of
-//! each request body, charges the octets of the incomplete message to a per-server budget, and
-//! ends the call with `ResourceExhausted` when the budget is spent or when a started message
-//! has not arrived whole within the timeout. tonic then drops the call and its buffer. The
+//! each request body, charges the octets of the incomplete message to a per-server budget and
+//! to its connection's share, and ends the call with `ResourceExhausted` when either is spent
+//! or when a started message has not arrived whole within the timeout. The connection's share
+//! (default half the server's) keeps one connection from taking the whole server budget and
+//! failing every other client's large messages. tonic then drops the call and its buffer. The
 //! error is a request-body error, so the breaker blames the caller (`layers/facts.rs`).
 //! A call idle *between* messages (a quiet bidi stream) is not affected.
 
@@ -28,14 +30,28 @@ use tonic::body::Body;
 use tower_layer::Layer;
 use tower_service::Service;
 
+use super::streams::{ConnState, ConnTable};
+
 const PREFIX_LEN: usize = 5;
 
-/// The per-server budget and the message timeout.
+/// The per-server budget, the per-connection share and the message timeout.
 #[derive(Debug)]
 pub(crate) struct Budget {
     max: Option<usize>,
     used: AtomicUsize,
+    conn_max: Option<usize>,
     message_timeout: Option<Duration>,
+}
+
+/// Adds `n` to `used` unless that passes `max`.
+fn charge_to(used: &AtomicUsize, max: Option<usize>, n: usize) -> bool {
+    let before = used.fetch_add(n, Ordering::AcqRel);
+    if max.is_some_and(|max| before.saturating_add(n) > max) {
+        used.fetch_sub(n, Ordering::AcqRel);
+        false
+    } else {
+        true
+    }
 }
 
 impl Budget {
@@ -44,23 +60,39 @@ impl Budget {
         Budget {
             max,
             used: AtomicUsize::new(0),
+            conn_max: None,
             message_timeout,
         }
     }
 
-    fn charge(&self, n: usize) -> bool {
-        let before = self.used.fetch_add(n, Ordering::AcqRel);
-        if self.max.is_some_and(|max| before.saturating_add(n) > max) {
-            self.used.fetch_sub(n, Ordering::AcqRel);
-            false
-        } else {
-            true
-        }
+    /// At most `conn_max` octets per connection (`None` = only the server's budget).
+    pub(crate) fn with_conn_max(mut self, conn_max: Option<usize>) -> Self {
+        self.conn_max = conn_max;
+        self
     }
 
-    fn release(&self, n: usize) {
+    /// Charges `n` octets to the server and to `conn`; the limit that stopped it otherwise.
+    fn charge(&self, conn: Option<&ConnState>, n: usize) -> Result<(), &'static str> {
+        if !charge_to(&self.used, self.max, n) {
+            return Err("request messages being received on this server exceed \
+                 Transport.MaxBufferedRequestBytes");
+        }
+        if let Some(conn) = conn
+            && !charge_to(&conn.buffered, self.conn_max, n)
+        {
+            self.used.fetch_sub(n, Ordering::AcqRel);
+            return Err("request messages being received on this connection exceed \
+                 Transport.MaxConnectionBufferedRequestBytes");
+        }
+        Ok(())
+    }
+
+    fn release(&self, conn: Option<&ConnState>, n: usize) {
         if n > 0 {
             self.used.fetch_sub(n, Ordering::AcqRel);
+            if let Some(conn) = conn {
+                conn.buffered.fetch_sub(n, Ordering::AcqRel);
+            }
         }
     }
 
@@ -71,16 +103,20 @@ impl Budget {
     }
 }
 
-/// Wraps each request body in a [`BudgetedBody`]; absent when neither limit is set.
+/// Wraps each request body in a [`BudgetedBody`]; absent when no limit is set.
 #[derive(Debug, Clone)]
 pub(crate) struct RequestBudgetLayer {
     budget: Option<Arc<Budget>>,
+    /// The server's connections, where the per-connection share is counted.
+    conns: Option<Arc<ConnTable>>,
 }
 
 impl RequestBudgetLayer {
-    /// Charges to `budget`; `None` leaves request bodies untouched.
-    pub(crate) fn new(budget: Option<Arc<Budget>>) -> Self {
-        RequestBudgetLayer { budget }
+    /// Charges to `budget` and, when it has a per-connection share, to the request's
+    /// connection in `conns`; `None` leaves request bodies untouched.
+    pub(crate) fn new(budget: Option<Arc<Budget>>, conns: Option<Arc<ConnTable>>) -> Self {
+        let conns = conns.filter(|_| budget.as_ref().is_some_and(|b| b.conn_max.is_some()));
+        RequestBudgetLayer { budget, conns }
     }
 }
 
@@ -91,6 +127,7 @@ impl<S> Layer<S> for RequestBudgetLayer {
         RequestBudget {
             inner,
             budget: self.budget.clone(),
+            conns: self.conns.clone(),
         }
     }
 }
@@ -100,6 +137,7 @@ impl<S> Layer<S> for RequestBudgetLayer {
 pub(crate) struct RequestBudget<S> {
     inner: S,
     budget: Option<Arc<Budget>>,
+    conns: Option<Arc<ConnTable>>,
 }
 
 impl<S> Service<Request<Body>> for RequestBudget<S>
@@ -118,8 +156,12 @@ where
         match &self.budget {
             Some(budget) => {
                 let budget = budget.clone();
-                self.inner
-                    .call(req.map(|inner| Body::new(BudgetedBody::new(inner, budget))))
+                let conn = self.conns.as_ref().and_then(|t| t.of_request(&req));
+                self.inner.call(
+                    req.map(|inner| {
+                        Body::new(BudgetedBody::new(inner, budget).on_connection(conn))
+                    }),
+                )
             }
             None => self.inner.call(req),
         }
@@ -133,6 +175,7 @@ pin_project! {
         #[pin]
         inner: B,
         budget: Arc<Budget>,
+        conn: Option<Arc<ConnState>>,
         // Octets of the current message's prefix still to come, then of its payload.
         prefix: [u8; PREFIX_LEN],
         prefix_seen: usize,
@@ -147,7 +190,7 @@ pin_project! {
     impl<B> PinnedDrop for BudgetedBody<B> {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
-            this.budget.release(*this.charged);
+            this.budget.release(this.conn.as_deref(), *this.charged);
         }
     }
 }
@@ -158,6 +201,7 @@ impl<B> BudgetedBody<B> {
         BudgetedBody {
             inner,
             budget,
+            conn: None,
             prefix: [0; PREFIX_LEN],
             prefix_seen: 0,
             payload_left: 0,
@@ -166,6 +210,12 @@ impl<B> BudgetedBody<B> {
             timer_armed: false,
             done: false,
         }
+    }
+
+    /// Charges the connection's share too.
+    pub(crate) fn on_connection(mut self, conn: Option<Arc<ConnState>>) -> Self {
+        self.conn = conn;
+        self
     }
 }
 
@@ -232,7 +282,8 @@ where
                     && t.as_mut().poll(cx).is_ready()
                 {
                     *this.done = true;
-                    this.budget.release(std::mem::take(this.charged));
+                    this.budget
+                        .release(this.conn.as_deref(), std::mem::take(this.charged));
                     let timeout = this.budget.message_timeout.unwrap_or_default();
                     return Poll::Ready(Some(Err(Status::resource_exhausted(format!(
                         "request message not received whole within \
@@ -243,7 +294,8 @@ where
             }
         };
         let Some(Ok(frame)) = frame else {
-            this.budget.release(std::mem::take(this.charged));
+            this.budget
+                .release(this.conn.as_deref(), std::mem::take(this.charged));
             return Poll::Ready(frame);
         };
         let Some(data) = frame.data_ref() else {
@@ -256,18 +308,17 @@ where
             this.payload_left,
         );
         if completed {
-            this.budget.release(std::mem::take(this.charged));
+            this.budget
+                .release(this.conn.as_deref(), std::mem::take(this.charged));
             *this.timer_armed = false;
         }
         if pending {
             let new = if completed { octets } else { data.len() };
-            if !this.budget.charge(new) {
+            if let Err(limit) = this.budget.charge(this.conn.as_deref(), new) {
                 *this.done = true;
-                this.budget.release(std::mem::take(this.charged));
-                return Poll::Ready(Some(Err(Status::resource_exhausted(
-                    "request messages being received on this server exceed \
-                     Transport.MaxBufferedRequestBytes",
-                ))));
+                this.budget
+                    .release(this.conn.as_deref(), std::mem::take(this.charged));
+                return Poll::Ready(Some(Err(Status::resource_exhausted(limit))));
             }
             *this.charged += new;
             if !*this.timer_armed

@@ -47,6 +47,8 @@ pub(crate) struct Guarded<T> {
     handshake: Option<Handshake>,
     hard_deadline: Option<Pin<Box<Sleep>>>,
     idle: Option<Idle>,
+    /// The connection's place in the server's `ConnTable` (idle time, per-connection budget).
+    entry: Option<ConnEntry>,
     _permit: Option<OwnedSemaphorePermit>,
 }
 
@@ -85,7 +87,6 @@ impl Handshake {
 #[derive(Debug)]
 struct Idle {
     timeout: Duration,
-    entry: ConnEntry,
     sleep: Pin<Box<Sleep>>,
 }
 
@@ -110,11 +111,11 @@ impl<T> Guarded<T> {
             hard_deadline: limits
                 .hard_age
                 .map(|age| Box::pin(tokio::time::sleep_until(now + age))),
-            idle: limits.idle.zip(entry).map(|(timeout, entry)| Idle {
+            idle: limits.idle.filter(|_| entry.is_some()).map(|timeout| Idle {
                 timeout,
-                entry,
                 sleep: Box::pin(tokio::time::sleep_until(now + timeout)),
             }),
+            entry,
             _permit: permit,
         }
     }
@@ -140,10 +141,10 @@ impl<T> Guarded<T> {
                 "Transport.MaxConnectionAge + MaxConnectionAgeGrace reached",
             ));
         }
-        if let Some(idle) = &mut self.idle {
+        if let (Some(idle), Some(entry)) = (&mut self.idle, &self.entry) {
             while idle.sleep.as_mut().poll(cx).is_ready() {
                 let now = Instant::now();
-                match idle.entry.idle_since() {
+                match entry.idle_since() {
                     Some(since) if now.saturating_duration_since(since) >= idle.timeout => {
                         return Err(io::Error::new(
                             io::ErrorKind::TimedOut,

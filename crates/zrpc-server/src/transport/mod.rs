@@ -6,8 +6,8 @@
 //! - [`Guarded`](conn::Guarded): handshake timeout, idle timeout, hard end of a connection's age grace;
 //! - [`StreamCountLayer`]: calls open per connection, for the idle timeout;
 //! - [`ContentTypeLayer`]: HTTP 415 for requests that are not gRPC;
-//! - [`RequestBudgetLayer`]: bytes of incomplete request messages per server, and the time a
-//!   started message may take to arrive;
+//! - [`RequestBudgetLayer`]: bytes of incomplete request messages per server and per
+//!   connection, and the time a started message may take to arrive;
 //! - [`configure`]: the HTTP/2 settings tonic applies (streams per connection, keepalive,
 //!   GOAWAY at the maximum connection age).
 //!
@@ -45,9 +45,9 @@ pub(crate) fn accept_settings(conf: &TransportConf, authority_repair: bool) -> A
         },
         max_connections: conf.max_connections(),
         authority_repair,
-        table: conf
-            .max_connection_idle()
-            .map(|_| Arc::new(ConnTable::default())),
+        table: (conf.max_connection_idle().is_some()
+            || conf.max_connection_buffered_request_bytes().is_some())
+        .then(|| Arc::new(ConnTable::default())),
         tls: None,
     }
 }
@@ -78,13 +78,14 @@ pub(crate) fn outer_layers(
 ) -> tower_layer::Stack<RequestBudgetLayer, tower_layer::Stack<ContentTypeLayer, StreamCountLayer>>
 {
     let max = conf.max_buffered_request_bytes();
+    let conn_max = conf.max_connection_buffered_request_bytes();
     let timeout = conf.message_receive_timeout();
-    let budget = (max.is_some() || timeout.is_some()).then(|| Arc::new(Budget::new(max, timeout)));
+    let budget = (max.is_some() || conn_max.is_some() || timeout.is_some())
+        .then(|| Arc::new(Budget::new(max, timeout).with_conn_max(conn_max)));
+    // Calls are counted per connection only for the idle timeout.
+    let counted = settings.limits.idle.and(settings.table.clone());
     tower_layer::Stack::new(
-        RequestBudgetLayer::new(budget),
-        tower_layer::Stack::new(
-            ContentTypeLayer,
-            StreamCountLayer::new(settings.table.clone()),
-        ),
+        RequestBudgetLayer::new(budget, settings.table.clone()),
+        tower_layer::Stack::new(ContentTypeLayer, StreamCountLayer::new(counted)),
     )
 }

@@ -1,10 +1,12 @@
-//! Calls open per connection, for `Transport.MaxConnectionIdle`.
+//! Calls open per connection, for `Transport.MaxConnectionIdle`, and octets of incomplete
+//! request messages per connection, for `Transport.MaxConnectionBufferedRequestBytes`.
 //!
 //! [`StreamCountLayer`] finds the request's connection by its addresses (tonic puts a
 //! `TcpConnectInfo` in every request) in the server's [`ConnTable`], counts the call open
 //! until its response body is finished or dropped, and notes when the count falls to zero;
 //! the connection's [`Guarded`](super::conn::Guarded) reads that to close it after the idle time.
-//! Without `MaxConnectionIdle` the table is absent and the layer does no lookup.
+//! Without `MaxConnectionIdle` the layer does no lookup (and without a per-connection byte
+//! budget either, the table is absent).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -31,14 +33,17 @@ pub(crate) struct ConnState {
     open: AtomicUsize,
     /// Nanoseconds after `base` when `open` last fell to zero.
     idle_since: AtomicU64,
+    /// Octets of incomplete request messages on this connection (`super::budget`).
+    pub(crate) buffered: AtomicUsize,
 }
 
 impl ConnState {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         ConnState {
             base: Instant::now(),
             open: AtomicUsize::new(0),
             idle_since: AtomicU64::new(0),
+            buffered: AtomicUsize::new(0),
         }
     }
 
@@ -87,6 +92,12 @@ impl ConnTable {
 
     fn find(&self, addrs: ConnAddrs) -> Option<Arc<ConnState>> {
         self.conns.lock().get(&addrs).cloned()
+    }
+
+    /// The connection `req` arrived on (by the `TcpConnectInfo` tonic puts in every request).
+    pub(crate) fn of_request<B>(&self, req: &Request<B>) -> Option<Arc<ConnState>> {
+        let info = req.extensions().get::<TcpConnectInfo>()?;
+        self.find(info.local_addr().zip(info.remote_addr())?)
     }
 }
 
@@ -161,11 +172,10 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let guard = self.table.as_ref().and_then(|table| {
-            let info = req.extensions().get::<TcpConnectInfo>()?;
-            let addrs = info.local_addr().zip(info.remote_addr())?;
-            Some(table.find(addrs)?.start())
-        });
+        let guard = self
+            .table
+            .as_ref()
+            .and_then(|table| Some(table.of_request(&req)?.start()));
         ResponseFuture {
             inner: self.inner.call(req),
             guard,

@@ -92,3 +92,36 @@ async fn a_message_that_never_completes_times_out_but_a_quiet_stream_does_not() 
     assert!(err.message().contains("Transport.MessageReceiveTimeout"));
     assert_eq!(started.elapsed(), Duration::from_secs(5));
 }
+
+#[tokio::test]
+async fn one_connection_cannot_take_the_whole_server_budget() {
+    let budget = Arc::new(Budget::new(Some(10_000), None).with_conn_max(Some(1000)));
+    let (a, b) = (Arc::new(ConnState::new()), Arc::new(ConnState::new()));
+    let big = message(4000);
+    let call = |conn: &Arc<ConnState>| {
+        Box::pin(
+            BudgetedBody::new(open_body(vec![big[..600].to_vec()]), budget.clone())
+                .on_connection(Some(conn.clone())),
+        )
+    };
+    let mut a1 = call(&a);
+    next(&mut a1).await.unwrap().unwrap();
+    let mut a2 = call(&a);
+    let err = next(&mut a2).await.unwrap().unwrap_err();
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted);
+    assert!(
+        err.message()
+            .contains("Transport.MaxConnectionBufferedRequestBytes"),
+        "{err}"
+    );
+    assert_eq!(budget.used(), 600, "the refused charge is not kept");
+    assert_eq!(a.buffered.load(Ordering::Acquire), 600);
+    // Another connection still has the rest of the server's budget.
+    let mut b1 = call(&b);
+    next(&mut b1).await.unwrap().unwrap();
+    assert_eq!(budget.used(), 1200);
+    drop((a1, a2, b1));
+    assert_eq!(budget.used(), 0);
+    assert_eq!(a.buffered.load(Ordering::Acquire), 0);
+    assert_eq!(b.buffered.load(Ordering::Acquire), 0);
+}
