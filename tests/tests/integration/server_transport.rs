@@ -168,6 +168,88 @@ async fn streams_beyond_the_advertised_limit_are_refused_while_others_are_served
     server.shutdown().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_streams_on_one_connection_are_capped_with_bounded_rss() {
+    const STREAMS: u32 = 10_000;
+    let server = server_with("transport-10k-streams", |_| {}).await;
+    let baseline_p99 = served(&server, 50).await;
+    let rss_before = rss_kb();
+    let mut sock = TcpStream::connect(server.addr).await.unwrap();
+    sock.write_all(PREFACE).await.unwrap();
+    sock.write_all(&frame(4, 0, 0, &[])).await.unwrap();
+    let (_, _, _, payload) = read_frame(&mut sock).await.unwrap();
+    let advertised = max_streams_setting(&payload).expect("MAX_CONCURRENT_STREAMS advertised");
+    sock.write_all(&frame(4, 1, 0, &[])).await.unwrap();
+    let headers = grpc_headers(zrpc_tests::greeter::SAY_HELLO_STREAM, "localhost");
+    let started = Instant::now();
+    let mut burst = BytesMut::new();
+    for i in 0..STREAMS {
+        burst.put_slice(&frame(1, 0x4, 2 * i + 1, &headers));
+    }
+    // Written by a task: the server may stop reading (GOAWAY) before it has all of it.
+    let (mut rd, mut wr) = sock.into_split();
+    let writer = tokio::spawn(async move {
+        let _ = wr.write_all(&burst).await;
+        wr
+    });
+    let reader = tokio::spawn(async move {
+        let (mut refused, mut goaway) = (0u32, None);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let mut h = [0u8; 9];
+        while let Ok(Ok(_)) = tokio::time::timeout_at(deadline, rd.read_exact(&mut h)).await {
+            let len = u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize;
+            let mut payload = vec![0u8; len];
+            if rd.read_exact(&mut payload).await.is_err() {
+                break;
+            }
+            match h[3] {
+                3 if payload.get(..4) == Some(&[0, 0, 0, 7]) => refused += 1,
+                7 if payload.len() >= 8 => {
+                    let last = u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]);
+                    let code = u32::from_be_bytes([payload[4], payload[5], payload[6], payload[7]]);
+                    goaway = Some((last & 0x7fff_ffff, code));
+                    break;
+                }
+                _ => {}
+            }
+            if refused >= STREAMS - advertised {
+                break;
+            }
+        }
+        (refused, goaway, rd)
+    });
+    let attack_p99 = served(&server, 200).await;
+    let (refused, goaway, rd) = reader.await.unwrap();
+    let rss_after = rss_kb();
+    // Streams the server took up: all of them, or those up to the GOAWAY's last stream id.
+    let processed = goaway.map_or(STREAMS, |(last, _)| last.div_ceil(2));
+    let open = processed.saturating_sub(refused);
+    println!(
+        "{STREAMS} streams on one connection: advertised {advertised}, refused {refused}, \
+         goaway (last stream, code) {goaway:?}, at most {open} open, in {:?}; bystander p99 \
+         {baseline_p99:?} before, {attack_p99:?} during; RSS {rss_before} kB -> {rss_after} kB \
+         (+{} kB)",
+        started.elapsed(),
+        rss_after.saturating_sub(rss_before)
+    );
+    assert!(
+        open <= advertised,
+        "{open} streams open past the advertised {advertised}"
+    );
+    assert!(
+        attack_p99 < Duration::from_secs(1),
+        "bystander p99 {attack_p99:?}"
+    );
+    assert!(
+        rss_after.saturating_sub(rss_before) < 64 * 1024,
+        "RSS grew {rss_before} -> {rss_after} kB"
+    );
+    writer.abort();
+    drop(rd);
+    served(&server, 10).await;
+    server.shutdown().await.unwrap();
+}
+
 /// Waits until the peer closes `sock` (EOF or reset); the time it took.
 async fn closed_after(mut sock: TcpStream, started: Instant, limit: Duration) -> Option<Duration> {
     let mut buf = [0u8; 1024];
@@ -497,6 +579,52 @@ async fn incomplete_messages_past_the_byte_budget_end_with_resource_exhausted() 
     assert!(open.len() <= 8, "at most 8 MiB held: {}", open.len());
     drop(open);
     drop(conns);
+    served(&server, 10).await;
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_connection_cannot_fill_the_whole_byte_budget() {
+    let server = server_with("transport-conn-budget", |t| {
+        t.max_buffered_request_bytes = 4 << 20;
+        t.max_connection_buffered_request_bytes = 2 << 20;
+        t.message_receive_timeout = Duration::ZERO;
+    })
+    .await;
+    // The attacker: 4 calls on one connection, each sending 1 MiB of a 3 MiB message.
+    let (send, driver) = h2_connect(server.addr).await;
+    let mut calls = Vec::new();
+    for _ in 0..4 {
+        calls.push(partial_message(&send, server.addr, 3 << 20, 1 << 20).await);
+    }
+    let mut exhausted = 0;
+    let mut held = Vec::new();
+    for (res, body) in calls {
+        match grpc_status(res, Duration::from_secs(2)).await.as_deref() {
+            Some("8") => exhausted += 1,
+            _ => held.push(body),
+        }
+    }
+    // Another client still has half the server's budget: a 1.5 MiB message (about 100 DATA
+    // frames, charged while it arrives) goes through while the attacker holds its share.
+    let mut client = server.client().await;
+    let name = "b".repeat(3 << 19);
+    let reply = client
+        .say_hello(HelloRequest { name: name.clone() })
+        .await
+        .map(|r| r.into_inner().message.len());
+    println!(
+        "4 calls x 1 MiB on one connection, MaxConnectionBufferedRequestBytes 2 MiB of 4 MiB: \
+         {exhausted} ResourceExhausted, {} held; another client's 1.5 MiB message: {reply:?}",
+        held.len()
+    );
+    assert!(
+        exhausted >= 2,
+        "calls past the connection's share ended: {exhausted}"
+    );
+    assert_eq!(reply.unwrap(), name.len() + "hello ".len());
+    drop(held);
+    drop((send, driver));
     served(&server, 10).await;
     server.shutdown().await.unwrap();
 }
