@@ -81,6 +81,8 @@
 //! Longer guides live in the repository's `docs/`: `configuration.md` (every key and default),
 //! `middleware.md` (both chains, their order, adding a layer) and `migrating-from-go-zero.md`.
 
+#[doc(hidden)]
+pub mod codegen;
 pub mod conf;
 mod constructors;
 mod error;

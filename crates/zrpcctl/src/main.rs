@@ -1,0 +1,196 @@
+//! # zrpcctl
+//!
+//! goctl's rpc commands for zrpc:
+//!
+//! - `zrpcctl new <name> [--proto file.proto] [--zrpc-path <checkout>]`: a ready crate
+//!   (Cargo.toml, build.rs, proto, etc/<name>.yaml, src/main.rs, one logic module per RPC that
+//!   answers Unimplemented until written, a test that serves and calls it, a Dockerfile);
+//! - `zrpcctl proto <file>`: regenerates the glue after RPCs were added, creating logic modules
+//!   only for new RPCs (never overwriting yours);
+//! - `zrpcctl etcd ls [--etcd hosts] [prefix]` / `zrpcctl etcd watch <key>`: registered services,
+//!   endpoints and lease TTLs (zrpc and go-zero share the key layout), and live changes;
+//! - `zrpcctl conf check <file>`: validates a server or client config with the errors the
+//!   server and client give at start.
+//!
+//! Install with `cargo install --path crates/zrpcctl` (or `cargo install zrpcctl`).
+
+mod check;
+mod etcd;
+mod proto;
+mod scaffold;
+mod templates;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub(crate) type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// A message as an error.
+pub(crate) fn fail(message: String) -> Box<dyn std::error::Error> {
+    message.into()
+}
+
+/// goctl's rpc commands for zrpc: scaffold a service, regenerate its stubs, inspect etcd,
+/// check configs.
+#[derive(Debug, Parser)]
+#[command(name = "zrpcctl", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Creates a ready zrpc service crate in ./<name> (goctl rpc new).
+    New {
+        /// Crate and service name (the config's `Name` is `<name>.rpc`).
+        name: String,
+        /// The service's .proto (default: goctl's Ping service).
+        #[arg(long)]
+        proto: Option<PathBuf>,
+        /// Depend on a local zrpc checkout (its root) by path instead of crates.io.
+        #[arg(long, value_name = "CHECKOUT_ROOT")]
+        zrpc_path: Option<PathBuf>,
+        /// Where to create the crate (default: the current directory).
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+    },
+    /// Regenerates src/server.rs and src/logic/mod.rs from a proto, adding logic modules for
+    /// new RPCs without touching existing ones (goctl rpc protoc).
+    Proto {
+        /// The proto file (usually proto/<name>.proto).
+        file: PathBuf,
+        /// The crate's root (default: the current directory).
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+    },
+    /// Inspects etcd registrations (zrpc and go-zero key layout).
+    Etcd {
+        #[command(subcommand)]
+        command: EtcdCommand,
+        /// etcd endpoints, comma-separated.
+        #[arg(
+            long,
+            global = true,
+            default_value = "127.0.0.1:2379",
+            value_delimiter = ','
+        )]
+        etcd: Vec<String>,
+    },
+    /// Config files.
+    Conf {
+        #[command(subcommand)]
+        command: ConfCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum EtcdCommand {
+    /// Lists registered services, their endpoints and lease TTLs.
+    Ls {
+        /// Key prefix (default: every key).
+        #[arg(default_value = "")]
+        prefix: String,
+    },
+    /// Prints the endpoints under a key, then every change (PUT/DELETE) until Ctrl-C.
+    Watch {
+        /// The service key (e.g. greeter.rpc).
+        key: String,
+        /// Stop after this many changes.
+        #[arg(long)]
+        count: Option<usize>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfCommand {
+    /// Validates a server or client config (YAML, JSON or TOML) as at start.
+    Check {
+        /// The config file.
+        file: PathBuf,
+        /// Check as a server config (default: guessed, `ListenOn` means server).
+        #[arg(long, conflicts_with = "client")]
+        server: bool,
+        /// Check as a client config.
+        #[arg(long)]
+        client: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::New {
+            name,
+            proto,
+            zrpc_path,
+            dir,
+        } => {
+            let source = match zrpc_path {
+                Some(p) => scaffold::Source::Path(p),
+                None => scaffold::Source::Published(env!("CARGO_PKG_VERSION")),
+            };
+            let (root, report) = scaffold::new(&dir, &name, proto.as_deref(), &source)?;
+            println!("created {}", root.display());
+            report.print(&root);
+            println!(
+                "\nnext:\n  cd {}\n  cargo test            # starts the server on a free port and calls it\n  \
+                 cargo run -- -f etc/{name}.yaml\n  \
+                 edit src/logic/*.rs; after adding RPCs to the proto: zrpcctl proto proto/<file>.proto",
+                root.display()
+            );
+            Ok(())
+        }
+        Command::Proto { file, dir } => {
+            let report = scaffold::regenerate(&dir, &file)?;
+            report.print(&dir);
+            Ok(())
+        }
+        Command::Etcd { command, etcd } => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async {
+                match command {
+                    EtcdCommand::Ls { prefix } => {
+                        print!("{}", etcd::render(&etcd::list(&etcd, &prefix).await?));
+                        Ok(())
+                    }
+                    EtcdCommand::Watch { key, count } => etcd::watch(&etcd, &key, count).await,
+                }
+            })
+        }
+        Command::Conf {
+            command:
+                ConfCommand::Check {
+                    file,
+                    server,
+                    client,
+                },
+        } => {
+            let kind = match (server, client) {
+                (true, _) => Some(check::Kind::Server),
+                (_, true) => Some(check::Kind::Client),
+                _ => None,
+            };
+            let (kind, notes) = check::check(&file, kind)?;
+            for n in notes {
+                println!("{n}");
+            }
+            println!("{}: ok ({kind:?} config)", file.display());
+            Ok(())
+        }
+    }
+}
