@@ -1,0 +1,264 @@
+//! zrpcctl end to end: a scaffolded crate builds and serves (its own test and a client-streaming
+//! call longer than `Timeout`), `proto` keeps user logic, `etcd ls`/`watch` read a real etcd
+//! with a zrpc and a go-zero server registered, `conf check` gives the start-up errors.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use zrpc_tests::etcd::{EtcdServer, keys_under, unique_key};
+use zrpc_tests::gozero::{GzServer, ServerYaml, start_zrpc, zrpc_conf};
+
+fn zrpcctl(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_zrpcctl"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .unwrap()
+        .to_owned()
+}
+
+/// `zrpcctl new` into a temp dir on this checkout, then `cargo test --offline` in it, with the
+/// workspace's target dir and lock file so the dependencies built for the workspace are reused.
+#[test]
+fn scaffolded_crate_builds_serves_and_streams_past_timeout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let root = workspace_root();
+    let started = Instant::now();
+    let out = zrpcctl(
+        &[
+            "new",
+            "calc",
+            "--proto",
+            fixtures.join("calc.proto").to_str().unwrap(),
+            "--zrpc-path",
+            root.to_str().unwrap(),
+        ],
+        tmp.path(),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let scaffold_time = started.elapsed();
+    let krate = tmp.path().join("calc");
+    for f in [
+        "Cargo.toml",
+        "build.rs",
+        "Dockerfile",
+        "proto/calc.proto",
+        "etc/calc.yaml",
+        "src/main.rs",
+        "src/server.rs",
+        "src/logic/add.rs",
+        "src/logic/sum.rs",
+        "src/logic/count.rs",
+        "src/logic/chat.rs",
+        "src/logic/ping.rs",
+        "tests/calc.rs",
+    ] {
+        assert!(krate.join(f).exists(), "{f} missing:\n{}", text(&out));
+    }
+    // The user writes Sum, then a test of the streaming behaviour.
+    std::fs::copy(fixtures.join("sum.rs"), krate.join("src/logic/sum.rs")).unwrap();
+    std::fs::copy(
+        fixtures.join("streaming.rs"),
+        krate.join("tests/streaming.rs"),
+    )
+    .unwrap();
+    // `zrpcctl proto` after the user's edit keeps it.
+    let out = zrpcctl(&["proto", "proto/calc.proto"], &krate);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        std::fs::read_to_string(krate.join("src/logic/sum.rs"))
+            .unwrap()
+            .contains("n += m.n"),
+        "zrpcctl proto overwrote user logic"
+    );
+    // The config the scaffold wrote passes `conf check`.
+    let out = zrpcctl(&["conf", "check", "etc/calc.yaml"], &krate);
+    assert!(out.status.success(), "{}", text(&out));
+
+    std::fs::copy(root.join("Cargo.lock"), krate.join("Cargo.lock")).unwrap();
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let started = Instant::now();
+    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["test", "--offline"])
+        .current_dir(&krate)
+        .env("CARGO_TARGET_DIR", target)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("serves_and_answers_a_call ... ok"), "{log}");
+    assert!(
+        log.contains("client_stream_longer_than_timeout_completes ... ok"),
+        "{log}"
+    );
+    println!(
+        "zrpcctl new: {scaffold_time:?}; cargo test of the scaffold (build + run): {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn conf_check_names_the_bad_key_and_suggests_the_right_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("bad.yaml");
+    std::fs::write(
+        &file,
+        "Name: a.rpc\nListenOn: 127.0.0.1:8080\nMiddlewares:\n  Breakr: false\n",
+    )
+    .unwrap();
+    let out = zrpcctl(&["conf", "check", "bad.yaml"], tmp.path());
+    let log = text(&out);
+    assert!(!out.status.success(), "{log}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("bad.yaml"), "{log}");
+    assert!(stderr.contains("Middlewares.Breakr"), "{log}");
+    assert!(stderr.contains("Breaker"), "{log}");
+    assert!(!stderr.contains("UnknownKey"), "{log}");
+
+    std::fs::write(&file, "Target: direct:///127.0.0.1:1\nTimeout: 500\n").unwrap();
+    let out = zrpcctl(&["conf", "check", "bad.yaml"], tmp.path());
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Client config"));
+}
+
+/// Waits until `n` keys are under `prefix`.
+async fn registered(etcd: &EtcdServer, prefix: &str, n: usize) -> Vec<(String, String)> {
+    let mut client = etcd.client().await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let keys = keys_under(&mut client, prefix).await;
+        if keys.len() >= n || Instant::now() > deadline {
+            return keys;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn etcd_ls_and_watch_show_zrpc_and_gozero_registrations() {
+    let etcd = EtcdServer::start().await;
+    let hosts = etcd.endpoints();
+    let zrpc_key = unique_key("ctl-zrpc.rpc");
+    let gz_key = unique_key("ctl-gozero.rpc");
+    let zrpc_server = start_zrpc(zrpc_conf("ctl-zrpc.rpc", Some(etcd.etcd_conf(&zrpc_key)))).await;
+    let zrpc_keys = registered(&etcd, &zrpc_key, 1).await;
+    assert_eq!(zrpc_keys.len(), 1, "{zrpc_keys:?}");
+
+    // A real go-zero server when Go is available, else the same layout written by hand
+    // (go-zero: key `<Key>/<leaseID>`, value `host:port`, lease TTL 10 s).
+    let gz = match zrpc_tests::gozero::programs() {
+        Some(p) => {
+            Some(GzServer::start(p, &ServerYaml::new("ctl-gozero.rpc", &hosts, &gz_key), &[]).await)
+        }
+        None => {
+            let mut c = etcd.client().await;
+            let lease = c.lease_grant(10, None).await.unwrap().id();
+            let opts = etcd_client::PutOptions::new().with_lease(lease);
+            c.put(format!("{gz_key}/{lease}"), "127.0.0.1:9", Some(opts))
+                .await
+                .unwrap();
+            None
+        }
+    };
+    let gz_keys = registered(&etcd, &gz_key, 1).await;
+    assert_eq!(gz_keys.len(), 1, "{gz_keys:?}");
+
+    let etcd_arg = hosts.join(",");
+    let dir = std::env::temp_dir();
+    let out =
+        tokio::task::spawn_blocking(move || zrpcctl(&["etcd", "ls", "--etcd", &etcd_arg], &dir))
+            .await
+            .unwrap();
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("{stdout}");
+    assert!(
+        stdout.contains(&format!("{zrpc_key}  (1 endpoint)")),
+        "{log}"
+    );
+    assert!(stdout.contains(&zrpc_server.addr.to_string()), "{log}");
+    assert!(stdout.contains(&format!("{gz_key}  (1 endpoint)")), "{log}");
+    if let Some(gz) = &gz {
+        assert!(stdout.contains(&gz.addr), "{log}");
+    }
+    assert_eq!(
+        stdout.matches("ttl ").count(),
+        2,
+        "both keys under a live lease: {log}"
+    );
+    for (key, value) in zrpc_keys.iter().chain(&gz_keys) {
+        assert!(
+            stdout.contains(key) && stdout.contains(value),
+            "{key} = {value}: {log}"
+        );
+    }
+
+    // watch: the current endpoint, then a change.
+    let etcd_arg = hosts.join(",");
+    let key = zrpc_key.clone();
+    let watcher = std::process::Command::new(env!("CARGO_BIN_EXE_zrpcctl"))
+        .args(["etcd", "watch", &key, "--count", "1", "--etcd", &etcd_arg])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Give it time to list and start watching, then register a second endpoint.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut c = etcd.client().await;
+    c.put(format!("{zrpc_key}/42"), "127.0.0.1:4242", None)
+        .await
+        .unwrap();
+    let out = tokio::task::spawn_blocking(move || watcher.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(&zrpc_server.addr.to_string()), "{log}");
+    assert!(
+        stdout.contains(&format!("PUT    {zrpc_key}/42 = 127.0.0.1:4242")),
+        "{log}"
+    );
+    drop(gz);
+    drop(zrpc_server);
+}
+
+#[test]
+fn etcd_ls_says_when_etcd_is_unreachable() {
+    let out = zrpcctl(
+        &["etcd", "ls", "--etcd", "127.0.0.1:1"],
+        &std::env::temp_dir(),
+    );
+    let log = text(&out);
+    assert!(!out.status.success(), "{log}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("etcd at 127.0.0.1:1 is unreachable"),
+        "{log}"
+    );
+}
