@@ -16,12 +16,14 @@ mod stats;
 mod wire;
 
 pub use endpoint::Deadline;
-pub use p2c::{FORCE_PICK, P2cPicker, PICK_TIMES};
+pub use p2c::{
+    FORCE_PICK, P2cPicker, P2cRules, PICK_TIMES, PROBE_BASE, PROBE_LAG_FACTOR, PROBE_MAX,
+};
 pub use replay::MAX_REPLAY_BYTES;
 pub use rng::{RandomSource, SeededRng, ThreadRng, random_seed};
 pub use round_robin::RoundRobin;
 pub use service::MAX_ATTEMPTS;
 pub use stats::{
-    BACKOFF_BASE, BACKOFF_MAX, Clock, DECAY_TIME, EndpointStats, FAILED_PROBE_LAG, INIT_SUCCESS,
-    THROTTLE_SUCCESS, is_failure,
+    BACKOFF_BASE, BACKOFF_MAX, Clock, DECAY_TIME, EJECT_AFTER, EJECT_BASE, EJECT_MAX,
+    EndpointStats, FAILED_PROBE_LAG, INIT_SUCCESS, THROTTLE_SUCCESS, is_failure,
 };

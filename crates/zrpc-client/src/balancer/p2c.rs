@@ -1,18 +1,41 @@
 //! Power of two choices on EWMA load: go-zero's `p2c_ewma` (`zrpc/internal/balancer/p2c/p2c.go`),
-//! itself after Finagle's `P2CPeakEwma`.
+//! itself after Finagle's `P2CPeakEwma`, and zrpc's v2 rules (the default).
 //!
 //! Each pick draws two distinct endpoints at random (up to three draws, stopping at the first pair
-//! where both are healthy) and sends to the one with the lower load `sqrt(lag + 1) * (inflight + 1)`,
-//! unless the other one has not been picked for a second (`forcePick`), in which case it gets the
-//! request, so that every endpoint keeps being measured.
+//! where both are healthy) and sends to the one with the lower load.
 //!
-//! Differences from go-zero (see [`EndpointStats`] for the completion side):
+//! # v1 ([`P2cRules::V1`]): go-zero's rules with zrpc's fixes
+//!
+//! Load `sqrt(lag + 1) * (inflight + 1)`; the other endpoint of the pair gets the request instead
+//! when it has not been picked for a second (`forcePick`), so that every endpoint keeps being
+//! measured. Differences from go-zero (see [`EndpointStats`] for the completion side):
 //! - `&self` and lock-free: the set is a slice of shared stats; go-zero takes a mutex per pick;
 //! - an endpoint in transport-failure back-off is never drawn while another one is usable;
 //! - a cold endpoint gets one probe at a time until it answers (go-zero's lag of 0 floods it);
 //! - forcePick never sends to an endpoint that is down or already probing.
 //!
-//! Time is passed in and the random source is a parameter, so every pick is reproducible.
+//! forcePick is keyed to the last *pick* and fixed at 1 s: it floors a slow endpoint's share at
+//! about 1/rps, and an endpoint whose calls take longer than a second is overdue again the moment
+//! its call returns, so it wins every pair it is drawn into (a client with one call at a time sends
+//! it about two thirds of its calls).
+//!
+//! # v2 ([`P2cRules::V2`], the default)
+//!
+//! - cost `latency_us * (inflight + 1)` ([`EndpointStats::cost`], PeakEwma's): linear in the
+//!   latency, so a 100x slower endpoint loses to a fast one with up to 99 calls in flight;
+//! - **re-probes that back off**: the loser of a pair is measured again only when it has nothing in
+//!   flight and its last answer is older than its probe interval, `max(1 s, 30 x its latency)`,
+//!   doubling with each probe while it keeps losing, at most [`PROBE_MAX`]; winning a pair on its
+//!   load resets the interval. The probe's answer replaces the stale latency (fresh, not averaged
+//!   with a minute-old sample), so a healed endpoint is back at once;
+//! - **ejection**: [`EJECT_AFTER`](super::EJECT_AFTER) consecutive failed calls (failure codes,
+//!   timeouts) eject an endpoint for 1 s doubling to 30 s, then one trial call at a time until one
+//!   succeeds; an ejected endpoint is used only when every other one is ejected or down (the whole
+//!   set is never ejected);
+//! - cold endpoints keep their one-probe-at-a-time rule.
+//!
+//! Time is passed in and the random source is a parameter, so every pick is reproducible (the
+//! `zrpc-sim` crate drives this code with simulated time).
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -20,26 +43,56 @@ use std::time::{Duration, Instant};
 use super::rng::RandomSource;
 use super::stats::{Clock, EndpointStats, PENALTY, THROTTLE_SUCCESS};
 
-/// go-zero `forcePick`: an endpoint not picked for this long gets the next request of its pair.
+/// go-zero `forcePick` (v1 rules): an endpoint not picked for this long gets the next request of
+/// its pair.
 pub const FORCE_PICK: Duration = Duration::from_secs(1);
 /// go-zero `pickTimes`: draws to find a pair of healthy endpoints.
 pub const PICK_TIMES: usize = 3;
+/// v2: the shortest re-probe interval of an endpoint that loses its pairs.
+pub const PROBE_BASE: Duration = Duration::from_secs(1);
+/// v2: the longest re-probe interval.
+pub const PROBE_MAX: Duration = Duration::from_secs(30);
+/// v2: the re-probe interval is at least this many times the endpoint's latency (a probe to a
+/// 1 s endpoint costs a 1 s call: at most one such call per 30 s).
+pub const PROBE_LAG_FACTOR: f64 = 30.0;
 
 const FORCE_PICK_NANOS: u64 = 1_000_000_000;
+const PROBE_BASE_NANOS: f64 = 1e9;
+const PROBE_MAX_NANOS: f64 = 30e9;
 
-/// The P2C+EWMA picker. Stateless apart from its clock epoch: all state lives in the endpoints'
-/// [`EndpointStats`].
+/// Which rules the picker follows (see the [module docs](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum P2cRules {
+    /// go-zero's `forcePick` and `sqrt(lag)` load, with zrpc's cold-start and back-off fixes.
+    V1,
+    /// Linear cost, re-probes that back off, ejection of failing endpoints.
+    #[default]
+    V2,
+}
+
+/// The P2C+EWMA picker. Stateless apart from its clock epoch and rules: all state lives in the
+/// endpoints' [`EndpointStats`].
 #[derive(Debug, Clone, Copy)]
 pub struct P2cPicker {
     clock: Clock,
+    rules: P2cRules,
 }
 
 impl P2cPicker {
-    /// A picker whose times count from `epoch` (any instant not after the first pick).
+    /// A picker following the default ([`P2cRules::V2`]) rules, whose times count from `epoch`
+    /// (any instant not after the first pick).
     #[must_use]
     pub fn new(epoch: Instant) -> Self {
+        Self::with_rules(epoch, P2cRules::default())
+    }
+
+    /// A picker following `rules`.
+    #[must_use]
+    pub fn with_rules(epoch: Instant, rules: P2cRules) -> Self {
         P2cPicker {
             clock: Clock::new(epoch),
+            rules,
         }
     }
 
@@ -47,6 +100,12 @@ impl P2cPicker {
     #[must_use]
     pub fn clock(&self) -> Clock {
         self.clock
+    }
+
+    /// The rules it follows.
+    #[must_use]
+    pub fn rules(&self) -> P2cRules {
+        self.rules
     }
 
     /// Picks an endpoint of `set` at `now`, marks it in flight and returns its index; `None` for
@@ -60,13 +119,15 @@ impl P2cPicker {
         R: RandomSource + ?Sized,
     {
         let now = self.clock.nanos(now);
+        let v2 = self.rules == P2cRules::V2;
+        let load = |s: &EndpointStats| if v2 { s.cost(now) } else { s.load(now) };
         let n = set.len();
         let chosen = match n {
             0 => return None,
             1 => 0,
             2 => {
-                let (la, lb) = (set[0].as_ref().load(now), set[1].as_ref().load(now));
-                choose(set, (0, la), (1, lb), now, rng)
+                let (la, lb) = (load(set[0].as_ref()), load(set[1].as_ref()));
+                self.choose(set, (0, la), (1, lb), now, rng)
             }
             _ => {
                 let mut pair = ((0, 0.0), (1, 0.0));
@@ -77,7 +138,7 @@ impl P2cPicker {
                         b += 1;
                     }
                     let (sa, sb) = (set[a].as_ref(), set[b].as_ref());
-                    let (la, lb) = (sa.load(now), sb.load(now));
+                    let (la, lb) = (load(sa), load(sb));
                     pair = ((a, la), (b, lb));
                     // healthy: success > 500, not down, not a probe already in flight
                     if la < PENALTY
@@ -88,21 +149,48 @@ impl P2cPicker {
                         break;
                     }
                 }
-                choose(set, pair.0, pair.1, now, rng)
+                self.choose(set, pair.0, pair.1, now, rng)
             }
         };
         let stats = set[chosen].as_ref();
-        stats.touch(now);
+        if !v2 {
+            stats.touch(now);
+        }
         stats.on_pick();
         Some(chosen)
+    }
+
+    fn choose<E, R>(
+        &self,
+        set: &[E],
+        (a, la): (usize, f64),
+        (b, lb): (usize, f64),
+        now: u64,
+        rng: &mut R,
+    ) -> usize
+    where
+        E: AsRef<EndpointStats>,
+        R: RandomSource + ?Sized,
+    {
+        let (c1, c2, l1, l2) = if la > lb {
+            (b, a, lb, la)
+        } else {
+            (a, b, la, lb)
+        };
+        match self.rules {
+            P2cRules::V1 => choose_v1(set, c1, c2, l1, l2, now, rng),
+            P2cRules::V2 => choose_v2(set, c1, c2, l1, l2, now, rng),
+        }
     }
 }
 
 /// go-zero's `choose`: the lower load wins, unless the other one is due for a forced pick.
-fn choose<E, R>(
+fn choose_v1<E, R>(
     set: &[E],
-    (a, la): (usize, f64),
-    (b, lb): (usize, f64),
+    c1: usize,
+    c2: usize,
+    l1: f64,
+    l2: f64,
     now: u64,
     rng: &mut R,
 ) -> usize
@@ -110,13 +198,8 @@ where
     E: AsRef<EndpointStats>,
     R: RandomSource + ?Sized,
 {
-    let (c1, c2, l1, l2) = if la > lb {
-        (b, a, lb, la)
-    } else {
-        (a, b, la, lb)
-    };
     if l1 == f64::INFINITY {
-        return fallback(set, now, rng);
+        return fallback(set, now, rng, false);
     }
     if l2 < PENALTY {
         let s2 = set[c2].as_ref();
@@ -133,9 +216,62 @@ where
     c1
 }
 
-/// Both drawn endpoints are down: scan from a random offset for one that is not; if all are down,
-/// the one whose back-off ends first.
-fn fallback<E, R>(set: &[E], now: u64, rng: &mut R) -> usize
+/// v2: the lower cost wins, unless the other one is due for a re-probe (nothing in flight, last
+/// answer older than its backing-off interval); the winner's probe interval resets.
+fn choose_v2<E, R>(
+    set: &[E],
+    c1: usize,
+    c2: usize,
+    l1: f64,
+    l2: f64,
+    now: u64,
+    rng: &mut R,
+) -> usize
+where
+    E: AsRef<EndpointStats>,
+    R: RandomSource + ?Sized,
+{
+    if l1 == f64::INFINITY {
+        return fallback(set, now, rng, true);
+    }
+    if l2 < PENALTY {
+        let s2 = set[c2].as_ref();
+        let at = s2.probe_at.load(Ordering::Relaxed);
+        if now >= at && s2.inflight() == 0 && probe_due(s2, now) {
+            // claim the probe: one at a time, even under concurrent picks
+            if s2
+                .probe_at
+                .compare_exchange(at, u64::MAX, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            {
+                let k = s2.probe_k.load(Ordering::Relaxed);
+                s2.probe_k
+                    .store(k.saturating_add(1).min(16), Ordering::Relaxed);
+                s2.reprobe.store(true, Ordering::Relaxed);
+                return c2;
+            }
+        }
+    }
+    let s1 = set[c1].as_ref();
+    if s1.probe_k.load(Ordering::Relaxed) != 0 {
+        s1.probe_k.store(0, Ordering::Relaxed);
+    }
+    c1
+}
+
+/// The last answer of `s` is older than its re-probe interval.
+#[inline]
+fn probe_due(s: &EndpointStats, now: u64) -> bool {
+    let last_done = s.last_done_nanos();
+    let k = s.probe_k.load(Ordering::Relaxed).min(16);
+    let base = (s.lag_nanos() * PROBE_LAG_FACTOR).max(PROBE_BASE_NANOS);
+    let interval = (base * f64::from(1u32 << k)).min(PROBE_MAX_NANOS);
+    (now.saturating_sub(last_done) as f64) >= interval
+}
+
+/// Both drawn endpoints are down: scan from a random offset for one that is not (v2: neither down
+/// nor ejected, then one that is only ejected); if all are down, the one whose back-off ends first.
+fn fallback<E, R>(set: &[E], now: u64, rng: &mut R, v2: bool) -> usize
 where
     E: AsRef<EndpointStats>,
     R: RandomSource + ?Sized,
@@ -144,18 +280,22 @@ where
     let start = rng.below(n);
     let mut best = start;
     let mut best_until = u64::MAX;
+    let mut ejected = None;
     for k in 0..n {
         let i = (start + k) % n;
         let s = set[i].as_ref();
         if !s.is_down(now) {
-            return i;
+            if !v2 || !s.is_ejected(now) {
+                return i;
+            }
+            ejected.get_or_insert(i);
         }
         if s.down_until() < best_until {
             best_until = s.down_until();
             best = i;
         }
     }
-    best
+    ejected.unwrap_or(best)
 }
 
 #[cfg(test)]

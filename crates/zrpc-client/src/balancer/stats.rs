@@ -22,6 +22,13 @@ pub const FAILED_PROBE_LAG: Duration = Duration::from_secs(1);
 pub const BACKOFF_BASE: Duration = Duration::from_millis(100);
 /// Longest back-off after transport failures.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// v2: consecutive failed calls (failure codes, timeouts) that eject an endpoint.
+pub const EJECT_AFTER: u32 = 3;
+/// v2: the first ejection lasts this long; each further ejection without a success in between
+/// doubles it, up to [`EJECT_MAX`].
+pub const EJECT_BASE: Duration = Duration::from_secs(1);
+/// v2: the longest ejection.
+pub const EJECT_MAX: Duration = Duration::from_secs(30);
 
 const EMPTY: u64 = u64::MAX;
 
@@ -69,6 +76,18 @@ pub struct EndpointStats {
     pub(crate) probing: AtomicBool,
     /// Consecutive transport failures (the back-off exponent).
     failures: AtomicU32,
+    /// v2: consecutive failed calls (reset by a success).
+    pub(crate) fail_streak: AtomicU32,
+    /// v2: ejections since the last success (the ejection back-off exponent; > 0 = on trial).
+    pub(crate) ejections: AtomicU32,
+    /// v2: ejected until this time (ns); 0 = never.
+    pub(crate) eject_until: AtomicU64,
+    /// v2: re-probes of a skipped endpoint since it last won a pair (the probe back-off exponent).
+    pub(crate) probe_k: AtomicU32,
+    /// v2: earliest time (ns) of the next re-probe; `u64::MAX` while one is in flight.
+    pub(crate) probe_at: AtomicU64,
+    /// v2: a re-probe is in flight; its sample replaces the stale latency.
+    pub(crate) reprobe: AtomicBool,
 }
 
 impl Default for EndpointStats {
@@ -91,6 +110,12 @@ impl EndpointStats {
             down_until: AtomicU64::new(0),
             probing: AtomicBool::new(true),
             failures: AtomicU32::new(0),
+            fail_streak: AtomicU32::new(0),
+            ejections: AtomicU32::new(0),
+            eject_until: AtomicU64::new(0),
+            probe_k: AtomicU32::new(0),
+            probe_at: AtomicU64::new(0),
+            reprobe: AtomicBool::new(false),
         }
     }
 
@@ -111,6 +136,12 @@ impl EndpointStats {
             EMPTY => 0.0,
             bits => f64::from_bits(bits),
         }
+    }
+
+    /// The time of the last completion (ns since the epoch; 0 = never).
+    #[inline]
+    pub(crate) fn last_done_nanos(&self) -> u64 {
+        self.last_done.load(Ordering::Relaxed).saturating_sub(1)
     }
 
     /// The EWMA success score, 0..=1000.
@@ -182,6 +213,36 @@ impl EndpointStats {
         (self.lag_nanos() + 1.0).sqrt() * (inflight + 1.0)
     }
 
+    /// Ejected (v2: consecutive failed calls) at `now` (ns).
+    #[inline]
+    #[must_use]
+    pub fn is_ejected(&self, now: u64) -> bool {
+        now < self.eject_until.load(Ordering::Relaxed)
+    }
+
+    /// The v2 cost at `now` (ns): PeakEwma's `latency * (inflight + 1)` (latency in µs), linear in
+    /// the latency where go-zero takes its square root (with the square root a 100x slower endpoint
+    /// beats a fast one as soon as the fast one has 10 calls in flight), and:
+    /// - `f64::INFINITY` while down (transport back-off) or ejected;
+    /// - cold, recovering from a transport failure or on trial after an ejection: 0 with nothing
+    ///   in flight (send it the probe), else the penalty (one probe at a time).
+    #[inline]
+    #[must_use]
+    pub fn cost(&self, now: u64) -> f64 {
+        if self.is_down(now) || self.is_ejected(now) {
+            return f64::INFINITY;
+        }
+        let inflight = self.inflight() as f64;
+        if self.is_probing() || self.ejections.load(Ordering::Relaxed) > 0 {
+            return if inflight == 0.0 {
+                0.0
+            } else {
+                PENALTY + inflight
+            };
+        }
+        ((self.lag_nanos() / 1e3 + 1.0) * (inflight + 1.0)).min(PENALTY / 2.0)
+    }
+
     /// Records a pick (in flight + 1); the pickers call it.
     ///
     /// The request counter is approximate under concurrent picks (a plain load and store, no
@@ -226,7 +287,10 @@ impl EndpointStats {
         let prev = self
             .last_done
             .swap(now.saturating_add(1), Ordering::Relaxed);
-        let w = if empty || prev == 0 {
+        // a v2 re-probe measures an endpoint whose stats are stale: its sample replaces them
+        let reprobe =
+            self.reprobe.load(Ordering::Relaxed) && self.reprobe.swap(false, Ordering::Relaxed);
+        let w = if empty || prev == 0 || reprobe {
             0.0
         } else {
             decay_weight(
@@ -248,9 +312,40 @@ impl EndpointStats {
         let success = self.success() * w + score * (1.0 - w);
         self.success.store(success.to_bits(), Ordering::Relaxed);
         self.probing.store(false, Ordering::Relaxed);
-        if !failure {
-            self.failures.store(0, Ordering::Relaxed);
+        if reprobe {
+            self.probe_at.store(0, Ordering::Relaxed);
         }
+        if failure {
+            self.on_failed_call(now);
+        } else if code != code::CANCELLED {
+            self.failures.store(0, Ordering::Relaxed);
+            if self.fail_streak.load(Ordering::Relaxed) != 0 {
+                self.fail_streak.store(0, Ordering::Relaxed);
+            }
+            if self.ejections.load(Ordering::Relaxed) != 0 {
+                self.ejections.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// v2 ejection: [`EJECT_AFTER`] consecutive failed calls (or one failed call while on trial
+    /// after an ejection) eject the endpoint for [`EJECT_BASE`] doubling to [`EJECT_MAX`]. The v2
+    /// picker never ejects the whole set (it falls back to ejected endpoints when nothing else is
+    /// usable); the v1 rules ignore ejection.
+    fn on_failed_call(&self, now: u64) {
+        let streak = self.fail_streak.fetch_add(1, Ordering::Relaxed) + 1;
+        let ejections = self.ejections.load(Ordering::Relaxed);
+        if streak < EJECT_AFTER && ejections == 0 {
+            return;
+        }
+        self.fail_streak.store(0, Ordering::Relaxed);
+        self.ejections
+            .store(ejections.saturating_add(1), Ordering::Relaxed);
+        let span = EJECT_BASE
+            .saturating_mul(1 << ejections.min(16))
+            .min(EJECT_MAX);
+        let until = now.saturating_add(u64::try_from(span.as_nanos()).unwrap_or(u64::MAX));
+        self.eject_until.store(until, Ordering::Relaxed);
     }
 
     /// Records a transport failure (refused, reset, GOAWAY) of a request started at `start`:
@@ -268,6 +363,9 @@ impl EndpointStats {
     /// Releases an in-flight slot without recording anything (a request picked but never sent).
     pub fn on_abandon(&self) {
         self.inflight.fetch_sub(1, Ordering::Relaxed);
+        if self.reprobe.load(Ordering::Relaxed) && self.reprobe.swap(false, Ordering::Relaxed) {
+            self.probe_at.store(0, Ordering::Relaxed);
+        }
     }
 }
 

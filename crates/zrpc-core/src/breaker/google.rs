@@ -88,6 +88,8 @@ pub struct BreakerStats {
 pub struct GoogleBreaker {
     config: BreakerConfig,
     buckets: f64,
+    /// Working buckets after which nothing is dropped (go-zero: all of them).
+    recovery_buckets: f64,
     stat: Mutex<RollingWindow<OutcomeBucket>>,
     pub(super) last_pass: AtomicStamp,
     rng: AtomicU64,
@@ -112,6 +114,7 @@ impl GoogleBreaker {
         let window = RollingWindow::new(buckets as usize, config.bucket_duration());
         GoogleBreaker {
             buckets: f64::from(buckets),
+            recovery_buckets: f64::from(config.recovery_buckets()),
             stat: Mutex::new(window),
             last_pass: AtomicStamp::default(),
             rng: AtomicU64::new(seed),
@@ -247,7 +250,7 @@ impl GoogleBreaker {
 
     #[inline]
     pub(super) fn working_scale(&self, h: &BreakerStats) -> f64 {
-        (self.buckets - h.working_buckets as f64) / self.buckets
+        ((self.recovery_buckets - h.working_buckets as f64) / self.recovery_buckets).max(0.0)
     }
 
     /// go-zero `accept()` + `markDrop()` under one lock.

@@ -306,7 +306,7 @@ fn drops_are_counted_in_total() {
 
 #[test]
 fn k_falls_with_failing_buckets_and_working_buckets_scale_down() {
-    let b = Arc::new(GoogleBreaker::with_seed(BreakerConfig::default(), 17));
+    let b = Arc::new(GoogleBreaker::with_seed(BreakerConfig::go_zero(), 17));
     let t0 = Instant::now();
     let bucket = b.config().bucket_duration();
     assert_eq!(bucket, Duration::from_millis(250));
@@ -501,4 +501,58 @@ proptest! {
             prop_assert_eq!(fast.last_pass.load(), slow.last_pass.load());
         }
     }
+}
+
+/// Breaker v2: partial failure (every bucket has failures) keeps go-zero's proportional drops.
+#[test]
+fn v2_keeps_proportional_drops_under_partial_failure() {
+    let v2 = Arc::new(GoogleBreaker::with_seed(BreakerConfig::default(), 3));
+    let gz = Arc::new(GoogleBreaker::with_seed(BreakerConfig::go_zero(), 3));
+    let t0 = Instant::now();
+    let bucket = v2.config().bucket_duration();
+    let mut now = t0;
+    for _ in 0..40 {
+        for b in [&v2, &gz] {
+            b.mark_success(now);
+            (0..3).for_each(|_| b.mark_failure(now));
+        }
+        now += bucket;
+    }
+    let at = now - bucket;
+    let (r2, rg) = (v2.drop_ratio(at), gz.drop_ratio(at));
+    assert!(rg > 0.5, "{rg}");
+    assert!((r2 - rg).abs() < 1e-12, "v2 {r2} go-zero {rg}");
+}
+
+/// Breaker v2: after an outage, drops reach 0 once `recovery` (6 buckets) of working buckets
+/// passed; go-zero still drops about 85 % of its base ratio then.
+#[test]
+fn v2_stops_dropping_after_the_recovery_run() {
+    let v2 = Arc::new(GoogleBreaker::with_seed(BreakerConfig::default(), 4));
+    let gz = Arc::new(GoogleBreaker::with_seed(BreakerConfig::go_zero(), 4));
+    assert_eq!(v2.config().recovery_buckets(), 6);
+    assert_eq!(gz.config().recovery_buckets(), 40);
+    let t0 = Instant::now();
+    let bucket = v2.config().bucket_duration();
+    let mut now = t0;
+    for _ in 0..20 {
+        for b in [&v2, &gz] {
+            (0..100).for_each(|_| b.mark_failure(now));
+        }
+        now += bucket;
+    }
+    for k in 1..=6 {
+        for b in [&v2, &gz] {
+            b.mark_success(now);
+        }
+        let (r2, rg) = (v2.drop_ratio(now), gz.drop_ratio(now));
+        let expected = rg * (40.0 / (40.0 - k as f64)) * ((6.0 - k as f64) / 6.0);
+        assert!(
+            (r2 - expected).abs() < 1e-9,
+            "k={k}: v2 {r2} expected {expected}"
+        );
+        now += bucket;
+    }
+    assert_eq!(v2.drop_ratio(now - bucket), 0.0);
+    assert!(gz.drop_ratio(now - bucket) > 0.5);
 }

@@ -9,6 +9,7 @@ use zrpc_core::grpc::code;
 
 use super::*;
 use crate::balancer::rng::SeededRng;
+use crate::balancer::stats::EJECT_AFTER;
 
 /// Replays scripted indices for `below`.
 struct Script(VecDeque<usize>);
@@ -34,6 +35,11 @@ fn set(n: usize) -> Vec<Arc<EndpointStats>> {
 
 const MS: u64 = 1_000_000;
 
+/// A picker with go-zero's rules (forcePick, `sqrt(lag)` load): the tests of those rules.
+fn v1(t0: Instant) -> P2cPicker {
+    P2cPicker::with_rules(t0, P2cRules::V1)
+}
+
 /// Gives endpoint `e` a completed sample of `lag_ms`, completing at `at` ns.
 fn warm(e: &EndpointStats, lag_ms: u64, at: u64) {
     e.on_pick();
@@ -50,7 +56,7 @@ fn empty_set_picks_nothing() {
 #[test]
 fn picks_lower_load_of_the_drawn_pair() {
     let t0 = Instant::now();
-    let p = P2cPicker::new(t0);
+    let p = v1(t0);
     let s = set(3);
     let at = 100 * MS;
     warm(&s[0], 50, at);
@@ -98,7 +104,7 @@ fn never_draws_the_same_endpoint_twice() {
 #[test]
 fn health_gating_redraws_for_a_healthy_pair() {
     let t0 = Instant::now();
-    let p = P2cPicker::new(t0);
+    let p = v1(t0);
     let s = set(3);
     warm(&s[0], 1, 10 * MS);
     warm(&s[1], 5, 10 * MS);
@@ -128,7 +134,7 @@ fn health_gating_redraws_for_a_healthy_pair() {
 #[test]
 fn force_picks_an_endpoint_idle_for_a_second() {
     let t0 = Instant::now();
-    let p = P2cPicker::new(t0);
+    let p = v1(t0);
     let s = set(2);
     warm(&s[0], 1, 10 * MS);
     warm(&s[1], 100, 200 * MS);
@@ -419,4 +425,169 @@ proptest::proptest! {
             proptest::prop_assert!(!s[i].is_down(now_ns), "picked a down endpoint");
         }
     }
+}
+
+// ---- v2 rules ----
+
+#[test]
+fn v2_cost_is_linear_in_latency() {
+    let t0 = Instant::now();
+    let s = set(2);
+    warm(&s[0], 10, 100 * MS);
+    warm(&s[1], 1000, 1000 * MS);
+    // 20 calls in flight on the 10 ms endpoint: still cheaper than an idle 1000 ms one
+    for _ in 0..20 {
+        s[0].on_pick();
+    }
+    let now = t0 + Duration::from_millis(1001);
+    let v2 = P2cPicker::new(t0);
+    assert_eq!(v2.rules(), P2cRules::V2);
+    assert_eq!(v2.pick(&s, now, &mut SeededRng::new(1)), Some(0));
+    s[0].on_abandon();
+    // go-zero's sqrt load sends it to the slow one (sqrt(1e7) * 21 > sqrt(1e9)); no forcePick due
+    for e in &s {
+        e.last_pick
+            .store(1001 * MS, std::sync::atomic::Ordering::Relaxed);
+    }
+    assert_eq!(v1(t0).pick(&s, now, &mut SeededRng::new(1)), Some(1));
+}
+
+/// Picks every 10 ms for `secs` on (fast 1 ms, slow `slow_ms`), completing each call at once
+/// with its latency; returns the times (ms) the slow one was picked.
+fn slow_pick_times(slow_ms: u64, secs: u64) -> Vec<u64> {
+    let t0 = Instant::now();
+    let p = P2cPicker::new(t0);
+    let s = set(2);
+    let mut out = Vec::new();
+    let mut t = 0;
+    while t < secs * 1000 {
+        t += 10;
+        let now = t * MS;
+        let i = p
+            .pick(&s, t0 + Duration::from_millis(t), &mut SeededRng::new(t))
+            .unwrap();
+        let lat = if i == 0 { 1 } else { slow_ms };
+        if i == 1 {
+            out.push(t);
+        }
+        s[i].on_done(now, now + lat * MS, code::OK);
+    }
+    out
+}
+
+#[test]
+fn v2_reprobes_a_skipped_slow_endpoint_on_a_doubling_schedule() {
+    // 50 ms: the interval starts at max(1 s, 30 x 50 ms) = 1.5 s and doubles to the 30 s cap
+    let picks = slow_pick_times(50, 120);
+    let gaps: Vec<u64> = picks.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(gaps.len() >= 5, "{picks:?}");
+    assert!((1500..1600).contains(&gaps[0]), "{gaps:?}");
+    for w in gaps.windows(2) {
+        if w[0] < 15_000 {
+            assert!(w[1] >= w[0] * 19 / 10, "not doubling: {gaps:?}");
+        }
+    }
+    assert!(gaps.iter().all(|&g| g <= 30_100), "over the cap: {gaps:?}");
+    // a 1000 ms endpoint: one cold probe, then one re-probe per 30 s at most
+    let picks = slow_pick_times(1000, 60);
+    assert!(picks.len() <= 3, "{picks:?}");
+}
+
+#[test]
+fn v2_never_reprobes_while_a_call_is_in_flight() {
+    let t0 = Instant::now();
+    let p = P2cPicker::new(t0);
+    let s = set(2);
+    warm(&s[0], 1, 200 * MS);
+    warm(&s[1], 100, 200 * MS);
+    // due (60 s since its answer) but a call to it is still in flight
+    s[1].on_pick();
+    let now = t0 + Duration::from_secs(60);
+    let mut rng = SeededRng::new(3);
+    for _ in 0..100 {
+        assert_eq!(p.pick(&s, now, &mut rng), Some(0));
+        s[0].on_abandon();
+    }
+    // answered: the next pick is the probe, and only one
+    s[1].on_done(200 * MS, 60_000 * MS, code::OK);
+    let now = t0 + Duration::from_secs(120);
+    assert_eq!(p.pick(&s, now, &mut rng), Some(1));
+    assert_eq!(p.pick(&s, now, &mut rng), Some(0));
+}
+
+#[test]
+fn v2_probe_answer_replaces_stale_latency() {
+    let t0 = Instant::now();
+    let p = P2cPicker::new(t0);
+    let s = set(2);
+    warm(&s[0], 10, 100 * MS);
+    warm(&s[1], 1000, 1000 * MS);
+    let now = t0 + Duration::from_secs(40);
+    assert_eq!(
+        p.pick(&s, now, &mut SeededRng::new(1)),
+        Some(1),
+        "due: probe"
+    );
+    // healed: answers in 10 ms, which replaces the 1 s average at once
+    s[1].on_done(40_000 * MS, 40_010 * MS, code::OK);
+    assert_eq!(s[1].lag(), Some(Duration::from_millis(10)));
+}
+
+#[test]
+fn v2_ejects_after_consecutive_failures_but_never_the_whole_set() {
+    let t0 = Instant::now();
+    let p = P2cPicker::new(t0);
+    let s = set(2);
+    warm(&s[0], 1, 10 * MS);
+    warm(&s[1], 1, 10 * MS);
+    for k in 0..EJECT_AFTER as u64 {
+        s[0].on_pick();
+        s[0].on_done((20 + k) * MS, (21 + k) * MS, code::DEADLINE_EXCEEDED);
+    }
+    assert!(s[0].is_ejected(30 * MS));
+    let now = t0 + Duration::from_millis(30);
+    let mut rng = SeededRng::new(5);
+    for _ in 0..50 {
+        assert_eq!(p.pick(&s, now, &mut rng), Some(1));
+        s[1].on_abandon();
+    }
+    // the other one fails too: both ejected, a pick still returns one of them
+    for k in 0..EJECT_AFTER as u64 {
+        s[1].on_pick();
+        s[1].on_done((40 + k) * MS, (41 + k) * MS, code::UNAVAILABLE);
+    }
+    assert!(s[1].is_ejected(50 * MS));
+    let any = p
+        .pick(&s, t0 + Duration::from_millis(50), &mut rng)
+        .unwrap();
+    s[any].on_abandon();
+    // after the ejection (1 s): one trial call at a time, a success ends the trial
+    let later = t0 + Duration::from_millis(1100);
+    let i = p.pick(&s, later, &mut rng).unwrap();
+    let j = p.pick(&s, later, &mut rng).unwrap();
+    assert_ne!(i, j, "one trial call at a time per endpoint");
+    assert!(s[i].cost(1100 * MS) >= 1e12 && s[j].cost(1100 * MS) >= 1e12);
+    s[i].on_done(1100 * MS, 1101 * MS, code::OK);
+    assert!(!s[i].is_ejected(1101 * MS));
+    assert!(s[i].cost(1101 * MS) < 1e6);
+}
+
+#[test]
+fn v2_ejection_backs_off_while_trials_fail() {
+    let e = EndpointStats::new();
+    warm(&e, 1, 10 * MS);
+    let mut t = 20 * MS;
+    for _ in 0..EJECT_AFTER {
+        e.on_pick();
+        e.on_done(t, t + MS, code::UNAVAILABLE);
+        t += MS;
+    }
+    let first = e.eject_until.load(std::sync::atomic::Ordering::Relaxed) - t;
+    assert_eq!(first, 1_000 * MS);
+    // the trial call fails: ejected again for twice as long
+    t += 2_000 * MS;
+    e.on_pick();
+    e.on_done(t, t + MS, code::UNAVAILABLE);
+    let second = e.eject_until.load(std::sync::atomic::Ordering::Relaxed) - (t + MS);
+    assert_eq!(second, 2_000 * MS);
 }

@@ -1,0 +1,26 @@
+//! A deterministic discrete-event simulator for zrpc's balancing and breaking code.
+//!
+//! The code under test is the real one: [`zrpc_client::balancer::P2cPicker`] (v1 and v2 rules),
+//! [`zrpc_client::balancer::RoundRobin`], [`zrpc_client::balancer::EndpointStats`] (the EWMA and
+//! ejection math) and [`zrpc_core::breaker::GoogleBreaker`], driven by simulated time (explicit
+//! instants, no clock read) and simulated servers ([`ServerSpec`]: latency with jitter, failure
+//! windows, freezes, connection-refused windows). For comparison it also carries two small
+//! reimplementations: go-zero's exact `p2c_ewma` picker ([`Policy::GoZero`]: cold nodes with lag
+//! 0, forcePick keyed to the last pick) and tower's `PeakEwma` behind power of two choices
+//! ([`Policy::PeakEwma`]).
+//!
+//! Everything is seeded: the same scenario and seed give the same report. An hour of simulated
+//! traffic at 2000 requests/s takes about a second.
+//!
+//! `cargo run --release -p zrpc-sim -- table` prints the comparison table of `docs/balancing.md`.
+
+mod breaker;
+mod engine;
+mod model;
+mod policy;
+pub mod table;
+
+pub use breaker::{BreakerReport, BreakerRules, simulate_outage};
+pub use engine::run;
+pub use model::{Load, Report, Scenario, ServerSpec, Window};
+pub use policy::Policy;

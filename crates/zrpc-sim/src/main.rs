@@ -1,0 +1,18 @@
+//! `zrpc-sim table`: prints the comparison tables of `docs/balancing.md`.
+
+use std::time::Instant;
+
+fn main() {
+    let cmd = std::env::args().nth(1).unwrap_or_else(|| "table".into());
+    match cmd.as_str() {
+        "table" => {
+            let t = Instant::now();
+            print!("{}", zrpc_sim::table::markdown());
+            eprintln!("simulated in {:.1} s", t.elapsed().as_secs_f64());
+        }
+        other => {
+            eprintln!("zrpc-sim: unknown command {other:?}; usage: zrpc-sim [table]");
+            std::process::exit(2);
+        }
+    }
+}
