@@ -9,16 +9,21 @@
 //!
 //! `cargo run --release -p zrpc-tests --bin server_overhead -- --calls 20000 --rounds 3 [--single-thread]`
 //!
+//! `--h2load [--workers 1]`: throughput under h2load instead, bare tonic vs the zrpc full and
+//! minimal chains (and external greeter-server builds), see `h2load.rs`.
+//!
 //! `--with-logs` installs a JSON `tracing` subscriber at info, as `Server::serve` does, so the
 //! per-RPC span is really recorded. With `--single-thread` the client and the servers share one thread, so the sequential
 //! figure is the CPU cost of a call (client + server), free of cross-thread wake-ups.
 #![allow(clippy::unwrap_used)]
 
+mod h2load;
+
 use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
 use zrpc_core::cpu::FixedCpu;
-use zrpc_tests::greeter::{TestGreeter, start_server, start_server_with};
+use zrpc_tests::greeter::{TestGreeter, start_server_with};
 use zrpc_tests::pb::HelloRequest;
 use zrpc_tests::pb::greeter_client::GreeterClient;
 
@@ -66,6 +71,16 @@ async fn concurrent(client: &Client, calls: usize, workers: usize) -> Duration {
 }
 
 fn main() {
+    if std::env::args().any(|a| a == "--h2load") {
+        let workers = arg("--workers", 1);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(h2load::run());
+        return;
+    }
     let single = std::env::args().any(|a| a == "--single-thread");
     let rt = if single {
         tokio::runtime::Builder::new_current_thread()
@@ -148,7 +163,29 @@ async fn run() {
     off.middlewares.stat = false;
     off.middlewares.prometheus = false;
     off.middlewares.breaker = false;
-    let zrpc_off = start_server(off, TestGreeter::new()).await;
+    // `--plumbing-off keepalive,handshake,budget,recv-timeout,streams,authority` switches
+    // transport features off in the "all stages off" server too, to attribute plumbing cost.
+    let mut repair = true;
+    if let Some(list) = args
+        .iter()
+        .position(|a| a == "--plumbing-off")
+        .and_then(|i| args.get(i + 1))
+    {
+        let t = &mut off.transport;
+        for part in list.split(',') {
+            match part {
+                "keepalive" => t.keepalive_time = Duration::ZERO,
+                "handshake" => t.handshake_timeout = Duration::ZERO,
+                "budget" => t.max_buffered_request_bytes = 0,
+                "recv-timeout" => t.message_receive_timeout = Duration::ZERO,
+                "streams" => t.max_concurrent_streams = u32::MAX,
+                "authority" => repair = false,
+                other => panic!("unknown plumbing part {other}"),
+            }
+        }
+        println!("all-stages-off server also without: {list}");
+    }
+    let zrpc_off = start_server_with(off, TestGreeter::new(), |s| s.authority_repair(repair)).await;
 
     let bare: Client = GreeterClient::connect(format!("http://{bare_addr}"))
         .await
