@@ -175,6 +175,9 @@ async fn load(args: LoadArgs) -> Result<Summary> {
     }
     let cpu0 = zrpc_tests::bench::cpu_ns();
     let t0 = Instant::now();
+    let t0_unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1000.0);
     let duration = (args.duration_ms > 0).then(|| Duration::from_millis(args.duration_ms));
     let recs = if args.rate > 0.0 {
         open(
@@ -207,7 +210,9 @@ async fn load(args: LoadArgs) -> Result<Summary> {
         }
         f.flush()?;
     }
-    Ok(summarize(&recs, elapsed, cpu))
+    let mut summary = summarize(&recs, elapsed, cpu);
+    summary.t0_unix_ms = t0_unix_ms;
+    Ok(summary)
 }
 
 fn summarize(recs: &[Rec], elapsed: Duration, cpu_ns: u64) -> Summary {

@@ -15,6 +15,7 @@
 #![allow(clippy::cast_precision_loss, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 
 mod charts;
+mod check;
 mod env;
 mod load;
 mod proc;
@@ -61,6 +62,11 @@ enum Cmd {
     Shed,
     /// One of three servers killed / stopped / drained under load.
     Failover,
+    /// Checks that a report is well formed (every section, table and chart): the smoke test.
+    CheckReport {
+        /// The report.
+        file: PathBuf,
+    },
     /// (internal) run a Rust server.
     #[command(hide = true)]
     Serve(serve::ServeArgs),
@@ -74,6 +80,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Cmd::Serve(a) => serve::run(a),
         Cmd::Load(a) => load::run(a),
+        Cmd::CheckReport { file } => check::run(&file),
         cmd => {
             let which: &[scenarios::Kind] = match cmd {
                 Cmd::All => &scenarios::ALL,
@@ -83,7 +90,9 @@ fn main() -> ExitCode {
                 Cmd::Breaker => &[scenarios::Kind::Breaker],
                 Cmd::Shed => &[scenarios::Kind::Shed],
                 Cmd::Failover => &[scenarios::Kind::Failover],
-                Cmd::Serve(_) | Cmd::Load(_) => unreachable!("handled above"),
+                Cmd::Serve(_) | Cmd::Load(_) | Cmd::CheckReport { .. } => {
+                    unreachable!("handled above")
+                }
             };
             install_ctrl_c();
             let opts = scenarios::Opts {

@@ -36,9 +36,12 @@ impl Table {
     }
 
     /// Adds a row that says why a subject was not measured (every other cell `-`).
-    pub(crate) fn skipped_row(&mut self, subject: &str, why: &str) {
+    pub(crate) fn skipped_row(&mut self, subject: &str, why: impl AsRef<str>) {
         let mut cells = vec![subject.to_owned()];
-        cells.push(format!("skipped: {why}"));
+        cells.push(format!(
+            "skipped: {}",
+            why.as_ref().replace('\n', " / ").replace('|', "\\|")
+        ));
         while cells.len() < self.headers.len() {
             cells.push("-".into());
         }

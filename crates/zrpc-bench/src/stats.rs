@@ -44,6 +44,9 @@ pub(crate) struct Summary {
     /// The generator's peak RSS, MB.
     #[serde(default)]
     pub(crate) rss_mb: f64,
+    /// When the measured part started (records' time 0), ms since the Unix epoch.
+    #[serde(default)]
+    pub(crate) t0_unix_ms: f64,
 }
 
 impl Summary {

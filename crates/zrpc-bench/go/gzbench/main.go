@@ -113,8 +113,12 @@ func serve(args []string) {
 	etcd := fs.String("etcd", "", "etcd hosts, comma-separated (register there under -key)")
 	key := fs.String("key", "", "etcd key")
 	events := fs.String("events", "", "append JSON events here (default stdout)")
+	profile := fs.String("profile", "quiet", "quiet (Level error, request content not logged) or shipped (go-zero's defaults: every request logged at info)")
 	fs.Parse(args)
 
+	if *profile == "shipped" {
+		logx.SetLevel(logx.InfoLevel)
+	}
 	out := os.Stdout
 	if *events != "" {
 		f, err := os.OpenFile(*events, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
@@ -124,8 +128,13 @@ func serve(args []string) {
 		}
 		out = f
 	}
-	yaml := fmt.Sprintf("Name: gzbench.rpc\nListenOn: %s\nCpuThreshold: %d\nLog: {Mode: console, Level: error, Stat: false}\n"+
-		"Middlewares:\n  StatConf:\n    IgnoreContentMethods: [/greeter.Greeter/SayHello]\n", *listen, *cpuThreshold)
+	yaml := fmt.Sprintf("Name: gzbench.rpc\nListenOn: %s\nCpuThreshold: %d\n", *listen, *cpuThreshold)
+	if *profile == "shipped" {
+		yaml += "Log: {Mode: console, Level: info}\n"
+	} else {
+		yaml += "Log: {Mode: console, Level: error, Stat: false}\n" +
+			"Middlewares:\n  StatConf:\n    IgnoreContentMethods: [/greeter.Greeter/SayHello]\n"
+	}
 	if *etcd != "" {
 		yaml += fmt.Sprintf("Etcd: {Hosts: [%s], Key: %s}\n", *etcd, *key)
 	}
@@ -165,6 +174,7 @@ type summary struct {
 	ElapsedMs float64          `json:"elapsed_ms"`
 	CPUUs     float64          `json:"cpu_us"`
 	RSSMb     float64          `json:"rss_mb"`
+	T0UnixMs  float64          `json:"t0_unix_ms"`
 }
 
 func call(cli greeter.GreeterClient, timeout time.Duration) (int, string) {
@@ -299,6 +309,7 @@ func load(args []string) {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	s.RSSMb = float64(ru.Maxrss) / 1024
+	s.T0UnixMs = float64(t0.UnixNano()) / 1e6
 	b, _ := json.Marshal(s)
 	fmt.Println(string(b))
 }

@@ -1,6 +1,577 @@
-//! The scenarios and what they share: starting servers and load generators as child processes.
-pub(crate) struct Opts { pub(crate) quick: bool, pub(crate) rounds: usize, pub(crate) out: std::path::PathBuf }
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Kind { Overhead, Latency, Balance, Breaker, Shed, Failover }
-pub(crate) const ALL: [Kind; 6] = [Kind::Overhead, Kind::Latency, Kind::Balance, Kind::Breaker, Kind::Shed, Kind::Failover];
-pub(crate) fn run(_w: &[Kind], _o: &Opts) -> anyhow::Result<()> { Ok(()) }
+//! The scenarios, and what they share: servers and load generators started as child processes
+//! (Rust: this binary's `serve`/`load`; go-zero: `gzbench serve`/`load`), h2load runs, and the
+//! run driver that collects every section into the report.
+
+mod balance;
+mod breaker;
+mod failover;
+mod latency;
+mod overhead;
+mod shed;
+
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::env::Env;
+use crate::proc::{Proc, free_port};
+use crate::report::Section;
+use crate::stats::{Record, Summary, read_records};
+
+/// Options of a run.
+#[derive(Debug, Clone)]
+pub(crate) struct Opts {
+    /// Small sizes (smoke test).
+    pub(crate) quick: bool,
+    /// Alternating rounds per comparison.
+    pub(crate) rounds: usize,
+    /// The report path.
+    pub(crate) out: PathBuf,
+}
+
+/// A scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Throughput, CPU, RSS.
+    Overhead,
+    /// Serial latency.
+    Latency,
+    /// The slow-node scenario.
+    Balance,
+    /// The client breaker.
+    Breaker,
+    /// Load shedding.
+    Shed,
+    /// Failover and registration.
+    Failover,
+}
+
+/// Every scenario, in report order.
+pub(crate) const ALL: [Kind; 6] = [
+    Kind::Overhead,
+    Kind::Latency,
+    Kind::Balance,
+    Kind::Breaker,
+    Kind::Shed,
+    Kind::Failover,
+];
+
+impl Kind {
+    fn title(self) -> &'static str {
+        match self {
+            Kind::Overhead => "Overhead: throughput, CPU and memory",
+            Kind::Latency => "Latency: serial calls",
+            Kind::Balance => "Balance: one slow node",
+            Kind::Breaker => "Breaker: a backend that fails, then heals",
+            Kind::Shed => "Shedding: 2x overload of a CPU-bound handler",
+            Kind::Failover => "Failover and registration",
+        }
+    }
+}
+
+/// Runs `which`, then writes the report (a failing scenario becomes a FAILED section).
+pub(crate) fn run(which: &[Kind], opts: &Opts) -> Result<()> {
+    let t0 = Instant::now();
+    let env = Env::detect()?;
+    if let Err(e) = &env.gozero {
+        eprintln!("WARNING: go-zero columns will be SKIPPED: {e}");
+    }
+    let stem = opts
+        .out
+        .file_stem()
+        .map_or("benchmarks".into(), |s| s.to_string_lossy().into_owned());
+    let charts = opts
+        .out
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join(&stem);
+    std::fs::create_dir_all(&charts)
+        .with_context(|| format!("cannot create {}", charts.display()))?;
+    let tmp = tempfile::Builder::new()
+        .prefix("zrpc-bench-")
+        .tempdir()
+        .context("cannot create a temporary directory")?;
+    let ctx = Ctx {
+        opts,
+        env: &env,
+        tmp: tmp.path().to_path_buf(),
+        charts,
+        counter: Cell::new(0),
+    };
+    let mut sections = Vec::new();
+    for &kind in which {
+        eprintln!("== {}", kind.title());
+        let started = Instant::now();
+        let result = match kind {
+            Kind::Overhead => overhead::run(&ctx),
+            Kind::Latency => latency::run(&ctx),
+            Kind::Balance => balance::run(&ctx),
+            Kind::Breaker => breaker::run(&ctx),
+            Kind::Shed => shed::run(&ctx),
+            Kind::Failover => failover::run(&ctx),
+        };
+        crate::proc::kill_all();
+        let mut section = result.unwrap_or_else(|e| {
+            eprintln!("scenario failed: {e:#}");
+            Section {
+                intro: format!("FAILED: {}", format!("{e:#}").replace('\n', " / ")),
+                ..Section::default()
+            }
+        });
+        section.title = kind.title().to_owned();
+        section
+            .notes
+            .push(format!("Scenario time: {:.0} s.", started.elapsed().as_secs_f64()));
+        sections.push(section);
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let command = format!("cargo run --release -p zrpc-bench -- {}", args.join(" "));
+    crate::report::write(
+        &opts.out,
+        &stem,
+        &env,
+        &command,
+        t0.elapsed().as_secs_f64(),
+        &sections,
+    )?;
+    eprintln!(
+        "report: {} ({:.0} s)",
+        opts.out.display(),
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// What every scenario gets.
+#[derive(Debug)]
+pub(crate) struct Ctx<'a> {
+    pub(crate) opts: &'a Opts,
+    pub(crate) env: &'a Env,
+    tmp: PathBuf,
+    /// Where charts go.
+    pub(crate) charts: PathBuf,
+    counter: Cell<u32>,
+}
+
+/// A server's configuration profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Profile {
+    /// Bare `tonic::transport::Server` (Rust only).
+    #[default]
+    Tonic,
+    /// Full chain, logging matched with go-zero (`Level: error`, request content not logged).
+    Quiet,
+    /// Every middleware off, no timeout (zrpc only).
+    Minimal,
+    /// Both log every request at info (as go-zero ships), output to /dev/null.
+    Shipped,
+}
+
+/// What a server does.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ServerSpec {
+    pub(crate) profile: Profile,
+    pub(crate) delay_ms: u64,
+    pub(crate) spin_us: u64,
+    pub(crate) fail_ms: u64,
+    /// Adaptive shedding on (CpuThreshold 900, go-zero's default).
+    pub(crate) shedding: bool,
+    /// Pin to this CPU.
+    pub(crate) cpu: Option<usize>,
+    /// Runtime threads / GOMAXPROCS (0: default).
+    pub(crate) threads: usize,
+    /// Register in etcd: (hosts, key).
+    pub(crate) etcd: Option<(String, String)>,
+}
+
+/// A running server.
+#[derive(Debug)]
+pub(crate) struct Server {
+    pub(crate) proc: Proc,
+    pub(crate) addr: String,
+    started: Instant,
+}
+
+/// Which side implements something.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    Rust,
+    Go,
+}
+
+/// A load generator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gen {
+    /// zrpc's client with this balancer.
+    Zrpc(&'static str),
+    /// One bare tonic channel.
+    Tonic,
+    /// go-zero's client.
+    GoZero,
+}
+
+impl Gen {
+    pub(crate) fn label(self) -> String {
+        match self {
+            Gen::Zrpc(b) => format!("zrpc client ({b})"),
+            Gen::Tonic => "bare tonic channel".into(),
+            Gen::GoZero => "go-zero client (p2c_ewma)".into(),
+        }
+    }
+}
+
+/// What a load run does.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LoadSpec {
+    pub(crate) endpoints: Vec<String>,
+    pub(crate) etcd: Option<(String, String)>,
+    pub(crate) concurrency: usize,
+    pub(crate) calls: u64,
+    pub(crate) duration_ms: u64,
+    pub(crate) rate: f64,
+    pub(crate) warmup: u64,
+    pub(crate) timeout_ms: u64,
+    pub(crate) records: bool,
+    pub(crate) cpu: Option<usize>,
+    pub(crate) threads: usize,
+}
+
+/// A load generator that is running.
+#[derive(Debug)]
+pub(crate) struct Running {
+    proc: Proc,
+    records: Option<PathBuf>,
+    limit: Duration,
+}
+
+impl Running {
+    /// Waits for its summary (and records).
+    pub(crate) fn wait(mut self) -> Result<(Summary, Vec<Record>)> {
+        let v = self
+            .proc
+            .wait_json(self.limit, |v| v.get("calls").is_some())?;
+        self.proc.finish(Duration::from_secs(5))?;
+        let summary: Summary = serde_json::from_value(v).context("load summary")?;
+        let recs = match &self.records {
+            Some(p) => read_records(p)?,
+            None => Vec::new(),
+        };
+        Ok((summary, recs))
+    }
+}
+
+impl Ctx<'_> {
+    /// A fresh file path in the run's temporary directory.
+    pub(crate) fn file(&self, name: &str) -> PathBuf {
+        let n = self.counter.get() + 1;
+        self.counter.set(n);
+        self.tmp.join(format!("{n:04}-{name}"))
+    }
+
+    /// `quick` or full value.
+    pub(crate) fn size<T>(&self, quick: T, full: T) -> T {
+        if self.opts.quick { quick } else { full }
+    }
+
+    /// A progress bar for `steps` steps.
+    pub(crate) fn progress(&self, steps: u64, what: &str) -> ProgressBar {
+        let pb = ProgressBar::new(steps);
+        pb.set_style(
+            ProgressStyle::with_template(
+                "{prefix:>10} [{bar:30}] {pos}/{len} {elapsed_precise} {wide_msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        pb.set_prefix(what.to_owned());
+        pb
+    }
+
+    /// The go-zero program, or why the go-zero columns are skipped.
+    pub(crate) fn gozero(&self) -> Result<&Path, String> {
+        self.env.gozero.as_deref().map_err(Clone::clone)
+    }
+
+    /// Starts a server on `side` and waits until it accepts connections.
+    pub(crate) fn server(&self, side: Side, spec: &ServerSpec) -> Result<Server> {
+        let port = free_port()?;
+        let listen = format!("127.0.0.1:{port}");
+        let events = self.file("events.jsonl");
+        let started = Instant::now();
+        let mut proc = match side {
+            Side::Rust => {
+                let mut cmd = self.env.command(&self.env.me, spec.cpu);
+                cmd.arg("serve")
+                    .arg("--events")
+                    .arg(&events)
+                    .args(["--threads", &spec.threads.to_string()])
+                    .args(["--delay-ms", &spec.delay_ms.to_string()])
+                    .args(["--spin-us", &spec.spin_us.to_string()])
+                    .args(["--fail-ms", &spec.fail_ms.to_string()]);
+                if spec.profile == Profile::Tonic {
+                    cmd.args(["--kind", "tonic", "--listen", &listen]);
+                } else {
+                    let yaml = self.file("zrpc.yaml");
+                    std::fs::write(&yaml, zrpc_yaml(&listen, spec))?;
+                    cmd.args(["--kind", "zrpc", "--conf"]).arg(yaml);
+                }
+                Proc::spawn("zrpc-bench serve", cmd, Some(events), false)?
+            }
+            Side::Go => {
+                let gz = self.gozero().map_err(|e| anyhow::anyhow!(e))?;
+                if spec.profile == Profile::Tonic || spec.profile == Profile::Minimal {
+                    bail!("go-zero has no {:?} profile", spec.profile);
+                }
+                let mut cmd = self.env.command(gz, spec.cpu);
+                cmd.arg("serve")
+                    .args(["-listen", &listen])
+                    .arg("-events")
+                    .arg(&events)
+                    .args(["-delay-ms", &spec.delay_ms.to_string()])
+                    .args(["-spin-us", &spec.spin_us.to_string()])
+                    .args(["-fail-ms", &spec.fail_ms.to_string()])
+                    .args([
+                        "-cpu-threshold",
+                        if spec.shedding { "900" } else { "0" },
+                    ])
+                    .args([
+                        "-profile",
+                        if spec.profile == Profile::Shipped {
+                            "shipped"
+                        } else {
+                            "quiet"
+                        },
+                    ]);
+                if let Some((hosts, key)) = &spec.etcd {
+                    cmd.args(["-etcd", hosts, "-key", key]);
+                }
+                if spec.threads > 0 {
+                    cmd.env("GOMAXPROCS", spec.threads.to_string());
+                }
+                Proc::spawn("gzbench serve", cmd, Some(events), false)?
+            }
+        };
+        proc.wait_json(Duration::from_secs(20), |v| v["event"] == "ready")?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(&listen).is_err() {
+            if Instant::now() > deadline {
+                bail!("{} never accepted on {listen}", proc.label);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(Server {
+            proc,
+            addr: listen,
+            started,
+        })
+    }
+
+    /// Starts a load generator.
+    pub(crate) fn start_load(&self, client: Gen, spec: &LoadSpec) -> Result<Running> {
+        let records = spec.records.then(|| self.file("records.txt"));
+        let mut cmd = match client {
+            Gen::GoZero => {
+                let gz = self.gozero().map_err(|e| anyhow::anyhow!(e))?;
+                let mut c = self.env.command(gz, spec.cpu);
+                c.arg("load");
+                if spec.threads > 0 {
+                    c.env("GOMAXPROCS", spec.threads.to_string());
+                }
+                c
+            }
+            Gen::Zrpc(b) => {
+                let mut c = self.env.command(&self.env.me, spec.cpu);
+                c.args(["load", "--client", "zrpc", "--balancer", b]);
+                c
+            }
+            Gen::Tonic => {
+                let mut c = self.env.command(&self.env.me, spec.cpu);
+                c.args(["load", "--client", "tonic"]);
+                c
+            }
+        };
+        cmd.args(["--endpoints", &spec.endpoints.join(",")])
+            .args(["-c", &spec.concurrency.max(1).to_string()])
+            .args(["-n", &spec.calls.to_string()])
+            .args(["--duration-ms", &spec.duration_ms.to_string()])
+            .args(["--rate", &spec.rate.to_string()])
+            .args(["--warmup", &spec.warmup.to_string()])
+            .args(["--timeout-ms", &spec.timeout_ms.to_string()])
+            .args(["--threads", &spec.threads.to_string()]);
+        if let Some((hosts, key)) = &spec.etcd {
+            cmd.args(["--etcd", hosts, "--key", key]);
+        }
+        if let Some(r) = &records {
+            cmd.arg("--records").arg(r);
+        }
+        let proc = Proc::spawn(&format!("load ({})", client.label()), cmd, None, true)?;
+        // Generous: start-up, discovery wait, the run itself, and the slowest calls.
+        let limit = Duration::from_millis(spec.duration_ms) + Duration::from_secs(120);
+        Ok(Running {
+            proc,
+            records,
+            limit,
+        })
+    }
+
+    /// Runs a load generator to the end.
+    pub(crate) fn load(&self, client: Gen, spec: &LoadSpec) -> Result<(Summary, Vec<Record>)> {
+        self.start_load(client, spec)?.wait()
+    }
+}
+
+impl Server {
+    /// ms from the start of the process to its first call (`first_call` event), if any.
+    pub(crate) fn first_call_ms(&mut self) -> Option<f64> {
+        self.proc
+            .wait_json(Duration::from_millis(1), |v| v["event"] == "first_call")
+            .ok()
+            .and_then(|v| v["ms_since_start"].as_f64())
+    }
+
+    /// When the process was started.
+    pub(crate) fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// Stops it (SIGTERM) and returns its `stopped` event.
+    pub(crate) fn stop(mut self) -> Option<serde_json::Value> {
+        self.proc.stop(Duration::from_secs(8));
+        self.proc
+            .drain_json(Duration::from_millis(50))
+            .into_iter()
+            .find(|v| v["event"] == "stopped")
+    }
+}
+
+/// The zrpc server config (go-zero YAML) for a profile.
+fn zrpc_yaml(listen: &str, spec: &ServerSpec) -> String {
+    let mut y = format!(
+        "Name: zrpc.bench\nListenOn: {listen}\nCpuThreshold: {}\n",
+        if spec.shedding { 900 } else { 0 }
+    );
+    match spec.profile {
+        Profile::Tonic | Profile::Quiet => {
+            y.push_str("Log: {Mode: console, Level: error, Stat: false}\n");
+            y.push_str(
+                "Middlewares:\n  StatConf:\n    IgnoreContentMethods: [/greeter.Greeter/SayHello]\n",
+            );
+        }
+        Profile::Minimal => {
+            y.push_str("Timeout: 0\nLog: {Mode: console, Level: error, Stat: false}\n");
+            y.push_str(
+                "Middlewares: {Trace: false, Recover: false, Stat: false, Prometheus: false, Breaker: false}\n",
+            );
+        }
+        Profile::Shipped => {
+            y.push_str("Log: {Mode: console, Level: info}\n");
+            y.push_str("Middlewares:\n  StatConf:\n    LogRequestContent: true\n");
+        }
+    }
+    if let Some((hosts, key)) = &spec.etcd {
+        let _ = std::fmt::Write::write_fmt(
+            &mut y,
+            format_args!("Etcd: {{Hosts: [{hosts}], Key: {key}}}\n"),
+        );
+    }
+    y
+}
+
+/// Starts etcd on free loopback ports with a temporary data dir (ended when dropped).
+pub(crate) fn start_etcd(ctx: &Ctx<'_>) -> Result<(Proc, String)> {
+    let etcd = ctx.env.etcd.as_ref().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (client, peer) = (free_port()?, free_port()?);
+    let dir = ctx.file("etcd-data");
+    let endpoint = format!("127.0.0.1:{client}");
+    let mut cmd = std::process::Command::new(etcd);
+    cmd.arg("--data-dir")
+        .arg(&dir)
+        .args(["--name", "bench"])
+        .args(["--listen-client-urls", &format!("http://{endpoint}")])
+        .args(["--advertise-client-urls", &format!("http://{endpoint}")])
+        .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+        .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer}")])
+        .args(["--initial-cluster", &format!("bench=http://127.0.0.1:{peer}")])
+        .args(["--log-level", "error"]);
+    let proc = Proc::spawn("etcd", cmd, None, true)?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ok = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "exec 3<>/dev/tcp/127.0.0.1/{client} && printf 'GET /health HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"
+            ))
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).contains("\"health\":\"true\""))
+            .unwrap_or(false);
+        if ok {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("etcd did not become healthy on {endpoint}; stderr:\n{}", proc.stderr_tail());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok((proc, endpoint))
+}
+
+/// An h2load run: requests/s and per-request latencies (ms) from its log file.
+#[derive(Debug, Clone)]
+pub(crate) struct H2Run {
+    pub(crate) rate: f64,
+    pub(crate) latencies: Vec<f64>,
+}
+
+/// `h2load -c conns -m streams -n requests -t threads` of SayHello against `addr`.
+pub(crate) fn h2load(
+    ctx: &Ctx<'_>,
+    addr: &str,
+    (conns, streams, requests, threads): (u64, u64, u64, u64),
+    cpu: Option<usize>,
+) -> Result<H2Run> {
+    let h2 = ctx.env.h2load.as_ref().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let body = ctx.file("hello.bin");
+    // gRPC frame of HelloRequest{name: "world"}.
+    std::fs::write(&body, b"\x00\x00\x00\x00\x07\x0a\x05world")?;
+    let log = ctx.file("h2load.log");
+    let mut cmd = ctx.env.command(h2, cpu);
+    cmd.args(["-t", &threads.to_string()])
+        .args(["-c", &conns.to_string()])
+        .args(["-m", &streams.to_string()])
+        .args(["-n", &requests.to_string()])
+        .arg("-d")
+        .arg(&body)
+        .arg(format!("--log-file={}", log.display()))
+        .args(["-H", "content-type: application/grpc", "-H", "te: trailers"])
+        .arg(format!("http://{addr}/greeter.Greeter/SayHello"));
+    let out = cmd.output().context("cannot run h2load")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = |prefix: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(prefix))
+            .map(str::to_owned)
+            .with_context(|| format!("no `{prefix}` in h2load output:\n{text}"))
+    };
+    let done = line("requests:")?;
+    if !done.contains(" 0 failed, 0 errored") {
+        bail!("h2load saw failures against {addr}: {done}");
+    }
+    let finished = line("finished in")?;
+    let rate = finished
+        .split(", ")
+        .nth(1)
+        .and_then(|s| s.strip_suffix(" req/s"))
+        .and_then(|s| s.trim().parse().ok())
+        .with_context(|| format!("cannot read req/s from `{finished}`"))?;
+    let latencies = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split('\t').nth(2)?.trim().parse::<f64>().ok())
+        .map(|us| us / 1000.0)
+        .collect();
+    let _ = std::fs::remove_file(&log);
+    Ok(H2Run { rate, latencies })
+}

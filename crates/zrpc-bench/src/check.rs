@@ -1,0 +1,166 @@
+//! `zrpc-bench check-report <file>`: is a report well formed? Every scenario section present,
+//! none FAILED, each with at least one table whose rows are complete (a subject that could not
+//! be measured says `skipped: <why>`), and every chart it links is an SVG file that exists.
+//! `scripts/test.sh` runs it on the `--quick` report (a smoke test of the harness, not of
+//! timings).
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+
+/// The section titles a full report has, in order.
+pub(crate) const SECTIONS: [&str; 6] = [
+    "Overhead: throughput, CPU and memory",
+    "Latency: serial calls",
+    "Balance: one slow node",
+    "Breaker: a backend that fails, then heals",
+    "Shedding: 2x overload of a CPU-bound handler",
+    "Failover and registration",
+];
+
+/// Checks the report at `path`; the error lists every problem found.
+pub(crate) fn run(path: &Path) -> Result<()> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the report {}", path.display()))?;
+    let problems = problems(&text, path.parent().unwrap_or(Path::new(".")));
+    if problems.is_empty() {
+        println!("{}: well formed ({} sections)", path.display(), SECTIONS.len());
+        return Ok(());
+    }
+    bail!(
+        "{} is not a well-formed report:\n  - {}",
+        path.display(),
+        problems.join("\n  - ")
+    )
+}
+
+/// Everything wrong with a report's text (charts resolved against `dir`).
+pub(crate) fn problems(text: &str, dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    if !text.starts_with("# zrpc benchmarks") {
+        out.push("it does not start with `# zrpc benchmarks`".into());
+    }
+    if !text.contains("cargo run --release -p zrpc-bench --") {
+        out.push("the exact command is missing".into());
+    }
+    for fact in ["| commit |", "| CPU |", "| date (UTC) |"] {
+        if !text.contains(fact) {
+            out.push(format!("the machine facts lack `{fact}`"));
+        }
+    }
+    let parts: Vec<&str> = text.split("\n## ").skip(1).collect();
+    for title in SECTIONS {
+        let Some(body) = parts.iter().find(|p| p.starts_with(title)) else {
+            out.push(format!("section `{title}` is missing"));
+            continue;
+        };
+        if body.contains("FAILED") {
+            out.push(format!("section `{title}` FAILED"));
+        }
+        let mut tables = 0;
+        let mut lines = body.lines().peekable();
+        while let Some(line) = lines.next() {
+            let is_sep = lines.peek().is_some_and(|l| l.starts_with("|---"));
+            if !(line.starts_with('|') && is_sep) {
+                continue;
+            }
+            let width = cells(line).len();
+            lines.next();
+            let mut rows = 0;
+            while let Some(row) = lines.next_if(|l| l.starts_with('|')) {
+                rows += 1;
+                let c = cells(row);
+                if c.len() != width {
+                    out.push(format!(
+                        "section `{title}`: a row has {} cells, its header {width}: {row}",
+                        c.len()
+                    ));
+                }
+                if c.iter().any(|c| c.is_empty()) {
+                    out.push(format!("section `{title}`: a row has an empty cell: {row}"));
+                }
+            }
+            if rows == 0 {
+                out.push(format!("section `{title}`: a table has no rows"));
+            }
+            tables += 1;
+        }
+        if tables == 0 {
+            out.push(format!("section `{title}` has no table"));
+        }
+        for chart in body.split("](").skip(1) {
+            let Some(file) = chart.split(')').next() else {
+                continue;
+            };
+            if !file.ends_with(".svg") {
+                continue;
+            }
+            let svg = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
+            if !svg.trim_start().starts_with("<svg") {
+                out.push(format!("section `{title}`: chart {file} is missing or not SVG"));
+            }
+        }
+    }
+    out
+}
+
+fn cells(row: &str) -> Vec<String> {
+    let inner = row.trim().trim_start_matches('|').trim_end_matches('|');
+    inner.split(" | ").map(|c| c.trim().to_owned()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(section_body: &str) -> String {
+        let mut s = String::from(
+            "# zrpc benchmarks\n\n```sh\ncargo run --release -p zrpc-bench -- all\n```\n\n| fact | value |\n|---|---|\n| date (UTC) | x |\n| commit | y |\n| CPU | z |\n",
+        );
+        for t in SECTIONS {
+            s.push_str(&format!("\n## {t}\n\n{section_body}\n"));
+        }
+        s
+    }
+
+    #[test]
+    fn a_complete_report_passes() {
+        let r = report("| a | b |\n|---|---|\n| 1 | skipped: go not found |\n");
+        assert_eq!(problems(&r, Path::new("/nonexistent")), Vec::<String>::new());
+    }
+
+    #[test]
+    fn missing_sections_tables_and_cells_are_named() {
+        let r = report("| a | b |\n|---|---|\n| 1 |  |\n");
+        let p = problems(&r, Path::new("/nonexistent"));
+        assert!(p.iter().any(|m| m.contains("empty cell")), "{p:?}");
+        let r = report("no table here");
+        let p = problems(&r, Path::new("/nonexistent"));
+        assert_eq!(p.len(), SECTIONS.len(), "{p:?}");
+        assert!(p[0].contains("has no table"));
+        let r = report("| a | b |\n|---|---|\n| 1 | 2 |\n").replace("## Latency", "## Lat");
+        assert!(
+            problems(&r, Path::new("/x"))
+                .iter()
+                .any(|m| m.contains("`Latency: serial calls` is missing"))
+        );
+    }
+
+    #[test]
+    fn failed_sections_and_missing_charts_fail() {
+        let r = report("FAILED: boom\n\n| a |\n|---|\n| 1 |\n");
+        assert!(problems(&r, Path::new("/x")).iter().any(|m| m.contains("FAILED")));
+        let r = report("| a |\n|---|\n| 1 |\n\n![c](b/none.svg)\n");
+        assert!(
+            problems(&r, Path::new("/x"))
+                .iter()
+                .any(|m| m.contains("none.svg is missing"))
+        );
+    }
+
+    #[test]
+    fn rows_must_match_their_header() {
+        let r = report("| a | b |\n|---|---|\n| 1 | 2 | 3 |\n");
+        assert!(problems(&r, Path::new("/x")).iter().any(|m| m.contains("3 cells")));
+    }
+}

@@ -1,0 +1,284 @@
+//! Overhead: the server (h2load against bare tonic, zrpc full chain, zrpc minimal, go-zero with
+//! matched logging and as shipped) and the client (zrpc client, a bare tonic channel, go-zero's
+//! client, all against one bare tonic server): throughput, latency percentiles, CPU µs per
+//! request and RSS, in pinned (server on CPU 0, load on CPU 1, one thread each) and unpinned mode.
+
+use anyhow::Result;
+
+use super::{Ctx, Gen, LoadSpec, Profile, ServerSpec, Side, h2load};
+use crate::charts::{self, XAxis};
+use crate::report::{Section, Table, f, ratio};
+use crate::stats::{median, percentile};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Pinned,
+    Unpinned,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Pinned => "pinned",
+            Mode::Unpinned => "unpinned",
+        }
+    }
+}
+
+const SERVERS: [(Side, Profile, &str); 6] = [
+    (Side::Rust, Profile::Tonic, "bare tonic"),
+    (Side::Rust, Profile::Quiet, "zrpc full chain"),
+    (Side::Rust, Profile::Minimal, "zrpc minimal (middleware off)"),
+    (Side::Go, Profile::Quiet, "go-zero matched logging"),
+    (Side::Rust, Profile::Shipped, "zrpc, every request logged"),
+    (Side::Go, Profile::Shipped, "go-zero default (as shipped)"),
+];
+
+const CLIENTS: [Gen; 3] = [Gen::Zrpc("p2c_ewma"), Gen::Tonic, Gen::GoZero];
+
+#[derive(Debug, Default, Clone)]
+struct Acc {
+    rate: Vec<f64>,
+    cpu: Vec<f64>,
+    p50: Vec<f64>,
+    p99: Vec<f64>,
+    p999: Vec<f64>,
+    rss: f64,
+    last_latencies: Vec<f64>,
+    skipped: Option<String>,
+}
+
+impl Acc {
+    fn rate(&self) -> f64 {
+        median(self.rate.clone())
+    }
+}
+
+pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
+    let rounds = ctx.opts.rounds;
+    let requests: u64 = ctx.size(4_000, 30_000);
+    let calls: u64 = ctx.size(2_000, 20_000);
+    let mut modes = vec![Mode::Pinned, Mode::Unpinned];
+    let mut notes = Vec::new();
+    if !ctx.env.taskset || ctx.env.cpus < 2 {
+        modes.retain(|m| *m == Mode::Unpinned);
+        notes.push("skipped: pinned mode (needs taskset and 2 CPUs)".to_owned());
+    }
+    let steps = modes.len() as u64 * rounds as u64 * (SERVERS.len() + CLIENTS.len()) as u64;
+    let pb = ctx.progress(steps, "overhead");
+    let mut server_table = Table::new(
+        &format!(
+            "Server: h2load -c 10 -m 50, {requests} requests per run, median of {rounds} alternating runs"
+        ),
+        &[
+            "mode",
+            "server",
+            "req/s",
+            "vs bare tonic",
+            "vs go-zero (same logging)",
+            "p50 ms",
+            "p99 ms",
+            "p99.9 ms",
+            "server CPU µs/req",
+            "server RSS MB",
+        ],
+    );
+    let mut client_table = Table::new(
+        &format!(
+            "Client: 50 concurrent callers, {calls} calls per run against one bare tonic server, median of {rounds} alternating runs"
+        ),
+        &[
+            "mode",
+            "client",
+            "calls/s",
+            "vs bare tonic",
+            "vs go-zero client",
+            "p50 ms",
+            "p99 ms",
+            "p99.9 ms",
+            "client CPU µs/call",
+            "client RSS MB",
+        ],
+    );
+    let mut cdf_series = Vec::new();
+    for &mode in &modes {
+        let (srv_cpu, load_cpu, threads, h2_threads) = match mode {
+            Mode::Pinned => (Some(0), Some(1), 1, 1),
+            Mode::Unpinned => (None, None, 0, 2),
+        };
+        // ---- servers ----
+        let mut accs: Vec<Acc> = vec![Acc::default(); SERVERS.len()];
+        let mut servers = Vec::new();
+        for (i, (side, profile, _)) in SERVERS.iter().enumerate() {
+            let spec = ServerSpec {
+                profile: *profile,
+                cpu: srv_cpu,
+                threads,
+                ..ServerSpec::default()
+            };
+            match ctx.server(*side, &spec) {
+                Ok(s) => servers.push(Some(s)),
+                Err(e) => {
+                    accs[i].skipped = Some(format!("{e:#}"));
+                    servers.push(None);
+                }
+            }
+        }
+        for s in servers.iter().flatten() {
+            pb.set_message(format!("{} warm-up", mode.name()));
+            h2load(ctx, &s.addr, (10, 50, requests / 4, h2_threads), load_cpu)?;
+        }
+        for round in 0..rounds {
+            for k in 0..SERVERS.len() {
+                // Rotate the order each round so that no subject always runs first.
+                let i = (k + round) % SERVERS.len();
+                let Some(s) = &servers[i] else { continue };
+                pb.set_message(format!("{} server: {}", mode.name(), SERVERS[i].2));
+                let cpu0 = s.proc.cpu_us();
+                let run = h2load(ctx, &s.addr, (10, 50, requests, h2_threads), load_cpu)?;
+                let cpu = (s.proc.cpu_us() - cpu0) / requests as f64;
+                let mut lat = run.latencies;
+                lat.sort_by(f64::total_cmp);
+                let a = &mut accs[i];
+                a.rate.push(run.rate);
+                a.cpu.push(cpu);
+                a.p50.push(percentile(&lat, 0.5));
+                a.p99.push(percentile(&lat, 0.99));
+                a.p999.push(percentile(&lat, 0.999));
+                a.last_latencies = lat;
+                pb.inc(1);
+            }
+        }
+        for (i, s) in servers.iter().enumerate() {
+            if let Some(s) = s {
+                accs[i].rss = s.proc.rss_mb();
+            }
+        }
+        drop(servers);
+        let bare = accs[0].rate();
+        for (i, (_, profile, name)) in SERVERS.iter().enumerate() {
+            let a = &accs[i];
+            if let Some(why) = &a.skipped {
+                server_table.skipped_row(&format!("{} | {name}", mode.name()), why);
+                continue;
+            }
+            // The go-zero server with the same logging profile.
+            let go = match profile {
+                Profile::Shipped => accs[5].rate(),
+                _ => accs[3].rate(),
+            };
+            server_table.row(vec![
+                mode.name().into(),
+                (*name).into(),
+                f(a.rate(), 0),
+                ratio(a.rate(), bare),
+                if SERVERS[i].0 == Side::Go || *profile == Profile::Minimal {
+                    "-".into()
+                } else {
+                    ratio(a.rate(), go)
+                },
+                f(median(a.p50.clone()), 2),
+                f(median(a.p99.clone()), 2),
+                f(median(a.p999.clone()), 2),
+                f(median(a.cpu.clone()), 1),
+                f(a.rss, 1),
+            ]);
+            if mode == Mode::Pinned || modes.len() == 1 {
+                cdf_series.push((name.to_string(), charts::cdf(&a.last_latencies)));
+            }
+        }
+        // ---- clients ----
+        let server = ctx.server(
+            Side::Rust,
+            &ServerSpec {
+                profile: Profile::Tonic,
+                cpu: srv_cpu,
+                threads,
+                ..ServerSpec::default()
+            },
+        )?;
+        let mut caccs: Vec<Acc> = vec![Acc::default(); CLIENTS.len()];
+        for round in 0..rounds {
+            for k in 0..CLIENTS.len() {
+                let i = (k + round) % CLIENTS.len();
+                let client = CLIENTS[i];
+                pb.set_message(format!("{} client: {}", mode.name(), client.label()));
+                let spec = LoadSpec {
+                    endpoints: vec![server.addr.clone()],
+                    concurrency: 50,
+                    calls,
+                    warmup: calls / 10,
+                    cpu: load_cpu,
+                    threads,
+                    ..LoadSpec::default()
+                };
+                match ctx.load(client, &spec) {
+                    Ok((s, _)) => {
+                        let a = &mut caccs[i];
+                        a.rate.push(s.rate());
+                        a.cpu.push(s.cpu_us);
+                        a.p50.push(s.p50_ms);
+                        a.p99.push(s.p99_ms);
+                        a.p999.push(s.p999_ms);
+                        a.rss = a.rss.max(s.rss_mb);
+                    }
+                    Err(e) if client == Gen::GoZero => caccs[i].skipped = Some(format!("{e:#}")),
+                    Err(e) => return Err(e),
+                }
+                pb.inc(1);
+            }
+        }
+        drop(server);
+        let bare = caccs[1].rate();
+        let go = caccs[2].rate();
+        for (i, client) in CLIENTS.iter().enumerate() {
+            let a = &caccs[i];
+            if let Some(why) = &a.skipped {
+                client_table.skipped_row(&format!("{} | {}", mode.name(), client.label()), why);
+                continue;
+            }
+            client_table.row(vec![
+                mode.name().into(),
+                client.label(),
+                f(a.rate(), 0),
+                ratio(a.rate(), bare),
+                if *client == Gen::GoZero {
+                    "-".into()
+                } else {
+                    ratio(a.rate(), go)
+                },
+                f(median(a.p50.clone()), 2),
+                f(median(a.p99.clone()), 2),
+                f(median(a.p999.clone()), 2),
+                f(median(a.cpu.clone()), 1),
+                f(a.rss, 1),
+            ]);
+        }
+    }
+    pb.finish_and_clear();
+    let chart = "overhead-server-cdf.svg";
+    charts::lines(
+        &ctx.charts.join(chart),
+        "Server latency under h2load (-c 10 -m 50), last round",
+        ("latency, ms (log)", "fraction of requests"),
+        XAxis::Log,
+        Some((0.0, 1.0)),
+        &cdf_series,
+    )?;
+    Ok(Section {
+        title: String::new(),
+        intro: "Servers run as separate processes; CPU is the server process's user+system time \
+                (from `/proc`) divided by the requests of the run; RSS is read after the runs. \
+                \"Matched logging\" is the quiet profile on both sides (`Log.Level: error`, \
+                request content not logged, `CpuThreshold: 0`, breaker, timeout 2 s, recover, \
+                trace, metrics on); \"as shipped\" logs every request at info on both sides, to \
+                /dev/null. Pinned: server on CPU 0 with one thread (`GOMAXPROCS=1` for Go, one \
+                tokio thread for Rust), load generator on CPU 1 with one thread. The client \
+                generators are this binary's `load` (zrpc client / bare tonic channel) and \
+                `gzbench load` (go-zero client), with the same closed loop."
+            .into(),
+        tables: vec![server_table, client_table],
+        charts: vec![("server latency CDF".into(), chart.into())],
+        notes,
+    })
+}
