@@ -827,6 +827,52 @@ impl EtcdCluster {
         }
     }
 
+    /// The index of the member that is leader now, asked over each running member's
+    /// `/metrics` (`etcd_server_is_leader 1`); `None` while there is none (no quorum, an
+    /// election) or for an external etcd.
+    pub async fn leader(&mut self) -> Option<usize> {
+        for i in 0..self.members.len() {
+            if !self.members[i].running() {
+                continue;
+            }
+            let addr = SocketAddr::from(([127, 0, 0, 1], self.members[i].client_port));
+            // HTTP/1.0: no chunked encoding to split a line
+            let probe = async {
+                let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+                s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await.ok()?;
+                let mut buf = Vec::new();
+                s.read_to_end(&mut buf).await.ok()?;
+                Some(String::from_utf8_lossy(&buf).into_owned())
+            };
+            let metrics = tokio::time::timeout(Duration::from_secs(2), probe)
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_default();
+            if metrics
+                .lines()
+                .any(|l| l.trim() == "etcd_server_is_leader 1")
+            {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// Waits up to `limit` for a leader among the running members; returns its index.
+    pub async fn wait_leader(&mut self, limit: Duration) -> Option<usize> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(i) = self.leader().await {
+                return Some(i);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// True while member `i` runs (always true for an external etcd).
     pub fn is_member_running(&mut self, i: usize) -> bool {
         if self.is_external() {

@@ -7,6 +7,8 @@ mod client_failover;
 mod client_support;
 mod config;
 mod discovery;
+mod etcd_cluster;
+mod k8s;
 mod registration;
 mod server_auth;
 mod server_auth_redis;
