@@ -399,15 +399,14 @@ fn percent_decode(s: &str) -> String {
     let mut out = Vec::new();
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'%' {
-            if let Some(h) = s
+        if b[i] == b'%'
+            && let Some(h) = s
                 .get(i + 1..i + 3)
                 .and_then(|h| u8::from_str_radix(h, 16).ok())
-            {
-                out.push(h);
-                i += 3;
-                continue;
-            }
+        {
+            out.push(h);
+            i += 3;
+            continue;
         }
         out.push(b[i]);
         i += 1;
