@@ -98,4 +98,14 @@ fi
 log "cargo doc -D warnings"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 
+# --- 7. benchmark harness smoke test ---------------------------------------
+# zrpc-bench --quick runs every scenario with tiny sizes (< 2 min) into a temporary report and
+# checks that it is well formed (every section and table filled or marked skipped, charts present);
+# it asserts no timings. docs/benchmarks.md is never touched here.
+log "zrpc-bench --quick (smoke test)"
+bench_out=$(mktemp -d)
+cargo run -q -p zrpc-bench --locked -- --quick --out "$bench_out/report.md" all
+cargo run -q -p zrpc-bench --locked -- check-report "$bench_out/report.md"
+rm -rf "$bench_out"
+
 log "all checks passed"
