@@ -1,13 +1,17 @@
 //! [`Client`]: the balanced, governed channel that generated tonic clients use.
 
 use std::any::Any;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use pin_project_lite::pin_project;
 use tonic::body::Body;
 use tower::ServiceBuilder;
-use tower::util::BoxCloneSyncService;
+use tower::util::Either;
+use zrpc_core::breaker::BreakerRegistry;
 use zrpc_core::conf::Validate;
 
 use crate::Error;
@@ -15,13 +19,11 @@ use crate::balancer::endpoint::ConnectOptions;
 use crate::balancer::random_seed;
 use crate::balancer::service::Balancer;
 use crate::conf::RpcClientConf;
-use crate::layers::breaker::BreakerLayer;
-use crate::layers::credentials::CredentialsLayer;
-use crate::layers::duration::DurationLayer;
-use crate::layers::metrics::MetricsLayer;
-use crate::layers::timeout::TimeoutLayer;
-use crate::layers::trace::TraceLayer;
-use crate::layers::{BoxError, Response};
+use crate::layers::credentials::{Credentials, CredentialsLayer};
+use crate::layers::duration::SLOW_THRESHOLD;
+use crate::layers::observe::Observe;
+use crate::layers::timeout::{Timeout, TimeoutLayer};
+use crate::layers::{BoxError, ObserveLayer, Response};
 use crate::resolver::{self, Target};
 
 /// How long `NonBlock: false` waits for a usable endpoint (go-zero's dial timeout).
@@ -47,7 +49,7 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    service: BoxCloneSyncService<http::Request<Body>, Response, BoxError>,
+    service: Stack,
     balancer: Balancer,
     target: Arc<str>,
     /// Keeps the resolver running.
@@ -130,11 +132,19 @@ impl Client {
             None
         };
         let m = &conf.middlewares;
+        let observe = (m.trace || m.duration || m.prometheus || m.breaker).then(|| {
+            ObserveLayer::builder(&target_name)
+                .trace(m.trace)
+                .duration_log(m.duration.then_some(SLOW_THRESHOLD))
+                .metrics(
+                    m.prometheus
+                        .then(|| crate::metrics::client_metrics().clone()),
+                )
+                .breakers(m.breaker.then(BreakerRegistry::shared))
+                .build()
+        });
         let service = ServiceBuilder::new()
-            .option_layer(m.trace.then(|| TraceLayer::new(&target_name)))
-            .option_layer(m.duration.then(|| DurationLayer::new(&target_name)))
-            .option_layer(m.prometheus.then_some(MetricsLayer))
-            .option_layer(m.breaker.then(|| BreakerLayer::new(&target_name)))
+            .option_layer(observe)
             .option_layer(
                 m.timeout
                     .then(|| TimeoutLayer::new(conf.timeout_duration())),
@@ -142,7 +152,7 @@ impl Client {
             .option_layer(credentials)
             .service(balancer.clone());
         let client = Client {
-            service: BoxCloneSyncService::new(service),
+            service,
             balancer,
             target: target_name,
             _resolution: resolution.guard,
@@ -246,20 +256,46 @@ pub struct EndpointInfo {
     pub requests: u64,
 }
 
+/// The client's chain: observe -> timeout -> credentials -> balancer, each stage optional.
+type WithCredentials = Either<Credentials<Balancer>, Balancer>;
+type WithTimeout = Either<Timeout<WithCredentials>, WithCredentials>;
+type Stack = Either<Observe<WithTimeout>, WithTimeout>;
+
+pin_project! {
+    /// The response future of [`Client`].
+    pub struct ResponseFuture {
+        #[pin]
+        inner: <Stack as tower::Service<http::Request<Body>>>::Future,
+    }
+}
+
+impl std::fmt::Debug for ResponseFuture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl Future for ResponseFuture {
+    type Output = Result<Response, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.project().inner.poll(cx)
+    }
+}
+
 impl tower::Service<http::Request<Body>> for Client {
     type Response = Response;
     type Error = BoxError;
-    type Future =
-        <BoxCloneSyncService<http::Request<Body>, Response, BoxError> as tower::Service<
-            http::Request<Body>,
-        >>::Future;
+    type Future = ResponseFuture;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         self.service.poll_ready(cx)
     }
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
-        self.service.call(req)
+        ResponseFuture {
+            inner: self.service.call(req),
+        }
     }
 }
 

@@ -32,8 +32,8 @@ pub fn registry() -> &'static Registry {
     prometheus::default_registry()
 }
 
-/// The client metric families.
-#[derive(Debug)]
+/// The client metric families (handles: clones record into the same series).
+#[derive(Debug, Clone)]
 pub struct ClientMetrics {
     /// `rpc_client_requests_duration_ms{method}`.
     pub duration_ms: HistogramVec,
@@ -41,10 +41,14 @@ pub struct ClientMetrics {
     pub code_total: IntCounterVec,
 }
 
-/// The client metric families, registered on first use (with the per-endpoint collector).
-pub fn client_metrics() -> &'static ClientMetrics {
-    static METRICS: OnceLock<ClientMetrics> = OnceLock::new();
-    METRICS.get_or_init(|| {
+impl ClientMetrics {
+    /// Creates the families and registers them in `registry` (a registry of your own, passed to
+    /// the client explicitly; the default client uses [`client_metrics`], in the global registry).
+    ///
+    /// # Errors
+    ///
+    /// The families are already registered in `registry`.
+    pub fn register(registry: &Registry) -> Result<ClientMetrics, prometheus::Error> {
         let duration_ms = HistogramVec::new(
             HistogramOpts::new(
                 "rpc_client_requests_duration_ms",
@@ -52,29 +56,34 @@ pub fn client_metrics() -> &'static ClientMetrics {
             )
             .buckets(DURATION_BUCKETS_MS.to_vec()),
             &["method"],
-        );
+        )?;
         let code_total = IntCounterVec::new(
             Opts::new(
                 "rpc_client_requests_code_total",
                 "rpc client requests code count.",
             ),
             &["method", "code"],
-        );
-        let (Ok(duration_ms), Ok(code_total)) = (duration_ms, code_total) else {
-            unreachable!("static metric options are valid")
-        };
-        for c in [
-            Box::new(duration_ms.clone()) as Box<dyn Collector>,
-            Box::new(code_total.clone()),
-        ] {
-            if let Err(e) = registry().register(c) {
-                tracing::error!(target: "zrpc::metrics", "cannot register client metrics: {e}");
-            }
-        }
-        ClientMetrics {
+        )?;
+        registry.register(Box::new(duration_ms.clone()))?;
+        registry.register(Box::new(code_total.clone()))?;
+        Ok(ClientMetrics {
             duration_ms,
             code_total,
-        }
+        })
+    }
+}
+
+/// The client metric families in the global registry, registered on first use (go-zero's
+/// package-level metrics, exported by the DevServer's `/metrics`).
+pub fn client_metrics() -> &'static ClientMetrics {
+    static METRICS: OnceLock<ClientMetrics> = OnceLock::new();
+    METRICS.get_or_init(|| {
+        ClientMetrics::register(registry()).unwrap_or_else(|e| {
+            tracing::error!(target: "zrpc::metrics", "cannot register client metrics: {e}");
+            let unregistered = Registry::new();
+            ClientMetrics::register(&unregistered)
+                .unwrap_or_else(|_| unreachable!("static metric options are valid"))
+        })
     })
 }
 

@@ -33,7 +33,7 @@ pub(crate) struct Endpoint {
     pub(crate) stats: EndpointStats,
     channel: Channel,
     /// Writes and losses of its connections (see `wire`).
-    wire: Arc<Wire>,
+    pub(crate) wire: Arc<Wire>,
 }
 
 impl AsRef<EndpointStats> for Endpoint {

@@ -9,6 +9,11 @@
 //!
 //! Retrying is only done when the first attempt provably never reached a server (see
 //! `endpoint::never_reached_server`), so even non-idempotent methods are safe.
+//!
+//! What is kept costs little: the body `Bytes` (a reference count), the headers (a copy), and of
+//! the extensions only the call's [`Deadline`]: below the balancer only the endpoint's connection
+//! reads the request, and the only extension it reads is that one (copying the whole extension
+//! map cost four allocations per call).
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -16,10 +21,12 @@ use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::FutureExt;
-use http::{Extensions, HeaderMap, Method, Uri, Version};
+use http::{HeaderMap, Method, Uri, Version};
 use http_body::{Frame, SizeHint};
 use http_body_util::{BodyExt, Full};
 use tonic::body::Body;
+
+use super::endpoint::Deadline;
 
 /// Bodies larger than this are not kept for a retry.
 pub const MAX_REPLAY_BYTES: usize = 256 * 1024;
@@ -31,7 +38,7 @@ pub(crate) struct Replay {
     uri: Uri,
     version: Version,
     headers: HeaderMap,
-    extensions: Extensions,
+    deadline: Option<Deadline>,
     body: Bytes,
 }
 
@@ -43,7 +50,9 @@ impl Replay {
         *req.uri_mut() = self.uri.clone();
         *req.version_mut() = self.version;
         *req.headers_mut() = self.headers.clone();
-        *req.extensions_mut() = self.extensions.clone();
+        if let Some(d) = self.deadline {
+            req.extensions_mut().insert(d);
+        }
         req
     }
 }
@@ -57,7 +66,9 @@ pub(crate) fn prepare(
     req: http::Request<Body>,
 ) -> Result<(http::Request<Body>, Option<Replay>), tonic::Status> {
     let (parts, mut body) = req.into_parts();
-    let mut head: VecDeque<Frame<Bytes>> = VecDeque::new();
+    // the first frame apart: a unary body is one frame, read without allocating a queue
+    let mut first: Option<Frame<Bytes>> = None;
+    let mut more: VecDeque<Frame<Bytes>> = VecDeque::new();
     let mut size = 0usize;
     let complete = loop {
         match body.frame().now_or_never() {
@@ -69,7 +80,11 @@ pub(crate) fn prepare(
                 if let Some(d) = frame.data_ref() {
                     size += d.len();
                 }
-                head.push_back(frame);
+                if first.is_none() {
+                    first = Some(frame);
+                } else {
+                    more.push_back(frame);
+                }
                 if !is_data || size > MAX_REPLAY_BYTES {
                     break false;
                 }
@@ -77,18 +92,19 @@ pub(crate) fn prepare(
         }
     };
     if !complete {
+        let mut head = more;
+        if let Some(f) = first {
+            head.push_front(f);
+        }
         let body = Body::new(Prefixed { head, rest: body });
         return Ok((http::Request::from_parts(parts, body), None));
     }
-    let data = match head.len() {
-        0 => Bytes::new(),
-        1 => head
-            .pop_front()
-            .and_then(|f| f.into_data().ok())
-            .unwrap_or_default(),
-        _ => {
+    let data = match (first, more.is_empty()) {
+        (None, _) => Bytes::new(),
+        (Some(f), true) => f.into_data().unwrap_or_default(),
+        (Some(f), false) => {
             let mut buf = BytesMut::with_capacity(size);
-            for f in head {
+            for f in std::iter::once(f).chain(more) {
                 if let Ok(d) = f.into_data() {
                     buf.extend_from_slice(&d);
                 }
@@ -101,7 +117,7 @@ pub(crate) fn prepare(
         uri: parts.uri.clone(),
         version: parts.version,
         headers: parts.headers.clone(),
-        extensions: parts.extensions.clone(),
+        deadline: parts.extensions.get::<Deadline>().copied(),
         body: data.clone(),
     };
     let req = http::Request::from_parts(parts, Body::new(Full::new(data)));
@@ -164,6 +180,31 @@ mod tests {
         );
         let again = replay.clone_request();
         assert_eq!(again.headers()["x-a"], "1");
+        assert_eq!(
+            again.into_body().collect().await.unwrap().to_bytes(),
+            "hello"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_replay_keeps_the_deadline_and_a_multi_frame_body() {
+        let frames = http_body_util::StreamBody::new(futures_util::stream::iter([
+            Ok::<_, tonic::Status>(Frame::data(Bytes::from_static(b"he"))),
+            Ok(Frame::data(Bytes::from_static(b"llo"))),
+        ]));
+        let mut req = http::Request::new(Body::new(frames));
+        let deadline = Deadline(std::time::Instant::now());
+        req.extensions_mut().insert(deadline);
+        req.extensions_mut().insert(7u8);
+        let (first, replay) = prepare(req).unwrap();
+        assert_eq!(
+            first.extensions().get::<u8>(),
+            Some(&7),
+            "the first attempt keeps all"
+        );
+        let again = replay.unwrap().clone_request();
+        assert_eq!(again.extensions().get::<Deadline>(), Some(&deadline));
+        assert_eq!(again.extensions().get::<u8>(), None);
         assert_eq!(
             again.into_body().collect().await.unwrap().to_bytes(),
             "hello"

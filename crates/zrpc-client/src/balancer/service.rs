@@ -166,6 +166,11 @@ impl Shared {
                 },
             }
         }
+        // only a set of two or more can retry elsewhere: the connections peek before writes then
+        let guarded = next.len() > 1;
+        for e in &next {
+            e.wire.set_guarded(guarded);
+        }
         tracing::info!(target = %self.target, endpoints = ?chosen, "endpoint set updated");
         self.set.store(Arc::new(next));
         self.ready.send_replace(true);

@@ -16,11 +16,16 @@
 //! - tokio caches readiness, so that read may not see an EOF the I/O driver has not processed yet:
 //!   before each write the socket is peeked (a non-blocking `recv(MSG_PEEK)` on a duplicate of its
 //!   descriptor), and a write to a connection the peer has closed fails without writing.
+//!
+//! The peek costs a system call per write, and only a retry needs its evidence: a client with one
+//! endpoint never retries (there is nowhere else to go), so the balancer arms it
+//! ([`Wire::set_guarded`]) only while the endpoint set has more than one endpoint. Measured with
+//! `strace -c -f` on the `client_overhead` bench: one `recvfrom` per write less with one endpoint.
 
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use futures_util::future::BoxFuture;
@@ -37,6 +42,8 @@ pub(crate) struct Wire {
     losses: AtomicU64,
     /// `writes` when the last loss was observed (only grows: `fetch_max`).
     loss_writes: AtomicU64,
+    /// Peek before each write (only worth its system call when a retry can use the evidence).
+    guarded: AtomicBool,
 }
 
 /// The state of a [`Wire`] when a request was handed to the connection.
@@ -55,6 +62,11 @@ impl Wire {
             writes,
             losses: self.losses.load(Ordering::SeqCst),
         }
+    }
+
+    /// Arms (or disarms) the peek before each write.
+    pub(crate) fn set_guarded(&self, on: bool) {
+        self.guarded.store(on, Ordering::Relaxed);
     }
 
     fn on_write(&self) {
@@ -122,8 +134,12 @@ pub(crate) struct Watched {
 }
 
 impl Watched {
-    /// `Err` when the peer has closed or reset the connection (nothing must be written then).
+    /// `Err` when the peer has closed or reset the connection (nothing must be written then);
+    /// always `Ok` while the wire is not guarded.
     fn check_peer(&self) -> io::Result<()> {
+        if !self.wire.guarded.load(Ordering::Relaxed) {
+            return Ok(());
+        }
         match self.peek.peek(&mut [0u8; 1]) {
             Ok(0) => Err(io::Error::new(
                 io::ErrorKind::BrokenPipe,
@@ -239,6 +255,7 @@ mod tests {
             .parse()
             .unwrap();
         let wire = Arc::new(Wire::default());
+        wire.set_guarded(true);
         let mut c = Connector { wire: wire.clone() };
         let io = tower::Service::call(&mut c, uri).await.unwrap();
         let mut io = io.into_inner();
@@ -256,5 +273,27 @@ mod tests {
         let m = wire.mark();
         assert_eq!(io.read(&mut b).await.unwrap(), 0);
         assert!(wire.unsent_since(m), "EOF recorded");
+    }
+
+    #[tokio::test]
+    async fn an_unguarded_wire_does_not_peek_before_writes() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let uri: http::Uri = format!("http://{}", l.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let wire = Arc::new(Wire::default());
+        let mut c = Connector { wire: wire.clone() };
+        let mut io = tower::Service::call(&mut c, uri)
+            .await
+            .unwrap()
+            .into_inner();
+        let (server, _) = l.accept().await.unwrap();
+        drop(server);
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        // no peek: the kernel takes the bytes (the loss shows up later, as a read EOF or reset)
+        assert_eq!(io.write(b"b").await.unwrap(), 1);
+        wire.set_guarded(true);
+        let err = io.write(b"c").await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
     }
 }

@@ -1,103 +1,42 @@
 //! Error and slow-call logging (go-zero `DurationInterceptor`): every failed call is logged at
 //! error level (`fail - <target><method> - <code> - <message>`), a successful call slower than
 //! 500 ms (go-zero's `slowThreshold`) at warn level (`slowcall`). No per-call info log.
+//! Switched on with [`ObserveBuilder::duration_log`](super::ObserveBuilder::duration_log).
 
-use std::sync::Arc;
-use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures_util::future::BoxFuture;
-use tonic::body::Body;
-use zrpc_core::grpc::{StatusBody, code, status_from_headers, status_message_from_headers};
+use zrpc_core::grpc::{code, status_message_from_headers};
 
-use super::{BoxError, Response};
+use super::BoxError;
 
 /// go-zero's default slow-call threshold.
 pub const SLOW_THRESHOLD: Duration = Duration::from_millis(500);
 
-/// Logs failed and slow calls.
-#[derive(Debug, Clone)]
-pub struct DurationLayer {
-    target: Arc<str>,
+/// A call that failed without a response (local rejection, transport error, timeout).
+pub(crate) fn log_error(name: &str, err: &BoxError, elapsed: Duration) {
+    tracing::error!(target: "zrpc::client", "fail - {name} - {err} - {elapsed:?}");
+}
+
+/// A call whose status came in the response headers (trailers-only).
+pub(crate) fn log_status(
+    name: &str,
+    c: i32,
+    headers: &http::HeaderMap,
+    elapsed: Duration,
     slow: Duration,
+) {
+    if c == code::OK {
+        return log_end(name, c, elapsed, slow);
+    }
+    let msg = status_message_from_headers(headers).unwrap_or_default();
+    tracing::error!(target: "zrpc::client", "fail - {name} - code {c} ({}): {msg} - {elapsed:?}", code::name(c));
 }
 
-impl DurationLayer {
-    /// A layer for `target` with the 500 ms slow threshold.
-    #[must_use]
-    pub fn new(target: &str) -> Self {
-        DurationLayer {
-            target: Arc::from(target),
-            slow: SLOW_THRESHOLD,
-        }
-    }
-
-    /// Sets the slow-call threshold (default 500 ms).
-    #[must_use]
-    pub fn slow_threshold(mut self, slow: Duration) -> Self {
-        self.slow = slow;
-        self
-    }
-}
-
-impl<S> tower::Layer<S> for DurationLayer {
-    type Service = DurationLog<S>;
-    fn layer(&self, inner: S) -> DurationLog<S> {
-        DurationLog {
-            inner,
-            layer: self.clone(),
-        }
-    }
-}
-
-/// The service of [`DurationLayer`].
-#[derive(Debug, Clone)]
-pub struct DurationLog<S> {
-    inner: S,
-    layer: DurationLayer,
-}
-
-impl<S> tower::Service<http::Request<Body>> for DurationLog<S>
-where
-    S: tower::Service<http::Request<Body>, Response = Response, Error = BoxError>,
-    S::Future: Send + 'static,
-{
-    type Response = Response;
-    type Error = BoxError;
-    type Future = BoxFuture<'static, Result<Response, BoxError>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
-        let start = Instant::now();
-        let method = req.uri().path().to_owned();
-        let target = self.layer.target.clone();
-        let slow = self.layer.slow;
-        let fut = self.inner.call(req);
-        Box::pin(async move {
-            let resp = match fut.await {
-                Ok(resp) => resp,
-                Err(e) => {
-                    tracing::error!(target: "zrpc::client", "fail - {target}{method} - {e} - {:?}", start.elapsed());
-                    return Err(e);
-                }
-            };
-            if let Some(c) = status_from_headers(resp.headers()).filter(|&c| c != code::OK) {
-                let msg = status_message_from_headers(resp.headers()).unwrap_or_default();
-                tracing::error!(target: "zrpc::client", "fail - {target}{method} - code {c} ({}): {msg} - {:?}", code::name(c), start.elapsed());
-                return Ok(resp);
-            }
-            Ok(StatusBody::wrap_response(resp, move |c: i32| {
-                let elapsed = start.elapsed();
-                if c == code::OK && elapsed > slow {
-                    tracing::warn!(target: "zrpc::client", "[RPC] ok - slowcall - {target}{method} - {elapsed:?}");
-                } else if c != code::OK && c != code::CANCELLED {
-                    tracing::error!(target: "zrpc::client", "fail - {target}{method} - code {c} ({}) - {elapsed:?}", code::name(c));
-                }
-            })
-            .map(Body::new))
-        })
+/// A call whose status came at the end of its body (or that was dropped: not logged).
+pub(crate) fn log_end(name: &str, c: i32, elapsed: Duration, slow: Duration) {
+    if c == code::OK && elapsed > slow {
+        tracing::warn!(target: "zrpc::client", "[RPC] ok - slowcall - {name} - {elapsed:?}");
+    } else if c != code::OK && c != code::CANCELLED {
+        tracing::error!(target: "zrpc::client", "fail - {name} - code {c} ({}) - {elapsed:?}", code::name(c));
     }
 }

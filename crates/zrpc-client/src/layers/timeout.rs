@@ -8,11 +8,13 @@
 //! deadline as `DeadlineExceeded`), and enforced on the response: expiry gives
 //! `DeadlineExceeded` (tonic's own timeout would say `Cancelled`).
 
-use std::task::{Context, Poll};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
 use http::HeaderValue;
+use pin_project_lite::pin_project;
 use tonic::body::Body;
 use zrpc_core::grpc::timeout as grpc_timeout;
 
@@ -32,19 +34,27 @@ use crate::balancer::Deadline;
 pub struct CallTimeout(pub Duration);
 
 /// Applies the call deadline.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct TimeoutLayer {
     default: Option<Duration>,
+    /// `grpc-timeout` of the default, formatted once.
+    header: Option<HeaderValue>,
 }
 
 impl TimeoutLayer {
     /// A layer whose default timeout is `default` (`None` or zero = none).
     #[must_use]
     pub fn new(default: Option<Duration>) -> Self {
+        let default = default.filter(|d| !d.is_zero());
         TimeoutLayer {
-            default: default.filter(|d| !d.is_zero()),
+            default,
+            header: default.and_then(header_value),
         }
     }
+}
+
+fn header_value(d: Duration) -> Option<HeaderValue> {
+    HeaderValue::from_str(&grpc_timeout::format(d)).ok()
 }
 
 impl<S> tower::Layer<S> for TimeoutLayer {
@@ -52,7 +62,7 @@ impl<S> tower::Layer<S> for TimeoutLayer {
     fn layer(&self, inner: S) -> Timeout<S> {
         Timeout {
             inner,
-            default: self.default,
+            layer: self.clone(),
         }
     }
 }
@@ -61,7 +71,7 @@ impl<S> tower::Layer<S> for TimeoutLayer {
 #[derive(Debug, Clone)]
 pub struct Timeout<S> {
     inner: S,
-    default: Option<Duration>,
+    layer: TimeoutLayer,
 }
 
 /// The effective timeout: the override (zero = none) or the default, and the header if shorter.
@@ -84,11 +94,10 @@ fn effective(
 impl<S> tower::Service<http::Request<Body>> for Timeout<S>
 where
     S: tower::Service<http::Request<Body>, Response = Response, Error = BoxError>,
-    S::Future: Send + 'static,
 {
     type Response = Response;
     type Error = BoxError;
-    type Future = BoxFuture<'static, Result<Response, BoxError>>;
+    type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         self.inner.poll_ready(cx)
@@ -97,28 +106,86 @@ where
     fn call(&mut self, mut req: http::Request<Body>) -> Self::Future {
         let call = req.extensions().get::<CallTimeout>().copied();
         let header = grpc_timeout::from_headers(req.headers());
-        let Some(timeout) = effective(self.default, call, header) else {
-            return Box::pin(self.inner.call(req));
+        let Some(timeout) = effective(self.layer.default, call, header) else {
+            return ResponseFuture {
+                state: State::Unbounded {
+                    fut: self.inner.call(req),
+                },
+            };
         };
         // tokio's clock (honours a paused test clock); the extension carries the std instant
         let deadline = tokio::time::Instant::now() + timeout;
-        if let Ok(v) = HeaderValue::from_str(&grpc_timeout::format(timeout)) {
+        let value = match &self.layer.header {
+            Some(v) if Some(timeout) == self.layer.default => Some(v.clone()),
+            _ => header_value(timeout),
+        };
+        if let Some(v) = value {
             req.headers_mut().insert(grpc_timeout::GRPC_TIMEOUT, v);
         }
         req.extensions_mut().insert(Deadline(deadline.into_std()));
-        let fut = self.inner.call(req);
-        Box::pin(async move {
-            match tokio::time::timeout_at(deadline, fut).await {
+        ResponseFuture {
+            state: State::Bounded {
+                fut: tokio::time::timeout_at(deadline, self.inner.call(req)),
+                deadline,
+                timeout,
+            },
+        }
+    }
+}
+
+pin_project! {
+    /// The response future of [`Timeout`].
+    pub struct ResponseFuture<F> {
+        #[pin]
+        state: State<F>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F> {
+        Unbounded { #[pin] fut: F },
+        Bounded {
+            #[pin]
+            fut: tokio::time::Timeout<F>,
+            deadline: tokio::time::Instant,
+            timeout: Duration,
+        },
+    }
+}
+
+impl<F> std::fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl<F> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<Response, BoxError>>,
+{
+    type Output = Result<Response, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProj::Unbounded { fut } => fut.poll(cx),
+            StateProj::Bounded {
+                fut,
+                deadline,
+                timeout,
+            } => Poll::Ready(match ready!(fut.poll(cx)) {
                 Ok(result) => result.map_err(|e| match super::code_of_error(&*e) {
                     // tonic's own grpc-timeout expiry says Cancelled("Timeout expired")
-                    zrpc_core::grpc::code::CANCELLED if tokio::time::Instant::now() >= deadline => {
-                        deadline_exceeded(Some(timeout)).into()
+                    zrpc_core::grpc::code::CANCELLED
+                        if tokio::time::Instant::now() >= *deadline =>
+                    {
+                        deadline_exceeded(Some(*timeout)).into()
                     }
                     _ => e,
                 }),
-                Err(_) => Err(deadline_exceeded(Some(timeout)).into()),
-            }
-        })
+                Err(_) => Err(deadline_exceeded(Some(*timeout)).into()),
+            }),
+        }
     }
 }
 

@@ -7,52 +7,12 @@
 //! `opentelemetry::global::set_text_map_propagator`; without it nothing is injected). The final
 //! code is recorded as `rpc.grpc.status_code`, and `otel.status_code = ERROR` for failures.
 
-use std::sync::Arc;
-use std::task::{Context, Poll};
-
-use futures_util::future::BoxFuture;
 use http::{HeaderName, HeaderValue};
 use opentelemetry::propagation::Injector;
-use tonic::body::Body;
-use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use zrpc_core::grpc::method::split;
 
-use super::{BoxError, Response, observe};
 use crate::balancer::is_failure;
-
-/// Creates the client span and injects the trace context.
-#[derive(Debug, Clone)]
-pub struct TraceLayer {
-    target: Arc<str>,
-}
-
-impl TraceLayer {
-    /// A layer for calls to `target`.
-    #[must_use]
-    pub fn new(target: &str) -> Self {
-        TraceLayer {
-            target: Arc::from(target),
-        }
-    }
-}
-
-impl<S> tower::Layer<S> for TraceLayer {
-    type Service = Trace<S>;
-    fn layer(&self, inner: S) -> Trace<S> {
-        Trace {
-            inner,
-            target: self.target.clone(),
-        }
-    }
-}
-
-/// The service of [`TraceLayer`].
-#[derive(Debug, Clone)]
-pub struct Trace<S> {
-    inner: S,
-    target: Arc<str>,
-}
 
 struct HeaderInjector<'a>(&'a mut http::HeaderMap);
 
@@ -67,51 +27,32 @@ impl Injector for HeaderInjector<'_> {
     }
 }
 
-impl<S> tower::Service<http::Request<Body>> for Trace<S>
-where
-    S: tower::Service<http::Request<Body>, Response = Response, Error = BoxError>,
-    S::Future: Send + 'static,
-{
-    type Response = Response;
-    type Error = BoxError;
-    type Future = BoxFuture<'static, Result<Response, BoxError>>;
+/// Opens the `rpc.client` span of a call to `path` and injects its context into `headers`.
+pub(crate) fn start(target: &str, path: &str, headers: &mut http::HeaderMap) -> tracing::Span {
+    let (service, method) = split(path).unwrap_or(("", path));
+    let span = tracing::info_span!(
+        "rpc.client",
+        otel.kind = "client",
+        otel.name = %path.trim_start_matches('/'),
+        rpc.system = "grpc",
+        rpc.service = %service,
+        rpc.method = %method,
+        peer.service = %target,
+        rpc.grpc.status_code = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    let cx = span.context();
+    opentelemetry::global::get_text_map_propagator(|p| {
+        p.inject_context(&cx, &mut HeaderInjector(headers));
+    });
+    span
+}
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: http::Request<Body>) -> Self::Future {
-        let path = req.uri().path();
-        let (service, method) = split(path).unwrap_or(("", path));
-        let span = tracing::info_span!(
-            "rpc.client",
-            otel.kind = "client",
-            otel.name = %path.trim_start_matches('/'),
-            rpc.system = "grpc",
-            rpc.service = %service,
-            rpc.method = %method,
-            peer.service = %self.target,
-            rpc.grpc.status_code = tracing::field::Empty,
-            otel.status_code = tracing::field::Empty,
-        );
-        let cx = span.context();
-        opentelemetry::global::get_text_map_propagator(|p| {
-            p.inject_context(&cx, &mut HeaderInjector(req.headers_mut()));
-        });
-        let fut = {
-            let _enter = span.enter();
-            self.inner.call(req)
-        };
-        let record = span.clone();
-        Box::pin(
-            observe(fut, move |code: i32| {
-                record.record("rpc.grpc.status_code", code);
-                if is_failure(code) {
-                    record.record("otel.status_code", "ERROR");
-                }
-            })
-            .instrument(span),
-        )
+/// Records the final code on the span.
+pub(crate) fn record(span: &tracing::Span, code: i32) {
+    span.record("rpc.grpc.status_code", code);
+    if is_failure(code) {
+        span.record("otel.status_code", "ERROR");
     }
 }
 
@@ -128,7 +69,9 @@ mod tests {
     use tower::{Layer, Service, ServiceExt};
     use tracing_subscriber::layer::SubscriberExt;
 
-    use super::*;
+    use tonic::body::Body;
+
+    use crate::layers::BoxError;
 
     #[tokio::test]
     async fn injects_traceparent_and_baggage() {
@@ -151,7 +94,10 @@ mod tests {
                 async { Ok::<_, BoxError>(http::Response::new(Body::empty())) }
             })
         };
-        let mut svc = TraceLayer::new("direct:///a:1").layer(inner);
+        let mut svc = crate::layers::ObserveLayer::builder("direct:///a:1")
+            .trace(true)
+            .build()
+            .layer(inner);
         let req = http::Request::builder()
             .uri("/greeter.Greeter/SayHello")
             .body(Body::empty())

@@ -53,6 +53,11 @@ impl<F: OnStatus> StatusGuard<F> {
         self.on_status.take()
     }
 
+    /// The callback, while it has not run.
+    pub fn get(&self) -> Option<&F> {
+        self.on_status.as_ref()
+    }
+
     /// Whether the callback has not run yet.
     pub fn is_armed(&self) -> bool {
         self.on_status.is_some()

@@ -1,0 +1,394 @@
+//! The observing stage of the client chain: tracing, duration log, metrics and breaker, fed by one
+//! classification of each call's outcome.
+//!
+//! go-zero runs four interceptors here, and each reads the outcome itself. This stage reads it
+//! once (tower-http's `ClassifyResponse`/`ClassifyEos`, linkerd's `classify`): the final gRPC code
+//! comes from the error of a failed call, the `grpc-status` header of a trailers-only response, or
+//! the trailers at the end of the body (a call dropped before that is `Cancelled`), and one
+//! [`Outcome`] hands it to every recorder switched on, with one clock read. The per-method state
+//! (breaker, metric handles, log name) is resolved once per client ([`super::method`]); the
+//! response future is named and the body is wrapped once.
+//!
+//! Recorders, in go-zero's order (outer to inner), each switched by `Middlewares`:
+//! - trace: the `rpc.client` span, entered while the call runs, with the trace context injected
+//!   into the request ([`super::trace`]);
+//! - duration: failed calls at error level, successes slower than 500 ms at warn
+//!   ([`super::duration`]);
+//! - metrics: `rpc_client_requests_duration_ms{method}` and
+//!   `rpc_client_requests_code_total{method,code}` ([`crate::metrics`]);
+//! - breaker: one Google-SRE breaker per target and method; an open breaker fails the call locally
+//!   with `Unavailable "circuit breaker is open"`, which the outer recorders see ([`super::breaker`]).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::{Duration, Instant};
+
+use pin_project_lite::pin_project;
+use tonic::body::Body;
+use zrpc_core::breaker::{BreakerPromise, BreakerRegistry, is_acceptable_code};
+use zrpc_core::grpc::{OnStatus, StatusBody, StatusGuard, status_from_headers};
+
+use super::method::{MethodState, Methods};
+use super::{BoxError, Response, breaker, code_of_error, duration, trace};
+use crate::metrics::ClientMetrics;
+
+/// The observing stage (see the module docs). Clones share the per-method states.
+#[derive(Debug, Clone)]
+pub struct ObserveLayer {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    methods: Methods,
+    trace: bool,
+    /// `Some(threshold)` when the duration log is on.
+    slow: Option<Duration>,
+}
+
+/// Builds an [`ObserveLayer`]; every recorder starts off.
+#[derive(Debug)]
+#[must_use]
+pub struct ObserveBuilder {
+    target: Arc<str>,
+    trace: bool,
+    slow: Option<Duration>,
+    metrics: Option<ClientMetrics>,
+    breakers: Option<Arc<BreakerRegistry>>,
+}
+
+impl ObserveBuilder {
+    /// Turns the client span and trace-context injection on (default off).
+    pub fn trace(mut self, on: bool) -> Self {
+        self.trace = on;
+        self
+    }
+
+    /// Logs failed calls, and successful calls slower than `slow` (go-zero: 500 ms,
+    /// [`duration::SLOW_THRESHOLD`]); default off.
+    pub fn duration_log(mut self, slow: Option<Duration>) -> Self {
+        self.slow = slow;
+        self
+    }
+
+    /// Records the client metric families `metrics` (default off).
+    pub fn metrics(mut self, metrics: Option<ClientMetrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Guards calls with the breakers of `registry`, named `<target><method>` (default off).
+    pub fn breakers(mut self, registry: Option<Arc<BreakerRegistry>>) -> Self {
+        self.breakers = registry;
+        self
+    }
+
+    /// The layer.
+    #[must_use]
+    pub fn build(self) -> ObserveLayer {
+        ObserveLayer {
+            shared: Arc::new(Shared {
+                methods: Methods::new(self.target, self.breakers, self.metrics),
+                trace: self.trace,
+                slow: self.slow,
+            }),
+        }
+    }
+}
+
+impl ObserveLayer {
+    /// A builder for calls to `target` (named in logs, spans and breaker names).
+    pub fn builder(target: &str) -> ObserveBuilder {
+        ObserveBuilder {
+            target: Arc::from(target),
+            trace: false,
+            slow: None,
+            metrics: None,
+            breakers: None,
+        }
+    }
+}
+
+impl<S> tower::Layer<S> for ObserveLayer {
+    type Service = Observe<S>;
+    fn layer(&self, inner: S) -> Observe<S> {
+        Observe {
+            inner,
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+/// The service of [`ObserveLayer`].
+#[derive(Debug, Clone)]
+pub struct Observe<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+/// One call's recorders: fed once with the final code.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    method: Arc<MethodState>,
+    start: Instant,
+    slow: Option<Duration>,
+    promise: Option<BreakerPromise>,
+    span: Option<tracing::Span>,
+}
+
+/// What is known of a failure beyond its code, for the log.
+enum Detail<'a> {
+    None,
+    Message(&'a http::HeaderMap),
+    Error(&'a BoxError),
+}
+
+impl Outcome {
+    fn record(mut self, code: i32, detail: Detail<'_>) {
+        let now = Instant::now();
+        let elapsed = now.saturating_duration_since(self.start);
+        let _enter = self.span.as_ref().map(|span| {
+            trace::record(span, code);
+            span.enter()
+        });
+        if let Some(slow) = self.slow {
+            let name = &self.method.name;
+            match detail {
+                Detail::Error(e) => duration::log_error(name, e, elapsed),
+                Detail::Message(h) => duration::log_status(name, code, h, elapsed, slow),
+                Detail::None => duration::log_end(name, code, elapsed, slow),
+            }
+        }
+        if let Some(m) = &self.method.metrics {
+            m.record(&self.method.path, elapsed.as_secs_f64() * 1000.0, code);
+        }
+        if let Some(p) = self.promise.take() {
+            if is_acceptable_code(code) {
+                p.accept(now);
+            } else {
+                p.reject(now);
+            }
+        }
+    }
+}
+
+impl OnStatus for Outcome {
+    fn on_status(self, code: i32) {
+        self.record(code, Detail::None);
+    }
+}
+
+impl<S> tower::Service<http::Request<Body>> for Observe<S>
+where
+    S: tower::Service<http::Request<Body>, Response = Response, Error = BoxError>,
+{
+    type Response = Response;
+    type Error = BoxError;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<Body>) -> Self::Future {
+        let shared = &self.shared;
+        let method = shared.methods.get(req.uri().path());
+        let span = shared
+            .trace
+            .then(|| trace::start(shared.methods.target(), &method.path, req.headers_mut()));
+        let start = Instant::now();
+        let mut outcome = Outcome {
+            promise: None,
+            method,
+            start,
+            slow: shared.slow,
+            span,
+        };
+        if let Some(b) = &outcome.method.breaker {
+            match b.allow(start) {
+                Ok(p) => outcome.promise = Some(p),
+                Err(_open) => {
+                    let err: BoxError = breaker::open().into();
+                    outcome.record(code_of_error(&*err), Detail::Error(&err));
+                    return ResponseFuture {
+                        state: State::Rejected { err: Some(err) },
+                    };
+                }
+            }
+        }
+        let fut = match &outcome.span {
+            Some(span) => {
+                let _enter = span.enter();
+                self.inner.call(req)
+            }
+            None => self.inner.call(req),
+        };
+        ResponseFuture {
+            state: State::Called {
+                fut,
+                outcome: StatusGuard::new(outcome),
+            },
+        }
+    }
+}
+
+pin_project! {
+    /// The response future of [`Observe`].
+    pub struct ResponseFuture<F> {
+        #[pin]
+        state: State<F>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F> {
+        Called { #[pin] fut: F, outcome: StatusGuard<Outcome> },
+        Rejected { err: Option<BoxError> },
+    }
+}
+
+impl<F> std::fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl<F> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<Response, BoxError>>,
+{
+    type Output = Result<Response, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProj::Rejected { err } => {
+                Poll::Ready(Err(err.take().unwrap_or_else(|| breaker::open().into())))
+            }
+            StateProj::Called { fut, outcome } => {
+                let result = {
+                    let _enter = outcome_span(outcome).map(tracing::Span::enter);
+                    ready!(fut.poll(cx))
+                };
+                let Some(rec) = outcome.take() else {
+                    return Poll::Ready(result);
+                };
+                Poll::Ready(match result {
+                    Ok(resp) => {
+                        let (parts, body) = resp.into_parts();
+                        let body = match status_from_headers(&parts.headers) {
+                            // trailers-only: the status is known now
+                            Some(c) => {
+                                rec.record(c, Detail::Message(&parts.headers));
+                                body
+                            }
+                            None => Body::new(StatusBody::new(body, rec)),
+                        };
+                        Ok(http::Response::from_parts(parts, body))
+                    }
+                    Err(err) => {
+                        rec.record(code_of_error(&*err), Detail::Error(&err));
+                        Err(err)
+                    }
+                })
+            }
+        }
+    }
+}
+
+fn outcome_span(guard: &StatusGuard<Outcome>) -> Option<&tracing::Span> {
+    guard.get().and_then(|o| o.span.as_ref())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use bytes::Bytes;
+    use http_body_util::BodyExt;
+    use tower::{Layer, Service, ServiceExt};
+    use zrpc_core::breaker::BreakerConfig;
+
+    use super::*;
+
+    /// A response whose status comes in its trailers.
+    fn trailed(c: &'static str) -> Response {
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("grpc-status", c.parse().unwrap());
+        let body = http_body_util::Full::new(Bytes::from_static(b"msg"))
+            .with_trailers(async move { Some(Ok(trailers)) });
+        http::Response::new(Body::new(body))
+    }
+
+    fn request() -> http::Request<Body> {
+        http::Request::builder()
+            .uri("/greeter.Greeter/SayHello")
+            .body(Body::empty())
+            .unwrap()
+    }
+
+    fn count(metrics: &ClientMetrics, c: &str) -> u64 {
+        metrics
+            .code_total
+            .with_label_values(&["/greeter.Greeter/SayHello", c])
+            .get()
+    }
+
+    #[tokio::test]
+    async fn one_classification_feeds_metrics_and_breaker_from_trailers_errors_and_drops() {
+        let registry = prometheus::Registry::new();
+        let metrics = ClientMetrics::register(&registry).unwrap();
+        let breakers = Arc::new(BreakerRegistry::new(BreakerConfig::default()));
+        let layer = ObserveLayer::builder("direct:///x:1")
+            .duration_log(Some(duration::SLOW_THRESHOLD))
+            .metrics(Some(metrics.clone()))
+            .breakers(Some(breakers.clone()))
+            .build();
+        let mut svc = layer.layer(tower::service_fn(|req: http::Request<Body>| async move {
+            match req.headers().get("x-case").map(|v| v.as_bytes().to_vec()) {
+                Some(c) if c == b"error" => {
+                    Err::<Response, BoxError>(tonic::Status::deadline_exceeded("too late").into())
+                }
+                Some(c) if c == b"internal" => Ok(trailed("13")),
+                _ => Ok(trailed("0")),
+            }
+        }));
+        let breaker = breakers.get("direct:///x:1/greeter.Greeter/SayHello");
+        let t0 = Instant::now();
+
+        // OK in the trailers: nothing is recorded before the body ends
+        let resp = svc.ready().await.unwrap().call(request()).await.unwrap();
+        assert_eq!(count(&metrics, "0"), 0, "recorded at the end of the body");
+        resp.into_body().collect().await.unwrap();
+        assert_eq!(count(&metrics, "0"), 1);
+
+        // Internal in the trailers
+        let mut req = request();
+        req.headers_mut()
+            .insert("x-case", "internal".parse().unwrap());
+        let resp = svc.ready().await.unwrap().call(req).await.unwrap();
+        resp.into_body().collect().await.unwrap();
+        assert_eq!(count(&metrics, "13"), 1);
+
+        // a local error
+        let mut req = request();
+        req.headers_mut().insert("x-case", "error".parse().unwrap());
+        assert!(svc.ready().await.unwrap().call(req).await.is_err());
+        assert_eq!(count(&metrics, "4"), 1);
+
+        // a body dropped before its trailers: Cancelled
+        let resp = svc.ready().await.unwrap().call(request()).await.unwrap();
+        drop(resp);
+        assert_eq!(count(&metrics, "1"), 1);
+
+        let hist = metrics
+            .duration_ms
+            .with_label_values(&["/greeter.Greeter/SayHello"]);
+        assert_eq!(hist.get_sample_count(), 4, "one duration per call");
+        // the breaker saw each call once: 2 acceptable (OK, Cancelled), 2 failures
+        let stats = breaker.stats(Instant::now().max(t0));
+        assert_eq!(stats.total, 4, "{stats:?}");
+        assert_eq!(stats.accepts, 2, "{stats:?}");
+    }
+}
