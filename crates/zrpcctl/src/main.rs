@@ -3,7 +3,7 @@
 //! goctl's rpc commands for zrpc:
 //!
 //! - `zrpcctl new <name> [--proto file.proto] [--zrpc-path <checkout>]`: a ready crate
-//!   (Cargo.toml, build.rs, proto, etc/<name>.yaml, src/main.rs, one logic module per RPC that
+//!   (Cargo.toml, build.rs, proto, `etc/<name>.yaml`, src/main.rs, one logic module per RPC that
 //!   answers Unimplemented until written, a test that serves and calls it, a Dockerfile);
 //! - `zrpcctl proto <file>`: regenerates the glue after RPCs were added, creating logic modules
 //!   only for new RPCs (never overwriting yours);
@@ -43,7 +43,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Creates a ready zrpc service crate in ./<name> (goctl rpc new).
+    /// Creates a ready zrpc service crate in ./NAME (goctl rpc new).
     New {
         /// Crate and service name (the config's `Name` is `<name>.rpc`).
         name: String,
@@ -60,7 +60,7 @@ enum Command {
     /// Regenerates src/server.rs and src/logic/mod.rs from a proto, adding logic modules for
     /// new RPCs without touching existing ones (goctl rpc protoc).
     Proto {
-        /// The proto file (usually proto/<name>.proto).
+        /// The proto file (usually proto/NAME.proto).
         file: PathBuf,
         /// The crate's root (default: the current directory).
         #[arg(long, default_value = ".")]
