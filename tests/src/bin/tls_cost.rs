@@ -7,11 +7,13 @@
 //!
 //! 1. per request: `h2load -t 1 -c 10 -m 50 -n N` (10 connections reused; ALPN `h2` over TLS);
 //! 2. handshakes: `h2load -t 1 -c C -m 1 -n C` (one request per new connection);
-//! 3. the zrpc client: `Client` over TLS vs plaintext, 50 calls in flight, `--calls` calls.
+//! 3. the zrpc client: `Client` over TLS vs plaintext, 50 calls in flight, `--calls` calls;
+//! 4. the zrpc client one call at a time (`--serial` calls after one warm-up call on the
+//!    connection): p50 and p99 latency.
 //!
 //! ```text
 //! cargo build --release -p zrpc-tests --bin tls_cost
-//! taskset -c 0 target/release/tls_cost --rounds 5 --requests 100000 --conns 500 --calls 20000
+//! taskset -c 0 target/release/tls_cost --rounds 5 --requests 100000 --conns 500 --calls 20000 --serial 3000
 //! ```
 //!
 //! The servers run on one tokio worker (pin with `taskset -c 0`); h2load runs on CPU 1 when
@@ -68,6 +70,51 @@ async fn zrpc_calls(conf: RpcClientConf, calls: u64) -> Run {
         rate: n / start.elapsed().as_secs_f64(),
         cpu_us,
     }
+}
+
+/// `calls` calls through a zrpc client one at a time (after one warm-up call): p50 and p99 in us.
+async fn zrpc_serial(conf: RpcClientConf, calls: usize) -> (f64, f64) {
+    let client = zrpc::Client::new(conf).await.unwrap();
+    let mut c = GreeterClient::new(client);
+    let hello = || HelloRequest {
+        name: "world".into(),
+    };
+    c.say_hello(hello()).await.unwrap();
+    let mut took = Vec::with_capacity(calls);
+    for _ in 0..calls {
+        let start = Instant::now();
+        c.say_hello(hello()).await.unwrap();
+        took.push(start.elapsed().as_secs_f64() * 1e6);
+    }
+    took.sort_by(f64::total_cmp);
+    let at = |q: f64| took[((q * took.len() as f64).ceil() as usize).clamp(1, took.len()) - 1];
+    (at(0.50), at(0.99))
+}
+
+fn report_serial(plain: &[(f64, f64)], tls: &[(f64, f64)]) {
+    let med = |v: &[(f64, f64)], f: fn(&(f64, f64)) -> f64| median(v.iter().map(f).collect());
+    let ratio = median(plain.iter().zip(tls).map(|(p, t)| t.0 / p.0).collect());
+    println!(
+        "zrpc client, one call at a time (client and server in one process): TLS vs plaintext"
+    );
+    println!(
+        "  p50         median plaintext {:.1} us, TLS {:.1} us; median per-round ratio {ratio:.3} ({:+.1}%)",
+        med(plain, |r| r.0),
+        med(tls, |r| r.0),
+        (ratio - 1.0) * 100.0
+    );
+    println!(
+        "  p99         median plaintext {:.1} us, TLS {:.1} us",
+        med(plain, |r| r.1),
+        med(tls, |r| r.1)
+    );
+    let fmt = |v: &[(f64, f64)]| {
+        v.iter()
+            .map(|r| format!("p50 {:.1}us p99 {:.1}us", r.0, r.1))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!("  runs plaintext: {}\n  runs TLS: {}", fmt(plain), fmt(tls));
 }
 
 fn report(label: &str, plain: &[Run], tls: &[Run]) {
@@ -134,6 +181,7 @@ async fn run() {
     let requests: u64 = arg("--requests").map_or(100_000, |s| s.parse().unwrap());
     let conns: u64 = arg("--conns").map_or(500, |s| s.parse().unwrap());
     let calls: u64 = arg("--calls").map_or(20_000, |s| s.parse().unwrap());
+    let serial: usize = arg("--serial").map_or(3_000, |s| s.parse().unwrap());
     let ca = TestCa::new("bench CA");
     let cert = ca.issue("bench", &["DNS:localhost", "IP:127.0.0.1"]);
     let body = ca.dir().join("hello.bin");
@@ -156,11 +204,12 @@ async fn run() {
         format!("https://{}", tls.addr),
     );
     println!(
-        "{rounds} alternating rounds: h2load -t 1 -c 10 -m 50 -n {requests}; h2load -c {conns} -m 1 -n {conns}; zrpc client 50 in flight, {calls} calls"
+        "{rounds} alternating rounds: h2load -t 1 -c 10 -m 50 -n {requests}; h2load -c {conns} -m 1 -n {conns}; zrpc client 50 in flight, {calls} calls; zrpc client serial, {serial} calls"
     );
 
     let (mut p1, mut t1, mut p2, mut t2, mut p3, mut t3) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut p4, mut t4) = (vec![], vec![]);
     for round in 0..rounds {
         let (p, t) = alternate(
             round,
@@ -180,11 +229,15 @@ async fn run() {
         let tls_conf = RpcClientConf::direct([tls.addr.to_string()])
             .with_tls(ClientTlsConf::new(ca.files.cert_str()));
         if round.is_multiple_of(2) {
-            p3.push(zrpc_calls(plain_conf, calls).await);
-            t3.push(zrpc_calls(tls_conf, calls).await);
+            p3.push(zrpc_calls(plain_conf.clone(), calls).await);
+            t3.push(zrpc_calls(tls_conf.clone(), calls).await);
+            p4.push(zrpc_serial(plain_conf, serial).await);
+            t4.push(zrpc_serial(tls_conf, serial).await);
         } else {
-            t3.push(zrpc_calls(tls_conf, calls).await);
-            p3.push(zrpc_calls(plain_conf, calls).await);
+            t3.push(zrpc_calls(tls_conf.clone(), calls).await);
+            p3.push(zrpc_calls(plain_conf.clone(), calls).await);
+            t4.push(zrpc_serial(tls_conf, serial).await);
+            p4.push(zrpc_serial(plain_conf, serial).await);
         }
     }
     report(
@@ -202,5 +255,6 @@ async fn run() {
         &p3,
         &t3,
     );
+    report_serial(&p4, &t4);
     let _: SocketAddr = plain.addr;
 }

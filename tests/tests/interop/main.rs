@@ -15,4 +15,5 @@ mod mixed;
 mod parity;
 mod same_yaml;
 mod support;
+mod tls;
 mod zrpc_client;

@@ -98,16 +98,26 @@ fn tls_incoming(
             let (tls, tx, settings, log) = (tls.clone(), tx.clone(), settings.clone(), log.clone());
             tokio::spawn(async move {
                 let timeout = settings.limits.handshake_timeout;
-                let handshake = tokio_rustls::TlsAcceptor::from(tls.current()).accept(stream);
+                // A failed handshake gives the socket back, to close it without losing the alert.
+                let handshake = async {
+                    tokio_rustls::TlsAcceptor::from(tls.current())
+                        .accept(stream)
+                        .into_fallible()
+                        .await
+                        .map_err(|(e, tcp)| (e, Some(tcp)))
+                };
                 let result = match timeout {
                     Some(t) => tokio::time::timeout(t, handshake)
                         .await
                         .unwrap_or_else(|_| {
-                            Err(io::Error::new(
-                                io::ErrorKind::TimedOut,
-                                format!(
-                                    "no TLS handshake within Transport.HandshakeTimeout ({t:?})"
+                            Err((
+                                io::Error::new(
+                                    io::ErrorKind::TimedOut,
+                                    format!(
+                                        "no TLS handshake within Transport.HandshakeTimeout ({t:?})"
+                                    ),
                                 ),
+                                None,
                             ))
                         }),
                     None => handshake.await,
@@ -117,7 +127,7 @@ fn tls_incoming(
                         let conn = wrap(&settings, ConnIo::Tls(Box::new(stream)), peer, permit);
                         let _ = tx.send(conn).await;
                     }
-                    Err(e) => {
+                    Err((e, tcp)) => {
                         let gate = log.lock().allow(Instant::now());
                         if let Some(held) = gate {
                             tracing::warn!(
@@ -125,6 +135,9 @@ fn tls_incoming(
                                 "TLS handshake with {peer} failed: {e} \
                                  ({held} more failed since the last message)"
                             );
+                        }
+                        if let Some(tcp) = tcp {
+                            crate::tls::io::linger_close(tcp).await;
                         }
                     }
                 }
