@@ -1,4 +1,6 @@
 //! A fake Kubernetes API server for the `k8s://` resolver tests (no real API server can run here).
+//! Plain HTTP ([`FakeKubeApi::start`]) or TLS ([`FakeKubeApi::start_tls`], a certificate from
+//! `crate::certs`).
 //!
 //! It serves only what discovery uses, over plain HTTP/1.1 on `127.0.0.1:0`, one request per
 //! connection:
@@ -24,8 +26,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 /// One endpoint of a fake slice.
@@ -116,6 +118,7 @@ struct State {
 #[derive(Debug)]
 pub struct FakeKubeApi {
     addr: SocketAddr,
+    tls: bool,
     state: Arc<Mutex<State>>,
     wake: watch::Sender<u64>,
     task: tokio::task::AbortHandle,
@@ -132,6 +135,39 @@ impl Drop for FakeKubeApi {
 impl FakeKubeApi {
     /// Starts the fake; with `token`, every request must carry `Authorization: Bearer <token>`.
     pub async fn start(token: Option<&str>) -> FakeKubeApi {
+        FakeKubeApi::start_with(token, None).await
+    }
+
+    /// Like [`FakeKubeApi::start`], over TLS with `cert` (a real API server is https only).
+    pub async fn start_tls(token: Option<&str>, cert: &crate::certs::CertFiles) -> FakeKubeApi {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let chain = CertificateDer::pem_file_iter(&cert.cert)
+            .expect("read the fake API certificate")
+            .collect::<Result<Vec<_>, _>>()
+            .expect("parse the fake API certificate");
+        let key = PrivateKeyDer::from_pem_file(&cert.key).expect("read the fake API key");
+        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .expect("fake API certificate and key");
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        FakeKubeApi::start_with(
+            token,
+            Some(tokio_rustls::TlsAcceptor::from(Arc::new(config))),
+        )
+        .await
+    }
+
+    async fn start_with(
+        token: Option<&str>,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> FakeKubeApi {
+        let is_tls = tls.is_some();
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind fake API");
@@ -152,8 +188,18 @@ impl FakeKubeApi {
                     };
                     let state = state.clone();
                     let wake = wake.subscribe();
+                    let tls = tls.clone();
                     tokio::spawn(async move {
-                        let _ = serve(stream, state, wake).await;
+                        match tls {
+                            Some(tls) => {
+                                if let Ok(stream) = tls.accept(stream).await {
+                                    let _ = serve(stream, state, wake).await;
+                                }
+                            }
+                            None => {
+                                let _ = serve(stream, state, wake).await;
+                            }
+                        }
                     });
                 }
             })
@@ -161,15 +207,17 @@ impl FakeKubeApi {
         };
         FakeKubeApi {
             addr,
+            tls: is_tls,
             state,
             wake,
             task,
         }
     }
 
-    /// `http://127.0.0.1:port`.
+    /// `http://127.0.0.1:port` (`https://` when started with TLS).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// The current resource version.
@@ -414,8 +462,8 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-async fn serve(
-    mut stream: TcpStream,
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
     state: Arc<Mutex<State>>,
     mut wake: watch::Receiver<u64>,
 ) -> std::io::Result<()> {
@@ -584,7 +632,11 @@ fn status_json(code: u16, reason: &str, message: &str) -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "reason": reason, "code": code})
 }
 
-async fn write_json(stream: &mut TcpStream, status: u16, body: &Value) -> std::io::Result<()> {
+async fn write_json(
+    stream: &mut (impl AsyncWrite + Unpin),
+    status: u16,
+    body: &Value,
+) -> std::io::Result<()> {
     let body = body.to_string();
     let reason = match status {
         200 => "OK",
@@ -601,7 +653,11 @@ async fn write_json(stream: &mut TcpStream, status: u16, body: &Value) -> std::i
     stream.shutdown().await
 }
 
-async fn write_line(stream: &mut TcpStream, line: &Value, split: bool) -> std::io::Result<()> {
+async fn write_line(
+    stream: &mut (impl AsyncWrite + Unpin),
+    line: &Value,
+    split: bool,
+) -> std::io::Result<()> {
     let text = format!("{line}\n");
     if split {
         let mid = text.len() / 2;
@@ -615,7 +671,7 @@ async fn write_line(stream: &mut TcpStream, line: &Value, split: bool) -> std::i
     }
 }
 
-async fn write_chunk(stream: &mut TcpStream, data: &[u8]) -> std::io::Result<()> {
+async fn write_chunk(stream: &mut (impl AsyncWrite + Unpin), data: &[u8]) -> std::io::Result<()> {
     stream
         .write_all(format!("{:x}\r\n", data.len()).as_bytes())
         .await?;

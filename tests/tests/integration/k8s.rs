@@ -517,3 +517,80 @@ async fn k8s_client_calls_only_ready_pods_with_no_failure() {
     );
     assert_eq!(failures.load(Ordering::Relaxed), 0);
 }
+
+/// Standard base64 (the kubeconfig's `*-data` fields); written here to keep a dependency out of
+/// the test crate for ten lines.
+fn base64(data: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in data.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// The https path a pod uses: TLS with the cluster CA, here from a kubeconfig (inline CA data
+/// and a token); a kubeconfig with another CA fails the handshake, named, with no endpoint.
+#[tokio::test]
+async fn k8s_https_with_the_ca_of_a_kubeconfig() {
+    let ca = zrpc_tests::certs::TestCa::new("kube-ca");
+    let cert = ca.issue("kube-apiserver", &["IP:127.0.0.1", "DNS:localhost"]);
+    let api = FakeKubeApi::start_tls(Some("kc-token"), &cert).await;
+    api.put_slice(NS, SVC, "s1", &[Ep::ready("10.0.0.1")], &grpc(8080));
+    let dir = tempfile::tempdir().unwrap();
+    let ca_pem = std::fs::read(&ca.files.cert).unwrap();
+    let kubeconfig = |ca_line: String| {
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: test\n\
+             contexts:\n- name: test\n  context: {{cluster: fake, user: dev, namespace: {NS}}}\n\
+             clusters:\n- name: fake\n  cluster:\n    server: {}\n    {ca_line}\n\
+             users:\n- name: dev\n  user: {{token: kc-token}}\n",
+            api.url()
+        )
+    };
+    let good = dir.path().join("good.yaml");
+    std::fs::write(
+        &good,
+        kubeconfig(format!("certificate-authority-data: {}", base64(&ca_pem))),
+    )
+    .unwrap();
+    let kube = KubeApi::from_kubeconfig(Some(&good)).unwrap();
+    assert!(kube.server().starts_with("https://127.0.0.1:"));
+    let r = k8s::resolve_with(kube, NS, SVC, None).unwrap();
+    let mut rx = r.updates.clone();
+    wait_for(&mut rx, &["10.0.0.1:8080"]).await;
+    api.put_slice(NS, SVC, "s1", &[Ep::ready("10.0.0.2")], &grpc(8080));
+    wait_for(&mut rx, &["10.0.0.2:8080"]).await;
+
+    let other = zrpc_tests::certs::TestCa::new("other-ca");
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        kubeconfig(format!(
+            "certificate-authority: {}",
+            other.files.cert.display()
+        )),
+    )
+    .unwrap();
+    let r =
+        k8s::resolve_with(KubeApi::from_kubeconfig(Some(&bad)).unwrap(), NS, SVC, None).unwrap();
+    let problem = tokio::time::timeout(WAIT, r.status.failed()).await.unwrap();
+    assert!(
+        problem.contains("TLS handshake") && problem.contains(&api.url()),
+        "{problem}"
+    );
+    assert!(r.updates.borrow().is_none());
+    // a plain-HTTP client against the TLS server is refused too, never a panic or a hang
+    let plain = KubeApi::new(&api.url().replace("https", "http")).unwrap();
+    let r = k8s::resolve_with(plain, NS, SVC, None).unwrap();
+    tokio::time::timeout(WAIT, r.status.failed()).await.unwrap();
+}
