@@ -23,6 +23,11 @@ fn grpc(port: u16) -> [(&'static str, u16); 1] {
     [("grpc", port)]
 }
 
+/// Puts slice `name` of the test service with one port named `grpc`.
+fn put(api: &FakeKubeApi, name: &str, eps: &[Ep], port: u16) {
+    api.put_slice(NS, SVC, name, eps, &grpc(port));
+}
+
 fn resolve(api: &FakeKubeApi, token: Option<&str>, port: Option<K8sPort>) -> Resolution {
     let mut kube = KubeApi::new(&api.url()).unwrap();
     if let Some(t) = token {
@@ -64,14 +69,13 @@ async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 #[tokio::test]
 async fn k8s_merges_slices_and_follows_the_watch() {
     let api = FakeKubeApi::start(None).await;
-    api.put_slice(
-        NS,
-        SVC,
+    put(
+        &api,
         "user-rpc-a",
         &[Ep::ready("10.0.0.1"), Ep::ready("10.0.0.2")],
-        &grpc(8080),
+        8080,
     );
-    api.put_slice(NS, SVC, "user-rpc-b", &[Ep::ready("10.0.1.1")], &grpc(8080));
+    put(&api, "user-rpc-b", &[Ep::ready("10.0.1.1")], 8080);
     // another service in the namespace and the same service name in another namespace
     api.put_slice(
         NS,
@@ -100,14 +104,14 @@ async fn k8s_merges_slices_and_follows_the_watch() {
     assert_eq!(list.selector, "kubernetes.io/service-name=user-rpc");
 
     // an update of one slice leaves the other's endpoints (go-zero replaces the whole set)
-    api.put_slice(NS, SVC, "user-rpc-b", &[Ep::ready("10.0.1.2")], &grpc(8080));
+    put(&api, "user-rpc-b", &[Ep::ready("10.0.1.2")], 8080);
     wait_for(
         &mut rx,
         &["10.0.0.1:8080", "10.0.0.2:8080", "10.0.1.2:8080"],
     )
     .await;
     // a new slice (the service grew past 100 endpoints per slice), with its own container port
-    api.put_slice(NS, SVC, "user-rpc-c", &[Ep::ready("10.0.2.1")], &grpc(9090));
+    put(&api, "user-rpc-c", &[Ep::ready("10.0.2.1")], 9090);
     wait_for(
         &mut rx,
         &[
@@ -141,16 +145,15 @@ async fn k8s_merges_slices_and_follows_the_watch() {
 #[tokio::test]
 async fn k8s_uses_only_ready_endpoints_as_readiness_flips() {
     let api = FakeKubeApi::start(None).await;
-    api.put_slice(
-        NS,
-        SVC,
+    put(
+        &api,
         "s1",
         &[
             Ep::ready("10.0.0.1"),
             Ep::not_ready("10.0.0.2"),
             Ep::terminating("10.0.0.3"),
         ],
-        &grpc(8080),
+        8080,
     );
     // the split of each event line over two chunks must not matter
     api.set_split_chunks(true);
@@ -158,36 +161,34 @@ async fn k8s_uses_only_ready_endpoints_as_readiness_flips() {
     let mut rx = r.updates.clone();
     wait_for(&mut rx, &["10.0.0.1:8080"]).await;
     // 10.0.0.2 passes its readiness probe
-    api.put_slice(
-        NS,
-        SVC,
+    put(
+        &api,
         "s1",
         &[
             Ep::ready("10.0.0.1"),
             Ep::ready("10.0.0.2"),
             Ep::terminating("10.0.0.3"),
         ],
-        &grpc(8080),
+        8080,
     );
     wait_for(&mut rx, &["10.0.0.1:8080", "10.0.0.2:8080"]).await;
     // 10.0.0.1 starts terminating (rolling update), 10.0.0.3 is gone
-    api.put_slice(
-        NS,
-        SVC,
+    put(
+        &api,
         "s1",
         &[Ep::terminating("10.0.0.1"), Ep::ready("10.0.0.2")],
-        &grpc(8080),
+        8080,
     );
     wait_for(&mut rx, &["10.0.0.2:8080"]).await;
     // nothing ready: an empty set is published (the truth, read successfully) and the status says why
-    api.put_slice(NS, SVC, "s1", &[Ep::not_ready("10.0.0.2")], &grpc(8080));
+    put(&api, "s1", &[Ep::not_ready("10.0.0.2")], 8080);
     wait_for(&mut rx, &[]).await;
     let problem = r.status.problem().unwrap();
     assert!(
         problem.contains("k8s://prod/user-rpc:8080 has no ready endpoint"),
         "{problem}"
     );
-    api.put_slice(NS, SVC, "s1", &[Ep::ready("10.0.0.2")], &grpc(8080));
+    put(&api, "s1", &[Ep::ready("10.0.0.2")], 8080);
     wait_for(&mut rx, &["10.0.0.2:8080"]).await;
     assert_eq!(r.status.problem(), None);
     assert_eq!(api.lists(), 1);
@@ -196,7 +197,7 @@ async fn k8s_uses_only_ready_endpoints_as_readiness_flips() {
 #[tokio::test]
 async fn k8s_resumes_the_watch_from_the_last_version_and_bookmark() {
     let api = FakeKubeApi::start(None).await;
-    api.put_slice(NS, SVC, "s1", &[Ep::ready("10.0.0.1")], &grpc(8080));
+    put(&api, "s1", &[Ep::ready("10.0.0.1")], 8080);
     let r = resolve(&api, None, None);
     let mut rx = r.updates.clone();
     wait_for(&mut rx, &["10.0.0.1:8080"]).await;
@@ -210,12 +211,11 @@ async fn k8s_resumes_the_watch_from_the_last_version_and_bookmark() {
 
     // other objects changed (the version moved on) and the server sent a bookmark
     let bookmark = api.bookmark(50);
-    api.put_slice(
-        NS,
-        SVC,
+    put(
+        &api,
         "s1",
         &[Ep::ready("10.0.0.1"), Ep::ready("10.0.0.2")],
-        &grpc(8080),
+        8080,
     );
     wait_for(&mut rx, &["10.0.0.1:8080", "10.0.0.2:8080"]).await;
     let after_event = api.resource_version();
@@ -238,7 +238,7 @@ async fn k8s_resumes_the_watch_from_the_last_version_and_bookmark() {
     );
     // and events made while no watch ran are not lost
     api.close_watches();
-    api.put_slice(NS, SVC, "s2", &[Ep::ready("10.0.1.1")], &grpc(8080));
+    put(&api, "s2", &[Ep::ready("10.0.1.1")], 8080);
     wait_for(
         &mut rx,
         &["10.0.0.1:8080", "10.0.0.2:8080", "10.0.1.1:8080"],
@@ -255,7 +255,7 @@ async fn k8s_resumes_the_watch_from_the_last_version_and_bookmark() {
 #[tokio::test]
 async fn k8s_relists_once_on_410_gone() {
     let api = FakeKubeApi::start(None).await;
-    api.put_slice(NS, SVC, "s1", &[Ep::ready("10.0.0.1")], &grpc(8080));
+    put(&api, "s1", &[Ep::ready("10.0.0.1")], 8080);
     let r = resolve(&api, None, None);
     let mut rx = r.updates.clone();
     wait_for(&mut rx, &["10.0.0.1:8080"]).await;
@@ -264,8 +264,8 @@ async fn k8s_relists_once_on_410_gone() {
     // 410, and only a fresh list can see the changes
     api.set_down(true);
     tokio::time::sleep(Duration::from_millis(50)).await;
-    api.put_slice(NS, SVC, "s1", &[Ep::ready("10.0.0.2")], &grpc(8080));
-    api.put_slice(NS, SVC, "s2", &[Ep::ready("10.0.0.3")], &grpc(8080));
+    put(&api, "s1", &[Ep::ready("10.0.0.2")], 8080);
+    put(&api, "s2", &[Ep::ready("10.0.0.3")], 8080);
     api.compact_and_expire();
     api.set_down(false);
     wait_for(&mut rx, &["10.0.0.2:8080", "10.0.0.3:8080"]).await;
@@ -291,12 +291,11 @@ async fn k8s_relists_once_on_410_gone() {
 #[tokio::test]
 async fn k8s_keeps_the_last_set_while_the_api_is_down() {
     let api = FakeKubeApi::start(None).await;
-    api.put_slice(
-        NS,
-        SVC,
+    put(
+        &api,
         "s1",
         &[Ep::ready("10.0.0.1"), Ep::ready("10.0.0.2")],
-        &grpc(8080),
+        8080,
     );
     let r = resolve(&api, None, None);
     let mut rx = r.updates.clone();
@@ -322,7 +321,7 @@ async fn k8s_keeps_the_last_set_while_the_api_is_down() {
     );
     // back: resumed without a list, the problem cleared
     api.set_down(false);
-    api.put_slice(NS, SVC, "s1", &[Ep::ready("10.0.0.2")], &grpc(8080));
+    put(&api, "s1", &[Ep::ready("10.0.0.2")], 8080);
     wait_for(&mut rx, &["10.0.0.2:8080"]).await;
     assert_eq!(r.status.problem(), None);
     assert_eq!(api.lists(), 1, "{:?}", api.requests());
@@ -331,7 +330,7 @@ async fn k8s_keeps_the_last_set_while_the_api_is_down() {
 #[tokio::test]
 async fn k8s_sends_the_token_and_names_401_and_403() {
     let api = FakeKubeApi::start(Some("good-token")).await;
-    api.put_slice(NS, SVC, "s1", &[Ep::ready("10.0.0.1")], &grpc(8080));
+    put(&api, "s1", &[Ep::ready("10.0.0.1")], 8080);
     // a wrong token: no endpoints, a status naming the API and the 401
     let bad = resolve(&api, Some("bad-token"), None);
     let problem = tokio::time::timeout(WAIT, bad.status.failed())
@@ -361,7 +360,7 @@ async fn k8s_sends_the_token_and_names_401_and_403() {
     std::fs::write(&token_file, "rotated-token\n").unwrap();
     api.set_token(Some("rotated-token"));
     api.close_watches();
-    api.put_slice(NS, SVC, "s1", &[Ep::ready("10.0.0.5")], &grpc(8080));
+    put(&api, "s1", &[Ep::ready("10.0.0.5")], 8080);
     wait_for(&mut rx, &["10.0.0.5:8080"]).await;
     // RBAC missing: 403 with a hint, the last set kept
     api.set_forbidden(true);
@@ -431,20 +430,8 @@ async fn k8s_client_calls_only_ready_pods_with_no_failure() {
     let b = start_server(test_conf("k8s-b").with_cpu_threshold(0), TestGreeter::new()).await;
     let api = FakeKubeApi::start(Some("t")).await;
     // one slice per pod: same IP, its own container port named grpc
-    api.put_slice(
-        NS,
-        SVC,
-        "s-a",
-        &[Ep::ready("127.0.0.1")],
-        &grpc(a.addr.port()),
-    );
-    api.put_slice(
-        NS,
-        SVC,
-        "s-b",
-        &[Ep::not_ready("127.0.0.1")],
-        &grpc(b.addr.port()),
-    );
+    put(&api, "s-a", &[Ep::ready("127.0.0.1")], a.addr.port());
+    put(&api, "s-b", &[Ep::not_ready("127.0.0.1")], b.addr.port());
     let resolution = resolve(&api, Some("t"), Some(K8sPort::Name("grpc".into())));
     let client = Client::with_resolution(
         RpcClientConf::default().with_timeout(Duration::from_secs(5)),
@@ -478,22 +465,10 @@ async fn k8s_client_calls_only_ready_pods_with_no_failure() {
     eventually("calls to a", || a.greeter.finished() >= 50).await;
     assert_eq!(b.greeter.started(), 0, "a not-ready pod got calls");
     // b becomes ready: it gets calls
-    api.put_slice(
-        NS,
-        SVC,
-        "s-b",
-        &[Ep::ready("127.0.0.1")],
-        &grpc(b.addr.port()),
-    );
+    put(&api, "s-b", &[Ep::ready("127.0.0.1")], b.addr.port());
     eventually("calls to b", || b.greeter.finished() >= 50).await;
     // a terminates: marked terminating, then its slice goes; no call fails and a gets no more
-    api.put_slice(
-        NS,
-        SVC,
-        "s-a",
-        &[Ep::terminating("127.0.0.1")],
-        &grpc(a.addr.port()),
-    );
+    put(&api, "s-a", &[Ep::terminating("127.0.0.1")], a.addr.port());
     tokio::time::sleep(Duration::from_millis(300)).await;
     let a_after = a.greeter.started();
     api.delete_slice(NS, "s-a");
@@ -545,7 +520,7 @@ async fn k8s_https_with_the_ca_of_a_kubeconfig() {
     let ca = zrpc_tests::certs::TestCa::new("kube-ca");
     let cert = ca.issue("kube-apiserver", &["IP:127.0.0.1", "DNS:localhost"]);
     let api = FakeKubeApi::start_tls(Some("kc-token"), &cert).await;
-    api.put_slice(NS, SVC, "s1", &[Ep::ready("10.0.0.1")], &grpc(8080));
+    put(&api, "s1", &[Ep::ready("10.0.0.1")], 8080);
     let dir = tempfile::tempdir().unwrap();
     let ca_pem = std::fs::read(&ca.files.cert).unwrap();
     let kubeconfig = |ca_line: String| {
@@ -568,7 +543,7 @@ async fn k8s_https_with_the_ca_of_a_kubeconfig() {
     let r = k8s::resolve_with(kube, NS, SVC, None).unwrap();
     let mut rx = r.updates.clone();
     wait_for(&mut rx, &["10.0.0.1:8080"]).await;
-    api.put_slice(NS, SVC, "s1", &[Ep::ready("10.0.0.2")], &grpc(8080));
+    put(&api, "s1", &[Ep::ready("10.0.0.2")], 8080);
     wait_for(&mut rx, &["10.0.0.2:8080"]).await;
 
     let other = zrpc_tests::certs::TestCa::new("other-ca");
