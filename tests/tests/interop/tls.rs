@@ -321,3 +321,55 @@ async fn zrpc_client_mtls_to_gz_server() {
         "calls counted by gz-server: {stopped:?}"
     );
 }
+
+/// Two `Endpoints`: grpc-go's authority is `h1:p1,h2:p2`, which it also uses as the TLS server
+/// name, so a server name is needed; with one, every call succeeds on both servers (and the
+/// multi-host `:authority` is repaired under TLS).
+#[tokio::test]
+async fn gz_client_tls_to_two_endpoints_needs_a_server_name() {
+    let p = gozero_or_skip!();
+    let ca = TestCa::new("interop CA");
+    let cert = ca.issue("zrpc-server", SERVER_SANS);
+    let tls = ServerTlsConf::new(cert.cert_str(), cert.key_str());
+    let a = zrpc_tls_server("zrpc-tls-a.rpc", tls.clone(), None).await;
+    let b = zrpc_tls_server("zrpc-tls-b.rpc", tls, None).await;
+    let addrs = vec![a.listen_on(), b.listen_on()];
+    let yaml = ClientYaml::new(Discovery::Endpoints(addrs.clone()));
+
+    let run = gz_tls(GzClient::new(p, &yaml), &ca.files, None)
+        .wait(Duration::from_secs(2))
+        .n(2)
+        .run()
+        .await;
+    println!(
+        "go-zero client, two endpoints, no server name: {}",
+        errors_text(&run)
+    );
+    // grpc-go sends the authority's "host" (`127.0.0.1:p1,127.0.0.1`) as SNI; rustls refuses a
+    // ClientHello whose server name is not a DNS name.
+    assert_refused(
+        "two endpoints, no server name",
+        &run,
+        "transport: authentication handshake failed: remote error: tls: illegal parameter",
+    );
+
+    let run = gz_tls(GzClient::new(p, &yaml), &ca.files, None)
+        .arg("-tls-server-name", "zrpc.test")
+        .name("sleep:5")
+        .n(60)
+        .c(6)
+        .run()
+        .await;
+    println!(
+        "go-zero client, two endpoints, ServerName zrpc.test: {} calls, {} failed, shares {}",
+        run.summary.calls,
+        run.summary.failed,
+        run.shares_text(&addrs)
+    );
+    run.assert_all_ok("two endpoints", Some(60));
+    assert_eq!(a.greeter.calls() + b.greeter.calls(), 60);
+    assert!(
+        a.greeter.calls() > 0 && b.greeter.calls() > 0,
+        "both servers served"
+    );
+}
