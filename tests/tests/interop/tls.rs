@@ -345,8 +345,8 @@ async fn gz_client_tls_to_two_endpoints_needs_a_server_name() {
         "go-zero client, two endpoints, no server name: {}",
         errors_text(&run)
     );
-    // grpc-go sends the authority's "host" (`127.0.0.1:p1,127.0.0.1`) as SNI; rustls refuses a
-    // ClientHello whose server name is not a DNS name.
+    // grpc-go sends the whole authority (`127.0.0.1:p1,127.0.0.1:p2`, no host:port) as SNI;
+    // rustls refuses a ClientHello whose server name is not a DNS name.
     assert_refused(
         "two endpoints, no server name",
         &run,

@@ -10,8 +10,8 @@
 // certificate (mutual TLS). Without -tls-server-name grpc-go checks the server certificate
 // against the host of the dial target's authority: for Endpoints of one server that is the
 // server's host, for etcd discovery it is the etcd host (not the server's), for two or more
-// hosts it is "h1:p1,h2" (the authority "h1:p1,h2:p2" cut at its last colon), which no
-// certificate names and rustls refuses as SNI.
+// hosts it is the whole authority "h1:p1,h2:p2" (it does not split into host and port), which
+// no certificate names and rustls refuses as SNI.
 //
 // With -v it prints one line per call:
 //
