@@ -392,6 +392,18 @@ async fn k8s_port_problems_are_reported() {
     let r = resolve(&api, None, Some(K8sPort::Name("http".into())));
     let problem = tokio::time::timeout(WAIT, r.status.failed()).await.unwrap();
     assert!(problem.contains("no port named \"http\""), "{problem}");
+    // names that would change the request path are refused before any request
+    let kube = KubeApi::new(&api.url()).unwrap();
+    let e = k8s::resolve_with(kube, NS, "svc&watch=1", None).unwrap_err();
+    assert!(e.to_string().contains("must be Kubernetes names"), "{e}");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        api.requests()
+            .iter()
+            .all(|q| q.selector.ends_with("=user-rpc")),
+        "{:?}",
+        api.requests()
+    );
 }
 
 #[tokio::test]

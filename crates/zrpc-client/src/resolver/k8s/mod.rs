@@ -96,6 +96,21 @@ pub fn resolve_with(
     port: Option<K8sPort>,
 ) -> Result<Resolution, Error> {
     let target = target_text(namespace, service, port.as_ref());
+    // the names go into the request path: Kubernetes names only (RFC 1123 labels)
+    let label = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 63
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    };
+    if !label(namespace) || !label(service) {
+        return Err(Error::Resolve {
+            target,
+            reason: "the namespace and the service must be Kubernetes names \
+                     (lowercase letters, digits and '-')"
+                .into(),
+        });
+    }
     let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::Resolve {
         target: target.clone(),
         reason: "the k8s resolver must be started inside a tokio runtime".into(),
