@@ -24,12 +24,13 @@ use crate::layers::duration::SLOW_THRESHOLD;
 use crate::layers::observe::Observe;
 use crate::layers::timeout::{Timeout, TimeoutLayer};
 use crate::layers::{BoxError, ObserveLayer, Response};
+use crate::metrics::ClientMetrics;
 use crate::resolver::{self, Target};
 
 /// How long `NonBlock: false` waits for a usable endpoint (go-zero's dial timeout).
-pub const BLOCKING_DIAL_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const BLOCKING_DIAL_TIMEOUT: Duration = Duration::from_secs(3);
 /// TCP connect timeout of endpoint connections.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A zRPC client: `Clone + Send + Sync`, a `tower::Service` that tonic's generated clients accept.
 ///
@@ -65,6 +66,45 @@ impl std::fmt::Debug for Client {
     }
 }
 
+/// The registries a client records into, passed explicitly (as linkerd passes its handles).
+///
+/// By default a client uses the process-wide ones, as go-zero does: breakers from
+/// [`BreakerRegistry::global`] (clients of the same target share them) and metrics in
+/// `prometheus::default_registry()` (what the server's DevServer exports on `/metrics`). Give a
+/// client its own to keep it apart (tests, several tenants in one process).
+///
+/// ```
+/// use std::sync::Arc;
+/// use zrpc_client::ClientHandles;
+/// use zrpc_client::metrics::ClientMetrics;
+/// use zrpc_core::breaker::{BreakerConfig, BreakerRegistry};
+///
+/// let registry = prometheus::Registry::new();
+/// let handles = ClientHandles::default()
+///     .breakers(Arc::new(BreakerRegistry::new(BreakerConfig::default())))
+///     .metrics(ClientMetrics::register(&registry).unwrap());
+/// ```
+#[derive(Debug, Clone, Default)]
+#[must_use]
+pub struct ClientHandles {
+    breakers: Option<Arc<BreakerRegistry>>,
+    metrics: Option<ClientMetrics>,
+}
+
+impl ClientHandles {
+    /// Breakers from `registry` instead of the process-wide one.
+    pub fn breakers(mut self, registry: Arc<BreakerRegistry>) -> Self {
+        self.breakers = Some(registry);
+        self
+    }
+
+    /// Metrics into `metrics` ([`ClientMetrics::register`]) instead of the global registry.
+    pub fn metrics(mut self, metrics: ClientMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+}
+
 impl Client {
     /// Builds a client from its config (go-zero `zrpc.NewClient`).
     ///
@@ -77,13 +117,32 @@ impl Client {
     /// An invalid config or target, a resolver that cannot start, `App`/`Token` that are not valid
     /// header values, or (blocking mode) [`Error::Dial`] naming the target.
     pub async fn new(conf: RpcClientConf) -> Result<Client, Error> {
+        Client::with_handles(conf, ClientHandles::default()).await
+    }
+
+    /// Like [`Client::new`], recording into the given registries instead of the process-wide ones.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::new`].
+    pub async fn with_handles(
+        conf: RpcClientConf,
+        handles: ClientHandles,
+    ) -> Result<Client, Error> {
         conf.validate().map_err(|e| Error::Config(e.to_string()))?;
         let target_str = conf
             .build_target()
             .map_err(|e| Error::Config(e.to_string()))?;
         let target = Target::parse(&target_str)?;
         let resolution = resolver::resolve_with(&target, &conf.etcd)?;
-        Client::build(conf, target.to_string(), target.service_name(), resolution).await
+        Client::build(
+            conf,
+            target.to_string(),
+            target.service_name(),
+            resolution,
+            handles,
+        )
+        .await
     }
 
     /// Builds a client over any endpoint-set source: `resolution` replaces the resolver of the
@@ -99,7 +158,14 @@ impl Client {
         name: &str,
         resolution: resolver::Resolution,
     ) -> Result<Client, Error> {
-        Client::build(conf, name.to_owned(), name.to_owned(), resolution).await
+        Client::build(
+            conf,
+            name.to_owned(),
+            name.to_owned(),
+            resolution,
+            ClientHandles::default(),
+        )
+        .await
     }
 
     async fn build(
@@ -107,6 +173,7 @@ impl Client {
         target_name: String,
         service_name: String,
         resolution: resolver::Resolution,
+        handles: ClientHandles,
     ) -> Result<Client, Error> {
         let target_name: Arc<str> = Arc::from(target_name);
         let connect = ConnectOptions {
@@ -136,11 +203,18 @@ impl Client {
             ObserveLayer::builder(&target_name)
                 .trace(m.trace)
                 .duration_log(m.duration.then_some(SLOW_THRESHOLD))
-                .metrics(
-                    m.prometheus
-                        .then(|| crate::metrics::client_metrics().clone()),
-                )
-                .breakers(m.breaker.then(BreakerRegistry::shared))
+                .metrics(m.prometheus.then(|| {
+                    handles
+                        .metrics
+                        .clone()
+                        .unwrap_or_else(|| crate::metrics::client_metrics().clone())
+                }))
+                .breakers(m.breaker.then(|| {
+                    handles
+                        .breakers
+                        .clone()
+                        .unwrap_or_else(BreakerRegistry::shared)
+                }))
                 .build()
         });
         let service = ServiceBuilder::new()
@@ -307,4 +381,51 @@ mod tests {
     static_assertions::assert_impl_all!(
         Client: tower::Service<http::Request<Body>, Response = http::Response<Body>>
     );
+
+    #[tokio::test]
+    #[allow(clippy::unwrap_used)]
+    async fn a_client_records_into_the_registries_it_is_given() {
+        use tower::ServiceExt;
+        use zrpc_core::breaker::BreakerConfig;
+
+        // a port nobody listens on: the call fails with Unavailable, recorded all the same
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let registry = prometheus::Registry::new();
+        let metrics = ClientMetrics::register(&registry).unwrap();
+        let breakers = Arc::new(BreakerRegistry::new(BreakerConfig::default()));
+        let handles = ClientHandles::default()
+            .breakers(breakers.clone())
+            .metrics(metrics.clone());
+        let conf = RpcClientConf::direct([format!("127.0.0.1:{port}")]);
+        let client = Client::with_handles(conf, handles).await.unwrap();
+        let req = http::Request::builder()
+            .uri(format!("http://127.0.0.1:{port}/p.S/M"))
+            .body(Body::empty())
+            .unwrap();
+        assert!(client.oneshot(req).await.is_err());
+        let calls = metrics
+            .duration_ms
+            .with_label_values(&["/p.S/M"])
+            .get_sample_count();
+        assert_eq!(calls, 1, "the failed call is in the given registry");
+        let codes: u64 = registry
+            .gather()
+            .iter()
+            .filter(|f| f.name() == "rpc_client_requests_code_total")
+            .flat_map(|f| {
+                f.get_metric()
+                    .iter()
+                    .map(|m| m.get_counter().get_value() as u64)
+            })
+            .sum();
+        assert_eq!(codes, 1);
+        assert_eq!(
+            breakers.names(),
+            vec![format!("direct:///127.0.0.1:{port}/p.S/M")]
+        );
+    }
 }

@@ -28,9 +28,6 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
-    /// An unknown `BalancerName`.
-    #[error("unknown balancer {0:?} (supported: \"p2c_ewma\", \"round_robin\")")]
-    UnknownBalancer(String),
     /// The resolver of a target could not be started.
     #[error("resolver for {target}: {reason}")]
     Resolve {

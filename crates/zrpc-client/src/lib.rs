@@ -14,6 +14,6 @@ pub mod metrics;
 pub mod resolver;
 mod tls;
 
-pub use client::{BLOCKING_DIAL_TIMEOUT, CONNECT_TIMEOUT, Client, EndpointInfo};
+pub use client::{Client, ClientHandles, EndpointInfo, ResponseFuture};
 pub use error::Error;
 pub use layers::timeout::CallTimeout;

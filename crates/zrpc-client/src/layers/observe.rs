@@ -5,13 +5,13 @@
 //! once (tower-http's `ClassifyResponse`/`ClassifyEos`, linkerd's `classify`): the final gRPC code
 //! comes from the error of a failed call, the `grpc-status` header of a trailers-only response, or
 //! the trailers at the end of the body (a call dropped before that is `Cancelled`), and one
-//! [`Outcome`] hands it to every recorder switched on, with one clock read. The per-method state
-//! (breaker, metric handles, log name) is resolved once per client ([`super::method`]); the
+//! `Outcome` hands it to every recorder switched on, with one clock read. The per-method state
+//! (breaker, metric handles, log name) is resolved once per client (`layers::method`); the
 //! response future is named and the body is wrapped once.
 //!
 //! Recorders, in go-zero's order (outer to inner), each switched by `Middlewares`:
 //! - trace: the `rpc.client` span, entered while the call runs, with the trace context injected
-//!   into the request ([`super::trace`]);
+//!   into the request;
 //! - duration: failed calls at error level, successes slower than 500 ms at warn
 //!   ([`super::duration`]);
 //! - metrics: `rpc_client_requests_duration_ms{method}` and
