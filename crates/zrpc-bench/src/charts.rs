@@ -45,9 +45,9 @@ pub(crate) fn lines(
         .flat_map(|(_, p)| p.iter().map(|&(x, y)| (tx(x), y)))
         .filter(|(x, y)| x.is_finite() && y.is_finite())
         .collect();
-    let (mut x0, mut x1) = pts
-        .iter()
-        .fold((f64::MAX, f64::MIN), |(a, b), (x, _)| (a.min(*x), b.max(*x)));
+    let (mut x0, mut x1) = pts.iter().fold((f64::MAX, f64::MIN), |(a, b), (x, _)| {
+        (a.min(*x), b.max(*x))
+    });
     if pts.is_empty() {
         (x0, x1) = (0.0, 1.0);
     }
@@ -97,7 +97,9 @@ pub(crate) fn lines(
             ))
             .map_err(|e| err(&e))?
             .label(name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+            });
     }
     chart
         .configure_series_labels()

@@ -24,7 +24,11 @@ pub(crate) fn run(path: &Path) -> Result<()> {
         .with_context(|| format!("cannot read the report {}", path.display()))?;
     let problems = problems(&text, path.parent().unwrap_or(Path::new(".")));
     if problems.is_empty() {
-        println!("{}: well formed ({} sections)", path.display(), SECTIONS.len());
+        println!(
+            "{}: well formed ({} sections)",
+            path.display(),
+            SECTIONS.len()
+        );
         return Ok(());
     }
     bail!(
@@ -97,7 +101,9 @@ pub(crate) fn problems(text: &str, dir: &Path) -> Vec<String> {
             }
             let svg = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
             if !svg.trim_start().starts_with("<svg") {
-                out.push(format!("section `{title}`: chart {file} is missing or not SVG"));
+                out.push(format!(
+                    "section `{title}`: chart {file} is missing or not SVG"
+                ));
             }
         }
     }
@@ -126,7 +132,10 @@ mod tests {
     #[test]
     fn a_complete_report_passes() {
         let r = report("| a | b |\n|---|---|\n| 1 | skipped: go not found |\n");
-        assert_eq!(problems(&r, Path::new("/nonexistent")), Vec::<String>::new());
+        assert_eq!(
+            problems(&r, Path::new("/nonexistent")),
+            Vec::<String>::new()
+        );
     }
 
     #[test]
@@ -149,7 +158,11 @@ mod tests {
     #[test]
     fn failed_sections_and_missing_charts_fail() {
         let r = report("FAILED: boom\n\n| a |\n|---|\n| 1 |\n");
-        assert!(problems(&r, Path::new("/x")).iter().any(|m| m.contains("FAILED")));
+        assert!(
+            problems(&r, Path::new("/x"))
+                .iter()
+                .any(|m| m.contains("FAILED"))
+        );
         let r = report("| a |\n|---|\n| 1 |\n\n![c](b/none.svg)\n");
         assert!(
             problems(&r, Path::new("/x"))
@@ -161,6 +174,10 @@ mod tests {
     #[test]
     fn rows_must_match_their_header() {
         let r = report("| a | b |\n|---|---|\n| 1 | 2 | 3 |\n");
-        assert!(problems(&r, Path::new("/x")).iter().any(|m| m.contains("3 cells")));
+        assert!(
+            problems(&r, Path::new("/x"))
+                .iter()
+                .any(|m| m.contains("3 cells"))
+        );
     }
 }

@@ -12,8 +12,6 @@ use anyhow::{Context, Result};
 pub(crate) struct Env {
     /// This binary (for `serve` and `load`).
     pub(crate) me: PathBuf,
-    /// The repository root.
-    pub(crate) root: PathBuf,
     /// `gzbench` (go-zero server and client), or why it is missing.
     pub(crate) gozero: Result<PathBuf, String>,
     /// h2load, or why it is missing.
@@ -71,12 +69,20 @@ impl Env {
                     .next()
                     .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
             })
-            .map_or("unknown".into(), |kb| format!("{:.1} GiB", kb / 1024.0 / 1024.0));
+            .map_or("unknown".into(), |kb| {
+                format!("{:.1} GiB", kb / 1024.0 / 1024.0)
+            });
         let commit = output("git", &["-C", &root.to_string_lossy(), "rev-parse", "HEAD"])
             .unwrap_or_else(|| "unknown".into());
         let dirty = output(
             "git",
-            &["-C", &root.to_string_lossy(), "status", "--porcelain", "--untracked-files=no"],
+            &[
+                "-C",
+                &root.to_string_lossy(),
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+            ],
         )
         .is_some_and(|s| !s.is_empty());
         let mut facts = vec![
@@ -136,11 +142,15 @@ impl Env {
         ];
         facts.push((
             "taskset (pinning)".into(),
-            if taskset { "yes" } else { "not found: pinned mode skipped" }.into(),
+            if taskset {
+                "yes"
+            } else {
+                "not found: pinned mode skipped"
+            }
+            .into(),
         ));
         Ok(Env {
             me,
-            root,
             gozero,
             h2load,
             etcd,

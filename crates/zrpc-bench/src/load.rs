@@ -171,7 +171,15 @@ async fn load(args: LoadArgs) -> Result<Summary> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     if args.warmup > 0 {
-        closed(&caller, args.concurrency, args.warmup, None, timeout, Instant::now()).await;
+        closed(
+            &caller,
+            args.concurrency,
+            args.warmup,
+            None,
+            timeout,
+            Instant::now(),
+        )
+        .await;
     }
     let cpu0 = zrpc_tests::bench::cpu_ns();
     let t0 = Instant::now();

@@ -12,7 +12,11 @@
 //! commands, the Go `gzbench` program in `go/`, `interop/gozero/bin/gz-server`, `h2load`), so
 //! that CPU time and RSS are measured per process from `/proc`, and every child is ended on
 //! exit and on Ctrl-C.
-#![allow(clippy::cast_precision_loss, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+#![allow(
+    clippy::cast_precision_loss,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss
+)]
 
 mod charts;
 mod check;
@@ -39,7 +43,7 @@ struct Cli {
     /// The report to write; charts go to `<dir of out>/<stem>/*.svg`.
     #[arg(long, global = true, default_value = "docs/benchmarks.md")]
     out: PathBuf,
-    /// Alternating rounds per comparison (medians are taken over them). Default 5 (quick: 1).
+    /// Alternating rounds per comparison (medians are taken over them). Default 3 (quick: 1).
     #[arg(long, global = true)]
     rounds: Option<usize>,
     #[command(subcommand)]
@@ -97,7 +101,7 @@ fn main() -> ExitCode {
             install_ctrl_c();
             let opts = scenarios::Opts {
                 quick: cli.quick,
-                rounds: cli.rounds.unwrap_or(if cli.quick { 1 } else { 5 }),
+                rounds: cli.rounds.unwrap_or(if cli.quick { 1 } else { 3 }),
                 out: cli.out,
             };
             let r = scenarios::run(which, &opts);

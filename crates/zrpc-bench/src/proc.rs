@@ -106,16 +106,16 @@ impl Proc {
         let stderr = Arc::new(Mutex::new(Vec::new()));
         let sink = stderr.clone();
         if let Some(err) = child.stderr.take() {
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines() {
-                let Ok(line) = line else { break };
-                let mut v = sink.lock().unwrap_or_else(|e| e.into_inner());
-                if v.len() >= 40 {
-                    v.remove(0);
+            std::thread::spawn(move || {
+                for line in BufReader::new(err).lines() {
+                    let Ok(line) = line else { break };
+                    let mut v = sink.lock().unwrap_or_else(|e| e.into_inner());
+                    if v.len() >= 40 {
+                        v.remove(0);
+                    }
+                    v.push(line);
                 }
-                v.push(line);
-            }
-        });
+            });
         }
         Ok(Proc {
             label: label.to_owned(),
@@ -257,7 +257,10 @@ impl Drop for Proc {
 
 fn is_zombie(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z')))
+        .map(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+        })
         .unwrap_or(true)
 }
 

@@ -147,8 +147,7 @@ pub(crate) fn write(
     if let Some(dir) = out.parent()
         && !dir.as_os_str().is_empty()
     {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
     std::fs::write(out, md).with_context(|| format!("cannot write {}", out.display()))
 }

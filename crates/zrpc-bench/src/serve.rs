@@ -82,7 +82,9 @@ impl Greeter for BenchGreeter {
         });
         if !s.fail.is_zero() && now.duration_since(first) < s.fail {
             s.failed_phase.fetch_add(1, Ordering::Relaxed);
-            return Err(Status::internal("failing on purpose (bench backend is down)"));
+            return Err(Status::internal(
+                "failing on purpose (bench backend is down)",
+            ));
         }
         if !s.spin.is_zero() {
             // CPU-bound work: spin on the clock (the handler under test must hold a core).
@@ -175,8 +177,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
             tonic::transport::Server::builder()
                 .add_service(svc)
                 .serve_with_incoming_shutdown(
-                    tonic::transport::server::TcpIncoming::from(listener)
-                        .with_nodelay(Some(true)),
+                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
                     zrpc::shutdown::signal(),
                 )
                 .await?;

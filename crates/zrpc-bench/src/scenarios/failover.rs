@@ -62,7 +62,10 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
             "its share of the calls after it started",
         ],
     );
-    let pb = ctx.progress((events.len() * CLIENTS.len() + CLIENTS.len()) as u64, "failover");
+    let pb = ctx.progress(
+        (events.len() * CLIENTS.len() + CLIENTS.len()) as u64,
+        "failover",
+    );
     let mut n = 0;
     for (sig, what) in events {
         for client in CLIENTS {

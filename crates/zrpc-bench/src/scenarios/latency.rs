@@ -18,14 +18,29 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
     let rust = ctx.server(Side::Rust, &spec)?;
     let go = ctx.server(Side::Go, &spec);
     let pairs: [(Gen, Side, &str); 4] = [
-        (Gen::Zrpc("p2c_ewma"), Side::Rust, "Rust -> Rust (zrpc -> zrpc)"),
-        (Gen::Zrpc("p2c_ewma"), Side::Go, "Rust -> Go (zrpc -> go-zero)"),
+        (
+            Gen::Zrpc("p2c_ewma"),
+            Side::Rust,
+            "Rust -> Rust (zrpc -> zrpc)",
+        ),
+        (
+            Gen::Zrpc("p2c_ewma"),
+            Side::Go,
+            "Rust -> Go (zrpc -> go-zero)",
+        ),
         (Gen::GoZero, Side::Rust, "Go -> Rust (go-zero -> zrpc)"),
         (Gen::GoZero, Side::Go, "Go -> Go (go-zero -> go-zero)"),
     ];
     let mut table = Table::new(
         &format!("C=1, {calls} calls per run, median of {rounds} alternating runs"),
-        &["pair", "p50 ms", "p99 ms", "p99.9 ms", "mean ms", "mean vs Go -> Go"],
+        &[
+            "pair",
+            "p50 ms",
+            "p99 ms",
+            "p99.9 ms",
+            "mean ms",
+            "mean vs Go -> Go",
+        ],
     );
     let pb = ctx.progress((rounds * pairs.len()) as u64, "latency");
     let mut acc: Vec<(Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>)> =

@@ -83,11 +83,7 @@ pub(crate) fn run(which: &[Kind], opts: &Opts) -> Result<()> {
         .out
         .file_stem()
         .map_or("benchmarks".into(), |s| s.to_string_lossy().into_owned());
-    let charts = opts
-        .out
-        .parent()
-        .unwrap_or(Path::new("."))
-        .join(&stem);
+    let charts = opts.out.parent().unwrap_or(Path::new(".")).join(&stem);
     std::fs::create_dir_all(&charts)
         .with_context(|| format!("cannot create {}", charts.display()))?;
     let tmp = tempfile::Builder::new()
@@ -122,9 +118,10 @@ pub(crate) fn run(which: &[Kind], opts: &Opts) -> Result<()> {
             }
         });
         section.title = kind.title().to_owned();
-        section
-            .notes
-            .push(format!("Scenario time: {:.0} s.", started.elapsed().as_secs_f64()));
+        section.notes.push(format!(
+            "Scenario time: {:.0} s.",
+            started.elapsed().as_secs_f64()
+        ));
         sections.push(section);
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -333,10 +330,7 @@ impl Ctx<'_> {
                     .args(["-delay-ms", &spec.delay_ms.to_string()])
                     .args(["-spin-us", &spec.spin_us.to_string()])
                     .args(["-fail-ms", &spec.fail_ms.to_string()])
-                    .args([
-                        "-cpu-threshold",
-                        if spec.shedding { "900" } else { "0" },
-                    ])
+                    .args(["-cpu-threshold", if spec.shedding { "900" } else { "0" }])
                     .args([
                         "-profile",
                         if spec.profile == Profile::Shipped {
@@ -493,8 +487,14 @@ pub(crate) fn start_etcd(ctx: &Ctx<'_>) -> Result<(Proc, String)> {
         .args(["--listen-client-urls", &format!("http://{endpoint}")])
         .args(["--advertise-client-urls", &format!("http://{endpoint}")])
         .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
-        .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer}")])
-        .args(["--initial-cluster", &format!("bench=http://127.0.0.1:{peer}")])
+        .args([
+            "--initial-advertise-peer-urls",
+            &format!("http://127.0.0.1:{peer}"),
+        ])
+        .args([
+            "--initial-cluster",
+            &format!("bench=http://127.0.0.1:{peer}"),
+        ])
         .args(["--log-level", "error"]);
     let proc = Proc::spawn("etcd", cmd, None, true)?;
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -511,7 +511,10 @@ pub(crate) fn start_etcd(ctx: &Ctx<'_>) -> Result<(Proc, String)> {
             break;
         }
         if Instant::now() > deadline {
-            bail!("etcd did not become healthy on {endpoint}; stderr:\n{}", proc.stderr_tail());
+            bail!(
+                "etcd did not become healthy on {endpoint}; stderr:\n{}",
+                proc.stderr_tail()
+            );
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -532,7 +535,11 @@ pub(crate) fn h2load(
     (conns, streams, requests, threads): (u64, u64, u64, u64),
     cpu: Option<usize>,
 ) -> Result<H2Run> {
-    let h2 = ctx.env.h2load.as_ref().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let h2 = ctx
+        .env
+        .h2load
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let body = ctx.file("hello.bin");
     // gRPC frame of HelloRequest{name: "world"}.
     std::fs::write(&body, b"\x00\x00\x00\x00\x07\x0a\x05world")?;

@@ -28,7 +28,11 @@ impl Mode {
 const SERVERS: [(Side, Profile, &str); 6] = [
     (Side::Rust, Profile::Tonic, "bare tonic"),
     (Side::Rust, Profile::Quiet, "zrpc full chain"),
-    (Side::Rust, Profile::Minimal, "zrpc minimal (middleware off)"),
+    (
+        Side::Rust,
+        Profile::Minimal,
+        "zrpc minimal (middleware off)",
+    ),
     (Side::Go, Profile::Quiet, "go-zero matched logging"),
     (Side::Rust, Profile::Shipped, "zrpc, every request logged"),
     (Side::Go, Profile::Shipped, "go-zero default (as shipped)"),
