@@ -104,6 +104,7 @@ pub fn run(scenario: &Scenario, policy: Policy) -> Report {
     };
     let watched = scenario.watched;
     let freeze = scenario.servers.get(watched).and_then(|s| s.freeze);
+    let mut prev_frozen_send: Option<u64> = None;
     while let Some(Reverse((now, _, event))) = heap.pop() {
         let worker = match event {
             Event::Arrival => {
@@ -142,8 +143,12 @@ pub fn run(scenario: &Scenario, policy: Policy) -> Report {
             let spec = &scenario.servers[s];
             if s == watched && within(freeze, now) {
                 report.sent_while_frozen += 1;
-                report.last_sent_into_freeze =
-                    freeze.map(|(a, _)| Duration::from_nanos(now - ns(a)));
+                let since = freeze.map(|(a, _)| Duration::from_nanos(now - ns(a)));
+                if prev_frozen_send.is_none_or(|p| now - p < 1_000_000_000) {
+                    report.stream_into_freeze = since;
+                }
+                prev_frozen_send = Some(now);
+                report.last_sent_into_freeze = since;
             }
             if within(spec.down, now) {
                 balancer.transport_failure(s, now, now);

@@ -151,6 +151,10 @@ pub struct Report {
     pub failed: u64,
     /// Calls sent to the watched server while it was frozen.
     pub sent_while_frozen: u64,
-    /// From the start of the watched server's freeze to the last call sent to it while frozen.
+    /// From the start of the watched server's freeze to the last call sent to it while frozen
+    /// (including single trial calls after ejections).
     pub last_sent_into_freeze: Option<Duration>,
+    /// From the start of the freeze to the end of the stream of calls into it: the last call sent
+    /// less than a second after the previous one (later calls are spaced trial calls).
+    pub stream_into_freeze: Option<Duration>,
 }

@@ -95,16 +95,17 @@ pub fn markdown() -> String {
     let _ = writeln!(
         out,
         "\nFrozen server (three servers at 10 ms, 1000 rps open loop, one SIGSTOPped from 10 s to 25 s, \
-         2 s timeout, seed 1):\n\n| policy | failed calls | calls sent into the freeze | last one after | p99 |\n|---|---|---|---|---|"
+         2 s timeout, seed 1):\n\n| policy | failed calls | calls sent into the freeze | stream of calls stopped after | last (trial) call after | p99 |\n|---|---|---|---|---|---|"
     );
     for p in Policy::ALL {
         let r = freeze_report(p, 1);
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} |",
             p.name(),
             r.failed,
             r.sent_while_frozen,
+            secs(r.stream_into_freeze),
             secs(r.last_sent_into_freeze),
             ms(r.p99)
         );

@@ -329,10 +329,14 @@ impl EndpointStats {
     }
 
     /// v2 ejection: [`EJECT_AFTER`] consecutive failed calls (or one failed call while on trial
-    /// after an ejection) eject the endpoint for [`EJECT_BASE`] doubling to [`EJECT_MAX`]. The v2
+    /// after an ejection; failures arriving while ejected are calls sent before it and are ignored) eject the endpoint for [`EJECT_BASE`] doubling to [`EJECT_MAX`]. The v2
     /// picker never ejects the whole set (it falls back to ejected endpoints when nothing else is
     /// usable); the v1 rules ignore ejection.
     fn on_failed_call(&self, now: u64) {
+        if self.is_ejected(now) {
+            // a call sent before the ejection (stuck on a frozen server, say): not a failed trial
+            return;
+        }
         let streak = self.fail_streak.fetch_add(1, Ordering::Relaxed) + 1;
         let ejections = self.ejections.load(Ordering::Relaxed);
         if streak < EJECT_AFTER && ejections == 0 {

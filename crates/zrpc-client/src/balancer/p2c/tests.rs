@@ -591,3 +591,19 @@ fn v2_ejection_backs_off_while_trials_fail() {
     let second = e.eject_until.load(std::sync::atomic::Ordering::Relaxed) - (t + MS);
     assert_eq!(second, 2_000 * MS);
 }
+
+#[test]
+fn v2_calls_failing_while_ejected_do_not_extend_the_ejection() {
+    let e = EndpointStats::new();
+    warm(&e, 1, 10 * MS);
+    // 20 calls stuck on a frozen server time out together
+    for _ in 0..20 {
+        e.on_pick();
+    }
+    for k in 0..20 {
+        e.on_done(100 * MS, (2100 + k) * MS, code::DEADLINE_EXCEEDED);
+    }
+    // ejected once, for 1 s from the third timeout
+    assert!(e.is_ejected(3000 * MS));
+    assert!(!e.is_ejected(3103 * MS));
+}
