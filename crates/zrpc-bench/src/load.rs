@@ -343,6 +343,5 @@ async fn open(
         });
     }
     while tasks.join_next().await.is_some() {}
-    let v = std::mem::take(&mut *recs.lock().unwrap_or_else(|e| e.into_inner()));
-    v
+    std::mem::take(&mut *recs.lock().unwrap_or_else(|e| e.into_inner()))
 }

@@ -24,7 +24,7 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
         Ok(e) => e,
         Err(e) => {
             let mut t = Table::new("", &["event", "client"]);
-            t.skipped_row("all", &format!("{e:#}"));
+            t.skipped_row("all", format!("{e:#}"));
             return Ok(Section {
                 tables: vec![t],
                 ..Section::default()

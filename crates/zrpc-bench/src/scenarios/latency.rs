@@ -43,8 +43,9 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
         ],
     );
     let pb = ctx.progress((rounds * pairs.len()) as u64, "latency");
-    let mut acc: Vec<(Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>)> =
-        vec![Default::default(); pairs.len()];
+    // Per pair: p50s, p99s, p99.9s, means (one per round) and the last round's latencies.
+    type Acc = (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>);
+    let mut acc: Vec<Acc> = vec![Acc::default(); pairs.len()];
     let mut skipped: Vec<Option<String>> = vec![None; pairs.len()];
     for round in 0..rounds {
         for k in 0..pairs.len() {
