@@ -1,4 +1,5 @@
-//! Pick cost of the P2C+EWMA picker: 3, 10 and 100 endpoints, 1 and 2 threads.
+//! Pick cost of the P2C+EWMA picker (v2 rules, and v1 for comparison): 3, 10 and 100 endpoints,
+//! 1 and 2 threads.
 //!
 //! Run: `cargo bench -p zrpc-client --bench picker -- --warm-up-time 1 --measurement-time 2`.
 //! Each iteration is one clock read, one pick and the release of the in-flight slot (so the counters
@@ -10,7 +11,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use zrpc_client::balancer::{EndpointStats, P2cPicker, ThreadRng};
+use zrpc_client::balancer::{EndpointStats, P2cPicker, P2cRules, ThreadRng};
 use zrpc_core::grpc::code;
 
 fn endpoints(n: usize) -> Vec<Arc<EndpointStats>> {
@@ -33,6 +34,15 @@ fn pick(c: &mut Criterion) {
             b.iter(|| {
                 let now = Instant::now();
                 let i = picker.pick(black_box(&set), now, &mut ThreadRng).unwrap();
+                set[i].on_abandon();
+            });
+        });
+        // the same pick with go-zero's rules (v1), side by side in one run
+        let v1 = P2cPicker::with_rules(Instant::now(), P2cRules::V1);
+        g.bench_with_input(BenchmarkId::new("1_thread_v1", n), &n, |b, _| {
+            b.iter(|| {
+                let now = Instant::now();
+                let i = v1.pick(black_box(&set), now, &mut ThreadRng).unwrap();
                 set[i].on_abandon();
             });
         });
