@@ -27,6 +27,10 @@ pub(crate) enum ConnIo {
 pub(crate) struct ConnInfo {
     pub(crate) tcp: TcpConnectInfo,
     pub(crate) peer: Option<PeerIdentity>,
+    /// The connection's call count and byte-budget share, set by
+    /// `Guarded` (`transport::conn`) when the server keeps them: each request
+    /// carries its connection's state, so no per-request table lookup is needed.
+    pub(crate) conn: Option<std::sync::Arc<crate::transport::ConnState>>,
 }
 
 impl Connected for ConnIo {
@@ -37,6 +41,7 @@ impl Connected for ConnIo {
             ConnIo::Plain(tcp) => ConnInfo {
                 tcp: tcp.connect_info(),
                 peer: None,
+                conn: None,
             },
             ConnIo::Tls(tls) => {
                 let (tcp, session) = tls.get_ref();
@@ -45,6 +50,7 @@ impl Connected for ConnIo {
                     peer: session
                         .peer_certificates()
                         .and_then(|certs| PeerIdentity::from_chain(certs.to_vec())),
+                    conn: None,
                 }
             }
         }

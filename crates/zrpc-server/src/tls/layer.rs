@@ -47,9 +47,11 @@ where
     }
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        if let Some(info) = req.extensions_mut().remove::<ConnInfo>() {
-            req.extensions_mut().insert(info.tcp);
-            if let Some(id) = info.peer {
+        // The `ConnInfo` stays: the transport layers read the connection's state from it.
+        if let Some(info) = req.extensions().get::<ConnInfo>() {
+            let (tcp, peer) = (info.tcp.clone(), info.peer.clone());
+            req.extensions_mut().insert(tcp);
+            if let Some(id) = peer {
                 req.extensions_mut().insert(id);
             }
         }

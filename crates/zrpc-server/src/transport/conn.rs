@@ -24,6 +24,7 @@ use tokio::time::{Instant, Sleep};
 use tonic::transport::server::Connected;
 
 use super::streams::ConnEntry;
+use crate::tls::io::ConnInfo;
 
 /// Client connection preface (RFC 9113 §3.4).
 const PREFACE_LEN: usize = 24;
@@ -217,11 +218,15 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
     }
 }
 
-impl<T: Connected> Connected for Guarded<T> {
-    type ConnectInfo = T::ConnectInfo;
+impl<T: Connected<ConnectInfo = ConnInfo>> Connected for Guarded<T> {
+    type ConnectInfo = ConnInfo;
 
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.inner.connect_info()
+    /// The inner connect info with this connection's state (`ConnInfo::conn`), which tonic
+    /// then clones into every request.
+    fn connect_info(&self) -> ConnInfo {
+        let mut info = self.inner.connect_info();
+        info.conn = self.entry.as_ref().map(ConnEntry::state);
+        info
     }
 }
 

@@ -28,7 +28,7 @@ pub(crate) use accept::{AcceptSettings, incoming};
 pub(crate) use budget::{Budget, RequestBudgetLayer};
 pub(crate) use conn::ConnLimits;
 pub(crate) use content_type::ContentTypeLayer;
-pub(crate) use streams::{ConnTable, StreamCountLayer};
+pub(crate) use streams::{ConnState, ConnTable, StreamCountLayer};
 
 use crate::conf::TransportConf;
 
