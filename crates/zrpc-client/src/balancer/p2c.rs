@@ -60,7 +60,8 @@ const FORCE_PICK_NANOS: u64 = 1_000_000_000;
 const PROBE_BASE_NANOS: f64 = 1e9;
 const PROBE_MAX_NANOS: f64 = 30e9;
 
-/// Which rules the picker follows (see the [module docs](self)).
+/// Which rules the picker follows: `V1` is go-zero's `p2c_ewma`, `V2` (the default) adds backing-off
+/// re-probes and ejection (see `docs/balancing.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum P2cRules {
