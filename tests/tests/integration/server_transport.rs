@@ -779,3 +779,130 @@ async fn accept_errors_back_off_under_fd_exhaustion() {
         "server CPU {cpu_pct:.1}% while out of descriptors"
     );
 }
+
+/// Opens a raw HTTP/2 connection (preface, empty SETTINGS, ACK of the server's SETTINGS).
+async fn raw_h2(addr: SocketAddr) -> TcpStream {
+    let mut sock = TcpStream::connect(addr).await.unwrap();
+    sock.write_all(PREFACE).await.unwrap();
+    sock.write_all(&frame(4, 0, 0, &[])).await.unwrap();
+    let (kind, _, _, _) = read_frame(&mut sock).await.unwrap();
+    assert_eq!(kind, 4, "the server's first frame is SETTINGS");
+    sock.write_all(&frame(4, 1, 0, &[])).await.unwrap();
+    sock
+}
+
+/// Sends `n` PINGs, then reads until EOF (bounded): (PING ACKs, GOAWAY (code, debug data)).
+async fn ping_flood(sock: &mut TcpStream, n: u64) -> (usize, Option<(u32, Vec<u8>)>) {
+    for i in 0..n {
+        sock.write_all(&frame(6, 0, 0, &i.to_be_bytes()))
+            .await
+            .unwrap();
+    }
+    let (mut acks, mut goaway) = (0, None);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while let Ok(Some((kind, flags, _, payload))) =
+        tokio::time::timeout_at(deadline.into(), read_frame(sock)).await
+    {
+        match kind {
+            6 if flags & 1 == 1 => acks += 1,
+            7 => {
+                let code = u32::from_be_bytes(payload[4..8].try_into().unwrap());
+                goaway = Some((code, payload[8..].to_vec()));
+            }
+            _ => {}
+        }
+    }
+    (acks, goaway)
+}
+
+/// grpc-go's keepalive enforcement (`KeepaliveMinTime`, default 5 min): a client that pings
+/// without pause gets GOAWAY ENHANCE_YOUR_CALM "too_many_pings" at its third strike and the
+/// connection is closed; a client whose pings follow the server's data (BDP estimation) and
+/// other clients are unaffected; `KeepaliveMinTime: 0` answers every PING.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ping_floods_get_goaway_too_many_pings_as_from_grpc_go() {
+    let server = server_with("transport-pings", |_| {}).await;
+    let mut flood = raw_h2(server.addr).await;
+    let started = Instant::now();
+    let (acks, goaway) = ping_flood(&mut flood, 100).await;
+    println!(
+        "100 PINGs at once: {acks} answered, GOAWAY {:?} after {:?}",
+        goaway
+            .as_ref()
+            .map(|(code, debug)| (code, String::from_utf8_lossy(debug))),
+        started.elapsed()
+    );
+    let (code, debug) = goaway.expect("GOAWAY for the ping flood");
+    assert_eq!(code, 0xb, "ENHANCE_YOUR_CALM");
+    assert_eq!(debug, b"too_many_pings");
+    assert!(
+        acks <= 4,
+        "at most the pings before the third strike are answered: {acks}"
+    );
+    // the connection is closed after the GOAWAY (ping_flood read until EOF within 3 s)
+    assert!(started.elapsed() < Duration::from_secs(3), "closed");
+
+    // A BDP-style pinger: one PING after each response the server sent; never a strike.
+    let mut polite = raw_h2(server.addr).await;
+    let headers = grpc_headers(zrpc_tests::greeter::SAY_HELLO, "localhost");
+    for i in 0..10u64 {
+        // a call on this connection, so that the server sends HEADERS and DATA on it
+        let stream = 2 * u32::try_from(i).unwrap() + 1;
+        polite
+            .write_all(&frame(1, 0x4, stream, &headers))
+            .await
+            .unwrap();
+        let msg = [0u8, 0, 0, 0, 3, 0x0a, 1, b'p']; // HelloRequest { name: "p" }
+        polite
+            .write_all(&frame(0, 0x1, stream, &msg))
+            .await
+            .unwrap();
+        loop {
+            let (kind, flags, s, _) = read_frame(&mut polite).await.expect("served");
+            assert_ne!(kind, 7, "no GOAWAY for a polite pinger");
+            if kind == 1 && s == stream && flags & 0x1 == 0x1 {
+                break; // trailers: the call is over
+            }
+        }
+        polite
+            .write_all(&frame(6, 0, 0, &i.to_be_bytes()))
+            .await
+            .unwrap();
+        loop {
+            let (kind, flags, _, _) = read_frame(&mut polite).await.expect("ping answered");
+            assert_ne!(kind, 7, "no GOAWAY for a polite pinger");
+            if kind == 6 && flags & 1 == 1 {
+                break;
+            }
+        }
+    }
+    served(&server, 10).await;
+    drop((flood, polite));
+    server.shutdown().await.unwrap();
+
+    // KeepaliveMinTime: 0 answers every ping.
+    let server = server_with("transport-pings-off", |t| {
+        t.keepalive_min_time = Duration::ZERO;
+    })
+    .await;
+    let mut sock = raw_h2(server.addr).await;
+    for i in 0..50u64 {
+        sock.write_all(&frame(6, 0, 0, &i.to_be_bytes()))
+            .await
+            .unwrap();
+    }
+    let mut acks = 0;
+    while acks < 50 {
+        let (kind, flags, _, _) =
+            tokio::time::timeout(Duration::from_secs(3), read_frame(&mut sock))
+                .await
+                .expect("every ping answered")
+                .expect("connection open");
+        assert_ne!(kind, 7, "no GOAWAY with KeepaliveMinTime: 0");
+        if kind == 6 && flags & 1 == 1 {
+            acks += 1;
+        }
+    }
+    drop(sock);
+    server.shutdown().await.unwrap();
+}

@@ -30,6 +30,12 @@ pub struct TransportConf {
     /// (default 20s, grpc's).
     #[serde(with = "duration")]
     pub keepalive_timeout: Duration,
+    /// The client's PINGs may not come more often than this: the third PING sooner than
+    /// this after the previous one, with no data sent by the server in between, ends the
+    /// connection with GOAWAY `too_many_pings` (grpc-go's `EnforcementPolicy.MinTime`,
+    /// default 5m; 0 = answer every PING).
+    #[serde(with = "duration")]
+    pub keepalive_min_time: Duration,
     /// After this, a connection is sent GOAWAY so its client reconnects (and rebalances)
     /// (default 0 = never).
     #[serde(with = "duration")]
@@ -65,6 +71,7 @@ impl Default for TransportConf {
             handshake_timeout: Duration::from_secs(10),
             keepalive_time: Duration::from_secs(2 * 60 * 60),
             keepalive_timeout: Duration::from_secs(20),
+            keepalive_min_time: Duration::from_secs(5 * 60),
             max_connection_age: Duration::ZERO,
             max_connection_age_grace: Duration::ZERO,
             max_connection_idle: Duration::ZERO,
@@ -89,6 +96,11 @@ impl TransportConf {
     /// `KeepaliveTime`, `None` when 0.
     pub fn keepalive_time(&self) -> Option<Duration> {
         some(self.keepalive_time)
+    }
+
+    /// `KeepaliveMinTime`, `None` when 0.
+    pub fn keepalive_min_time(&self) -> Option<Duration> {
+        some(self.keepalive_min_time)
     }
 
     /// `MaxConnectionAge`, `None` when 0.
@@ -185,6 +197,7 @@ mod tests {
         assert_eq!(t.max_connection_age(), Some(Duration::from_secs(1800)));
         assert_eq!(t.max_connection_age_grace(), Some(Duration::from_secs(10)));
         assert_eq!(t.keepalive_time(), Some(Duration::from_secs(7200)));
+        assert_eq!(t.keepalive_min_time(), Some(Duration::from_secs(300)));
         assert_eq!(t.max_connection_idle(), None);
         assert_eq!(t.max_buffered_request_bytes(), Some(64 << 20));
         assert_eq!(t.max_connection_buffered_request_bytes(), Some(32 << 20));

@@ -12,6 +12,8 @@
 //! - **Age grace**: `MaxConnectionAge + MaxConnectionAgeGrace` after accept, whatever is
 //!   still open. (GOAWAY at `MaxConnectionAge` itself is tonic's; tonic's own grace timer
 //!   would skip that GOAWAY, so zrpc keeps the grace here.)
+//! - **Ping floods** (`KeepaliveMinTime`): grpc-go's enforcement policy, GOAWAY
+//!   `too_many_pings` ([`pings`](super::pings)).
 
 use std::io;
 use std::pin::Pin;
@@ -23,6 +25,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 use tonic::transport::server::Connected;
 
+use super::pings::PingGuard;
 use super::streams::ConnEntry;
 use crate::tls::io::ConnInfo;
 
@@ -38,6 +41,8 @@ pub(crate) struct ConnLimits {
     pub(crate) idle: Option<Duration>,
     /// `MaxConnectionAge + MaxConnectionAgeGrace`.
     pub(crate) hard_age: Option<Duration>,
+    /// `KeepaliveMinTime`: the client's PINGs may not come more often.
+    pub(crate) ping_min_time: Option<Duration>,
 }
 
 /// An accepted connection under [`ConnLimits`]; holds its connection-cap permit and its
@@ -48,6 +53,7 @@ pub(crate) struct Guarded<T> {
     handshake: Option<Handshake>,
     hard_deadline: Option<Pin<Box<Sleep>>>,
     idle: Option<Idle>,
+    pings: Option<PingGuard>,
     /// The connection's place in the server's `ConnTable` (idle time, per-connection budget).
     entry: Option<ConnEntry>,
     _permit: Option<OwnedSemaphorePermit>,
@@ -116,6 +122,7 @@ impl<T> Guarded<T> {
                 timeout,
                 sleep: Box::pin(tokio::time::sleep_until(now + timeout)),
             }),
+            pings: limits.ping_min_time.map(PingGuard::new),
             entry,
             _permit: permit,
         }
@@ -166,7 +173,7 @@ impl<T> Guarded<T> {
 
 use std::future::Future as _;
 
-impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
+impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for Guarded<T> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -179,13 +186,43 @@ impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
         }
         let before = buf.filled().len();
         let res = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if let (Poll::Ready(Ok(())), Some(h)) = (&res, &mut this.handshake)
-            && h.feed(&buf.filled()[before..])
-        {
-            this.handshake = None;
+        if let Poll::Ready(Ok(())) = &res {
+            let read = &buf.filled()[before..];
+            if let Some(h) = &mut this.handshake
+                && h.feed(read)
+            {
+                this.handshake = None;
+            }
+            if let Some(p) = &mut this.pings
+                && p.read(read)
+            {
+                return Poll::Ready(Err(too_many_pings(&mut this.inner, p, cx)));
+            }
         }
         res
     }
+}
+
+/// Ends a connection whose client pings too often: GOAWAY `too_many_pings` when it can be
+/// written between two of h2's frames (one attempt, the connection is closing anyway), and
+/// the error that makes hyper drop the connection.
+fn too_many_pings<T: AsyncWrite + Unpin>(
+    io: &mut T,
+    pings: &PingGuard,
+    cx: &mut Context<'_>,
+) -> io::Error {
+    let sent = pings.can_write_goaway() && {
+        let frame = pings.goaway();
+        matches!(Pin::new(&mut *io).poll_write(cx, &frame), Poll::Ready(Ok(n)) if n == frame.len())
+            && !matches!(Pin::new(&mut *io).poll_flush(cx), Poll::Ready(Err(_)))
+    };
+    tracing::info!(
+        target: "zrpc::server",
+        goaway_sent = sent,
+        "closing a connection whose client pings more often than Transport.KeepaliveMinTime \
+         allows (GOAWAY ENHANCE_YOUR_CALM too_many_pings, as grpc-go)"
+    );
+    io::Error::other("too many pings (Transport.KeepaliveMinTime)")
 }
 
 impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
@@ -194,7 +231,12 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+        let this = self.get_mut();
+        let res = Pin::new(&mut this.inner).poll_write(cx, buf);
+        if let (Poll::Ready(Ok(n)), Some(p)) = (&res, &mut this.pings) {
+            p.wrote(&buf[..*n]);
+        }
+        res
     }
 
     fn poll_write_vectored(
@@ -202,7 +244,20 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let res = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        if let (Poll::Ready(Ok(n)), Some(p)) = (&res, &mut this.pings) {
+            let mut left = *n;
+            for b in bufs {
+                let take = left.min(b.len());
+                p.wrote(&b[..take]);
+                left -= take;
+                if left == 0 {
+                    break;
+                }
+            }
+        }
+        res
     }
 
     fn is_write_vectored(&self) -> bool {

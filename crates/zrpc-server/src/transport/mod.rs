@@ -12,14 +12,15 @@
 //!   GOAWAY at the maximum connection age).
 //!
 //! hyper 1 / h2 0.4 offer no minimum interval for the client's pings (grpc-go's
-//! `EnforcementPolicy`, GOAWAY `too_many_pings`): h2 answers every PING. Ping floods are
-//! bounded only by h2's own limits on pending control frames.
+//! `EnforcementPolicy`, GOAWAY `too_many_pings`): h2 answers every PING, so zrpc enforces
+//! `KeepaliveMinTime` below h2 ([`pings`]).
 
 mod accept;
 mod backoff;
 mod budget;
 mod conn;
 mod content_type;
+mod pings;
 mod streams;
 
 use std::sync::Arc;
@@ -42,6 +43,7 @@ pub(crate) fn accept_settings(conf: &TransportConf, authority_repair: bool) -> A
                 .max_connection_age()
                 .zip(conf.max_connection_age_grace())
                 .map(|(age, grace)| age.saturating_add(grace)),
+            ping_min_time: conf.keepalive_min_time(),
         },
         max_connections: conf.max_connections(),
         authority_repair,
