@@ -27,7 +27,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 use zrpc_core::grpc::{code, status_response};
 
-use super::util::is_infra;
+use super::util::{APP, TOKEN, is_infra};
 use crate::Error;
 
 /// A boxed token lookup, for stores that must do I/O.
@@ -185,7 +185,7 @@ fn judge(found: Result<Option<Arc<str>>, Error>, token: &[u8], policy: &Policy) 
     }
 }
 
-fn header<'a, B>(req: &'a Request<B>, name: &str) -> Option<&'a [u8]> {
+fn header<'a, B>(req: &'a Request<B>, name: &http::HeaderName) -> Option<&'a [u8]> {
     req.headers()
         .get(name)
         .map(http::HeaderValue::as_bytes)
@@ -212,7 +212,7 @@ where
         if is_infra(req.uri().path()) {
             return ResponseFuture::call(self.inner.call(req));
         }
-        let (Some(app), Some(token)) = (header(&req, "app"), header(&req, "token")) else {
+        let (Some(app), Some(token)) = (header(&req, &APP), header(&req, &TOKEN)) else {
             return ResponseFuture::reject(code::UNAUTHENTICATED, "app/token required");
         };
         let Ok(app) = std::str::from_utf8(app) else {

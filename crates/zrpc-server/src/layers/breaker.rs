@@ -30,10 +30,10 @@ use http::{Request, Response};
 use tower_layer::Layer;
 use tower_service::Service;
 use zrpc_core::breaker::{BreakerPromise, BreakerRegistry};
-use zrpc_core::grpc::{OnStatus, StatusBody, code, status_response};
+use zrpc_core::grpc::{OnStatus, code, status_response};
 
 use super::facts::{Blame, CallFacts, blame, facts_of};
-use super::observe::{ObserveFuture, ObserveOrReject};
+use super::observe::{ObserveFuture, ObserveOrReject, ObservedBody};
 use super::util::is_infra;
 use crate::metrics::server_metrics;
 
@@ -120,7 +120,7 @@ where
     S: Service<Request<ReqB>, Response = Response<B>>,
     B: Default,
 {
-    type Response = Response<StatusBody<B, BreakerRecord>>;
+    type Response = Response<ObservedBody<B, BreakerRecord>>;
     type Error = S::Error;
     type Future = ResponseFuture<S::Future, B>;
 

@@ -15,11 +15,11 @@ use http::uri::PathAndQuery;
 use http::{Request, Response};
 use tower_layer::Layer;
 use tower_service::Service;
-use zrpc_core::grpc::{OnStatus, StatusBody, code};
+use zrpc_core::grpc::{OnStatus, code};
 
 use prometheus::{HistogramVec, IntCounterVec};
 
-use super::observe::ObserveFuture;
+use super::observe::{ObserveFuture, ObservedBody};
 use super::util::{StreamingMethods, method_of};
 use crate::metrics::{ServerMetrics, server_metrics};
 
@@ -91,7 +91,7 @@ impl<S, ReqB, B> Service<Request<ReqB>> for Metrics<S>
 where
     S: Service<Request<ReqB>, Response = Response<B>>,
 {
-    type Response = Response<StatusBody<B, MetricsRecord>>;
+    type Response = Response<ObservedBody<B, MetricsRecord>>;
     type Error = S::Error;
     type Future = ObserveFuture<S::Future, MetricsRecord>;
 

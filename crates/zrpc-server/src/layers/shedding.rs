@@ -21,11 +21,11 @@ use std::time::Instant;
 use http::{Request, Response};
 use tower_layer::Layer;
 use tower_service::Service;
-use zrpc_core::grpc::{OnStatus, StatusBody, code, status_response};
+use zrpc_core::grpc::{OnStatus, code, status_response};
 use zrpc_core::shedder::{AdaptiveShedder, ShedderPromise};
 
 use super::facts::{Blame, CallFacts, blame, facts_of};
-use super::observe::{ObserveFuture, ObserveOrReject};
+use super::observe::{ObserveFuture, ObserveOrReject, ObservedBody};
 use super::util::{StreamingMethods, is_infra};
 use crate::metrics::server_metrics;
 
@@ -133,7 +133,7 @@ where
     S: Service<Request<ReqB>, Response = Response<B>>,
     B: Default,
 {
-    type Response = Response<StatusBody<B, SheddingRecord>>;
+    type Response = Response<ObservedBody<B, SheddingRecord>>;
     type Error = S::Error;
     type Future = ResponseFuture<S::Future, B>;
 

@@ -18,9 +18,9 @@ use http::uri::PathAndQuery;
 use http::{Request, Response};
 use tower_layer::Layer;
 use tower_service::Service;
-use zrpc_core::grpc::{OnStatus, StatusBody};
+use zrpc_core::grpc::OnStatus;
 
-use super::observe::ObserveFuture;
+use super::observe::{ObserveFuture, ObservedBody};
 use super::util::{method_of, peer_addr};
 
 /// Settings of [`Stat`].
@@ -113,7 +113,7 @@ impl<S, ReqB, B> Service<Request<ReqB>> for Stat<S>
 where
     S: Service<Request<ReqB>, Response = Response<B>>,
 {
-    type Response = Response<StatusBody<B, StatRecord>>;
+    type Response = Response<ObservedBody<B, StatRecord>>;
     type Error = S::Error;
     type Future = ObserveFuture<S::Future, StatRecord>;
 

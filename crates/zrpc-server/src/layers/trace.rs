@@ -21,10 +21,10 @@ use tower_layer::Layer;
 use tower_service::Service;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
-use zrpc_core::grpc::{OnStatus, StatusBody, method};
+use zrpc_core::grpc::{OnStatus, method};
 
-use super::observe::ObserveFuture;
-use super::util::peer_addr;
+use super::observe::{ObserveFuture, ObservedBody};
+use super::util::{BAGGAGE, TRACEPARENT, peer_addr};
 
 fn propagator() -> &'static TextMapCompositePropagator {
     static P: OnceLock<TextMapCompositePropagator> = OnceLock::new();
@@ -50,7 +50,7 @@ impl Extractor for HeaderExtractor<'_> {
 
 /// The parent context carried by a request's metadata, if any.
 pub fn extract_context(headers: &HeaderMap) -> Option<opentelemetry::Context> {
-    let carries = headers.contains_key("traceparent") || headers.contains_key("baggage");
+    let carries = headers.contains_key(&TRACEPARENT) || headers.contains_key(&BAGGAGE);
     carries.then(|| propagator().extract(&HeaderExtractor(headers)))
 }
 
@@ -134,7 +134,7 @@ impl<S, ReqB, B> Service<Request<ReqB>> for Trace<S>
 where
     S: Service<Request<ReqB>, Response = Response<B>>,
 {
-    type Response = Response<StatusBody<B, TraceRecord>>;
+    type Response = Response<ObservedBody<B, TraceRecord>>;
     type Error = S::Error;
     type Future = ResponseFuture<S::Future>;
 
@@ -176,7 +176,7 @@ impl<F, B, E> Future for ResponseFuture<F>
 where
     F: Future<Output = Result<Response<B>, E>>,
 {
-    type Output = Result<Response<StatusBody<B, TraceRecord>>, E>;
+    type Output = Result<Response<ObservedBody<B, TraceRecord>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
