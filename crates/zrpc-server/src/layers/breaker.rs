@@ -4,7 +4,7 @@
 //! Each method has its own [`GoogleBreaker`](zrpc_core::breaker::GoogleBreaker) from a
 //! process-wide [`BreakerRegistry`] keyed by `/pkg.Service/Method`. A rejected call gets
 //! `Unavailable "circuit breaker is open"` and counts in
-//! `rpc_server_requests_rejected_total{reason="breaker"}`. The outcome of an allowed call is
+//! `rpc_server_dropped_total{reason="breaker"}`. The outcome of an allowed call is
 //! its final code: `DeadlineExceeded`, `Internal`, `Unavailable` (which includes a nested
 //! breaker's "circuit breaker is open"), `DataLoss`, `Unimplemented` and `ResourceExhausted`
 //! are failures ([`is_acceptable_code`](zrpc_core::breaker::is_acceptable_code)); a call
@@ -35,7 +35,7 @@ use zrpc_core::grpc::{OnStatus, code, status_response};
 use super::facts::{Blame, CallFacts, blame, facts_of};
 use super::observe::{ObserveFuture, ObserveOrReject, ObservedBody};
 use super::util::is_infra;
-use crate::metrics::server_metrics;
+use crate::metrics::{DropReason, count_drop};
 
 /// The message of a breaker rejection (go-zero's).
 pub const BREAKER_OPEN_MESSAGE: &str = "circuit breaker is open";
@@ -149,10 +149,7 @@ where
                 ))
             }
             Err(_open) => {
-                server_metrics()
-                    .rejected_total
-                    .with_label_values(&[path, "breaker"])
-                    .inc();
+                count_drop(path, DropReason::Breaker);
                 tracing::debug!(target: "zrpc::breaker", method = path, "{BREAKER_OPEN_MESSAGE}");
                 ResponseFuture::rejected(status_response(code::UNAVAILABLE, BREAKER_OPEN_MESSAGE))
             }
@@ -200,6 +197,20 @@ mod tests {
         let req = Request::builder().uri("/b.T/Other").body(()).unwrap();
         let resp = svc.oneshot(req).await.unwrap();
         assert_eq!(final_code(resp).await, Some(code::INTERNAL));
+        // Each rejection counts once in the drop-reason metric, under its method.
+        let dropped = |m: &str, reason: &str| {
+            crate::metrics::server_metrics()
+                .dropped_total
+                .with_label_values(&[m, reason])
+                .get()
+        };
+        assert_eq!(dropped("/b.T/Fails", "breaker"), rejected as u64);
+        assert_eq!(dropped("/b.T/Fails", "shedder"), 0);
+        assert_eq!(dropped("/b.T/Other", "breaker"), 0);
+        let text = crate::metrics::render();
+        assert!(text.contains(&format!(
+            "rpc_server_dropped_total{{method=\"/b.T/Fails\",reason=\"breaker\"}} {rejected}"
+        )));
     }
 
     fn leaked() -> &'static BreakerRegistry {

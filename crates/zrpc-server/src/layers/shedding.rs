@@ -2,7 +2,7 @@
 //!
 //! One [`AdaptiveShedder`] per server. A dropped call gets
 //! `ResourceExhausted "service overloaded"` and counts in
-//! `rpc_server_requests_rejected_total{reason="shedding"}`; drops are logged at most once
+//! `rpc_server_dropped_total{reason="shedder"}`; drops are logged at most once
 //! per second (go-zero logs every one). An allowed call is reported as failed when its final
 //! code is `DeadlineExceeded`, else as passed (go-zero's rule). Known streaming methods and
 //! health/reflection are never shed.
@@ -27,7 +27,7 @@ use zrpc_core::shedder::{AdaptiveShedder, ShedderPromise};
 use super::facts::{Blame, CallFacts, blame, facts_of};
 use super::observe::{ObserveFuture, ObserveOrReject, ObservedBody};
 use super::util::{StreamingMethods, is_infra};
-use crate::metrics::server_metrics;
+use crate::metrics::{DropReason, count_drop};
 
 /// The message of a shedding rejection (go-zero's).
 pub const OVERLOADED_MESSAGE: &str = "service overloaded";
@@ -159,10 +159,7 @@ where
                 ))
             }
             Err(_overloaded) => {
-                server_metrics()
-                    .rejected_total
-                    .with_label_values(&[path, "shedding"])
-                    .inc();
+                count_drop(path, DropReason::Shedder);
                 shared.log_drop(path);
                 ResponseFuture::rejected(status_response(
                     code::RESOURCE_EXHAUSTED,
@@ -252,10 +249,22 @@ mod tests {
             shed += 1;
         }
         assert_eq!(shed, 1, "a hot, saturated server sheds");
+        let dropped = |m: &str| {
+            crate::metrics::server_metrics()
+                .dropped_total
+                .with_label_values(&[m, "shedder"])
+                .get()
+        };
+        assert_eq!(
+            dropped("/s.T/M"),
+            1,
+            "the drop is counted once, as the shedder's"
+        );
         // Streams are never shed (the gate blocks it: it was admitted).
         let stream = tokio::spawn(call("/s.T/Stream"));
         gate.add_permits(1000);
         assert_eq!(stream.await.unwrap().0, Some(0));
+        assert_eq!(dropped("/s.T/Stream"), 0);
         for r in running {
             r.await.unwrap();
         }
