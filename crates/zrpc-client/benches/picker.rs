@@ -2,8 +2,10 @@
 //! 1 and 2 threads.
 //!
 //! Run: `cargo bench -p zrpc-client --bench picker -- --warm-up-time 1 --measurement-time 2`.
-//! Each iteration is one clock read, one pick and the release of the in-flight slot (so the counters
-//! stay bounded); the completion math (EWMA update) is measured separately (`complete`).
+//! Each iteration is one clock read (the client's: `Clock::coarse_now`), one pick and the release
+//! of the in-flight slot (so the counters stay bounded); `1_thread_instant` reads `Instant::now()`
+//! instead, `1_thread_no_clock` reads none. The completion math (EWMA update) is measured
+//! separately (`complete`), and the two clock reads alone (`clock_read`, `clock_read_coarse`).
 #![allow(missing_docs, clippy::unwrap_used)]
 
 use std::hint::black_box;
@@ -30,7 +32,17 @@ fn pick(c: &mut Criterion) {
     for n in [3usize, 10, 100] {
         let set = endpoints(n);
         let picker = P2cPicker::new(Instant::now());
+        let clock = picker.clock();
         g.bench_with_input(BenchmarkId::new("1_thread", n), &n, |b, _| {
+            b.iter(|| {
+                let now = clock.coarse_now();
+                let i = picker
+                    .pick_at(black_box(&set), now, &mut ThreadRng)
+                    .unwrap();
+                set[i].on_abandon();
+            });
+        });
+        g.bench_with_input(BenchmarkId::new("1_thread_instant", n), &n, |b, _| {
             b.iter(|| {
                 let now = Instant::now();
                 let i = picker.pick(black_box(&set), now, &mut ThreadRng).unwrap();
@@ -41,16 +53,16 @@ fn pick(c: &mut Criterion) {
         let v1 = P2cPicker::with_rules(Instant::now(), P2cRules::V1);
         g.bench_with_input(BenchmarkId::new("1_thread_v1", n), &n, |b, _| {
             b.iter(|| {
-                let now = Instant::now();
-                let i = v1.pick(black_box(&set), now, &mut ThreadRng).unwrap();
+                let now = clock.coarse_now();
+                let i = v1.pick_at(black_box(&set), now, &mut ThreadRng).unwrap();
                 set[i].on_abandon();
             });
         });
-        let fixed = Instant::now();
+        let fixed = clock.coarse_now();
         g.bench_with_input(BenchmarkId::new("1_thread_no_clock", n), &n, |b, _| {
             b.iter(|| {
                 let i = picker
-                    .pick(black_box(&set), black_box(fixed), &mut ThreadRng)
+                    .pick_at(black_box(&set), black_box(fixed), &mut ThreadRng)
                     .unwrap();
                 set[i].on_abandon();
             });
@@ -66,9 +78,9 @@ fn pick(c: &mut Criterion) {
                         barrier.wait();
                         let start = Instant::now();
                         for _ in 0..iters {
-                            let now = Instant::now();
+                            let now = clock.coarse_now();
                             let i = picker
-                                .pick(black_box(&set[..]), now, &mut ThreadRng)
+                                .pick_at(black_box(&set[..]), now, &mut ThreadRng)
                                 .unwrap();
                             set[i].on_abandon();
                         }
@@ -88,6 +100,8 @@ fn pick(c: &mut Criterion) {
 
 fn clock(c: &mut Criterion) {
     c.bench_function("clock_read", |b| b.iter(Instant::now));
+    let clock = P2cPicker::new(Instant::now()).clock();
+    c.bench_function("clock_read_coarse", |b| b.iter(|| clock.coarse_now()));
 }
 
 fn complete(c: &mut Criterion) {

@@ -19,7 +19,11 @@
 //! Calls are made one at a time after a warm-up, on a current-thread runtime, so the figures are
 //! steady-state allocations per call; each figure is the median of `--rounds` runs.
 //!
-//! `cargo run --release -p zrpc-tests --bin alloc_count -- [--calls 2000] [--rounds 5]`
+//! `cargo run --release -p zrpc-tests --bin alloc_count -- [--calls 2000] [--rounds 5] [--only 3]`
+//!
+//! `--only <i>` runs the client mode of that index alone (0 tonic, 1 layers off, 2 default layers,
+//! 3 two endpoints) with no server-side mode: under `heaptrack` it gives the allocation sites of
+//! that mode (`heaptrack_print --print-allocators`), which is how the per-call sites were found.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::alloc::System;
@@ -222,6 +226,27 @@ async fn measure() {
         "server: zrpc default chain",
     ];
     let mut figures: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+    if let Some(only) = arg("--only").and_then(|v| v.parse::<usize>().ok()) {
+        let per = match only {
+            0 => {
+                client_side(
+                    GreeterClient::connect(format!("http://{a}")).await.unwrap(),
+                    n,
+                )
+                .await
+            }
+            1 | 2 => {
+                let c = zrpc::client(zrpc_conf(&[&a], only == 2)).await.unwrap();
+                client_side(GreeterClient::new(c), n).await
+            }
+            _ => {
+                let c = zrpc::client(zrpc_conf(&[&a, &b], true)).await.unwrap();
+                client_side(GreeterClient::new(c), n).await
+            }
+        };
+        println!("{:<44} {per:>6.1}", names[only.min(3)]);
+        return;
+    }
     for _ in 0..rounds {
         let tonic = GreeterClient::connect(format!("http://{a}")).await.unwrap();
         figures[0].push(client_side(tonic, n).await);

@@ -119,7 +119,16 @@ impl P2cPicker {
         E: AsRef<EndpointStats>,
         R: RandomSource + ?Sized,
     {
-        let now = self.clock.nanos(now);
+        self.pick_at(set, self.clock.nanos(now), rng)
+    }
+
+    /// [`P2cPicker::pick`] at `now` in nanoseconds since the epoch (the client passes
+    /// [`Clock::coarse_now`]).
+    pub fn pick_at<E, R>(&self, set: &[E], now: u64, rng: &mut R) -> Option<usize>
+    where
+        E: AsRef<EndpointStats>,
+        R: RandomSource + ?Sized,
+    {
         let v2 = self.rules == P2cRules::V2;
         let load = |s: &EndpointStats| if v2 { s.cost(now) } else { s.load(now) };
         let n = set.len();
@@ -133,11 +142,7 @@ impl P2cPicker {
             _ => {
                 let mut pair = ((0, 0.0), (1, 0.0));
                 for _ in 0..PICK_TIMES {
-                    let a = rng.below(n);
-                    let mut b = rng.below(n - 1);
-                    if b >= a {
-                        b += 1;
-                    }
+                    let (a, b) = rng.pair(n);
                     let (sa, sb) = (set[a].as_ref(), set[b].as_ref());
                     let (la, lb) = (load(sa), load(sb));
                     pair = ((a, la), (b, lb));

@@ -28,11 +28,15 @@ impl RoundRobin {
 
     /// Picks the next usable endpoint, marks it in flight and returns its index (`None` if empty).
     pub fn pick<E: AsRef<EndpointStats>>(&self, set: &[E], now: Instant) -> Option<usize> {
+        self.pick_at(set, self.clock.nanos(now))
+    }
+
+    /// [`RoundRobin::pick`] at `now` in nanoseconds since the epoch.
+    pub fn pick_at<E: AsRef<EndpointStats>>(&self, set: &[E], now: u64) -> Option<usize> {
         let n = set.len();
         if n == 0 {
             return None;
         }
-        let now = self.clock.nanos(now);
         let first = self.next.fetch_add(1, Ordering::Relaxed) % n;
         let chosen = (0..n)
             .map(|k| (first + k) % n)

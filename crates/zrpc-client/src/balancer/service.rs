@@ -196,10 +196,11 @@ impl Shared {
         *self.ready.borrow()
     }
 
-    fn pick(&self, set: &[Arc<Endpoint>], now: Instant) -> Option<Arc<Endpoint>> {
+    /// Picks at `now` (ns, [`super::Clock::coarse_now`]).
+    fn pick(&self, set: &[Arc<Endpoint>], now: u64) -> Option<Arc<Endpoint>> {
         let i = match self.kind {
-            BalancerName::RoundRobin => self.rr.pick(set, now),
-            _ => self.p2c.pick(set, now, &mut ThreadRng),
+            BalancerName::RoundRobin => self.rr.pick_at(set, now),
+            _ => self.p2c.pick_at(set, now, &mut ThreadRng),
         }?;
         Some(Arc::clone(&set[i]))
     }
@@ -268,10 +269,15 @@ impl Shared {
         } else {
             (req, None)
         };
-        let now = Instant::now();
-        let ep = self.pick(&set, now).ok_or_else(|| self.no_endpoint())?;
         let clock = self.p2c.clock();
-        let mut failed = match ep.clone().send(clock, now, req, &self.target).await {
+        let ep = self
+            .pick(&set, clock.coarse_now())
+            .ok_or_else(|| self.no_endpoint())?;
+        let mut failed = match ep
+            .clone()
+            .send(clock, Instant::now(), req, &self.target)
+            .await
+        {
             Ok(resp) => return Ok(resp),
             Err(e) if e.retryable && replay.is_some() => (ep, e.status),
             Err(e) => return Err(e.status.into()),
@@ -283,11 +289,11 @@ impl Shared {
         // MAX_ATTEMPTS in all. The failed endpoints are in back-off, so the picker avoids them.
         for attempt in 2..=MAX_ATTEMPTS {
             let set = self.set.load_full();
-            let now = Instant::now();
+            let now = clock.coarse_now();
             let Some(ep) = self.pick(&set, now) else {
                 break;
             };
-            if Arc::ptr_eq(&ep, &failed.0) || ep.stats.is_down(clock.nanos(now)) {
+            if Arc::ptr_eq(&ep, &failed.0) || ep.stats.is_down(now) {
                 // nothing else usable: give up with the last error
                 ep.stats.on_abandon();
                 break;
@@ -295,7 +301,7 @@ impl Shared {
             tracing::debug!(target = %self.target, from = %failed.0.addr, to = %ep.addr, attempt, "transparent retry: {}", failed.1.message());
             match ep
                 .clone()
-                .send(clock, now, replay.clone_request(), &self.target)
+                .send(clock, Instant::now(), replay.clone_request(), &self.target)
                 .await
             {
                 Ok(resp) => return Ok(resp),
