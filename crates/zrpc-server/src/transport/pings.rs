@@ -71,28 +71,42 @@ impl FrameScanner {
     }
 
     /// Feeds octets; calls `on_frame` for each frame header completed by them.
+    #[inline]
     pub(crate) fn feed(&mut self, mut data: &[u8], mut on_frame: impl FnMut(FrameHead)) {
-        while !data.is_empty() {
+        loop {
             if self.skip > 0 {
-                let n = data.len().min(self.skip as usize);
-                self.skip -= n as u32;
-                data = &data[n..];
-                continue;
+                if data.len() <= self.skip as usize {
+                    self.skip -= data.len() as u32;
+                    return;
+                }
+                data = &data[self.skip as usize..];
+                self.skip = 0;
             }
-            let n = (FRAME_HEADER_LEN - self.have).min(data.len());
-            self.header[self.have..self.have + n].copy_from_slice(&data[..n]);
-            self.have += n;
-            data = &data[n..];
-            if self.have == FRAME_HEADER_LEN {
-                self.have = 0;
-                let h = &self.header;
-                self.skip = u32::from_be_bytes([0, h[0], h[1], h[2]]);
-                on_frame(FrameHead {
-                    kind: h[3],
-                    flags: h[4],
-                    stream: u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff,
-                });
-            }
+            // Fast path: a whole header in `data` (nearly always), read in place.
+            let h = match (self.have, data.split_first_chunk::<FRAME_HEADER_LEN>()) {
+                (0, Some((h, rest))) => {
+                    data = rest;
+                    *h
+                }
+                _ if data.is_empty() => return,
+                _ => {
+                    let n = (FRAME_HEADER_LEN - self.have).min(data.len());
+                    self.header[self.have..self.have + n].copy_from_slice(&data[..n]);
+                    self.have += n;
+                    data = &data[n..];
+                    if self.have < FRAME_HEADER_LEN {
+                        return;
+                    }
+                    self.have = 0;
+                    self.header
+                }
+            };
+            self.skip = u32::from_be_bytes([0, h[0], h[1], h[2]]);
+            on_frame(FrameHead {
+                kind: h[3],
+                flags: h[4],
+                stream: u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff,
+            });
         }
     }
 }
