@@ -27,7 +27,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 use zrpc_core::grpc::{code, status_response};
 
-use super::util::{APP, TOKEN, is_infra};
+use super::util::{APP, TOKEN, find, is_infra};
 use crate::Error;
 
 /// A boxed token lookup, for stores that must do I/O.
@@ -186,8 +186,7 @@ fn judge(found: Result<Option<Arc<str>>, Error>, token: &[u8], policy: &Policy) 
 }
 
 fn header<'a, B>(req: &'a Request<B>, name: &http::HeaderName) -> Option<&'a [u8]> {
-    req.headers()
-        .get(name)
+    find(req.headers(), name)
         .map(http::HeaderValue::as_bytes)
         .filter(|v| !v.is_empty())
 }

@@ -28,7 +28,7 @@ pub mod shedding;
 pub mod stat;
 pub mod timeout;
 pub mod trace;
-mod util;
+pub(crate) mod util;
 
 #[cfg(test)]
 pub(crate) mod test_util;

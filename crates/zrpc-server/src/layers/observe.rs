@@ -22,12 +22,12 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use zrpc_core::grpc::{OnStatus, StatusGuard, code};
 
-use super::util::GRPC_STATUS;
+use super::util::{GRPC_STATUS, find};
 
 /// The numeric `grpc-status` in `headers`, if present; a malformed value is `UNKNOWN`
 /// (as `zrpc_core::grpc::status_from_headers`, without parsing the header name).
 pub(crate) fn status_of(headers: &HeaderMap) -> Option<i32> {
-    let v = headers.get(&GRPC_STATUS)?.as_bytes();
+    let v = find(headers, &GRPC_STATUS)?.as_bytes();
     Some(match *v {
         // The usual one- or two-digit codes, without UTF-8 checks and trimming.
         [d @ b'0'..=b'9'] => i32::from(d - b'0'),

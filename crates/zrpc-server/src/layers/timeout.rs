@@ -25,7 +25,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 use zrpc_core::grpc::{code, status_response, timeout as grpc_timeout};
 
-use super::util::{GRPC_TIMEOUT, StreamingMethods, is_infra};
+use super::util::{GRPC_TIMEOUT, StreamingMethods, find, is_infra};
 
 /// Settings of [`Timeout`].
 #[derive(Debug, Clone, Default)]
@@ -139,7 +139,7 @@ where
             s.limit_for(path)
         });
         let sleep = limit.map(|(server, header)| {
-            let caller = req.headers().get(&GRPC_TIMEOUT);
+            let caller = find(req.headers(), &GRPC_TIMEOUT);
             match caller.and_then(|v| grpc_timeout::parse(v.as_bytes())) {
                 // The caller's deadline is shorter: its header already says so.
                 Some(caller) if caller < *server => tokio::time::sleep(caller),

@@ -24,7 +24,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use zrpc_core::grpc::{OnStatus, method};
 
 use super::observe::{ObserveFuture, ObservedBody};
-use super::util::{BAGGAGE, TRACEPARENT, peer_addr};
+use super::util::{BAGGAGE, TRACEPARENT, find, peer_addr};
 
 fn propagator() -> &'static TextMapCompositePropagator {
     static P: OnceLock<TextMapCompositePropagator> = OnceLock::new();
@@ -50,7 +50,7 @@ impl Extractor for HeaderExtractor<'_> {
 
 /// The parent context carried by a request's metadata, if any.
 pub fn extract_context(headers: &HeaderMap) -> Option<opentelemetry::Context> {
-    let carries = headers.contains_key(&TRACEPARENT) || headers.contains_key(&BAGGAGE);
+    let carries = find(headers, &TRACEPARENT).is_some() || find(headers, &BAGGAGE).is_some();
     carries.then(|| propagator().extract(&HeaderExtractor(headers)))
 }
 

@@ -87,7 +87,7 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        let value = req.headers().get(header::CONTENT_TYPE);
+        let value = crate::layers::util::find(req.headers(), &header::CONTENT_TYPE);
         if is_grpc(value) {
             Either::Right(self.inner.call(req))
         } else {
