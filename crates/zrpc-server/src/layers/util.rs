@@ -114,6 +114,7 @@ impl StreamingMethods {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
