@@ -18,6 +18,18 @@ pub(crate) const SECTIONS: [&str; 6] = [
     "Failover and registration",
 ];
 
+/// What each section must contain besides a table (the columns and tables that carry the
+/// method: spreads next to ratios, the noise-free instruction counts, the real overload factor,
+/// the per-fault time to the last call, registration timed from the process start).
+pub(crate) const REQUIRED: [(&str, &str); 6] = [
+    (SECTIONS[0], "vs bare tonic (min..max)"),
+    (SECTIONS[0], "CPU/req vs bare tonic (min..max)"),
+    (SECTIONS[0], "Instructions per request under callgrind"),
+    (SECTIONS[4], "offered / capacity"),
+    (SECTIONS[5], "last call to the victim started"),
+    (SECTIONS[5], "process start -> first request"),
+];
+
 /// Checks the report at `path`; the error lists every problem found.
 pub(crate) fn run(path: &Path) -> Result<()> {
     let text = std::fs::read_to_string(path)
@@ -61,6 +73,11 @@ pub(crate) fn problems(text: &str, dir: &Path) -> Vec<String> {
         if body.contains("FAILED") {
             out.push(format!("section `{title}` FAILED"));
         }
+        for (_, needle) in REQUIRED.iter().filter(|(s, _)| *s == title) {
+            if !body.contains(needle) {
+                out.push(format!("section `{title}` lacks `{needle}`"));
+            }
+        }
         let mut tables = 0;
         let mut lines = body.lines().peekable();
         while let Some(line) = lines.next() {
@@ -68,7 +85,8 @@ pub(crate) fn problems(text: &str, dir: &Path) -> Vec<String> {
             if !(line.starts_with('|') && is_sep) {
                 continue;
             }
-            let width = cells(line).len();
+            let headers = cells(line);
+            let width = headers.len();
             lines.next();
             let mut rows = 0;
             while let Some(row) = lines.next_if(|l| l.starts_with('|')) {
@@ -82,6 +100,18 @@ pub(crate) fn problems(text: &str, dir: &Path) -> Vec<String> {
                 }
                 if c.iter().any(|c| c.is_empty()) {
                     out.push(format!("section `{title}`: a row has an empty cell: {row}"));
+                }
+                // A ratio with a spread: `x0.80 (0.75..0.82)`, `x0.80` (one round), `-`, or a
+                // skipped row's text.
+                for (h, v) in headers.iter().zip(&c) {
+                    let ok = v == "-"
+                        || v.starts_with("skipped")
+                        || crate::compare::ratio_value(v).is_some_and(|_| spread_ok(v));
+                    if h.ends_with("(min..max)") && !ok {
+                        out.push(format!(
+                            "section `{title}`: `{h}` is not a ratio with its spread: {v}"
+                        ));
+                    }
                 }
             }
             if rows == 0 {
@@ -110,6 +140,20 @@ pub(crate) fn problems(text: &str, dir: &Path) -> Vec<String> {
     out
 }
 
+/// `x0.80` or `x0.80 (0.75..0.82)` with min <= median <= max.
+fn spread_ok(v: &str) -> bool {
+    let Some((med, rest)) = v.split_once(' ') else {
+        return true;
+    };
+    let med: Option<f64> = med.trim_start_matches('x').parse().ok();
+    let range = rest
+        .strip_prefix('(')
+        .and_then(|r| r.strip_suffix(')'))
+        .and_then(|r| r.split_once(".."))
+        .and_then(|(a, b)| Some((a.parse::<f64>().ok()?, b.parse::<f64>().ok()?)));
+    matches!((med, range), (Some(m), Some((lo, hi))) if lo <= m + 0.005 && m <= hi + 0.005)
+}
+
 fn cells(row: &str) -> Vec<String> {
     let inner = row.trim().trim_start_matches('|').trim_end_matches('|');
     inner.split(" | ").map(|c| c.trim().to_owned()).collect()
@@ -125,8 +169,36 @@ mod tests {
         );
         for t in SECTIONS {
             s.push_str(&format!("\n## {t}\n\n{section_body}\n"));
+            for (_, needle) in REQUIRED.iter().filter(|(s, _)| *s == t) {
+                s.push_str(&format!("\n{needle}\n"));
+            }
         }
         s
+    }
+
+    #[test]
+    fn ratio_columns_need_a_well_formed_spread() {
+        let ok = "| a | vs x (min..max) |\n|---|---|\n| 1 | x0.80 (0.75..0.82) |\n| 2 | x1.00 |\n| 3 | - |\n";
+        assert_eq!(problems(&report(ok), Path::new("/x")), Vec::<String>::new());
+        for bad in ["x0.90 (0.75..0.82)", "0.80", "x0.80 (0.75-0.82)"] {
+            let r = report(&format!(
+                "| a | vs x (min..max) |\n|---|---|\n| 1 | {bad} |\n"
+            ));
+            let p = problems(&r, Path::new("/x"));
+            assert!(
+                p.iter().any(|m| m.contains("not a ratio with its spread")),
+                "{bad}: {p:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_method_columns_are_required() {
+        let r = report("| a | b |\n|---|---|\n| 1 | 2 |\n")
+            .replace("\nInstructions per request under callgrind\n", "\n");
+        let p = problems(&r, Path::new("/x"));
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].contains("lacks `Instructions per request"), "{p:?}");
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //! cargo run --release -p zrpc-bench -- all                 # docs/benchmarks.md + docs/benchmarks/*.svg
 //! cargo run --release -p zrpc-bench -- --quick --out /tmp/b/report.md all   # smoke run, < 2 min
 //! cargo run --release -p zrpc-bench -- overhead            # one scenario
+//! cargo run --release -p zrpc-bench -- --out /tmp/b2.md all  # a second run, then:
+//! cargo run --release -p zrpc-bench -- compare docs/benchmarks.md /tmp/b2.md  # ratios within 10%?
 //! ```
 //!
 //! Every server and load generator is a child process (this binary's hidden `serve` and `load`
@@ -20,6 +22,7 @@
 
 mod charts;
 mod check;
+mod compare;
 mod env;
 mod load;
 mod proc;
@@ -43,7 +46,7 @@ struct Cli {
     /// The report to write; charts go to `<dir of out>/<stem>/*.svg`.
     #[arg(long, global = true, default_value = "docs/benchmarks.md")]
     out: PathBuf,
-    /// Alternating rounds per comparison (medians are taken over them). Default 3 (quick: 1).
+    /// Alternating rounds per comparison (medians are taken over them). Default 7 (quick: 1).
     #[arg(long, global = true)]
     rounds: Option<usize>,
     #[command(subcommand)]
@@ -71,6 +74,17 @@ enum Cmd {
         /// The report.
         file: PathBuf,
     },
+    /// Compares the ratios of two reports: both values, their difference, PASS/FAIL at the
+    /// tolerance (exit status 1 when one fails). Two full runs must agree within 10%.
+    Compare {
+        /// The first report.
+        a: PathBuf,
+        /// The second report.
+        b: PathBuf,
+        /// Largest accepted relative difference, percent.
+        #[arg(long, default_value_t = 10.0)]
+        tolerance: f64,
+    },
     /// (internal) run a Rust server.
     #[command(hide = true)]
     Serve(serve::ServeArgs),
@@ -85,6 +99,7 @@ fn main() -> ExitCode {
         Cmd::Serve(a) => serve::run(a),
         Cmd::Load(a) => load::run(a),
         Cmd::CheckReport { file } => check::run(&file),
+        Cmd::Compare { a, b, tolerance } => compare::run(&a, &b, tolerance),
         cmd => {
             let which: &[scenarios::Kind] = match cmd {
                 Cmd::All => &scenarios::ALL,
@@ -94,14 +109,14 @@ fn main() -> ExitCode {
                 Cmd::Breaker => &[scenarios::Kind::Breaker],
                 Cmd::Shed => &[scenarios::Kind::Shed],
                 Cmd::Failover => &[scenarios::Kind::Failover],
-                Cmd::Serve(_) | Cmd::Load(_) | Cmd::CheckReport { .. } => {
+                Cmd::Serve(_) | Cmd::Load(_) | Cmd::CheckReport { .. } | Cmd::Compare { .. } => {
                     unreachable!("handled above")
                 }
             };
             install_ctrl_c();
             let opts = scenarios::Opts {
                 quick: cli.quick,
-                rounds: cli.rounds.unwrap_or(if cli.quick { 1 } else { 3 }),
+                rounds: cli.rounds.unwrap_or(if cli.quick { 1 } else { 7 }).max(1),
                 out: cli.out,
             };
             let r = scenarios::run(which, &opts);

@@ -82,6 +82,28 @@ pub(crate) fn ratio(a: f64, b: f64) -> String {
     }
 }
 
+/// The ratio `a[r] / b[r]` of two subjects measured in the same alternating rounds: its median,
+/// then its spread over the rounds as `(min..max)` when there is more than one round, e.g.
+/// `x0.79 (0.75..0.82)`. Taking the ratio round by round (rather than the ratio of medians)
+/// cancels what a busy neighbour did to both subjects of a round; the spread shows what it did
+/// not cancel. `-` when a round lacks a value or a divisor is 0.
+pub(crate) fn round_ratio(a: &[f64], b: &[f64]) -> String {
+    if a.is_empty() || a.len() != b.len() {
+        return "-".into();
+    }
+    let mut r: Vec<f64> = a.iter().zip(b).map(|(a, b)| a / b).collect();
+    if r.iter().any(|v| !v.is_finite()) {
+        return "-".into();
+    }
+    r.sort_by(f64::total_cmp);
+    let med = r[r.len() / 2];
+    if r.len() == 1 {
+        format!("x{med:.2}")
+    } else {
+        format!("x{med:.2} ({:.2}..{:.2})", r[0], r[r.len() - 1])
+    }
+}
+
 /// Writes the report to `out` (charts are already in `charts_dir`).
 pub(crate) fn write(
     out: &Path,
@@ -150,4 +172,21 @@ pub(crate) fn write(
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
     std::fs::write(out, md).with_context(|| format!("cannot write {}", out.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_ratio_is_the_median_of_per_round_ratios_with_its_spread() {
+        // Round 2 was slow for both subjects: its ratio is still 0.8.
+        let a = [80.0, 40.0, 90.0];
+        let b = [100.0, 50.0, 100.0];
+        assert_eq!(round_ratio(&a, &b), "x0.80 (0.80..0.90)");
+        assert_eq!(round_ratio(&[3.0], &[2.0]), "x1.50");
+        assert_eq!(round_ratio(&[1.0], &[0.0]), "-");
+        assert_eq!(round_ratio(&[1.0, 2.0], &[1.0]), "-");
+        assert_eq!(round_ratio(&[], &[]), "-");
+    }
 }

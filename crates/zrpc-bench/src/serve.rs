@@ -77,6 +77,7 @@ impl Greeter for BenchGreeter {
             s.event(serde_json::json!({
                 "event": "first_call",
                 "ms_since_start": now.duration_since(s.started).as_secs_f64() * 1000.0,
+                "unix_ms": unix_ms(),
             }));
             now
         });
@@ -122,6 +123,14 @@ mod tokio_stream_shim {
     pub(crate) use tonic::codegen::tokio_stream::Stream;
 }
 
+/// Wall-clock time, ms since the Unix epoch (the harness compares it with the time it started
+/// this process).
+fn unix_ms() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+}
+
 /// Runs a server until SIGTERM/SIGINT.
 pub(crate) fn run(args: ServeArgs) -> Result<()> {
     let mut rt = if args.threads == 1 {
@@ -164,7 +173,9 @@ async fn serve(args: ServeArgs) -> Result<()> {
         events: Mutex::new(events),
     });
     let svc = GreeterServer::new(BenchGreeter(state.clone()));
-    state.event(serde_json::json!({"event": "ready", "addr": addr.to_string()}));
+    state.event(
+        serde_json::json!({"event": "ready", "addr": addr.to_string(), "unix_ms": unix_ms()}),
+    );
     match (args.kind.as_str(), conf) {
         ("zrpc", Some(conf)) => {
             let _telemetry = zrpc::telemetry::init(&conf)?;

@@ -78,7 +78,7 @@ func (s *server) SayHello(ctx context.Context, in *greeter.HelloRequest) (*greet
 	s.calls.Add(1)
 	now := time.Now()
 	if s.first.CompareAndSwap(0, now.UnixNano()) {
-		s.event(map[string]any{"event": "first_call", "ms_since_start": float64(now.Sub(s.started).Microseconds()) / 1000})
+		s.event(map[string]any{"event": "first_call", "ms_since_start": float64(now.Sub(s.started).Microseconds()) / 1000, "unix_ms": float64(now.UnixMicro()) / 1000})
 	}
 	if s.fail > 0 && now.Sub(time.Unix(0, s.first.Load())) < s.fail {
 		s.failedPhase.Add(1)
@@ -148,7 +148,7 @@ func serve(args []string) {
 		started: time.Now(), events: out}
 	s := zrpc.MustNewServer(c, func(g *grpc.Server) { greeter.RegisterGreeterServer(g, srv) })
 	defer s.Stop()
-	srv.event(map[string]any{"event": "ready", "addr": *listen})
+	srv.event(map[string]any{"event": "ready", "addr": *listen, "unix_ms": float64(time.Now().UnixMicro()) / 1000})
 	s.Start()
 	srv.event(map[string]any{"event": "stopped", "calls": srv.calls.Load(), "failed_phase_calls": srv.failedPhase.Load()})
 }

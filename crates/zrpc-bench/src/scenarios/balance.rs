@@ -55,11 +55,11 @@ fn share_over_time(recs: &[Record], slow: &str, bucket_ms: f64) -> Vec<(f64, f64
 
 pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
     let loads: Vec<(Load, u64)> = vec![
-        (Load::Open(20.0), ctx.size(1_000, 10_000)),
-        (Load::Open(200.0), ctx.size(1_000, 8_000)),
-        (Load::Open(2000.0), ctx.size(1_000, 5_000)),
-        (Load::Closed(1), ctx.size(1_000, 8_000)),
-        (Load::Closed(20), ctx.size(1_000, 6_000)),
+        (Load::Open(20.0), ctx.size(500, 10_000)),
+        (Load::Open(200.0), ctx.size(500, 8_000)),
+        (Load::Open(2000.0), ctx.size(500, 5_000)),
+        (Load::Closed(1), ctx.size(500, 8_000)),
+        (Load::Closed(20), ctx.size(500, 6_000)),
     ];
     let mut table = Table::new(
         "A, B: 10 ms; C: 1000 ms. One run per cell, fresh servers per run",

@@ -1,23 +1,21 @@
 //! Failover: three zrpc servers registered in a real etcd, an open loop through each client
 //! (zrpc's, go-zero's) discovering them there; one server is killed (SIGKILL), frozen (SIGSTOP)
-//! or stopped gracefully (SIGTERM) mid-run. Then registration: a server started under load, and
-//! the time from its process start to its first request.
+//! or stopped gracefully (SIGTERM) mid-run: per fault, failed calls and the time until the last
+//! call sent to the victim. Then registration: a server started under load, and the time from
+//! its process start to its first request.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use super::{Ctx, Gen, LoadSpec, Profile, ServerSpec, Side, start_etcd};
+use super::{Ctx, Gen, LoadSpec, Profile, ServerSpec, Side, start_etcd, unix_ms as now_unix_ms};
 use crate::proc::Signal;
 use crate::report::{Section, Table, f};
 
-const CLIENTS: [Gen; 2] = [Gen::Zrpc("p2c_ewma"), Gen::GoZero];
+/// A cell when nothing happened after the event (calls in flight at the event do not count).
+const NONE_AFTER: &str = "none after the event";
 
-fn now_unix_ms() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
-}
+const CLIENTS: [Gen; 2] = [Gen::Zrpc("p2c_ewma"), Gen::GoZero];
 
 pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
     let (etcd_proc, etcd) = match start_etcd(ctx) {
@@ -32,8 +30,8 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
         }
     };
     let rate: f64 = ctx.size(100.0, 200.0);
-    let duration: u64 = ctx.size(2_500, 8_000);
-    let event_after = Duration::from_millis(ctx.size(1_000, 2_500));
+    let duration: u64 = ctx.size(1_600, 8_000);
+    let event_after = Duration::from_millis(ctx.size(500, 2_500));
     let events = [
         (Signal::SIGKILL, "kill -9"),
         (Signal::SIGSTOP, "SIGSTOP (frozen)"),
@@ -41,8 +39,8 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
     ];
     let mut table = Table::new(
         &format!(
-            "Open loop {rate:.0}/s for {} s through etcd discovery; the event hits one of three servers {:.1} s in",
-            duration / 1000,
+            "Open loop {rate:.0}/s for {:.1} s through etcd discovery; the event hits one of three servers {:.1} s after each has answered",
+            duration as f64 / 1000.0,
             event_after.as_secs_f64()
         ),
         &[
@@ -50,6 +48,7 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
             "client",
             "calls",
             "failed",
+            "last call to the victim started, ms after the event",
             "last answer from the victim, ms after the event",
             "last failed call started, ms after the event",
         ],
@@ -58,7 +57,8 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
         "Registration: a fourth server started under load (open loop, two servers already serving)",
         &[
             "client",
-            "server process start -> first request, ms",
+            "process start -> listening, ms",
+            "process start -> first request, ms",
             "its share of the calls after it started",
         ],
     );
@@ -113,6 +113,13 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
                 .filter(|r| r.server == victim && r.start_ms >= event_ms)
                 .map(|r| r.start_ms + r.latency_ms - event_ms)
                 .reduce(f64::max);
+            // A failed call has no `x-server`; the two other servers stay healthy, so a call
+            // that failed after the event is counted as one sent to the victim.
+            let last_call = recs
+                .iter()
+                .filter(|r| r.start_ms >= event_ms && (r.server == victim || r.code != 0))
+                .map(|r| r.start_ms - event_ms)
+                .reduce(f64::max);
             let last_fail = recs
                 .iter()
                 .filter(|r| r.code != 0 && r.start_ms >= event_ms - 1.0)
@@ -123,8 +130,9 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
                 client.label(),
                 s.calls.to_string(),
                 s.failed.to_string(),
-                last_answer.map_or("none".into(), |v| f(v, 0)),
-                last_fail.map_or("none".into(), |v| f(v, 0)),
+                last_call.map_or(NONE_AFTER.into(), |v| f(v, 0)),
+                last_answer.map_or(NONE_AFTER.into(), |v| f(v, 0)),
+                last_fail.map_or(NONE_AFTER.into(), |v| f(v, 0)),
             ]);
             drop(servers);
             pb.inc(1);
@@ -173,13 +181,13 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
         let to_fresh = after.iter().filter(|r| r.server == fresh.addr).count();
         reg.row(vec![
             client.label(),
+            fresh.ready_ms().map_or("-".into(), |v| f(v, 0)),
             first.map_or("no request".into(), |v| f(v, 0)),
             format!(
                 "{}% (an even share is 33%)",
                 f(to_fresh as f64 * 100.0 / after.len().max(1) as f64, 1)
             ),
         ]);
-        let _ = fresh.started();
         drop(fresh);
         drop(servers);
         pb.inc(1);
@@ -190,10 +198,14 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
         title: String::new(),
         intro: "Servers: zrpc, quiet profile, registered in one etcd (lease TTL 10 s, go-zero's \
                 key layout); both clients discover them there. Client timeout 2 s (both \
-                defaults). \"Last answer from the victim\" is when its last answer arrived; \
-                \"last failed call\" bounds how long the client kept sending calls that failed. \
-                A frozen (SIGSTOP) server answers nothing, so only the second column tells \
-                when the client stopped sending to it."
+                defaults). \"Last call to the victim\" is when the client last sent it a call: \
+                the start of the last call it answered or of the last failed call (a failed call \
+                names no server; the two others stay healthy, so it is counted as the \
+                victim's). \"Last answer from the victim\" is when its last answer arrived (a \
+                graceful stop keeps serving through its 1 s wrap-up). Registration is timed \
+                from the moment the harness started the server process (its start-up, \
+                listening, etcd registration, the client's discovery and connection), on this \
+                machine's debug or release build of the server."
             .into(),
         tables: vec![table, reg],
         charts: Vec::new(),

@@ -5,7 +5,7 @@ use anyhow::Result;
 
 use super::{Ctx, Gen, LoadSpec, Profile, ServerSpec, Side};
 use crate::charts::{self, XAxis};
-use crate::report::{Section, Table, f, ratio};
+use crate::report::{Section, Table, f, round_ratio};
 use crate::stats::median;
 
 pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
@@ -39,7 +39,7 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
             "p99 ms",
             "p99.9 ms",
             "mean ms",
-            "mean vs Go -> Go",
+            "mean vs Go -> Go (min..max)",
         ],
     );
     let pb = ctx.progress((rounds * pairs.len()) as u64, "latency");
@@ -85,7 +85,7 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
         }
     }
     pb.finish_and_clear();
-    let go_go = median(acc[3].3.clone());
+    let go_go = acc[3].3.clone();
     let mut series = Vec::new();
     for (i, (_, _, name)) in pairs.iter().enumerate() {
         if let Some(why) = &skipped[i] {
@@ -100,7 +100,11 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
             f(median(a.1.clone()), 3),
             f(median(a.2.clone()), 3),
             f(mean, 3),
-            ratio(mean, go_go),
+            if skipped[3].is_some() {
+                "-".into()
+            } else {
+                round_ratio(&a.3, &go_go)
+            },
         ]);
         series.push((name.to_string(), charts::cdf(&a.4)));
     }

@@ -5,6 +5,7 @@
 mod balance;
 mod breaker;
 mod failover;
+mod instructions;
 mod latency;
 mod overhead;
 mod shed;
@@ -182,6 +183,8 @@ pub(crate) struct ServerSpec {
     pub(crate) threads: usize,
     /// Register in etcd: (hosts, key).
     pub(crate) etcd: Option<(String, String)>,
+    /// Run under `valgrind --tool=callgrind`, writing its counts to this file (not pinned).
+    pub(crate) callgrind: Option<PathBuf>,
 }
 
 /// A running server.
@@ -189,7 +192,10 @@ pub(crate) struct ServerSpec {
 pub(crate) struct Server {
     pub(crate) proc: Proc,
     pub(crate) addr: String,
-    started: Instant,
+    /// When the harness started the process, ms since the Unix epoch.
+    started_unix_ms: f64,
+    /// When it said `ready` (listening), ms since the Unix epoch (0 when it did not say).
+    ready_unix_ms: f64,
 }
 
 /// Which side implements something.
@@ -297,10 +303,10 @@ impl Ctx<'_> {
         let port = free_port()?;
         let listen = format!("127.0.0.1:{port}");
         let events = self.file("events.jsonl");
-        let started = Instant::now();
+        let started_unix_ms = unix_ms();
         let mut proc = match side {
             Side::Rust => {
-                let mut cmd = self.env.command(&self.env.me, spec.cpu);
+                let mut cmd = self.server_command(&self.env.me, spec);
                 cmd.arg("serve")
                     .arg("--events")
                     .arg(&events)
@@ -322,7 +328,7 @@ impl Ctx<'_> {
                 if spec.profile == Profile::Tonic || spec.profile == Profile::Minimal {
                     bail!("go-zero has no {:?} profile", spec.profile);
                 }
-                let mut cmd = self.env.command(gz, spec.cpu);
+                let mut cmd = self.server_command(gz, spec);
                 cmd.arg("serve")
                     .args(["-listen", &listen])
                     .arg("-events")
@@ -348,7 +354,8 @@ impl Ctx<'_> {
                 Proc::spawn("gzbench serve", cmd, Some(events), false)?
             }
         };
-        proc.wait_json(Duration::from_secs(20), |v| v["event"] == "ready")?;
+        let ready = if spec.callgrind.is_some() { 120 } else { 20 };
+        let ready = proc.wait_json(Duration::from_secs(ready), |v| v["event"] == "ready")?;
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(&listen).is_err() {
             if Instant::now() > deadline {
@@ -359,8 +366,23 @@ impl Ctx<'_> {
         Ok(Server {
             proc,
             addr: listen,
-            started,
+            started_unix_ms,
+            ready_unix_ms: ready["unix_ms"].as_f64().unwrap_or(0.0),
         })
+    }
+
+    /// The command that starts a server program: pinned with taskset, or under callgrind.
+    fn server_command(&self, program: &Path, spec: &ServerSpec) -> std::process::Command {
+        match &spec.callgrind {
+            Some(out) => {
+                let mut c = std::process::Command::new("valgrind");
+                c.args(["--tool=callgrind", "--quiet"])
+                    .arg(format!("--callgrind-out-file={}", out.display()))
+                    .arg(program);
+                c
+            }
+            None => self.env.command(program, spec.cpu),
+        }
     }
 
     /// Starts a load generator.
@@ -418,17 +440,18 @@ impl Ctx<'_> {
 }
 
 impl Server {
-    /// ms from the start of the process to its first call (`first_call` event), if any.
+    /// ms from the harness starting the process to its first call (`first_call` event), if any.
     pub(crate) fn first_call_ms(&mut self) -> Option<f64> {
         self.proc
             .wait_json(Duration::from_millis(1), |v| v["event"] == "first_call")
             .ok()
-            .and_then(|v| v["ms_since_start"].as_f64())
+            .and_then(|v| v["unix_ms"].as_f64())
+            .map(|t| t - self.started_unix_ms)
     }
 
-    /// When the process was started.
-    pub(crate) fn started(&self) -> Instant {
-        self.started
+    /// ms from the harness starting the process to its `ready` event (listening), if it said.
+    pub(crate) fn ready_ms(&self) -> Option<f64> {
+        (self.ready_unix_ms > 0.0).then_some(self.ready_unix_ms - self.started_unix_ms)
     }
 
     /// Stops it (SIGTERM) and returns its `stopped` event.
@@ -439,6 +462,13 @@ impl Server {
             .into_iter()
             .find(|v| v["event"] == "stopped")
     }
+}
+
+/// Wall-clock time, ms since the Unix epoch.
+pub(crate) fn unix_ms() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
 }
 
 /// The zrpc server config (go-zero YAML) for a profile.
@@ -552,6 +582,8 @@ pub(crate) fn h2load(
         .arg("-d")
         .arg(&body)
         .arg(format!("--log-file={}", log.display()))
+        // A server that stops answering fails the run instead of hanging it.
+        .arg("--connection-inactivity-timeout=60")
         .args(["-H", "content-type: application/grpc", "-H", "te: trailers"])
         .arg(format!("http://{addr}/greeter.Greeter/SayHello"));
     let out = cmd.output().context("cannot run h2load")?;

@@ -7,7 +7,7 @@ use anyhow::Result;
 
 use super::{Ctx, Gen, LoadSpec, Profile, ServerSpec, Side, h2load};
 use crate::charts::{self, XAxis};
-use crate::report::{Section, Table, f, ratio};
+use crate::report::{Section, Table, f, round_ratio};
 use crate::stats::{median, percentile};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,8 +60,10 @@ impl Acc {
 
 pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
     let rounds = ctx.opts.rounds;
-    let requests: u64 = ctx.size(4_000, 30_000);
-    let calls: u64 = ctx.size(2_000, 20_000);
+    // Many short rounds rather than a few long ones: the medians of per-round ratios (and their
+    // spread) then describe the noise instead of one unlucky run.
+    let requests: u64 = ctx.size(2_000, 20_000);
+    let calls: u64 = ctx.size(1_000, 10_000);
     let mut modes = vec![Mode::Pinned, Mode::Unpinned];
     let mut notes = Vec::new();
     if !ctx.env.taskset || ctx.env.cpus < 2 {
@@ -78,12 +80,13 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
             "mode",
             "server",
             "req/s",
-            "vs bare tonic",
-            "vs go-zero (same logging)",
+            "vs bare tonic (min..max)",
+            "vs go-zero, same logging (min..max)",
+            "server CPU µs/req",
+            "CPU/req vs bare tonic (min..max)",
             "p50 ms",
             "p99 ms",
             "p99.9 ms",
-            "server CPU µs/req",
             "server RSS MB",
         ],
     );
@@ -95,12 +98,13 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
             "mode",
             "client",
             "calls/s",
-            "vs bare tonic",
-            "vs go-zero client",
+            "vs bare tonic (min..max)",
+            "vs go-zero client (min..max)",
+            "client CPU µs/call",
+            "CPU/call vs bare tonic (min..max)",
             "p50 ms",
             "p99 ms",
             "p99.9 ms",
-            "client CPU µs/call",
             "client RSS MB",
         ],
     );
@@ -128,9 +132,10 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
                 }
             }
         }
+        // A discarded warm-up round: connection pools, allocator and caches settle first.
         for s in servers.iter().flatten() {
             pb.set_message(format!("{} warm-up", mode.name()));
-            h2load(ctx, &s.addr, (10, 50, requests / 4, h2_threads), load_cpu)?;
+            h2load(ctx, &s.addr, (10, 50, requests / 2, h2_threads), load_cpu)?;
         }
         for round in 0..rounds {
             for k in 0..SERVERS.len() {
@@ -159,7 +164,7 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
             }
         }
         drop(servers);
-        let bare = accs[0].rate();
+        let bare = &accs[0];
         for (i, (_, profile, name)) in SERVERS.iter().enumerate() {
             let a = &accs[i];
             if let Some(why) = &a.skipped {
@@ -168,23 +173,24 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
             }
             // The go-zero server with the same logging profile.
             let go = match profile {
-                Profile::Shipped => accs[5].rate(),
-                _ => accs[3].rate(),
+                Profile::Shipped => &accs[5],
+                _ => &accs[3],
             };
             server_table.row(vec![
                 mode.name().into(),
                 (*name).into(),
                 f(a.rate(), 0),
-                ratio(a.rate(), bare),
+                round_ratio(&a.rate, &bare.rate),
                 if SERVERS[i].0 == Side::Go || *profile == Profile::Minimal {
                     "-".into()
                 } else {
-                    ratio(a.rate(), go)
+                    round_ratio(&a.rate, &go.rate)
                 },
+                f(median(a.cpu.clone()), 1),
+                round_ratio(&a.cpu, &bare.cpu),
                 f(median(a.p50.clone()), 2),
                 f(median(a.p99.clone()), 2),
                 f(median(a.p999.clone()), 2),
-                f(median(a.cpu.clone()), 1),
                 f(a.rss, 1),
             ]);
             if mode == Mode::Pinned || modes.len() == 1 {
@@ -233,8 +239,7 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
             }
         }
         drop(server);
-        let bare = caccs[1].rate();
-        let go = caccs[2].rate();
+        let (bare, go) = (&caccs[1], &caccs[2]);
         for (i, client) in CLIENTS.iter().enumerate() {
             let a = &caccs[i];
             if let Some(why) = &a.skipped {
@@ -245,21 +250,24 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
                 mode.name().into(),
                 client.label(),
                 f(a.rate(), 0),
-                ratio(a.rate(), bare),
-                if *client == Gen::GoZero {
+                round_ratio(&a.rate, &bare.rate),
+                if *client == Gen::GoZero || go.skipped.is_some() {
                     "-".into()
                 } else {
-                    ratio(a.rate(), go)
+                    round_ratio(&a.rate, &go.rate)
                 },
+                f(median(a.cpu.clone()), 1),
+                round_ratio(&a.cpu, &bare.cpu),
                 f(median(a.p50.clone()), 2),
                 f(median(a.p99.clone()), 2),
                 f(median(a.p999.clone()), 2),
-                f(median(a.cpu.clone()), 1),
                 f(a.rss, 1),
             ]);
         }
     }
     pb.finish_and_clear();
+    eprintln!("overhead: instructions per request under callgrind");
+    let instructions = super::instructions::table(ctx, &SERVERS);
     let chart = "overhead-server-cdf.svg";
     charts::lines(
         &ctx.charts.join(chart),
@@ -279,9 +287,15 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
                 /dev/null. Pinned: server on CPU 0 with one thread (`GOMAXPROCS=1` for Go, one \
                 tokio thread for Rust), load generator on CPU 1 with one thread. The client \
                 generators are this binary's `load` (zrpc client / bare tonic channel) and \
-                `gzbench load` (go-zero client), with the same closed loop."
+                `gzbench load` (go-zero client), with the same closed loop. \
+                **Pinned mode is the headline** (each side owns a core, so a neighbour moves \
+                both less). Every comparison runs its subjects in alternating rounds (the order \
+                rotates each round) after a discarded warm-up round; a ratio is the median of the \
+                per-round ratios, with their min..max over the rounds in parentheses: that \
+                spread is the noise. CPU time per request moves less than throughput when the \
+                machine is busy; the callgrind table does not move at all."
             .into(),
-        tables: vec![server_table, client_table],
+        tables: vec![server_table, client_table, instructions],
         charts: vec![("server latency CDF".into(), chart.into())],
         notes,
     })

@@ -1,0 +1,94 @@
+//! Instructions per request under callgrind: the noise-free column of `overhead` (valgrind counts
+//! instructions, so a busy neighbour cannot move the figure). The method of
+//! `scripts/bench_instructions.sh`: each server runs under `valgrind --tool=callgrind` twice,
+//! h2load (-c 10 -m 50) sends it N1 then N2 calls, and (Ir(N2) - Ir(N1)) / (N2 - N1) cancels
+//! start-up, connection set-up and shutdown.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+use super::{Ctx, Profile, ServerSpec, Side, h2load};
+use crate::report::{Table, f, ratio};
+
+/// The callgrind table for `servers` (go-zero rows say why they are skipped).
+pub(super) fn table(ctx: &Ctx<'_>, servers: &[(Side, Profile, &str)]) -> Table {
+    // Quick: a debug build under callgrind serves ~40 calls/s here; the smoke test only proves
+    // the path, with the bare tonic server and a few dozen calls.
+    let (n1, n2) = ctx.size((20, 60), (1_000, 4_000));
+    let mut t = Table::new(
+        &format!(
+            "Instructions per request under callgrind (h2load -c 10 -m 50, (Ir({n2}) - Ir({n1})) / {}; one server thread; noise-free)",
+            n2 - n1
+        ),
+        &["server", "instructions/request", "vs bare tonic"],
+    );
+    let valgrind = ctx.env.valgrind.as_ref().map(|_| ());
+    let mut bare = 0.0;
+    for (i, (side, profile, name)) in servers.iter().enumerate() {
+        if let Err(e) = &valgrind {
+            t.skipped_row(name, e);
+            continue;
+        }
+        if ctx.opts.quick && i > 0 {
+            t.skipped_row(
+                name,
+                "--quick measures bare tonic only (a debug build under callgrind is slow)",
+            );
+            continue;
+        }
+        if *side == Side::Go {
+            t.skipped_row(
+                name,
+                "valgrind 3.19's callgrind aborts on Go's signals (async preemption, SIGTERM), so a Go server cannot be counted",
+            );
+            continue;
+        }
+        match per_request(ctx, *profile, n1, n2) {
+            Ok(ir) => {
+                if i == 0 {
+                    bare = ir;
+                }
+                t.row(vec![(*name).into(), f(ir, 0), ratio(ir, bare)]);
+            }
+            Err(e) => t.skipped_row(name, format!("callgrind run failed: {e:#}")),
+        }
+    }
+    t
+}
+
+fn per_request(ctx: &Ctx<'_>, profile: Profile, n1: u64, n2: u64) -> Result<f64> {
+    let a = count(ctx, profile, n1)?;
+    let b = count(ctx, profile, n2)?;
+    Ok((b - a) / (n2 - n1) as f64)
+}
+
+/// Instructions a server executed from its start to its exit, `n` calls served.
+fn count(ctx: &Ctx<'_>, profile: Profile, n: u64) -> Result<f64> {
+    let out = ctx.file("callgrind.out");
+    let spec = ServerSpec {
+        profile,
+        threads: 1,
+        callgrind: Some(out.clone()),
+        ..ServerSpec::default()
+    };
+    let mut server = ctx.server(Side::Rust, &spec)?;
+    h2load(ctx, &server.addr, (10, 50, n, 1), None)?;
+    // callgrind writes its counts at exit: a graceful stop (zrpc's wrap-up is 1 s, slower
+    // under valgrind), never SIGKILL.
+    server.proc.stop(Duration::from_secs(60));
+    let text = std::fs::read_to_string(&out)
+        .with_context(|| format!("callgrind wrote no {}", out.display()))?;
+    let total = text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("summary:")
+                .or_else(|| l.strip_prefix("totals:"))
+        })
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    let _ = std::fs::remove_file(&out);
+    match total {
+        Some(t) => Ok(t),
+        None => bail!("no `summary:` line in {}", out.display()),
+    }
+}
