@@ -12,15 +12,19 @@
 //! Everything is seeded: the same scenario and seed give the same report. An hour of simulated
 //! traffic at 2000 requests/s takes about a second.
 //!
-//! `cargo run --release -p zrpc-sim -- table` prints the comparison table of `docs/balancing.md`.
+//! `cargo run --release -p zrpc-sim -- table` prints the comparison table of `docs/balancing.md`;
+//! `-- shed` runs the real `AdaptiveShedder` in front of a simulated CPU-bound server under a 2x
+//! step overload ([`simulate_overload`]).
 
 mod breaker;
 mod engine;
 mod model;
 mod policy;
+mod shed;
 pub mod table;
 
 pub use breaker::{BreakerReport, BreakerRules, simulate_outage};
 pub use engine::run;
 pub use model::{Load, Report, Scenario, ServerSpec, Window};
 pub use policy::Policy;
+pub use shed::{Overload, ShedReport, shed_markdown, simulate_overload};

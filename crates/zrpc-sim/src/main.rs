@@ -1,4 +1,5 @@
-//! `zrpc-sim table`: prints the comparison tables of `docs/balancing.md`.
+//! `zrpc-sim table`: prints the comparison tables of `docs/balancing.md`;
+//! `zrpc-sim shed`: the adaptive shedder under a 2x step overload (`docs/middleware.md`).
 
 use std::time::Instant;
 
@@ -10,8 +11,13 @@ fn main() {
             print!("{}", zrpc_sim::table::markdown());
             eprintln!("simulated in {:.1} s", t.elapsed().as_secs_f64());
         }
+        "shed" => {
+            let t = Instant::now();
+            print!("{}", zrpc_sim::shed_markdown());
+            eprintln!("simulated in {:.1} s", t.elapsed().as_secs_f64());
+        }
         other => {
-            eprintln!("zrpc-sim: unknown command {other:?}; usage: zrpc-sim [table]");
+            eprintln!("zrpc-sim: unknown command {other:?}; usage: zrpc-sim [table|shed]");
             std::process::exit(2);
         }
     }
