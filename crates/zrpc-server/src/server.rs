@@ -366,7 +366,8 @@ where
         // breaker and the shedder so unauthenticated callers cannot move them; `facts` tells
         // them which failures the caller caused (`layers/mod.rs`, docs/middleware.md).
         // Outside it all: per-connection call counting, 415 for non-gRPC requests and the
-        // request-bytes budget (`crate::transport`).
+        // request-bytes budget (`crate::transport`), which read the connection's state from
+        // its `ConnInfo`; then `PeerLayer` turns that into the peer's extensions.
         let mw = &conf.middlewares;
         let mut accept = crate::transport::accept_settings(&conf.transport, authority_repair);
         // TLS (`crate::tls`): files checked now, the certificate watched while serving.
@@ -382,8 +383,8 @@ where
         });
         let allowed = tls.as_ref().and_then(|t| t.allowed.clone());
         let chain = ServiceBuilder::new()
-            .layer(crate::tls::layer::PeerLayer)
             .layer(crate::transport::outer_layers(&accept, &conf.transport))
+            .layer(crate::tls::layer::PeerLayer)
             .layer(crate::tls::layer::AllowLayer::new(allowed))
             .layer(FactsLayer::new(mw.breaker || shedder.is_some()))
             .layer(TraceLayer::new(mw.trace))
