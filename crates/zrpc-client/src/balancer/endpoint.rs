@@ -2,16 +2,20 @@
 //! `Channel`, which reconnects on demand; the picker's back-off spaces the attempts).
 
 use std::error::Error as StdError;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
+
+use pin_project_lite::pin_project;
 
 use tonic::body::Body;
 use tonic::transport::Channel;
-use tower::ServiceExt;
 use zrpc_core::grpc::{OnStatus, StatusBody, StatusGuard, code};
 
 use super::stats::{Clock, EndpointStats};
-use super::wire::{Connector, Wire};
+use super::wire::{Connector, Mark, Wire};
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 
@@ -32,6 +36,8 @@ pub(crate) struct Endpoint {
     pub(crate) addr: Arc<str>,
     pub(crate) stats: EndpointStats,
     channel: Channel,
+    /// Idle clones of `channel`, reused by calls (see [`POOLED_CHANNELS`]).
+    pool: parking_lot::Mutex<Vec<Channel>>,
     /// Writes and losses of its connections (see `wire`).
     pub(crate) wire: Arc<Wire>,
 }
@@ -90,67 +96,172 @@ impl Endpoint {
             addr: Arc::from(addr),
             stats: EndpointStats::new(),
             channel,
+            pool: parking_lot::Mutex::new(Vec::new()),
             wire,
         })
     }
 
     /// Sends `req` (already picked: in flight + 1 at `start`) and wires its completion to the stats:
     /// from the final gRPC status of the response (headers or trailers; a drop counts as
-    /// cancelled, or deadline exceeded past the deadline). A transport error marks the endpoint
-    /// down (back-off) and reports whether the request can be retried elsewhere.
-    pub(crate) async fn send(
+    /// cancelled, or deadline exceeded past `deadline`). A transport error marks the endpoint
+    /// down (back-off) and reports whether the request can be retried elsewhere. `timeout` (the
+    /// call's `grpc-timeout`) is quoted when the connection's own timer ends the call.
+    pub(crate) fn send(
         self: Arc<Self>,
         clock: Clock,
         start: Instant,
+        deadline: Option<Instant>,
+        timeout: Option<Duration>,
         req: http::Request<Body>,
-        target: &str,
-    ) -> Result<http::Response<Body>, AttemptError> {
-        let deadline = req.extensions().get::<Deadline>().map(|d| d.0);
-        // The same message as the timeout layer's (the header is the effective timeout).
-        let timeout = zrpc_core::grpc::timeout::from_headers(req.headers());
-        let mut guard = StatusGuard::new(Done {
-            endpoint: self.clone(),
+        target: &Arc<str>,
+    ) -> Attempt {
+        let guard = StatusGuard::new(Done {
+            endpoint: Arc::clone(&self),
             clock,
             start: clock.nanos(start),
             deadline,
         });
         let mark = self.wire.mark();
-        match self.channel.clone().oneshot(req).await {
-            Ok(resp) => {
-                let done = guard.take();
-                Ok(match done {
+        let channel = self
+            .pool
+            .lock()
+            .pop()
+            .unwrap_or_else(|| self.channel.clone());
+        Attempt {
+            state: AttemptState::Ready {
+                channel: Some(channel),
+                req: Some(req),
+            },
+            endpoint: self,
+            guard,
+            mark,
+            timeout,
+            target: Arc::clone(target),
+        }
+    }
+
+    /// Takes back a channel clone after its `call` (kept up to [`POOLED_CHANNELS`]).
+    fn give_back(&self, channel: Channel) {
+        let mut pool = self.pool.lock();
+        if pool.len() < POOLED_CHANNELS {
+            pool.push(channel);
+        }
+    }
+
+    /// The error of a failed attempt (see [`Endpoint::send`]).
+    fn failed(
+        &self,
+        err: BoxError,
+        guard: &mut StatusGuard<Done>,
+        mark: Mark,
+        timeout: Option<Duration>,
+        target: &str,
+    ) -> AttemptError {
+        let done = guard.take();
+        if is_timeout(&*err) {
+            if let Some(done) = done {
+                done.on_status(code::DEADLINE_EXCEEDED);
+            }
+            return AttemptError {
+                status: crate::layers::timeout::deadline_exceeded(timeout),
+                retryable: false,
+            };
+        }
+        if let Some(done) = done {
+            let now = done.clock.nanos(Instant::now());
+            self.stats.on_transport_failure(done.start, now);
+        }
+        let retryable = never_reached_server(&*err)
+            || (is_connection_loss(&*err) && self.wire.unsent_since(mark));
+        let status = tonic::Status::from_error(err);
+        AttemptError {
+            status: tonic::Status::unavailable(format!(
+                "{target}: endpoint {}: {}",
+                self.addr,
+                status.message()
+            )),
+            retryable,
+        }
+    }
+}
+
+/// At most this many idle channel clones per endpoint. A `Channel` is a `tower::buffer::Buffer`:
+/// each clone allocates (its `PollSender` boxes a reusable future) and the first `poll_ready` of a
+/// clone allocates again, while the response future of `call` owns nothing of the clone. So a call
+/// borrows a clone for its `poll_ready` + `call` and gives it back at once: steady state, no
+/// allocation (a bare tonic client keeps one `Channel` for the same reason).
+const POOLED_CHANNELS: usize = 64;
+
+pin_project! {
+    /// One attempt on an endpoint ([`Endpoint::send`]): a named future, no box per call.
+    pub(crate) struct Attempt {
+        #[pin]
+        state: AttemptState,
+        endpoint: Arc<Endpoint>,
+        guard: StatusGuard<Done>,
+        mark: Mark,
+        timeout: Option<Duration>,
+        target: Arc<str>,
+    }
+}
+
+pin_project! {
+    #[project = AttemptProj]
+    enum AttemptState {
+        Ready { channel: Option<Channel>, req: Option<http::Request<Body>> },
+        Sent { #[pin] fut: tonic::transport::channel::ResponseFuture },
+    }
+}
+
+impl std::fmt::Debug for Attempt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attempt")
+            .field("endpoint", &self.endpoint.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Future for Attempt {
+    type Output = Result<http::Response<Body>, AttemptError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            let result = match this.state.as_mut().project() {
+                AttemptProj::Ready { channel, req } => {
+                    let (Some(ch), Some(_)) = (channel.as_mut(), req.as_ref()) else {
+                        // polled again after completing
+                        return Poll::Pending;
+                    };
+                    match ready!(tower::Service::poll_ready(ch, cx)) {
+                        Ok(()) => {
+                            let (Some(mut ch), Some(req)) = (channel.take(), req.take()) else {
+                                return Poll::Pending;
+                            };
+                            let fut = tower::Service::call(&mut ch, req);
+                            this.endpoint.give_back(ch);
+                            this.state.set(AttemptState::Sent { fut });
+                            continue;
+                        }
+                        // the channel's worker is gone (a clone in that state is not kept)
+                        Err(e) => Err(e),
+                    }
+                }
+                AttemptProj::Sent { fut } => ready!(fut.poll(cx)),
+            };
+            return Poll::Ready(match result {
+                Ok(resp) => Ok(match this.guard.take() {
                     Some(done) => StatusBody::wrap_response(resp, done).map(Body::new),
                     None => resp,
-                })
-            }
-            Err(err) => {
-                let err: BoxError = err.into();
-                let done = guard.take();
-                if is_timeout(&*err) {
-                    if let Some(done) = done {
-                        done.on_status(code::DEADLINE_EXCEEDED);
-                    }
-                    return Err(AttemptError {
-                        status: crate::layers::timeout::deadline_exceeded(timeout),
-                        retryable: false,
-                    });
-                }
-                if let Some(done) = done {
-                    let now = clock.nanos(Instant::now());
-                    self.stats.on_transport_failure(done.start, now);
-                }
-                let retryable = never_reached_server(&*err)
-                    || (is_connection_loss(&*err) && self.wire.unsent_since(mark));
-                let status = tonic::Status::from_error(err);
-                Err(AttemptError {
-                    status: tonic::Status::unavailable(format!(
-                        "{target}: endpoint {}: {}",
-                        self.addr,
-                        status.message()
-                    )),
-                    retryable,
-                })
-            }
+                }),
+                Err(err) => Err(this.endpoint.failed(
+                    err.into(),
+                    this.guard,
+                    *this.mark,
+                    *this.timeout,
+                    this.target,
+                )),
+            });
         }
     }
 }

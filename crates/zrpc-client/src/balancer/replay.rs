@@ -10,10 +10,12 @@
 //! Retrying is only done when the first attempt provably never reached a server (see
 //! `endpoint::never_reached_server`), so even non-idempotent methods are safe.
 //!
-//! What is kept costs little: the body `Bytes` (a reference count), the headers (a copy), and of
-//! the extensions only the call's [`Deadline`]: below the balancer only the endpoint's connection
-//! reads the request, and the only extension it reads is that one (copying the whole extension
-//! map cost four allocations per call).
+//! What is kept costs little: the body `Bytes` (a reference count), the headers as one list of
+//! (name, value) pairs (one allocation: the names and values are reference-counted or static; a
+//! `HeaderMap` clone costs two, its index and its entries, and a retry is rare enough to rebuild
+//! the map then), and of the extensions only the call's [`Deadline`]: below the balancer only the
+//! endpoint's connection reads the request, and the only extension it reads is that one (copying
+//! the whole extension map cost four allocations per call).
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -21,9 +23,9 @@ use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::FutureExt;
-use http::{HeaderMap, Method, Uri, Version};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, Version};
 use http_body::{Frame, SizeHint};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use tonic::body::Body;
 
 use super::endpoint::Deadline;
@@ -37,7 +39,7 @@ pub(crate) struct Replay {
     method: Method,
     uri: Uri,
     version: Version,
-    headers: HeaderMap,
+    headers: Vec<(HeaderName, HeaderValue)>,
     deadline: Option<Deadline>,
     body: Bytes,
 }
@@ -45,11 +47,15 @@ pub(crate) struct Replay {
 impl Replay {
     /// A copy to send while keeping this one.
     pub(crate) fn clone_request(&self) -> http::Request<Body> {
-        let mut req = http::Request::new(Body::new(Full::new(self.body.clone())));
+        let mut req = http::Request::new(Body::new(Once(Some(self.body.clone()))));
         *req.method_mut() = self.method.clone();
         *req.uri_mut() = self.uri.clone();
         *req.version_mut() = self.version;
-        *req.headers_mut() = self.headers.clone();
+        let mut headers = HeaderMap::with_capacity(self.headers.len());
+        for (name, value) in &self.headers {
+            headers.append(name.clone(), value.clone());
+        }
+        *req.headers_mut() = headers;
         if let Some(d) = self.deadline {
             req.extensions_mut().insert(d);
         }
@@ -116,12 +122,37 @@ pub(crate) fn prepare(
         method: parts.method.clone(),
         uri: parts.uri.clone(),
         version: parts.version,
-        headers: parts.headers.clone(),
+        headers: {
+            let mut v = Vec::with_capacity(parts.headers.len());
+            v.extend(parts.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
+            v
+        },
         deadline: parts.extensions.get::<Deadline>().copied(),
         body: data.clone(),
     };
-    let req = http::Request::from_parts(parts, Body::new(Full::new(data)));
+    let req = http::Request::from_parts(parts, Body::new(Once(Some(data))));
     Ok((req, Some(replay)))
+}
+
+/// A complete body sent (again): one data frame, then the end. Unlike `Full`, it does not announce
+/// its size: an exact size hint makes hyper add a `content-length` header (two allocations per
+/// call, and a header tonic's own request bodies never carry).
+struct Once(Option<Bytes>);
+
+impl http_body::Body for Once {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        Poll::Ready(self.0.take().map(|b| Ok(Frame::data(b))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_none()
+    }
 }
 
 /// Frames already read, then the rest of the body.
@@ -166,6 +197,8 @@ impl http_body::Body for Prefixed {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use http_body_util::Full;
+
     use super::*;
 
     #[tokio::test]

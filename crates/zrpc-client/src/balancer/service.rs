@@ -2,17 +2,20 @@
 //! request that never reached a server once on another endpoint.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Weak};
-use std::task::{Context, Poll};
-use std::time::Instant;
+use std::task::{Context, Poll, ready};
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use futures_util::future::BoxFuture;
+use pin_project_lite::pin_project;
 use tokio::sync::watch;
 use tonic::body::Body;
 
-use super::endpoint::{ConnectOptions, Deadline, Endpoint};
-use super::replay;
+use super::endpoint::{Attempt, ConnectOptions, Deadline, Endpoint};
+use super::replay::{self, Replay};
 use super::{P2cPicker, RoundRobin, ThreadRng};
 use crate::conf::BalancerName;
 use crate::resolver::{EndpointUpdates, ResolverStatus, subset};
@@ -252,17 +255,39 @@ impl Shared {
         }
     }
 
+    /// The slow path: a call made before the first endpoint set (it waits for one), then as
+    /// [`Balancer`]'s `call`.
     async fn call(
         self: Arc<Self>,
         req: http::Request<Body>,
     ) -> Result<http::Response<Body>, BoxError> {
+        let (deadline, timeout) = call_deadline(&req, Instant::now);
         if !self.is_ready() {
-            let deadline = req.extensions().get::<Deadline>().map(|d| d.0);
             self.wait_first_set(deadline).await?;
         }
-        let set = self.set.load_full();
+        let first = self.first_attempt(req, deadline, timeout)?;
+        match first.attempt.await {
+            Ok(resp) => Ok(resp),
+            Err(e) => match first.replay {
+                Some(replay) if e.retryable => {
+                    self.retry((first.endpoint, e.status), replay, deadline, timeout)
+                        .await
+                }
+                _ => Err(e.status.into()),
+            },
+        }
+    }
+
+    /// Picks an endpoint and starts the first attempt (no await: the common path of a call).
+    fn first_attempt(
+        &self,
+        req: http::Request<Body>,
+        deadline: Option<Instant>,
+        timeout: Option<Duration>,
+    ) -> Result<First, tonic::Status> {
+        let set = self.set.load();
         if set.is_empty() {
-            return Err(self.no_endpoint().into());
+            return Err(self.no_endpoint());
         }
         let (req, replay) = if set.len() > 1 {
             replay::prepare(req)?
@@ -273,24 +298,28 @@ impl Shared {
         let ep = self
             .pick(&set, clock.coarse_now())
             .ok_or_else(|| self.no_endpoint())?;
-        let mut failed = match ep
-            .clone()
-            .send(clock, Instant::now(), req, &self.target)
-            .await
-        {
-            Ok(resp) => return Ok(resp),
-            Err(e) if e.retryable && replay.is_some() => (ep, e.status),
-            Err(e) => return Err(e.status.into()),
-        };
-        let Some(replay) = replay else {
-            return Err(failed.1.into());
-        };
-        // Transparent retry: the request never reached a server, so it can go elsewhere, at most
-        // MAX_ATTEMPTS in all. The failed endpoints are in back-off, so the picker avoids them.
+        let attempt =
+            Arc::clone(&ep).send(clock, Instant::now(), deadline, timeout, req, &self.target);
+        Ok(First {
+            endpoint: ep,
+            attempt,
+            replay,
+        })
+    }
+
+    /// Transparent retry: the request never reached a server, so it can go elsewhere, at most
+    /// [`MAX_ATTEMPTS`] in all. The failed endpoints are in back-off, so the picker avoids them.
+    async fn retry(
+        self: Arc<Self>,
+        mut failed: (Arc<Endpoint>, tonic::Status),
+        replay: Replay,
+        deadline: Option<Instant>,
+        timeout: Option<Duration>,
+    ) -> Result<http::Response<Body>, BoxError> {
+        let clock = self.p2c.clock();
         for attempt in 2..=MAX_ATTEMPTS {
-            let set = self.set.load_full();
             let now = clock.coarse_now();
-            let Some(ep) = self.pick(&set, now) else {
+            let Some(ep) = self.pick(&self.set.load(), now) else {
                 break;
             };
             if Arc::ptr_eq(&ep, &failed.0) || ep.stats.is_down(now) {
@@ -299,9 +328,9 @@ impl Shared {
                 break;
             }
             tracing::debug!(target = %self.target, from = %failed.0.addr, to = %ep.addr, attempt, "transparent retry: {}", failed.1.message());
-            match ep
-                .clone()
-                .send(clock, Instant::now(), replay.clone_request(), &self.target)
+            let req = replay.clone_request();
+            match Arc::clone(&ep)
+                .send(clock, Instant::now(), deadline, timeout, req, &self.target)
                 .await
             {
                 Ok(resp) => return Ok(resp),
@@ -313,17 +342,137 @@ impl Shared {
     }
 }
 
+/// A call's first attempt, its endpoint and its replay copy.
+struct First {
+    endpoint: Arc<Endpoint>,
+    attempt: Attempt,
+    replay: Option<Replay>,
+}
+
+/// Tolerance of a deadline derived from the `grpc-timeout` header: the header is read after the
+/// timeout layer took its own clock reading, and rounds the timeout up to its unit (at most 1 ms
+/// below 27 hours), so the derived deadline may be up to ~1 ms late; a call dropped this close to
+/// it was dropped by its deadline.
+const DEADLINE_SLACK: Duration = Duration::from_millis(2);
+
+/// The deadline of a call and its timeout: the [`Deadline`] extension when present (the timeout
+/// layer sets it), else `grpc-timeout` from `now()` (less [`DEADLINE_SLACK`]).
+fn call_deadline(
+    req: &http::Request<Body>,
+    now: impl FnOnce() -> Instant,
+) -> (Option<Instant>, Option<Duration>) {
+    let timeout = zrpc_core::grpc::timeout::from_headers(req.headers());
+    let deadline = match req.extensions().get::<Deadline>() {
+        Some(d) => Some(d.0),
+        None => timeout.and_then(|t| now().checked_add(t.saturating_sub(DEADLINE_SLACK))),
+    };
+    (deadline, timeout)
+}
+
 impl tower::Service<http::Request<Body>> for Balancer {
     type Response = http::Response<Body>;
     type Error = BoxError;
-    type Future = BoxFuture<'static, Result<http::Response<Body>, BoxError>>;
+    type Future = ResponseFuture;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
-        Box::pin(Arc::clone(&self.shared).call(req))
+        let shared = &self.shared;
+        if !shared.is_ready() {
+            return ResponseFuture {
+                state: State::Boxed {
+                    fut: Box::pin(Arc::clone(shared).call(req)),
+                },
+            };
+        }
+        let (deadline, timeout) = call_deadline(&req, Instant::now);
+        let state = match shared.first_attempt(req, deadline, timeout) {
+            Ok(First {
+                endpoint,
+                attempt,
+                replay,
+            }) => State::First {
+                attempt,
+                retry: replay.map(|replay| Retry {
+                    shared: Arc::clone(shared),
+                    endpoint,
+                    replay,
+                    deadline,
+                    timeout,
+                }),
+            },
+            Err(status) => State::Failed {
+                err: Some(status.into()),
+            },
+        };
+        ResponseFuture { state }
+    }
+}
+
+/// What a retry needs, kept while the first attempt runs.
+struct Retry {
+    shared: Arc<Shared>,
+    endpoint: Arc<Endpoint>,
+    replay: Replay,
+    deadline: Option<Instant>,
+    timeout: Option<Duration>,
+}
+
+pin_project! {
+    /// The response future of the balancer: the first attempt is a named future; a retry (rare)
+    /// and a call made before the first endpoint set (rarer) are boxed.
+    pub(crate) struct ResponseFuture {
+        #[pin]
+        state: State,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State {
+        First { #[pin] attempt: Attempt, retry: Option<Retry> },
+        Boxed { fut: BoxFuture<'static, Result<http::Response<Body>, BoxError>> },
+        Failed { err: Option<BoxError> },
+    }
+}
+
+impl std::fmt::Debug for ResponseFuture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl Future for ResponseFuture {
+    type Output = Result<http::Response<Body>, BoxError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        loop {
+            let next = match self.as_mut().project().state.project() {
+                StateProj::First { attempt, retry } => match ready!(attempt.poll(cx)) {
+                    Ok(resp) => return Poll::Ready(Ok(resp)),
+                    Err(e) => match retry.take() {
+                        Some(r) if e.retryable => State::Boxed {
+                            fut: Box::pin(r.shared.retry(
+                                (r.endpoint, e.status),
+                                r.replay,
+                                r.deadline,
+                                r.timeout,
+                            )),
+                        },
+                        _ => return Poll::Ready(Err(e.status.into())),
+                    },
+                },
+                StateProj::Boxed { fut } => return fut.as_mut().poll(cx),
+                StateProj::Failed { err } => {
+                    return Poll::Ready(Err(err.take().unwrap_or_else(|| {
+                        tonic::Status::internal("polled after completion").into()
+                    })));
+                }
+            };
+            self.as_mut().project().state.set(next);
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use http::HeaderValue;
+use http::{HeaderName, HeaderValue};
 use pin_project_lite::pin_project;
 use tonic::body::Body;
 use zrpc_core::grpc::timeout as grpc_timeout;
@@ -52,6 +52,10 @@ impl TimeoutLayer {
         }
     }
 }
+
+/// The header name as a constant: converting the `&str` at each call allocates (a non-standard
+/// name is copied into a fresh buffer, and copied again by each clone of the header map).
+const GRPC_TIMEOUT: HeaderName = HeaderName::from_static(grpc_timeout::GRPC_TIMEOUT);
 
 fn header_value(d: Duration) -> Option<HeaderValue> {
     HeaderValue::from_str(&grpc_timeout::format(d)).ok()
@@ -120,7 +124,7 @@ where
             _ => header_value(timeout),
         };
         if let Some(v) = value {
-            req.headers_mut().insert(grpc_timeout::GRPC_TIMEOUT, v);
+            req.headers_mut().insert(GRPC_TIMEOUT, v);
         }
         req.extensions_mut().insert(Deadline(deadline.into_std()));
         ResponseFuture {
