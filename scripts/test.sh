@@ -19,6 +19,8 @@ command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 # h2load (nghttp2-client) for the benches; redis-server for the go-zero auth parity test.
 command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+# valgrind: zrpc-bench's callgrind column (instructions per request), smoke-tested in step 7.
+command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
 if [ -z "${ZRPC_TEST_ETCD_ENDPOINTS:-}" ]; then
   command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
   command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)

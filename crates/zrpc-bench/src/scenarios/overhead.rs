@@ -84,6 +84,7 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
             "vs go-zero, same logging (min..max)",
             "server CPU µs/req",
             "CPU/req vs bare tonic (min..max)",
+            "CPU/req vs go-zero, same logging (min..max)",
             "p50 ms",
             "p99 ms",
             "p99.9 ms",
@@ -188,6 +189,11 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
                 },
                 f(median(a.cpu.clone()), 1),
                 round_ratio(&a.cpu, &bare.cpu),
+                if SERVERS[i].0 == Side::Go || *profile == Profile::Minimal {
+                    "-".into()
+                } else {
+                    round_ratio(&a.cpu, &go.cpu)
+                },
                 f(median(a.p50.clone()), 2),
                 f(median(a.p99.clone()), 2),
                 f(median(a.p999.clone()), 2),
