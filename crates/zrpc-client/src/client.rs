@@ -12,7 +12,7 @@ use tonic::body::Body;
 use tower::ServiceBuilder;
 use tower::util::Either;
 use zrpc_core::breaker::BreakerRegistry;
-use zrpc_core::conf::Validate;
+use zrpc_core::conf::{ConfError, Validate};
 
 use crate::Error;
 use crate::balancer::endpoint::ConnectOptions;
@@ -129,10 +129,8 @@ impl Client {
         conf: RpcClientConf,
         handles: ClientHandles,
     ) -> Result<Client, Error> {
-        conf.validate().map_err(|e| Error::Config(e.to_string()))?;
-        let target_str = conf
-            .build_target()
-            .map_err(|e| Error::Config(e.to_string()))?;
+        conf.validate().map_err(Error::Config)?;
+        let target_str = conf.build_target().map_err(Error::Config)?;
         let target = Target::parse(&target_str)?;
         let resolution = resolver::resolve_with(&target, &conf.etcd)?;
         Client::build(
@@ -193,7 +191,7 @@ impl Client {
         let credentials = if conf.has_credential() {
             Some(
                 CredentialsLayer::new(&conf.app, &conf.token)
-                    .map_err(|e| Error::Config(format!("App/Token: {e}")))?,
+                    .map_err(|e| Error::Config(ConfError::invalid("App/Token", e.to_string())))?,
             )
         } else {
             None

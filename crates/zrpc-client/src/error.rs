@@ -15,9 +15,10 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
-    /// The configuration is invalid (e.g. no endpoints, target or etcd given).
+    /// The configuration is invalid (e.g. no endpoints, target or etcd given); the source is the
+    /// config error, with its key path.
     #[error("invalid client config: {0}")]
-    Config(String),
+    Config(#[source] zrpc_core::conf::ConfError),
     /// A TLS file is missing, unreadable or unusable (`Tls` block).
     #[error("{key} {file:?}: {reason}")]
     Tls {

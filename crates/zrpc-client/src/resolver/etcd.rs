@@ -53,7 +53,8 @@ struct SharedWatch {
     task: tokio::task::AbortHandle,
     /// What the task last reported (the cause when there are no endpoints).
     status: ResolverStatus,
-    /// Full loads (prefix gets) done so far.
+    /// Full loads (prefix gets) done so far (read by the `reloads` test hook).
+    #[cfg_attr(not(feature = "test-hooks"), allow(dead_code))]
     reloads: Arc<AtomicU64>,
 }
 
@@ -144,6 +145,11 @@ pub fn resolve(conf: EtcdConf) -> Result<Resolution, crate::Error> {
 }
 
 /// True while a shared watch for `(conf.hosts, conf.key)` is alive in this process.
+///
+/// A test hook (feature `test-hooks`, which only zrpc's own test crate enables): not part of the
+/// public API.
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
 pub fn is_watching(conf: &EtcdConf) -> bool {
     REGISTRY
         .lock()
@@ -154,6 +160,10 @@ pub fn is_watching(conf: &EtcdConf) -> bool {
 /// How many full loads (prefix gets) the shared watch for `(conf.hosts, conf.key)` has done: 1 after the
 /// first successful read, +1 per reload after a compaction or an etcd reset. None when no watch is alive.
 /// (A watch that merely reconnects resumes from its revision and does not reload.)
+///
+/// A test hook (feature `test-hooks`), like [`is_watching`].
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
 pub fn reloads(conf: &EtcdConf) -> Option<u64> {
     let shared = REGISTRY
         .lock()
