@@ -147,21 +147,38 @@ where
                 },
             };
         }
-        let method = method_of(&req);
-        // Marked on a panic before the handler is dropped, so the breaker counts it (it would
-        // otherwise see the drop as a cancellation).
-        let facts = facts_of(&req);
+        // The facts are marked on a panic before the handler is dropped, so the breaker
+        // counts it (it would otherwise see the drop as a cancellation).
+        let mut parts = Some((method_of(&req), facts_of(&req)));
         let inner = &mut self.inner;
-        let state = match guarded(move || inner.call(req)) {
-            Ok(fut) => State::Guarded { fut, method, facts },
-            Err(caught) => {
+        // The response future is built inside the guard, so the inner future (every inner
+        // layer's state) is written in place once instead of being moved through a `Result`
+        // and a `State` (memcpy ~450 instructions per call, callgrind). `parts` is still
+        // there when `call` panics.
+        let built = guarded(|| {
+            let fut = inner.call(req);
+            let state = match parts.take() {
+                Some((method, facts)) => State::Guarded { fut, method, facts },
+                None => State::Unguarded { fut },
+            };
+            ResponseFuture { state }
+        });
+        match (built, parts) {
+            (Ok(fut), _) => fut,
+            (Err(caught), Some((method, facts))) => {
                 mark_panicked(facts.as_ref());
-                State::Panicked {
-                    resp: Some(panic_response(&method, &caught)),
+                ResponseFuture {
+                    state: State::Panicked {
+                        resp: Some(panic_response(&method, &caught)),
+                    },
                 }
             }
-        };
-        ResponseFuture { state }
+            (Err(caught), None) => ResponseFuture {
+                state: State::Panicked {
+                    resp: Some(panic_response(&PathAndQuery::from_static("/"), &caught)),
+                },
+            },
+        }
     }
 }
 
