@@ -5,6 +5,12 @@
 //! - `rpc_client_requests_duration_ms{method}`, buckets 1, 2, 5, ..., 5000 ms;
 //! - `rpc_client_requests_code_total{method,code}`, numeric code.
 //!
+//! zrpc addition, per call: `rpc_client_dropped_total{method,reason}`, calls failed locally
+//! without being sent: `reason="breaker"` (the client breaker rejected it) or
+//! `reason="no_endpoint"` (no endpoint to send it to: an empty set, or none found by the resolver
+//! before the call's deadline). Counted once per method and reason, from handles resolved on the
+//! method's first call (no allocation per call).
+//!
 //! zrpc additions, per endpoint of every live client (read from the balancer's atomics at scrape
 //! time, nothing is updated per request): `rpc_client_endpoint_lag_ms{target,endpoint}` (EWMA
 //! latency), `rpc_client_endpoint_inflight{target,endpoint}`,
@@ -34,11 +40,37 @@ pub fn registry() -> &'static Registry {
 
 /// The client metric families (handles: clones record into the same series).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ClientMetrics {
     /// `rpc_client_requests_duration_ms{method}`.
     pub duration_ms: HistogramVec,
     /// `rpc_client_requests_code_total{method,code}`.
     pub code_total: IntCounterVec,
+    /// `rpc_client_dropped_total{method,reason}` (zrpc addition): calls failed locally, never
+    /// sent; `reason` is [`DropReason::as_str`].
+    pub dropped_total: IntCounterVec,
+}
+
+/// Why a call was failed locally, without being sent (the `reason` label of
+/// `rpc_client_dropped_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DropReason {
+    /// The client breaker of the method rejected it (`Unavailable "circuit breaker is open"`).
+    Breaker,
+    /// No endpoint to send it to (empty set, or the resolver found none in time).
+    NoEndpoint,
+}
+
+impl DropReason {
+    /// The label value: `breaker`, `no_endpoint`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::Breaker => "breaker",
+            DropReason::NoEndpoint => "no_endpoint",
+        }
+    }
 }
 
 impl ClientMetrics {
@@ -64,11 +96,20 @@ impl ClientMetrics {
             ),
             &["method", "code"],
         )?;
+        let dropped_total = IntCounterVec::new(
+            Opts::new(
+                "rpc_client_dropped_total",
+                "rpc client calls failed locally without being sent, by reason.",
+            ),
+            &["method", "reason"],
+        )?;
         registry.register(Box::new(duration_ms.clone()))?;
         registry.register(Box::new(code_total.clone()))?;
+        registry.register(Box::new(dropped_total.clone()))?;
         Ok(ClientMetrics {
             duration_ms,
             code_total,
+            dropped_total,
         })
     }
 }

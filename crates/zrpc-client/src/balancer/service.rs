@@ -216,15 +216,12 @@ impl Shared {
     fn no_endpoint(&self) -> tonic::Status {
         match self.status.problem() {
             Some(p) => self.unresolved(&p),
-            None => tonic::Status::unavailable(format!(
-                "no endpoint available for target {}",
-                self.target
-            )),
+            None => no_endpoint_status(format!("no endpoint available for target {}", self.target)),
         }
     }
 
     fn unresolved(&self, problem: &str) -> tonic::Status {
-        tonic::Status::unavailable(format!(
+        no_endpoint_status(format!(
             "no endpoint available for target {}: {problem}",
             self.target
         ))
@@ -340,6 +337,37 @@ impl Shared {
         }
         Err(failed.1.into())
     }
+}
+
+/// The source of a "no endpoint" status: tells the metrics layer the call was dropped for that
+/// reason (`rpc_client_dropped_total{reason="no_endpoint"}`).
+#[derive(Debug)]
+struct NoEndpoint;
+
+impl std::fmt::Display for NoEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("no endpoint")
+    }
+}
+
+impl std::error::Error for NoEndpoint {}
+
+fn no_endpoint_status(message: String) -> tonic::Status {
+    let mut status = tonic::Status::unavailable(message);
+    status.set_source(Arc::new(NoEndpoint));
+    status
+}
+
+/// True when `err` is (or wraps) the balancer's "no endpoint available" status.
+pub(crate) fn is_no_endpoint(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(err);
+    while let Some(e) = cur {
+        if e.is::<NoEndpoint>() {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
 }
 
 /// A call's first attempt, its endpoint and its replay copy.

@@ -13,7 +13,7 @@ use arc_swap::ArcSwap;
 use prometheus::{Histogram, IntCounter};
 use zrpc_core::breaker::{BreakerRegistry, GoogleBreaker};
 
-use crate::metrics::ClientMetrics;
+use crate::metrics::{ClientMetrics, DropReason};
 
 /// At most this many methods are kept per client.
 pub(crate) const MAX_METHODS: usize = 1024;
@@ -36,6 +36,8 @@ pub(crate) struct MethodMetrics {
     families: ClientMetrics,
     duration_ms: Histogram,
     codes: [OnceLock<IntCounter>; 17],
+    /// `rpc_client_dropped_total` children, by [`DropReason`] (breaker, no endpoint).
+    dropped: [OnceLock<IntCounter>; 2],
 }
 
 impl MethodMetrics {
@@ -44,7 +46,23 @@ impl MethodMetrics {
             duration_ms: families.duration_ms.with_label_values(&[path]),
             families: families.clone(),
             codes: Default::default(),
+            dropped: Default::default(),
         }
+    }
+
+    /// Counts one call of `path` dropped for `reason`.
+    pub(crate) fn dropped(&self, path: &str, reason: DropReason) {
+        let i = match reason {
+            DropReason::Breaker => 0,
+            _ => 1,
+        };
+        self.dropped[i]
+            .get_or_init(|| {
+                self.families
+                    .dropped_total
+                    .with_label_values(&[path, reason.as_str()])
+            })
+            .inc();
     }
 
     /// Records one call of `ms` milliseconds that ended with `code`.

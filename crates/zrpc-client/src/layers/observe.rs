@@ -32,7 +32,7 @@ use zrpc_core::grpc::{OnStatus, StatusBody, StatusGuard, status_from_headers};
 
 use super::method::{MethodState, Methods};
 use super::{BoxError, Response, breaker, code_of_error, duration, trace};
-use crate::metrics::ClientMetrics;
+use crate::metrics::{ClientMetrics, DropReason};
 
 /// The observing stage (see the module docs). Clones share the per-method states.
 #[derive(Debug, Clone)]
@@ -163,6 +163,11 @@ impl Outcome {
         }
         if let Some(m) = &self.method.metrics {
             m.record(&self.method.path, elapsed.as_secs_f64() * 1000.0, code);
+            if let Detail::Error(e) = &detail
+                && crate::balancer::is_no_endpoint(&***e)
+            {
+                m.dropped(&self.method.path, DropReason::NoEndpoint);
+            }
         }
         if let Some(p) = self.promise.take() {
             if is_acceptable_code(code) {
@@ -210,6 +215,9 @@ where
             match b.allow(start) {
                 Ok(p) => outcome.promise = Some(p),
                 Err(_open) => {
+                    if let Some(m) = &outcome.method.metrics {
+                        m.dropped(&outcome.method.path, DropReason::Breaker);
+                    }
                     let err: BoxError = breaker::open().into();
                     outcome.record(code_of_error(&*err), Detail::Error(&err));
                     return ResponseFuture {
@@ -390,5 +398,64 @@ mod tests {
         let stats = breaker.stats(Instant::now().max(t0));
         assert_eq!(stats.total, 4, "{stats:?}");
         assert_eq!(stats.accepts, 2, "{stats:?}");
+    }
+
+    #[tokio::test]
+    async fn local_rejections_are_counted_as_drops_by_reason() {
+        use crate::balancer::endpoint::ConnectOptions;
+        use crate::balancer::service::Balancer;
+        use crate::conf::BalancerName;
+
+        let registry = prometheus::Registry::new();
+        let metrics = ClientMetrics::register(&registry).unwrap();
+        let breakers = Arc::new(BreakerRegistry::new(BreakerConfig::default()));
+        let layer = ObserveLayer::builder("direct:///x:1")
+            .metrics(Some(metrics.clone()))
+            .breakers(Some(breakers))
+            .build();
+        // an empty endpoint set: every call fails locally with "no endpoint available"
+        let (_tx, rx) = tokio::sync::watch::channel(Some(Arc::new(Vec::<String>::new())));
+        let balancer = Balancer::new(
+            Arc::from("direct:///x:1"),
+            BalancerName::P2cEwma,
+            rx,
+            ConnectOptions::default(),
+            1,
+        );
+        let mut svc = layer.layer(balancer);
+        let dropped = |reason: &str| {
+            metrics
+                .dropped_total
+                .with_label_values(&["/greeter.Greeter/SayHello", reason])
+                .get()
+        };
+        // the failures open the breaker: count both kinds of local rejection as they come
+        let (mut no_endpoint, mut breaker) = (0, 0);
+        for _ in 0..2_000 {
+            let err = svc
+                .ready()
+                .await
+                .unwrap()
+                .call(request())
+                .await
+                .unwrap_err();
+            let status = err.downcast::<tonic::Status>().unwrap();
+            assert_eq!(status.code(), tonic::Code::Unavailable);
+            if status.message() == breaker::BREAKER_OPEN {
+                breaker += 1;
+            } else {
+                assert!(
+                    status.message().starts_with("no endpoint available"),
+                    "{status:?}"
+                );
+                no_endpoint += 1;
+            }
+        }
+        assert!(breaker > 0 && no_endpoint > 0, "{breaker} {no_endpoint}");
+        assert_eq!(dropped("breaker"), breaker);
+        assert_eq!(dropped("no_endpoint"), no_endpoint);
+        // each call once in the code counter too
+        let codes = count(&metrics, "14");
+        assert_eq!(codes, breaker + no_endpoint);
     }
 }
