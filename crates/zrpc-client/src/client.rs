@@ -18,6 +18,7 @@ use crate::Error;
 use crate::balancer::endpoint::ConnectOptions;
 use crate::balancer::random_seed;
 use crate::balancer::service::Balancer;
+use crate::balancer::stats::EjectionLimit;
 use crate::conf::RpcClientConf;
 use crate::layers::credentials::{Credentials, CredentialsLayer};
 use crate::layers::duration::SLOW_THRESHOLD;
@@ -178,6 +179,7 @@ impl Client {
             keepalive: conf.keepalive(),
             connect_timeout: Some(CONNECT_TIMEOUT),
             tls: conf.tls.as_ref().map(|t| t.build()).transpose()?,
+            ejection: Arc::new(EjectionLimit::new(conf.p2c.max_ejected_percent)),
         };
         let balancer = Balancer::with_status(
             target_name.clone(),

@@ -43,6 +43,9 @@ pub struct RpcClientConf {
     pub balancer_name: BalancerName,
     /// zrpc addition: TLS / mutual TLS to the servers (absent = plaintext, the default).
     pub tls: Option<crate::tls::ClientTlsConf>,
+    /// zrpc addition: settings of the `p2c_ewma` balancer (`P2c` block, optional).
+    #[serde(skip_serializing_if = "P2cConf::is_default")]
+    pub p2c: P2cConf,
 }
 
 impl Default for RpcClientConf {
@@ -59,6 +62,7 @@ impl Default for RpcClientConf {
             middlewares: ClientMiddlewaresConf::default(),
             balancer_name: BalancerName::default(),
             tls: None,
+            p2c: P2cConf::default(),
         }
     }
 }
@@ -122,6 +126,13 @@ impl RpcClientConf {
     #[must_use]
     pub fn with_non_block(mut self, non_block: bool) -> Self {
         self.non_block = non_block;
+        self
+    }
+
+    /// Sets the `P2c` block (default: [`P2cConf::default`]).
+    #[must_use]
+    pub fn with_p2c(mut self, p2c: P2cConf) -> Self {
+        self.p2c = p2c;
         self
     }
 
@@ -189,6 +200,7 @@ impl Validate for RpcClientConf {
         if let Some(t) = &self.tls {
             t.validate()?;
         }
+        self.p2c.validate()?;
         for (i, e) in self.endpoints.iter().enumerate() {
             if e.trim().is_empty() || e.contains(',') {
                 return Err(ConfError::invalid(
@@ -205,6 +217,60 @@ impl Validate for RpcClientConf {
                 .map_err(|e| ConfError::invalid("Target", e.to_string()))?;
         }
         self.build_target()?;
+        Ok(())
+    }
+}
+
+/// zrpc addition, the `P2c` block: settings of the `p2c_ewma` balancer. go-zero has no such block;
+/// leave it out and the defaults apply (a go-zero YAML loads unchanged).
+///
+/// ```yaml
+/// P2c:
+///   MaxEjectedPercent: 50   # at most half the endpoints ejected at once
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct P2cConf {
+    /// The largest share of the endpoints, in percent (0..=100), ejected at the same time for
+    /// failing calls (3 failed calls in a row eject an endpoint for 1 s doubling to 30 s). Default
+    /// 100: any number (the picker still falls back to an ejected endpoint when every other one is
+    /// ejected or down); 0 turns ejection off. A share is rounded down: 50 % of 3 endpoints is 1.
+    pub max_ejected_percent: u32,
+}
+
+impl Default for P2cConf {
+    fn default() -> Self {
+        P2cConf {
+            max_ejected_percent: 100,
+        }
+    }
+}
+
+impl P2cConf {
+    /// Sets `MaxEjectedPercent` (default 100).
+    #[must_use]
+    pub fn with_max_ejected_percent(mut self, percent: u32) -> Self {
+        self.max_ejected_percent = percent;
+        self
+    }
+
+    fn is_default(&self) -> bool {
+        *self == P2cConf::default()
+    }
+}
+
+impl Validate for P2cConf {
+    fn validate(&self) -> Result<(), ConfError> {
+        if self.max_ejected_percent > 100 {
+            return Err(ConfError::invalid(
+                "P2c.MaxEjectedPercent",
+                format!(
+                    "{} is not a percentage: use 0..=100 (100, the default, caps nothing; 0 turns ejection off)",
+                    self.max_ejected_percent
+                ),
+            ));
+        }
         Ok(())
     }
 }
@@ -417,5 +483,27 @@ mod tests {
             .to_string();
         assert!(e.contains("not supported yet"), "{e}");
         assert!("p2c".parse::<BalancerName>().is_err());
+    }
+
+    #[test]
+    fn p2c_block_is_optional_and_its_share_is_validated() {
+        use zrpc_core::conf::{Format, from_str};
+        let load = |yaml: &str| from_str::<RpcClientConf>(yaml, Format::Yaml, "client.yaml");
+        // go-zero's keys alone: the default cap (100 %, nothing capped)
+        let c = load("Endpoints: [\"127.0.0.1:1\"]\n").unwrap();
+        assert_eq!(c.p2c.max_ejected_percent, 100);
+        let c = load("Endpoints: [\"127.0.0.1:1\"]\nP2c:\n  MaxEjectedPercent: 50\n").unwrap();
+        assert_eq!(c.p2c, P2cConf::default().with_max_ejected_percent(50));
+        let e = load("Endpoints: [\"127.0.0.1:1\"]\nP2c:\n  MaxEjectedPercent: 150\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("client.yaml") && e.contains("P2c.MaxEjectedPercent") && e.contains("150"),
+            "{e}"
+        );
+        let e = load("Endpoints: [\"127.0.0.1:1\"]\nP2c:\n  MaxEjected: 50\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("P2c.MaxEjected"), "{e}");
     }
 }

@@ -14,7 +14,7 @@ use tonic::body::Body;
 use tonic::transport::Channel;
 use zrpc_core::grpc::{OnStatus, StatusBody, StatusGuard, code};
 
-use super::stats::{Clock, EndpointStats};
+use super::stats::{Clock, EjectionLimit, EndpointStats};
 use super::wire::{Connector, Mark, Wire};
 
 type BoxError = Box<dyn StdError + Send + Sync>;
@@ -28,6 +28,8 @@ pub(crate) struct ConnectOptions {
     pub(crate) connect_timeout: Option<Duration>,
     /// TLS (`Tls` block), `None` = plaintext.
     pub(crate) tls: Option<tonic::transport::ClientTlsConfig>,
+    /// The cap on ejected endpoints, shared by the balancer's set (`P2c.MaxEjectedPercent`).
+    pub(crate) ejection: Arc<EjectionLimit>,
 }
 
 /// A server endpoint.
@@ -40,6 +42,8 @@ pub(crate) struct Endpoint {
     pool: parking_lot::Mutex<Vec<Channel>>,
     /// Writes and losses of its connections (see `wire`).
     pub(crate) wire: Arc<Wire>,
+    /// The balancer's cap on ejected endpoints.
+    ejection: Arc<EjectionLimit>,
 }
 
 impl AsRef<EndpointStats> for Endpoint {
@@ -98,6 +102,7 @@ impl Endpoint {
             channel,
             pool: parking_lot::Mutex::new(Vec::new()),
             wire,
+            ejection: Arc::clone(&opts.ejection),
         })
     }
 
@@ -169,7 +174,8 @@ impl Endpoint {
         }
         if let Some(done) = done {
             let now = done.clock.nanos(Instant::now());
-            self.stats.on_transport_failure(done.start, now);
+            self.stats
+                .on_transport_failure_limited(done.start, now, &self.ejection);
         }
         let retryable = never_reached_server(&*err)
             || (is_connection_loss(&*err) && self.wire.unsent_since(mark));
@@ -283,9 +289,10 @@ impl OnStatus for Done {
         } else {
             c
         };
-        self.endpoint
+        let endpoint = &self.endpoint;
+        endpoint
             .stats
-            .on_done(self.start, self.clock.nanos(now), c);
+            .on_done_limited(self.start, self.clock.nanos(now), c, &endpoint.ejection);
     }
 }
 

@@ -12,7 +12,7 @@ mod replay;
 mod rng;
 mod round_robin;
 pub(crate) mod service;
-mod stats;
+pub(crate) mod stats;
 mod wire;
 
 pub use endpoint::Deadline;

@@ -169,6 +169,7 @@ impl Shared {
                 },
             }
         }
+        self.connect.ejection.set_len(next.len());
         // only a set of two or more can retry elsewhere: the connections peek before writes then
         let guarded = next.len() > 1;
         for e in &next {

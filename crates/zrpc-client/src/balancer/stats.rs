@@ -337,6 +337,15 @@ impl EndpointStats {
     /// A cancellation of a request to an endpoint without a sample records nothing (it says
     /// nothing about its speed) and keeps the endpoint probing.
     pub fn on_done(&self, start: u64, now: u64, code: i32) {
+        self.complete(start, now, code, None);
+    }
+
+    /// [`EndpointStats::on_done`] for an endpoint of a balancer whose ejections are capped.
+    pub(crate) fn on_done_limited(&self, start: u64, now: u64, code: i32, limit: &EjectionLimit) {
+        self.complete(start, now, code, Some(limit));
+    }
+
+    fn complete(&self, start: u64, now: u64, code: i32, limit: Option<&EjectionLimit>) {
         self.inflight.fetch_sub(1, Ordering::Relaxed);
         let failure = is_failure(code);
         let old_bits = self.lag.load(Ordering::Relaxed);
@@ -376,7 +385,7 @@ impl EndpointStats {
             self.probe_at.store(0, Ordering::Relaxed);
         }
         if failure {
-            self.on_failed_call(now);
+            self.on_failed_call(now, limit);
         } else if code != code::CANCELLED {
             self.failures.store(0, Ordering::Relaxed);
             if self.fail_streak.load(Ordering::Relaxed) != 0 {
@@ -391,8 +400,9 @@ impl EndpointStats {
     /// v2 ejection: [`EJECT_AFTER`] consecutive failed calls (or one failed call while on trial
     /// after an ejection; failures arriving while ejected are calls sent before it and are ignored) eject the endpoint for [`EJECT_BASE`] doubling to [`EJECT_MAX`]. The v2
     /// picker never ejects the whole set (it falls back to ejected endpoints when nothing else is
-    /// usable); the v1 rules ignore ejection.
-    fn on_failed_call(&self, now: u64) {
+    /// usable); the v1 rules ignore ejection. Under an [`EjectionLimit`] an ejection the cap does
+    /// not admit does not happen (the streak stays, so the next failure asks again).
+    fn on_failed_call(&self, now: u64, limit: Option<&EjectionLimit>) {
         if self.is_ejected(now) {
             // a call sent before the ejection (stuck on a frozen server, say): not a failed trial
             return;
@@ -402,13 +412,16 @@ impl EndpointStats {
         if streak < EJECT_AFTER && ejections == 0 {
             return;
         }
-        self.fail_streak.store(0, Ordering::Relaxed);
-        self.ejections
-            .store(ejections.saturating_add(1), Ordering::Relaxed);
         let span = EJECT_BASE
             .saturating_mul(1 << ejections.min(16))
             .min(EJECT_MAX);
         let until = now.saturating_add(u64::try_from(span.as_nanos()).unwrap_or(u64::MAX));
+        if limit.is_some_and(|l| !l.admit(now, until)) {
+            return;
+        }
+        self.fail_streak.store(0, Ordering::Relaxed);
+        self.ejections
+            .store(ejections.saturating_add(1), Ordering::Relaxed);
         self.eject_until.store(until, Ordering::Relaxed);
     }
 
@@ -416,7 +429,16 @@ impl EndpointStats {
     /// a failed completion, then down for an exponential back-off (100 ms doubling to 5 s), then
     /// probing again (one request at a time until one completes).
     pub fn on_transport_failure(&self, start: u64, now: u64) {
-        self.on_done(start, now, code::UNAVAILABLE);
+        self.transport_failure(start, now, None);
+    }
+
+    /// [`EndpointStats::on_transport_failure`] under an [`EjectionLimit`].
+    pub(crate) fn on_transport_failure_limited(&self, start: u64, now: u64, limit: &EjectionLimit) {
+        self.transport_failure(start, now, Some(limit));
+    }
+
+    fn transport_failure(&self, start: u64, now: u64, limit: Option<&EjectionLimit>) {
+        self.complete(start, now, code::UNAVAILABLE, limit);
         let n = self.failures.fetch_add(1, Ordering::Relaxed).min(16);
         let backoff = BACKOFF_BASE.saturating_mul(1 << n).min(BACKOFF_MAX);
         let until = now.saturating_add(u64::try_from(backoff.as_nanos()).unwrap_or(u64::MAX));
@@ -430,6 +452,57 @@ impl EndpointStats {
         if self.reprobe.load(Ordering::Relaxed) && self.reprobe.swap(false, Ordering::Relaxed) {
             self.probe_at.store(0, Ordering::Relaxed);
         }
+    }
+}
+
+/// The cap on the share of one balancer's endpoints ejected at the same time
+/// (`P2c.MaxEjectedPercent`, [`crate::conf::P2cConf`]): at most `len * percent / 100` (rounded
+/// down) of its current set. At 100 (the default) every ejection is admitted without a lock:
+/// the rule before the cap existed.
+///
+/// Checked on ejection only (a rare event): a lock over the ejection deadlines of the endpoints
+/// it admitted, the expired ones dropped each time.
+#[derive(Debug)]
+pub(crate) struct EjectionLimit {
+    percent: u32,
+    len: std::sync::atomic::AtomicUsize,
+    until: parking_lot::Mutex<Vec<u64>>,
+}
+
+impl Default for EjectionLimit {
+    fn default() -> Self {
+        EjectionLimit::new(100)
+    }
+}
+
+impl EjectionLimit {
+    /// A cap of `percent` (0 = no ejection, >= 100 = no cap).
+    pub(crate) fn new(percent: u32) -> Self {
+        EjectionLimit {
+            percent,
+            len: std::sync::atomic::AtomicUsize::new(0),
+            until: parking_lot::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The size of the balancer's current set.
+    pub(crate) fn set_len(&self, len: usize) {
+        self.len.store(len, Ordering::Relaxed);
+    }
+
+    /// Admits an ejection at `now` lasting until `until` if the cap allows one more.
+    fn admit(&self, now: u64, until: u64) -> bool {
+        if self.percent >= 100 {
+            return true;
+        }
+        let max = self.len.load(Ordering::Relaxed) * self.percent as usize / 100;
+        let mut ejected = self.until.lock();
+        ejected.retain(|&u| u > now);
+        if ejected.len() >= max {
+            return false;
+        }
+        ejected.push(until);
+        true
     }
 }
 

@@ -607,3 +607,47 @@ fn v2_calls_failing_while_ejected_do_not_extend_the_ejection() {
     assert!(e.is_ejected(3000 * MS));
     assert!(!e.is_ejected(3103 * MS));
 }
+
+#[test]
+fn max_ejected_share_caps_ejections() {
+    use crate::balancer::stats::EjectionLimit;
+    // 50 % of two endpoints: one may be ejected at a time
+    let limit = EjectionLimit::new(50);
+    limit.set_len(2);
+    let s = set(2);
+    let fail = |e: &EndpointStats, t: u64| {
+        for _ in 0..EJECT_AFTER {
+            e.on_pick();
+            e.on_done_limited(t, t + MS, code::UNAVAILABLE, &limit);
+        }
+    };
+    let t = 1_000 * MS;
+    fail(&s[0], t);
+    assert!(s[0].is_ejected(t + 2 * MS));
+    fail(&s[1], t);
+    assert!(
+        !s[1].is_ejected(t + 2 * MS),
+        "the cap keeps the second one in"
+    );
+    // once the first ejection ends, the next failure of the second one ejects it
+    let later = t + 2_000 * MS;
+    s[1].on_pick();
+    s[1].on_done_limited(later, later + MS, code::UNAVAILABLE, &limit);
+    assert!(s[1].is_ejected(later + 2 * MS));
+    // 0 %: never ejected; 100 % (the default): both
+    for (percent, ejected) in [(0, false), (100, true)] {
+        let limit = EjectionLimit::new(percent);
+        limit.set_len(2);
+        let s = set(2);
+        for e in &s {
+            for _ in 0..EJECT_AFTER {
+                e.on_pick();
+                e.on_done_limited(t, t + MS, code::UNAVAILABLE, &limit);
+            }
+        }
+        assert!(
+            s.iter().all(|e| e.is_ejected(t + 2 * MS) == ejected),
+            "{percent}"
+        );
+    }
+}
