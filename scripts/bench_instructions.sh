@@ -13,10 +13,16 @@
 #   scripts/bench_instructions.sh 127.0.0.1:18181 1000 4000 -- \
 #     target/release/zrpc-bench serve --kind tonic --listen 127.0.0.1:18181 --events /dev/null --threads 1
 #   scripts/bench_instructions.sh 127.0.0.1:18181 1000 4000 -- \
-#     target/release/greeter-server -f server.yaml      # ListenOn: 127.0.0.1:18181, CpuThreshold: 0
+#     target/release/greeter-server -f server.yaml
+#   # server.yaml: ListenOn: 127.0.0.1:18181, CpuThreshold: 0, Log: {Level: error}
+#   # "minimal" adds Timeout: 0 and Middlewares: {Trace, Recover, Stat, Prometheus, Breaker: false}
 #
 # Measured (stop 19): bare tonic 56,540; zrpc, every middleware off 65,287; greeter-server full
 # chain 76,583; greeter-server at 3611d86 72,162 instructions per request.
+# Measured (stop 20, one run each): bare tonic 56,541; minimal 64,263; full chain 72,761;
+# 3611d86 72,614. Runs of one binary differ by up to ~+-300 (thread scheduling changes h2's
+# batching). With the default `Log.Level: info` the JSON formatter serialises every call's
+# span fields: full chain 96,376 (3611d86: 95,292).
 # Needs valgrind and h2load (Debian: valgrind, nghttp2-client).
 set -euo pipefail
 addr=$1 n1=$2 n2=$3
