@@ -382,11 +382,16 @@ where
             t.watch()
         });
         let allowed = tls.as_ref().and_then(|t| t.allowed.clone());
+        let facts = mw.breaker || shedder.is_some();
         let chain = ServiceBuilder::new()
-            .layer(crate::transport::outer_layers(&accept, &conf.transport))
+            .layer(crate::transport::outer_layers(
+                &accept,
+                &conf.transport,
+                facts,
+            ))
             .layer(crate::tls::layer::PeerLayer)
             .layer(crate::tls::layer::AllowLayer::new(allowed))
-            .layer(FactsLayer::new(mw.breaker || shedder.is_some()))
+            .layer(FactsLayer::new(facts))
             .layer(TraceLayer::new(mw.trace))
             .layer(RecoverLayer::new(mw.recover))
             .layer(StatLayer::new(StatSettings {

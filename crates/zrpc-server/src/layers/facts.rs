@@ -156,7 +156,9 @@ where
     }
 
     fn call(&mut self, req: Request<tonic::body::Body>) -> Self::Future {
-        if !self.enabled {
+        // The transport's request budget watches the body itself when it wraps it (one body
+        // wrapper and one box per call fewer: `transport::RequestBudgetLayer`).
+        if !self.enabled || req.extensions().get::<CallFacts>().is_some() {
             return self.inner.call(req);
         }
         let facts = CallFacts::default();
@@ -169,6 +171,23 @@ where
             facts: Some(facts),
         });
         self.inner.call(Request::from_parts(parts, body))
+    }
+}
+
+/// Records in `facts` what a request body's `frame` says (once: `facts` is taken then): read
+/// to its end (the end of the stream, or its trailers, always last) or failed.
+pub(crate) fn record_frame<D, E>(
+    facts: &mut Option<CallFacts>,
+    frame: &Option<Result<Frame<D>, E>>,
+) {
+    let bit = match frame {
+        None => REQUEST_ENDED,
+        Some(Ok(f)) if f.is_trailers() => REQUEST_ENDED,
+        Some(Ok(_)) => return,
+        Some(Err(_)) => REQUEST_FAILED,
+    };
+    if let Some(facts) = facts.take() {
+        facts.set(bit);
     }
 }
 
@@ -206,18 +225,7 @@ where
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.project();
         let frame = ready!(this.inner.poll_frame(cx));
-        let bit = match &frame {
-            // Read to the end: the end of the stream, or its trailers (always last).
-            None => Some(REQUEST_ENDED),
-            Some(Ok(f)) if f.is_trailers() => Some(REQUEST_ENDED),
-            Some(Ok(_)) => None,
-            Some(Err(_)) => Some(REQUEST_FAILED),
-        };
-        if let Some(bit) = bit
-            && let Some(facts) = this.facts.take()
-        {
-            facts.set(bit);
-        }
+        record_frame(this.facts, &frame);
         Poll::Ready(frame)
     }
 

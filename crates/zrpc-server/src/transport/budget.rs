@@ -31,6 +31,8 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::streams::{ConnState, ConnTable};
+use crate::layers::CallFacts;
+use crate::layers::facts::record_frame;
 
 const PREFIX_LEN: usize = 5;
 
@@ -109,6 +111,9 @@ pub(crate) struct RequestBudgetLayer {
     budget: Option<Arc<Budget>>,
     /// The server's connections, where the per-connection share is counted.
     conns: Option<Arc<ConnTable>>,
+    /// Whether the chain's `FactsLayer` is on: the budgeted body then gives the call its
+    /// [`CallFacts`] and records them, so `FactsLayer` adds no second body wrapper.
+    facts: bool,
 }
 
 impl RequestBudgetLayer {
@@ -116,7 +121,17 @@ impl RequestBudgetLayer {
     /// connection in `conns`; `None` leaves request bodies untouched.
     pub(crate) fn new(budget: Option<Arc<Budget>>, conns: Option<Arc<ConnTable>>) -> Self {
         let conns = conns.filter(|_| budget.as_ref().is_some_and(|b| b.conn_max.is_some()));
-        RequestBudgetLayer { budget, conns }
+        RequestBudgetLayer {
+            budget,
+            conns,
+            facts: false,
+        }
+    }
+
+    /// Also records each call's [`CallFacts`] (see [`FactsLayer`](crate::layers::FactsLayer)).
+    pub(crate) fn with_facts(mut self, facts: bool) -> Self {
+        self.facts = facts;
+        self
     }
 }
 
@@ -128,6 +143,7 @@ impl<S> Layer<S> for RequestBudgetLayer {
             inner,
             budget: self.budget.clone(),
             conns: self.conns.clone(),
+            facts: self.facts,
         }
     }
 }
@@ -138,6 +154,7 @@ pub(crate) struct RequestBudget<S> {
     inner: S,
     budget: Option<Arc<Budget>>,
     conns: Option<Arc<ConnTable>>,
+    facts: bool,
 }
 
 impl<S> Service<Request<Body>> for RequestBudget<S>
@@ -152,16 +169,21 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<Body>) -> Self::Future {
+    fn call(&mut self, mut req: Request<Body>) -> Self::Future {
         match &self.budget {
             Some(budget) => {
                 let budget = budget.clone();
                 let conn = self.conns.as_ref().and_then(|t| t.of_request(&req));
-                self.inner.call(
-                    req.map(|inner| {
-                        Body::new(BudgetedBody::new(inner, budget).on_connection(conn))
-                    }),
-                )
+                let facts = self.facts.then(|| {
+                    let facts = CallFacts::default();
+                    req.extensions_mut().insert(facts.clone());
+                    facts
+                });
+                self.inner.call(req.map(|inner| {
+                    let mut body = BudgetedBody::new(inner, budget).on_connection(conn);
+                    body.facts = facts;
+                    Body::new(body)
+                }))
             }
             None => self.inner.call(req),
         }
@@ -185,6 +207,8 @@ pin_project! {
         timer: Option<Pin<Box<Sleep>>>,
         timer_armed: bool,
         done: bool,
+        // What `FactsBody` would record around this body's output (`layers/facts.rs`).
+        facts: Option<CallFacts>,
     }
 
     impl<B> PinnedDrop for BudgetedBody<B> {
@@ -209,6 +233,7 @@ impl<B> BudgetedBody<B> {
             timer: None,
             timer_armed: false,
             done: false,
+            facts: None,
         }
     }
 
@@ -267,6 +292,29 @@ where
     type Error = Status;
 
     fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        let frame = std::task::ready!(self.as_mut().poll_budgeted(cx));
+        record_frame(self.project().facts, &frame);
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl<B> BudgetedBody<B>
+where
+    B: http_body::Body<Data = Bytes, Error = Status>,
+{
+    /// The body's frames under the budget (`poll_frame` before the facts are recorded).
+    fn poll_budgeted(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
@@ -333,14 +381,6 @@ where
             }
         }
         Poll::Ready(Some(Ok(frame)))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.done || self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }
 

@@ -74,9 +74,11 @@ pub(crate) fn configure<L>(
 /// The outermost layers, outer -> inner: call counting per connection, 415 for non-gRPC
 /// requests, the request-bytes budget (outside tracing, metrics and every other layer, health
 /// and reflection included).
+/// `facts`: the chain's `FactsLayer` is on (the budgeted body then records the call's facts).
 pub(crate) fn outer_layers(
     settings: &AcceptSettings,
     conf: &TransportConf,
+    facts: bool,
 ) -> tower_layer::Stack<RequestBudgetLayer, tower_layer::Stack<ContentTypeLayer, StreamCountLayer>>
 {
     let max = conf.max_buffered_request_bytes();
@@ -87,7 +89,7 @@ pub(crate) fn outer_layers(
     // Calls are counted per connection only for the idle timeout.
     let counted = settings.limits.idle.and(settings.table.clone());
     tower_layer::Stack::new(
-        RequestBudgetLayer::new(budget, settings.table.clone()),
+        RequestBudgetLayer::new(budget, settings.table.clone()).with_facts(facts),
         tower_layer::Stack::new(ContentTypeLayer, StreamCountLayer::new(counted)),
     )
 }

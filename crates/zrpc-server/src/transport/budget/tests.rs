@@ -125,3 +125,42 @@ async fn one_connection_cannot_take_the_whole_server_budget() {
     assert_eq!(a.buffered.load(Ordering::Acquire), 0);
     assert_eq!(b.buffered.load(Ordering::Acquire), 0);
 }
+
+/// With the chain's facts on, the budget layer gives each call its `CallFacts` and records
+/// them as `FactsBody` would around its body, and `FactsLayer` adds no second wrapper.
+#[tokio::test]
+async fn the_budgeted_body_records_the_call_facts_in_place_of_facts_body() {
+    use crate::layers::facts::Blame;
+    use crate::layers::{CallFacts, FactsLayer};
+    use tower::ServiceExt;
+    use zrpc_core::grpc::code;
+
+    let budget = Arc::new(Budget::new(Some(1000), None));
+    let svc = |budget: Arc<Budget>| {
+        tower::ServiceBuilder::new()
+            .layer(RequestBudgetLayer::new(Some(budget), None).with_facts(true))
+            .layer(FactsLayer::new(true))
+            .service(tower::service_fn(|req: Request<Body>| async move {
+                let facts = req.extensions().get::<CallFacts>().cloned().unwrap();
+                let collected = req.into_body().collect().await;
+                Ok::<_, std::convert::Infallible>((facts, collected.is_ok()))
+            }))
+    };
+    // A whole request: read to its end, a failure is the server's.
+    let whole = Request::new(Body::new(http_body_util::Full::new(Bytes::from(message(
+        10,
+    )))));
+    let (facts, ok) = svc(budget.clone()).oneshot(whole).await.unwrap();
+    assert!(ok && facts.request_ended());
+    assert_eq!(facts.blame(code::INTERNAL), Blame::Server);
+    // A message past the budget: the body fails, the caller is blamed.
+    let big = message(4000);
+    let frames: Frames = vec![Ok(Frame::data(Bytes::copy_from_slice(&big[..2000])))];
+    let over = Request::new(Body::new(StreamBody::new(futures_util::stream::iter(
+        frames,
+    ))));
+    let (facts, ok) = svc(budget.clone()).oneshot(over).await.unwrap();
+    assert!(!ok && !facts.request_ended());
+    assert_eq!(facts.blame(code::INTERNAL), Blame::Caller);
+    assert_eq!(budget.used(), 0);
+}
