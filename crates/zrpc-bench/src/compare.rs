@@ -1,6 +1,7 @@
 //! `zrpc-bench compare <a.md> <b.md>`: do two reports agree? Every ratio cell (`x1.23`, with or
 //! without its `(min..max)` spread) of one report is matched with the cell at the same place in
-//! the other (section, table caption, row subject, column) and printed with both values and
+//! the other (section, table caption with its numbers masked, row subject, column: so that a run
+//! with other `--rounds` or sizes still lines up) and printed with both values and
 //! their relative difference, PASS within the tolerance (10% by default), FAIL beyond it. This
 //! is how "two full runs agree within 10% on the ratios" is shown; the exit status is non-zero
 //! when a ratio fails or when the reports share no ratio at all.
@@ -26,7 +27,7 @@ pub(crate) fn ratios(text: &str) -> BTreeMap<Key, f64> {
             continue;
         }
         if let Some(c) = line.strip_prefix("**").and_then(|l| l.strip_suffix("**")) {
-            caption = c.to_owned();
+            caption = mask_numbers(c);
             continue;
         }
         let is_header =
@@ -53,6 +54,29 @@ pub(crate) fn ratios(text: &str) -> BTreeMap<Key, f64> {
                     );
                 }
             }
+        }
+    }
+    out
+}
+
+/// Every run of digits (and the separators inside it) becomes `#`: "median of 7 runs, 20000
+/// requests" and "median of 3 runs, 4000 requests" are the same table.
+fn mask_numbers(caption: &str) -> String {
+    let mut out = String::with_capacity(caption.len());
+    let mut chars = caption.chars().peekable();
+    let mut prev = ' ';
+    while let Some(c) = chars.next() {
+        // Digits inside a word stay ("h2load").
+        if c.is_ascii_digit() && !prev.is_alphanumeric() {
+            while chars
+                .next_if(|c| c.is_ascii_digit() || *c == '.' || *c == ',')
+                .is_some()
+            {}
+            out.push('#');
+            prev = '#';
+        } else {
+            out.push(c);
+            prev = c;
         }
     }
     out
@@ -170,7 +194,7 @@ mod tests {
     use super::*;
 
     const A: &str = "# zrpc benchmarks\n\n| fact | value |\n|---|---|\n| run time | 400 s |\n\n\
-        ## Overhead\n\n**Server: h2load**\n\n\
+        ## Overhead\n\n**Server: h2load, 20000 requests, median of 7 runs**\n\n\
         | mode | server | req/s | vs bare tonic (min..max) | p50 ms |\n|---|---|---|---|---|\n\
         | pinned | bare tonic | 40000 | x1.00 (1.00..1.00) | 0.5 |\n\
         | pinned | zrpc full chain | 32000 | x0.80 (0.75..0.82) | 0.6 |\n\
@@ -192,7 +216,7 @@ mod tests {
         assert_eq!(r.len(), 3, "{r:?}");
         let k = (
             "Overhead".to_owned(),
-            "Server: h2load".to_owned(),
+            "Server: h2load, # requests, median of # runs".to_owned(),
             "pinned / zrpc full chain".to_owned(),
             "vs bare tonic (min..max)".to_owned(),
         );
@@ -219,6 +243,20 @@ mod tests {
             assert_eq!(bad.len(), 1, "{lines:?}");
             assert!((bad[0].diff - 0.125).abs() < 1e-9, "{:?}", bad[0]);
         }
+    }
+
+    #[test]
+    fn tables_line_up_across_rounds_and_sizes() {
+        let b = A.replace(
+            "20000 requests, median of 7 runs",
+            "4000 requests, median of 1 runs",
+        );
+        let (lines, unmatched) = compare(A, &b, 0.10);
+        assert_eq!((lines.len(), unmatched.len()), (3, 0), "{unmatched:?}");
+        assert_eq!(
+            mask_numbers("h2load 1.5 s, 20,000 calls"),
+            "h2load # s, # calls"
+        );
     }
 
     #[test]

@@ -110,7 +110,7 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
             let event_ms = event_unix - s.t0_unix_ms;
             let last_answer = recs
                 .iter()
-                .filter(|r| r.server == victim && r.start_ms >= event_ms)
+                .filter(|r| r.server == victim && r.start_ms + r.latency_ms >= event_ms)
                 .map(|r| r.start_ms + r.latency_ms - event_ms)
                 .reduce(f64::max);
             // A failed call has no `x-server`; the two other servers stay healthy, so a call
