@@ -49,6 +49,13 @@ struct Cli {
     /// Alternating rounds per comparison (medians are taken over them). Default 7 (quick: 1).
     #[arg(long, global = true)]
     rounds: Option<usize>,
+    /// `balance`: seconds per run instead of the default sizes (20/200/2000 calls/s for
+    /// 10/8/5 s, C=1 and C=20 for 8/6 s). Issue 14's figures are 60 s runs.
+    #[arg(long, global = true)]
+    balance_secs: Option<u64>,
+    /// `balance`: only these clients, comma-separated (`p2c_ewma`, `round_robin`, `go-zero`).
+    #[arg(long, global = true, value_delimiter = ',')]
+    balance_clients: Vec<String>,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -118,6 +125,8 @@ fn main() -> ExitCode {
                 quick: cli.quick,
                 rounds: cli.rounds.unwrap_or(if cli.quick { 1 } else { 7 }).max(1),
                 out: cli.out,
+                balance_secs: cli.balance_secs,
+                balance_clients: cli.balance_clients,
             };
             let r = scenarios::run(which, &opts);
             proc::kill_all();

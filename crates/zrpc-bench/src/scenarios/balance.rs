@@ -54,13 +54,30 @@ fn share_over_time(recs: &[Record], slow: &str, bucket_ms: f64) -> Vec<(f64, f64
 }
 
 pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
+    let ms = |quick, full| {
+        ctx.opts
+            .balance_secs
+            .map_or(ctx.size(quick, full), |s| s * 1000)
+    };
     let loads: Vec<(Load, u64)> = vec![
-        (Load::Open(20.0), ctx.size(500, 10_000)),
-        (Load::Open(200.0), ctx.size(500, 8_000)),
-        (Load::Open(2000.0), ctx.size(500, 5_000)),
-        (Load::Closed(1), ctx.size(500, 8_000)),
-        (Load::Closed(20), ctx.size(500, 6_000)),
+        (Load::Open(20.0), ms(500, 10_000)),
+        (Load::Open(200.0), ms(500, 8_000)),
+        (Load::Open(2000.0), ms(500, 5_000)),
+        (Load::Closed(1), ms(500, 8_000)),
+        (Load::Closed(20), ms(500, 6_000)),
     ];
+    let wanted = &ctx.opts.balance_clients;
+    let clients: Vec<Gen> = CLIENTS
+        .into_iter()
+        .filter(|c| {
+            let name = match c {
+                Gen::Zrpc(b) => *b,
+                Gen::GoZero => "go-zero",
+                Gen::Tonic => "tonic",
+            };
+            wanted.is_empty() || wanted.iter().any(|w| w == name)
+        })
+        .collect();
     let mut table = Table::new(
         "A, B: 10 ms; C: 1000 ms. One run per cell, fresh servers per run",
         &[
@@ -74,11 +91,11 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
             "failed",
         ],
     );
-    let pb = ctx.progress((loads.len() * CLIENTS.len()) as u64, "balance");
+    let pb = ctx.progress((loads.len() * clients.len()) as u64, "balance");
     let mut share_series = Vec::new();
     let mut cdf_series = Vec::new();
     for (load, ms) in &loads {
-        for client in CLIENTS {
+        for &client in &clients {
             pb.set_message(format!("{} {}", load.name(), client.label()));
             if let (Gen::GoZero, Err(e)) = (client, ctx.gozero()) {
                 table.skipped_row(&format!("{} | {}", load.name(), client.label()), e);

@@ -31,6 +31,10 @@ pub(crate) struct Opts {
     pub(crate) rounds: usize,
     /// The report path.
     pub(crate) out: PathBuf,
+    /// `balance`: seconds per run (default sizes when `None`).
+    pub(crate) balance_secs: Option<u64>,
+    /// `balance`: only these clients (all when empty).
+    pub(crate) balance_clients: Vec<String>,
 }
 
 /// A scenario.
