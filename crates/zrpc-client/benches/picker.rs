@@ -6,6 +6,11 @@
 //! of the in-flight slot (so the counters stay bounded); `1_thread_instant` reads `Instant::now()`
 //! instead, `1_thread_no_clock` reads none. The completion math (EWMA update) is measured
 //! separately (`complete`), and the two clock reads alone (`clock_read`, `clock_read_coarse`).
+//!
+//! The endpoints are live: each has answered within the last second when a batch of picks starts
+//! (`refresh`), as in a client whose endpoints answer calls. (Until this was added the warm-up
+//! completed a call that was never picked, which left every endpoint with `u64::MAX` calls in
+//! flight: a state no client reaches.)
 #![allow(missing_docs, clippy::unwrap_used)]
 
 use std::hint::black_box;
@@ -17,14 +22,33 @@ use zrpc_client::balancer::{EndpointStats, P2cPicker, P2cRules, ThreadRng};
 use zrpc_core::grpc::code;
 
 fn endpoints(n: usize) -> Vec<Arc<EndpointStats>> {
-    (0..n)
-        .map(|i| {
-            let e = Arc::new(EndpointStats::new());
-            // warm: one completed 1..n ms sample each
-            e.on_done(0, 1_000_000 * (1 + i as u64), code::OK);
-            e
-        })
-        .collect()
+    (0..n).map(|_| Arc::new(EndpointStats::new())).collect()
+}
+
+/// One completed call per endpoint ending at `now` (ns), of 1..n ms: the endpoints are warm and
+/// have answered recently (no re-probe is due within the next second).
+fn refresh(set: &[Arc<EndpointStats>], now: u64) {
+    for (i, e) in set.iter().enumerate() {
+        let lag = 1_000_000 * (1 + i as u64);
+        e.on_pick();
+        e.on_done(now.saturating_sub(lag), now, code::OK);
+    }
+}
+
+/// Times `iters` picks at the times `now()` gives, after refreshing the set.
+fn timed(
+    iters: u64,
+    set: &[Arc<EndpointStats>],
+    refresh_at: u64,
+    mut pick: impl FnMut() -> usize,
+) -> std::time::Duration {
+    refresh(set, refresh_at);
+    let start = Instant::now();
+    for _ in 0..iters {
+        let i = pick();
+        set[i].on_abandon();
+    }
+    start.elapsed()
 }
 
 fn pick(c: &mut Criterion) {
@@ -34,43 +58,48 @@ fn pick(c: &mut Criterion) {
         let picker = P2cPicker::new(Instant::now());
         let clock = picker.clock();
         g.bench_with_input(BenchmarkId::new("1_thread", n), &n, |b, _| {
-            b.iter(|| {
-                let now = clock.coarse_now();
-                let i = picker
-                    .pick_at(black_box(&set), now, &mut ThreadRng)
-                    .unwrap();
-                set[i].on_abandon();
+            b.iter_custom(|iters| {
+                timed(iters, &set, clock.nanos(Instant::now()), || {
+                    let now = clock.coarse_now();
+                    picker
+                        .pick_at(black_box(&set), now, &mut ThreadRng)
+                        .unwrap()
+                })
             });
         });
         g.bench_with_input(BenchmarkId::new("1_thread_instant", n), &n, |b, _| {
-            b.iter(|| {
-                let now = Instant::now();
-                let i = picker.pick(black_box(&set), now, &mut ThreadRng).unwrap();
-                set[i].on_abandon();
+            b.iter_custom(|iters| {
+                timed(iters, &set, clock.nanos(Instant::now()), || {
+                    let now = Instant::now();
+                    picker.pick(black_box(&set), now, &mut ThreadRng).unwrap()
+                })
             });
         });
         // the same pick with go-zero's rules (v1), side by side in one run
         let v1 = P2cPicker::with_rules(Instant::now(), P2cRules::V1);
         g.bench_with_input(BenchmarkId::new("1_thread_v1", n), &n, |b, _| {
-            b.iter(|| {
-                let now = clock.coarse_now();
-                let i = v1.pick_at(black_box(&set), now, &mut ThreadRng).unwrap();
-                set[i].on_abandon();
+            b.iter_custom(|iters| {
+                timed(iters, &set, clock.nanos(Instant::now()), || {
+                    let now = clock.coarse_now();
+                    v1.pick_at(black_box(&set), now, &mut ThreadRng).unwrap()
+                })
             });
         });
-        let fixed = clock.coarse_now();
         g.bench_with_input(BenchmarkId::new("1_thread_no_clock", n), &n, |b, _| {
-            b.iter(|| {
-                let i = picker
-                    .pick_at(black_box(&set), black_box(fixed), &mut ThreadRng)
-                    .unwrap();
-                set[i].on_abandon();
+            b.iter_custom(|iters| {
+                let fixed = clock.coarse_now();
+                timed(iters, &set, fixed, || {
+                    picker
+                        .pick_at(black_box(&set), black_box(fixed), &mut ThreadRng)
+                        .unwrap()
+                })
             });
         });
         g.bench_with_input(BenchmarkId::new("2_threads", n), &n, |b, _| {
             b.iter_custom(|iters| {
                 let barrier = Arc::new(Barrier::new(2));
                 let set = Arc::new(endpoints(n));
+                refresh(&set, clock.nanos(Instant::now()));
                 let run = {
                     let set = set.clone();
                     let barrier = barrier.clone();
