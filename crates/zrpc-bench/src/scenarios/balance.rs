@@ -129,7 +129,7 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
                 load.name(),
                 client.label(),
                 s.calls.to_string(),
-                format!("{}%", f(to_c as f64 * 100.0 / s.calls.max(1) as f64, 2)),
+                format!("{}%", f(to_c as f64 * 100.0 / s.calls.max(1) as f64, 3)),
                 f(s.p50_ms, 1),
                 f(s.p99_ms, 1),
                 f(s.p999_ms, 1),
