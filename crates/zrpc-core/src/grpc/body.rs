@@ -94,14 +94,17 @@ impl<B: Body, F: OnStatus> Body for StatusBody<B, F> {
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let this = self.project();
         let item = ready!(this.inner.poll_frame(cx));
-        match &item {
-            Some(Ok(frame)) => {
-                if let Some(trailers) = frame.trailers_ref() {
-                    this.guard
-                        .fire(status_from_headers(trailers).unwrap_or(code::UNKNOWN));
+        // A body with nothing to report (status known, nobody listening) reads no trailers.
+        if this.guard.is_armed() {
+            match &item {
+                Some(Ok(frame)) => {
+                    if let Some(trailers) = frame.trailers_ref() {
+                        this.guard
+                            .fire(status_from_headers(trailers).unwrap_or(code::UNKNOWN));
+                    }
                 }
+                Some(Err(_)) | None => this.guard.fire(code::UNKNOWN),
             }
-            Some(Err(_)) | None => this.guard.fire(code::UNKNOWN),
         }
         Poll::Ready(item)
     }

@@ -25,6 +25,6 @@ mod response;
 pub use body::StatusBody;
 pub use guard::{OnStatus, StatusGuard};
 pub use response::{
-    GRPC_MESSAGE, GRPC_STATUS, decode_grpc_message, encode_grpc_message, status_from_headers,
-    status_message_from_headers, status_response,
+    GRPC_MESSAGE, GRPC_STATUS, decode_grpc_message, encode_grpc_message, find_header,
+    status_from_headers, status_message_from_headers, status_response,
 };

@@ -5,13 +5,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http::uri::PathAndQuery;
-use http::{HeaderMap, HeaderName, HeaderValue, Request};
+use http::{HeaderName, Request};
 use tonic::transport::server::TcpConnectInfo;
 
 // Header names the layers look up on every call, prebuilt: a lookup by `&str` parses and
 // validates the name each time (`http`'s `parse_hdr`, ~150 instructions, callgrind).
-/// `grpc-status`.
-pub(crate) const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 /// W3C `traceparent`.
 pub(crate) const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 /// W3C `baggage`.
@@ -23,20 +21,8 @@ pub(crate) const APP: HeaderName = HeaderName::from_static("app");
 /// go-zero's auth metadata: `token`.
 pub(crate) const TOKEN: HeaderName = HeaderName::from_static("token");
 
-/// Up to this many entries, [`find`] scans instead of hashing.
-const SCAN_HEADERS: usize = 8;
-
-/// `headers.get(name)`, by a scan of the entries when there are few: gRPC response headers,
-/// trailers and most request headers hold a handful, and comparing names (an enum tag for a
-/// standard name, a short `memcmp` for a custom one) costs less than hashing the name (~170
-/// instructions per lookup, callgrind; the server looks up `grpc-status` up to twice per
-/// observing layer and call). The first value of `name`, as `get` gives.
-pub(crate) fn find<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a HeaderValue> {
-    if headers.keys_len() > SCAN_HEADERS {
-        return headers.get(name);
-    }
-    headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v)
-}
+/// `headers.get(name)`, scanning small maps (`zrpc_core::grpc::find_header`).
+pub(crate) use zrpc_core::grpc::find_header as find;
 
 /// Methods of the infrastructure services (health, reflection): exempt from auth, breaker,
 /// shedding and timeout, so probes and tools keep working on a busy or locked-down server.
@@ -117,31 +103,6 @@ impl StreamingMethods {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn find_answers_as_get_for_small_and_large_maps() {
-        for n in [0, 1, 3, SCAN_HEADERS, SCAN_HEADERS + 1, 20] {
-            let mut h = HeaderMap::new();
-            for i in 0..n {
-                h.append(
-                    HeaderName::try_from(format!("x-h{i}")).unwrap(),
-                    HeaderValue::from(i),
-                );
-            }
-            h.append(http::header::CONTENT_TYPE, HeaderValue::from_static("a"));
-            h.append(GRPC_STATUS, HeaderValue::from_static("3"));
-            h.append(GRPC_STATUS, HeaderValue::from_static("4"));
-            for name in [
-                GRPC_STATUS,
-                http::header::CONTENT_TYPE,
-                GRPC_TIMEOUT,
-                HeaderName::from_static("x-h0"),
-                HeaderName::from_static("grpc-statu"),
-            ] {
-                assert_eq!(find(&h, &name), h.get(&name), "{n} {name}");
-            }
-        }
-    }
 
     #[test]
     fn streaming_methods_answer_alike_for_no_few_and_many_names() {
