@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group, criterion_main};
 use zrpc_core::breaker::{BreakerConfig, GoogleBreaker};
 use zrpc_core::cpu::FixedCpu;
-use zrpc_core::ewma::{AtomicEwma, Ewma};
+use zrpc_core::ewma::{DEFAULT_DECAY, decay_weight};
 use zrpc_core::shedder::{AdaptiveShedder, ShedderConfig};
 use zrpc_core::window::{RollingWindow, SumBucket};
 
@@ -130,20 +130,12 @@ fn window(c: &mut Criterion) {
 }
 
 fn ewma(c: &mut Criterion) {
-    let mut e = Ewma::default();
-    let mut now = Instant::now();
-    c.bench_function("ewma update (plain)", |bench| {
+    // The client's P2C stats blend each sample with this weight (one `exp` per sample).
+    let mut dt = Duration::ZERO;
+    c.bench_function("ewma decay_weight", |bench| {
         bench.iter(|| {
-            now += STEP;
-            e.update(black_box(1234.0), now);
-        });
-    });
-    let a = AtomicEwma::default();
-    let mut now = Instant::now();
-    c.bench_function("ewma update (atomic)", |bench| {
-        bench.iter(|| {
-            now += STEP;
-            a.update(black_box(1234.0), now);
+            dt += STEP;
+            decay_weight(black_box(dt), DEFAULT_DECAY)
         });
     });
 }

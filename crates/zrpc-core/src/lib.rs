@@ -3,7 +3,7 @@
 //! Everything here is pure computation with time passed in as a parameter (`now: Instant`), so it is
 //! deterministic under test and has no networking:
 //!
-//! - [`ewma`]: the time-decayed EWMA behind the client's P2C balancer (go-zero `p2c.go`).
+//! - [`ewma`]: the time-decayed EWMA weight behind the client's P2C balancer (go-zero `p2c.go`).
 //! - [`window`]: the rolling window of time buckets (go-zero `collection/rollingwindow.go`).
 //! - [`breaker`]: the Google SRE adaptive-throttling breaker (go-zero `breaker/googlebreaker.go`).
 //! - [`shedder`]: the adaptive (BBR-like) load shedder (go-zero `load/adaptiveshedder.go`).
