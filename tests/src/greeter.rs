@@ -254,7 +254,7 @@ pub async fn start_server_with(
         .add_service(greeter.clone().into_service())
         .reflection_descriptor(GREETER_DESCRIPTOR)
         // Each test server has its own breakers: tests run in parallel in one process.
-        .breaker_registry(Box::leak(Box::new(BreakerRegistry::default())));
+        .breaker_registry(std::sync::Arc::new(BreakerRegistry::default()));
     let server = customize(server);
     let handle = server.handle();
     let listener = TcpListener::bind("127.0.0.1:0")

@@ -1,7 +1,7 @@
 //! Scrape-time gauges of the breaker registry (zrpc additions).
 
 use std::collections::HashSet;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use prometheus::core::{Collector, Desc};
@@ -15,7 +15,9 @@ use zrpc_core::breaker::BreakerRegistry;
 /// (the default), an id for a server-specific one.
 #[derive(Clone)]
 struct BreakerCollector {
-    registry: &'static BreakerRegistry,
+    // Held for as long as the collector is registered (for good): its address, the key of
+    // `register_breakers`, is never reused.
+    registry: Arc<BreakerRegistry>,
     drop_ratio: GaugeVec,
     requests: GaugeVec,
 }
@@ -65,14 +67,14 @@ impl Collector for BreakerCollector {
 }
 
 /// Registers the gauges of `registry` in the zrpc registry, once per breaker registry.
-pub(crate) fn register_breakers(registry: &'static BreakerRegistry) {
+pub(crate) fn register_breakers(registry: &Arc<BreakerRegistry>) {
     static DONE: OnceLock<Mutex<HashSet<usize>>> = OnceLock::new();
-    let key = std::ptr::from_ref(registry) as usize;
+    let key = Arc::as_ptr(registry) as usize;
     let done = DONE.get_or_init(|| Mutex::new(HashSet::new()));
     if !done.lock().map(|mut d| d.insert(key)).unwrap_or(false) {
         return;
     }
-    let global = std::ptr::eq(registry, BreakerRegistry::global());
+    let global = std::ptr::eq(Arc::as_ptr(registry), BreakerRegistry::global());
     let label = if global {
         "global".to_owned()
     } else {
@@ -98,7 +100,7 @@ pub(crate) fn register_breakers(registry: &'static BreakerRegistry) {
         return;
     };
     let c = BreakerCollector {
-        registry,
+        registry: Arc::clone(registry),
         drop_ratio,
         requests,
     };
@@ -115,15 +117,14 @@ mod tests {
 
     #[test]
     fn exports_breaker_state_per_method() {
-        let reg: &'static BreakerRegistry =
-            Box::leak(Box::new(BreakerRegistry::new(BreakerConfig::default())));
+        let reg = Arc::new(BreakerRegistry::new(BreakerConfig::default()));
         let b = reg.get("/g.T/Gauged");
         let now = Instant::now();
         for _ in 0..50 {
             b.mark_failure(now);
         }
-        register_breakers(reg);
-        register_breakers(reg);
+        register_breakers(&reg);
+        register_breakers(&reg);
         let text = crate::metrics::render();
         assert!(
             text.contains("rpc_server_breaker_requests{method=\"/g.T/Gauged\",outcome=\"failure\""),

@@ -59,8 +59,9 @@ pub struct Server<L = Identity> {
     names: Vec<&'static str>,
     layer: L,
     token_store: Option<Arc<dyn TokenStore>>,
-    extra: crate::shedding_glue::Extra,
-    breakers: &'static BreakerRegistry,
+    /// The shedder's CPU source; `None` = the process-wide sampler.
+    cpu: Option<Arc<dyn zrpc_core::cpu::CpuUsage>>,
+    breakers: Arc<BreakerRegistry>,
     descriptors: Vec<&'static [u8]>,
     streaming: Vec<String>,
     wrap_up: Vec<WrapUpHook>,
@@ -100,8 +101,8 @@ impl Server {
             names: Vec::new(),
             layer: Identity::new(),
             token_store,
-            extra: crate::shedding_glue::Extra::default(),
-            breakers: BreakerRegistry::global(),
+            cpu: None,
+            breakers: BreakerRegistry::shared(),
             descriptors: Vec::new(),
             streaming: Vec::new(),
             wrap_up: Vec::new(),
@@ -141,7 +142,7 @@ impl<L> Server<L> {
             names: self.names,
             layer: Stack::new(layer, self.layer),
             token_store: self.token_store,
-            extra: self.extra,
+            cpu: self.cpu,
             breakers: self.breakers,
             descriptors: self.descriptors,
             streaming: self.streaming,
@@ -182,15 +183,16 @@ impl<L> Server<L> {
     /// cgroup-aware). Tests inject a `zrpc_core::cpu::FixedCpu`.
     #[must_use]
     pub fn cpu_usage(mut self, cpu: Arc<dyn zrpc_core::cpu::CpuUsage>) -> Self {
-        self.extra.cpu = Some(cpu);
+        self.cpu = Some(cpu);
         self
     }
 
-    /// Replaces the breaker registry (default: the process-wide one, shared by every server
-    /// in the process, keyed by full method, as in go-zero). Tests running several servers of
-    /// the same service in one process give each its own.
+    /// Replaces the breaker registry, an owned handle (default: the process-wide one,
+    /// [`BreakerRegistry::shared`], shared by every server in the process, keyed by full
+    /// method, as in go-zero). Tests running several servers of the same service in one
+    /// process give each its own.
     #[must_use]
-    pub fn breaker_registry(mut self, registry: &'static BreakerRegistry) -> Self {
+    pub fn breaker_registry(mut self, registry: Arc<BreakerRegistry>) -> Self {
         self.breakers = registry;
         self
     }
@@ -311,14 +313,13 @@ where
             names,
             layer,
             token_store,
-            extra,
+            cpu,
             breakers,
             descriptors,
-            mut streaming,
+            streaming,
             wrap_up,
             authority_repair,
             parts,
-            ..
         } = self;
         let local = listener.local_addr().map_err(Error::LocalAddr)?;
         parts.state.send_modify(|s| s.local_addr = Some(local));
@@ -326,41 +327,29 @@ where
         for ignored in conf.ignored_keys() {
             tracing::warn!(target: "zrpc::server", "{ignored}");
         }
-        // Sets linked in by zrpc-build's generated code: streaming kinds and reflection.
-        let descriptors = crate::descriptors::with_linked(descriptors);
-        streaming.extend(streaming_from_descriptors(&descriptors)?);
-        let streaming = StreamingMethods::new(streaming);
-
-        // Health (SERVING only once we serve) and reflection.
-        let mut routes = routes;
-        let health = if conf.health {
-            let (reporter, svc) = tonic_health::server::health_reporter();
-            set_health(&reporter, &names, ServingStatus::NotServing).await;
-            routes.add_service(svc);
-            Some(reporter)
-        } else {
-            None
-        };
-        if conf.reflection_enabled() {
-            add_reflection(&mut routes, &descriptors)?;
-        }
-        let routes = routes.routes().prepare();
+        let services = prepare_services(&conf, routes, &names, descriptors, streaming).await?;
 
         if conf.middlewares.breaker {
-            crate::gauges::register_breakers(breakers);
+            crate::gauges::register_breakers(&breakers);
         }
-
-        // One shedder per server, with its gauges.
-        let shedder = extra.shedder(&conf);
-        let shedder_gauges = shedder.as_ref().and_then(|s| {
-            crate::shedding_glue::ShedderCollector::new(s.clone(), &local.to_string())
-        });
-        if let Some(g) = &shedder_gauges {
-            g.register();
-        }
-
+        // One shedder per server, with its gauges (unregistered when this returns).
+        let shedder = crate::shedding_glue::shedder(&conf, cpu);
+        let _gauges_guard = GaugesGuard::register(shedder.as_ref(), local);
         let drain = DrainSignal::new();
         let drain_infra = DrainSignal::new();
+
+        // TLS (`crate::tls`): files checked now, the certificate watched while serving.
+        let mut accept = crate::transport::accept_settings(&conf.transport, authority_repair);
+        let tls = conf
+            .tls
+            .as_ref()
+            .map(crate::tls::ServerTls::load)
+            .transpose()?
+            .map(Arc::new);
+        let _tls_watch = tls.as_ref().map(|t| {
+            accept.tls = Some(t.config.clone());
+            t.watch()
+        });
 
         // The chain, go-zero order (outer -> inner) but for auth, which runs before the
         // breaker and the shedder so unauthenticated callers cannot move them; `facts` tells
@@ -369,19 +358,6 @@ where
         // request-bytes budget (`crate::transport`), which read the connection's state from
         // its `ConnInfo`; then `PeerLayer` turns that into the peer's extensions.
         let mw = &conf.middlewares;
-        let mut accept = crate::transport::accept_settings(&conf.transport, authority_repair);
-        // TLS (`crate::tls`): files checked now, the certificate watched while serving.
-        let tls = conf
-            .tls
-            .as_ref()
-            .map(crate::tls::ServerTls::load)
-            .transpose()?;
-        let tls = tls.map(std::sync::Arc::new);
-        let _tls_watch = tls.as_ref().map(|t| {
-            accept.tls = Some(t.config.clone());
-            t.watch()
-        });
-        let allowed = tls.as_ref().and_then(|t| t.allowed.clone());
         let facts = mw.breaker || shedder.is_some();
         let chain = ServiceBuilder::new()
             .layer(crate::transport::outer_layers(
@@ -390,83 +366,33 @@ where
                 facts,
             ))
             .layer(crate::tls::layer::PeerLayer)
-            .layer(crate::tls::layer::AllowLayer::new(allowed))
+            .layer(crate::tls::layer::AllowLayer::new(
+                tls.as_ref().and_then(|t| t.allowed.clone()),
+            ))
             .layer(FactsLayer::new(facts))
             .layer(TraceLayer::new(mw.trace))
             .layer(RecoverLayer::new(mw.recover))
-            .layer(StatLayer::new(StatSettings {
-                enabled: mw.stat,
-                slow_threshold: mw.stat_conf.slow_threshold,
-                log_requests: mw.stat_conf.log_request_content,
-                ignore_content_methods: mw
-                    .stat_conf
-                    .ignore_content_methods
-                    .iter()
-                    .cloned()
-                    .collect(),
-            }))
-            .layer(MetricsLayer::new(mw.prometheus).streaming(streaming.clone()))
+            .layer(StatLayer::new(stat_settings(&conf)))
+            .layer(MetricsLayer::new(mw.prometheus).streaming(services.streaming.clone()))
             .layer(AuthLayer::new(token_store, conf.strict_control))
             .layer(BreakerLayer::with_registry(mw.breaker, breakers))
             .layer(crate::shedding_glue::shedding_layer(
                 shedder.as_ref(),
-                &streaming,
+                &services.streaming,
             ))
-            .layer(TimeoutLayer::new(TimeoutSettings {
-                default: conf.timeout_duration(),
-                per_method: conf
-                    .method_timeouts
-                    .iter()
-                    .map(|m| (m.full_method.clone(), m.timeout))
-                    .collect(),
-                streaming: streaming.clone(),
-            }))
+            .layer(TimeoutLayer::new(timeout_settings(
+                &conf,
+                &services.streaming,
+            )))
             .layer(DrainLayer::new(
                 drain.clone(),
                 drain_infra.clone(),
-                streaming.clone(),
+                services.streaming.clone(),
             ))
             .layer(layer)
             .into_inner();
 
-        // DevServer.
-        let (dev_stop_tx, dev_stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let dev_task = match conf.dev_server.as_ref().filter(|d| d.enabled) {
-            Some(dev) => {
-                let bound = crate::devserver::bind(
-                    dev,
-                    parts.state.subscribe(),
-                    format!("zrpc-{}", conf.listen_on),
-                    async move {
-                        let _ = dev_stop_rx.await;
-                    },
-                )
-                .await;
-                match bound {
-                    Ok((addr, fut)) => {
-                        parts.state.send_modify(|s| s.dev_server_addr = Some(addr));
-                        Some(tokio::spawn(fut))
-                    }
-                    // go-zero starts one DevServer per process; several servers in one process
-                    // with the same DevServer port share the first one (metrics are
-                    // process-wide anyway).
-                    Err(Error::Bind { addr, source })
-                        if source.kind() == std::io::ErrorKind::AddrInUse =>
-                    {
-                        tracing::warn!(
-                            target: "zrpc::devserver",
-                            "dev server address {addr} is in use (another server of this process?); \
-                             continuing without a dev server for this one"
-                        );
-                        None
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            None => None,
-        };
-
-        let _gauges_guard = GaugesGuard(shedder_gauges);
+        let dev = DevServer::start(&conf, &parts).await?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         // zrpc's accept loop (`crate::transport`): back-off on accept errors, the connection
         // cap, TCP_NODELAY; each connection is read through the `:authority` repair for
@@ -477,12 +403,12 @@ where
         let server =
             crate::transport::configure(tonic::transport::Server::builder(), &conf.transport)
                 .layer(chain)
-                .serve_with_incoming_shutdown(routes, incoming, async move {
+                .serve_with_incoming_shutdown(services.routes, incoming, async move {
                     let _ = stop_rx.await;
                 });
         let mut server = std::pin::pin!(server);
 
-        if let Some(h) = &health {
+        if let Some(h) = &services.health {
             set_health(h, &names, ServingStatus::Serving).await;
         }
         parts.set_phase(Phase::Serving);
@@ -496,46 +422,196 @@ where
                 // The transport failed: deregister before reporting it.
                 crate::shutdown::stop_registration(registration).await;
                 parts.set_phase(Phase::Stopped);
-                let _ = dev_stop_tx.send(());
+                dev.stop().await;
                 return res.map_err(Error::from);
             }
             () = &mut shutdown => {}
             () = parts.shutdown_requested() => {}
         }
+        let stopping = Stopping {
+            conf: &conf,
+            parts: &parts,
+            names: &names,
+            health: services.health.as_ref(),
+            stop_accepting: stop_tx,
+            drain: &drain,
+            drain_infra: &drain_infra,
+        };
+        let res = stopping.run(server, wrap_up, registration).await;
+        parts.set_phase(Phase::Stopped);
+        dev.stop().await;
+        tracing::info!(target: "zrpc::server", "{} stopped", conf.name);
+        res
+    }
+}
+
+/// The services a server routes to, ready to serve.
+struct Services {
+    routes: Routes,
+    /// The health reporter (`Health: true`), NOT_SERVING until the server serves.
+    health: Option<tonic_health::server::HealthReporter>,
+    /// Streaming methods: declared, and learned from the descriptor sets.
+    streaming: StreamingMethods,
+}
+
+/// Phase 1: the user's services plus health and reflection, and the streaming methods.
+async fn prepare_services(
+    conf: &RpcServerConf,
+    mut routes: RoutesBuilder,
+    names: &[&'static str],
+    descriptors: Vec<&'static [u8]>,
+    mut streaming: Vec<String>,
+) -> Result<Services, Error> {
+    // Sets linked in by zrpc-build's generated code: streaming kinds and reflection.
+    let descriptors = crate::descriptors::with_linked(descriptors);
+    streaming.extend(streaming_from_descriptors(&descriptors)?);
+    // Health (SERVING only once we serve) and reflection.
+    let health = if conf.health {
+        let (reporter, svc) = tonic_health::server::health_reporter();
+        set_health(&reporter, names, ServingStatus::NotServing).await;
+        routes.add_service(svc);
+        Some(reporter)
+    } else {
+        None
+    };
+    if conf.reflection_enabled() {
+        add_reflection(&mut routes, &descriptors)?;
+    }
+    Ok(Services {
+        routes: routes.routes().prepare(),
+        health,
+        streaming: StreamingMethods::new(streaming),
+    })
+}
+
+fn stat_settings(conf: &RpcServerConf) -> StatSettings {
+    let stat = &conf.middlewares.stat_conf;
+    StatSettings {
+        enabled: conf.middlewares.stat,
+        slow_threshold: stat.slow_threshold,
+        log_requests: stat.log_request_content,
+        ignore_content_methods: stat.ignore_content_methods.iter().cloned().collect(),
+    }
+}
+
+fn timeout_settings(conf: &RpcServerConf, streaming: &StreamingMethods) -> TimeoutSettings {
+    TimeoutSettings {
+        default: conf.timeout_duration(),
+        per_method: conf
+            .method_timeouts
+            .iter()
+            .map(|m| (m.full_method.clone(), m.timeout))
+            .collect(),
+        streaming: streaming.clone(),
+    }
+}
+
+/// The DevServer of a server (`DevServer.Enabled`), running as its own task.
+struct DevServer {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl DevServer {
+    /// Binds and spawns it. go-zero starts one DevServer per process: a second server of the
+    /// process with the same DevServer port goes on without one (metrics are process-wide).
+    async fn start(conf: &RpcServerConf, parts: &HandleParts) -> Result<Self, Error> {
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let Some(dev) = conf.dev_server.as_ref().filter(|d| d.enabled) else {
+            return Ok(DevServer { stop, task: None });
+        };
+        let bound = crate::devserver::bind(
+            dev,
+            parts.state.subscribe(),
+            format!("zrpc-{}", conf.listen_on),
+            async move {
+                let _ = stop_rx.await;
+            },
+        )
+        .await;
+        let task = match bound {
+            Ok((addr, fut)) => {
+                parts.state.send_modify(|s| s.dev_server_addr = Some(addr));
+                Some(tokio::spawn(fut))
+            }
+            Err(Error::Bind { addr, source }) if source.kind() == std::io::ErrorKind::AddrInUse => {
+                tracing::warn!(
+                    target: "zrpc::devserver",
+                    "dev server address {addr} is in use (another server of this process?); \
+                     continuing without a dev server for this one"
+                );
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(DevServer { stop, task })
+    }
+
+    /// Stops it, waiting up to 1 s for its task.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        if let Some(t) = self.task {
+            let _ = tokio::time::timeout(Duration::from_secs(1), t).await;
+        }
+    }
+}
+
+/// Phases 2-3 of the shutdown, once the signal came: wrap-up, then drain.
+struct Stopping<'a> {
+    conf: &'a RpcServerConf,
+    parts: &'a HandleParts,
+    names: &'a [&'static str],
+    health: Option<&'a tonic_health::server::HealthReporter>,
+    /// Closes the listener.
+    stop_accepting: tokio::sync::oneshot::Sender<()>,
+    drain: &'a DrainSignal,
+    drain_infra: &'a DrainSignal,
+}
+
+impl Stopping<'_> {
+    async fn run<S>(
+        self,
+        mut server: std::pin::Pin<&mut S>,
+        wrap_up: Vec<WrapUpHook>,
+        registration: Option<crate::registry::Publisher>,
+    ) -> Result<(), Error>
+    where
+        S: Future<Output = Result<(), tonic::transport::Error>>,
+    {
         let started = Instant::now();
-        let wait = conf.shutdown.wait_time.max(conf.shutdown.wrap_up_time);
-        tracing::info!(target: "zrpc::server", "{} shutting down...", conf.name);
+        let wait = self
+            .conf
+            .shutdown
+            .wait_time
+            .max(self.conf.shutdown.wrap_up_time);
+        tracing::info!(target: "zrpc::server", "{} shutting down...", self.conf.name);
 
         // 1. wrap-up: deregister + NOT_SERVING, while still serving.
-        parts.set_phase(Phase::WrappingUp);
+        self.parts.set_phase(Phase::WrappingUp);
         let wrap_up_work = async {
             let hooks = wrap_up.into_iter().map(|h| h());
             tokio::join!(
                 futures_util::future::join_all(hooks),
                 crate::shutdown::stop_registration(registration),
                 async {
-                    if let Some(h) = &health {
-                        set_health(h, &names, ServingStatus::NotServing).await;
+                    if let Some(h) = self.health {
+                        set_health(h, self.names, ServingStatus::NotServing).await;
                     }
                 },
             );
-            tokio::time::sleep(conf.shutdown.wrap_up_time).await;
+            tokio::time::sleep(self.conf.shutdown.wrap_up_time).await;
         };
         tokio::select! {
-            res = &mut server => {
-                parts.set_phase(Phase::Stopped);
-                let _ = dev_stop_tx.send(());
-                return res.map_err(Error::from);
-            }
+            res = &mut server => return res.map_err(Error::from),
             () = tokio::time::sleep_until(started + wait) => {}
             () = wrap_up_work => {}
         }
 
         // 2. stop accepting, drain; shortly before WaitTime end the streams still open with
         // `Unavailable "server is shutting down"`; give up at WaitTime.
-        parts.set_phase(Phase::Draining);
-        let _ = stop_tx.send(());
-        drain_infra.cut();
+        self.parts.set_phase(Phase::Draining);
+        let _ = self.stop_accepting.send(());
+        self.drain_infra.cut();
         let cut_at = started + wait - (wait / 10).min(Duration::from_millis(500));
         let drained = match tokio::time::timeout_at(cut_at, &mut server).await {
             Ok(res) => Ok(res),
@@ -544,11 +620,11 @@ where
                     target: "zrpc::server",
                     "ending the streams still open at the shutdown deadline"
                 );
-                drain.cut();
+                self.drain.cut();
                 tokio::time::timeout_at(started + wait, &mut server).await
             }
         };
-        let res = match drained {
+        match drained {
             Ok(res) => res.map_err(Error::from),
             Err(_) => {
                 tracing::warn!(
@@ -558,18 +634,27 @@ where
                 );
                 Ok(())
             }
-        };
-        parts.set_phase(Phase::Stopped);
-        let _ = dev_stop_tx.send(());
-        if let Some(t) = dev_task {
-            let _ = tokio::time::timeout(Duration::from_secs(1), t).await;
         }
-        tracing::info!(target: "zrpc::server", "{} stopped", conf.name);
-        res
     }
 }
 
+/// The shedder's gauges, registered while the server runs.
 struct GaugesGuard(Option<crate::shedding_glue::ShedderCollector>);
+
+impl GaugesGuard {
+    fn register(
+        shedder: Option<&Arc<zrpc_core::shedder::AdaptiveShedder>>,
+        local: std::net::SocketAddr,
+    ) -> Self {
+        let gauges = shedder.and_then(|s| {
+            crate::shedding_glue::ShedderCollector::new(s.clone(), &local.to_string())
+        });
+        if let Some(g) = &gauges {
+            g.register();
+        }
+        GaugesGuard(gauges)
+    }
+}
 
 impl Drop for GaugesGuard {
     fn drop(&mut self) {

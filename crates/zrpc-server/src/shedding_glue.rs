@@ -12,24 +12,19 @@ use zrpc_core::shedder::{AdaptiveShedder, ShedderConfig};
 use crate::conf::RpcServerConf;
 use crate::layers::{SheddingLayer, SheddingSettings, StreamingMethods};
 
-/// Server-level inputs of the shedding stage.
-#[derive(Debug, Default)]
-pub(crate) struct Extra {
-    /// CPU source; `None` = the process-wide sampler.
-    pub(crate) cpu: Option<Arc<dyn CpuUsage>>,
-}
-
-impl Extra {
-    /// The server's shedder (`None` when `CpuThreshold` is 0).
-    pub(crate) fn shedder(&self, conf: &RpcServerConf) -> Option<Arc<AdaptiveShedder>> {
-        if conf.cpu_threshold == 0 {
-            return None;
-        }
-        let mut cfg = ShedderConfig::default();
-        cfg.cpu_threshold = conf.cpu_threshold;
-        let cpu = self.cpu.clone().unwrap_or_else(system_cpu);
-        Some(Arc::new(AdaptiveShedder::new(cfg, cpu)))
+/// The server's shedder (`None` when `CpuThreshold` is 0), reading `cpu` (`None` = the
+/// process-wide sampler).
+pub(crate) fn shedder(
+    conf: &RpcServerConf,
+    cpu: Option<Arc<dyn CpuUsage>>,
+) -> Option<Arc<AdaptiveShedder>> {
+    if conf.cpu_threshold == 0 {
+        return None;
     }
+    let mut cfg = ShedderConfig::default();
+    cfg.cpu_threshold = conf.cpu_threshold;
+    let cpu = cpu.unwrap_or_else(system_cpu);
+    Some(Arc::new(AdaptiveShedder::new(cfg, cpu)))
 }
 
 pub(crate) fn shedding_layer(

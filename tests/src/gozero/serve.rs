@@ -114,7 +114,7 @@ pub async fn start_zrpc_with(
         .add_service(GreeterServer::new(greeter.clone()))
         .reflection_descriptor(GREETER_DESCRIPTOR)
         // Each server has its own breakers: several servers run in this process.
-        .breaker_registry(Box::leak(Box::new(BreakerRegistry::default())));
+        .breaker_registry(std::sync::Arc::new(BreakerRegistry::default()));
     let server = customize(server);
     let handle = server.handle();
     let join = tokio::spawn(server.serve_with_listener(listener, std::future::pending()));

@@ -23,6 +23,7 @@
 //! unguarded, so `/x.Y/<random>` paths cost no memory. (grpc-go answers unknown methods before
 //! any interceptor runs, so go-zero's breaker never sees them either.)
 
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -41,19 +42,19 @@ use crate::metrics::{DropReason, count_drop};
 pub const BREAKER_OPEN_MESSAGE: &str = "circuit breaker is open";
 
 /// Adds [`Breaker`]; `enabled` is `Middlewares.Breaker`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct BreakerLayer {
-    registry: Option<&'static BreakerRegistry>,
+    registry: Option<Arc<BreakerRegistry>>,
 }
 
 impl BreakerLayer {
-    /// A breaker layer over the process-wide registry.
+    /// A breaker layer over the process-wide registry ([`BreakerRegistry::shared`]).
     pub fn new(enabled: bool) -> Self {
-        Self::with_registry(enabled, BreakerRegistry::global())
+        Self::with_registry(enabled, BreakerRegistry::shared())
     }
 
-    /// A breaker layer over `registry` (tests use their own).
-    pub fn with_registry(enabled: bool, registry: &'static BreakerRegistry) -> Self {
+    /// A breaker layer over `registry`, an owned handle (a server of its own, or tests).
+    pub fn with_registry(enabled: bool, registry: Arc<BreakerRegistry>) -> Self {
         Self {
             registry: enabled.then_some(registry),
         }
@@ -65,7 +66,7 @@ impl<S> Layer<S> for BreakerLayer {
     fn layer(&self, inner: S) -> Breaker<S> {
         Breaker {
             inner,
-            registry: self.registry,
+            registry: self.registry.clone(),
         }
     }
 }
@@ -74,7 +75,7 @@ impl<S> Layer<S> for BreakerLayer {
 #[derive(Debug, Clone)]
 pub struct Breaker<S> {
     inner: S,
-    registry: Option<&'static BreakerRegistry>,
+    registry: Option<Arc<BreakerRegistry>>,
 }
 
 /// Reports the call's outcome to its breaker.
@@ -89,7 +90,7 @@ enum Record {
     },
     /// A method without a breaker yet: it gets one if the call shows the method exists.
     Learn {
-        registry: &'static BreakerRegistry,
+        registry: Arc<BreakerRegistry>,
         method: String,
     },
 }
@@ -130,12 +131,12 @@ where
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         let path = req.uri().path();
-        let Some(registry) = self.registry.filter(|_| !is_infra(path)) else {
+        let Some(registry) = self.registry.as_ref().filter(|_| !is_infra(path)) else {
             return ResponseFuture::observe(ObserveFuture::passthrough(self.inner.call(req)));
         };
         let Some(breaker) = registry.find(path) else {
             let record = BreakerRecord(Record::Learn {
-                registry,
+                registry: Arc::clone(registry),
                 method: path.to_owned(),
             });
             return ResponseFuture::observe(ObserveFuture::new(self.inner.call(req), record));
@@ -175,8 +176,7 @@ mod tests {
 
     #[tokio::test]
     async fn opens_after_repeated_failures() {
-        let registry: &'static BreakerRegistry =
-            Box::leak(Box::new(BreakerRegistry::new(BreakerConfig::default())));
+        let registry = Arc::new(BreakerRegistry::new(BreakerConfig::default()));
         let svc = BreakerLayer::with_registry(true, registry).layer(tower::service_fn(
             |_req: Request<()>| async { Ok::<_, Infallible>(response_with_code(code::INTERNAL)) },
         ));
@@ -213,14 +213,14 @@ mod tests {
         )));
     }
 
-    fn leaked() -> &'static BreakerRegistry {
-        Box::leak(Box::new(BreakerRegistry::new(BreakerConfig::default())))
+    fn own_registry() -> Arc<BreakerRegistry> {
+        Arc::new(BreakerRegistry::new(BreakerConfig::default()))
     }
 
     /// 200 calls failing with `code` whose request facts are `facts()`; how many the breaker
     /// rejected.
     async fn rejections(code: i32, facts: impl Fn() -> CallFacts) -> usize {
-        let svc = BreakerLayer::with_registry(true, leaked()).layer(tower::service_fn(
+        let svc = BreakerLayer::with_registry(true, own_registry()).layer(tower::service_fn(
             move |_req: Request<()>| async move { Ok::<_, Infallible>(response_with_code(code)) },
         ));
         let mut rejected = 0;
@@ -274,8 +274,8 @@ mod tests {
 
     #[tokio::test]
     async fn unknown_methods_get_no_breaker() {
-        let registry = leaked();
-        let svc = BreakerLayer::with_registry(true, registry).layer(tower::service_fn(
+        let registry = own_registry();
+        let svc = BreakerLayer::with_registry(true, registry.clone()).layer(tower::service_fn(
             |req: Request<()>| async move {
                 let c = if req.uri().path() == "/b.T/Real" {
                     code::OK
@@ -302,8 +302,7 @@ mod tests {
 
     #[tokio::test]
     async fn acceptable_codes_keep_it_closed() {
-        let registry: &'static BreakerRegistry =
-            Box::leak(Box::new(BreakerRegistry::new(BreakerConfig::default())));
+        let registry = Arc::new(BreakerRegistry::new(BreakerConfig::default()));
         let svc = BreakerLayer::with_registry(true, registry).layer(tower::service_fn(
             |_req: Request<()>| async {
                 Ok::<_, Infallible>(response_with_code(code::INVALID_ARGUMENT))
