@@ -58,6 +58,7 @@ pub const PROBE_LAG_FACTOR: f64 = 30.0;
 
 const FORCE_PICK_NANOS: u64 = 1_000_000_000;
 const PROBE_BASE_NANOS: f64 = 1e9;
+const PROBE_BASE_NANOS_INT: u64 = 1_000_000_000;
 const PROBE_MAX_NANOS: f64 = 30e9;
 
 /// Which rules the picker follows: `V1` is go-zero's `p2c_ewma`, `V2` (the default) adds backing-off
@@ -178,11 +179,12 @@ impl P2cPicker {
         E: AsRef<EndpointStats>,
         R: RandomSource + ?Sized,
     {
-        let (c1, c2, l1, l2) = if la > lb {
-            (b, a, lb, la)
-        } else {
-            (a, b, la, lb)
-        };
+        // the pair is random, so which one is cheaper is a coin flip: selects, not a branch the
+        // predictor would miss half the time (costs are never NaN: min/max are the same choice)
+        let swap = la > lb;
+        let c1 = std::hint::select_unpredictable(swap, b, a);
+        let c2 = std::hint::select_unpredictable(swap, a, b);
+        let (l1, l2) = (la.min(lb), la.max(lb));
         match self.rules {
             P2cRules::V1 => choose_v1(set, c1, c2, l1, l2, now, rng),
             P2cRules::V2 => choose_v2(set, c1, c2, l1, l2, now, rng),
@@ -268,11 +270,16 @@ where
 /// The last answer of `s` is older than its re-probe interval.
 #[inline]
 fn probe_due(s: &EndpointStats, now: u64) -> bool {
-    let last_done = s.last_done_nanos();
+    let since = now.saturating_sub(s.last_done_nanos());
+    // the interval is never below PROBE_BASE: an answer within the last second (the common case)
+    // decides without the float math
+    if since < PROBE_BASE_NANOS_INT {
+        return false;
+    }
     let k = s.probe_k.load(Ordering::Relaxed).min(16);
     let base = (s.lag_nanos() * PROBE_LAG_FACTOR).max(PROBE_BASE_NANOS);
     let interval = (base * f64::from(1u32 << k)).min(PROBE_MAX_NANOS);
-    (now.saturating_sub(last_done) as f64) >= interval
+    (since as f64) >= interval
 }
 
 /// Both drawn endpoints are down: scan from a random offset for one that is not (v2: neither down

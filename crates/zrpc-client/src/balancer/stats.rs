@@ -122,6 +122,9 @@ mod coarse {
 pub struct EndpointStats {
     /// EWMA latency in ns (f64 bits), `EMPTY` until the first sample.
     lag: AtomicU64,
+    /// `lag / 1e3` (f64 bits; 0 before the first sample): the v2 cost's latency in µs, divided
+    /// once per completion rather than twice per pick.
+    lag_us: AtomicU64,
     /// EWMA success score 0..1000 (f64 bits).
     success: AtomicU64,
     /// Time of the last completion (ns + 1; 0 = never).
@@ -162,6 +165,7 @@ impl EndpointStats {
     pub fn new() -> Self {
         EndpointStats {
             lag: AtomicU64::new(EMPTY),
+            lag_us: AtomicU64::new(0),
             success: AtomicU64::new(INIT_SUCCESS.to_bits()),
             last_done: AtomicU64::new(0),
             last_pick: AtomicU64::new(0),
@@ -300,7 +304,8 @@ impl EndpointStats {
                 PENALTY + inflight
             };
         }
-        ((self.lag_nanos() / 1e3 + 1.0) * (inflight + 1.0)).min(PENALTY / 2.0)
+        let lag_us = f64::from_bits(self.lag_us.load(Ordering::Relaxed));
+        ((lag_us + 1.0) * (inflight + 1.0)).min(PENALTY / 2.0)
     }
 
     /// Records a pick (in flight + 1); the pickers call it.
@@ -377,6 +382,7 @@ impl EndpointStats {
         }
         let lag = old_lag * w + sample * (1.0 - w);
         self.lag.store(lag.to_bits(), Ordering::Relaxed);
+        self.lag_us.store((lag / 1e3).to_bits(), Ordering::Relaxed);
         let score = if failure { 0.0 } else { INIT_SUCCESS };
         let success = self.success() * w + score * (1.0 - w);
         self.success.store(success.to_bits(), Ordering::Relaxed);
