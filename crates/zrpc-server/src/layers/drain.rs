@@ -128,17 +128,20 @@ where
         ResponseFuture {
             cut: signal.map(|s| s.notified()),
             signal: signal.cloned(),
-            fut: self.inner.call(req),
+            fut: Box::pin(self.inner.call(req)),
         }
     }
 }
 
 pin_project! {
     /// Response future of [`Drain`].
+    ///
+    /// It boxes the inner future (user layers, router, handler): the layers outside move
+    /// their futures through every `call` and `poll`, and a few hundred bytes of handler
+    /// state moved a dozen times cost more than one allocation.
     #[derive(Debug)]
     pub struct ResponseFuture<F> {
-        #[pin]
-        fut: F,
+        fut: Pin<Box<F>>,
         #[pin]
         cut: Option<OwnedNotified>,
         signal: Option<Arc<DrainSignal>>,
@@ -154,7 +157,7 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        if let Poll::Ready(out) = this.fut.poll(cx) {
+        if let Poll::Ready(out) = this.fut.as_mut().poll(cx) {
             let signal = this.signal.take();
             return Poll::Ready(out.map(|r| r.map(|b| DrainBody::new(b, signal))));
         }
