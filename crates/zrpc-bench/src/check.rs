@@ -21,10 +21,12 @@ pub(crate) const SECTIONS: [&str; 6] = [
 /// What each section must contain besides a table (the columns and tables that carry the
 /// method: spreads next to ratios, the noise-free instruction counts, the real overload factor,
 /// the per-fault time to the last call, registration timed from the process start).
-pub(crate) const REQUIRED: [(&str, &str); 6] = [
+pub(crate) const REQUIRED: [(&str, &str); 8] = [
     (SECTIONS[0], "vs bare tonic (min..max)"),
     (SECTIONS[0], "CPU/req vs bare tonic (min..max)"),
     (SECTIONS[0], "Instructions per request under callgrind"),
+    (SECTIONS[0], "Noise monitor"),
+    (SECTIONS[1], "p50 - bare tonic channel, µs (min..max)"),
     (SECTIONS[4], "offered / capacity"),
     (SECTIONS[5], "last call to the victim started"),
     (SECTIONS[5], "process start -> first request"),
@@ -102,11 +104,15 @@ pub(crate) fn problems(text: &str, dir: &Path) -> Vec<String> {
                     out.push(format!("section `{title}`: a row has an empty cell: {row}"));
                 }
                 // A ratio with a spread: `x0.80 (0.75..0.82)`, `x0.80` (one round), `-`, or a
-                // skipped row's text.
+                // skipped row's text; a difference in µs: `+8.0 (+6.5..+12.0)`.
                 for (h, v) in headers.iter().zip(&c) {
+                    let diff = h.contains("µs")
+                        && v.split_whitespace()
+                            .next()
+                            .is_some_and(|n| n.parse::<f64>().is_ok());
                     let ok = v == "-"
                         || v.starts_with("skipped")
-                        || crate::compare::ratio_value(v).is_some_and(|_| spread_ok(v));
+                        || (crate::compare::ratio_value(v).is_some() || diff) && spread_ok(v);
                     if h.ends_with("(min..max)") && !ok {
                         out.push(format!(
                             "section `{title}`: `{h}` is not a ratio with its spread: {v}"
@@ -140,7 +146,7 @@ pub(crate) fn problems(text: &str, dir: &Path) -> Vec<String> {
     out
 }
 
-/// `x0.80` or `x0.80 (0.75..0.82)` with min <= median <= max.
+/// `x0.80` or `x0.80 (0.75..0.82)` (or `+8.0 (+6.5..+12.0)`) with min <= median <= max.
 fn spread_ok(v: &str) -> bool {
     let Some((med, rest)) = v.split_once(' ') else {
         return true;
@@ -180,6 +186,18 @@ mod tests {
     fn ratio_columns_need_a_well_formed_spread() {
         let ok = "| a | vs x (min..max) |\n|---|---|\n| 1 | x0.80 (0.75..0.82) |\n| 2 | x1.00 |\n| 3 | - |\n";
         assert_eq!(problems(&report(ok), Path::new("/x")), Vec::<String>::new());
+        let diff = "| a | p50 - b, µs (min..max) |\n|---|---|\n| 1 | +8.0 (+6.5..+12.0) |\n| 2 | -5.0 (-7.0..+1.0) |\n| 3 | +0.0 |\n";
+        assert_eq!(
+            problems(&report(diff), Path::new("/x")),
+            Vec::<String>::new()
+        );
+        let bad_diff = diff.replace("+8.0 (+6.5", "+18.0 (+6.5");
+        assert!(
+            problems(&report(&bad_diff), Path::new("/x"))
+                .iter()
+                .any(|m| m.contains("not a ratio with its spread")),
+            "the median of a difference lies inside its spread"
+        );
         for bad in ["x0.90 (0.75..0.82)", "0.80", "x0.80 (0.75-0.82)"] {
             let r = report(&format!(
                 "| a | vs x (min..max) |\n|---|---|\n| 1 | {bad} |\n"

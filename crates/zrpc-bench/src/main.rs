@@ -25,6 +25,7 @@ mod check;
 mod compare;
 mod env;
 mod load;
+mod noise;
 mod proc;
 mod report;
 mod scenarios;
@@ -49,6 +50,10 @@ struct Cli {
     /// Alternating rounds per comparison (medians are taken over them). Default 7 (quick: 1).
     #[arg(long, global = true)]
     rounds: Option<usize>,
+    /// `overhead` and `latency`: seconds each subject is measured per round (every subject of a
+    /// comparison runs for the same time). Default 1.5 (quick: 0.3).
+    #[arg(long, global = true, value_parser = parse_round_secs)]
+    round_secs: Option<f64>,
     /// `balance`: seconds per run instead of the default sizes (20/200/2000 calls/s for
     /// 10/8/5 s, C=1 and C=20 for 8/6 s). Issue 14's figures are 60 s runs.
     #[arg(long, global = true)]
@@ -124,6 +129,7 @@ fn main() -> ExitCode {
             let opts = scenarios::Opts {
                 quick: cli.quick,
                 rounds: cli.rounds.unwrap_or(if cli.quick { 1 } else { 7 }).max(1),
+                round_secs: cli.round_secs.unwrap_or(if cli.quick { 0.3 } else { 1.5 }),
                 out: cli.out,
                 balance_secs: cli.balance_secs,
                 balance_clients: cli.balance_clients,
@@ -142,6 +148,15 @@ fn main() -> ExitCode {
     }
 }
 
+/// `--round-secs`: a number of seconds from 0.1 to 600.
+fn parse_round_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.1..=600.0).contains(&v) => Ok(v),
+        Ok(v) => Err(format!("{v} s is out of range: from 0.1 to 600 seconds")),
+        Err(e) => Err(format!("`{s}` is not a number of seconds: {e}")),
+    }
+}
+
 /// Ctrl-C / SIGTERM: end every child, then exit (no leftover servers holding ports).
 fn install_ctrl_c() {
     std::thread::spawn(|| {
@@ -157,4 +172,19 @@ fn install_ctrl_c() {
         #[allow(clippy::exit)]
         std::process::exit(130);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_secs_are_checked() {
+        assert_eq!(parse_round_secs("1.5"), Ok(1.5));
+        assert!(parse_round_secs("0").is_err_and(|e| e.contains("out of range")));
+        assert!(parse_round_secs("nan").is_err_and(|e| e.contains("out of range")));
+        assert!(parse_round_secs("2s").is_err_and(|e| e.contains("not a number")));
+        let cli = Cli::try_parse_from(["zrpc-bench", "--round-secs", "2.5", "overhead"]);
+        assert_eq!(cli.map(|c| c.round_secs).ok(), Some(Some(2.5)));
+    }
 }

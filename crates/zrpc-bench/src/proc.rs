@@ -287,7 +287,8 @@ pub(crate) fn cpu_us_of(pid: i32) -> f64 {
     total * 1e6 / clock_ticks()
 }
 
-fn clock_ticks() -> f64 {
+/// Clock ticks per second of `/proc` times (`getconf CLK_TCK`, 100 on every Linux box).
+pub(crate) fn clock_ticks() -> f64 {
     // sysconf(_SC_CLK_TCK) without unsafe code: ask `getconf` once (100 on every Linux box).
     static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
     *TICKS.get_or_init(|| {
@@ -298,6 +299,26 @@ fn clock_ticks() -> f64 {
             .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
             .unwrap_or(100.0)
     })
+}
+
+/// CPU time of this process and of everything it started, µs: its own user + system time, its
+/// waited-for children's (h2load, finished load generators) and the live children's (servers).
+pub(crate) fn self_and_children_cpu_us() -> f64 {
+    let own = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .map_or(0.0, |stat| {
+            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+            // utime, stime, cutime, cstime: fields 14-17 (1-based); `rest` starts at field 3.
+            rest.split_whitespace()
+                .skip(11)
+                .take(4)
+                .filter_map(|v| v.parse::<f64>().ok())
+                .sum::<f64>()
+                * 1e6
+                / clock_ticks()
+        });
+    let live = LIVE.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    own + live.into_iter().map(cpu_us_of).sum::<f64>()
 }
 
 /// `VmRSS` of `pid` in MB.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use super::{Ctx, Profile, ServerSpec, Side, h2load};
+use super::{Ctx, H2Amount, Profile, ServerSpec, Side, h2load};
 use crate::report::{Table, f, ratio};
 
 /// The callgrind table for `servers` (go-zero rows say why they are skipped).
@@ -73,7 +73,7 @@ fn count(ctx: &Ctx<'_>, profile: Profile, n: u64) -> Result<f64> {
         ..ServerSpec::default()
     };
     let mut server = ctx.server(Side::Rust, &spec)?;
-    h2load(ctx, &server.addr, (10, 50, n, 1), None)?;
+    h2load(ctx, &server.addr, (10, 50, H2Amount::Requests(n), 1), None)?;
     // callgrind writes its counts at exit: a graceful stop (zrpc's wrap-up is 1 s, slower
     // under valgrind), never SIGKILL.
     server.proc.stop(Duration::from_secs(60));

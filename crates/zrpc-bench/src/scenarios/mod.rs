@@ -29,6 +29,8 @@ pub(crate) struct Opts {
     pub(crate) quick: bool,
     /// Alternating rounds per comparison.
     pub(crate) rounds: usize,
+    /// Seconds each subject is measured per round (`overhead`, `latency`).
+    pub(crate) round_secs: f64,
     /// The report path.
     pub(crate) out: PathBuf,
     /// `balance`: seconds per run (default sizes when `None`).
@@ -101,6 +103,7 @@ pub(crate) fn run(which: &[Kind], opts: &Opts) -> Result<()> {
         tmp: tmp.path().to_path_buf(),
         charts,
         counter: Cell::new(0),
+        noise: crate::noise::Monitor::new(env.cpus),
     };
     let mut sections = Vec::new();
     for &kind in which {
@@ -156,6 +159,8 @@ pub(crate) struct Ctx<'a> {
     /// Where charts go.
     pub(crate) charts: PathBuf,
     counter: Cell<u32>,
+    /// The noise monitor (others' CPU and steal around each measured run).
+    pub(crate) noise: crate::noise::Monitor,
 }
 
 /// A server's configuration profile.
@@ -555,18 +560,28 @@ pub(crate) fn start_etcd(ctx: &Ctx<'_>) -> Result<(Proc, String)> {
     Ok((proc, endpoint))
 }
 
-/// An h2load run: requests/s and per-request latencies (ms) from its log file.
+/// An h2load run: requests/s, requests done and per-request latencies (ms) from its log file.
 #[derive(Debug, Clone)]
 pub(crate) struct H2Run {
     pub(crate) rate: f64,
+    pub(crate) requests: u64,
     pub(crate) latencies: Vec<f64>,
 }
 
-/// `h2load -c conns -m streams -n requests -t threads` of SayHello against `addr`.
+/// How long an h2load run lasts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum H2Amount {
+    /// `-n`: this many requests.
+    Requests(u64),
+    /// `-D`: this many seconds (timing-based: every subject gets the same time).
+    Secs(f64),
+}
+
+/// `h2load -c conns -m streams (-n requests | -D secs) -t threads` of SayHello against `addr`.
 pub(crate) fn h2load(
     ctx: &Ctx<'_>,
     addr: &str,
-    (conns, streams, requests, threads): (u64, u64, u64, u64),
+    (conns, streams, amount, threads): (u64, u64, H2Amount, u64),
     cpu: Option<usize>,
 ) -> Result<H2Run> {
     let h2 = ctx
@@ -581,9 +596,13 @@ pub(crate) fn h2load(
     let mut cmd = ctx.env.command(h2, cpu);
     cmd.args(["-t", &threads.to_string()])
         .args(["-c", &conns.to_string()])
-        .args(["-m", &streams.to_string()])
-        .args(["-n", &requests.to_string()])
-        .arg("-d")
+        .args(["-m", &streams.to_string()]);
+    match amount {
+        H2Amount::Requests(n) => cmd.args(["-n", &n.to_string()]),
+        // h2load takes whole units: milliseconds.
+        H2Amount::Secs(s) => cmd.args(["-D", &format!("{}ms", (s * 1000.0).round().max(1.0))]),
+    };
+    cmd.arg("-d")
         .arg(&body)
         .arg(format!("--log-file={}", log.display()))
         // A server that stops answering fails the run instead of hanging it.
@@ -602,6 +621,11 @@ pub(crate) fn h2load(
     if !done.contains(" 0 failed, 0 errored") {
         bail!("h2load saw failures against {addr}: {done}");
     }
+    // `requests: 100 total, 100 started, 100 done, 100 succeeded, 0 failed, ...`
+    let requests = done
+        .split(", ")
+        .find_map(|p| p.trim().strip_suffix(" succeeded")?.trim().parse().ok())
+        .with_context(|| format!("cannot read the succeeded requests from `{done}`"))?;
     let finished = line("finished in")?;
     let rate = finished
         .split(", ")
@@ -616,5 +640,9 @@ pub(crate) fn h2load(
         .map(|us| us / 1000.0)
         .collect();
     let _ = std::fs::remove_file(&log);
-    Ok(H2Run { rate, latencies })
+    Ok(H2Run {
+        rate,
+        requests,
+        latencies,
+    })
 }

@@ -5,8 +5,9 @@
 
 use anyhow::Result;
 
-use super::{Ctx, Gen, LoadSpec, Profile, ServerSpec, Side, h2load};
+use super::{Ctx, Gen, H2Amount, LoadSpec, Profile, ServerSpec, Side, h2load};
 use crate::charts::{self, XAxis};
+use crate::noise::Rounds;
 use crate::report::{Section, Table, f, round_ratio};
 use crate::stats::{median, percentile};
 
@@ -56,14 +57,28 @@ impl Acc {
     fn rate(&self) -> f64 {
         median(self.rate.clone())
     }
+
+    /// The rounds the noise rule keeps (a skipped subject stays as it is).
+    fn kept(&self, noise: &Rounds) -> Acc {
+        Acc {
+            rate: noise.pick(&self.rate),
+            cpu: noise.pick(&self.cpu),
+            p50: noise.pick(&self.p50),
+            p99: noise.pick(&self.p99),
+            p999: noise.pick(&self.p999),
+            ..self.clone()
+        }
+    }
 }
 
 pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
     let rounds = ctx.opts.rounds;
-    // Many short rounds rather than a few long ones: the medians of per-round ratios (and their
-    // spread) then describe the noise instead of one unlucky run.
-    let requests: u64 = ctx.size(2_000, 20_000);
-    let calls: u64 = ctx.size(1_000, 10_000);
+    // Timing-based runs: every subject is measured for the same time, long enough that a
+    // neighbour's burst is averaged out rather than halving a run; the medians of the per-round
+    // ratios (and their spread) then describe what is left of the noise.
+    let secs = ctx.opts.round_secs;
+    let warmup_secs = (secs / 3.0).max(0.2);
+    let calls_warmup: u64 = ctx.size(500, 2_000);
     let mut modes = vec![Mode::Pinned, Mode::Unpinned];
     let mut notes = Vec::new();
     if !ctx.env.taskset || ctx.env.cpus < 2 {
@@ -74,7 +89,7 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
     let pb = ctx.progress(steps, "overhead");
     let mut server_table = Table::new(
         &format!(
-            "Server: h2load -c 10 -m 50, {requests} requests per run, median of {rounds} alternating runs"
+            "Server: h2load -c 10 -m 50 -D {secs} s per run, median of {rounds} alternating runs"
         ),
         &[
             "mode",
@@ -93,7 +108,7 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
     );
     let mut client_table = Table::new(
         &format!(
-            "Client: 50 concurrent callers, {calls} calls per run against one bare tonic server, median of {rounds} alternating runs"
+            "Client: 50 concurrent callers, {secs} s per run against one bare tonic server, median of {rounds} alternating runs"
         ),
         &[
             "mode",
@@ -110,6 +125,7 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
         ],
     );
     let mut cdf_series = Vec::new();
+    let mut notes_noise = Vec::new();
     for &mode in &modes {
         let (srv_cpu, load_cpu, threads, h2_threads) = match mode {
             Mode::Pinned => (Some(0), Some(1), 1, 1),
@@ -136,17 +152,30 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
         // A discarded warm-up round: connection pools, allocator and caches settle first.
         for s in servers.iter().flatten() {
             pb.set_message(format!("{} warm-up", mode.name()));
-            h2load(ctx, &s.addr, (10, 50, requests / 2, h2_threads), load_cpu)?;
+            h2load(
+                ctx,
+                &s.addr,
+                (10, 50, H2Amount::Secs(warmup_secs), h2_threads),
+                load_cpu,
+            )?;
         }
+        let mut noise = Rounds::default();
         for round in 0..rounds {
             for k in 0..SERVERS.len() {
                 // Rotate the order each round so that no subject always runs first.
                 let i = (k + round) % SERVERS.len();
                 let Some(s) = &servers[i] else { continue };
                 pb.set_message(format!("{} server: {}", mode.name(), SERVERS[i].2));
+                let before = ctx.noise.snap();
                 let cpu0 = s.proc.cpu_us();
-                let run = h2load(ctx, &s.addr, (10, 50, requests, h2_threads), load_cpu)?;
-                let cpu = (s.proc.cpu_us() - cpu0) / requests as f64;
+                let run = h2load(
+                    ctx,
+                    &s.addr,
+                    (10, 50, H2Amount::Secs(secs), h2_threads),
+                    load_cpu,
+                )?;
+                let cpu = (s.proc.cpu_us() - cpu0) / run.requests.max(1) as f64;
+                noise.record(round, ctx.noise.lost_share(&before, &ctx.noise.snap()));
                 let mut lat = run.latencies;
                 lat.sort_by(f64::total_cmp);
                 let a = &mut accs[i];
@@ -165,6 +194,8 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
             }
         }
         drop(servers);
+        notes_noise.push(noise.note(&format!("{} servers", mode.name())));
+        let accs: Vec<Acc> = accs.iter().map(|a| a.kept(&noise)).collect();
         let bare = &accs[0];
         for (i, (_, profile, name)) in SERVERS.iter().enumerate() {
             let a = &accs[i];
@@ -214,6 +245,7 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
             },
         )?;
         let mut caccs: Vec<Acc> = vec![Acc::default(); CLIENTS.len()];
+        let mut noise = Rounds::default();
         for round in 0..rounds {
             for k in 0..CLIENTS.len() {
                 let i = (k + round) % CLIENTS.len();
@@ -222,13 +254,16 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
                 let spec = LoadSpec {
                     endpoints: vec![server.addr.clone()],
                     concurrency: 50,
-                    calls,
-                    warmup: calls / 10,
+                    duration_ms: (secs * 1000.0).round() as u64,
+                    warmup: calls_warmup,
                     cpu: load_cpu,
                     threads,
                     ..LoadSpec::default()
                 };
-                match ctx.load(client, &spec) {
+                let before = ctx.noise.snap();
+                let result = ctx.load(client, &spec);
+                noise.record(round, ctx.noise.lost_share(&before, &ctx.noise.snap()));
+                match result {
                     Ok((s, _)) => {
                         let a = &mut caccs[i];
                         a.rate.push(s.rate());
@@ -245,6 +280,8 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
             }
         }
         drop(server);
+        notes_noise.push(noise.note(&format!("{} clients", mode.name())));
+        let caccs: Vec<Acc> = caccs.iter().map(|a| a.kept(&noise)).collect();
         let (bare, go) = (&caccs[1], &caccs[2]);
         for (i, client) in CLIENTS.iter().enumerate() {
             let a = &caccs[i];
@@ -272,6 +309,7 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
         }
     }
     pb.finish_and_clear();
+    notes.extend(notes_noise);
     eprintln!("overhead: instructions per request under callgrind");
     let instructions = super::instructions::table(ctx, &SERVERS);
     let chart = "overhead-server-cdf.svg";
@@ -285,22 +323,33 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
     )?;
     Ok(Section {
         title: String::new(),
-        intro: "Servers run as separate processes; CPU is the server process's user+system time \
-                (from `/proc`) divided by the requests of the run; RSS is read after the runs. \
-                \"Matched logging\" is the quiet profile on both sides (`Log.Level: error`, \
-                request content not logged, `CpuThreshold: 0`, breaker, timeout 2 s, recover, \
-                trace, metrics on); \"as shipped\" logs every request at info on both sides, to \
-                /dev/null. Pinned: server on CPU 0 with one thread (`GOMAXPROCS=1` for Go, one \
-                tokio thread for Rust), load generator on CPU 1 with one thread. The client \
-                generators are this binary's `load` (zrpc client / bare tonic channel) and \
-                `gzbench load` (go-zero client), with the same closed loop. \
-                **Pinned mode is the headline** (each side owns a core, so a neighbour moves \
-                both less). Every comparison runs its subjects in alternating rounds (the order \
-                rotates each round) after a discarded warm-up round; a ratio is the median of the \
-                per-round ratios, with their min..max over the rounds in parentheses: that \
-                spread is the noise. CPU time per request moves less than throughput when the \
-                machine is busy; the callgrind table does not move at all."
-            .into(),
+        intro: format!(
+            "Servers run as separate processes; every run lasts the same time (h2load `-D`, \
+             the client generators' `--duration-ms`), so that a neighbour's burst costs \
+             every subject alike and is averaged over the run. CPU is the server process's \
+             user+system time (from `/proc`) divided by the requests of the run; RSS is \
+             read after the runs. \"Matched logging\" is the quiet profile on both sides \
+             (`Log.Level: error`, request content not logged, `CpuThreshold: 0`, breaker, \
+             timeout 2 s, recover, trace, metrics on); \"as shipped\" logs every request at \
+             info on both sides, to /dev/null. Pinned: server on CPU 0 with one thread \
+             (`GOMAXPROCS=1` for Go, one tokio thread for Rust), load generator on CPU 1 \
+             with one thread. The client generators are this binary's `load` (zrpc client / \
+             bare tonic channel) and `gzbench load` (go-zero client), with the same closed \
+             loop. **Pinned mode is the headline** (each side owns a core, so a neighbour \
+             moves both less). Every comparison runs its subjects in alternating rounds \
+             (the order rotates each round) after a discarded warm-up run per server; a \
+             ratio is the median of the per-round ratios, with their min..max over the \
+             rounds in parentheses: that spread is the noise. The noise monitor (notes \
+             below the tables) measures, around every run, the CPU time other processes \
+             took and the hypervisor's steal (`/proc/stat` minus this harness and its \
+             children); a round is busy when one of its runs lost more than {:.0}% of the \
+             machine, and busy rounds are left out whole, all subjects alike, when at least \
+             {} quiet rounds remain (the notes give the count). CPU time per request moves \
+             less than throughput when the machine is busy; the callgrind table does not \
+             move at all.",
+            crate::noise::BUSY_SHARE * 100.0,
+            crate::noise::MIN_QUIET
+        ),
         tables: vec![server_table, client_table, instructions],
         charts: vec![("server latency CDF".into(), chart.into())],
         notes,
