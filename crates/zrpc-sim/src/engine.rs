@@ -5,10 +5,11 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
-use zrpc_client::balancer::{MAX_ATTEMPTS, RandomSource, SeededRng};
+use zrpc_client::balancer::{MAX_ATTEMPTS, RandomSource};
 
 use crate::model::{Load, Report, Scenario, ServerSpec, Window};
 use crate::policy::Policy;
+use crate::rng::SimRng;
 
 const OK: i32 = 0;
 const DEADLINE_EXCEEDED: i32 = 4;
@@ -44,7 +45,7 @@ fn within(w: Option<Window>, t: u64) -> bool {
 }
 
 /// When and how server `s` answers a call arriving at `t`.
-fn respond(s: &ServerSpec, t: u64, rng: &mut SeededRng) -> (u64, i32) {
+fn respond(s: &ServerSpec, t: u64, rng: &mut SimRng) -> (u64, i32) {
     if within(s.fail, t) {
         return (t + FAIL_LATENCY, UNAVAILABLE);
     }
@@ -75,7 +76,7 @@ pub fn run(scenario: &Scenario, policy: Policy) -> Report {
     let n = scenario.servers.len();
     let epoch = Instant::now();
     let mut balancer = policy.build(n, epoch, scenario.seed);
-    let mut server_rng = SeededRng::new(scenario.seed ^ 0x5e5e_5e5e);
+    let mut server_rng = SimRng::new(scenario.seed ^ 0x5e5e_5e5e);
     let end = ns(scenario.duration);
     let timeout = ns(scenario.timeout);
     let mut heap: BinaryHeap<Reverse<(u64, u64, Event)>> = BinaryHeap::new();

@@ -20,6 +20,7 @@ mod breaker;
 mod engine;
 mod model;
 mod policy;
+mod rng;
 mod shed;
 pub mod table;
 

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use zrpc_client::balancer::{
-    EndpointStats, P2cPicker, P2cRules, RandomSource, RoundRobin, SeededRng,
-};
+use zrpc_client::balancer::{EndpointStats, P2cPicker, P2cRules, RandomSource, RoundRobin};
+
+use crate::rng::SimRng;
 
 /// A balancing policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +48,7 @@ impl Policy {
     }
 
     pub(crate) fn build(self, n: usize, epoch: Instant, seed: u64) -> Box<dyn Balance> {
-        let rng = SeededRng::new(seed);
+        let rng = SimRng::new(seed);
         match self {
             Policy::GoZero => Box::new(GoZero {
                 nodes: vec![GzNode::default(); n],
@@ -95,7 +95,7 @@ struct Real {
     set: Vec<Arc<EndpointStats>>,
     kind: Kind,
     epoch: Instant,
-    rng: SeededRng,
+    rng: SimRng,
 }
 
 impl Balance for Real {
@@ -153,7 +153,7 @@ impl GzNode {
 /// go-zero `zrpc/internal/balancer/p2c/p2c.go`, line by line.
 struct GoZero {
     nodes: Vec<GzNode>,
-    rng: SeededRng,
+    rng: SimRng,
 }
 
 impl GoZero {
@@ -258,7 +258,7 @@ impl Peak {
 /// tower `p2c::Balance` over `PeakEwma` loads.
 struct PeakEwma {
     nodes: Vec<Peak>,
-    rng: SeededRng,
+    rng: SimRng,
 }
 
 impl Balance for PeakEwma {

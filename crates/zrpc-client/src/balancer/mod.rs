@@ -20,7 +20,7 @@ pub use p2c::{
     FORCE_PICK, P2cPicker, P2cRules, PICK_TIMES, PROBE_BASE, PROBE_LAG_FACTOR, PROBE_MAX,
 };
 pub use replay::MAX_REPLAY_BYTES;
-pub use rng::{RandomSource, SeededRng, ThreadRng, random_seed};
+pub use rng::{RandomSource, ThreadRng, random_seed};
 pub use round_robin::RoundRobin;
 pub use service::MAX_ATTEMPTS;
 pub(crate) use service::is_no_endpoint;

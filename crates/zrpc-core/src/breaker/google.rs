@@ -1,10 +1,11 @@
 //! The breaker itself and its promise.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use parking_lot::Mutex;
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
 
 use super::{BreakerConfig, BreakerOpen};
 use crate::stamp::AtomicStamp;
@@ -65,6 +66,15 @@ pub struct BreakerStats {
     pub working_buckets: u64,
 }
 
+/// The window and the random source of the drop draws, under one lock (a draw happens only while
+/// the window is locked anyway).
+#[derive(Debug)]
+struct Window {
+    outcomes: RollingWindow<OutcomeBucket>,
+    /// 53 random bits per draw, `[0, 1)`.
+    rng: SmallRng,
+}
+
 /// The Google SRE adaptive-throttling breaker (go-zero `googleBreaker`).
 ///
 /// See the [module docs](super) for the algorithm. Share it behind an [`Arc`]; every method takes
@@ -90,9 +100,8 @@ pub struct GoogleBreaker {
     buckets: f64,
     /// Working buckets after which nothing is dropped (go-zero: all of them).
     recovery_buckets: f64,
-    stat: Mutex<RollingWindow<OutcomeBucket>>,
+    stat: Mutex<Window>,
     pub(super) last_pass: AtomicStamp,
-    rng: AtomicU64,
     /// When the newest failure or drop leaves the window; until then `allow` must read the window.
     bad_until: AtomicStamp,
     /// `min_k >= 1`: a window without failures and drops can never drop (see `try_accept`).
@@ -115,9 +124,11 @@ impl GoogleBreaker {
         GoogleBreaker {
             buckets: f64::from(buckets),
             recovery_buckets: f64::from(config.recovery_buckets()),
-            stat: Mutex::new(window),
+            stat: Mutex::new(Window {
+                outcomes: window,
+                rng: SmallRng::seed_from_u64(seed),
+            }),
             last_pass: AtomicStamp::default(),
-            rng: AtomicU64::new(seed),
             bad_until: AtomicStamp::default(),
             fast_path: config.min_k >= 1.0,
             config,
@@ -202,14 +213,14 @@ impl GoogleBreaker {
 
     /// Records a success at `now`.
     pub fn mark_success(&self, now: Instant) {
-        self.stat.lock().add(Outcome::Success, now);
+        self.stat.lock().outcomes.add(Outcome::Success, now);
     }
 
     /// Records a failure at `now`.
     pub fn mark_failure(&self, now: Instant) {
         let mut stat = self.stat.lock();
-        stat.add(Outcome::Failure, now);
-        self.note_bad(&stat);
+        stat.outcomes.add(Outcome::Failure, now);
+        self.note_bad(&stat.outcomes);
     }
 
     /// After a failure or drop was added (under the lock): remember when its bucket expires.
@@ -225,7 +236,7 @@ impl GoogleBreaker {
     /// The counts in the window at `now`.
     #[must_use]
     pub fn stats(&self, now: Instant) -> BreakerStats {
-        history(&self.stat.lock(), now)
+        history(&self.stat.lock().outcomes, now)
     }
 
     /// The probability that a request at `now` is dropped (ignoring the forced pass), in `[0, 1]`.
@@ -262,7 +273,7 @@ impl GoogleBreaker {
             return Ok(());
         }
         let mut stat = self.stat.lock();
-        let h = history(&stat, now);
+        let h = history(&stat.outcomes, now);
         let ratio = self.base_ratio(&h);
         if ratio <= 0.0 {
             return Ok(());
@@ -274,27 +285,19 @@ impl GoogleBreaker {
             return Ok(());
         }
         let ratio = ratio * self.working_scale(&h);
-        if self.random() < ratio {
-            stat.add(Outcome::Drop, now);
-            self.note_bad(&stat);
+        if stat.rng.random::<f64>() < ratio {
+            stat.outcomes.add(Outcome::Drop, now);
+            self.note_bad(&stat.outcomes);
             return Err(BreakerOpen::new());
         }
         self.last_pass.store(now);
         Ok(())
     }
 
-    /// A uniform `f64` in `[0, 1)` from a lock-free SplitMix64 generator.
-    #[inline]
+    /// A uniform `f64` in `[0, 1)`: the next drop draw (tests).
+    #[cfg(test)]
     pub(super) fn random(&self) -> f64 {
-        const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
-        let mut z = self
-            .rng
-            .fetch_add(GAMMA, Ordering::Relaxed)
-            .wrapping_add(GAMMA);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+        self.stat.lock().rng.random::<f64>()
     }
 }
 

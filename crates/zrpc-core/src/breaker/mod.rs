@@ -55,9 +55,9 @@
 //! The window sits behind a short `parking_lot::Mutex`, taken once per reported outcome. `allow`
 //! takes it only while a failure or drop is still inside the window: with only successes in the
 //! window the SRE ratio cannot be positive (for `min_k >= 1`), so `allow` is then a lock-free atomic
-//! check. No allocation per call; `last_pass` is an atomic and the random numbers come from a lock-free SplitMix64
-//! generator seeded per breaker, so simulations can be made deterministic with
-//! [`GoogleBreaker::with_seed`].
+//! check. No allocation per call; `last_pass` is an atomic and the random numbers come from a `rand`
+//! `SmallRng` seeded per breaker and kept under the window's lock (a draw happens only with the
+//! window locked), so simulations can be made deterministic with [`GoogleBreaker::with_seed`].
 
 mod config;
 mod google;

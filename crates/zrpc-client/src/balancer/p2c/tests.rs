@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use zrpc_core::grpc::code;
 
 use super::*;
-use crate::balancer::rng::SeededRng;
 use crate::balancer::stats::EJECT_AFTER;
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
 
 /// Replays scripted indices for `below`.
 struct Script(VecDeque<usize>);
@@ -50,7 +51,10 @@ fn warm(e: &EndpointStats, lag_ms: u64, at: u64) {
 fn empty_set_picks_nothing() {
     let p = P2cPicker::new(Instant::now());
     let empty: Vec<Arc<EndpointStats>> = Vec::new();
-    assert_eq!(p.pick(&empty, Instant::now(), &mut SeededRng::new(1)), None);
+    assert_eq!(
+        p.pick(&empty, Instant::now(), &mut SmallRng::seed_from_u64(1)),
+        None
+    );
 }
 
 #[test]
@@ -87,7 +91,7 @@ fn never_draws_the_same_endpoint_twice() {
     for (i, e) in s.iter().enumerate() {
         warm(e, 1 + i as u64, 10 * MS);
     }
-    let mut rng = SeededRng::new(42);
+    let mut rng = SmallRng::seed_from_u64(42);
     let mut counts = [0u32; 5];
     for _ in 0..5000 {
         let i = p
@@ -138,7 +142,7 @@ fn force_picks_an_endpoint_idle_for_a_second() {
     let s = set(2);
     warm(&s[0], 1, 10 * MS);
     warm(&s[1], 100, 200 * MS);
-    let mut rng = SeededRng::new(1);
+    let mut rng = SmallRng::seed_from_u64(1);
     // t = 0.5 s: both "picked" at 0 (never): not yet due
     assert_eq!(
         p.pick(&s, t0 + Duration::from_millis(500), &mut rng),
@@ -234,7 +238,7 @@ fn cold_endpoint_gets_one_probe_until_it_answers() {
     warm(&s[1], 10, 10 * MS);
     // endpoint 2 is new (cold). go-zero's lag = 0 would give it load 1 and nearly all traffic.
     let now = t0 + Duration::from_millis(20);
-    let mut rng = SeededRng::new(7);
+    let mut rng = SmallRng::seed_from_u64(7);
     let mut to_cold = 0;
     for _ in 0..300 {
         let i = p.pick(&s, now, &mut rng).unwrap();
@@ -265,7 +269,7 @@ fn all_cold_endpoints_share_the_load_without_failing() {
     let t0 = Instant::now();
     let p = P2cPicker::new(t0);
     let s = set(3);
-    let mut rng = SeededRng::new(3);
+    let mut rng = SmallRng::seed_from_u64(3);
     for _ in 0..30 {
         p.pick(&s, t0, &mut rng).unwrap();
     }
@@ -288,7 +292,7 @@ fn transport_failure_takes_an_endpoint_out_then_probes_it() {
     s[1].on_pick();
     s[1].on_transport_failure(10 * MS, 11 * MS);
     assert!(s[1].is_down(11 * MS));
-    let mut rng = SeededRng::new(9);
+    let mut rng = SmallRng::seed_from_u64(9);
     let during = t0 + Duration::from_millis(50);
     for _ in 0..200 {
         let i = p.pick(&s, during, &mut rng).unwrap();
@@ -324,7 +328,7 @@ fn all_down_returns_the_first_to_recover() {
     s[1].on_transport_failure(0, MS);
     s[2].on_pick();
     s[2].on_transport_failure(0, 3 * MS);
-    let mut rng = SeededRng::new(1);
+    let mut rng = SmallRng::seed_from_u64(1);
     assert_eq!(p.pick(&s, t0 + Duration::from_millis(6), &mut rng), Some(1));
 }
 
@@ -341,7 +345,7 @@ fn simulate_share_of_slow(probe_cold: bool) -> f64 {
         }
     }
     let lat = [10 * MS, 10 * MS, 1000 * MS];
-    let mut rng = SeededRng::new(11);
+    let mut rng = SmallRng::seed_from_u64(11);
     let mut done: BinaryHeap<Reverse<(u64, usize, u64)>> = BinaryHeap::new();
     let total = 10_000u64;
     let mut to_c = 0;
@@ -415,7 +419,7 @@ proptest::proptest! {
         let now = t0 + Duration::from_millis(now_ms);
         let now_ns = p.clock().nanos(now);
         let before: Vec<u64> = s.iter().map(|e| e.inflight()).collect();
-        let i = p.pick(&s, now, &mut SeededRng::new(seed)).unwrap();
+        let i = p.pick(&s, now, &mut SmallRng::seed_from_u64(seed)).unwrap();
         proptest::prop_assert!(i < s.len());
         for (k, e) in s.iter().enumerate() {
             let expected = before[k] + u64::from(k == i);
@@ -442,14 +446,17 @@ fn v2_cost_is_linear_in_latency() {
     let now = t0 + Duration::from_millis(1001);
     let v2 = P2cPicker::new(t0);
     assert_eq!(v2.rules(), P2cRules::V2);
-    assert_eq!(v2.pick(&s, now, &mut SeededRng::new(1)), Some(0));
+    assert_eq!(v2.pick(&s, now, &mut SmallRng::seed_from_u64(1)), Some(0));
     s[0].on_abandon();
     // go-zero's sqrt load sends it to the slow one (sqrt(1e7) * 21 > sqrt(1e9)); no forcePick due
     for e in &s {
         e.last_pick
             .store(1001 * MS, std::sync::atomic::Ordering::Relaxed);
     }
-    assert_eq!(v1(t0).pick(&s, now, &mut SeededRng::new(1)), Some(1));
+    assert_eq!(
+        v1(t0).pick(&s, now, &mut SmallRng::seed_from_u64(1)),
+        Some(1)
+    );
 }
 
 /// Picks every 10 ms for `secs` on (fast 1 ms, slow `slow_ms`), completing each call at once
@@ -464,7 +471,11 @@ fn slow_pick_times(slow_ms: u64, secs: u64) -> Vec<u64> {
         t += 10;
         let now = t * MS;
         let i = p
-            .pick(&s, t0 + Duration::from_millis(t), &mut SeededRng::new(t))
+            .pick(
+                &s,
+                t0 + Duration::from_millis(t),
+                &mut SmallRng::seed_from_u64(t),
+            )
             .unwrap();
         let lat = if i == 0 { 1 } else { slow_ms };
         if i == 1 {
@@ -503,7 +514,7 @@ fn v2_never_reprobes_while_a_call_is_in_flight() {
     // due (60 s since its answer) but a call to it is still in flight
     s[1].on_pick();
     let now = t0 + Duration::from_secs(60);
-    let mut rng = SeededRng::new(3);
+    let mut rng = SmallRng::seed_from_u64(3);
     for _ in 0..100 {
         assert_eq!(p.pick(&s, now, &mut rng), Some(0));
         s[0].on_abandon();
@@ -524,7 +535,7 @@ fn v2_probe_answer_replaces_stale_latency() {
     warm(&s[1], 1000, 1000 * MS);
     let now = t0 + Duration::from_secs(40);
     assert_eq!(
-        p.pick(&s, now, &mut SeededRng::new(1)),
+        p.pick(&s, now, &mut SmallRng::seed_from_u64(1)),
         Some(1),
         "due: probe"
     );
@@ -546,7 +557,7 @@ fn v2_ejects_after_consecutive_failures_but_never_the_whole_set() {
     }
     assert!(s[0].is_ejected(30 * MS));
     let now = t0 + Duration::from_millis(30);
-    let mut rng = SeededRng::new(5);
+    let mut rng = SmallRng::seed_from_u64(5);
     for _ in 0..50 {
         assert_eq!(p.pick(&s, now, &mut rng), Some(1));
         s[1].on_abandon();
