@@ -8,7 +8,12 @@
 //! cargo run --release -p zrpc-bench -- overhead            # one scenario
 //! cargo run --release -p zrpc-bench -- --out /tmp/b2.md all  # a second run, then:
 //! cargo run --release -p zrpc-bench -- compare docs/benchmarks.md /tmp/b2.md  # ratios within 10%?
+//! cargo run --release -p zrpc-bench -- --round-secs 3 overhead  # longer timing-based rounds
 //! ```
+//!
+//! `overhead` and `latency` measure every subject for the same time per round (`--round-secs`),
+//! and a noise monitor (`noise.rs`) reports per round the share of the machine other processes
+//! and steal took; busy rounds are left out whole by a fixed rule, and the report says how many.
 //!
 //! Every server and load generator is a child process (this binary's hidden `serve` and `load`
 //! commands, the Go `gzbench` program in `go/`, `interop/gozero/bin/gz-server`, `h2load`), so
