@@ -1,0 +1,238 @@
+//! Serial (C=1) latency and c50 throughput of the zrpc client against a bare tonic `Channel`, the
+//! servers in another process.
+//!
+//! Two bare tonic Greeter servers run in a child process (this binary with `--serve`, on its own
+//! multi-thread runtime), so the client process holds only the clients and its system calls can be
+//! counted alone. Each round measures, in an order that rotates from round to round:
+//! - `tonic`: a bare `tonic::transport::Channel` (`tcp_nodelay`, as tonic's examples);
+//! - `zrpc 1ep`: a zrpc client with its default layers over the first server (static
+//!   `Endpoints:`, p2c_ewma, 2 s timeout);
+//! - `zrpc 2ep`: the same over both servers (the transparent retry is armed);
+//! - `zrpc1-nt`: `zrpc 1ep` with `Timeout: 0` (no deadline timer, no `grpc-timeout` header).
+//!
+//! Per round and client: the p50 of `--serial` calls made one at a time, and (with `--c50 N`) the
+//! calls/s of N calls by 50 workers sharing the client. The report gives the medians over the
+//! rounds and zrpc - tonic (µs) / zrpc / tonic (ratio) of those medians.
+//!
+//! `cargo run --release -p zrpc-tests --bin client_serial -- [--rounds 7] [--serial 5000]
+//! [--c50 0] [--threads 0]`
+//!
+//! For system-call counts (`strace -f -c`), one client alone against a server started apart:
+//! `client_serial --serve` prints the two addresses; then
+//! `strace -f -c client_serial --only tonic|zrpc1|zrpc2|zrpc1-nt --connect <a>,<b> --serial 20000`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::Instant;
+
+use tokio::net::TcpListener;
+use zrpc_tests::bench::{arg, median};
+use zrpc_tests::greeter::TestGreeter;
+use zrpc_tests::pb::HelloRequest;
+use zrpc_tests::pb::greeter_client::GreeterClient;
+
+#[derive(Clone)]
+enum Caller {
+    Tonic(GreeterClient<tonic::transport::Channel>),
+    Zrpc(GreeterClient<zrpc::Client>),
+}
+
+impl Caller {
+    async fn call(&mut self) {
+        let req = HelloRequest { name: "b".into() };
+        match self {
+            Caller::Tonic(c) => drop(c.say_hello(req).await.unwrap()),
+            Caller::Zrpc(c) => drop(c.say_hello(req).await.unwrap()),
+        }
+    }
+}
+
+fn num(name: &str, default: usize) -> usize {
+    arg(name).and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn main() {
+    let threads = num("--threads", 0);
+    let mut rt = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    if threads > 1 {
+        rt.worker_threads(threads);
+    }
+    let rt = rt.enable_all().build().unwrap();
+    if std::env::args().any(|a| a == "--serve") {
+        rt.block_on(serve());
+    } else {
+        rt.block_on(run());
+    }
+}
+
+/// Two bare tonic servers; prints their addresses, runs until stdin closes.
+async fn serve() {
+    let mut addrs = Vec::new();
+    for _ in 0..2 {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        addrs.push(listener.local_addr().unwrap().to_string());
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(TestGreeter::new().into_service())
+                .serve_with_incoming(
+                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+                ),
+        );
+    }
+    println!("{}", addrs.join(","));
+    std::io::stdout().flush().unwrap();
+    tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        while std::io::stdin().lock().read_line(&mut line).unwrap_or(0) > 0 {
+            line.clear();
+        }
+    })
+    .await
+    .unwrap();
+}
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn connect(kind: &str, addrs: &[String]) -> Caller {
+    match kind {
+        "tonic" => Caller::Tonic(GreeterClient::new(
+            tonic::transport::Endpoint::from_shared(format!("http://{}", addrs[0]))
+                .unwrap()
+                .tcp_nodelay(true)
+                .connect()
+                .await
+                .unwrap(),
+        )),
+        "zrpc1" | "zrpc2" | "zrpc1-nt" => {
+            let n = if kind == "zrpc2" { 2 } else { 1 };
+            let mut conf = zrpc::RpcClientConf::direct(addrs[..n].iter().cloned());
+            if kind == "zrpc1-nt" {
+                // no timer and no grpc-timeout header: what the deadline costs
+                conf = conf.with_timeout(std::time::Duration::ZERO);
+            }
+            Caller::Zrpc(GreeterClient::new(zrpc::client(conf).await.unwrap()))
+        }
+        other => panic!("unknown client {other:?}: tonic, zrpc1, zrpc1-nt or zrpc2"),
+    }
+}
+
+/// The p50 of `n` serial calls, µs.
+async fn serial(c: &mut Caller, n: usize) -> f64 {
+    let mut took = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t0 = Instant::now();
+        c.call().await;
+        took.push(t0.elapsed().as_secs_f64() * 1e6);
+    }
+    median(took)
+}
+
+/// Calls/s of `n` calls by 50 workers sharing `c`.
+async fn c50(c: &Caller, n: usize) -> f64 {
+    let per = n / 50;
+    let t0 = Instant::now();
+    let tasks: Vec<_> = (0..50)
+        .map(|_| {
+            let mut c = c.clone();
+            tokio::spawn(async move {
+                for _ in 0..per {
+                    c.call().await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let rate = (per * 50) as f64 / t0.elapsed().as_secs_f64();
+    rate
+}
+
+async fn run() {
+    let serial_n = num("--serial", 5_000);
+    let mut _server = None;
+    let addrs: Vec<String> = match arg("--connect") {
+        Some(a) => a.split(',').map(str::to_owned).collect(),
+        None => {
+            let mut child = Command::new(std::env::current_exe().unwrap())
+                .arg("--serve")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut line = String::new();
+            BufReader::new(child.stdout.take().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            _server = Some(Server(child));
+            line.trim().split(',').map(str::to_owned).collect()
+        }
+    };
+    if let Some(only) = arg("--only") {
+        let mut c = connect(&only, &addrs).await;
+        serial(&mut c, 500).await;
+        let p50 = serial(&mut c, serial_n).await;
+        println!("{only}: serial p50 {p50:.1} us over {serial_n} calls");
+        return;
+    }
+    let rounds = num("--rounds", 7);
+    let c50_n = num("--c50", 0);
+    let kinds = ["tonic", "zrpc1", "zrpc2", "zrpc1-nt"];
+    let mut clients = Vec::new();
+    for k in kinds {
+        let mut c = connect(k, &addrs).await;
+        serial(&mut c, 1_000).await;
+        if c50_n > 0 {
+            c50(&c, 5_000).await;
+        }
+        clients.push(c);
+    }
+    let mut p50 = vec![Vec::new(); kinds.len()];
+    let mut rate = vec![Vec::new(); kinds.len()];
+    for round in 0..rounds {
+        for j in 0..kinds.len() {
+            let i = (round + j) % kinds.len();
+            p50[i].push(serial(&mut clients[i], serial_n).await);
+            if c50_n > 0 {
+                rate[i].push(c50(&clients[i], c50_n).await);
+            }
+        }
+    }
+    println!(
+        "serial p50 (us), median of {rounds} rotating rounds of {serial_n} calls; servers: 2 bare tonic in a child process"
+    );
+    let t = median(p50[0].clone());
+    for (i, k) in kinds.iter().enumerate() {
+        let m = median(p50[i].clone());
+        println!(
+            "  {k:6} {m:7.1}  {:+6.1} vs tonic  rounds {:.1?}",
+            m - t,
+            p50[i]
+        );
+    }
+    if c50_n > 0 {
+        println!("c50 calls/s, median of {rounds} rounds of {c50_n} calls");
+        let t = median(rate[0].clone());
+        for (i, k) in kinds.iter().enumerate() {
+            let m = median(rate[i].clone());
+            println!(
+                "  {k:6} {m:8.0}  {:.3}x tonic  rounds {:.0?}",
+                m / t,
+                rate[i]
+            );
+        }
+    }
+}
