@@ -154,8 +154,7 @@ fn tonic_with_layers(listener: TcpListener, on: bool) {
         AuthLayer, BreakerLayer, DrainLayer, DrainSignal, FactsLayer, MetricsLayer, RecoverLayer,
         StatLayer, StatSettings, StreamingMethods, TimeoutLayer, TimeoutSettings, TraceLayer,
     };
-    let registry: &'static zrpc_core::breaker::BreakerRegistry =
-        Box::leak(Box::new(zrpc_core::breaker::BreakerRegistry::default()));
+    let registry = std::sync::Arc::new(zrpc_core::breaker::BreakerRegistry::default());
     let streaming = StreamingMethods::new(Vec::new());
     let stat = StatSettings {
         enabled: on,
