@@ -183,6 +183,26 @@ fn async_stream(
     tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
+/// A bare tonic server (no zrpc layer, `TCP_NODELAY` on) with a [`TestGreeter`] on
+/// `127.0.0.1:0`: the benches' anchor. Returns its address; the server runs until the runtime
+/// stops.
+///
+/// # Panics
+///
+/// When no loopback port can be bound.
+pub async fn spawn_bare_tonic() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+    let addr = listener.local_addr().expect("bound address");
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(TestGreeter::new().into_service())
+            .serve_with_incoming(
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            ),
+    );
+    addr
+}
+
 /// A config for tests: `127.0.0.1:0`, short WrapUpTime (100 ms), WaitTime 10 s.
 pub fn test_conf(name: &str) -> RpcServerConf {
     RpcServerConf::new(name, "127.0.0.1:0").with_shutdown(ShutdownConf::new(

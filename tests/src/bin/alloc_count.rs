@@ -33,10 +33,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
-use tokio::net::TcpListener;
 use zrpc_core::cpu::FixedCpu;
 use zrpc_tests::bench::{arg, median};
-use zrpc_tests::greeter::{TestGreeter, start_server_with, test_conf};
+use zrpc_tests::greeter::{TestGreeter, spawn_bare_tonic, start_server_with, test_conf};
 use zrpc_tests::pb::HelloRequest;
 use zrpc_tests::pb::greeter_client::GreeterClient;
 
@@ -64,15 +63,7 @@ fn main() {
 async fn serve() {
     let mut bare = Vec::new();
     for _ in 0..2 {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        bare.push(listener.local_addr().unwrap());
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(TestGreeter::new().into_service())
-                .serve_with_incoming(
-                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-                ),
-        );
+        bare.push(spawn_bare_tonic().await);
     }
     let zrpc = start_server_with(test_conf("alloc.rpc"), TestGreeter::new(), |s| {
         s.cpu_usage(Arc::new(FixedCpu::new(0)))

@@ -26,9 +26,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
-use tokio::net::TcpListener;
 use zrpc_tests::bench::{arg, median};
-use zrpc_tests::greeter::TestGreeter;
+use zrpc_tests::greeter::spawn_bare_tonic;
 use zrpc_tests::pb::HelloRequest;
 use zrpc_tests::pb::greeter_client::GreeterClient;
 
@@ -74,15 +73,7 @@ fn main() {
 async fn serve() {
     let mut addrs = Vec::new();
     for _ in 0..2 {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        addrs.push(listener.local_addr().unwrap().to_string());
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(TestGreeter::new().into_service())
-                .serve_with_incoming(
-                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-                ),
-        );
+        addrs.push(spawn_bare_tonic().await.to_string());
     }
     println!("{}", addrs.join(","));
     std::io::stdout().flush().unwrap();
