@@ -191,7 +191,9 @@ fn async_stream(
 ///
 /// When no loopback port can be bound.
 pub async fn spawn_bare_tonic() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
     let addr = listener.local_addr().expect("bound address");
     tokio::spawn(
         tonic::transport::Server::builder()
