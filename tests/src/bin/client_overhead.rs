@@ -13,30 +13,15 @@
 //! [--serial 5000] [--rounds 5] [--endpoints 1|2] [--layers default|off]`
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use tokio::net::TcpListener;
 use zrpc_tests::bench::{arg, median};
-use zrpc_tests::greeter::TestGreeter;
+use zrpc_tests::greeter::spawn_bare_tonic;
 use zrpc_tests::pb::HelloRequest;
 use zrpc_tests::pb::greeter_client::GreeterClient;
 
 type Tonic = GreeterClient<tonic::transport::Channel>;
 type Zrpc = GreeterClient<zrpc::Client>;
-
-async fn bare_server() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(TestGreeter::new().into_service())
-            .serve_with_incoming(
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            ),
-    );
-    addr
-}
 
 /// Sends `calls` calls with `workers` concurrent callers sharing `client`; calls per second.
 macro_rules! throughput {
@@ -99,9 +84,9 @@ async fn run() {
     let endpoints = num("--endpoints", 1);
     let layers_on = arg("--layers").as_deref() != Some("off");
 
-    let mut addrs = vec![bare_server().await];
+    let mut addrs = vec![spawn_bare_tonic().await];
     if endpoints > 1 {
-        addrs.push(bare_server().await);
+        addrs.push(spawn_bare_tonic().await);
     }
     let tonic: Tonic = GreeterClient::connect(format!("http://{}", addrs[0]))
         .await
