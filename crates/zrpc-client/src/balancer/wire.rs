@@ -295,6 +295,34 @@ mod tests {
         assert!(wire.unsent_since(m), "EOF recorded");
     }
 
+    #[test]
+    fn an_armed_wire_peeks_only_until_a_marked_request_has_had_a_write() {
+        let wire = Wire::default();
+        assert!(!wire.must_peek(), "unarmed: never");
+        wire.set_guarded(true);
+        // nothing written yet: the conservative side (a request may be waiting)
+        assert!(wire.must_peek());
+        wire.on_write();
+        assert!(
+            !wire.must_peek(),
+            "every request so far has had a write after its mark"
+        );
+        let _ = wire.mark();
+        assert!(
+            wire.must_peek(),
+            "a request handed over since the last write"
+        );
+        wire.on_write();
+        wire.on_write();
+        assert!(!wire.must_peek());
+        let _ = wire.mark();
+        wire.set_guarded(false);
+        assert!(
+            !wire.must_peek(),
+            "disarmed: never, even with a request waiting"
+        );
+    }
+
     #[tokio::test]
     async fn an_unguarded_wire_does_not_peek_before_writes() {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
