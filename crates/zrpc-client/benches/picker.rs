@@ -4,7 +4,10 @@
 //! Run: `cargo bench -p zrpc-client --bench picker -- --warm-up-time 1 --measurement-time 2`.
 //! Each iteration is one clock read (the client's: `Clock::coarse_now`), one pick and the release
 //! of the in-flight slot (so the counters stay bounded); `1_thread_instant` reads `Instant::now()`
-//! instead, `1_thread_no_clock` reads none. The completion math (EWMA update) is measured
+//! instead, `1_thread_no_clock` reads none. The `_cpu` variants time the same loops with the
+//! thread's CPU time instead of the wall clock: on a shared machine they stay comparable when
+//! other jobs take the cores (the wall-clock figures then grow with the time spent waiting for
+//! a core). The completion math (EWMA update) is measured
 //! separately (`complete`), and the two clock reads alone (`clock_read`, `clock_read_coarse`).
 //!
 //! The endpoints are live: each has answered within the last second when a batch of picks starts
@@ -15,7 +18,9 @@
 
 use std::hint::black_box;
 use std::sync::{Arc, Barrier};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use rustix::time::{ClockId, clock_gettime};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use zrpc_client::balancer::{EndpointStats, P2cPicker, P2cRules, ThreadRng};
@@ -35,20 +40,57 @@ fn refresh(set: &[Arc<EndpointStats>], now: u64) {
     }
 }
 
+/// What a batch of picks is timed with.
+#[derive(Clone, Copy)]
+enum Timer {
+    /// Wall-clock time (`Instant`): what a caller waits, inflated on an oversubscribed machine.
+    Wall,
+    /// The thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`): the time the pick ran on a CPU. On a
+    /// shared machine where other jobs take the cores, wall time per pick grows by the time the
+    /// thread waits for a core; CPU time does not, so this figure stays comparable across loads.
+    Cpu,
+}
+
+impl Timer {
+    fn elapsed(self, run: impl FnOnce()) -> Duration {
+        match self {
+            Timer::Wall => {
+                let start = Instant::now();
+                run();
+                start.elapsed()
+            }
+            Timer::Cpu => {
+                let start = thread_cpu();
+                run();
+                thread_cpu().saturating_sub(start)
+            }
+        }
+    }
+}
+
+fn thread_cpu() -> Duration {
+    let t = clock_gettime(ClockId::ThreadCPUTime);
+    Duration::new(
+        u64::try_from(t.tv_sec).unwrap(),
+        u32::try_from(t.tv_nsec).unwrap(),
+    )
+}
+
 /// Times `iters` picks at the times `now()` gives, after refreshing the set.
 fn timed(
+    timer: Timer,
     iters: u64,
     set: &[Arc<EndpointStats>],
     refresh_at: u64,
     mut pick: impl FnMut() -> usize,
-) -> std::time::Duration {
+) -> Duration {
     refresh(set, refresh_at);
-    let start = Instant::now();
-    for _ in 0..iters {
-        let i = pick();
-        set[i].on_abandon();
-    }
-    start.elapsed()
+    timer.elapsed(|| {
+        for _ in 0..iters {
+            let i = pick();
+            set[i].on_abandon();
+        }
+    })
 }
 
 fn pick(c: &mut Criterion) {
@@ -57,44 +99,63 @@ fn pick(c: &mut Criterion) {
         let set = endpoints(n);
         let picker = P2cPicker::new(Instant::now());
         let clock = picker.clock();
-        g.bench_with_input(BenchmarkId::new("1_thread", n), &n, |b, _| {
-            b.iter_custom(|iters| {
-                timed(iters, &set, clock.nanos(Instant::now()), || {
-                    let now = clock.coarse_now();
-                    picker
-                        .pick_at(black_box(&set), now, &mut ThreadRng)
-                        .unwrap()
-                })
+        for (name, timer) in [("1_thread", Timer::Wall), ("1_thread_cpu", Timer::Cpu)] {
+            g.bench_with_input(BenchmarkId::new(name, n), &n, |b, _| {
+                b.iter_custom(|iters| {
+                    timed(timer, iters, &set, clock.nanos(Instant::now()), || {
+                        let now = clock.coarse_now();
+                        picker
+                            .pick_at(black_box(&set), now, &mut ThreadRng)
+                            .unwrap()
+                    })
+                });
             });
-        });
+        }
         g.bench_with_input(BenchmarkId::new("1_thread_instant", n), &n, |b, _| {
             b.iter_custom(|iters| {
-                timed(iters, &set, clock.nanos(Instant::now()), || {
-                    let now = Instant::now();
-                    picker.pick(black_box(&set), now, &mut ThreadRng).unwrap()
-                })
+                timed(
+                    Timer::Wall,
+                    iters,
+                    &set,
+                    clock.nanos(Instant::now()),
+                    || {
+                        let now = Instant::now();
+                        picker.pick(black_box(&set), now, &mut ThreadRng).unwrap()
+                    },
+                )
             });
         });
         // the same pick with go-zero's rules (v1), side by side in one run
         let v1 = P2cPicker::with_rules(Instant::now(), P2cRules::V1);
         g.bench_with_input(BenchmarkId::new("1_thread_v1", n), &n, |b, _| {
             b.iter_custom(|iters| {
-                timed(iters, &set, clock.nanos(Instant::now()), || {
-                    let now = clock.coarse_now();
-                    v1.pick_at(black_box(&set), now, &mut ThreadRng).unwrap()
-                })
+                timed(
+                    Timer::Wall,
+                    iters,
+                    &set,
+                    clock.nanos(Instant::now()),
+                    || {
+                        let now = clock.coarse_now();
+                        v1.pick_at(black_box(&set), now, &mut ThreadRng).unwrap()
+                    },
+                )
             });
         });
-        g.bench_with_input(BenchmarkId::new("1_thread_no_clock", n), &n, |b, _| {
-            b.iter_custom(|iters| {
-                let fixed = clock.coarse_now();
-                timed(iters, &set, fixed, || {
-                    picker
-                        .pick_at(black_box(&set), black_box(fixed), &mut ThreadRng)
-                        .unwrap()
-                })
+        for (name, timer) in [
+            ("1_thread_no_clock", Timer::Wall),
+            ("1_thread_no_clock_cpu", Timer::Cpu),
+        ] {
+            g.bench_with_input(BenchmarkId::new(name, n), &n, |b, _| {
+                b.iter_custom(|iters| {
+                    let fixed = clock.coarse_now();
+                    timed(timer, iters, &set, fixed, || {
+                        picker
+                            .pick_at(black_box(&set), black_box(fixed), &mut ThreadRng)
+                            .unwrap()
+                    })
+                });
             });
-        });
+        }
         g.bench_with_input(BenchmarkId::new("2_threads", n), &n, |b, _| {
             b.iter_custom(|iters| {
                 let barrier = Arc::new(Barrier::new(2));
@@ -131,6 +192,15 @@ fn clock(c: &mut Criterion) {
     c.bench_function("clock_read", |b| b.iter(Instant::now));
     let clock = P2cPicker::new(Instant::now()).clock();
     c.bench_function("clock_read_coarse", |b| b.iter(|| clock.coarse_now()));
+    c.bench_function("clock_read_coarse_cpu", |b| {
+        b.iter_custom(|iters| {
+            Timer::Cpu.elapsed(|| {
+                for _ in 0..iters {
+                    black_box(clock.coarse_now());
+                }
+            })
+        });
+    });
 }
 
 fn complete(c: &mut Criterion) {
