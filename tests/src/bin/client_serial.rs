@@ -5,6 +5,8 @@
 //! multi-thread runtime), so the client process holds only the clients and its system calls can be
 //! counted alone. Each round measures, in an order that rotates from round to round:
 //! - `tonic`: a bare `tonic::transport::Channel` (`tcp_nodelay`, as tonic's examples);
+//! - `tonic-dl`: the same channel, each request with a 2 s deadline (`Request::set_timeout`: the
+//!   `grpc-timeout` header zrpc sends, and the timers it makes tonic's channel and server arm);
 //! - `zrpc 1ep`: a zrpc client with its default layers over the first server (static
 //!   `Endpoints:`, p2c_ewma, 2 s timeout);
 //! - `zrpc 2ep`: the same over both servers (the transparent retry is armed);
@@ -15,11 +17,14 @@
 //! rounds and zrpc - tonic (µs) / zrpc / tonic (ratio) of those medians.
 //!
 //! `cargo run --release -p zrpc-tests --bin client_serial -- [--rounds 7] [--serial 5000]
-//! [--c50 0] [--threads 0]`
+//! [--c50 0] [--threads 0] [--spawn] [--kinds tonic,zrpc1,...]`
+//!
+//! `--spawn` makes the serial calls from a spawned task (a runtime worker thread, as the harness's
+//! `zrpc-bench load` does) instead of the `block_on` future on the main thread.
 //!
 //! For system-call counts (`strace -f -c`), one client alone against a server started apart:
 //! `client_serial --serve` prints the two addresses; then
-//! `strace -f -c client_serial --only tonic|zrpc1|zrpc2|zrpc1-nt --connect <a>,<b> --serial 20000`.
+//! `strace -f -c client_serial --only tonic|tonic-dl|zrpc1|zrpc2|zrpc1-nt --connect <a>,<b> --serial 20000`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader, Write};
@@ -33,7 +38,12 @@ use zrpc_tests::pb::greeter_client::GreeterClient;
 
 #[derive(Clone)]
 enum Caller {
-    Tonic(GreeterClient<tonic::transport::Channel>),
+    /// A bare channel; with `Some(t)` every request carries `grpc-timeout: t` (tonic's
+    /// `Request::set_timeout`: the channel and the server each arm a timer from it).
+    Tonic(
+        GreeterClient<tonic::transport::Channel>,
+        Option<std::time::Duration>,
+    ),
     Zrpc(GreeterClient<zrpc::Client>),
 }
 
@@ -41,7 +51,13 @@ impl Caller {
     async fn call(&mut self) {
         let req = HelloRequest { name: "b".into() };
         match self {
-            Caller::Tonic(c) => drop(c.say_hello(req).await.unwrap()),
+            Caller::Tonic(c, timeout) => {
+                let mut req = tonic::Request::new(req);
+                if let Some(t) = timeout {
+                    req.set_timeout(*t);
+                }
+                drop(c.say_hello(req).await.unwrap());
+            }
             Caller::Zrpc(c) => drop(c.say_hello(req).await.unwrap()),
         }
     }
@@ -98,14 +114,17 @@ impl Drop for Server {
 
 async fn connect(kind: &str, addrs: &[String]) -> Caller {
     match kind {
-        "tonic" => Caller::Tonic(GreeterClient::new(
-            tonic::transport::Endpoint::from_shared(format!("http://{}", addrs[0]))
-                .unwrap()
-                .tcp_nodelay(true)
-                .connect()
-                .await
-                .unwrap(),
-        )),
+        "tonic" | "tonic-dl" => Caller::Tonic(
+            GreeterClient::new(
+                tonic::transport::Endpoint::from_shared(format!("http://{}", addrs[0]))
+                    .unwrap()
+                    .tcp_nodelay(true)
+                    .connect()
+                    .await
+                    .unwrap(),
+            ),
+            (kind == "tonic-dl").then_some(std::time::Duration::from_secs(2)),
+        ),
         "zrpc1" | "zrpc2" | "zrpc1-nt" => {
             let n = if kind == "zrpc2" { 2 } else { 1 };
             let mut conf = zrpc::RpcClientConf::direct(addrs[..n].iter().cloned());
@@ -115,12 +134,24 @@ async fn connect(kind: &str, addrs: &[String]) -> Caller {
             }
             Caller::Zrpc(GreeterClient::new(zrpc::client(conf).await.unwrap()))
         }
-        other => panic!("unknown client {other:?}: tonic, zrpc1, zrpc1-nt or zrpc2"),
+        other => panic!("unknown client {other:?}: tonic, tonic-dl, zrpc1, zrpc1-nt or zrpc2"),
     }
 }
 
-/// The p50 of `n` serial calls, µs.
+/// The p50 of `n` serial calls, µs. With `--spawn` the calls are made by a spawned task (on a
+/// runtime worker thread, as `zrpc-bench load` makes them), else by the `block_on` future on the
+/// main thread.
 async fn serial(c: &mut Caller, n: usize) -> f64 {
+    if std::env::args().any(|a| a == "--spawn") {
+        let mut c2 = c.clone();
+        return tokio::spawn(async move { serial_here(&mut c2, n).await })
+            .await
+            .unwrap();
+    }
+    serial_here(c, n).await
+}
+
+async fn serial_here(c: &mut Caller, n: usize) -> f64 {
     let mut took = Vec::with_capacity(n);
     for _ in 0..n {
         let t0 = Instant::now();
@@ -181,9 +212,14 @@ async fn run() {
     }
     let rounds = num("--rounds", 7);
     let c50_n = num("--c50", 0);
-    let kinds = ["tonic", "zrpc1", "zrpc2", "zrpc1-nt"];
+    let kinds: Vec<String> = match arg("--kinds") {
+        Some(k) => k.split(',').map(str::to_owned).collect(),
+        None => ["tonic", "tonic-dl", "zrpc1", "zrpc2", "zrpc1-nt"]
+            .map(str::to_owned)
+            .to_vec(),
+    };
     let mut clients = Vec::new();
-    for k in kinds {
+    for k in &kinds {
         let mut c = connect(k, &addrs).await;
         serial(&mut c, 1_000).await;
         if c50_n > 0 {
@@ -209,7 +245,7 @@ async fn run() {
     for (i, k) in kinds.iter().enumerate() {
         let m = median(p50[i].clone());
         println!(
-            "  {k:6} {m:7.1}  {:+6.1} vs tonic  rounds {:.1?}",
+            "  {k:8} {m:7.1}  {:+6.1} vs tonic  rounds {:.1?}",
             m - t,
             p50[i]
         );
@@ -220,7 +256,7 @@ async fn run() {
         for (i, k) in kinds.iter().enumerate() {
             let m = median(rate[i].clone());
             println!(
-                "  {k:6} {m:8.0}  {:.3}x tonic  rounds {:.0?}",
+                "  {k:8} {m:8.0}  {:.3}x tonic  rounds {:.0?}",
                 m / t,
                 rate[i]
             );
