@@ -220,8 +220,9 @@ impl Client {
         let service = ServiceBuilder::new()
             .option_layer(observe)
             .option_layer(
+                // the balancer enforces the deadline (one timer per call, see `layers::timeout`)
                 m.timeout
-                    .then(|| TimeoutLayer::new(conf.timeout_duration())),
+                    .then(|| TimeoutLayer::new(conf.timeout_duration()).enforced_below()),
             )
             .option_layer(credentials)
             .service(balancer.clone());

@@ -5,7 +5,7 @@ use std::error::Error as StdError;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use pin_project_lite::pin_project;
@@ -142,6 +142,9 @@ impl Endpoint {
             mark,
             timeout,
             target: Arc::clone(target),
+            deadline,
+            header_timer: true,
+            watchdog: None,
         }
     }
 
@@ -200,6 +203,20 @@ const POOLED_CHANNELS: usize = 64;
 
 pin_project! {
     /// One attempt on an endpoint ([`Endpoint::send`]): a named future, no box per call.
+    ///
+    /// # Deadline
+    ///
+    /// The call's `deadline` is enforced with one timer. tonic arms one when it sends a request
+    /// carrying `grpc-timeout` (its `GrpcTimeout` layer, inside the channel's worker, from the
+    /// header's duration) and fails the call with `TimeoutExpired` at expiry, reported as
+    /// `DeadlineExceeded`. That timer is relied on when the request is handed to the channel at
+    /// once (its `poll_ready` was ready) while a connection of the endpoint is live, so that the
+    /// worker sends it without delay: a first attempt, whose header is the call's whole timeout.
+    /// Otherwise (the channel not ready, no live connection: the worker would connect first and
+    /// arm tonic's timer only then; a retry, whose header still says the whole timeout) the
+    /// attempt arms its own `watchdog` at `deadline`. The one case left to tonic's timer alone
+    /// is a connection lost in the microseconds between that check and the worker's dispatch:
+    /// the worker reconnects first (at most the connect timeout, 3 s), then tonic's timer runs.
     pub(crate) struct Attempt {
         #[pin]
         state: AttemptState,
@@ -208,7 +225,44 @@ pin_project! {
         mark: Mark,
         timeout: Option<Duration>,
         target: Arc<str>,
+        // the deadline this attempt enforces itself (`None` once tonic's timer stands for it)
+        deadline: Option<Instant>,
+        // tonic's timer from the header may stand for the deadline (false for a retry)
+        header_timer: bool,
+        // the attempt's own deadline timer, when tonic's cannot be relied on (rare: boxed)
+        watchdog: Option<Pin<Box<tokio::time::Sleep>>>,
     }
+}
+
+impl Attempt {
+    /// Marks a retry: its `grpc-timeout` header is the call's whole timeout, so tonic's timer
+    /// would run late; the attempt enforces the call's deadline itself.
+    pub(crate) fn retry(mut self) -> Self {
+        self.header_timer = false;
+        self
+    }
+}
+
+/// The error of an attempt whose own deadline timer fired (as tonic's would say).
+fn expired() -> BoxError {
+    Box::new(tonic::TimeoutExpired(()))
+}
+
+/// Arms `watchdog` at `deadline` (once) and polls it: true once the deadline has passed.
+fn deadline_passed(
+    watchdog: &mut Option<Pin<Box<tokio::time::Sleep>>>,
+    deadline: Option<Instant>,
+    cx: &mut Context<'_>,
+) -> bool {
+    let Some(deadline) = deadline else {
+        return false;
+    };
+    let sleep = watchdog.get_or_insert_with(|| {
+        Box::pin(tokio::time::sleep_until(tokio::time::Instant::from_std(
+            deadline,
+        )))
+    });
+    sleep.as_mut().poll(cx).is_ready()
 }
 
 pin_project! {
@@ -239,21 +293,40 @@ impl Future for Attempt {
                         // polled again after completing
                         return Poll::Pending;
                     };
-                    match ready!(tower::Service::poll_ready(ch, cx)) {
-                        Ok(()) => {
+                    match tower::Service::poll_ready(ch, cx) {
+                        Poll::Ready(Ok(())) => {
                             let (Some(mut ch), Some(req)) = (channel.take(), req.take()) else {
                                 return Poll::Pending;
                             };
+                            // tonic's timer stands for the deadline only if the worker sends
+                            // the request at once (see the type's docs)
+                            if this.watchdog.is_none()
+                                && *this.header_timer
+                                && this.timeout.is_some()
+                                && this.endpoint.wire.is_live()
+                            {
+                                *this.deadline = None;
+                            }
                             let fut = tower::Service::call(&mut ch, req);
                             this.endpoint.give_back(ch);
                             this.state.set(AttemptState::Sent { fut });
                             continue;
                         }
                         // the channel's worker is gone (a clone in that state is not kept)
-                        Err(e) => Err(e),
+                        Poll::Ready(Err(e)) => Err(e.into()),
+                        Poll::Pending if deadline_passed(this.watchdog, *this.deadline, cx) => {
+                            Err(expired())
+                        }
+                        Poll::Pending => return Poll::Pending,
                     }
                 }
-                AttemptProj::Sent { fut } => ready!(fut.poll(cx)),
+                AttemptProj::Sent { fut } => match fut.poll(cx) {
+                    Poll::Ready(r) => r.map_err(Into::into),
+                    Poll::Pending if deadline_passed(this.watchdog, *this.deadline, cx) => {
+                        Err(expired())
+                    }
+                    Poll::Pending => return Poll::Pending,
+                },
             };
             return Poll::Ready(match result {
                 Ok(resp) => Ok(match this.guard.take() {
@@ -261,7 +334,7 @@ impl Future for Attempt {
                     None => resp,
                 }),
                 Err(err) => Err(this.endpoint.failed(
-                    err.into(),
+                    err,
                     this.guard,
                     *this.mark,
                     *this.timeout,

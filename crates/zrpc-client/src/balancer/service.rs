@@ -329,6 +329,7 @@ impl Shared {
             let req = replay.clone_request();
             match Arc::clone(&ep)
                 .send(clock, Instant::now(), deadline, timeout, req, &self.target)
+                .retry()
                 .await
             {
                 Ok(resp) => return Ok(resp),

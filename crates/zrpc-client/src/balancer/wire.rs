@@ -34,7 +34,7 @@
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use futures_util::future::BoxFuture;
@@ -56,6 +56,8 @@ pub(crate) struct Wire {
     /// The largest `writes` seen by a [`Wire::mark`]: equal to `writes` while a request handed to
     /// a connection may have had no write since (the writes that can carry its first byte).
     marked: AtomicU64,
+    /// Connections established and not yet lost (no read EOF, no I/O error, not dropped).
+    live: AtomicUsize,
 }
 
 /// The state of a [`Wire`] when a request was handed to the connection.
@@ -99,6 +101,13 @@ impl Wire {
         self.losses.fetch_add(1, Ordering::SeqCst);
     }
 
+    /// True while a connection of the endpoint is established and no loss was seen on it: a
+    /// request handed to the channel now is sent at once (the channel's worker dispatches it
+    /// without waiting for a connection).
+    pub(crate) fn is_live(&self) -> bool {
+        self.live.load(Ordering::Relaxed) > 0
+    }
+
     /// True when a connection loss was observed after `mark` and nothing had been written on any
     /// connection of the endpoint between `mark` and that loss. Only meaningful for a request that
     /// failed with a connection-loss error (an I/O error of its connection, which [`Watched`]
@@ -140,7 +149,13 @@ impl tower::Service<http::Uri> for Connector {
             let std = tcp.into_std()?;
             let peek = std.try_clone()?;
             let tcp = TcpStream::from_std(std)?;
-            Ok(TokioIo::new(Watched { tcp, peek, wire }))
+            wire.live.fetch_add(1, Ordering::Relaxed);
+            Ok(TokioIo::new(Watched {
+                tcp,
+                peek,
+                wire,
+                live: true,
+            }))
         })
     }
 }
@@ -151,9 +166,29 @@ pub(crate) struct Watched {
     tcp: TcpStream,
     peek: std::net::TcpStream,
     wire: Arc<Wire>,
+    /// Counted in `wire.live` (until its first loss or its drop).
+    live: bool,
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        self.not_live();
+    }
 }
 
 impl Watched {
+    /// Records a loss of this connection.
+    fn lost(&mut self) {
+        self.not_live();
+        self.wire.on_loss();
+    }
+
+    fn not_live(&mut self) {
+        if std::mem::take(&mut self.live) {
+            self.wire.live.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
     /// `Err` when the peer has closed or reset the connection (nothing must be written then);
     /// always `Ok` while the wire is not guarded or no request awaits its first write.
     fn check_peer(&self) -> io::Result<()> {
@@ -172,10 +207,10 @@ impl Watched {
         }
     }
 
-    fn written(&self, r: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+    fn written(&mut self, r: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
         match &r {
             Poll::Ready(Ok(n)) if *n > 0 => self.wire.on_write(),
-            Poll::Ready(Err(_)) => self.wire.on_loss(),
+            Poll::Ready(Err(_)) => self.lost(),
             _ => {}
         }
         r
@@ -193,8 +228,8 @@ impl AsyncRead for Watched {
         let room = buf.remaining() > 0;
         let r = Pin::new(&mut this.tcp).poll_read(cx, buf);
         match &r {
-            Poll::Ready(Ok(())) if room && buf.filled().len() == before => this.wire.on_loss(),
-            Poll::Ready(Err(_)) => this.wire.on_loss(),
+            Poll::Ready(Ok(())) if room && buf.filled().len() == before => this.lost(),
+            Poll::Ready(Err(_)) => this.lost(),
             _ => {}
         }
         r
@@ -209,7 +244,7 @@ impl AsyncWrite for Watched {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         if let Err(e) = this.check_peer() {
-            this.wire.on_loss();
+            this.lost();
             return Poll::Ready(Err(e));
         }
         let r = Pin::new(&mut this.tcp).poll_write(cx, buf);
@@ -223,7 +258,7 @@ impl AsyncWrite for Watched {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         if let Err(e) = this.check_peer() {
-            this.wire.on_loss();
+            this.lost();
             return Poll::Ready(Err(e));
         }
         let r = Pin::new(&mut this.tcp).poll_write_vectored(cx, bufs);
@@ -293,6 +328,35 @@ mod tests {
         let m = wire.mark();
         assert_eq!(io.read(&mut b).await.unwrap(), 0);
         assert!(wire.unsent_since(m), "EOF recorded");
+    }
+
+    #[tokio::test]
+    async fn a_connection_is_live_until_its_first_loss_or_its_drop() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let uri: http::Uri = format!("http://{}", l.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let wire = Arc::new(Wire::default());
+        assert!(!wire.is_live(), "no connection yet");
+        let mut c = Connector { wire: wire.clone() };
+        let mut a = tower::Service::call(&mut c, uri.clone())
+            .await
+            .unwrap()
+            .into_inner();
+        let (server_a, _) = l.accept().await.unwrap();
+        let b = tower::Service::call(&mut c, uri).await.unwrap();
+        assert!(wire.is_live());
+        drop(b);
+        assert!(wire.is_live(), "one connection left");
+        drop(server_a);
+        let mut buf = [0u8; 1];
+        assert_eq!(a.read(&mut buf).await.unwrap(), 0);
+        assert!(
+            !wire.is_live(),
+            "its read EOF: lost, although not dropped yet"
+        );
+        drop(a);
+        assert!(!wire.is_live());
     }
 
     #[test]

@@ -7,6 +7,18 @@
 //! [`Deadline`] extension (so the picker counts a call dropped at its
 //! deadline as `DeadlineExceeded`), and enforced on the response: expiry gives
 //! `DeadlineExceeded` (tonic's own timeout would say `Cancelled`).
+//!
+//! # One timer per call
+//!
+//! A call that carries `grpc-timeout` already gets a timer from tonic: the connection stack of
+//! every tonic `Channel` (`GrpcTimeout`) arms one from that header when it sends the request, and
+//! fails the call with `TimeoutExpired` at expiry (which the endpoint reports as
+//! `DeadlineExceeded`). The client's own chain therefore builds this layer "enforced below": it
+//! sets the header and the [`Deadline`] extension but arms no timer of its own, and the balancer arms one only where tonic's cannot
+//! be relied on (a request not yet handed to a live connection, a retry: see
+//! `balancer::endpoint`). A second timer per call cost a lock, a wheel insertion and removal, and
+//! mostly a wake-up of the runtime's parked I/O driver (an `eventfd` write) per serial call.
+//! [`TimeoutLayer::new`] used on its own keeps its timer: it cannot know what is below it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -39,6 +51,8 @@ pub struct TimeoutLayer {
     default: Option<Duration>,
     /// `grpc-timeout` of the default, formatted once.
     header: Option<HeaderValue>,
+    /// The service below enforces the [`Deadline`] extension: arm no timer here.
+    enforced_below: bool,
 }
 
 impl TimeoutLayer {
@@ -49,7 +63,17 @@ impl TimeoutLayer {
         TimeoutLayer {
             default,
             header: default.and_then(header_value),
+            enforced_below: false,
         }
+    }
+
+    /// The same layer over a zrpc balancer, which enforces the deadline itself (tonic's timer
+    /// from the `grpc-timeout` header, or its own where that one cannot be relied on): this layer
+    /// then arms no timer (see the module docs).
+    #[must_use]
+    pub(crate) fn enforced_below(mut self) -> Self {
+        self.enforced_below = true;
+        self
     }
 }
 
@@ -127,6 +151,15 @@ where
             req.headers_mut().insert(GRPC_TIMEOUT, v);
         }
         req.extensions_mut().insert(Deadline(deadline.into_std()));
+        if self.layer.enforced_below {
+            return ResponseFuture {
+                state: State::Delegated {
+                    fut: self.inner.call(req),
+                    deadline,
+                    timeout,
+                },
+            };
+        }
         ResponseFuture {
             state: State::Bounded {
                 fut: tokio::time::timeout_at(deadline, self.inner.call(req)),
@@ -155,6 +188,13 @@ pin_project! {
             deadline: tokio::time::Instant,
             timeout: Duration,
         },
+        // the service below enforces the deadline (no timer here)
+        Delegated {
+            #[pin]
+            fut: F,
+            deadline: tokio::time::Instant,
+            timeout: Duration,
+        },
     }
 }
 
@@ -178,18 +218,28 @@ where
                 deadline,
                 timeout,
             } => Poll::Ready(match ready!(fut.poll(cx)) {
-                Ok(result) => result.map_err(|e| match super::code_of_error(&*e) {
-                    // tonic's own grpc-timeout expiry says Cancelled("Timeout expired")
-                    zrpc_core::grpc::code::CANCELLED
-                        if tokio::time::Instant::now() >= *deadline =>
-                    {
-                        deadline_exceeded(Some(*timeout)).into()
-                    }
-                    _ => e,
-                }),
+                Ok(result) => result.map_err(|e| past_deadline(e, *deadline, *timeout)),
                 Err(_) => Err(deadline_exceeded(Some(*timeout)).into()),
             }),
+            StateProj::Delegated {
+                fut,
+                deadline,
+                timeout,
+            } => {
+                Poll::Ready(ready!(fut.poll(cx)).map_err(|e| past_deadline(e, *deadline, *timeout)))
+            }
         }
+    }
+}
+
+/// tonic's own `grpc-timeout` expiry says `Cancelled("Timeout expired")`: past the deadline, that
+/// is `DeadlineExceeded`.
+fn past_deadline(e: BoxError, deadline: tokio::time::Instant, timeout: Duration) -> BoxError {
+    match super::code_of_error(&*e) {
+        zrpc_core::grpc::code::CANCELLED if tokio::time::Instant::now() >= deadline => {
+            deadline_exceeded(Some(timeout)).into()
+        }
+        _ => e,
     }
 }
 
