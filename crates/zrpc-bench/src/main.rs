@@ -52,11 +52,12 @@ struct Cli {
     /// The report to write; charts go to `<dir of out>/<stem>/*.svg`.
     #[arg(long, global = true, default_value = "docs/benchmarks.md")]
     out: PathBuf,
-    /// Alternating rounds per comparison (medians are taken over them). Default 7 (quick: 1).
+    /// Alternating rounds per comparison (medians are taken over them). Default 7, `overhead`
+    /// 21 (quick: 1).
     #[arg(long, global = true)]
     rounds: Option<usize>,
     /// `overhead` and `latency`: seconds each subject is measured per round (every subject of a
-    /// comparison runs for the same time). Default 1.5 (quick: 0.3).
+    /// comparison runs for the same time). Default 1.5, `overhead` 0.5 (quick: 0.3).
     #[arg(long, global = true, value_parser = parse_round_secs)]
     round_secs: Option<f64>,
     /// `balance`: seconds per run instead of the default sizes (20/200/2000 calls/s for
@@ -131,10 +132,20 @@ fn main() -> ExitCode {
                 }
             };
             install_ctrl_c();
+            // `overhead` takes many short rounds (its pairs are close in time, and a median of
+            // 21 per-round ratios moves less than one of 7), unless told otherwise.
+            let rounds = |full| {
+                cli.rounds
+                    .unwrap_or(if cli.quick { 1 } else { full })
+                    .max(1)
+            };
+            let secs = |full| cli.round_secs.unwrap_or(if cli.quick { 0.3 } else { full });
             let opts = scenarios::Opts {
                 quick: cli.quick,
-                rounds: cli.rounds.unwrap_or(if cli.quick { 1 } else { 7 }).max(1),
-                round_secs: cli.round_secs.unwrap_or(if cli.quick { 0.3 } else { 1.5 }),
+                rounds: rounds(7),
+                round_secs: secs(1.5),
+                overhead_rounds: rounds(21),
+                overhead_secs: secs(0.5),
                 out: cli.out,
                 balance_secs: cli.balance_secs,
                 balance_clients: cli.balance_clients,

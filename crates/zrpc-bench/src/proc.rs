@@ -287,6 +287,45 @@ pub(crate) fn cpu_us_of(pid: i32) -> f64 {
     total * 1e6 / clock_ticks()
 }
 
+/// What the scheduler counted for a process, summed over its live threads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Sched {
+    /// Time on a CPU, ns.
+    pub(crate) run_ns: u64,
+    /// Time runnable but waiting for a CPU (another task had it), ns.
+    pub(crate) wait_ns: u64,
+}
+
+/// The scheduler's counters of `pid` (`/proc/<pid>/task/*/schedstat`: run time and run-queue
+/// wait, ns, per thread), summed over its threads; `None` when the kernel does not expose them
+/// (no `CONFIG_SCHED_INFO`) or the process is gone. Threads that already exited are not counted:
+/// the servers' threads live as long as the server.
+pub(crate) fn sched_of(pid: i32) -> Option<Sched> {
+    let dir = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut total = Sched::default();
+    let mut any = false;
+    for task in dir.flatten() {
+        let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) else {
+            continue;
+        };
+        if let Some(s) = parse_schedstat(&text) {
+            total.run_ns += s.run_ns;
+            total.wait_ns += s.wait_ns;
+            any = true;
+        }
+    }
+    any.then_some(total)
+}
+
+/// `run_ns wait_ns timeslices` -> [`Sched`].
+fn parse_schedstat(text: &str) -> Option<Sched> {
+    let mut f = text.split_whitespace().map(|v| v.parse::<u64>().ok());
+    Some(Sched {
+        run_ns: f.next()??,
+        wait_ns: f.next()??,
+    })
+}
+
 /// Clock ticks per second of `/proc` times (`getconf CLK_TCK`, 100 on every Linux box).
 pub(crate) fn clock_ticks() -> f64 {
     // sysconf(_SC_CLK_TCK) without unsafe code: ask `getconf` once (100 on every Linux box).
@@ -337,4 +376,40 @@ pub(crate) fn rss_mb_of(pid: i32) -> f64 {
 pub(crate) fn free_port() -> Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").context("bind 127.0.0.1:0")?;
     Ok(l.local_addr()?.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedstat_gives_run_and_wait_time() {
+        assert_eq!(
+            parse_schedstat("594157190 3121502801 180\n"),
+            Some(Sched {
+                run_ns: 594_157_190,
+                wait_ns: 3_121_502_801
+            })
+        );
+        assert_eq!(parse_schedstat("12\n"), None);
+        assert_eq!(parse_schedstat("x 1 2"), None);
+    }
+
+    #[test]
+    fn this_process_has_scheduler_counters_that_grow_with_its_cpu_time() {
+        let pid = i32::try_from(std::process::id()).expect("pid");
+        let Some(a) = sched_of(pid) else {
+            // A kernel without CONFIG_SCHED_INFO: the tick-based times are used instead.
+            return;
+        };
+        let t = std::time::Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < Duration::from_millis(30) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let b = sched_of(pid).expect("still there");
+        assert!(b.run_ns > a.run_ns, "{a:?} -> {b:?}");
+        assert!(b.wait_ns >= a.wait_ns);
+        assert_eq!(sched_of(-1), None, "no such process");
+    }
 }

@@ -29,8 +29,12 @@ pub(crate) struct Opts {
     pub(crate) quick: bool,
     /// Alternating rounds per comparison.
     pub(crate) rounds: usize,
-    /// Seconds each subject is measured per round (`overhead`, `latency`).
+    /// Seconds each subject is measured per round (`latency`).
     pub(crate) round_secs: f64,
+    /// `overhead`: alternating rounds per comparison (more and shorter than `rounds`).
+    pub(crate) overhead_rounds: usize,
+    /// `overhead`: seconds each subject is measured per round.
+    pub(crate) overhead_secs: f64,
     /// The report path.
     pub(crate) out: PathBuf,
     /// `balance`: seconds per run (default sizes when `None`).
@@ -566,6 +570,38 @@ pub(crate) struct H2Run {
     pub(crate) rate: f64,
     pub(crate) requests: u64,
     pub(crate) latencies: Vec<f64>,
+    /// What the scheduler counted for the server over the middle of the measured window (see
+    /// [`h2load_sampled`]).
+    pub(crate) server: Option<Window>,
+}
+
+/// A server's scheduler counters over a stretch of a measured h2load window.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Window {
+    /// The stretch, s.
+    pub(crate) secs: f64,
+    /// The server's CPU time in it, s.
+    pub(crate) run_s: f64,
+    /// The time it was runnable while another task had its CPU, s.
+    pub(crate) wait_s: f64,
+}
+
+impl Window {
+    /// CPU µs per request at `rate` requests/s (the measured window's rate).
+    pub(crate) fn cpu_us_per_request(&self, rate: f64) -> f64 {
+        if rate <= 0.0 || self.secs <= 0.0 {
+            return 0.0;
+        }
+        self.run_s * 1e6 / (rate * self.secs)
+    }
+
+    /// The share of the stretch the server waited for a CPU.
+    pub(crate) fn wait_share(&self) -> f64 {
+        if self.secs <= 0.0 {
+            return 0.0;
+        }
+        self.wait_s / self.secs
+    }
 }
 
 /// How long an h2load run lasts.
@@ -575,14 +611,37 @@ pub(crate) enum H2Amount {
     Requests(u64),
     /// `-D`: this many seconds (timing-based: every subject gets the same time).
     Secs(f64),
+    /// `--warm-up-time` then `-D`: the connections are made and the streams ramp up in the
+    /// warm-up, so that the measured seconds hold only the steady state.
+    WarmSecs {
+        /// Seconds before the measurement starts.
+        warm_up: f64,
+        /// Seconds measured.
+        secs: f64,
+    },
 }
 
 /// `h2load -c conns -m streams (-n requests | -D secs) -t threads` of SayHello against `addr`.
 pub(crate) fn h2load(
     ctx: &Ctx<'_>,
     addr: &str,
+    args: (u64, u64, H2Amount, u64),
+    cpu: Option<usize>,
+) -> Result<H2Run> {
+    h2load_sampled(ctx, addr, args, cpu, None)
+}
+
+/// [`h2load`], and with `server` (a pid) and a timed amount, that server's scheduler counters
+/// (`/proc/<pid>/task/*/schedstat`, ns) read twice inside h2load's measured window, 30 ms after
+/// its start and 30 ms before its end (counted from starting h2load): its CPU time per request
+/// then holds neither the connections' setup, the warm-up nor the teardown, only the steady
+/// state the request rate was measured in.
+pub(crate) fn h2load_sampled(
+    ctx: &Ctx<'_>,
+    addr: &str,
     (conns, streams, amount, threads): (u64, u64, H2Amount, u64),
     cpu: Option<usize>,
+    server: Option<i32>,
 ) -> Result<H2Run> {
     let h2 = ctx
         .env
@@ -593,14 +652,18 @@ pub(crate) fn h2load(
     // gRPC frame of HelloRequest{name: "world"}.
     std::fs::write(&body, b"\x00\x00\x00\x00\x07\x0a\x05world")?;
     let log = ctx.file("h2load.log");
+    // h2load takes whole units: milliseconds.
+    let ms = |s: f64| format!("{}ms", (s * 1000.0).round().max(1.0));
     let mut cmd = ctx.env.command(h2, cpu);
     cmd.args(["-t", &threads.to_string()])
         .args(["-c", &conns.to_string()])
         .args(["-m", &streams.to_string()]);
     match amount {
         H2Amount::Requests(n) => cmd.args(["-n", &n.to_string()]),
-        // h2load takes whole units: milliseconds.
-        H2Amount::Secs(s) => cmd.args(["-D", &format!("{}ms", (s * 1000.0).round().max(1.0))]),
+        H2Amount::Secs(s) => cmd.args(["-D", &ms(s)]),
+        H2Amount::WarmSecs { warm_up, secs } => cmd
+            .args(["-D", &ms(secs)])
+            .arg(format!("--warm-up-time={}", ms(warm_up))),
     };
     cmd.arg("-d")
         .arg(&body)
@@ -609,7 +672,38 @@ pub(crate) fn h2load(
         .arg("--connection-inactivity-timeout=60")
         .args(["-H", "content-type: application/grpc", "-H", "te: trailers"])
         .arg(format!("http://{addr}/greeter.Greeter/SayHello"));
-    let out = cmd.output().context("cannot run h2load")?;
+    let (skip, measured) = match amount {
+        H2Amount::Requests(_) => (0.0, 0.0),
+        H2Amount::Secs(s) => (0.0, s),
+        H2Amount::WarmSecs { warm_up, secs } => (warm_up, secs),
+    };
+    let margin = 0.03;
+    let sample = server.filter(|_| measured > 3.0 * margin);
+    let child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("cannot run h2load")?;
+    let started = Instant::now();
+    let mut window = None;
+    if let Some(pid) = sample {
+        let sleep_until = |at: f64| {
+            let left = Duration::from_secs_f64(at).saturating_sub(started.elapsed());
+            std::thread::sleep(left);
+        };
+        sleep_until(skip + margin);
+        let (a, ta) = (crate::proc::sched_of(pid), Instant::now());
+        sleep_until(skip + measured - margin);
+        let (b, tb) = (crate::proc::sched_of(pid), Instant::now());
+        if let (Some(a), Some(b)) = (a, b) {
+            window = Some(Window {
+                secs: tb.duration_since(ta).as_secs_f64(),
+                run_s: b.run_ns.saturating_sub(a.run_ns) as f64 / 1e9,
+                wait_s: b.wait_ns.saturating_sub(a.wait_ns) as f64 / 1e9,
+            });
+        }
+    }
+    let out = child.wait_with_output().context("cannot run h2load")?;
     let text = String::from_utf8_lossy(&out.stdout);
     let line = |prefix: &str| {
         text.lines()
@@ -644,5 +738,31 @@ pub(crate) fn h2load(
         rate,
         requests,
         latencies,
+        server: window,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_gives_cpu_per_request_and_the_share_spent_waiting() {
+        // 0.4 s of the measured window: 0.36 s on the CPU at 45,000 requests/s = 20 µs each.
+        let w = Window {
+            secs: 0.4,
+            run_s: 0.36,
+            wait_s: 0.04,
+        };
+        assert!((w.cpu_us_per_request(45_000.0) - 20.0).abs() < 1e-9);
+        assert!((w.wait_share() - 0.1).abs() < 1e-12);
+        assert_eq!(w.cpu_us_per_request(0.0), 0.0, "no requests");
+        let empty = Window {
+            secs: 0.0,
+            run_s: 0.0,
+            wait_s: 0.0,
+        };
+        assert_eq!(empty.cpu_us_per_request(1000.0), 0.0);
+        assert_eq!(empty.wait_share(), 0.0);
+    }
 }

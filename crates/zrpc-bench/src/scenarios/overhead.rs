@@ -5,7 +5,7 @@
 
 use anyhow::Result;
 
-use super::{Ctx, Gen, H2Amount, LoadSpec, Profile, ServerSpec, Side, h2load};
+use super::{Ctx, Gen, H2Amount, LoadSpec, Profile, ServerSpec, Side, h2load, h2load_sampled};
 use crate::charts::{self, XAxis};
 use crate::noise::Rounds;
 use crate::report::{Section, Table, f, round_ratio};
@@ -72,12 +72,16 @@ impl Acc {
 }
 
 pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
-    let rounds = ctx.opts.rounds;
-    // Timing-based runs: every subject is measured for the same time, long enough that a
-    // neighbour's burst is averaged out rather than halving a run; the medians of the per-round
-    // ratios (and their spread) then describe what is left of the noise.
-    let secs = ctx.opts.round_secs;
-    let warmup_secs = (secs / 3.0).max(0.2);
+    // Timing-based runs, many and short: every subject is measured for the same time, and the
+    // runs of a round are close in time (6 x 0.5 s), so that the host's speed, which drifts over
+    // seconds, is nearly the same for the runs a per-round ratio divides; the median of 21 such
+    // ratios moves less between two invocations than a median of 7 (issue 17).
+    let rounds = ctx.opts.overhead_rounds;
+    let secs = ctx.opts.overhead_secs;
+    // Before every measured h2load run: connections made and streams ramped up outside the
+    // measured window.
+    let run_warm_up = ctx.size(0.05, 0.1);
+    let warmup_secs = ctx.size(0.2, 1.0);
     let calls_warmup: u64 = ctx.size(500, 2_000);
     let mut modes = vec![Mode::Pinned, Mode::Unpinned];
     let mut notes = Vec::new();
@@ -89,7 +93,7 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
     let pb = ctx.progress(steps, "overhead");
     let mut server_table = Table::new(
         &format!(
-            "Server: h2load -c 10 -m 50 -D {secs} s per run, median of {rounds} alternating runs"
+            "Server: h2load -c 10 -m 50 --warm-up-time {run_warm_up} s -D {secs} s per run, median of {rounds} alternating runs"
         ),
         &[
             "mode",
@@ -160,6 +164,8 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
             )?;
         }
         let mut noise = Rounds::default();
+        // Per run: the share of its time the server was runnable but another task had its CPU.
+        let mut waited = Vec::new();
         for round in 0..rounds {
             for k in 0..SERVERS.len() {
                 // Rotate the order each round so that no subject always runs first.
@@ -168,14 +174,32 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
                 pb.set_message(format!("{} server: {}", mode.name(), SERVERS[i].2));
                 let before = ctx.noise.snap();
                 let cpu0 = s.proc.cpu_us();
-                let run = h2load(
+                let run = h2load_sampled(
                     ctx,
                     &s.addr,
-                    (10, 50, H2Amount::Secs(secs), h2_threads),
+                    (
+                        10,
+                        50,
+                        H2Amount::WarmSecs {
+                            warm_up: run_warm_up,
+                            secs,
+                        },
+                        h2_threads,
+                    ),
                     load_cpu,
+                    Some(s.proc.pid()),
                 )?;
-                let cpu = (s.proc.cpu_us() - cpu0) / run.requests.max(1) as f64;
                 noise.record(round, ctx.noise.lost_share(&before, &ctx.noise.snap()));
+                // CPU per request in the steady state (the scheduler's ns counters over the
+                // middle of the measured window); the tick-based figure of the whole h2load run
+                // when the kernel has no such counters.
+                let cpu = match run.server {
+                    Some(w) => {
+                        waited.push(w.wait_share());
+                        w.cpu_us_per_request(run.rate)
+                    }
+                    None => (s.proc.cpu_us() - cpu0) / run.requests.max(1) as f64,
+                };
                 let mut lat = run.latencies;
                 lat.sort_by(f64::total_cmp);
                 let a = &mut accs[i];
@@ -195,6 +219,17 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
         }
         drop(servers);
         notes_noise.push(noise.note(&format!("{} servers", mode.name())));
+        if !waited.is_empty() {
+            waited.sort_by(f64::total_cmp);
+            notes_noise.push(format!(
+                "{} servers: time a server's threads were runnable but off a CPU (another task \
+                 had it), summed over its threads, per second of a measured window: {:.1}% \
+                 (median over the runs; max {:.1}%), from the scheduler's counters.",
+                mode.name(),
+                percentile(&waited, 0.5) * 100.0,
+                waited.last().copied().unwrap_or(0.0) * 100.0
+            ));
+        }
         let accs: Vec<Acc> = accs.iter().map(|a| a.kept(&noise)).collect();
         let bare = &accs[0];
         for (i, (_, profile, name)) in SERVERS.iter().enumerate() {
@@ -336,10 +371,16 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
              with one thread. The client generators are this binary's `load` (zrpc client / \
              bare tonic channel) and `gzbench load` (go-zero client), with the same closed \
              loop. **Pinned mode is the headline** (each side owns a core, so a neighbour \
-             moves both less). Every comparison runs its subjects in alternating rounds \
-             (the order rotates each round) after a discarded warm-up run per server; a \
-             ratio is the median of the per-round ratios, with their min..max over the \
-             rounds in parentheses: that spread is the noise. The noise monitor (notes \
+             moves both less). Every comparison runs its subjects in many short alternating \
+             rounds (the order rotates each round) after a discarded warm-up run per server, \
+             so that the runs a per-round ratio divides are seconds apart and the host's \
+             drifting speed is nearly the same for both; a ratio is the median of the \
+             per-round ratios, with their min..max over the rounds in parentheses: that \
+             spread is the noise, and the median of many rounds moves much less than it. \
+             Every h2load run warms up (connections made, streams ramped up) before its \
+             measured window; the server's CPU per request is its CPU time in the middle of \
+             that window (the scheduler's nanosecond counters, `/proc/<pid>/task/*/schedstat`) \
+             over the requests h2load measured in it: the steady state only. The noise monitor (notes \
              below the tables) measures, around every run, the CPU time other processes \
              took and the hypervisor's steal (`/proc/stat` minus this harness and its \
              children); a round is busy when one of its runs lost more than {:.0}% of the \
