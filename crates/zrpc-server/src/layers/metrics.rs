@@ -8,6 +8,7 @@
 //! Unlike go-zero, metrics are always recorded when the layer is on (go-zero records only when a
 //! Prometheus endpoint is enabled).
 
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use tokio::time::Instant;
 
@@ -17,7 +18,8 @@ use tower_layer::Layer;
 use tower_service::Service;
 use zrpc_core::grpc::{OnStatus, code};
 
-use prometheus::{HistogramVec, IntCounterVec};
+use parking_lot::RwLock;
+use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec};
 
 use super::observe::{ObserveFuture, ObservedBody};
 use super::util::{StreamingMethods, method_of};
@@ -53,8 +55,13 @@ impl<S> Layer<S> for MetricsLayer {
     fn layer(&self, inner: S) -> Metrics<S> {
         Metrics {
             inner,
-            metrics: self.enabled.then(server_metrics),
-            streaming: self.streaming.clone(),
+            state: self.enabled.then(|| {
+                Arc::new(State {
+                    metrics: server_metrics(),
+                    streaming: self.streaming.clone(),
+                    methods: RwLock::new(Vec::new()),
+                })
+            }),
         }
     }
 }
@@ -63,27 +70,116 @@ impl<S> Layer<S> for MetricsLayer {
 #[derive(Debug, Clone)]
 pub struct Metrics<S> {
     inner: S,
-    metrics: Option<&'static ServerMetrics>,
+    state: Option<Arc<State>>,
+}
+
+/// Methods whose metric handles are kept (see [`State::methods`]).
+const CACHED_METHODS: usize = 64;
+
+/// A layer's metric families and the handles of the methods it has seen.
+#[derive(Debug)]
+struct State {
+    metrics: &'static ServerMetrics,
     streaming: StreamingMethods,
+    /// Per-method handles, resolved once per method: a `with_label_values` lookup hashes its
+    /// labels into the vector's map (~400 instructions a call for the two families,
+    /// callgrind). Only methods whose call ended with a code other than `Unimplemented` are
+    /// kept (random paths of a hostile caller take no room), at most [`CACHED_METHODS`];
+    /// other calls use the per-call lookup, which records the same series.
+    methods: RwLock<Vec<Arc<MethodHandles>>>,
+}
+
+/// One method's histogram and its counters by code (resolved on the first call with the code).
+#[derive(Debug)]
+struct MethodHandles {
+    method: Box<str>,
+    duration_ms: Histogram,
+    codes: [OnceLock<IntCounter>; 17],
+    code_total: &'static IntCounterVec,
+}
+
+impl State {
+    fn families(&self, method: &str) -> (&'static HistogramVec, &'static IntCounterVec) {
+        let m = self.metrics;
+        if self.streaming.contains(method) {
+            (&m.stream_duration_ms, &m.stream_code_total)
+        } else {
+            (&m.duration_ms, &m.code_total)
+        }
+    }
+
+    fn find(&self, method: &str) -> Option<Arc<MethodHandles>> {
+        self.methods
+            .read()
+            .iter()
+            .find(|h| *h.method == *method)
+            .cloned()
+    }
+
+    /// Records a call of a method without handles, and keeps handles for it when it exists.
+    fn record_uncached(&self, method: &str, ms: f64, c: i32) {
+        let (duration_ms, code_total) = self.families(method);
+        if c == code::UNIMPLEMENTED || self.methods.read().len() >= CACHED_METHODS {
+            duration_ms.with_label_values(&[method]).observe(ms);
+            code_total
+                .with_label_values(&[method, code::as_str(c)])
+                .inc();
+            return;
+        }
+        let handles = self.find(method).unwrap_or_else(|| {
+            let handles = Arc::new(MethodHandles {
+                method: method.into(),
+                duration_ms: duration_ms.with_label_values(&[method]),
+                codes: Default::default(),
+                code_total,
+            });
+            let mut methods = self.methods.write();
+            match methods.iter().find(|h| *h.method == *method) {
+                Some(h) => h.clone(),
+                None => {
+                    if methods.len() < CACHED_METHODS {
+                        methods.push(handles.clone());
+                    }
+                    handles
+                }
+            }
+        });
+        handles.record(ms, c);
+    }
+}
+
+impl MethodHandles {
+    fn record(&self, ms: f64, c: i32) {
+        self.duration_ms.observe(ms);
+        let label = code::as_str(c);
+        // `as_str` maps a code outside 0..=16 to "2" (Unknown), as the per-call lookup does.
+        let i = usize::try_from(c).ok().filter(|&i| i < 17).unwrap_or(2);
+        self.codes[i]
+            .get_or_init(|| self.code_total.with_label_values(&[&*self.method, label]))
+            .inc();
+    }
 }
 
 /// What [`Metrics`] remembers about a call until its final status.
 #[derive(Debug)]
 pub struct MetricsRecord {
     start: Instant,
-    method: PathAndQuery,
-    duration_ms: &'static HistogramVec,
-    code_total: &'static IntCounterVec,
+    method: Method,
+}
+
+#[derive(Debug)]
+enum Method {
+    Cached(Arc<MethodHandles>),
+    Uncached(PathAndQuery, Arc<State>),
 }
 
 impl OnStatus for MetricsRecord {
     fn on_status(self, c: i32) {
         let ms = self.start.elapsed().as_secs_f64() * 1000.0;
-        let method = self.method.path();
-        self.duration_ms.with_label_values(&[method]).observe(ms);
-        self.code_total
-            .with_label_values(&[method, code::as_str(c)])
-            .inc();
+        match self.method {
+            Method::Cached(handles) => handles.record(ms, c),
+            Method::Uncached(method, state) => state.record_uncached(method.path(), ms, c),
+        }
     }
 }
 
@@ -100,27 +196,16 @@ where
     }
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        let Some(metrics) = self.metrics else {
+        let Some(state) = &self.state else {
             return ObserveFuture::passthrough(self.inner.call(req));
         };
-        let method = method_of(&req);
-        let ServerMetrics {
-            duration_ms,
-            code_total,
-            stream_duration_ms,
-            stream_code_total,
-            ..
-        } = metrics;
-        let (duration_ms, code_total) = if self.streaming.contains(method.path()) {
-            (stream_duration_ms, stream_code_total)
-        } else {
-            (duration_ms, code_total)
+        let method = match state.find(req.uri().path()) {
+            Some(handles) => Method::Cached(handles),
+            None => Method::Uncached(method_of(&req), state.clone()),
         };
         let record = MetricsRecord {
             start: Instant::now(),
             method,
-            duration_ms,
-            code_total,
         };
         ObserveFuture::new(self.inner.call(req), record)
     }
@@ -193,6 +278,71 @@ mod tests {
                 .with_label_values(&["/metrics.S/Stream", "0"])
                 .get(),
             0
+        );
+    }
+
+    #[tokio::test]
+    async fn keeps_handles_only_for_methods_that_exist_and_counts_alike() {
+        let layer = MetricsLayer::new(true);
+        let svc = layer.layer(tower::service_fn(|req: Request<()>| async move {
+            let c = if req.uri().path().ends_with("Nope") {
+                code::UNIMPLEMENTED
+            } else if req.uri().path().ends_with("Big") {
+                99
+            } else {
+                0
+            };
+            Ok::<_, Infallible>(response_with_code(c))
+        }));
+        let m = server_metrics();
+        for _ in 0..3 {
+            for path in ["/metrics.C/Ok", "/metrics.C/Nope", "/metrics.C/Big"] {
+                let req = Request::builder().uri(path).body(()).unwrap();
+                final_code(svc.clone().oneshot(req).await.unwrap()).await;
+            }
+        }
+        let state = svc.state.as_ref().unwrap();
+        let kept: Vec<String> = state
+            .methods
+            .read()
+            .iter()
+            .map(|h| h.method.to_string())
+            .collect();
+        assert_eq!(kept, ["/metrics.C/Ok", "/metrics.C/Big"]);
+        let count = |method: &str, c: &str| m.code_total.with_label_values(&[method, c]).get();
+        assert_eq!(count("/metrics.C/Ok", "0"), 3);
+        assert_eq!(count("/metrics.C/Nope", "12"), 3);
+        // A code outside 0..=16 is recorded as Unknown, cached or not.
+        assert_eq!(count("/metrics.C/Big", "2"), 3);
+        assert_eq!(
+            m.duration_ms
+                .with_label_values(&["/metrics.C/Ok"])
+                .get_sample_count(),
+            3
+        );
+    }
+
+    #[tokio::test]
+    async fn stops_keeping_handles_at_the_cap() {
+        let svc = MetricsLayer::new(true).layer(tower::service_fn(|_req: Request<()>| async {
+            Ok::<_, Infallible>(response_with_code(0))
+        }));
+        for i in 0..CACHED_METHODS + 5 {
+            let path = format!("/metrics.Cap/M{i}");
+            let req = Request::builder().uri(&path).body(()).unwrap();
+            final_code(svc.clone().oneshot(req).await.unwrap()).await;
+        }
+        assert_eq!(
+            svc.state.as_ref().unwrap().methods.read().len(),
+            CACHED_METHODS
+        );
+        let last = format!("/metrics.Cap/M{}", CACHED_METHODS + 4);
+        assert_eq!(
+            server_metrics()
+                .code_total
+                .with_label_values(&[&last, "0"])
+                .get(),
+            1
         );
     }
 
