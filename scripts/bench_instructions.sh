@@ -23,6 +23,8 @@
 # 3611d86 72,614. Runs of one binary differ by up to ~+-300 (thread scheduling changes h2's
 # batching). With the default `Log.Level: info` the JSON formatter serialises every call's
 # span fields: full chain 96,376 (3611d86: 95,292).
+# Measured (issue 13, 725339b, one run each, same session): bare tonic 56,844; minimal 63,088
+# (was 63,757); quiet full chain 68,332 (was 69,817). YAMLs: zrpc-bench's `quiet` and `minimal`.
 # Needs valgrind and h2load (Debian: valgrind, nghttp2-client).
 set -euo pipefail
 addr=$1 n1=$2 n2=$3
