@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use rustix::time::{ClockId, clock_gettime};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use zrpc_client::balancer::{EndpointStats, P2cPicker, P2cRules, ThreadRng};
+use zrpc_client::balancer::{Clock, EndpointStats, P2cPicker, P2cRules, ThreadRng};
 use zrpc_core::grpc::code;
 
 fn endpoints(n: usize) -> Vec<Arc<EndpointStats>> {
@@ -76,6 +76,17 @@ fn thread_cpu() -> Duration {
     )
 }
 
+/// [`timed`] on a set refreshed at the current time.
+fn timed_live(
+    timer: Timer,
+    iters: u64,
+    set: &[Arc<EndpointStats>],
+    clock: Clock,
+    pick: impl FnMut() -> usize,
+) -> Duration {
+    timed(timer, iters, set, clock.nanos(Instant::now()), pick)
+}
+
 /// Times `iters` picks at the times `now()` gives, after refreshing the set.
 fn timed(
     timer: Timer,
@@ -102,7 +113,7 @@ fn pick(c: &mut Criterion) {
         for (name, timer) in [("1_thread", Timer::Wall), ("1_thread_cpu", Timer::Cpu)] {
             g.bench_with_input(BenchmarkId::new(name, n), &n, |b, _| {
                 b.iter_custom(|iters| {
-                    timed(timer, iters, &set, clock.nanos(Instant::now()), || {
+                    timed_live(timer, iters, &set, clock, || {
                         let now = clock.coarse_now();
                         picker
                             .pick_at(black_box(&set), now, &mut ThreadRng)
@@ -113,32 +124,20 @@ fn pick(c: &mut Criterion) {
         }
         g.bench_with_input(BenchmarkId::new("1_thread_instant", n), &n, |b, _| {
             b.iter_custom(|iters| {
-                timed(
-                    Timer::Wall,
-                    iters,
-                    &set,
-                    clock.nanos(Instant::now()),
-                    || {
-                        let now = Instant::now();
-                        picker.pick(black_box(&set), now, &mut ThreadRng).unwrap()
-                    },
-                )
+                timed_live(Timer::Wall, iters, &set, clock, || {
+                    let now = Instant::now();
+                    picker.pick(black_box(&set), now, &mut ThreadRng).unwrap()
+                })
             });
         });
         // the same pick with go-zero's rules (v1), side by side in one run
         let v1 = P2cPicker::with_rules(Instant::now(), P2cRules::V1);
         g.bench_with_input(BenchmarkId::new("1_thread_v1", n), &n, |b, _| {
             b.iter_custom(|iters| {
-                timed(
-                    Timer::Wall,
-                    iters,
-                    &set,
-                    clock.nanos(Instant::now()),
-                    || {
-                        let now = clock.coarse_now();
-                        v1.pick_at(black_box(&set), now, &mut ThreadRng).unwrap()
-                    },
-                )
+                timed_live(Timer::Wall, iters, &set, clock, || {
+                    let now = clock.coarse_now();
+                    v1.pick_at(black_box(&set), now, &mut ThreadRng).unwrap()
+                })
             });
         });
         for (name, timer) in [
