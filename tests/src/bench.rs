@@ -1,10 +1,12 @@
-//! Helpers shared by the load benches (`src/bin/authority_cost.rs`, `src/bin/tls_cost.rs`):
-//! command-line flags, medians, pinning the load generator to CPU 1, this process's CPU time,
-//! and one `h2load` run read back into a [`Run`].
+//! Helpers shared by the load benches (`src/bin/authority_cost.rs`, `src/bin/tls_cost.rs`,
+//! `src/bin/client_serial.rs`, `src/bin/alloc_count.rs`): command-line flags, medians, pinning the
+//! load generator to CPU 1, this process's CPU time, one `h2load` run read back into a [`Run`],
+//! and servers in a child process ([`ServeChild`], [`serve_or_run`]).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::Command;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 /// The value after `name` on the command line (`--rounds 5`).
 pub fn arg(name: &str) -> Option<String> {
@@ -13,6 +15,91 @@ pub fn arg(name: &str) -> Option<String> {
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1))
         .cloned()
+}
+
+/// This binary run again with `--serve` as a child process (servers kept apart from the process
+/// that measures, so that its allocations, CPU or system calls count only the client side):
+/// the child prints one line (its addresses) and then reads commands on stdin; it is killed
+/// when this value drops.
+#[derive(Debug)]
+pub struct ServeChild {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl ServeChild {
+    /// Starts the child and returns it with the first line it printed (trimmed).
+    ///
+    /// # Panics
+    /// When the child cannot be started or prints nothing.
+    pub fn start() -> (ServeChild, String) {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .arg("--serve")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let me = ServeChild {
+            child,
+            stdin,
+            stdout,
+        };
+        (me, line.trim().to_owned())
+    }
+
+    /// Sends `cmd` as a line; with `answer`, returns the line the child prints back (trimmed).
+    ///
+    /// # Panics
+    /// When the child's pipes are closed.
+    pub fn ask(&mut self, cmd: &str, answer: bool) -> Option<String> {
+        writeln!(self.stdin, "{cmd}").unwrap();
+        self.stdin.flush().unwrap();
+        if !answer {
+            return None;
+        }
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        Some(line.trim().to_owned())
+    }
+}
+
+impl Drop for ServeChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `serve` when this binary was started with `--serve` (see [`ServeChild`]), else `run`, on
+/// a tokio runtime: current-thread for `threads == 1`, else multi-thread (`0`: tokio's default
+/// number of workers).
+///
+/// # Panics
+/// When the runtime cannot be built.
+pub fn serve_or_run<S, R>(threads: usize, serve: S, run: R)
+where
+    S: std::future::Future<Output = ()>,
+    R: std::future::Future<Output = ()>,
+{
+    let mut rt = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    if threads > 1 {
+        rt.worker_threads(threads);
+    }
+    let rt = rt.enable_all().build().unwrap();
+    if std::env::args().any(|a| a == "--serve") {
+        rt.block_on(serve);
+    } else {
+        rt.block_on(run);
+    }
 }
 
 /// The median (upper middle for an even count).

@@ -27,14 +27,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::alloc::System;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::io::{BufRead, Write};
 use std::sync::Arc;
 use std::time::Duration;
 
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use zrpc_core::cpu::FixedCpu;
-use zrpc_tests::bench::{arg, median};
+use zrpc_tests::bench::{ServeChild, arg, median, serve_or_run};
 use zrpc_tests::greeter::{TestGreeter, spawn_bare_tonic, start_server_with, test_conf};
 use zrpc_tests::pb::HelloRequest;
 use zrpc_tests::pb::greeter_client::GreeterClient;
@@ -47,15 +46,7 @@ fn allocations() -> usize {
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    if std::env::args().any(|a| a == "--serve") {
-        rt.block_on(serve());
-    } else {
-        rt.block_on(measure());
-    }
+    serve_or_run(1, serve(), measure());
 }
 
 /// The child: two bare tonic servers and a zrpc server; prints their addresses, then answers
@@ -92,52 +83,27 @@ async fn serve() {
 }
 
 struct Servers {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
+    child: ServeChild,
     bare: [String; 2],
     zrpc: String,
 }
 
 impl Servers {
     fn start() -> Servers {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .arg("--serve")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
+        let (child, line) = ServeChild::start();
         let addrs: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
         assert_eq!(addrs.len(), 3, "child printed {line:?}");
         Servers {
             child,
-            stdin,
-            stdout,
             bare: [addrs[0].clone(), addrs[1].clone()],
             zrpc: addrs[2].clone(),
         }
     }
 
     fn ask(&mut self, cmd: &str) -> Option<usize> {
-        writeln!(self.stdin, "{cmd}").unwrap();
-        self.stdin.flush().unwrap();
-        if cmd != "count" {
-            return None;
-        }
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
-        Some(line.trim().parse().unwrap())
-    }
-}
-
-impl Drop for Servers {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child
+            .ask(cmd, cmd == "count")
+            .map(|line| line.parse().unwrap())
     }
 }
 

@@ -27,11 +27,10 @@
 //! `strace -f -c client_serial --only tonic|tonic-dl|zrpc1|zrpc2|zrpc1-nt --connect <a>,<b> --serial 20000`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::io::{BufRead, Write};
 use std::time::Instant;
 
-use zrpc_tests::bench::{arg, median};
+use zrpc_tests::bench::{ServeChild, arg, median, serve_or_run};
 use zrpc_tests::greeter::spawn_bare_tonic;
 use zrpc_tests::pb::HelloRequest;
 use zrpc_tests::pb::greeter_client::GreeterClient;
@@ -68,21 +67,7 @@ fn num(name: &str, default: usize) -> usize {
 }
 
 fn main() {
-    let threads = num("--threads", 0);
-    let mut rt = if threads == 1 {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-    };
-    if threads > 1 {
-        rt.worker_threads(threads);
-    }
-    let rt = rt.enable_all().build().unwrap();
-    if std::env::args().any(|a| a == "--serve") {
-        rt.block_on(serve());
-    } else {
-        rt.block_on(run());
-    }
+    serve_or_run(num("--threads", 0), serve(), run());
 }
 
 /// Two bare tonic servers; prints their addresses, runs until stdin closes.
@@ -101,15 +86,6 @@ async fn serve() {
     })
     .await
     .unwrap();
-}
-
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 async fn connect(kind: &str, addrs: &[String]) -> Caller {
@@ -189,18 +165,9 @@ async fn run() {
     let addrs: Vec<String> = match arg("--connect") {
         Some(a) => a.split(',').map(str::to_owned).collect(),
         None => {
-            let mut child = Command::new(std::env::current_exe().unwrap())
-                .arg("--serve")
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap();
-            let mut line = String::new();
-            BufReader::new(child.stdout.take().unwrap())
-                .read_line(&mut line)
-                .unwrap();
-            _server = Some(Server(child));
-            line.trim().split(',').map(str::to_owned).collect()
+            let (child, line) = ServeChild::start();
+            _server = Some(child);
+            line.split(',').map(str::to_owned).collect()
         }
     };
     if let Some(only) = arg("--only") {
