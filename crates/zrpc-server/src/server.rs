@@ -24,9 +24,9 @@ use crate::conf::RpcServerConf;
 use crate::error::Error;
 use crate::handle::{HandleParts, Phase, ServerHandle};
 use crate::layers::{
-    AuthLayer, BreakerLayer, DrainLayer, DrainSignal, FactsLayer, MetricsLayer, RecoverLayer,
-    StatLayer, StatSettings, StreamingMethods, TimeoutLayer, TimeoutSettings, TokenStore,
-    TraceLayer,
+    AuthLayer, BreakerLayer, DrainLayer, DrainSignal, FactsLayer, GuardsLayer, MetricsLayer,
+    RecordersLayer, RecoverLayer, Select, StatLayer, StatSettings, StreamingMethods, TimeoutLayer,
+    TimeoutSettings, TokenStore, TraceLayer,
 };
 use crate::shutdown;
 
@@ -359,6 +359,55 @@ where
         // its `ConnInfo`; then `PeerLayer` turns that into the peer's extensions.
         let mw = &conf.middlewares;
         let facts = mw.breaker || shedder.is_some();
+        let timeout = TimeoutLayer::new(timeout_settings(&conf, &services.streaming));
+        let drain_layer = DrainLayer::new(
+            drain.clone(),
+            drain_infra.clone(),
+            services.streaming.clone(),
+        );
+        // With every governing stage off, the chain is built without them (`layers::select`):
+        // each would only pass the call through, moving its future and body.
+        let governed = mw.trace
+            || mw.recover
+            || mw.stat
+            || mw.prometheus
+            || mw.breaker
+            || shedder.is_some()
+            || token_store.is_some()
+            || timeout.is_on();
+        let select = if governed {
+            Select::Governed(
+                ServiceBuilder::new()
+                    .layer(FactsLayer::new(facts))
+                    .layer(TraceLayer::new(mw.trace))
+                    .layer(RecoverLayer::new(mw.recover))
+                    // stat -> metrics and breaker -> shedding, each pair one layer reading the
+                    // final status once (`layers::outcome`).
+                    .layer(RecordersLayer::new(
+                        &StatLayer::new(stat_settings(&conf)),
+                        MetricsLayer::new(mw.prometheus).streaming(services.streaming.clone()),
+                    ))
+                    .layer(AuthLayer::new(token_store, conf.strict_control))
+                    .layer(GuardsLayer::new(
+                        &BreakerLayer::with_registry(mw.breaker, breakers),
+                        &crate::shedding_glue::shedding_layer(
+                            shedder.as_ref(),
+                            &services.streaming,
+                        ),
+                    ))
+                    .layer(timeout)
+                    .layer(drain_layer)
+                    .layer(layer)
+                    .into_inner(),
+            )
+        } else {
+            Select::Lean(
+                ServiceBuilder::new()
+                    .layer(drain_layer)
+                    .layer(layer)
+                    .into_inner(),
+            )
+        };
         let chain = ServiceBuilder::new()
             .layer(crate::transport::outer_layers(
                 &accept,
@@ -369,27 +418,7 @@ where
             .layer(crate::tls::layer::AllowLayer::new(
                 tls.as_ref().and_then(|t| t.allowed.clone()),
             ))
-            .layer(FactsLayer::new(facts))
-            .layer(TraceLayer::new(mw.trace))
-            .layer(RecoverLayer::new(mw.recover))
-            .layer(StatLayer::new(stat_settings(&conf)))
-            .layer(MetricsLayer::new(mw.prometheus).streaming(services.streaming.clone()))
-            .layer(AuthLayer::new(token_store, conf.strict_control))
-            .layer(BreakerLayer::with_registry(mw.breaker, breakers))
-            .layer(crate::shedding_glue::shedding_layer(
-                shedder.as_ref(),
-                &services.streaming,
-            ))
-            .layer(TimeoutLayer::new(timeout_settings(
-                &conf,
-                &services.streaming,
-            )))
-            .layer(DrainLayer::new(
-                drain.clone(),
-                drain_infra.clone(),
-                services.streaming.clone(),
-            ))
-            .layer(layer)
+            .layer(select)
             .into_inner();
 
         let dev = DevServer::start(&conf, &parts).await?;

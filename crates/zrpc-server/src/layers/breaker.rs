@@ -59,6 +59,11 @@ impl BreakerLayer {
             registry: enabled.then_some(registry),
         }
     }
+
+    /// The registry, when the layer is on.
+    pub(crate) fn registry(&self) -> Option<Arc<BreakerRegistry>> {
+        self.registry.clone()
+    }
 }
 
 impl<S> Layer<S> for BreakerLayer {
@@ -134,25 +139,45 @@ where
         let Some(registry) = self.registry.as_ref().filter(|_| !is_infra(path)) else {
             return ResponseFuture::observe(ObserveFuture::passthrough(self.inner.call(req)));
         };
+        match BreakerRecord::admit(registry, path, || facts_of(&req), Instant::now()) {
+            Some(record) => {
+                ResponseFuture::observe(ObserveFuture::new(self.inner.call(req), record))
+            }
+            None => ResponseFuture::rejected(rejection()),
+        }
+    }
+}
+
+/// The answer to a call the breaker rejects.
+pub(crate) fn rejection<B: Default>() -> Response<B> {
+    status_response(code::UNAVAILABLE, BREAKER_OPEN_MESSAGE)
+}
+
+impl BreakerRecord {
+    /// Admits a call to `path` (not health nor reflection) at `now`: its record, or `None`
+    /// when the method's breaker is open (the drop is counted and logged). `facts` is asked
+    /// only for a guarded method.
+    pub(crate) fn admit(
+        registry: &Arc<BreakerRegistry>,
+        path: &str,
+        facts: impl FnOnce() -> Option<CallFacts>,
+        now: Instant,
+    ) -> Option<Self> {
         let Some(breaker) = registry.find(path) else {
-            let record = BreakerRecord(Record::Learn {
+            return Some(BreakerRecord(Record::Learn {
                 registry: Arc::clone(registry),
                 method: path.to_owned(),
-            });
-            return ResponseFuture::observe(ObserveFuture::new(self.inner.call(req), record));
+            }));
         };
-        match breaker.allow(Instant::now()) {
-            Ok(promise) => {
-                let facts = facts_of(&req);
-                ResponseFuture::observe(ObserveFuture::new(
-                    self.inner.call(req),
-                    BreakerRecord(Record::Guarded { promise, facts }),
-                ))
-            }
+        match breaker.allow(now) {
+            Ok(promise) => Some(BreakerRecord(Record::Guarded {
+                promise,
+                facts: facts(),
+            })),
             Err(_open) => {
                 count_drop(path, DropReason::Breaker);
                 tracing::debug!(target: "zrpc::breaker", method = path, "{BREAKER_OPEN_MESSAGE}");
-                ResponseFuture::rejected(status_response(code::UNAVAILABLE, BREAKER_OPEN_MESSAGE))
+                None
             }
         }
     }

@@ -50,18 +50,25 @@ impl MetricsLayer {
     }
 }
 
+impl MetricsLayer {
+    /// A new state for a service of this layer, when the layer is on.
+    pub(crate) fn state(&self) -> Option<Arc<State>> {
+        self.enabled.then(|| {
+            Arc::new(State {
+                metrics: server_metrics(),
+                streaming: self.streaming.clone(),
+                methods: RwLock::new(Vec::new()),
+            })
+        })
+    }
+}
+
 impl<S> Layer<S> for MetricsLayer {
     type Service = Metrics<S>;
     fn layer(&self, inner: S) -> Metrics<S> {
         Metrics {
             inner,
-            state: self.enabled.then(|| {
-                Arc::new(State {
-                    metrics: server_metrics(),
-                    streaming: self.streaming.clone(),
-                    methods: RwLock::new(Vec::new()),
-                })
-            }),
+            state: self.state(),
         }
     }
 }
@@ -78,7 +85,7 @@ const CACHED_METHODS: usize = 64;
 
 /// A layer's metric families and the handles of the methods it has seen.
 #[derive(Debug)]
-struct State {
+pub(crate) struct State {
     metrics: &'static ServerMetrics,
     streaming: StreamingMethods,
     /// Per-method handles, resolved once per method: a `with_label_values` lookup hashes its
@@ -99,6 +106,15 @@ struct MethodHandles {
 }
 
 impl State {
+    /// The record of a call started at `start`.
+    pub(crate) fn start<B>(self: &Arc<Self>, req: &Request<B>, start: Instant) -> MetricsRecord {
+        let method = match self.find(req.uri().path()) {
+            Some(handles) => Method::Cached(handles),
+            None => Method::Uncached(method_of(req), self.clone()),
+        };
+        MetricsRecord { start, method }
+    }
+
     fn families(&self, method: &str) -> (&'static HistogramVec, &'static IntCounterVec) {
         let m = self.metrics;
         if self.streaming.contains(method) {
@@ -199,14 +215,7 @@ where
         let Some(state) = &self.state else {
             return ObserveFuture::passthrough(self.inner.call(req));
         };
-        let method = match state.find(req.uri().path()) {
-            Some(handles) => Method::Cached(handles),
-            None => Method::Uncached(method_of(&req), state.clone()),
-        };
-        let record = MetricsRecord {
-            start: Instant::now(),
-            method,
-        };
+        let record = state.start(&req, Instant::now());
         ObserveFuture::new(self.inner.call(req), record)
     }
 }

@@ -16,6 +16,12 @@
 //! response body, so an `Either` of "on" and "off" would not have one response type.
 //! Stages that reject a call answer with a trailers-only gRPC status and an empty body
 //! (`B::default()`), so every body type in the chain is `Default`.
+//!
+//! The server builds this chain only when one of its stages is on: with all of facts to
+//! timeout off it serves through `drain -> user layers` alone, [`select::Select`] holding
+//! one chain or the other and an enum body unifying their responses. In the governed chain,
+//! stat and metrics run as one layer, and so do breaker and shedding
+//! ([`outcome`]): each pair reads the final status once for both.
 
 pub mod auth;
 pub mod breaker;
@@ -23,7 +29,9 @@ pub mod drain;
 pub mod facts;
 pub mod metrics;
 pub mod observe;
+pub mod outcome;
 pub mod recover;
+pub mod select;
 pub mod shedding;
 pub mod stat;
 pub mod timeout;
@@ -39,7 +47,9 @@ pub use breaker::BreakerLayer;
 pub use drain::{DrainLayer, DrainSignal};
 pub use facts::{CallFacts, FactsLayer};
 pub use metrics::MetricsLayer;
+pub use outcome::{GuardsLayer, RecordersLayer};
 pub use recover::RecoverLayer;
+pub use select::{Select, SelectBody};
 pub use shedding::{SheddingLayer, SheddingSettings};
 
 pub use stat::{StatLayer, StatSettings};

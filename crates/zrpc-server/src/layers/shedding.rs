@@ -42,7 +42,7 @@ pub struct SheddingSettings {
 }
 
 #[derive(Debug)]
-struct Shared {
+pub(crate) struct Shared {
     settings: SheddingSettings,
     origin: Instant,
     last_log_ms: AtomicU64,
@@ -50,6 +50,32 @@ struct Shared {
 }
 
 impl Shared {
+    /// Whether calls to `path` are shed when overloaded (not health, reflection, streams).
+    pub(crate) fn watches(&self, path: &str) -> bool {
+        !is_infra(path) && !self.settings.streaming.contains(path)
+    }
+
+    /// Admits a call to `path` at `now`: its record, or `None` when it is shed (the drop is
+    /// counted and logged). `facts` is asked only for an admitted call.
+    pub(crate) fn admit(
+        &self,
+        path: &str,
+        facts: impl FnOnce() -> Option<CallFacts>,
+        now: Instant,
+    ) -> Option<SheddingRecord> {
+        match self.settings.shedder.allow(now) {
+            Ok(promise) => Some(SheddingRecord {
+                promise,
+                facts: facts(),
+            }),
+            Err(_overloaded) => {
+                count_drop(path, DropReason::Shedder);
+                self.log_drop(path);
+                None
+            }
+        }
+    }
+
     fn log_drop(&self, method: &str) {
         let dropped = self.dropped_since_log.fetch_add(1, Ordering::Relaxed) + 1;
         let now_ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -90,6 +116,13 @@ impl SheddingLayer {
                 })
             }),
         }
+    }
+}
+
+impl SheddingLayer {
+    /// The shedder and its settings, when the layer is on.
+    pub(crate) fn shared(&self) -> Option<Arc<Shared>> {
+        self.shared.clone()
     }
 }
 
@@ -143,31 +176,21 @@ where
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         let path = req.uri().path();
-        let shared = self
-            .shared
-            .as_ref()
-            .filter(|s| !is_infra(path) && !s.settings.streaming.contains(path));
-        let Some(shared) = shared else {
+        let Some(shared) = self.shared.as_ref().filter(|s| s.watches(path)) else {
             return ResponseFuture::observe(ObserveFuture::passthrough(self.inner.call(req)));
         };
-        match shared.settings.shedder.allow(Instant::now()) {
-            Ok(promise) => {
-                let facts = facts_of(&req);
-                ResponseFuture::observe(ObserveFuture::new(
-                    self.inner.call(req),
-                    SheddingRecord { promise, facts },
-                ))
+        match shared.admit(path, || facts_of(&req), Instant::now()) {
+            Some(record) => {
+                ResponseFuture::observe(ObserveFuture::new(self.inner.call(req), record))
             }
-            Err(_overloaded) => {
-                count_drop(path, DropReason::Shedder);
-                shared.log_drop(path);
-                ResponseFuture::rejected(status_response(
-                    code::RESOURCE_EXHAUSTED,
-                    OVERLOADED_MESSAGE,
-                ))
-            }
+            None => ResponseFuture::rejected(rejection()),
         }
     }
+}
+
+/// The answer to a call that is shed.
+pub(crate) fn rejection<B: Default>() -> Response<B> {
+    status_response(code::RESOURCE_EXHAUSTED, OVERLOADED_MESSAGE)
 }
 
 /// Response future of the layer's service: the observed call, or the local rejection.

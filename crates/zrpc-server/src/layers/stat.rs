@@ -62,6 +62,13 @@ impl StatLayer {
     }
 }
 
+impl StatLayer {
+    /// The settings, when the layer is on.
+    pub(crate) fn enabled_settings(&self) -> Option<Arc<StatSettings>> {
+        self.settings.enabled.then(|| self.settings.clone())
+    }
+}
+
 impl<S> Layer<S> for StatLayer {
     type Service = Stat<S>;
     fn layer(&self, inner: S) -> Stat<S> {
@@ -96,6 +103,18 @@ impl std::fmt::Display for Peer {
         match &self.0 {
             Some(p) => p.fmt(f),
             None => f.write_str("-"),
+        }
+    }
+}
+
+impl StatRecord {
+    /// The record of a call started at `start`.
+    pub(crate) fn start<B>(settings: &Arc<StatSettings>, req: &Request<B>, start: Instant) -> Self {
+        StatRecord {
+            start,
+            method: method_of(req),
+            peer: peer_addr(req),
+            settings: settings.clone(),
         }
     }
 }
@@ -139,12 +158,7 @@ where
         if !self.settings.enabled {
             return ObserveFuture::passthrough(self.inner.call(req));
         }
-        let record = StatRecord {
-            start: Instant::now(),
-            method: method_of(&req),
-            peer: peer_addr(&req),
-            settings: self.settings.clone(),
-        };
+        let record = StatRecord::start(&self.settings, &req, Instant::now());
         ObserveFuture::new(self.inner.call(req), record)
     }
 }

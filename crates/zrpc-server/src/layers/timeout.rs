@@ -100,6 +100,13 @@ impl TimeoutLayer {
     }
 }
 
+impl TimeoutLayer {
+    /// Whether any call can be timed out (a default or a per-method timeout is set).
+    pub fn is_on(&self) -> bool {
+        self.settings.is_some()
+    }
+}
+
 impl<S> Layer<S> for TimeoutLayer {
     type Service = Timeout<S>;
     fn layer(&self, inner: S) -> Timeout<S> {
