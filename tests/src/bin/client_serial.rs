@@ -10,7 +10,10 @@
 //! - `zrpc 1ep`: a zrpc client with its default layers over the first server (static
 //!   `Endpoints:`, p2c_ewma, 2 s timeout);
 //! - `zrpc 2ep`: the same over both servers (the transparent retry is armed);
-//! - `zrpc1-nt`: `zrpc 1ep` with `Timeout: 0` (no deadline timer, no `grpc-timeout` header).
+//! - `zrpc1-nt`: `zrpc 1ep` with `Timeout: 0` (no deadline timer, no `grpc-timeout` header);
+//! - `zrpc1-min`: `zrpc 1ep` with every middleware off (the balancer and its endpoint's channel);
+//! - `tonic-lazy`: a bare channel built as zrpc builds an endpoint's (`connect_lazy`, a connect
+//!   timeout), without zrpc's connector (only with `--kinds`).
 //!
 //! Per round and client: the p50 of `--serial` calls made one at a time, and (with `--c50 N`) the
 //! calls/s of N calls by 50 workers sharing the client. The report gives the medians over the
@@ -25,6 +28,8 @@
 //! For system-call counts (`strace -f -c`), one client alone against a server started apart:
 //! `client_serial --serve` prints the two addresses; then
 //! `strace -f -c client_serial --only tonic|tonic-dl|zrpc1|zrpc2|zrpc1-nt --connect <a>,<b> --serial 20000`.
+//! `--only` also prints the process's CPU time, run-queue wait and time slices per call (all
+//! threads, `/proc/self/task/*/schedstat`) and each runtime worker's parks per call.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, Write};
@@ -90,6 +95,18 @@ async fn serve() {
 
 async fn connect(kind: &str, addrs: &[String]) -> Caller {
     match kind {
+        "tonic-lazy" => Caller::Tonic(
+            // the channel zrpc builds per endpoint, minus zrpc's connector: lazily connected,
+            // with a connect timeout
+            GreeterClient::new(
+                tonic::transport::Endpoint::from_shared(format!("http://{}", addrs[0]))
+                    .unwrap()
+                    .tcp_nodelay(true)
+                    .connect_timeout(std::time::Duration::from_secs(3))
+                    .connect_lazy(),
+            ),
+            None,
+        ),
         "tonic" | "tonic-dl" => Caller::Tonic(
             GreeterClient::new(
                 tonic::transport::Endpoint::from_shared(format!("http://{}", addrs[0]))
@@ -101,16 +118,28 @@ async fn connect(kind: &str, addrs: &[String]) -> Caller {
             ),
             (kind == "tonic-dl").then_some(std::time::Duration::from_secs(2)),
         ),
-        "zrpc1" | "zrpc2" | "zrpc1-nt" => {
+        "zrpc1" | "zrpc2" | "zrpc1-nt" | "zrpc1-min" => {
             let n = if kind == "zrpc2" { 2 } else { 1 };
             let mut conf = zrpc::RpcClientConf::direct(addrs[..n].iter().cloned());
             if kind == "zrpc1-nt" {
                 // no timer and no grpc-timeout header: what the deadline costs
                 conf = conf.with_timeout(std::time::Duration::ZERO);
             }
+            if kind == "zrpc1-min" {
+                // every middleware off: the balancer and the endpoint's channel alone
+                let mut m = zrpc::ClientMiddlewaresConf::default();
+                m.trace = false;
+                m.duration = false;
+                m.prometheus = false;
+                m.breaker = false;
+                m.timeout = false;
+                conf = conf.with_middlewares(m);
+            }
             Caller::Zrpc(GreeterClient::new(zrpc::client(conf).await.unwrap()))
         }
-        other => panic!("unknown client {other:?}: tonic, tonic-dl, zrpc1, zrpc1-nt or zrpc2"),
+        other => panic!(
+            "unknown client {other:?}: tonic, tonic-dl, tonic-lazy, zrpc1, zrpc1-nt, zrpc1-min or zrpc2"
+        ),
     }
 }
 
@@ -173,8 +202,19 @@ async fn run() {
     if let Some(only) = arg("--only") {
         let mut c = connect(&only, &addrs).await;
         serial(&mut c, 500).await;
+        let before = Parks::now();
+        let sched = schedstat();
         let p50 = serial(&mut c, serial_n).await;
-        println!("{only}: serial p50 {p50:.1} us over {serial_n} calls");
+        let parks = Parks::now().per_call_since(&before, serial_n);
+        let after = schedstat();
+        #[allow(clippy::cast_precision_loss)]
+        let per = |a: u64, b: u64| (a - b) as f64 / serial_n as f64 / 1e3;
+        println!(
+            "{only}: serial p50 {p50:.1} us over {serial_n} calls; CPU {:.2} us, run-queue wait {:.2} us, slices {:.2} per call (all threads); {parks}",
+            per(after.0, sched.0),
+            per(after.1, sched.1),
+            per(after.2 * 1000, sched.2 * 1000),
+        );
         return;
     }
     let rounds = num("--rounds", 7);
@@ -229,4 +269,63 @@ async fn run() {
             );
         }
     }
+}
+
+/// The runtime's per-worker park counts and busy time (tokio's stable metrics), to tell how
+/// often each worker thread went to sleep and was woken again per call.
+struct Parks(Vec<(u64, u64, std::time::Duration)>);
+
+impl Parks {
+    fn now() -> Parks {
+        let m = tokio::runtime::Handle::current().metrics();
+        Parks(
+            (0..m.num_workers())
+                .map(|w| {
+                    (
+                        m.worker_park_count(w),
+                        m.worker_park_unpark_count(w),
+                        m.worker_total_busy_duration(w),
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    fn per_call_since(&self, before: &Parks, calls: usize) -> String {
+        #[allow(clippy::cast_precision_loss)]
+        let n = calls as f64;
+        self.0
+            .iter()
+            .zip(&before.0)
+            .enumerate()
+            .map(|(w, (a, b))| {
+                format!(
+                    "worker {w}: parks {:.2} unparks {:.2} busy {:.1} us per call",
+                    (a.0 - b.0) as f64 / n,
+                    (a.1 - b.1) as f64 / n,
+                    (a.2 - b.2).as_secs_f64() * 1e6 / n
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+/// This process's CPU time, run-queue wait (ns) and time slices, summed over its threads
+/// (`/proc/self/task/*/schedstat`).
+fn schedstat() -> (u64, u64, u64) {
+    let mut sum = (0, 0, 0);
+    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) else {
+            continue;
+        };
+        let v: Vec<u64> = s
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        if let [cpu, wait, slices] = v[..] {
+            sum = (sum.0 + cpu, sum.1 + wait, sum.2 + slices);
+        }
+    }
+    sum
 }
