@@ -14,8 +14,23 @@ use anyhow::{Context, Result, bail};
 /// Where a ratio sits in a report: (section, table caption, row subject, column header).
 pub(crate) type Key = (String, String, String, String);
 
-/// Every ratio cell of a report, by place.
-pub(crate) fn ratios(text: &str) -> BTreeMap<Key, f64> {
+/// Every ratio cell of a report, by place (its value).
+#[cfg(test)]
+fn ratios(text: &str) -> BTreeMap<Key, f64> {
+    ratio_cells(text)
+        .into_iter()
+        .filter_map(|(k, c)| Some((k, ratio_value(&c)?)))
+        .collect()
+}
+
+/// Why a ratio cell is not held to the tolerance: the harness marked it `unstable: ...` (a
+/// windowed figure whose two halves of one run disagree, see `report::windowed_ratio`).
+fn unstable_reason(cell: &str) -> Option<&str> {
+    cell.find("unstable").map(|i| cell[i..].trim())
+}
+
+/// Every ratio cell of a report, by place, as written.
+fn ratio_cells(text: &str) -> BTreeMap<Key, String> {
     let mut out = BTreeMap::new();
     let mut section = String::new();
     let mut caption = String::new();
@@ -47,10 +62,10 @@ pub(crate) fn ratios(text: &str) -> BTreeMap<Key, f64> {
                 .collect::<Vec<_>>()
                 .join(" / ");
             for (h, v) in headers.iter().zip(&c) {
-                if let Some(r) = ratio_value(v) {
+                if ratio_value(v).is_some() {
                     out.insert(
                         (section.clone(), caption.clone(), subject.clone(), h.clone()),
-                        r,
+                        v.clone(),
                     );
                 }
             }
@@ -114,29 +129,40 @@ pub(crate) struct Line {
     /// |a - b| / min(a, b): symmetric, so that the order of the reports does not matter.
     pub(crate) diff: f64,
     pub(crate) pass: bool,
+    /// Not held to the tolerance: why (a report marked the cell unstable).
+    pub(crate) excluded: Option<String>,
 }
 
 /// Compares the ratios two reports share; also returns the places only one of them has.
 pub(crate) fn compare(a: &str, b: &str, tolerance: f64) -> (Vec<Line>, Vec<Key>) {
-    let (ra, rb) = (ratios(a), ratios(b));
+    let (ca, cb) = (ratio_cells(a), ratio_cells(b));
     let mut lines = Vec::new();
     let mut unmatched = Vec::new();
-    for (k, &va) in &ra {
-        match rb.get(k) {
-            Some(&vb) => {
+    for (k, cell_a) in &ca {
+        match cb.get(k) {
+            Some(cell_b) => {
+                let (Some(va), Some(vb)) = (ratio_value(cell_a), ratio_value(cell_b)) else {
+                    continue;
+                };
                 let diff = (va - vb).abs() / va.min(vb).max(1e-9);
+                let excluded = match (unstable_reason(cell_a), unstable_reason(cell_b)) {
+                    (Some(r), _) => Some(format!("A: {r}")),
+                    (None, Some(r)) => Some(format!("B: {r}")),
+                    (None, None) => None,
+                };
                 lines.push(Line {
                     key: k.clone(),
                     a: va,
                     b: vb,
                     diff,
-                    pass: diff <= tolerance,
+                    pass: excluded.is_some() || diff <= tolerance,
+                    excluded,
                 });
             }
             None => unmatched.push(k.clone()),
         }
     }
-    unmatched.extend(rb.keys().filter(|k| !ra.contains_key(*k)).cloned());
+    unmatched.extend(cb.keys().filter(|k| !ca.contains_key(*k)).cloned());
     (lines, unmatched)
 }
 
@@ -163,26 +189,38 @@ pub(crate) fn run(a: &Path, b: &Path, tolerance_pct: f64) -> Result<()> {
     println!("| section | table | subject | ratio | A | B | difference | verdict |");
     println!("|---|---|---|---|---|---|---|---|");
     let mut failed = 0;
+    let mut excluded = 0;
     for l in &lines {
         let (section, caption, subject, column) = &l.key;
         let caption: String = caption.chars().take(40).collect();
+        let verdict = match &l.excluded {
+            Some(why) => format!("EXCLUDED ({why})"),
+            None if l.pass => "PASS".into(),
+            None => "FAIL".into(),
+        };
         println!(
-            "| {section} | {caption} | {subject} | {column} | x{:.2} | x{:.2} | {:.1}% | {} |",
+            "| {section} | {caption} | {subject} | {column} | x{:.2} | x{:.2} | {:.1}% | {verdict} |",
             l.a,
             l.b,
             l.diff * 100.0,
-            if l.pass { "PASS" } else { "FAIL" }
         );
         failed += usize::from(!l.pass);
+        excluded += usize::from(l.excluded.is_some());
     }
     for (section, _, subject, column) in &unmatched {
         println!("only in one report: {section} / {subject} / {column}");
     }
     println!(
         "\n{} of {} ratios agree within {tolerance_pct}%",
-        lines.len() - failed,
-        lines.len()
+        lines.len() - failed - excluded,
+        lines.len() - excluded
     );
+    if excluded > 0 {
+        println!(
+            "{excluded} ratio(s) excluded: marked unstable by the harness (their two halves of \
+             one run differ by more than 10%; the reason is in the table above)"
+        );
+    }
     if failed > 0 {
         bail!("{failed} ratio(s) differ by more than {tolerance_pct}%");
     }
@@ -257,6 +295,25 @@ mod tests {
             mask_numbers("h2load 1.5 s, 20,000 calls"),
             "h2load # s, # calls"
         );
+    }
+
+    #[test]
+    fn a_ratio_marked_unstable_in_either_report_is_excluded_with_its_reason() {
+        let shed = "## Shedding\n\n| server | goodput / capacity (min..max per s) |\n|---|---|\n";
+        let a = format!("{shed}| go-zero | x0.12 (0.00..0.70) unstable: halves x0.05 / x0.30 |\n");
+        let b = format!("{shed}| go-zero | x0.21 (0.00..0.75) |\n");
+        for (x, y, side) in [(&a, &b, "A"), (&b, &a, "B")] {
+            let (lines, unmatched) = compare(x, y, 0.10);
+            assert!(unmatched.is_empty());
+            assert_eq!(lines.len(), 1);
+            assert!(lines[0].pass, "{lines:?}");
+            let why = lines[0].excluded.as_deref().unwrap_or_default();
+            assert_eq!(why, format!("{side}: unstable: halves x0.05 / x0.30"));
+        }
+        // Without the mark the same pair fails.
+        let c = a.replace(" unstable: halves x0.05 / x0.30", "");
+        let (lines, _) = compare(&c, &b, 0.10);
+        assert!(!lines[0].pass && lines[0].excluded.is_none());
     }
 
     #[test]

@@ -86,22 +86,93 @@ pub(crate) fn ratio(a: f64, b: f64) -> String {
 /// then its spread over the rounds as `(min..max)` when there is more than one round, e.g.
 /// `x0.79 (0.75..0.82)`. Taking the ratio round by round (rather than the ratio of medians)
 /// cancels what a busy neighbour did to both subjects of a round; the spread shows what it did
-/// not cancel. `-` when a round lacks a value or a divisor is 0.
+/// not cancel. A round in which either subject has no figure (a run that completed no request
+/// is recorded as NaN: see [`missing`]) is left out of this ratio, never turned into an extreme
+/// one; `-` when no round has both figures or the series do not line up.
 pub(crate) fn round_ratio(a: &[f64], b: &[f64]) -> String {
     if a.is_empty() || a.len() != b.len() {
         return "-".into();
     }
-    let mut r: Vec<f64> = a.iter().zip(b).map(|(a, b)| a / b).collect();
-    if r.iter().any(|v| !v.is_finite()) {
+    let mut r: Vec<f64> = a
+        .iter()
+        .zip(b)
+        .filter(|(a, b)| present(**a) && present(**b))
+        .map(|(a, b)| a / b)
+        .collect();
+    if r.is_empty() {
         return "-".into();
     }
     r.sort_by(f64::total_cmp);
     let med = r[r.len() / 2];
-    if r.len() == 1 {
+    if a.len() == 1 {
         format!("x{med:.2}")
     } else {
         format!("x{med:.2} ({:.2}..{:.2})", r[0], r[r.len() - 1])
     }
+}
+
+/// The relative difference between the two halves of one run beyond which a windowed figure is
+/// marked unstable (the tolerance `compare` holds two runs to).
+pub(crate) const SPLIT_TOLERANCE: f64 = 0.10;
+
+/// A ratio of figures taken per window (e.g. per second) of one long run: `num[w] / den`, where
+/// the numerator and the denominator are each the median over their windows, e.g. goodput per
+/// second over capacity. The cell is `x<median ratio> (<min..max over the numerator's windows>)`.
+///
+/// A run of one system is a time series, not independent rounds: a behaviour that flips on a
+/// timescale of seconds (a shedder that admits, then drops, then admits) makes its figure depend
+/// on where the window happens to start. The rule that detects it is stated and applies to every
+/// windowed figure alike: the figure is computed again on the first and on the second half of
+/// the windows (numerator and denominator alike); when the two halves differ by more than
+/// [`SPLIT_TOLERANCE`], one run does not even agree with itself, so two runs cannot be expected
+/// to agree: the cell says `unstable: halves xA / xB` and `compare` reports it without failing
+/// on it (it prints the reason). With fewer than 4 windows there are no halves to compare.
+pub(crate) fn windowed_ratio(num: &[f64], den: &[f64]) -> String {
+    let med = |v: &[f64]| crate::stats::median(v.to_vec());
+    let (n, d) = (med(num), med(den));
+    if num.is_empty() || den.is_empty() || !present(d) || !n.is_finite() {
+        return "-".into();
+    }
+    let lo = num.iter().copied().fold(f64::INFINITY, f64::min) / d;
+    let hi = num.iter().copied().fold(f64::NEG_INFINITY, f64::max) / d;
+    let mut cell = format!("x{:.2} ({lo:.2}..{hi:.2})", n / d);
+    if num.len() >= 4 {
+        let half = |v: &[f64], first: bool| {
+            let h = v.len().div_ceil(2);
+            let part = if first { &v[..h] } else { &v[v.len() - h..] };
+            med(part)
+        };
+        let (d1, d2) = if den.len() >= 4 {
+            (half(den, true), half(den, false))
+        } else {
+            (d, d)
+        };
+        let (h1, h2) = (half(num, true) / d1, half(num, false) / d2);
+        let differ = if h1.is_finite() && h2.is_finite() && h1.min(h2) > 0.0 {
+            (h1 - h2).abs() / h1.min(h2) > SPLIT_TOLERANCE
+        } else {
+            // A half with nothing in it (e.g. no call answered OK) against one with something.
+            h1 != h2
+        };
+        if differ {
+            let _ = write!(cell, " unstable: halves x{h1:.2} / x{h2:.2}");
+        }
+    }
+    cell
+}
+
+/// The figure a run that measured nothing gets (zero requests completed): left out of every
+/// median and per-round ratio, counted by [`missing`].
+pub(crate) const MISSING: f64 = f64::NAN;
+
+/// A figure that was measured (finite and above zero: a rate, a time, a CPU cost).
+pub(crate) fn present(v: f64) -> bool {
+    v.is_finite() && v > 0.0
+}
+
+/// How many rounds of a series have no figure.
+pub(crate) fn missing(series: &[f64]) -> usize {
+    series.iter().filter(|v| !present(**v)).count()
 }
 
 /// Writes the report to `out` (charts are already in `charts_dir`).
@@ -201,5 +272,46 @@ mod tests {
         assert_eq!(round_ratio(&[1.0], &[0.0]), "-");
         assert_eq!(round_ratio(&[1.0, 2.0], &[1.0]), "-");
         assert_eq!(round_ratio(&[], &[]), "-");
+    }
+
+    #[test]
+    fn a_windowed_ratio_that_disagrees_with_itself_between_halves_is_marked_unstable() {
+        // Steady: 8 seconds of ~750 OK calls/s over a capacity of 850.
+        let steady = [740.0, 760.0, 750.0, 755.0, 745.0, 750.0, 752.0, 748.0];
+        assert_eq!(windowed_ratio(&steady, &[850.0]), "x0.88 (0.87..0.89)");
+        // A shedder that admits for 4 s, then drops for 4 s: the halves are x0.72 and x0.06.
+        let flips = [600.0, 620.0, 610.0, 590.0, 50.0, 40.0, 60.0, 55.0];
+        let cell = windowed_ratio(&flips, &[850.0]);
+        assert!(cell.contains("unstable: halves x0.72 / x0.06"), "{cell}");
+        // p99 per second over an unloaded p99 per second: both halves count.
+        let num = [1500.0, 1510.0, 1490.0, 1505.0];
+        let den = [3.0, 3.1, 6.0, 6.2];
+        let cell = windowed_ratio(&num, &den);
+        assert!(
+            cell.starts_with("x250.") && cell.contains("unstable"),
+            "{cell}"
+        );
+        // Too few windows to split, no denominator, nothing at all.
+        assert_eq!(windowed_ratio(&[10.0, 30.0], &[10.0]), "x3.00 (1.00..3.00)");
+        assert_eq!(windowed_ratio(&[10.0], &[0.0]), "-");
+        assert_eq!(windowed_ratio(&[], &[1.0]), "-");
+        // A half in which no call succeeded.
+        let cell = windowed_ratio(&[0.0, 0.0, 0.0, 0.0, 9.0, 9.0, 9.0, 9.0], &[10.0]);
+        assert!(cell.contains("unstable"), "{cell}");
+    }
+
+    #[test]
+    fn a_round_without_a_figure_is_left_out_never_an_extreme_ratio() {
+        // Round 2: the subject completed no request (MISSING); round 3: the reference did not.
+        let a = [80.0, MISSING, 90.0, 85.0];
+        let b = [100.0, 50.0, 0.0, 100.0];
+        assert_eq!(
+            round_ratio(&a, &b),
+            "x0.85 (0.80..0.85)",
+            "rounds 1 and 4 only"
+        );
+        assert_eq!(missing(&a), 1);
+        assert_eq!(missing(&b), 1);
+        assert_eq!(round_ratio(&[MISSING, MISSING], &[1.0, 1.0]), "-");
     }
 }

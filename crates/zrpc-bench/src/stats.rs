@@ -103,8 +103,10 @@ pub(crate) fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[rank]
 }
 
-/// The median (upper middle for an even count); 0 for none.
+/// The median (upper middle for an even count) of the figures that are numbers (a round that
+/// measured nothing is NaN and left out); 0 for none.
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
+    v.retain(|x| !x.is_nan());
     if v.is_empty() {
         return 0.0;
     }
@@ -138,5 +140,7 @@ mod tests {
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 3.0);
         assert_eq!(median(vec![]), 0.0);
+        assert_eq!(median(vec![f64::NAN, 1.0, 3.0, 2.0]), 2.0, "NaN: no figure");
+        assert_eq!(median(vec![f64::NAN]), 0.0);
     }
 }
