@@ -25,6 +25,9 @@
 # span fields: full chain 96,376 (3611d86: 95,292).
 # Measured (issue 13, 725339b, one run each, same session): bare tonic 56,844; minimal 63,088
 # (was 63,757); quiet full chain 68,332 (was 69,817). YAMLs: zrpc-bench's `quiet` and `minimal`.
+# Measured (issue 13, lean chain + one status read per observer pair + no trace record on a disabled
+# span, same session, two runs each, load 4-7): bare tonic 56,618/56,832 -> 56,726/56,630; minimal
+# 62,925/62,843 -> 60,941/61,020 (0.929x); quiet 68,304/68,089 -> 67,646/67,738 (0.837x).
 # Needs valgrind and h2load (Debian: valgrind, nghttp2-client).
 set -euo pipefail
 addr=$1 n1=$2 n2=$3
