@@ -13,11 +13,25 @@
 //! **busy** when one of its runs lost more than [`BUSY_SHARE`] of the machine; the medians and
 //! spreads are taken over the quiet rounds when at least [`MIN_QUIET`] of them remain, over every
 //! round otherwise; whole rounds are dropped (all subjects alike) and the report says how many.
+//!
+//! Pinned runs have a second, sharper signal: a pinned process owns one core, so what costs it
+//! is another task on *that* core, which may be a small share of the machine (10% of one core
+//! is 5% of two). There the scheduler's own count is used: the time the pinned server's and
+//! the pinned load generator's threads were runnable but waited for their CPU, as a share of
+//! the CPU time they asked for ([`Rounds::record_wait`]). A round is **contended** when one of
+//! its runs waited more than [`CONTENDED_SHARE`]; contended rounds are left out by the same rule
+//! as busy ones (whole, all subjects alike, only when [`MIN_QUIET`] rounds remain). Unpinned runs
+//! do not use it: there the servers' and h2load's threads share the two cores by design, and
+//! their wait measures that, not a neighbour.
 
 use std::time::Instant;
 
 /// A run that lost more than this share of the machine (others' CPU + steal) makes its round busy.
 pub(crate) const BUSY_SHARE: f64 = 0.10;
+
+/// A pinned run whose server or load generator waited for its core more than this share of the
+/// CPU time it asked for makes its round contended.
+pub(crate) const CONTENDED_SHARE: f64 = 0.10;
 
 /// Busy rounds are left out only when at least this many quiet rounds remain.
 pub(crate) const MIN_QUIET: usize = 3;
@@ -109,37 +123,63 @@ fn parse_stat_cpu(text: &str, ticks_per_s: f64) -> (f64, f64) {
     (at(0) + at(1) + at(2), at(7))
 }
 
-/// The noise of the rounds of one comparison: per round, the largest share any of its runs lost.
+/// The noise of the rounds of one comparison: per round, the largest share any of its runs lost,
+/// and (pinned runs) the largest share of its demand a pinned process waited for its core.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Rounds {
     worst: Vec<f64>,
+    wait: Vec<f64>,
 }
 
 impl Rounds {
     /// Records one run of round `round`.
     pub(crate) fn record(&mut self, round: usize, share: f64) {
-        if self.worst.len() <= round {
-            self.worst.resize(round + 1, 0.0);
-        }
+        grow(&mut self.worst, round);
         self.worst[round] = self.worst[round].max(share);
+    }
+
+    /// Records the run-queue wait share of a pinned process in a run of round `round`.
+    pub(crate) fn record_wait(&mut self, round: usize, share: f64) {
+        grow(&mut self.wait, round);
+        self.wait[round] = self.wait[round].max(share);
+    }
+
+    fn rounds(&self) -> usize {
+        self.worst.len().max(self.wait.len())
+    }
+
+    fn busy(&self, r: usize) -> bool {
+        self.worst.get(r).is_some_and(|w| *w > BUSY_SHARE)
+    }
+
+    fn contended(&self, r: usize) -> bool {
+        self.wait.get(r).is_some_and(|w| *w > CONTENDED_SHARE)
+    }
+
+    /// How many of the rounds so far are neither busy nor contended.
+    pub(crate) fn quiet(&self) -> usize {
+        (0..self.rounds())
+            .filter(|&r| !self.busy(r) && !self.contended(r))
+            .count()
     }
 
     /// The rounds the medians use (indices), by the fixed rule of this module.
     pub(crate) fn kept(&self) -> Vec<usize> {
-        let quiet: Vec<usize> = (0..self.worst.len())
-            .filter(|&r| self.worst[r] <= BUSY_SHARE)
+        let n = self.rounds();
+        let quiet: Vec<usize> = (0..n)
+            .filter(|&r| !self.busy(r) && !self.contended(r))
             .collect();
-        if quiet.len() >= MIN_QUIET || quiet.len() == self.worst.len() {
+        if quiet.len() >= MIN_QUIET || quiet.len() == n {
             quiet
         } else {
-            (0..self.worst.len()).collect()
+            (0..n).collect()
         }
     }
 
     /// The values of the kept rounds of a per-round series (a series that does not have one
     /// value per round, e.g. a skipped subject's, is returned as it is).
     pub(crate) fn pick(&self, series: &[f64]) -> Vec<f64> {
-        if series.len() != self.worst.len() {
+        if series.len() != self.rounds() {
             return series.to_vec();
         }
         self.kept().into_iter().map(|r| series[r]).collect()
@@ -147,28 +187,61 @@ impl Rounds {
 
     /// One line for the report: the noise seen and what the rule did with it.
     pub(crate) fn note(&self, what: &str) -> String {
-        let n = self.worst.len();
-        let busy = self.worst.iter().filter(|w| **w > BUSY_SHARE).count();
-        let mut sorted = self.worst.clone();
-        sorted.sort_by(f64::total_cmp);
-        let med = sorted.get(n / 2).copied().unwrap_or(0.0);
-        let max = sorted.last().copied().unwrap_or(0.0);
-        let verdict = if busy == 0 {
+        let n = self.rounds();
+        let busy = (0..n).filter(|&r| self.busy(r)).count();
+        let contended = (0..n).filter(|&r| self.contended(r)).count();
+        let left_out = (0..n)
+            .filter(|&r| self.busy(r) || self.contended(r))
+            .count();
+        let (med, max) = median_max(&self.worst);
+        let verdict = if left_out == 0 {
             "every round is used".to_owned()
         } else if self.kept().len() < n {
-            format!("the medians and spreads use the {} quiet rounds", n - busy)
+            format!(
+                "the medians and spreads use the {} other rounds",
+                n - left_out
+            )
         } else {
-            format!("fewer than {MIN_QUIET} rounds were quiet, so every round is used")
+            format!("fewer than {MIN_QUIET} rounds were left, so every round is used")
+        };
+        let waited = if self.wait.is_empty() {
+            String::new()
+        } else {
+            let (wmed, wmax) = median_max(&self.wait);
+            format!(
+                "; the pinned processes waited for their core {:.1}% of the CPU time they asked \
+                 for (the run that waited most in a round: median over rounds; worst {:.1}%), \
+                 {contended} of {n} rounds contended (> {:.0}%)",
+                wmed * 100.0,
+                wmax * 100.0,
+                CONTENDED_SHARE * 100.0
+            )
         };
         format!(
             "Noise monitor, {what}: the busiest run of a round lost {:.1}% of the machine to other \
              processes and steal (median over rounds; worst {:.1}%); {busy} of {n} rounds busy \
-             (> {:.0}%); {verdict}.",
+             (> {:.0}%){waited}; {verdict}.",
             med * 100.0,
             max * 100.0,
             BUSY_SHARE * 100.0
         )
     }
+}
+
+fn grow(v: &mut Vec<f64>, round: usize) {
+    if v.len() <= round {
+        v.resize(round + 1, 0.0);
+    }
+}
+
+/// The (upper) median and the largest value; 0 for none.
+fn median_max(v: &[f64]) -> (f64, f64) {
+    let mut sorted = v.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    (
+        sorted.get(sorted.len() / 2).copied().unwrap_or(0.0),
+        sorted.last().copied().unwrap_or(0.0),
+    )
 }
 
 #[cfg(test)]
@@ -242,7 +315,7 @@ mod tests {
             "{}",
             r.note("x")
         );
-        assert!(r.note("servers").contains("use the 3 quiet rounds"));
+        assert!(r.note("servers").contains("use the 3 other rounds"));
 
         let mut r = Rounds::default();
         for (round, share) in [(0, 0.01), (1, 0.30), (2, 0.02), (3, 0.5)] {
@@ -254,5 +327,28 @@ mod tests {
         let mut r = Rounds::default();
         r.record(0, 0.0);
         assert_eq!(r.kept(), vec![0], "one quiet round (--quick) is kept");
+    }
+
+    #[test]
+    fn contended_pinned_rounds_are_dropped_by_the_same_rule() {
+        let mut r = Rounds::default();
+        for round in 0..5 {
+            r.record(round, 0.01);
+            r.record_wait(round, 0.02);
+        }
+        // Round 1: a pinned process waited 30% of its demand (a neighbour on its core) while the
+        // machine as a whole lost only 1%; round 3: busy.
+        r.record_wait(1, 0.30);
+        r.record(3, 0.50);
+        assert_eq!(r.kept(), vec![0, 2, 4]);
+        assert_eq!(r.quiet(), 3);
+        let note = r.note("pinned servers");
+        assert!(note.contains("1 of 5 rounds busy"), "{note}");
+        assert!(note.contains("1 of 5 rounds contended (> 10%)"), "{note}");
+        assert!(note.contains("use the 3 other rounds"), "{note}");
+        // Without pinned runs the note says nothing about waiting.
+        let mut r = Rounds::default();
+        r.record(0, 0.0);
+        assert!(!r.note("x").contains("waited"));
     }
 }

@@ -575,15 +575,21 @@ pub(crate) struct H2Run {
     pub(crate) server: Option<Window>,
 }
 
-/// A server's scheduler counters over a stretch of a measured h2load window.
+/// A server's (and the load generator's) scheduler counters over a stretch of a measured h2load
+/// window.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Window {
     /// The stretch, s.
     pub(crate) secs: f64,
-    /// The server's CPU time in it, s.
+    /// The server's CPU time in it, s (summed over its threads).
     pub(crate) run_s: f64,
-    /// The time it was runnable while another task had its CPU, s.
+    /// The time its threads were runnable while another task had their CPU, s (summed over its
+    /// threads).
     pub(crate) wait_s: f64,
+    /// The same two for h2load (the load generator), s.
+    pub(crate) load_run_s: f64,
+    /// See `load_run_s`.
+    pub(crate) load_wait_s: f64,
 }
 
 impl Window {
@@ -595,12 +601,26 @@ impl Window {
         self.run_s * 1e6 / (rate * self.secs)
     }
 
-    /// The share of the stretch the server waited for a CPU.
+    /// Of the CPU time the server's threads asked for (on a CPU or runnable in a run queue), the
+    /// share they spent waiting: wait / (run + wait), at most 1 whatever the number of threads
+    /// (a per-second figure summed over threads is not: two runnable threads wait up to 2 s a
+    /// second).
     pub(crate) fn wait_share(&self) -> f64 {
-        if self.secs <= 0.0 {
-            return 0.0;
-        }
-        self.wait_s / self.secs
+        share(self.wait_s, self.run_s)
+    }
+
+    /// The same for the load generator.
+    pub(crate) fn load_wait_share(&self) -> f64 {
+        share(self.load_wait_s, self.load_run_s)
+    }
+}
+
+/// wait / (run + wait), 0 when neither.
+fn share(wait: f64, run: f64) -> f64 {
+    if wait + run <= 0.0 {
+        0.0
+    } else {
+        wait / (wait + run)
     }
 }
 
@@ -685,21 +705,33 @@ pub(crate) fn h2load_sampled(
         .spawn()
         .context("cannot run h2load")?;
     let started = Instant::now();
+    let load_pid = i32::try_from(child.id()).unwrap_or(0);
     let mut window = None;
     if let Some(pid) = sample {
         let sleep_until = |at: f64| {
             let left = Duration::from_secs_f64(at).saturating_sub(started.elapsed());
             std::thread::sleep(left);
         };
+        let read = || {
+            (
+                crate::proc::sched_of(pid),
+                crate::proc::sched_of(load_pid),
+                Instant::now(),
+            )
+        };
         sleep_until(skip + margin);
-        let (a, ta) = (crate::proc::sched_of(pid), Instant::now());
+        let (a, la, ta) = read();
         sleep_until(skip + measured - margin);
-        let (b, tb) = (crate::proc::sched_of(pid), Instant::now());
+        let (b, lb, tb) = read();
         if let (Some(a), Some(b)) = (a, b) {
+            let (la, lb) = (la.unwrap_or_default(), lb.unwrap_or_default());
+            let s = |x: u64, y: u64| y.saturating_sub(x) as f64 / 1e9;
             window = Some(Window {
                 secs: tb.duration_since(ta).as_secs_f64(),
-                run_s: b.run_ns.saturating_sub(a.run_ns) as f64 / 1e9,
-                wait_s: b.wait_ns.saturating_sub(a.wait_ns) as f64 / 1e9,
+                run_s: s(a.run_ns, b.run_ns),
+                wait_s: s(a.wait_ns, b.wait_ns),
+                load_run_s: s(la.run_ns, lb.run_ns),
+                load_wait_s: s(la.wait_ns, lb.wait_ns),
             });
         }
     }
@@ -753,14 +785,27 @@ mod tests {
             secs: 0.4,
             run_s: 0.36,
             wait_s: 0.04,
+            load_run_s: 0.1,
+            load_wait_s: 0.0,
         };
         assert!((w.cpu_us_per_request(45_000.0) - 20.0).abs() < 1e-9);
         assert!((w.wait_share() - 0.1).abs() < 1e-12);
+        assert_eq!(w.load_wait_share(), 0.0);
         assert_eq!(w.cpu_us_per_request(0.0), 0.0, "no requests");
+        // Two threads, each runnable the whole 0.4 s on one core: 0.4 s run, 0.4 s waited. The
+        // share is a half, not 100% of the stretch (summed over threads it would read 200%).
+        let two = Window {
+            run_s: 0.4,
+            wait_s: 0.4,
+            ..w
+        };
+        assert!((two.wait_share() - 0.5).abs() < 1e-12);
         let empty = Window {
             secs: 0.0,
             run_s: 0.0,
             wait_s: 0.0,
+            load_run_s: 0.0,
+            load_wait_s: 0.0,
         };
         assert_eq!(empty.cpu_us_per_request(1000.0), 0.0);
         assert_eq!(empty.wait_share(), 0.0);

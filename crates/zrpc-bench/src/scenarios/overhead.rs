@@ -8,7 +8,7 @@ use anyhow::Result;
 use super::{Ctx, Gen, H2Amount, LoadSpec, Profile, ServerSpec, Side, h2load, h2load_sampled};
 use crate::charts::{self, XAxis};
 use crate::noise::Rounds;
-use crate::report::{Section, Table, f, round_ratio};
+use crate::report::{self, MISSING, Section, Table, f, round_ratio};
 use crate::stats::{median, percentile};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +71,33 @@ impl Acc {
     }
 }
 
+/// With `ZRPC_BENCH_RUNS=<file>`, every measured server run is appended to that file as a JSON
+/// line (rate, CPU, the noise monitor's share, the wait shares): the raw data behind the medians,
+/// for looking into why a ratio moves between invocations.
+fn trace_run(v: &serde_json::Value) {
+    let Some(path) = std::env::var_os("ZRPC_BENCH_RUNS") else {
+        return;
+    };
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = std::io::Write::write_all(&mut f, format!("{v}\n").as_bytes());
+    }
+}
+
+/// With `ZRPC_BENCH_PARTS=<comma-separated>` only these parts of `overhead` run (`pinned`,
+/// `unpinned`, `servers`, `clients`, `callgrind`; a mode and a kind are both needed, e.g.
+/// `pinned,servers`): a development aid for looking into one table row group twice in a few
+/// minutes. Unset: everything. The parts left out are reported as skipped.
+fn part(name: &str) -> bool {
+    match std::env::var("ZRPC_BENCH_PARTS") {
+        Ok(v) => v.split(',').any(|p| p.trim() == name),
+        Err(_) => true,
+    }
+}
+
 pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
     // Timing-based runs, many and short: every subject is measured for the same time, and the
     // runs of a round are close in time (6 x 0.5 s), so that the host's speed, which drifts over
@@ -89,11 +116,18 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
         modes.retain(|m| *m == Mode::Unpinned);
         notes.push("skipped: pinned mode (needs taskset and 2 CPUs)".to_owned());
     }
+    modes.retain(|m| part(m.name()));
+    for skipped in ["pinned", "unpinned", "servers", "clients", "callgrind"] {
+        if !part(skipped) {
+            notes.push(format!("skipped: {skipped} (ZRPC_BENCH_PARTS)"));
+        }
+    }
     let steps = modes.len() as u64 * rounds as u64 * (SERVERS.len() + CLIENTS.len()) as u64;
     let pb = ctx.progress(steps, "overhead");
     let mut server_table = Table::new(
         &format!(
-            "Server: h2load -c 10 -m 50 --warm-up-time {run_warm_up} s -D {secs} s per run, median of {rounds} alternating runs"
+            "Server: h2load -c 10 -m 50 --warm-up-time {run_warm_up} s -D {secs} s per run, median of {rounds} alternating runs (up to {} when rounds are left out)",
+            rounds + rounds / 2
         ),
         &[
             "mode",
@@ -136,140 +170,205 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
             Mode::Unpinned => (None, None, 0, 2),
         };
         // ---- servers ----
-        let mut accs: Vec<Acc> = vec![Acc::default(); SERVERS.len()];
-        let mut servers = Vec::new();
-        for (i, (side, profile, _)) in SERVERS.iter().enumerate() {
-            let spec = ServerSpec {
-                profile: *profile,
-                cpu: srv_cpu,
-                threads,
-                ..ServerSpec::default()
-            };
-            match ctx.server(*side, &spec) {
-                Ok(s) => servers.push(Some(s)),
-                Err(e) => {
-                    accs[i].skipped = Some(format!("{e:#}"));
-                    servers.push(None);
+        if part("servers") {
+            let mut accs: Vec<Acc> = vec![Acc::default(); SERVERS.len()];
+            let mut servers = Vec::new();
+            for (i, (side, profile, _)) in SERVERS.iter().enumerate() {
+                let spec = ServerSpec {
+                    profile: *profile,
+                    cpu: srv_cpu,
+                    threads,
+                    ..ServerSpec::default()
+                };
+                match ctx.server(*side, &spec) {
+                    Ok(s) => servers.push(Some(s)),
+                    Err(e) => {
+                        accs[i].skipped = Some(format!("{e:#}"));
+                        servers.push(None);
+                    }
+                }
+            }
+            // A discarded warm-up round: connection pools, allocator and caches settle first.
+            for s in servers.iter().flatten() {
+                pb.set_message(format!("{} warm-up", mode.name()));
+                h2load(
+                    ctx,
+                    &s.addr,
+                    (10, 50, H2Amount::Secs(warmup_secs), h2_threads),
+                    load_cpu,
+                )?;
+            }
+            let mut noise = Rounds::default();
+            // Per run: the share of its demand for CPU the server waited for a CPU.
+            let mut waited = Vec::new();
+            let mut reruns = 0;
+            // More rounds only where needed: when busy or contended rounds were left out,
+            // rounds are added until `rounds` quiet ones were measured, at most half as many
+            // again (the time a busy machine may add to `all` is bounded; on a quiet one
+            // nothing is added).
+            let max_rounds = rounds + rounds / 2;
+            let mut round = 0;
+            while round < rounds || (noise.quiet() < rounds && round < max_rounds) {
+                if round >= rounds {
+                    pb.inc_length(SERVERS.len() as u64);
+                }
+                for k in 0..SERVERS.len() {
+                    // Rotate the order each round so that no subject always runs first.
+                    let i = (k + round) % SERVERS.len();
+                    let Some(s) = &servers[i] else { continue };
+                    pb.set_message(format!("{} server: {}", mode.name(), SERVERS[i].2));
+                    // A run that completed no request is run once more; if it again completes
+                    // none, the round has no figure for this subject (MISSING: left out of its
+                    // medians and of every per-round ratio it is part of), never a ratio of 0 or
+                    // infinity.
+                    let mut attempt = 0;
+                    let (run, cpu, lost) = loop {
+                        let before = ctx.noise.snap();
+                        let cpu0 = s.proc.cpu_us();
+                        let run = h2load_sampled(
+                            ctx,
+                            &s.addr,
+                            (
+                                10,
+                                50,
+                                H2Amount::WarmSecs {
+                                    warm_up: run_warm_up,
+                                    secs,
+                                },
+                                h2_threads,
+                            ),
+                            load_cpu,
+                            Some(s.proc.pid()),
+                        )?;
+                        let lost = ctx.noise.lost_share(&before, &ctx.noise.snap());
+                        let cpu = (s.proc.cpu_us() - cpu0) / run.requests.max(1) as f64;
+                        attempt += 1;
+                        if run.requests > 0 && run.rate > 0.0 || attempt == 2 {
+                            break (run, cpu, lost);
+                        }
+                        reruns += 1;
+                    };
+                    noise.record(round, lost);
+                    // CPU per request in the steady state (the scheduler's ns counters over the
+                    // middle of the measured window); the tick-based figure of the whole h2load run
+                    // when the kernel has no such counters.
+                    let cpu = match run.server {
+                        Some(w) => {
+                            waited.push(w.wait_share());
+                            if mode == Mode::Pinned {
+                                // Pinned: each side owns its core; a wait is a neighbour on it.
+                                noise.record_wait(round, w.wait_share().max(w.load_wait_share()));
+                            }
+                            w.cpu_us_per_request(run.rate)
+                        }
+                        None => cpu,
+                    };
+                    trace_run(&serde_json::json!({
+                        "mode": mode.name(), "round": round, "subject": SERVERS[i].2,
+                        "rate": run.rate, "requests": run.requests, "cpu_us": cpu, "lost": lost,
+                        "wait": run.server.map(|w| w.wait_share()),
+                        "load_wait": run.server.map(|w| w.load_wait_share()),
+                        "load_run_s": run.server.map(|w| w.load_run_s),
+                        "secs": run.server.map(|w| w.secs),
+                    }));
+                    let mut lat = run.latencies;
+                    lat.sort_by(f64::total_cmp);
+                    let a = &mut accs[i];
+                    if run.requests == 0 || run.rate <= 0.0 {
+                        a.rate.push(MISSING);
+                        a.cpu.push(MISSING);
+                        a.p50.push(MISSING);
+                        a.p99.push(MISSING);
+                        a.p999.push(MISSING);
+                    } else {
+                        a.rate.push(run.rate);
+                        a.cpu.push(cpu);
+                        a.p50.push(percentile(&lat, 0.5));
+                        a.p99.push(percentile(&lat, 0.99));
+                        a.p999.push(percentile(&lat, 0.999));
+                        a.last_latencies = lat;
+                    }
+                    pb.inc(1);
+                }
+                round += 1;
+            }
+            for (i, s) in servers.iter().enumerate() {
+                if let Some(s) = s {
+                    accs[i].rss = s.proc.rss_mb();
+                }
+            }
+            drop(servers);
+            notes_noise.push(noise.note(&format!("{} servers", mode.name())));
+            if !waited.is_empty() {
+                waited.sort_by(f64::total_cmp);
+                notes_noise.push(format!(
+                    "{} servers: of the CPU time a server's threads asked for in a measured window \
+                 (on a CPU or runnable in a run queue), the share they waited for a CPU while \
+                 another task had it: {:.1}% (median over the runs; max {:.1}%), from the \
+                 scheduler's counters{}.",
+                    mode.name(),
+                    percentile(&waited, 0.5) * 100.0,
+                    waited.last().copied().unwrap_or(0.0) * 100.0,
+                    if mode == Mode::Pinned {
+                        ""
+                    } else {
+                        " (unpinned, the servers' and h2load's threads share the two cores by \
+                     design: this is mostly that, not a neighbour)"
+                    }
+                ));
+            }
+            let missing: usize = accs.iter().map(|a| report::missing(&a.rate)).sum();
+            if missing > 0 || reruns > 0 {
+                notes_noise.push(format!(
+                "{} servers: {reruns} run(s) completed no request and were run again; {missing} \
+                 still had none and count as missing (left out of that round's ratios).",
+                mode.name()
+            ));
+            }
+            let accs: Vec<Acc> = accs.iter().map(|a| a.kept(&noise)).collect();
+            let bare = &accs[0];
+            for (i, (_, profile, name)) in SERVERS.iter().enumerate() {
+                let a = &accs[i];
+                if let Some(why) = &a.skipped {
+                    server_table.skipped_row(&format!("{} | {name}", mode.name()), why);
+                    continue;
+                }
+                // The go-zero server with the same logging profile.
+                let go = match profile {
+                    Profile::Shipped => &accs[5],
+                    _ => &accs[3],
+                };
+                server_table.row(vec![
+                    mode.name().into(),
+                    (*name).into(),
+                    f(a.rate(), 0),
+                    round_ratio(&a.rate, &bare.rate),
+                    if SERVERS[i].0 == Side::Go || *profile == Profile::Minimal {
+                        "-".into()
+                    } else {
+                        round_ratio(&a.rate, &go.rate)
+                    },
+                    f(median(a.cpu.clone()), 1),
+                    round_ratio(&a.cpu, &bare.cpu),
+                    if SERVERS[i].0 == Side::Go || *profile == Profile::Minimal {
+                        "-".into()
+                    } else {
+                        round_ratio(&a.cpu, &go.cpu)
+                    },
+                    f(median(a.p50.clone()), 2),
+                    f(median(a.p99.clone()), 2),
+                    f(median(a.p999.clone()), 2),
+                    f(a.rss, 1),
+                ]);
+                if mode == Mode::Pinned || modes.len() == 1 {
+                    cdf_series.push((name.to_string(), charts::cdf(&a.last_latencies)));
                 }
             }
         }
-        // A discarded warm-up round: connection pools, allocator and caches settle first.
-        for s in servers.iter().flatten() {
-            pb.set_message(format!("{} warm-up", mode.name()));
-            h2load(
-                ctx,
-                &s.addr,
-                (10, 50, H2Amount::Secs(warmup_secs), h2_threads),
-                load_cpu,
-            )?;
-        }
-        let mut noise = Rounds::default();
-        // Per run: the share of its time the server was runnable but another task had its CPU.
-        let mut waited = Vec::new();
-        for round in 0..rounds {
-            for k in 0..SERVERS.len() {
-                // Rotate the order each round so that no subject always runs first.
-                let i = (k + round) % SERVERS.len();
-                let Some(s) = &servers[i] else { continue };
-                pb.set_message(format!("{} server: {}", mode.name(), SERVERS[i].2));
-                let before = ctx.noise.snap();
-                let cpu0 = s.proc.cpu_us();
-                let run = h2load_sampled(
-                    ctx,
-                    &s.addr,
-                    (
-                        10,
-                        50,
-                        H2Amount::WarmSecs {
-                            warm_up: run_warm_up,
-                            secs,
-                        },
-                        h2_threads,
-                    ),
-                    load_cpu,
-                    Some(s.proc.pid()),
-                )?;
-                noise.record(round, ctx.noise.lost_share(&before, &ctx.noise.snap()));
-                // CPU per request in the steady state (the scheduler's ns counters over the
-                // middle of the measured window); the tick-based figure of the whole h2load run
-                // when the kernel has no such counters.
-                let cpu = match run.server {
-                    Some(w) => {
-                        waited.push(w.wait_share());
-                        w.cpu_us_per_request(run.rate)
-                    }
-                    None => (s.proc.cpu_us() - cpu0) / run.requests.max(1) as f64,
-                };
-                let mut lat = run.latencies;
-                lat.sort_by(f64::total_cmp);
-                let a = &mut accs[i];
-                a.rate.push(run.rate);
-                a.cpu.push(cpu);
-                a.p50.push(percentile(&lat, 0.5));
-                a.p99.push(percentile(&lat, 0.99));
-                a.p999.push(percentile(&lat, 0.999));
-                a.last_latencies = lat;
-                pb.inc(1);
-            }
-        }
-        for (i, s) in servers.iter().enumerate() {
-            if let Some(s) = s {
-                accs[i].rss = s.proc.rss_mb();
-            }
-        }
-        drop(servers);
-        notes_noise.push(noise.note(&format!("{} servers", mode.name())));
-        if !waited.is_empty() {
-            waited.sort_by(f64::total_cmp);
-            notes_noise.push(format!(
-                "{} servers: time a server's threads were runnable but off a CPU (another task \
-                 had it), summed over its threads, per second of a measured window: {:.1}% \
-                 (median over the runs; max {:.1}%), from the scheduler's counters.",
-                mode.name(),
-                percentile(&waited, 0.5) * 100.0,
-                waited.last().copied().unwrap_or(0.0) * 100.0
-            ));
-        }
-        let accs: Vec<Acc> = accs.iter().map(|a| a.kept(&noise)).collect();
-        let bare = &accs[0];
-        for (i, (_, profile, name)) in SERVERS.iter().enumerate() {
-            let a = &accs[i];
-            if let Some(why) = &a.skipped {
-                server_table.skipped_row(&format!("{} | {name}", mode.name()), why);
-                continue;
-            }
-            // The go-zero server with the same logging profile.
-            let go = match profile {
-                Profile::Shipped => &accs[5],
-                _ => &accs[3],
-            };
-            server_table.row(vec![
-                mode.name().into(),
-                (*name).into(),
-                f(a.rate(), 0),
-                round_ratio(&a.rate, &bare.rate),
-                if SERVERS[i].0 == Side::Go || *profile == Profile::Minimal {
-                    "-".into()
-                } else {
-                    round_ratio(&a.rate, &go.rate)
-                },
-                f(median(a.cpu.clone()), 1),
-                round_ratio(&a.cpu, &bare.cpu),
-                if SERVERS[i].0 == Side::Go || *profile == Profile::Minimal {
-                    "-".into()
-                } else {
-                    round_ratio(&a.cpu, &go.cpu)
-                },
-                f(median(a.p50.clone()), 2),
-                f(median(a.p99.clone()), 2),
-                f(median(a.p999.clone()), 2),
-                f(a.rss, 1),
-            ]);
-            if mode == Mode::Pinned || modes.len() == 1 {
-                cdf_series.push((name.to_string(), charts::cdf(&a.last_latencies)));
-            }
-        }
         // ---- clients ----
+        if !part("clients") {
+            continue;
+        }
         let server = ctx.server(
             Side::Rust,
             &ServerSpec {
@@ -281,6 +380,7 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
         )?;
         let mut caccs: Vec<Acc> = vec![Acc::default(); CLIENTS.len()];
         let mut noise = Rounds::default();
+        let mut client_reruns = 0;
         for round in 0..rounds {
             for k in 0..CLIENTS.len() {
                 let i = (k + round) % CLIENTS.len();
@@ -295,10 +395,27 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
                     threads,
                     ..LoadSpec::default()
                 };
-                let before = ctx.noise.snap();
-                let result = ctx.load(client, &spec);
-                noise.record(round, ctx.noise.lost_share(&before, &ctx.noise.snap()));
+                // As for the servers: a run that completed no call is run once more, then
+                // counts as missing.
+                let mut attempt = 0;
+                let (result, lost) = loop {
+                    let before = ctx.noise.snap();
+                    let result = ctx.load(client, &spec);
+                    let lost = ctx.noise.lost_share(&before, &ctx.noise.snap());
+                    attempt += 1;
+                    match &result {
+                        Ok((s, _)) if s.calls == 0 && attempt < 2 => client_reruns += 1,
+                        _ => break (result, lost),
+                    }
+                };
+                noise.record(round, lost);
                 match result {
+                    Ok((s, _)) if s.calls == 0 || s.rate() <= 0.0 => {
+                        let a = &mut caccs[i];
+                        for v in [&mut a.rate, &mut a.cpu, &mut a.p50, &mut a.p99, &mut a.p999] {
+                            v.push(MISSING);
+                        }
+                    }
                     Ok((s, _)) => {
                         let a = &mut caccs[i];
                         a.rate.push(s.rate());
@@ -316,6 +433,14 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
         }
         drop(server);
         notes_noise.push(noise.note(&format!("{} clients", mode.name())));
+        let missing: usize = caccs.iter().map(|a| report::missing(&a.rate)).sum();
+        if missing > 0 || client_reruns > 0 {
+            notes_noise.push(format!(
+                "{} clients: {client_reruns} run(s) completed no call and were run again; \
+                 {missing} still had none and count as missing.",
+                mode.name()
+            ));
+        }
         let caccs: Vec<Acc> = caccs.iter().map(|a| a.kept(&noise)).collect();
         let (bare, go) = (&caccs[1], &caccs[2]);
         for (i, client) in CLIENTS.iter().enumerate() {
@@ -346,7 +471,16 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
     pb.finish_and_clear();
     notes.extend(notes_noise);
     eprintln!("overhead: instructions per request under callgrind");
-    let instructions = super::instructions::table(ctx, &SERVERS);
+    let instructions = if part("callgrind") {
+        super::instructions::table(ctx, &SERVERS)
+    } else {
+        let mut t = Table::new(
+            "Instructions per request under callgrind",
+            &["server", "instructions/request"],
+        );
+        t.skipped_row("every server", "ZRPC_BENCH_PARTS leaves out callgrind");
+        t
+    };
     let chart = "overhead-server-cdf.svg";
     charts::lines(
         &ctx.charts.join(chart),
@@ -385,11 +519,18 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
              took and the hypervisor's steal (`/proc/stat` minus this harness and its \
              children); a round is busy when one of its runs lost more than {:.0}% of the \
              machine, and busy rounds are left out whole, all subjects alike, when at least \
-             {} quiet rounds remain (the notes give the count). CPU time per request moves \
-             less than throughput when the machine is busy; the callgrind table does not \
-             move at all.",
+             {} quiet rounds remain (the notes give the count). A pinned process owns one \
+             core, so a neighbour on that core costs it more than its share of the machine \
+             shows: for the pinned servers a round is also left out, by the same rule, when \
+             in one of its runs the server or h2load waited for its core more than {:.0}% of \
+             the CPU time it asked for (the scheduler's run-queue wait; the notes give the \
+             count of these contended rounds). A run that completed no request is run once \
+             more, then counts as missing for that round (never a ratio of 0 or infinity). \
+             CPU time per request moves less than throughput when the machine is busy; the \
+             callgrind table does not move at all.",
             crate::noise::BUSY_SHARE * 100.0,
-            crate::noise::MIN_QUIET
+            crate::noise::MIN_QUIET,
+            crate::noise::CONTENDED_SHARE * 100.0
         ),
         tables: vec![server_table, client_table, instructions],
         charts: vec![("server latency CDF".into(), chart.into())],
