@@ -18,10 +18,10 @@
 //! (`B::default()`), so every body type in the chain is `Default`.
 //!
 //! The server builds this chain only when one of its stages is on: with all of facts to
-//! timeout off it serves through `drain -> user layers` alone, [`select::Select`] holding
+//! timeout off it serves through `drain -> user layers` alone, `select::Select` holding
 //! one chain or the other and an enum body unifying their responses. In the governed chain,
 //! stat and metrics run as one layer, and so do breaker and shedding
-//! ([`outcome`]): each pair reads the final status once for both.
+//! (`outcome`): each pair reads the final status once for both.
 
 pub mod auth;
 pub mod breaker;
@@ -29,9 +29,9 @@ pub mod drain;
 pub mod facts;
 pub mod metrics;
 pub mod observe;
-pub mod outcome;
+pub(crate) mod outcome;
 pub mod recover;
-pub mod select;
+pub(crate) mod select;
 pub mod shedding;
 pub mod stat;
 pub mod timeout;
@@ -47,9 +47,9 @@ pub use breaker::BreakerLayer;
 pub use drain::{DrainLayer, DrainSignal};
 pub use facts::{CallFacts, FactsLayer};
 pub use metrics::MetricsLayer;
-pub use outcome::{GuardsLayer, RecordersLayer};
+pub(crate) use outcome::{GuardsLayer, RecordersLayer};
 pub use recover::RecoverLayer;
-pub use select::{Select, SelectBody};
+pub(crate) use select::Select;
 pub use shedding::{SheddingLayer, SheddingSettings};
 
 pub use stat::{StatLayer, StatSettings};

@@ -31,7 +31,7 @@ use super::util::is_infra;
 /// The records of two adjacent stages, fed by one read of the final status: `inner`'s first,
 /// then `outer`'s, as two nested bodies would report.
 #[derive(Debug)]
-pub struct Both<O, I> {
+pub(crate) struct Both<O, I> {
     outer: Option<O>,
     inner: Option<I>,
 }
@@ -49,14 +49,14 @@ impl<O: OnStatus, I: OnStatus> OnStatus for Both<O, I> {
 
 /// Stat then metrics as one layer (see the [module docs](self)).
 #[derive(Debug, Clone)]
-pub struct RecordersLayer {
+pub(crate) struct RecordersLayer {
     stat: Option<Arc<StatSettings>>,
     metrics: MetricsLayer,
 }
 
 impl RecordersLayer {
     /// The pair of `stat` (outer) and `metrics` (inner).
-    pub fn new(stat: &StatLayer, metrics: MetricsLayer) -> Self {
+    pub(crate) fn new(stat: &StatLayer, metrics: MetricsLayer) -> Self {
         Self {
             stat: stat.enabled_settings(),
             metrics,
@@ -77,14 +77,14 @@ impl<S> Layer<S> for RecordersLayer {
 
 /// Logs slow calls and records duration and code per method.
 #[derive(Debug, Clone)]
-pub struct Recorders<S> {
+pub(crate) struct Recorders<S> {
     inner: S,
     stat: Option<Arc<StatSettings>>,
     metrics: Option<Arc<metrics::State>>,
 }
 
 /// The record of [`Recorders`].
-pub type RecordersRecord = Both<StatRecord, MetricsRecord>;
+pub(crate) type RecordersRecord = Both<StatRecord, MetricsRecord>;
 
 impl<S, ReqB, B> Service<Request<ReqB>> for Recorders<S>
 where
@@ -117,14 +117,14 @@ where
 
 /// Breaker then shedding as one layer (see the [module docs](self)).
 #[derive(Debug, Clone)]
-pub struct GuardsLayer {
+pub(crate) struct GuardsLayer {
     breaker: Option<Arc<BreakerRegistry>>,
     shedding: Option<Arc<shedding::Shared>>,
 }
 
 impl GuardsLayer {
     /// The pair of `breaker` (outer) and `shedding` (inner).
-    pub fn new(breaker: &BreakerLayer, shedding: &SheddingLayer) -> Self {
+    pub(crate) fn new(breaker: &BreakerLayer, shedding: &SheddingLayer) -> Self {
         Self {
             breaker: breaker.registry(),
             shedding: shedding.shared(),
@@ -145,17 +145,17 @@ impl<S> Layer<S> for GuardsLayer {
 
 /// Guards each method with its breaker, then sheds calls when the server is overloaded.
 #[derive(Debug, Clone)]
-pub struct Guards<S> {
+pub(crate) struct Guards<S> {
     inner: S,
     breaker: Option<Arc<BreakerRegistry>>,
     shedding: Option<Arc<shedding::Shared>>,
 }
 
 /// The record of [`Guards`].
-pub type GuardsRecord = Both<BreakerRecord, SheddingRecord>;
+pub(crate) type GuardsRecord = Both<BreakerRecord, SheddingRecord>;
 
 /// Response future of [`Guards`]: the observed call, or the local rejection.
-pub type GuardsFuture<F, B> = ObserveOrReject<F, B, GuardsRecord>;
+pub(crate) type GuardsFuture<F, B> = ObserveOrReject<F, B, GuardsRecord>;
 
 impl<S, ReqB, B> Service<Request<ReqB>> for Guards<S>
 where

@@ -22,7 +22,7 @@ use tower_service::Service;
 
 /// The governed chain (`G`) or the lean one (`L`): as a layer, and as the service it builds.
 #[derive(Debug, Clone)]
-pub enum Select<G, L> {
+pub(crate) enum Select<G, L> {
     /// Every stage, switched by the config at run time.
     Governed(G),
     /// Only the stages that are on for every config (drain, user layers).
@@ -71,7 +71,7 @@ where
 pin_project! {
     /// Response future of [`Select`].
     #[derive(Debug)]
-    pub struct SelectFuture<G, L> {
+    pub(crate) struct SelectFuture<G, L> {
         #[pin]
         inner: Either<G, L>,
     }
@@ -80,7 +80,7 @@ pin_project! {
 pin_project! {
     /// Response body of [`Select`]: the governed chain's body or the lean chain's.
     #[derive(Debug)]
-    pub struct SelectBody<G, L> {
+    pub(crate) struct SelectBody<G, L> {
         #[pin]
         inner: Either<G, L>,
     }
