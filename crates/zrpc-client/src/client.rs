@@ -188,6 +188,11 @@ impl Client {
             connect,
             random_seed(),
             resolution.status.clone(),
+            // the timeout layer's deadline: the balancer anchors the timer wheel for it
+            conf.middlewares
+                .timeout
+                .then(|| conf.timeout_duration())
+                .flatten(),
         );
         crate::metrics::track(&balancer.shared);
         let credentials = if conf.has_credential() {

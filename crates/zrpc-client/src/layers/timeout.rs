@@ -19,6 +19,9 @@
 //! `balancer::endpoint`). A second timer per call cost a lock, a wheel insertion and removal, and
 //! mostly a wake-up of the runtime's parked I/O driver (an `eventfd` write) per serial call.
 //! [`TimeoutLayer::new`] used on its own keeps its timer: it cannot know what is below it.
+//! Inserting tonic's timer also woke the parked I/O driver, since it was the only timer in
+//! tokio's wheel; the client's balancer keeps an earlier one there (`balancer::service`'s
+//! `anchor_period`) so that a call's timer wakes nobody.
 
 use std::future::Future;
 use std::pin::Pin;
