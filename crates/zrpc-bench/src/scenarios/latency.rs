@@ -185,17 +185,7 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
             };
             // A run that completed no call is run once more, then counts as missing (NaN: left
             // out of the medians and of that round's ratios), never an extreme ratio.
-            let mut attempt = 0;
-            let (result, lost) = loop {
-                let before = ctx.noise.snap();
-                let result = ctx.load(client, &spec);
-                let lost = ctx.noise.lost_share(&before, &ctx.noise.snap());
-                attempt += 1;
-                match &result {
-                    Ok((s, _)) if s.calls == 0 && attempt < 2 => reruns += 1,
-                    _ => break (result, lost),
-                }
-            };
+            let (result, lost) = ctx.load_rerun_empty(client, &spec, &mut reruns);
             noise.record(round, lost);
             match result {
                 Ok((s, recs)) => {

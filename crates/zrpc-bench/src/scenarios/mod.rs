@@ -450,6 +450,28 @@ impl Ctx<'_> {
     pub(crate) fn load(&self, client: Gen, spec: &LoadSpec) -> Result<(Summary, Vec<Record>)> {
         self.start_load(client, spec)?.wait()
     }
+
+    /// [`Ctx::load`] with the machine's lost share over the run; a run that completed no call
+    /// is run once more (counted in `reruns`), then returned as it is: the caller counts it
+    /// missing (never an extreme ratio).
+    pub(crate) fn load_rerun_empty(
+        &self,
+        client: Gen,
+        spec: &LoadSpec,
+        reruns: &mut u32,
+    ) -> (Result<(Summary, Vec<Record>)>, f64) {
+        let mut attempt = 0;
+        loop {
+            let before = self.noise.snap();
+            let result = self.load(client, spec);
+            let lost = self.noise.lost_share(&before, &self.noise.snap());
+            attempt += 1;
+            match &result {
+                Ok((s, _)) if s.calls == 0 && attempt < 2 => *reruns += 1,
+                _ => return (result, lost),
+            }
+        }
+    }
 }
 
 impl Server {

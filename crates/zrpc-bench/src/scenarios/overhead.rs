@@ -397,17 +397,7 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
                 };
                 // As for the servers: a run that completed no call is run once more, then
                 // counts as missing.
-                let mut attempt = 0;
-                let (result, lost) = loop {
-                    let before = ctx.noise.snap();
-                    let result = ctx.load(client, &spec);
-                    let lost = ctx.noise.lost_share(&before, &ctx.noise.snap());
-                    attempt += 1;
-                    match &result {
-                        Ok((s, _)) if s.calls == 0 && attempt < 2 => client_reruns += 1,
-                        _ => break (result, lost),
-                    }
-                };
+                let (result, lost) = ctx.load_rerun_empty(client, &spec, &mut client_reruns);
                 noise.record(round, lost);
                 match result {
                     Ok((s, _)) if s.calls == 0 || s.rate() <= 0.0 => {
