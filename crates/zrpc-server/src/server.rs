@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::future::Either;
 use http::{Request, Response};
 use prost::Message;
 use tokio::net::TcpListener;
@@ -25,7 +26,7 @@ use crate::error::Error;
 use crate::handle::{HandleParts, Phase, ServerHandle};
 use crate::layers::{
     AuthLayer, BreakerLayer, DrainLayer, DrainSignal, FactsLayer, GuardsLayer, MetricsLayer,
-    RecordersLayer, RecoverLayer, Select, StatLayer, StatSettings, StreamingMethods, TimeoutLayer,
+    RecordersLayer, RecoverLayer, StatLayer, StatSettings, StreamingMethods, TimeoutLayer,
     TimeoutSettings, TokenStore, TraceLayer,
 };
 use crate::shutdown;
@@ -354,9 +355,9 @@ where
         // The chain, go-zero order (outer -> inner) but for auth, which runs before the
         // breaker and the shedder so unauthenticated callers cannot move them; `facts` tells
         // them which failures the caller caused (`layers/mod.rs`, docs/middleware.md).
-        // Outside it all: per-connection call counting, 415 for non-gRPC requests and the
-        // request-bytes budget (`crate::transport`), which read the connection's state from
-        // its `ConnInfo`; then `PeerLayer` turns that into the peer's extensions.
+        // Outside it all, `transport::Front`: per-connection call counting, 415 for non-gRPC
+        // requests and the request-bytes budget, which read the connection's state from its
+        // `ConnInfo`, then the peer's extensions and the TLS allow-list.
         let mw = &conf.middlewares;
         let facts = mw.breaker || shedder.is_some();
         let timeout = TimeoutLayer::new(timeout_settings(&conf, &services.streaming));
@@ -365,8 +366,11 @@ where
             drain_infra.clone(),
             services.streaming.clone(),
         );
-        // With every governing stage off, the chain is built without them (`layers::select`):
-        // each would only pass the call through, moving its future and body.
+        // With every governing stage off, the chain is built without them: each would only
+        // pass the call through, moving its future and body. The two chains are two tonic
+        // servers (one runs), not one service choosing per call: an enum of the two made the
+        // lean chain's response future as large as the governed one's, and every layer and
+        // tonic wrapper outside copied it (callgrind: memcpy per request).
         let governed = mw.trace
             || mw.recover
             || mw.stat
@@ -375,51 +379,12 @@ where
             || shedder.is_some()
             || token_store.is_some()
             || timeout.is_on();
-        let select = if governed {
-            Select::Governed(
-                ServiceBuilder::new()
-                    .layer(FactsLayer::new(facts))
-                    .layer(TraceLayer::new(mw.trace))
-                    .layer(RecoverLayer::new(mw.recover))
-                    // stat -> metrics and breaker -> shedding, each pair one layer reading the
-                    // final status once (`layers::outcome`).
-                    .layer(RecordersLayer::new(
-                        &StatLayer::new(stat_settings(&conf)),
-                        MetricsLayer::new(mw.prometheus).streaming(services.streaming.clone()),
-                    ))
-                    .layer(AuthLayer::new(token_store, conf.strict_control))
-                    .layer(GuardsLayer::new(
-                        &BreakerLayer::with_registry(mw.breaker, breakers),
-                        &crate::shedding_glue::shedding_layer(
-                            shedder.as_ref(),
-                            &services.streaming,
-                        ),
-                    ))
-                    .layer(timeout)
-                    .layer(drain_layer)
-                    .layer(layer)
-                    .into_inner(),
-            )
-        } else {
-            Select::Lean(
-                ServiceBuilder::new()
-                    .layer(drain_layer)
-                    .layer(layer)
-                    .into_inner(),
-            )
-        };
-        let chain = ServiceBuilder::new()
-            .layer(crate::transport::outer_layers(
-                &accept,
-                &conf.transport,
-                facts,
-            ))
-            .layer(crate::tls::layer::PeerLayer)
-            .layer(crate::tls::layer::AllowLayer::new(
-                tls.as_ref().and_then(|t| t.allowed.clone()),
-            ))
-            .layer(select)
-            .into_inner();
+        let outer = ServiceBuilder::new().layer(crate::transport::front_layer(
+            &accept,
+            &conf.transport,
+            facts,
+            tls.as_ref().and_then(|t| t.allowed.clone()),
+        ));
 
         let dev = DevServer::start(&conf, &parts).await?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -429,12 +394,44 @@ where
         // first header block of any client that does not need it) and under the handshake,
         // idle and age deadlines.
         let incoming = crate::transport::incoming(listener, accept);
-        let server =
-            crate::transport::configure(tonic::transport::Server::builder(), &conf.transport)
-                .layer(chain)
-                .serve_with_incoming_shutdown(services.routes, incoming, async move {
-                    let _ = stop_rx.await;
-                });
+        let builder =
+            crate::transport::configure(tonic::transport::Server::builder(), &conf.transport);
+        let stopped = async move {
+            let _ = stop_rx.await;
+        };
+        let server = if governed {
+            let chain = outer
+                .layer(FactsLayer::new(facts))
+                .layer(TraceLayer::new(mw.trace))
+                .layer(RecoverLayer::new(mw.recover))
+                // stat -> metrics and breaker -> shedding, each pair one layer reading the
+                // final status once (`layers::outcome`).
+                .layer(RecordersLayer::new(
+                    &StatLayer::new(stat_settings(&conf)),
+                    MetricsLayer::new(mw.prometheus).streaming(services.streaming.clone()),
+                ))
+                .layer(AuthLayer::new(token_store, conf.strict_control))
+                .layer(GuardsLayer::new(
+                    &BreakerLayer::with_registry(mw.breaker, breakers),
+                    &crate::shedding_glue::shedding_layer(shedder.as_ref(), &services.streaming),
+                ))
+                .layer(timeout)
+                .layer(drain_layer)
+                .layer(layer)
+                .into_inner();
+            Either::Left(builder.layer(chain).serve_with_incoming_shutdown(
+                services.routes,
+                incoming,
+                stopped,
+            ))
+        } else {
+            let chain = outer.layer(drain_layer.inline()).layer(layer).into_inner();
+            Either::Right(builder.layer(chain).serve_with_incoming_shutdown(
+                services.routes,
+                incoming,
+                stopped,
+            ))
+        };
         let mut server = std::pin::pin!(server);
 
         if let Some(h) = &services.health {

@@ -65,6 +65,13 @@ impl DrainSignal {
 /// Adds [`Drain`].
 #[derive(Debug, Clone)]
 pub struct DrainLayer {
+    shared: Arc<Shared>,
+}
+
+/// What every [`Drain`] reads, behind one `Arc`: tower clones the service for each call, and
+/// a clone is then one refcount (it was three).
+#[derive(Debug)]
+struct Shared {
     signal: Arc<DrainSignal>,
     infra: Arc<DrainSignal>,
     streaming: StreamingMethods,
@@ -80,9 +87,11 @@ impl DrainLayer {
         streaming: StreamingMethods,
     ) -> Self {
         Self {
-            signal,
-            infra,
-            streaming,
+            shared: Arc::new(Shared {
+                signal,
+                infra,
+                streaming,
+            }),
         }
     }
 }
@@ -92,9 +101,7 @@ impl<S> Layer<S> for DrainLayer {
     fn layer(&self, inner: S) -> Drain<S> {
         Drain {
             inner,
-            signal: self.signal.clone(),
-            infra: self.infra.clone(),
-            streaming: self.streaming.clone(),
+            shared: self.shared.clone(),
         }
     }
 }
@@ -103,12 +110,81 @@ impl<S> Layer<S> for DrainLayer {
 #[derive(Debug, Clone)]
 pub struct Drain<S> {
     inner: S,
-    signal: Arc<DrainSignal>,
-    infra: Arc<DrainSignal>,
-    streaming: StreamingMethods,
+    shared: Arc<Shared>,
+}
+
+impl Shared {
+    /// The signal that ends a call to `path`, and its wait (registered now); none for the
+    /// calls not watched (unary calls of the user's services).
+    fn watch(&self, path: &str) -> (Option<Cut>, Option<Arc<DrainSignal>>) {
+        let signal = if is_infra(path) {
+            Some(&self.infra)
+        } else if self.streaming.contains(path) {
+            Some(&self.signal)
+        } else {
+            None
+        };
+        (signal.map(|s| s.notified()), signal.cloned())
+    }
 }
 
 impl<S, ReqB, B> Service<Request<ReqB>> for Drain<S>
+where
+    S: Service<Request<ReqB>, Response = Response<B>>,
+    B: Default,
+{
+    type Response = Response<DrainBody<B>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<Pin<Box<S::Future>>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        let (cut, signal) = self.shared.watch(req.uri().path());
+        ResponseFuture {
+            cut,
+            signal,
+            fut: Box::pin(self.inner.call(req)),
+        }
+    }
+}
+
+/// [`DrainLayer`] for a chain with no other stage: its [`InlineDrain`] keeps the inner
+/// future in its own rather than in a box (see [`ResponseFuture`]).
+#[derive(Debug, Clone)]
+pub(crate) struct InlineDrainLayer {
+    shared: Arc<Shared>,
+}
+
+impl DrainLayer {
+    /// The same drain, for a chain with no other stage.
+    pub(crate) fn inline(self) -> InlineDrainLayer {
+        InlineDrainLayer {
+            shared: self.shared,
+        }
+    }
+}
+
+impl<S> Layer<S> for InlineDrainLayer {
+    type Service = InlineDrain<S>;
+    fn layer(&self, inner: S) -> InlineDrain<S> {
+        InlineDrain {
+            inner,
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// [`Drain`] without the box.
+#[derive(Debug, Clone)]
+pub(crate) struct InlineDrain<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S, ReqB, B> Service<Request<ReqB>> for InlineDrain<S>
 where
     S: Service<Request<ReqB>, Response = Response<B>>,
     B: Default,
@@ -122,31 +198,26 @@ where
     }
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        let path = req.uri().path();
-        let signal = if is_infra(path) {
-            Some(&self.infra)
-        } else if self.streaming.contains(path) {
-            Some(&self.signal)
-        } else {
-            None
-        };
+        let (cut, signal) = self.shared.watch(req.uri().path());
         ResponseFuture {
-            cut: signal.map(|s| s.notified()),
-            signal: signal.cloned(),
-            fut: Box::pin(self.inner.call(req)),
+            cut,
+            signal,
+            fut: self.inner.call(req),
         }
     }
 }
 
 pin_project! {
-    /// Response future of [`Drain`].
+    /// Response future of [`Drain`] (`F` the boxed inner future) and of [`InlineDrain`].
     ///
-    /// It boxes the inner future (user layers, router, handler): the layers outside move
-    /// their futures through every `call` and `poll`, and a few hundred bytes of handler
-    /// state moved a dozen times cost more than one allocation.
+    /// [`Drain`] boxes the inner future (user layers, router, handler): the layers outside
+    /// move their futures through every `call` and `poll`, and a few hundred bytes of handler
+    /// state moved a dozen times cost more than one allocation. With no stage outside but the
+    /// transport's, the allocation costs more than the moves ([`InlineDrain`]).
     #[derive(Debug)]
     pub struct ResponseFuture<F> {
-        fut: Pin<Box<F>>,
+        #[pin]
+        fut: F,
         cut: Option<Cut>,
         signal: Option<Arc<DrainSignal>>,
     }
@@ -161,7 +232,7 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        if let Poll::Ready(out) = this.fut.as_mut().poll(cx) {
+        if let Poll::Ready(out) = this.fut.poll(cx) {
             let signal = this.signal.take();
             return Poll::Ready(out.map(|r| r.map(|b| DrainBody::new(b, signal))));
         }

@@ -18,8 +18,8 @@
 //! (`B::default()`), so every body type in the chain is `Default`.
 //!
 //! The server builds this chain only when one of its stages is on: with all of facts to
-//! timeout off it serves through `drain -> user layers` alone, `select::Select` holding
-//! one chain or the other and an enum body unifying their responses. In the governed chain,
+//! timeout off it serves through `drain -> user layers` alone (the server then runs a tonic
+//! server of that lean chain instead, `Server::serve_with_listener`). In the governed chain,
 //! stat and metrics run as one layer, and so do breaker and shedding
 //! (`outcome`): each pair reads the final status once for both.
 
@@ -31,7 +31,6 @@ pub mod metrics;
 pub mod observe;
 pub(crate) mod outcome;
 pub mod recover;
-pub(crate) mod select;
 pub mod shedding;
 pub mod stat;
 pub mod timeout;
@@ -49,7 +48,6 @@ pub use facts::{CallFacts, FactsLayer};
 pub use metrics::MetricsLayer;
 pub(crate) use outcome::{GuardsLayer, RecordersLayer};
 pub use recover::RecoverLayer;
-pub(crate) use select::Select;
 pub use shedding::{SheddingLayer, SheddingSettings};
 
 pub use stat::{StatLayer, StatSettings};

@@ -1,7 +1,7 @@
 //! `Tls.AllowedClients` and `Tls.AllowedClientsFile`: the identities a server serves.
 //!
 //! The list is behind an `ArcSwap` read once per call by
-//! [`AllowLayer`](super::layer::AllowLayer), so a reload applies from each client's next call,
+//! [`Front`](crate::transport::front::Front), so a reload applies from each client's next call,
 //! on connections already open too. A new file that cannot be used (unreadable, not UTF-8, a
 //! name with spaces, no name at all: an empty list would admit every client the CA signed) is
 //! logged as an error naming the file and line, and the old list stays.

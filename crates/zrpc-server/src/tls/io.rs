@@ -21,7 +21,7 @@ pub(crate) enum ConnIo {
     Tls(Box<TlsStream<TcpStream>>),
 }
 
-/// The connect info of a [`ConnIo`]; [`PeerLayer`](super::layer::PeerLayer) turns it into
+/// The connect info of a [`ConnIo`]; [`Front`](crate::transport::front::Front) turns it into
 /// `TcpConnectInfo` (for `Request::remote_addr`) and [`PeerIdentity`] extensions.
 #[derive(Debug, Clone)]
 pub(crate) struct ConnInfo {

@@ -135,26 +135,49 @@ impl RequestBudgetLayer {
     }
 }
 
+impl RequestBudgetLayer {
+    /// `req` with its body under the budget (untouched when no limit is set). `conn`: the
+    /// state of the request's connection, charged when the budget has a per-connection share.
+    pub(crate) fn apply(
+        &self,
+        mut req: Request<Body>,
+        conn: Option<&Arc<ConnState>>,
+    ) -> Request<Body> {
+        let Some(budget) = &self.budget else {
+            return req;
+        };
+        let budget = budget.clone();
+        let conn = self.conns.as_ref().and(conn).cloned();
+        let facts = self.facts.then(|| {
+            let facts = CallFacts::default();
+            req.extensions_mut().insert(facts.clone());
+            facts
+        });
+        req.map(|inner| {
+            let mut body = BudgetedBody::new(inner, budget).on_connection(conn);
+            body.facts = facts;
+            Body::new(body)
+        })
+    }
+}
+
 impl<S> Layer<S> for RequestBudgetLayer {
     type Service = RequestBudget<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
         RequestBudget {
             inner,
-            budget: self.budget.clone(),
-            conns: self.conns.clone(),
-            facts: self.facts,
+            settings: self.clone(),
         }
     }
 }
 
-/// The service of [`RequestBudgetLayer`].
+/// The service of [`RequestBudgetLayer`] (the server runs its [`apply`](RequestBudgetLayer::apply)
+/// in [`Front`](super::front::Front)).
 #[derive(Debug, Clone)]
 pub(crate) struct RequestBudget<S> {
     inner: S,
-    budget: Option<Arc<Budget>>,
-    conns: Option<Arc<ConnTable>>,
-    facts: bool,
+    settings: RequestBudgetLayer,
 }
 
 impl<S> Service<Request<Body>> for RequestBudget<S>
@@ -169,24 +192,14 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut req: Request<Body>) -> Self::Future {
-        match &self.budget {
-            Some(budget) => {
-                let budget = budget.clone();
-                let conn = self.conns.as_ref().and_then(|t| t.of_request(&req));
-                let facts = self.facts.then(|| {
-                    let facts = CallFacts::default();
-                    req.extensions_mut().insert(facts.clone());
-                    facts
-                });
-                self.inner.call(req.map(|inner| {
-                    let mut body = BudgetedBody::new(inner, budget).on_connection(conn);
-                    body.facts = facts;
-                    Body::new(body)
-                }))
-            }
-            None => self.inner.call(req),
-        }
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let conn = self
+            .settings
+            .conns
+            .as_ref()
+            .and_then(|t| t.of_request(&req));
+        let req = self.settings.apply(req, conn.as_ref());
+        self.inner.call(req)
     }
 }
 

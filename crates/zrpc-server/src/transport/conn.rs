@@ -8,7 +8,7 @@
 //!   (its SETTINGS), the connection must make it by `HandshakeTimeout`. This closes idle
 //!   TCP connections and slowloris preface senders, which h2 would otherwise hold forever.
 //! - **Idle** (`MaxConnectionIdle`): no call open for that long (the count is kept by
-//!   [`StreamCountLayer`](super::StreamCountLayer)).
+//!   [`Front`](super::front::Front)).
 //! - **Age grace**: `MaxConnectionAge + MaxConnectionAgeGrace` after accept, whatever is
 //!   still open. (GOAWAY at `MaxConnectionAge` itself is tonic's; tonic's own grace timer
 //!   would skip that GOAWAY, so zrpc keeps the grace here.)

@@ -6,32 +6,10 @@
 //! as successful." Like grpc-go, the 415 also carries `grpc-status: 3` (InvalidArgument) and a
 //! `grpc-message` naming the content-type, for gRPC clients that look only at those.
 
-use std::task::{Context, Poll};
+use http::{HeaderValue, Response, StatusCode, header};
 
-use futures_util::future::{Either, Ready, ready};
-use http::{HeaderValue, Request, Response, StatusCode, header};
-use tower_layer::Layer;
-use tower_service::Service;
-
-/// Answers 415 to requests that are not gRPC (see the module docs).
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct ContentTypeLayer;
-
-impl<S> Layer<S> for ContentTypeLayer {
-    type Service = ContentType<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        ContentType { inner }
-    }
-}
-
-/// The service of [`ContentTypeLayer`].
-#[derive(Debug, Clone)]
-pub(crate) struct ContentType<S> {
-    inner: S,
-}
-
-fn is_grpc(value: Option<&HeaderValue>) -> bool {
+/// Whether a request's `content-type` is gRPC's (see the module docs).
+pub(crate) fn is_grpc(value: Option<&HeaderValue>) -> bool {
     value.is_some_and(|v| {
         let v = v.as_bytes();
         v.len() >= 16
@@ -40,7 +18,8 @@ fn is_grpc(value: Option<&HeaderValue>) -> bool {
     })
 }
 
-fn unsupported<B: Default>(value: Option<&HeaderValue>) -> Response<B> {
+/// The answer to a request that is not gRPC.
+pub(crate) fn unsupported<B: Default>(value: Option<&HeaderValue>) -> Response<B> {
     let shown = value.map_or_else(
         || "none".to_owned(),
         |v| String::from_utf8_lossy(v.as_bytes()).into_owned(),
@@ -71,29 +50,6 @@ fn percent_encode(s: &str) -> String {
         }
     }
     out
-}
-
-impl<S, B, ResBody> Service<Request<B>> for ContentType<S>
-where
-    S: Service<Request<B>, Response = Response<ResBody>>,
-    ResBody: Default,
-{
-    type Response = Response<ResBody>;
-    type Error = S::Error;
-    type Future = Either<Ready<Result<Response<ResBody>, S::Error>>, S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request<B>) -> Self::Future {
-        let value = crate::layers::util::find(req.headers(), &header::CONTENT_TYPE);
-        if is_grpc(value) {
-            Either::Right(self.inner.call(req))
-        } else {
-            Either::Left(ready(Ok(unsupported(value))))
-        }
-    }
 }
 
 #[cfg(test)]

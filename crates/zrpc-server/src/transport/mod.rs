@@ -4,10 +4,11 @@
 //! - [`incoming`]: zrpc's accept loop (back-off on accept errors, connection cap, TCP_NODELAY,
 //!   `AuthorityFix` innermost, then [`Guarded`](conn::Guarded));
 //! - [`Guarded`](conn::Guarded): handshake timeout, idle timeout, hard end of a connection's age grace;
-//! - [`StreamCountLayer`]: calls open per connection, for the idle timeout;
-//! - [`ContentTypeLayer`]: HTTP 415 for requests that are not gRPC;
-//! - [`RequestBudgetLayer`]: bytes of incomplete request messages per server and per
-//!   connection, and the time a started message may take to arrive;
+//! - [`Front`](front::Front), the chain's outermost stage: calls open per connection, for
+//!   the idle timeout ([`streams`]); HTTP 415 for requests that are not gRPC
+//!   ([`content_type`]); bytes of incomplete request messages per server and per connection,
+//!   and the time a started message may take to arrive ([`budget`]); the peer's extensions
+//!   and `Tls.AllowedClients`;
 //! - [`configure`]: the HTTP/2 settings tonic applies (streams per connection, keepalive,
 //!   GOAWAY at the maximum connection age).
 //!
@@ -20,6 +21,7 @@ mod backoff;
 mod budget;
 mod conn;
 mod content_type;
+pub(crate) mod front;
 mod pings;
 mod streams;
 
@@ -28,8 +30,8 @@ use std::sync::Arc;
 pub(crate) use accept::{AcceptSettings, incoming};
 pub(crate) use budget::{Budget, RequestBudgetLayer};
 pub(crate) use conn::ConnLimits;
-pub(crate) use content_type::ContentTypeLayer;
-pub(crate) use streams::{ConnState, ConnTable, StreamCountLayer};
+pub(crate) use front::FrontLayer;
+pub(crate) use streams::{ConnState, ConnTable};
 
 use crate::conf::TransportConf;
 
@@ -71,16 +73,17 @@ pub(crate) fn configure<L>(
     }
 }
 
-/// The outermost layers, outer -> inner: call counting per connection, 415 for non-gRPC
-/// requests, the request-bytes budget (outside tracing, metrics and every other layer, health
-/// and reflection included).
+/// The chain's outermost stage ([`Front`](front::Front)): call counting per connection, 415
+/// for non-gRPC requests, the request-bytes budget (outside tracing, metrics and every other
+/// layer, health and reflection included), the peer's extensions and `allowed`
+/// (`Tls.AllowedClients`).
 /// `facts`: the chain's `FactsLayer` is on (the budgeted body then records the call's facts).
-pub(crate) fn outer_layers(
+pub(crate) fn front_layer(
     settings: &AcceptSettings,
     conf: &TransportConf,
     facts: bool,
-) -> tower_layer::Stack<RequestBudgetLayer, tower_layer::Stack<ContentTypeLayer, StreamCountLayer>>
-{
+    allowed: Option<Arc<crate::tls::allow::AllowList>>,
+) -> FrontLayer {
     let max = conf.max_buffered_request_bytes();
     let conn_max = conf.max_connection_buffered_request_bytes();
     let timeout = conf.message_receive_timeout();
@@ -88,8 +91,9 @@ pub(crate) fn outer_layers(
         .then(|| Arc::new(Budget::new(max, timeout).with_conn_max(conn_max)));
     // Calls are counted per connection only for the idle timeout.
     let counted = settings.limits.idle.and(settings.table.clone());
-    tower_layer::Stack::new(
+    FrontLayer::new(
+        counted,
         RequestBudgetLayer::new(budget, settings.table.clone()).with_facts(facts),
-        tower_layer::Stack::new(ContentTypeLayer, StreamCountLayer::new(counted)),
+        allowed,
     )
 }

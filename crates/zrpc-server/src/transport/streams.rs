@@ -1,15 +1,15 @@
 //! Calls open per connection, for `Transport.MaxConnectionIdle`, and octets of incomplete
 //! request messages per connection, for `Transport.MaxConnectionBufferedRequestBytes`.
 //!
-//! [`StreamCountLayer`] finds the request's connection by its addresses (tonic puts a
-//! `TcpConnectInfo` in every request) in the server's [`ConnTable`], counts the call open
-//! until its response body is finished or dropped, and notes when the count falls to zero;
+//! The chain's [`Front`](super::front::Front) takes the request's connection state from the connect
+//! info tonic puts in every request (the connection registered it in the server's
+//! [`ConnTable`]), counts the call open until its response body ([`CountedBody`]) is finished
+//! or dropped, and notes when the count falls to zero;
 //! the connection's [`Guarded`](super::conn::Guarded) reads that to close it after the idle time.
 //! Without `MaxConnectionIdle` the layer does no lookup (and without a per-connection byte
 //! budget either, the table is absent).
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -17,12 +17,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use crate::tls::io::ConnInfo;
-use http::{Request, Response};
+use http::Request;
 use parking_lot::Mutex;
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
-use tower_layer::Layer;
-use tower_service::Service;
 
 type ConnAddrs = (SocketAddr, SocketAddr);
 
@@ -47,7 +45,8 @@ impl ConnState {
         }
     }
 
-    fn start(self: &Arc<Self>) -> CallGuard {
+    /// Counts one call open, until the guard is dropped.
+    pub(crate) fn start(self: &Arc<Self>) -> CallGuard {
         self.open.fetch_add(1, Ordering::AcqRel);
         CallGuard(self.clone())
     }
@@ -135,90 +134,6 @@ impl Drop for ConnEntry {
     }
 }
 
-/// Counts the calls open on each connection (see the module docs).
-#[derive(Debug, Clone)]
-pub(crate) struct StreamCountLayer {
-    table: Option<Arc<ConnTable>>,
-}
-
-impl StreamCountLayer {
-    /// Counts into `table`; `None` = count nothing.
-    pub(crate) fn new(table: Option<Arc<ConnTable>>) -> Self {
-        StreamCountLayer { table }
-    }
-}
-
-impl<S> Layer<S> for StreamCountLayer {
-    type Service = StreamCount<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        StreamCount {
-            inner,
-            table: self.table.clone(),
-        }
-    }
-}
-
-/// The service of [`StreamCountLayer`].
-#[derive(Debug, Clone)]
-pub(crate) struct StreamCount<S> {
-    inner: S,
-    table: Option<Arc<ConnTable>>,
-}
-
-impl<S, B, ResBody> Service<Request<B>> for StreamCount<S>
-where
-    S: Service<Request<B>, Response = Response<ResBody>>,
-{
-    type Response = Response<CountedBody<ResBody>>;
-    type Error = S::Error;
-    type Future = ResponseFuture<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request<B>) -> Self::Future {
-        let guard = self
-            .table
-            .as_ref()
-            .and_then(|table| Some(table.of_request(&req)?.start()));
-        ResponseFuture {
-            inner: self.inner.call(req),
-            guard,
-        }
-    }
-}
-
-pin_project! {
-    /// The response future of [`StreamCount`].
-    #[derive(Debug)]
-    pub(crate) struct ResponseFuture<F> {
-        #[pin]
-        inner: F,
-        guard: Option<CallGuard>,
-    }
-}
-
-impl<F, ResBody, E> Future for ResponseFuture<F>
-where
-    F: Future<Output = Result<Response<ResBody>, E>>,
-{
-    type Output = Result<Response<CountedBody<ResBody>>, E>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let res = std::task::ready!(this.inner.poll(cx));
-        let guard = this.guard.take();
-        Poll::Ready(res.map(|r| {
-            r.map(|inner| CountedBody {
-                inner,
-                _guard: guard,
-            })
-        }))
-    }
-}
-
 pin_project! {
     /// A response body that keeps its call counted until it ends or is dropped.
     #[derive(Debug)]
@@ -226,6 +141,16 @@ pin_project! {
         #[pin]
         inner: B,
         _guard: Option<CallGuard>,
+    }
+}
+
+impl<B> CountedBody<B> {
+    /// `inner`, counted by `guard` (if any) until it ends or is dropped.
+    pub(crate) fn new(inner: B, guard: Option<CallGuard>) -> Self {
+        CountedBody {
+            inner,
+            _guard: guard,
+        }
     }
 }
 

@@ -1,0 +1,186 @@
+//! [`Front`]: the outermost stage of the server's chain, for every call (health and reflection
+//! included), in this order:
+//!
+//! 1. counts the call open on its connection, for `Transport.MaxConnectionIdle`
+//!    ([`streams`](super::streams));
+//! 2. answers HTTP 415 to a request that is not gRPC ([`content_type`](super::content_type));
+//! 3. puts the request body under the request-bytes budget ([`budget`](super::budget));
+//! 4. turns the connection's [`ConnInfo`] into the peer's extensions
+//!    ([`crate::tls::layer`]);
+//! 5. answers `PermissionDenied` to a client missing from `Tls.AllowedClients`.
+//!
+//! One service rather than a layer per step: tower clones the chain's service for every
+//! call and each layer moves the response future of the ones inside it, so five layers (most
+//! of them passing the call through on a default config) cost five clones and a copy of the
+//! future each. Its settings sit behind one `Arc`; a rejection's response is boxed, so the
+//! future stays the inner future plus a word or two.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use http::{Request, Response, header};
+use pin_project_lite::pin_project;
+use tonic::body::Body;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use super::budget::RequestBudgetLayer;
+use super::content_type::{is_grpc, unsupported};
+use super::streams::{CallGuard, ConnTable, CountedBody};
+use crate::tls::allow::AllowList;
+use crate::tls::io::ConnInfo;
+use crate::tls::layer::{denied, into_extensions};
+
+/// What [`Front`] does, shared by every clone.
+#[derive(Debug)]
+struct Settings {
+    /// Where calls are counted per connection (only with `MaxConnectionIdle`).
+    counted: Option<Arc<ConnTable>>,
+    budget: RequestBudgetLayer,
+    allowed: Option<Arc<AllowList>>,
+}
+
+/// Adds [`Front`].
+#[derive(Debug, Clone)]
+pub(crate) struct FrontLayer {
+    settings: Arc<Settings>,
+}
+
+impl FrontLayer {
+    /// Counts calls into `counted` (`None`: no count), budgets request bodies with `budget`,
+    /// serves only the clients in `allowed` (`None`: any).
+    pub(crate) fn new(
+        counted: Option<Arc<ConnTable>>,
+        budget: RequestBudgetLayer,
+        allowed: Option<Arc<AllowList>>,
+    ) -> Self {
+        FrontLayer {
+            settings: Arc::new(Settings {
+                counted,
+                budget,
+                allowed,
+            }),
+        }
+    }
+}
+
+impl<S> Layer<S> for FrontLayer {
+    type Service = Front<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Front {
+            inner,
+            settings: self.settings.clone(),
+        }
+    }
+}
+
+/// See the [module docs](self).
+#[derive(Debug, Clone)]
+pub(crate) struct Front<S> {
+    inner: S,
+    settings: Arc<Settings>,
+}
+
+impl<S, ResBody> Service<Request<Body>> for Front<S>
+where
+    S: Service<Request<Body>, Response = Response<ResBody>>,
+    ResBody: Default,
+{
+    type Response = Response<CountedBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, ResBody>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<Body>) -> Self::Future {
+        let settings = &*self.settings;
+        // Taken out here, put back as the peer's extensions below (step 4).
+        let info = req.extensions_mut().remove::<ConnInfo>();
+        let conn = info.as_ref().and_then(|i| i.conn.as_ref());
+        let guard = settings
+            .counted
+            .as_ref()
+            .and(conn)
+            .map(|state| state.start());
+        let content_type = crate::layers::util::find(req.headers(), &header::CONTENT_TYPE);
+        if !is_grpc(content_type) {
+            return ResponseFuture::rejected(unsupported(content_type), guard);
+        }
+        let mut req = settings.budget.apply(req, conn);
+        let peer = info.as_ref().and_then(|i| i.peer.as_ref());
+        if let Some(message) = denied(settings.allowed.as_deref(), peer) {
+            return ResponseFuture::rejected(
+                tonic::Status::permission_denied(message).into_http(),
+                guard,
+            );
+        }
+        if let Some(info) = info {
+            into_extensions(&mut req, info);
+        }
+        ResponseFuture::called(self.inner.call(req), guard)
+    }
+}
+
+pin_project! {
+    /// Response future of [`Front`].
+    #[derive(Debug)]
+    pub(crate) struct ResponseFuture<F, B> {
+        #[pin]
+        state: State<F, B>,
+        guard: Option<CallGuard>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    #[derive(Debug)]
+    enum State<F, B> {
+        Called { #[pin] fut: F },
+        // Boxed: rejections are rare, and inline the response would make every call's future
+        // ~150 bytes larger.
+        Rejected { resp: Option<Box<Response<B>>> },
+    }
+}
+
+impl<F, B> ResponseFuture<F, B> {
+    fn called(fut: F, guard: Option<CallGuard>) -> Self {
+        ResponseFuture {
+            state: State::Called { fut },
+            guard,
+        }
+    }
+
+    fn rejected(resp: Response<B>, guard: Option<CallGuard>) -> Self {
+        ResponseFuture {
+            state: State::Rejected {
+                resp: Some(Box::new(resp)),
+            },
+            guard,
+        }
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F, B>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<CountedBody<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let res = match this.state.project() {
+            StateProj::Called { fut } => ready!(fut.poll(cx)),
+            StateProj::Rejected { resp } => match resp.take() {
+                Some(resp) => Ok(*resp),
+                None => return Poll::Pending,
+            },
+        };
+        let guard = this.guard.take();
+        Poll::Ready(res.map(|r| r.map(|inner| CountedBody::new(inner, guard))))
+    }
+}
