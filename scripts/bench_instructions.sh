@@ -28,6 +28,13 @@
 # Measured (issue 13, lean chain + one status read per observer pair + no trace record on a disabled
 # span, same session, two runs each, load 4-7): bare tonic 56,618/56,832 -> 56,726/56,630; minimal
 # 62,925/62,843 -> 60,941/61,020 (0.929x); quiet 68,304/68,089 -> 67,646/67,738 (0.837x).
+# Measured (issue 13, server part, one session, load 2-5; zrpc-bench serve --threads 1, YAMLs as
+# zrpc-bench's quiet/minimal with fixed ports): bare tonic 56,898/56,740 -> 56,676/56,722/56,907;
+# minimal 61,029/60,965 -> 59,933/59,898 (one `transport::Front` stage for the five transport
+# layers, lean and governed chains as two tonic servers, no `Select` enum) -> 59,955/59,927
+# (unboxed drain in the lean chain) (0.948x); quiet 67,743/67,714 -> 67,556/67,485 ->
+# 66,722/66,733 (lazy timeout timer, boxed rejections and auth lookup state, no disabled span
+# kept in the trace future) (0.850x).
 # Needs valgrind and h2load (Debian: valgrind, nghttp2-client).
 set -euo pipefail
 addr=$1 n1=$2 n2=$3

@@ -169,13 +169,16 @@ where
                 mark_panicked(facts.as_ref());
                 ResponseFuture {
                     state: State::Panicked {
-                        resp: Some(panic_response(&method, &caught)),
+                        resp: Some(Box::new(panic_response(&method, &caught))),
                     },
                 }
             }
             (Err(caught), None) => ResponseFuture {
                 state: State::Panicked {
-                    resp: Some(panic_response(&PathAndQuery::from_static("/"), &caught)),
+                    resp: Some(Box::new(panic_response(
+                        &PathAndQuery::from_static("/"),
+                        &caught,
+                    ))),
                 },
             },
         }
@@ -197,7 +200,8 @@ pin_project! {
     enum State<F, B> {
         Unguarded { #[pin] fut: F },
         Guarded { #[pin] fut: F, method: PathAndQuery, facts: Option<CallFacts> },
-        Panicked { resp: Option<Response<RecoverBody<B>>> },
+        // Boxed (a panic is rare): inline, the response made every call's future larger.
+        Panicked { resp: Option<Box<Response<RecoverBody<B>>>> },
     }
 }
 
@@ -216,7 +220,8 @@ where
             StateProj::Guarded { fut, method, facts } => match guarded(|| fut.poll(cx)) {
                 Ok(Poll::Pending) => Poll::Pending,
                 Ok(Poll::Ready(r)) => {
-                    let method = method.clone();
+                    // Moved to the body (the future is done): no refcount for a clone.
+                    let method = std::mem::replace(method, PathAndQuery::from_static("/"));
                     let facts = facts.take();
                     Poll::Ready(r.map(|r| r.map(|b| RecoverBody::guarded(b, method, facts))))
                 }
@@ -226,7 +231,7 @@ where
                 }
             },
             StateProj::Panicked { resp } => match resp.take() {
-                Some(r) => Poll::Ready(Ok(r)),
+                Some(r) => Poll::Ready(Ok(*r)),
                 None => Poll::Pending,
             },
         }

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use http::{HeaderValue, Request, Response};
 use pin_project_lite::pin_project;
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 use tower_layer::Layer;
 use tower_service::Service;
 use zrpc_core::grpc::{code, status_response, timeout as grpc_timeout};
@@ -145,32 +145,41 @@ where
             }
             s.limit_for(path)
         });
-        let sleep = limit.map(|(server, header)| {
+        let timeout = limit.map(|(server, header)| {
             let caller = find(req.headers(), &GRPC_TIMEOUT);
             match caller.and_then(|v| grpc_timeout::parse(v.as_bytes())) {
                 // The caller's deadline is shorter: its header already says so.
-                Some(caller) if caller < *server => tokio::time::sleep(caller),
+                Some(caller) if caller < *server => caller,
                 _ => {
                     req.headers_mut().insert(GRPC_TIMEOUT, header.clone());
-                    tokio::time::sleep(*server)
+                    *server
                 }
             }
         });
+        // The deadline counts from now; past the end of time there is none (tokio's own
+        // `sleep` would wait "forever", ~30 years).
+        let deadline = timeout.and_then(|d| Instant::now().checked_add(d));
         ResponseFuture {
             fut: self.inner.call(req),
-            sleep,
+            deadline,
+            sleep: None,
         }
     }
 }
 
 pin_project! {
     /// Response future of [`Timeout`].
+    ///
+    /// The timer is armed only when the handler is still pending after a poll: most unary
+    /// handlers answer at their first poll, and a tokio `Sleep` made for each call (a clock
+    /// read, a runtime handle clone, ~100 bytes that every outer layer then moves) cost them
+    /// for nothing. Armed, it is boxed, so the future stays small.
     #[derive(Debug)]
     pub struct ResponseFuture<F> {
         #[pin]
         fut: F,
-        #[pin]
-        sleep: Option<Sleep>,
+        deadline: Option<Instant>,
+        sleep: Option<Pin<Box<Sleep>>>,
     }
 }
 
@@ -186,12 +195,18 @@ where
         if let Poll::Ready(out) = this.fut.poll(cx) {
             return Poll::Ready(out);
         }
-        match this.sleep.as_pin_mut().map(|sleep| sleep.poll(cx)) {
-            Some(Poll::Ready(())) => Poll::Ready(Ok(status_response(
+        let Some(deadline) = *this.deadline else {
+            return Poll::Pending;
+        };
+        let sleep = this
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        match sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Ok(status_response(
                 code::DEADLINE_EXCEEDED,
                 "context deadline exceeded",
             ))),
-            _ => Poll::Pending,
+            Poll::Pending => Poll::Pending,
         }
     }
 }

@@ -156,10 +156,12 @@ where
         if span.is_disabled() {
             // No subscriber records the span (no OTel exporter, log level above info): the
             // status code would be set on nothing, so the body is not observed (one
-            // `grpc-status` parse and one armed guard fewer per call).
+            // `grpc-status` parse and one armed guard fewer per call), and the future holds
+            // `Span::none()`, which each poll enters for nothing (a disabled span with its
+            // metadata cost ~80 instructions a poll, callgrind).
             return ResponseFuture {
                 inner: ObserveFuture::passthrough(self.inner.call(req)),
-                span,
+                span: Span::none(),
             };
         }
         let fut = {
