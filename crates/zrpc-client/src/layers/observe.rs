@@ -200,9 +200,11 @@ where
     fn call(&mut self, mut req: http::Request<Body>) -> Self::Future {
         let shared = &self.shared;
         let method = shared.methods.get(req.uri().path());
-        let span = shared
-            .trace
-            .then(|| trace::start(shared.methods.target(), &method.path, req.headers_mut()));
+        let span = if shared.trace {
+            trace::start(shared.methods.target(), &method.path, req.headers_mut())
+        } else {
+            None
+        };
         let start = Instant::now();
         let mut outcome = Outcome {
             promise: None,

@@ -27,8 +27,18 @@ impl Injector for HeaderInjector<'_> {
     }
 }
 
-/// Opens the `rpc.client` span of a call to `path` and injects its context into `headers`.
-pub(crate) fn start(target: &str, path: &str, headers: &mut http::HeaderMap) -> tracing::Span {
+/// Opens the `rpc.client` span of a call to `path` and injects its context into `headers`;
+/// `None` when no subscriber wants the span.
+///
+/// A disabled span (no subscriber interested: none installed, or its level above info) carries
+/// no OpenTelemetry context, so nothing would be injected (`context()` of a disabled span is the
+/// empty context) and nothing recorded: the call then skips the propagator (a global lock read
+/// and a dynamic call), the span's enters and exits on every poll and the final record.
+pub(crate) fn start(
+    target: &str,
+    path: &str,
+    headers: &mut http::HeaderMap,
+) -> Option<tracing::Span> {
     let (service, method) = split(path).unwrap_or(("", path));
     let span = tracing::info_span!(
         "rpc.client",
@@ -41,11 +51,14 @@ pub(crate) fn start(target: &str, path: &str, headers: &mut http::HeaderMap) -> 
         rpc.grpc.status_code = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
     );
+    if span.is_disabled() {
+        return None;
+    }
     let cx = span.context();
     opentelemetry::global::get_text_map_propagator(|p| {
         p.inject_context(&cx, &mut HeaderInjector(headers));
     });
-    span
+    Some(span)
 }
 
 /// Records the final code on the span.
@@ -72,6 +85,36 @@ mod tests {
     use tonic::body::Body;
 
     use crate::layers::BoxError;
+
+    #[test]
+    fn a_span_no_subscriber_wants_is_not_opened_nor_injected() {
+        // the same propagator as the other test sets (tests share the global)
+        opentelemetry::global::set_text_map_propagator(TextMapCompositePropagator::new(vec![
+            Box::new(TraceContextPropagator::new()),
+            Box::new(BaggagePropagator::new()),
+        ]));
+        let _cx =
+            opentelemetry::Context::current_with_baggage([KeyValue::new("tenant", "t1")]).attach();
+        let mut headers = http::HeaderMap::new();
+        // no subscriber at all
+        let span = super::start("direct:///a:1", "/greeter.Greeter/SayHello", &mut headers);
+        assert!(span.is_none());
+        // a subscriber that records only errors (the span is at info level)
+        let subscriber =
+            tracing_subscriber::registry().with(tracing_subscriber::filter::LevelFilter::ERROR);
+        tracing::subscriber::with_default(subscriber, || {
+            let span = super::start("direct:///a:1", "/greeter.Greeter/SayHello", &mut headers);
+            assert!(span.is_none());
+        });
+        assert!(headers.is_empty(), "{headers:?}");
+        // a subscriber that wants it
+        let subscriber =
+            tracing_subscriber::registry().with(tracing_subscriber::filter::LevelFilter::INFO);
+        tracing::subscriber::with_default(subscriber, || {
+            let span = super::start("direct:///a:1", "/greeter.Greeter/SayHello", &mut headers);
+            assert!(span.is_some_and(|s| !s.is_disabled()));
+        });
+    }
 
     #[tokio::test]
     async fn injects_traceparent_and_baggage() {
