@@ -24,7 +24,7 @@ type BoxError = Box<dyn StdError + Send + Sync>;
 pub(crate) struct ConnectOptions {
     /// HTTP/2 keepalive ping interval (`KeepaliveTime`), `None` = off.
     pub(crate) keepalive: Option<Duration>,
-    /// TCP connect timeout.
+    /// TCP connect timeout (applied by `wire::Connector`), and the TLS handshake's.
     pub(crate) connect_timeout: Option<Duration>,
     /// TLS (`Tls` block), `None` = plaintext.
     pub(crate) tls: Option<tonic::transport::ClientTlsConfig>,
@@ -80,11 +80,13 @@ impl Endpoint {
         let scheme = if opts.tls.is_some() { "https" } else { "http" };
         let mut ep = tonic::transport::Endpoint::from_shared(format!("{scheme}://{addr}"))?;
         if let Some(tls) = &opts.tls {
-            // tonic's rustls connector runs over `Connector`'s watched TCP stream
-            ep = ep.tls_config(tls.clone())?;
-        }
-        if let Some(t) = opts.connect_timeout {
-            ep = ep.connect_timeout(t);
+            // tonic's rustls connector runs over `Connector`'s watched TCP stream; the handshake
+            // gets the connect timeout too (the TCP connect has its own, in `Connector`)
+            let tls = match opts.connect_timeout {
+                Some(t) => tls.clone().timeout(t),
+                None => tls.clone(),
+            };
+            ep = ep.tls_config(tls)?;
         }
         if let Some(k) = opts.keepalive {
             ep = ep
@@ -93,9 +95,14 @@ impl Endpoint {
                 .keep_alive_while_idle(false);
         }
         let wire = Arc::new(Wire::default());
-        // plain TCP with TCP_NODELAY (tonic still applies the connect timeout and wraps connect
-        // errors in `ConnectError`), watched to prove a failed request was never written
-        let channel = ep.connect_with_connector_lazy(Connector { wire: wire.clone() });
+        // plain TCP with TCP_NODELAY and the connect timeout (not tonic's `connect_timeout`,
+        // whose wrapper stays on the connection's every read and write: see `Connector`), watched
+        // to prove a failed request was never written; tonic wraps connect errors in
+        // `ConnectError`
+        let channel = ep.connect_with_connector_lazy(Connector {
+            wire: wire.clone(),
+            connect_timeout: opts.connect_timeout,
+        });
         Ok(Endpoint {
             addr: Arc::from(addr),
             stats: EndpointStats::new(),

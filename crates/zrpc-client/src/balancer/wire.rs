@@ -31,11 +31,13 @@
 //! retryable): the safe side, as before. Measured with `strace -f -c` (`client_serial --only
 //! zrpc2`): 3 `recvfrom` per serial call -> 2 (one peek, one read).
 
+use std::future::Future;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use hyper_util::rt::TokioIo;
@@ -119,10 +121,32 @@ impl Wire {
     }
 }
 
-/// Connects plain TCP (`TCP_NODELAY`) to `host:port` of the URI and watches the connection.
+/// Connects plain TCP (`TCP_NODELAY`) to `host:port` of the URI, within `connect_timeout`, and
+/// watches the connection.
+///
+/// The connect timeout is applied here, around the connect alone, rather than with tonic's
+/// `Endpoint::connect_timeout`: tonic implements that with `hyper_timeout::TimeoutConnector`,
+/// whose stream (`TimeoutStream`, boxed) stays between h2 and the socket for the connection's
+/// whole life, checking its (unset) read and write timeouts on every read and write. A timeout
+/// fails with the error `TimeoutConnector` gives (`TimedOut`, "deadline has elapsed"), which
+/// tonic then wraps in its `ConnectError` as every connect error of this connector.
 #[derive(Debug, Clone)]
 pub(crate) struct Connector {
     pub(crate) wire: Arc<Wire>,
+    pub(crate) connect_timeout: Option<Duration>,
+}
+
+/// `connect`, failed with `TimedOut` if it does not finish within `timeout`.
+async fn within<T>(
+    timeout: Option<Duration>,
+    connect: impl Future<Output = io::Result<T>>,
+) -> io::Result<T> {
+    match timeout {
+        Some(t) => tokio::time::timeout(t, connect)
+            .await
+            .map_err(|elapsed| io::Error::new(io::ErrorKind::TimedOut, elapsed))?,
+        None => connect.await,
+    }
 }
 
 impl tower::Service<http::Uri> for Connector {
@@ -136,13 +160,14 @@ impl tower::Service<http::Uri> for Connector {
 
     fn call(&mut self, uri: http::Uri) -> Self::Future {
         let wire = Arc::clone(&self.wire);
+        let timeout = self.connect_timeout;
         Box::pin(async move {
             let host = uri
                 .host()
                 .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no host in URI"))?;
             let host = host.trim_start_matches('[').trim_end_matches(']');
             let port = uri.port_u16().unwrap_or(80);
-            let tcp = TcpStream::connect((host, port)).await?;
+            let tcp = within(timeout, TcpStream::connect((host, port))).await?;
             tcp.set_nodelay(true)?;
             // a second descriptor of the same socket (already non-blocking) to peek at it without
             // going through tokio's cached readiness
@@ -311,7 +336,10 @@ mod tests {
             .unwrap();
         let wire = Arc::new(Wire::default());
         wire.set_guarded(true);
-        let mut c = Connector { wire: wire.clone() };
+        let mut c = Connector {
+            wire: wire.clone(),
+            connect_timeout: None,
+        };
         let io = tower::Service::call(&mut c, uri).await.unwrap();
         let mut io = io.into_inner();
         let (mut server, _) = l.accept().await.unwrap();
@@ -338,7 +366,10 @@ mod tests {
             .unwrap();
         let wire = Arc::new(Wire::default());
         assert!(!wire.is_live(), "no connection yet");
-        let mut c = Connector { wire: wire.clone() };
+        let mut c = Connector {
+            wire: wire.clone(),
+            connect_timeout: None,
+        };
         let mut a = tower::Service::call(&mut c, uri.clone())
             .await
             .unwrap()
@@ -357,6 +388,20 @@ mod tests {
         );
         drop(a);
         assert!(!wire.is_live());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connect_past_its_timeout_fails_timed_out() {
+        let t = std::time::Duration::from_secs(3);
+        let err = within(Some(t), std::future::pending::<io::Result<()>>())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(err.to_string(), "deadline has elapsed");
+        let ready = within(Some(t), async { Ok::<_, io::Error>(7) }).await;
+        assert_eq!(ready.unwrap(), 7);
+        let unbounded = within(None, async { Ok::<_, io::Error>(8) }).await;
+        assert_eq!(unbounded.unwrap(), 8);
     }
 
     #[test]
@@ -394,7 +439,10 @@ mod tests {
             .parse()
             .unwrap();
         let wire = Arc::new(Wire::default());
-        let mut c = Connector { wire: wire.clone() };
+        let mut c = Connector {
+            wire: wire.clone(),
+            connect_timeout: None,
+        };
         let mut io = tower::Service::call(&mut c, uri)
             .await
             .unwrap()
