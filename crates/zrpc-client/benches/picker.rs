@@ -14,6 +14,11 @@
 //! (`refresh`), as in a client whose endpoints answer calls. (Until this was added the warm-up
 //! completed a call that was never picked, which left every endpoint with `u64::MAX` calls in
 //! flight: a state no client reaches.)
+//!
+//! `1_thread_alone` is the pick as the client makes it (clock read included): the slot is released
+//! outside the timed spans, as a client releases it when its call ends, long after the pick; the
+//! release alone is `release`. `1_thread` keeps the release in the loop (pick and release back to
+//! back on one cache line: two atomic read-modify-writes in one dependency chain).
 #![allow(missing_docs, clippy::unwrap_used)]
 
 use std::hint::black_box;
@@ -104,6 +109,49 @@ fn timed(
     })
 }
 
+/// Picks per wall-clock span in [`timed_alone`]: long enough that the two timer reads around a
+/// span add under 1 ns per pick (counted against the pick), short enough that the set's in-flight
+/// counts stay in a busy client's range (0..64 calls).
+const CHUNK: usize = 64;
+/// Picks per CPU-time span: reading the thread's CPU time is a system call (~0.3-1 µs), so the
+/// spans are longer (in flight 0..4096: the same code path as 0..64, in-flight counts only scale
+/// the cost).
+const CHUNK_CPU: usize = 4096;
+
+/// Times `iters` picks alone, as the client makes them: the in-flight slots are released after
+/// each timed span of [`CHUNK`] (or [`CHUNK_CPU`]) picks, outside it (a client releases a slot when its call ends,
+/// 100 µs or more after the pick, never in the pick's dependency chain). The release is timed
+/// separately (`release`).
+fn timed_alone(
+    timer: Timer,
+    iters: u64,
+    set: &[Arc<EndpointStats>],
+    refresh_at: u64,
+    mut pick: impl FnMut() -> usize,
+) -> Duration {
+    refresh(set, refresh_at);
+    let chunk = match timer {
+        Timer::Wall => CHUNK,
+        Timer::Cpu => CHUNK_CPU,
+    };
+    let mut picked = vec![0usize; chunk];
+    let mut total = Duration::ZERO;
+    let mut left = iters;
+    while left > 0 {
+        let k = usize::try_from(left.min(chunk as u64)).unwrap();
+        total += timer.elapsed(|| {
+            for slot in &mut picked[..k] {
+                *slot = pick();
+            }
+        });
+        for &i in &picked[..k] {
+            set[i].on_abandon();
+        }
+        left -= k as u64;
+    }
+    total
+}
+
 fn pick(c: &mut Criterion) {
     let mut g = c.benchmark_group("pick");
     for n in [3usize, 10, 100] {
@@ -114,6 +162,22 @@ fn pick(c: &mut Criterion) {
             g.bench_with_input(BenchmarkId::new(name, n), &n, |b, _| {
                 b.iter_custom(|iters| {
                     timed_live(timer, iters, &set, clock, || {
+                        let now = clock.coarse_now();
+                        picker
+                            .pick_at(black_box(&set), now, &mut ThreadRng)
+                            .unwrap()
+                    })
+                });
+            });
+        }
+        // the pick alone (clock read included), its release outside the timed spans
+        for (name, timer) in [
+            ("1_thread_alone", Timer::Wall),
+            ("1_thread_alone_cpu", Timer::Cpu),
+        ] {
+            g.bench_with_input(BenchmarkId::new(name, n), &n, |b, _| {
+                b.iter_custom(|iters| {
+                    timed_alone(timer, iters, &set, clock.nanos(Instant::now()), || {
                         let now = clock.coarse_now();
                         picker
                             .pick_at(black_box(&set), now, &mut ThreadRng)
@@ -202,6 +266,31 @@ fn clock(c: &mut Criterion) {
     });
 }
 
+fn release(c: &mut Criterion) {
+    // the release of a slot that was never sent (`on_abandon`): one atomic decrement, after the
+    // increment that a pick makes (untimed, in chunks)
+    let e = EndpointStats::new();
+    c.bench_function("release", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            let mut left = iters;
+            while left > 0 {
+                let k = left.min(CHUNK as u64);
+                for _ in 0..k {
+                    e.on_pick();
+                }
+                total += Timer::Wall.elapsed(|| {
+                    for _ in 0..k {
+                        black_box(&e).on_abandon();
+                    }
+                });
+                left -= k;
+            }
+            total
+        });
+    });
+}
+
 fn complete(c: &mut Criterion) {
     let e = EndpointStats::new();
     let mut t = 0u64;
@@ -214,5 +303,5 @@ fn complete(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, pick, complete, clock);
+criterion_group!(benches, pick, release, complete, clock);
 criterion_main!(benches);

@@ -41,7 +41,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::rng::RandomSource;
-use super::stats::{Clock, EndpointStats, PENALTY, THROTTLE_SUCCESS};
+use super::stats::{COST_PENALTY, Clock, EndpointStats, PENALTY};
 
 /// go-zero `forcePick` (v1 rules): an endpoint not picked for this long gets the next request of
 /// its pair.
@@ -130,66 +130,68 @@ impl P2cPicker {
         E: AsRef<EndpointStats>,
         R: RandomSource + ?Sized,
     {
-        let v2 = self.rules == P2cRules::V2;
-        let load = |s: &EndpointStats| if v2 { s.cost(now) } else { s.load(now) };
-        let n = set.len();
-        let chosen = match n {
-            0 => return None,
-            1 => 0,
-            2 => {
-                let (la, lb) = (load(set[0].as_ref()), load(set[1].as_ref()));
-                self.choose(set, (0, la), (1, lb), now, rng)
-            }
-            _ => {
-                let mut pair = ((0, 0.0), (1, 0.0));
-                for _ in 0..PICK_TIMES {
-                    let (a, b) = rng.pair(n);
-                    let (sa, sb) = (set[a].as_ref(), set[b].as_ref());
-                    let (la, lb) = (load(sa), load(sb));
-                    pair = ((a, la), (b, lb));
-                    // healthy: success > 500, not down, not a probe already in flight
-                    if la < PENALTY
-                        && lb < PENALTY
-                        && sa.success() > THROTTLE_SUCCESS
-                        && sb.success() > THROTTLE_SUCCESS
-                    {
-                        break;
-                    }
-                }
-                self.choose(set, pair.0, pair.1, now, rng)
+        let chosen = match self.rules {
+            // v2 compares integer costs, v1 go-zero's float loads: one draw for both
+            P2cRules::V2 => draw(set, now, rng, |s| s.pick_cost(now), COST_PENALTY, choose_v2)?,
+            P2cRules::V1 => {
+                let i = draw(set, now, rng, |s| s.load(now), PENALTY, choose_v1)?;
+                set[i].as_ref().touch(now);
+                i
             }
         };
-        let stats = set[chosen].as_ref();
-        if !v2 {
-            stats.touch(now);
-        }
-        stats.on_pick();
+        set[chosen].as_ref().on_pick();
         Some(chosen)
     }
+}
 
-    fn choose<E, R>(
-        &self,
-        set: &[E],
-        (a, la): (usize, f64),
-        (b, lb): (usize, f64),
-        now: u64,
-        rng: &mut R,
-    ) -> usize
-    where
-        E: AsRef<EndpointStats>,
-        R: RandomSource + ?Sized,
-    {
-        // the pair is random, so which one is cheaper is a coin flip: selects, not a branch the
-        // predictor would miss half the time (costs are never NaN: min/max are the same choice)
-        let swap = la > lb;
-        let c1 = std::hint::select_unpredictable(swap, b, a);
-        let c2 = std::hint::select_unpredictable(swap, a, b);
-        let (l1, l2) = (la.min(lb), la.max(lb));
-        match self.rules {
-            P2cRules::V1 => choose_v1(set, c1, c2, l1, l2, now, rng),
-            P2cRules::V2 => choose_v2(set, c1, c2, l1, l2, now, rng),
+/// Draws the pair (up to [`PICK_TIMES`] times, until both are healthy: success > 500, not down,
+/// not a probe already in flight) and lets `choose` decide between its cheaper (first) and its
+/// dearer endpoint; `None` for an empty set.
+#[inline(always)]
+fn draw<E, R, C>(
+    set: &[E],
+    now: u64,
+    rng: &mut R,
+    load: impl Fn(&EndpointStats) -> C,
+    penalty: C,
+    choose: impl FnOnce(&[E], usize, usize, C, C, u64, &mut R) -> usize,
+) -> Option<usize>
+where
+    E: AsRef<EndpointStats>,
+    R: RandomSource + ?Sized,
+    C: Copy + PartialOrd,
+{
+    let n = set.len();
+    let ((a, la), (b, lb)) = match n {
+        0 => return None,
+        1 => return Some(0),
+        2 => ((0, load(set[0].as_ref())), (1, load(set[1].as_ref()))),
+        _ => {
+            let mut pair;
+            let mut times = 0;
+            loop {
+                let (a, b) = rng.pair(n);
+                let (sa, sb) = (set[a].as_ref(), set[b].as_ref());
+                let (la, lb) = (load(sa), load(sb));
+                pair = ((a, la), (b, lb));
+                times += 1;
+                if times == PICK_TIMES
+                    || (la < penalty && lb < penalty && sa.succeeds() && sb.succeeds())
+                {
+                    break;
+                }
+            }
+            pair
         }
-    }
+    };
+    // the pair is random, so which one is cheaper is a coin flip: selects, not a branch the
+    // predictor would miss half the time (costs are never NaN)
+    let swap = la > lb;
+    let c1 = std::hint::select_unpredictable(swap, b, a);
+    let c2 = std::hint::select_unpredictable(swap, a, b);
+    let l1 = std::hint::select_unpredictable(swap, lb, la);
+    let l2 = std::hint::select_unpredictable(swap, la, lb);
+    Some(choose(set, c1, c2, l1, l2, now, rng))
 }
 
 /// go-zero's `choose`: the lower load wins, unless the other one is due for a forced pick.
@@ -230,8 +232,8 @@ fn choose_v2<E, R>(
     set: &[E],
     c1: usize,
     c2: usize,
-    l1: f64,
-    l2: f64,
+    l1: u64,
+    l2: u64,
     now: u64,
     rng: &mut R,
 ) -> usize
@@ -239,10 +241,10 @@ where
     E: AsRef<EndpointStats>,
     R: RandomSource + ?Sized,
 {
-    if l1 == f64::INFINITY {
+    if l1 == u64::MAX {
         return fallback(set, now, rng, true);
     }
-    if l2 < PENALTY {
+    if l2 < COST_PENALTY {
         let s2 = set[c2].as_ref();
         let at = s2.probe_at.load(Ordering::Relaxed);
         if now >= at && s2.inflight() == 0 && probe_due(s2, now) {
