@@ -425,7 +425,7 @@ where
                 stopped,
             ))
         } else {
-            let chain = outer.layer(drain_layer.inline()).layer(layer).into_inner();
+            let chain = outer.layer(drain_layer).layer(layer).into_inner();
             Either::Right(builder.layer(chain).serve_with_incoming_shutdown(
                 services.routes,
                 incoming,
