@@ -81,58 +81,67 @@ fn thread_cpu() -> Duration {
     )
 }
 
-/// [`timed`] on a set refreshed at the current time.
-fn timed_live(
-    timer: Timer,
-    iters: u64,
-    set: &[Arc<EndpointStats>],
-    clock: Clock,
-    pick: impl FnMut() -> usize,
-) -> Duration {
-    timed(timer, iters, set, clock.nanos(Instant::now()), pick)
+/// Where a timed loop releases the in-flight slot each pick takes.
+#[derive(Clone, Copy)]
+enum Release {
+    /// Right after the pick, inside the timed span (pick and release back to back).
+    InSpan,
+    /// After each span of [`CHUNK`] (or [`CHUNK_CPU`]) picks, outside it: as a client releases
+    /// a slot when its call ends, 100 µs or more after the pick, never in the pick's dependency
+    /// chain. The release is timed separately (`release`).
+    Outside,
 }
 
-/// Times `iters` picks at the times `now()` gives, after refreshing the set.
-fn timed(
-    timer: Timer,
-    iters: u64,
-    set: &[Arc<EndpointStats>],
-    refresh_at: u64,
-    mut pick: impl FnMut() -> usize,
-) -> Duration {
-    refresh(set, refresh_at);
-    timer.elapsed(|| {
-        for _ in 0..iters {
-            let i = pick();
-            set[i].on_abandon();
-        }
-    })
-}
-
-/// Picks per wall-clock span in [`timed_alone`]: long enough that the two timer reads around a
-/// span add under 1 ns per pick (counted against the pick), short enough that the set's in-flight
-/// counts stay in a busy client's range (0..64 calls).
+/// Picks per wall-clock span with [`Release::Outside`]: long enough that the two timer reads
+/// around a span add under 1 ns per pick (counted against the pick), short enough that the set's
+/// in-flight counts stay in a busy client's range (0..64 calls).
 const CHUNK: usize = 64;
 /// Picks per CPU-time span: reading the thread's CPU time is a system call (~0.3-1 µs), so the
 /// spans are longer (in flight 0..4096: the same code path as 0..64, in-flight counts only scale
 /// the cost).
 const CHUNK_CPU: usize = 4096;
 
-/// Times `iters` picks alone, as the client makes them: the in-flight slots are released after
-/// each timed span of [`CHUNK`] (or [`CHUNK_CPU`]) picks, outside it (a client releases a slot when its call ends,
-/// 100 µs or more after the pick, never in the pick's dependency chain). The release is timed
-/// separately (`release`).
-fn timed_alone(
+/// Times `iters` picks on a set refreshed at the current time.
+fn timed_live(
     timer: Timer,
+    release: Release,
+    iters: u64,
+    set: &[Arc<EndpointStats>],
+    clock: Clock,
+    pick: impl FnMut() -> usize,
+) -> Duration {
+    timed(
+        timer,
+        release,
+        iters,
+        set,
+        clock.nanos(Instant::now()),
+        pick,
+    )
+}
+
+/// Times `iters` picks after refreshing the set at `refresh_at`, releasing their slots as
+/// `release` says.
+fn timed(
+    timer: Timer,
+    release: Release,
     iters: u64,
     set: &[Arc<EndpointStats>],
     refresh_at: u64,
     mut pick: impl FnMut() -> usize,
 ) -> Duration {
     refresh(set, refresh_at);
-    let chunk = match timer {
-        Timer::Wall => CHUNK,
-        Timer::Cpu => CHUNK_CPU,
+    let chunk = match (release, timer) {
+        (Release::InSpan, _) => {
+            return timer.elapsed(|| {
+                for _ in 0..iters {
+                    let i = pick();
+                    set[i].on_abandon();
+                }
+            });
+        }
+        (Release::Outside, Timer::Wall) => CHUNK,
+        (Release::Outside, Timer::Cpu) => CHUNK_CPU,
     };
     let mut picked = vec![0usize; chunk];
     let mut total = Duration::ZERO;
@@ -161,7 +170,7 @@ fn pick(c: &mut Criterion) {
         for (name, timer) in [("1_thread", Timer::Wall), ("1_thread_cpu", Timer::Cpu)] {
             g.bench_with_input(BenchmarkId::new(name, n), &n, |b, _| {
                 b.iter_custom(|iters| {
-                    timed_live(timer, iters, &set, clock, || {
+                    timed_live(timer, Release::InSpan, iters, &set, clock, || {
                         let now = clock.coarse_now();
                         picker
                             .pick_at(black_box(&set), now, &mut ThreadRng)
@@ -177,7 +186,7 @@ fn pick(c: &mut Criterion) {
         ] {
             g.bench_with_input(BenchmarkId::new(name, n), &n, |b, _| {
                 b.iter_custom(|iters| {
-                    timed_alone(timer, iters, &set, clock.nanos(Instant::now()), || {
+                    timed_live(timer, Release::Outside, iters, &set, clock, || {
                         let now = clock.coarse_now();
                         picker
                             .pick_at(black_box(&set), now, &mut ThreadRng)
@@ -188,7 +197,7 @@ fn pick(c: &mut Criterion) {
         }
         g.bench_with_input(BenchmarkId::new("1_thread_instant", n), &n, |b, _| {
             b.iter_custom(|iters| {
-                timed_live(Timer::Wall, iters, &set, clock, || {
+                timed_live(Timer::Wall, Release::InSpan, iters, &set, clock, || {
                     let now = Instant::now();
                     picker.pick(black_box(&set), now, &mut ThreadRng).unwrap()
                 })
@@ -198,7 +207,7 @@ fn pick(c: &mut Criterion) {
         let v1 = P2cPicker::with_rules(Instant::now(), P2cRules::V1);
         g.bench_with_input(BenchmarkId::new("1_thread_v1", n), &n, |b, _| {
             b.iter_custom(|iters| {
-                timed_live(Timer::Wall, iters, &set, clock, || {
+                timed_live(Timer::Wall, Release::InSpan, iters, &set, clock, || {
                     let now = clock.coarse_now();
                     v1.pick_at(black_box(&set), now, &mut ThreadRng).unwrap()
                 })
@@ -211,7 +220,7 @@ fn pick(c: &mut Criterion) {
             g.bench_with_input(BenchmarkId::new(name, n), &n, |b, _| {
                 b.iter_custom(|iters| {
                     let fixed = clock.coarse_now();
-                    timed(timer, iters, &set, fixed, || {
+                    timed(timer, Release::InSpan, iters, &set, fixed, || {
                         picker
                             .pick_at(black_box(&set), black_box(fixed), &mut ThreadRng)
                             .unwrap()
