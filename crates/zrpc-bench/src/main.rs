@@ -59,11 +59,11 @@ struct Cli {
     #[arg(long, global = true, default_value = "docs/benchmarks.md")]
     out: PathBuf,
     /// Alternating rounds per comparison (medians are taken over them). Default 15 (`latency`),
-    /// `overhead` 21 (quick: 1).
+    /// `overhead` 61 (quick: 1).
     #[arg(long, global = true)]
     rounds: Option<usize>,
     /// `overhead` and `latency`: seconds each subject is measured per round (every subject of a
-    /// comparison runs for the same time). Default 0.7 (`latency`), `overhead` 0.5 (quick: 0.3).
+    /// comparison runs for the same time). Default 0.7 (`latency`), `overhead` 0.25 (quick: 0.3).
     #[arg(long, global = true, value_parser = parse_round_secs)]
     round_secs: Option<f64>,
     /// `balance`: seconds per run instead of the default sizes (20/200/2000 calls/s for
@@ -138,8 +138,15 @@ fn main() -> ExitCode {
                 }
             };
             install_ctrl_c();
-            // `overhead` takes many short rounds (its pairs are close in time, and a median of
-            // 21 per-round ratios moves less than one of 7), unless told otherwise.
+            // `overhead` takes many short rounds, unless told otherwise. On this kind of host (a
+            // 2-vCPU KVM guest) a pinned server's own CPU time per request moves by up to 1.8x
+            // from one 0.5 s run to the next with no neighbour in sight (no run-queue wait, no
+            // steal: the host's core is shared below the guest), and that speed is correlated
+            // over about a second only (lag-1 correlation of run rates 0.39 at 0.5 s runs, 0.56
+            // at 0.25 s; ~0 after 2 s). The per-round ratios therefore carry a log-sd of ~0.2
+            // whatever the run length, and only their number tightens the median: 21 rounds
+            // left medians 5.5% wide (two runs of `all` disagreed by > 10% on pinned rows), 61
+            // rounds of 0.25 s take 1.6x the time of 21 x 0.5 s and narrow it to ~3%.
             let rounds = |full| {
                 cli.rounds
                     .unwrap_or(if cli.quick { 1 } else { full })
@@ -153,8 +160,8 @@ fn main() -> ExitCode {
                 quick: cli.quick,
                 rounds: rounds(15),
                 round_secs: secs(0.7),
-                overhead_rounds: rounds(21),
-                overhead_secs: secs(0.5),
+                overhead_rounds: rounds(61),
+                overhead_secs: secs(0.25),
                 out: cli.out,
                 balance_secs: cli.balance_secs,
                 balance_clients: cli.balance_clients,

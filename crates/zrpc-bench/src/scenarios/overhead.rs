@@ -100,9 +100,10 @@ fn part(name: &str) -> bool {
 
 pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
     // Timing-based runs, many and short: every subject is measured for the same time, and the
-    // runs of a round are close in time (6 x 0.5 s), so that the host's speed, which drifts over
-    // seconds, is nearly the same for the runs a per-round ratio divides; the median of 21 such
-    // ratios moves less between two invocations than a median of 7 (issue 17).
+    // runs of a round are close in time (6 x 0.25 s), so that the host's speed, which drifts
+    // over about a second, is as alike as it gets for the runs a per-round ratio divides; the
+    // median of 61 such ratios moves less between two invocations than one of 21 (issue 17; the
+    // figures are in main.rs).
     let rounds = ctx.opts.overhead_rounds;
     let secs = ctx.opts.overhead_secs;
     // Before every measured h2load run: connections made and streams ramped up outside the
