@@ -121,7 +121,7 @@ impl Endpoint {
     pub(crate) fn send(
         self: Arc<Self>,
         clock: Clock,
-        start: Instant,
+        start: u64,
         deadline: Option<Instant>,
         timeout: Option<Duration>,
         req: http::Request<Body>,
@@ -130,7 +130,7 @@ impl Endpoint {
         let guard = StatusGuard::new(Done {
             endpoint: Arc::clone(&self),
             clock,
-            start: clock.nanos(start),
+            start,
             deadline,
         });
         let mark = self.wire.mark();

@@ -243,7 +243,7 @@ impl Shared {
         *self.ready.borrow()
     }
 
-    /// Picks at `now` (ns, [`super::Clock::coarse_now`]).
+    /// Picks at `now` (ns since the picker's epoch: the attempt's start, [`super::Clock::nanos`]).
     fn pick(&self, set: &[Arc<Endpoint>], now: u64) -> Option<Arc<Endpoint>> {
         let i = match self.kind {
             BalancerName::RoundRobin => self.rr.pick_at(set, now),
@@ -335,12 +335,12 @@ impl Shared {
         } else {
             (req, None)
         };
+        // One precise clock read serves the pick and the call's latency sample: a coarse read
+        // for the pick (~7 ns) would come on top of the one the latency needs.
         let clock = self.p2c.clock();
-        let ep = self
-            .pick(&set, clock.coarse_now())
-            .ok_or_else(|| self.no_endpoint())?;
-        let attempt =
-            Arc::clone(&ep).send(clock, Instant::now(), deadline, timeout, req, &self.target);
+        let start = clock.nanos(Instant::now());
+        let ep = self.pick(&set, start).ok_or_else(|| self.no_endpoint())?;
+        let attempt = Arc::clone(&ep).send(clock, start, deadline, timeout, req, &self.target);
         Ok(First {
             endpoint: ep,
             attempt,
@@ -359,7 +359,7 @@ impl Shared {
     ) -> Result<http::Response<Body>, BoxError> {
         let clock = self.p2c.clock();
         for attempt in 2..=MAX_ATTEMPTS {
-            let now = clock.coarse_now();
+            let now = clock.nanos(Instant::now());
             let Some(ep) = self.pick(&self.set.load(), now) else {
                 break;
             };
@@ -371,7 +371,7 @@ impl Shared {
             tracing::debug!(target = %self.target, from = %failed.0.addr, to = %ep.addr, attempt, "transparent retry: {}", failed.1.message());
             let req = replay.clone_request();
             match Arc::clone(&ep)
-                .send(clock, Instant::now(), deadline, timeout, req, &self.target)
+                .send(clock, now, deadline, timeout, req, &self.target)
                 .retry()
                 .await
             {
