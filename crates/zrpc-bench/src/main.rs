@@ -19,7 +19,7 @@
 //! disagree as `unstable` (and `compare` does not hold two runs to it, saying why).
 //!
 //! Looking into one part: `ZRPC_BENCH_PARTS=pinned,servers` runs only that part of `overhead`,
-//! and `ZRPC_BENCH_RUNS=<file>` appends every measured server run to that file as JSON.
+//! and `ZRPC_BENCH_RUNS=<file>` appends every measured server and client run to that file as JSON.
 //!
 //! Every server and load generator is a child process (this binary's hidden `serve` and `load`
 //! commands, the Go `gzbench` program in `go/`, `interop/gozero/bin/gz-server`, `h2load`), so

@@ -71,9 +71,9 @@ impl Acc {
     }
 }
 
-/// With `ZRPC_BENCH_RUNS=<file>`, every measured server run is appended to that file as a JSON
-/// line (rate, CPU, the noise monitor's share, the wait shares): the raw data behind the medians,
-/// for looking into why a ratio moves between invocations.
+/// With `ZRPC_BENCH_RUNS=<file>`, every measured server and client run is appended to that file as
+/// a JSON line (rate, CPU, the noise monitor's share, a server's wait shares): the raw data behind
+/// the medians, for looking into why a ratio moves between invocations.
 fn trace_run(v: &serde_json::Value) {
     let Some(path) = std::env::var_os("ZRPC_BENCH_RUNS") else {
         return;
@@ -408,6 +408,10 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
                         }
                     }
                     Ok((s, _)) => {
+                        trace_run(&serde_json::json!({
+                            "mode": mode.name(), "round": round, "subject": client.label(),
+                            "rate": s.rate(), "calls": s.calls, "cpu_us": s.cpu_us, "lost": lost,
+                        }));
                         let a = &mut caccs[i];
                         a.rate.push(s.rate());
                         a.cpu.push(s.cpu_us);
