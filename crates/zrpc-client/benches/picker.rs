@@ -2,9 +2,11 @@
 //! 1 and 2 threads.
 //!
 //! Run: `cargo bench -p zrpc-client --bench picker -- --warm-up-time 1 --measurement-time 2`.
-//! Each iteration is one clock read (the client's: `Clock::coarse_now`), one pick and the release
-//! of the in-flight slot (so the counters stay bounded); `1_thread_instant` reads `Instant::now()`
-//! instead, `1_thread_no_clock` reads none. The `_cpu` variants time the same loops with the
+//! Each iteration is one clock read (`Clock::coarse_now`, the cheapest a pick can make), one pick
+//! and the release of the in-flight slot (so the counters stay bounded); `1_thread_instant` reads
+//! `Instant::now()` instead, `1_thread_no_clock` reads none. zrpc's client picks at the attempt's
+//! start, the `Instant::now()` it reads for the call's latency anyway: its pick adds no clock read,
+//! so `1_thread_no_clock` is what a call pays for it. The `_cpu` variants time the same loops with the
 //! thread's CPU time instead of the wall clock: on a shared machine they stay comparable when
 //! other jobs take the cores (the wall-clock figures then grow with the time spent waiting for
 //! a core). The completion math (EWMA update) is measured

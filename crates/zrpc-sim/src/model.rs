@@ -115,6 +115,20 @@ impl Scenario {
         }
     }
 
+    /// Three servers of the same speed (0.3 ms plus up to 0.5 ms of jitter, loopback-like):
+    /// every server should take a third of the calls.
+    #[must_use]
+    pub fn equal(load: Load, duration: Duration, seed: u64) -> Self {
+        Scenario {
+            servers: vec![ServerSpec::new(Duration::from_micros(300)); 3],
+            load,
+            duration,
+            timeout: Duration::from_secs(2),
+            seed,
+            watched: 2,
+        }
+    }
+
     /// Three servers at 10 ms; the watched one is frozen during `freeze`.
     #[must_use]
     pub fn freeze(load: Load, duration: Duration, freeze: Window, seed: u64) -> Self {

@@ -44,6 +44,31 @@ pub fn seed_cell(policy: Policy, load: Load) -> (f64, Duration) {
     (share, p99)
 }
 
+/// The loads of the equal-servers table.
+pub const EQUAL_LOADS: [Load; 4] = [
+    Load::Open { rps: 20.0 },
+    Load::Open { rps: 200.0 },
+    Load::Closed { clients: 1 },
+    Load::Closed { clients: 20 },
+];
+
+/// Three equal servers under `load` with `policy`, over [`SEEDS`]: the smallest and the largest
+/// share (percent) any one server took in any seed.
+#[must_use]
+pub fn equal_cell(policy: Policy, load: Load) -> (f64, f64) {
+    let mut lo = f64::INFINITY;
+    let mut hi = 0.0_f64;
+    for &seed in &SEEDS {
+        let r = run(&Scenario::equal(load, DURATION, seed), policy);
+        for &n in &r.per_server {
+            let share = n as f64 * 100.0 / r.calls.max(1) as f64;
+            lo = lo.min(share);
+            hi = hi.max(share);
+        }
+    }
+    (lo, hi)
+}
+
 /// The freeze scenario: three 10 ms servers at 1000 rps, the third frozen from 10 s to 25 s
 /// (SIGSTOP 15 s), 40 s in all.
 #[must_use]
@@ -89,6 +114,28 @@ pub fn markdown() -> String {
         for l in LOADS {
             let (share, p99) = seed_cell(p, l);
             let _ = write!(out, " {share:.3}% / {} |", ms(p99));
+        }
+        out.push('\n');
+    }
+    let _ = write!(
+        out,
+        "\nThree equal servers (0.3 ms plus up to 0.5 ms of jitter), {} s, seeds {SEEDS:?}: the \
+         smallest..largest share of the calls any one server took (a third is even).\n\n| policy |",
+        DURATION.as_secs()
+    );
+    for l in EQUAL_LOADS {
+        let _ = write!(out, " {} |", load_name(l));
+    }
+    let _ = write!(out, "\n|---|");
+    for _ in EQUAL_LOADS {
+        let _ = write!(out, "---|");
+    }
+    out.push('\n');
+    for p in Policy::ALL {
+        let _ = write!(out, "| {} |", p.name());
+        for l in EQUAL_LOADS {
+            let (lo, hi) = equal_cell(p, l);
+            let _ = write!(out, " {lo:.1}..{hi:.1}% |");
         }
         out.push('\n');
     }

@@ -33,7 +33,8 @@ pub const EJECT_MAX: Duration = Duration::from_secs(30);
 const EMPTY: u64 = u64::MAX;
 
 /// Converts instants to nanoseconds since an epoch (the only time representation in the stats),
-/// and reads the current time cheaply for the picker ([`Clock::coarse_now`]).
+/// and reads the current time cheaply ([`Clock::coarse_now`]) for a pick with no precise reading
+/// at hand (zrpc's client picks at the attempt's start, which it reads for the latency anyway).
 #[derive(Debug, Clone, Copy)]
 pub struct Clock {
     epoch: Instant,
