@@ -90,6 +90,26 @@ fn secs(d: Option<Duration>) -> String {
     d.map_or("never".into(), |d| format!("{:.1} s", d.as_secs_f64()))
 }
 
+/// A table with a row per policy and a column per load: `cell` gives a cell's text.
+fn policy_rows(out: &mut String, loads: &[Load], cell: impl Fn(Policy, Load) -> String) {
+    let _ = write!(out, "| policy |");
+    for &l in loads {
+        let _ = write!(out, " {} |", load_name(l));
+    }
+    let _ = write!(out, "\n|---|");
+    for _ in loads {
+        let _ = write!(out, "---|");
+    }
+    out.push('\n');
+    for p in Policy::ALL {
+        let _ = write!(out, "| {} |", p.name());
+        for &l in loads {
+            let _ = write!(out, " {} |", cell(p, l));
+        }
+        out.push('\n');
+    }
+}
+
 /// All tables, in Markdown.
 #[must_use]
 pub fn markdown() -> String {
@@ -100,45 +120,20 @@ pub fn markdown() -> String {
          share of calls sent to the slow server / worst p99.\n",
         DURATION.as_secs()
     );
-    let _ = write!(out, "| policy |");
-    for l in LOADS {
-        let _ = write!(out, " {} |", load_name(l));
-    }
-    let _ = write!(out, "\n|---|");
-    for _ in LOADS {
-        let _ = write!(out, "---|");
-    }
-    out.push('\n');
-    for p in Policy::ALL {
-        let _ = write!(out, "| {} |", p.name());
-        for l in LOADS {
-            let (share, p99) = seed_cell(p, l);
-            let _ = write!(out, " {share:.3}% / {} |", ms(p99));
-        }
-        out.push('\n');
-    }
-    let _ = write!(
+    policy_rows(&mut out, &LOADS, |p, l| {
+        let (share, p99) = seed_cell(p, l);
+        format!("{share:.3}% / {}", ms(p99))
+    });
+    let _ = writeln!(
         out,
         "\nThree equal servers (0.3 ms plus up to 0.5 ms of jitter), {} s, seeds {SEEDS:?}: the \
-         smallest..largest share of the calls any one server took (a third is even).\n\n| policy |",
+         smallest..largest share of the calls any one server took (a third is even).\n",
         DURATION.as_secs()
     );
-    for l in EQUAL_LOADS {
-        let _ = write!(out, " {} |", load_name(l));
-    }
-    let _ = write!(out, "\n|---|");
-    for _ in EQUAL_LOADS {
-        let _ = write!(out, "---|");
-    }
-    out.push('\n');
-    for p in Policy::ALL {
-        let _ = write!(out, "| {} |", p.name());
-        for l in EQUAL_LOADS {
-            let (lo, hi) = equal_cell(p, l);
-            let _ = write!(out, " {lo:.1}..{hi:.1}% |");
-        }
-        out.push('\n');
-    }
+    policy_rows(&mut out, &EQUAL_LOADS, |p, l| {
+        let (lo, hi) = equal_cell(p, l);
+        format!("{lo:.1}..{hi:.1}%")
+    });
     let _ = writeln!(
         out,
         "\nFrozen server (three servers at 10 ms, 1000 rps open loop, one SIGSTOPped from 10 s to 25 s, \
