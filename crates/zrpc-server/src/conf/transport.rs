@@ -10,9 +10,10 @@ use zrpc_core::conf::{ConfError, Validate, duration};
 /// HTTP/2 and connection limits of the server (`Transport:` block, a zrpc addition).
 ///
 /// Defaults protect against hostile clients without touching well-behaved ones: grpc-go
-/// and tonic clients queue calls beyond `MaxConcurrentStreams` instead of failing them, the
-/// server pings only every 2 hours (grpc's default), and no connection that completed its
-/// handshake is ever closed unless `MaxConnectionAge` or `MaxConnectionIdle` is set.
+/// and tonic clients queue calls beyond `MaxConcurrentStreams` instead of failing them, dead
+/// peers are found by TCP keepalive probes (15 s, Go's listener default), and no connection
+/// that completed its handshake is ever closed unless `MaxConnectionAge` or
+/// `MaxConnectionIdle` is set.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
 #[non_exhaustive]
@@ -23,13 +24,22 @@ pub struct TransportConf {
     /// before it is closed (default 10s; 0 = no limit).
     #[serde(with = "duration")]
     pub handshake_timeout: Duration,
-    /// Interval of the server's HTTP/2 keepalive pings (default 2h, grpc's; 0 = none).
+    /// Interval of the server's HTTP/2 keepalive pings on a quiet connection (default 0 =
+    /// none; grpc-go's server default is 2h). hyper reads the clock for every frame it
+    /// receives while pings are on (~760 instructions per unary call); `TcpKeepalive` finds
+    /// a dead peer sooner for nothing. Set it to find a peer process that is frozen but whose
+    /// kernel still answers.
     #[serde(with = "duration")]
     pub keepalive_time: Duration,
     /// A connection whose keepalive ping is not acknowledged within this is closed
     /// (default 20s, grpc's).
     #[serde(with = "duration")]
     pub keepalive_timeout: Duration,
+    /// TCP keepalive of every accepted connection: the kernel probes a connection quiet for
+    /// this long, every this long, and closes it when the peer's host stops answering
+    /// (default 15s, what Go's `net.Listen` sets on a go-zero server's connections; 0 = off).
+    #[serde(with = "duration")]
+    pub tcp_keepalive: Duration,
     /// The client's PINGs may not come more often than this: the third PING sooner than
     /// this after the previous one, with no data sent by the server in between, ends the
     /// connection with GOAWAY `too_many_pings` (grpc-go's `EnforcementPolicy.MinTime`,
@@ -69,8 +79,9 @@ impl Default for TransportConf {
         TransportConf {
             max_concurrent_streams: 1000,
             handshake_timeout: Duration::from_secs(10),
-            keepalive_time: Duration::from_secs(2 * 60 * 60),
+            keepalive_time: Duration::ZERO,
             keepalive_timeout: Duration::from_secs(20),
+            tcp_keepalive: Duration::from_secs(15),
             keepalive_min_time: Duration::from_secs(5 * 60),
             max_connection_age: Duration::ZERO,
             max_connection_age_grace: Duration::ZERO,
@@ -96,6 +107,11 @@ impl TransportConf {
     /// `KeepaliveTime`, `None` when 0.
     pub fn keepalive_time(&self) -> Option<Duration> {
         some(self.keepalive_time)
+    }
+
+    /// `TcpKeepalive`, `None` when 0.
+    pub fn tcp_keepalive(&self) -> Option<Duration> {
+        some(self.tcp_keepalive)
     }
 
     /// `KeepaliveMinTime`, `None` when 0.
@@ -159,7 +175,7 @@ impl Validate for TransportConf {
             return Err(ConfError::invalid(
                 "Transport.KeepaliveTime",
                 format!(
-                    "{:?} is below 1s; pings that often only cost CPU (default 2h)",
+                    "{:?} is below 1s; pings that often only cost CPU (grpc-go's default is 2h)",
                     self.keepalive_time
                 ),
             ));
@@ -196,11 +212,27 @@ mod tests {
         assert_eq!(t.handshake_timeout(), Some(Duration::from_secs(3)));
         assert_eq!(t.max_connection_age(), Some(Duration::from_secs(1800)));
         assert_eq!(t.max_connection_age_grace(), Some(Duration::from_secs(10)));
-        assert_eq!(t.keepalive_time(), Some(Duration::from_secs(7200)));
+        // No HTTP/2 pings by default (hyper would read the clock per frame); TCP keepalive
+        // probes at Go's listener default instead.
+        assert_eq!(t.keepalive_time(), None);
+        assert_eq!(t.tcp_keepalive(), Some(Duration::from_secs(15)));
         assert_eq!(t.keepalive_min_time(), Some(Duration::from_secs(300)));
         assert_eq!(t.max_connection_idle(), None);
         assert_eq!(t.max_buffered_request_bytes(), Some(64 << 20));
         assert_eq!(t.max_connection_buffered_request_bytes(), Some(32 << 20));
+    }
+
+    #[test]
+    fn pings_are_opt_in_and_tcp_keepalive_can_be_turned_off() {
+        let c = yaml(
+            "Name: a\nListenOn: 127.0.0.1:1\nTransport:\n  KeepaliveTime: 2h\n  TcpKeepalive: 0\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.transport.keepalive_time(),
+            Some(Duration::from_secs(7200))
+        );
+        assert_eq!(c.transport.tcp_keepalive(), None);
     }
 
     #[test]

@@ -191,7 +191,20 @@ enum Method {
 
 impl OnStatus for MetricsRecord {
     fn on_status(self, c: i32) {
-        let ms = self.start.elapsed().as_secs_f64() * 1000.0;
+        let elapsed = self.start.elapsed();
+        self.report(elapsed, c);
+    }
+}
+
+impl MetricsRecord {
+    /// When the call started.
+    pub(crate) fn started(&self) -> Instant {
+        self.start
+    }
+
+    /// Records the call's code and its duration, `elapsed`.
+    pub(crate) fn report(self, elapsed: std::time::Duration, c: i32) {
+        let ms = elapsed.as_secs_f64() * 1000.0;
         match self.method {
             Method::Cached(handles) => handles.record(ms, c),
             Method::Uncached(method, state) => state.record_uncached(method.path(), ms, c),

@@ -83,8 +83,29 @@ pub(crate) struct Recorders<S> {
     metrics: Option<Arc<metrics::State>>,
 }
 
-/// The record of [`Recorders`].
-pub(crate) type RecordersRecord = Both<StatRecord, MetricsRecord>;
+/// The record of [`Recorders`]: stat's and metrics', which share the call's start, and one
+/// clock read at the end for both durations.
+#[derive(Debug)]
+pub(crate) struct RecordersRecord(Both<StatRecord, MetricsRecord>);
+
+impl OnStatus for RecordersRecord {
+    fn on_status(self, c: i32) {
+        let Both { outer, inner } = self.0;
+        let start = match (&outer, &inner) {
+            (_, Some(m)) => m.started(),
+            (Some(s), None) => s.started(),
+            (None, None) => return,
+        };
+        let elapsed = start.elapsed();
+        // Inner first, as two nested bodies would report.
+        if let Some(m) = inner {
+            m.report(elapsed, c);
+        }
+        if let Some(s) = outer {
+            s.report(elapsed, c);
+        }
+    }
+}
 
 impl<S, ReqB, B> Service<Request<ReqB>> for Recorders<S>
 where
@@ -104,13 +125,13 @@ where
         }
         // One clock read for both durations.
         let start = tokio::time::Instant::now();
-        let record = Both {
+        let record = RecordersRecord(Both {
             outer: self
                 .stat
                 .as_ref()
                 .map(|s| StatRecord::start(s, &req, start)),
             inner: self.metrics.as_ref().map(|m| m.start(&req, start)),
-        };
+        });
         ObserveFuture::new(self.inner.call(req), record)
     }
 }

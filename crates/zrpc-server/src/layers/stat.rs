@@ -122,6 +122,18 @@ impl StatRecord {
 impl OnStatus for StatRecord {
     fn on_status(self, code: i32) {
         let elapsed = self.start.elapsed();
+        self.report(elapsed, code);
+    }
+}
+
+impl StatRecord {
+    /// When the call started.
+    pub(crate) fn started(&self) -> Instant {
+        self.start
+    }
+
+    /// Logs the call, `elapsed` after its start, if it was slow (or every call is logged).
+    pub(crate) fn report(self, elapsed: std::time::Duration, code: i32) {
         // The peer is formatted only into a line that is written: `SocketAddr`'s `Display`
         // into a `String` on every call cost ~1,900 instructions (callgrind, full chain).
         let peer = Peer(self.peer);

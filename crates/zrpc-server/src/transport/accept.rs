@@ -4,7 +4,8 @@
 //!   once per second, instead of being retried in a hot loop;
 //! - errors of one aborted connection (ECONNABORTED, ECONNRESET) are skipped at once;
 //! - over `MaxConnections` a connection is accepted and closed at once (logged once per second);
-//! - TCP_NODELAY on, then `AuthorityFix` (innermost) and [`Guarded`] around the stream;
+//! - TCP_NODELAY on, TCP keepalive probes (`Transport.TcpKeepalive`), then `AuthorityFix`
+//!   (innermost) and [`Guarded`] around the stream;
 //! - with `Tls`, the TLS handshake runs in a task per connection (under
 //!   `Transport.HandshakeTimeout`) so a slow handshake never holds up the accept loop; the
 //!   order is `TcpStream -> TlsStream -> AuthorityFix -> Guarded` (`AuthorityFix` reads the
@@ -35,6 +36,8 @@ pub(crate) struct AcceptSettings {
     pub(crate) table: Option<Arc<ConnTable>>,
     /// Present when `Tls` is set; its current config is taken for each connection.
     pub(crate) tls: Option<Arc<crate::tls::config::ReloadingConfig>>,
+    /// `Transport.TcpKeepalive`: idle time before the first probe and between probes.
+    pub(crate) tcp_keepalive: Option<Duration>,
 }
 
 /// A connection as tonic receives it.
@@ -203,10 +206,24 @@ impl Acceptor {
                     }
                 },
             };
-            if let Err(e) = stream.set_nodelay(true) {
-                tracing::debug!(target: "zrpc::server", "TCP_NODELAY on {peer}: {e}");
-            }
+            socket_options(&stream, self.settings.tcp_keepalive, peer);
             return (stream, peer, permit);
+        }
+    }
+}
+/// TCP_NODELAY, and keepalive probes after `keepalive` of quiet, every `keepalive` (Go's
+/// `net.Listen` sets 15 s for both; the probe count stays the kernel's, 9 on Linux). A
+/// failure is logged and the connection served anyway.
+fn socket_options(stream: &TcpStream, keepalive: Option<Duration>, peer: std::net::SocketAddr) {
+    if let Err(e) = stream.set_nodelay(true) {
+        tracing::debug!(target: "zrpc::server", "TCP_NODELAY on {peer}: {e}");
+    }
+    if let Some(every) = keepalive {
+        let params = socket2::TcpKeepalive::new()
+            .with_time(every)
+            .with_interval(every);
+        if let Err(e) = socket2::SockRef::from(stream).set_tcp_keepalive(&params) {
+            tracing::debug!(target: "zrpc::server", "TCP keepalive on {peer}: {e}");
         }
     }
 }
@@ -230,4 +247,42 @@ fn wrap(
         .map(|(table, addrs)| table.register(addrs));
     let io = AuthorityFix::new(io, addrs, settings.authority_repair);
     Guarded::new(io, settings.limits, permit, entry)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// A real accepted loopback connection, and the client end that keeps it open.
+    async fn accepted() -> (TcpStream, TcpStream, std::net::SocketAddr) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, peer) = listener.accept().await.unwrap();
+        (server, client, peer)
+    }
+
+    #[tokio::test]
+    async fn accepted_connections_get_nodelay_and_the_configured_keepalive() {
+        let (server, _client, peer) = accepted().await;
+        let conf = crate::conf::TransportConf::default();
+        let settings = super::super::accept_settings(&conf, false);
+        assert_eq!(settings.tcp_keepalive, Some(Duration::from_secs(15)));
+        socket_options(&server, settings.tcp_keepalive, peer);
+        let sock = socket2::SockRef::from(&server);
+        assert!(server.nodelay().unwrap());
+        assert!(sock.keepalive().unwrap());
+        assert_eq!(sock.tcp_keepalive_time().unwrap(), Duration::from_secs(15));
+        assert_eq!(
+            sock.tcp_keepalive_interval().unwrap(),
+            Duration::from_secs(15)
+        );
+
+        let (server, _client, peer) = accepted().await;
+        socket_options(&server, None, peer);
+        assert!(server.nodelay().unwrap());
+        assert!(!socket2::SockRef::from(&server).keepalive().unwrap());
+    }
 }

@@ -53,6 +53,7 @@ pub(crate) fn accept_settings(conf: &TransportConf, authority_repair: bool) -> A
             || conf.max_connection_buffered_request_bytes().is_some())
         .then(|| Arc::new(ConnTable::default())),
         tls: None,
+        tcp_keepalive: conf.tcp_keepalive(),
     }
 }
 
