@@ -14,13 +14,11 @@
 # The callgrind files stay in the printed directory, for `callgrind_annotate` (per-function
 # diffs between two kinds or two builds).
 #
-# valgrind crashes in rustix's own vDSO parser (rustix's linux_raw backend, used by zrpc-client's
-# coarse clock); build with rustix's libc backend, in a target directory of its own (the flag
-# rebuilds every crate):
+#   cargo build --release -p zrpc-tests --bin client_serial
+#   scripts/bench_client_instructions.sh target/release/client_serial 2000 6000
 #
-#   RUSTFLAGS='--cfg rustix_use_libc' CARGO_TARGET_DIR=target/cg \
-#     cargo build --release -p zrpc-tests --bin client_serial
-#   scripts/bench_client_instructions.sh target/cg/release/client_serial 2000 6000
+# (zrpc-client builds rustix with `use-libc` since stop 26: rustix's own vDSO parser crashed any
+# client under valgrind. `zrpc-bench overhead` has the same count at -c 50 in its report.)
 #
 # Measured (issue 13, 2f4c379 + others' work in progress, 1000/3000 calls, one run each, load 4-6):
 # before: tonic 70,856; zrpc1 81,871; zrpc2 79,298 instructions/call. After the trace layer's

@@ -21,10 +21,11 @@ pub(crate) const SECTIONS: [&str; 6] = [
 /// What each section must contain besides a table (the columns and tables that carry the
 /// method: spreads next to ratios, the noise-free instruction counts, the real overload factor,
 /// the per-fault time to the last call, registration timed from the process start).
-pub(crate) const REQUIRED: [(&str, &str); 8] = [
+pub(crate) const REQUIRED: [(&str, &str); 9] = [
     (SECTIONS[0], "vs bare tonic (min..max)"),
     (SECTIONS[0], "CPU/req vs bare tonic (min..max)"),
     (SECTIONS[0], "Instructions per request under callgrind"),
+    (SECTIONS[0], "Client instructions per call under callgrind"),
     (SECTIONS[0], "Noise monitor"),
     (SECTIONS[1], "p50 - bare tonic channel, µs (min..max)"),
     (SECTIONS[4], "offered / capacity"),

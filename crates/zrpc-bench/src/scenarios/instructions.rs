@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use super::{Ctx, H2Amount, Profile, ServerSpec, Side, h2load};
+use super::{Ctx, Gen, H2Amount, LoadSpec, Profile, ServerSpec, Side, h2load};
 use crate::report::{Table, f, ratio};
 
 /// The callgrind table for `servers` (go-zero rows say why they are skipped).
@@ -57,6 +57,84 @@ pub(super) fn table(ctx: &Ctx<'_>, servers: &[(Side, Profile, &str)]) -> Table {
     t
 }
 
+/// The callgrind table for `clients`, all calling one bare tonic server.
+pub(super) fn client_table(ctx: &Ctx<'_>, clients: &[Gen]) -> Table {
+    // Quick: a debug build of the client under callgrind is slow; a few dozen calls prove the path.
+    let (n1, n2) = ctx.size((20, 60), (4_000, 16_000));
+    let mut t = Table::new(
+        &format!(
+            "Client instructions per call under callgrind (-c 50, one thread, against a bare tonic server; (Ir({n2}) - Ir({n1})) / {}; noise-free)",
+            n2 - n1
+        ),
+        &["client", "instructions/call", "vs bare tonic channel"],
+    );
+    if let Err(e) = &ctx.env.valgrind {
+        t.skipped_row("every client", e);
+        return t;
+    }
+    let spec = ServerSpec {
+        profile: Profile::Tonic,
+        threads: 1,
+        ..ServerSpec::default()
+    };
+    let server = match ctx.server(Side::Rust, &spec) {
+        Ok(s) => s,
+        Err(e) => {
+            t.skipped_row(
+                "every client",
+                format!("the bare tonic server did not start: {e:#}"),
+            );
+            return t;
+        }
+    };
+    // The bare tonic channel first: the ratios divide by it.
+    let mut order: Vec<Gen> = clients
+        .iter()
+        .copied()
+        .filter(|c| *c == Gen::Tonic)
+        .collect();
+    order.extend(clients.iter().copied().filter(|c| *c != Gen::Tonic));
+    let mut bare = 0.0;
+    for client in order {
+        let name = client.label();
+        if client == Gen::GoZero {
+            t.skipped_row(
+                &name,
+                "valgrind 3.19's callgrind aborts on Go's signals (async preemption, SIGTERM), so a Go client cannot be counted",
+            );
+            continue;
+        }
+        let count = |n: u64| -> Result<f64> {
+            let out = ctx.file("callgrind-client.out");
+            let load = LoadSpec {
+                endpoints: vec![server.addr.clone()],
+                concurrency: 50,
+                calls: n,
+                threads: 1,
+                callgrind: Some(out.clone()),
+                ..LoadSpec::default()
+            };
+            let (summary, _) = ctx.load(client, &load)?;
+            if summary.calls < n {
+                bail!("{} of {n} calls completed", summary.calls);
+            }
+            let total = total_of(&out);
+            let _ = std::fs::remove_file(&out);
+            total
+        };
+        match count(n1).and_then(|a| Ok((count(n2)? - a) / (n2 - n1) as f64)) {
+            Ok(ir) => {
+                if client == Gen::Tonic {
+                    bare = ir;
+                }
+                t.row(vec![name, f(ir, 0), ratio(ir, bare)]);
+            }
+            Err(e) => t.skipped_row(&name, format!("callgrind run failed: {e:#}")),
+        }
+    }
+    t
+}
+
 fn per_request(ctx: &Ctx<'_>, profile: Profile, n1: u64, n2: u64) -> Result<f64> {
     let a = count(ctx, profile, n1)?;
     let b = count(ctx, profile, n2)?;
@@ -77,7 +155,14 @@ fn count(ctx: &Ctx<'_>, profile: Profile, n: u64) -> Result<f64> {
     // callgrind writes its counts at exit: a graceful stop (zrpc's wrap-up is 1 s, slower
     // under valgrind), never SIGKILL.
     server.proc.stop(Duration::from_secs(60));
-    let text = std::fs::read_to_string(&out)
+    let total = total_of(&out);
+    let _ = std::fs::remove_file(&out);
+    total
+}
+
+/// The instruction total of the callgrind file `out`.
+fn total_of(out: &std::path::Path) -> Result<f64> {
+    let text = std::fs::read_to_string(out)
         .with_context(|| format!("callgrind wrote no {}", out.display()))?;
     let total = text
         .lines()
@@ -86,7 +171,6 @@ fn count(ctx: &Ctx<'_>, profile: Profile, n: u64) -> Result<f64> {
                 .or_else(|| l.strip_prefix("totals:"))
         })
         .and_then(|v| v.trim().parse::<f64>().ok());
-    let _ = std::fs::remove_file(&out);
     match total {
         Some(t) => Ok(t),
         None => bail!("no `summary:` line in {}", out.display()),

@@ -253,6 +253,8 @@ pub(crate) struct LoadSpec {
     pub(crate) records: bool,
     pub(crate) cpu: Option<usize>,
     pub(crate) threads: usize,
+    /// Run the (Rust) load generator under callgrind, writing its counts here.
+    pub(crate) callgrind: Option<PathBuf>,
 }
 
 /// A load generator that is running.
@@ -412,12 +414,12 @@ impl Ctx<'_> {
                 c
             }
             Gen::Zrpc(b) => {
-                let mut c = self.env.command(&self.env.me, spec.cpu);
+                let mut c = self.rust_load_command(spec);
                 c.args(["load", "--client", "zrpc", "--balancer", b]);
                 c
             }
             Gen::Tonic => {
-                let mut c = self.env.command(&self.env.me, spec.cpu);
+                let mut c = self.rust_load_command(spec);
                 c.args(["load", "--client", "tonic"]);
                 c
             }
@@ -444,6 +446,20 @@ impl Ctx<'_> {
             records,
             limit,
         })
+    }
+
+    /// This binary as a load generator: pinned with taskset, or under callgrind.
+    fn rust_load_command(&self, spec: &LoadSpec) -> std::process::Command {
+        match &spec.callgrind {
+            Some(out) => {
+                let mut c = std::process::Command::new("valgrind");
+                c.args(["--tool=callgrind", "--quiet"])
+                    .arg(format!("--callgrind-out-file={}", out.display()))
+                    .arg(&self.env.me);
+                c
+            }
+            None => self.env.command(&self.env.me, spec.cpu),
+        }
     }
 
     /// Runs a load generator to the end.

@@ -466,15 +466,23 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
     pb.finish_and_clear();
     notes.extend(notes_noise);
     eprintln!("overhead: instructions per request under callgrind");
-    let instructions = if part("callgrind") {
-        super::instructions::table(ctx, &SERVERS)
+    let (instructions, client_instructions) = if part("callgrind") {
+        (
+            super::instructions::table(ctx, &SERVERS),
+            super::instructions::client_table(ctx, &CLIENTS),
+        )
     } else {
         let mut t = Table::new(
             "Instructions per request under callgrind",
             &["server", "instructions/request"],
         );
         t.skipped_row("every server", "ZRPC_BENCH_PARTS leaves out callgrind");
-        t
+        let mut c = Table::new(
+            "Client instructions per call under callgrind",
+            &["client", "instructions/call"],
+        );
+        c.skipped_row("every client", "ZRPC_BENCH_PARTS leaves out callgrind");
+        (t, c)
     };
     let chart = "overhead-server-cdf.svg";
     charts::lines(
@@ -522,12 +530,18 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
              count of these contended rounds). A run that completed no request is run once \
              more, then counts as missing for that round (never a ratio of 0 or infinity). \
              CPU time per request moves less than throughput when the machine is busy; the \
-             callgrind table does not move at all.",
+             callgrind tables (servers, and clients calling a bare tonic server) do not move \
+             at all.",
             crate::noise::BUSY_SHARE * 100.0,
             crate::noise::MIN_QUIET,
             crate::noise::CONTENDED_SHARE * 100.0
         ),
-        tables: vec![server_table, client_table, instructions],
+        tables: vec![
+            server_table,
+            client_table,
+            instructions,
+            client_instructions,
+        ],
         charts: vec![("server latency CDF".into(), chart.into())],
         notes,
     })
