@@ -60,6 +60,7 @@ impl<B, F: OnStatus> StatusBody<B, F> {
 
     /// Wraps a response's body. A trailers-only response (`grpc-status` in the headers)
     /// reports its code at once; otherwise the code comes from the trailers.
+    #[inline(always)]
     pub fn wrap_response(resp: Response<B>, on_status: F) -> Response<Self> {
         let (parts, body) = resp.into_parts();
         let body = match status_from_headers(&parts.headers) {

@@ -204,6 +204,7 @@ where
         self.inner.poll_ready(cx)
     }
 
+    #[inline(always)]
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         let Some(store) = self.store.as_ref() else {
             return ResponseFuture::call(self.inner.call(req));

@@ -141,6 +141,7 @@ where
         self.inner.poll_ready(cx)
     }
 
+    #[inline(always)]
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         let (cut, signal) = self.shared.watch(req.uri().path());
         ResponseFuture {
@@ -175,6 +176,7 @@ where
 {
     type Output = Result<Response<DrainBody<B>>, E>;
 
+    #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         if let Poll::Ready(out) = this.fut.poll(cx) {

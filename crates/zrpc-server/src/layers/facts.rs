@@ -155,6 +155,7 @@ where
         self.inner.poll_ready(cx)
     }
 
+    #[inline(always)]
     fn call(&mut self, req: Request<tonic::body::Body>) -> Self::Future {
         // The transport's request budget watches the body itself when it wraps it (one body
         // wrapper and one box per call fewer: `transport::RequestBudgetLayer`).

@@ -22,6 +22,13 @@
 //! server of that lean chain instead, `Server::serve_with_listener`). In the governed chain,
 //! stat and metrics run as one layer, and so do breaker and shedding
 //! (`outcome`): each pair reads the final status once for both.
+//!
+//! Every stage's `call` and its response future's `poll` are `#[inline(always)]`: a request and
+//! its response are moved by value from stage to stage (the response with every stage's body
+//! wrapper, ~480 bytes), and out of line each move was a `memcpy` call; inlined, the compiler
+//! merges most of them. callgrind, full chain, 10,000 calls: -520 instructions per call
+//! (memcpy 2,270 -> 1,830 over bare tonic). The same on the client's layers cost it ~400, so
+//! they stay as the compiler chooses.
 
 pub mod auth;
 pub mod breaker;

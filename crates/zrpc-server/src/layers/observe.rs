@@ -56,6 +56,7 @@ where
 {
     type Output = Result<Response<ObservedBody<B, R>>, E>;
 
+    #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let out = ready!(this.fut.poll(cx));
@@ -116,6 +117,7 @@ where
 {
     type Output = Result<Response<ObservedBody<B, R>>, E>;
 
+    #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
             StateProj::Observe { fut } => fut.poll(cx),

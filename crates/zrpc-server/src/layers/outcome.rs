@@ -119,6 +119,7 @@ where
         self.inner.poll_ready(cx)
     }
 
+    #[inline(always)]
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         if self.stat.is_none() && self.metrics.is_none() {
             return ObserveFuture::passthrough(self.inner.call(req));
@@ -191,6 +192,7 @@ where
         self.inner.poll_ready(cx)
     }
 
+    #[inline(always)]
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         let path = req.uri().path();
         let registry = self.breaker.as_ref().filter(|_| !is_infra(path));

@@ -56,6 +56,7 @@ struct Caught {
     stack: String,
 }
 
+#[inline(always)]
 fn guarded<R>(f: impl FnOnce() -> R) -> Result<R, Caught> {
     let was = GUARDED.with(|g| g.replace(true));
     let r = catch_unwind(AssertUnwindSafe(f));
@@ -139,6 +140,7 @@ where
         self.inner.poll_ready(cx)
     }
 
+    #[inline(always)]
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         if !self.enabled {
             return ResponseFuture {
@@ -212,6 +214,7 @@ where
 {
     type Output = Result<Response<RecoverBody<B>>, E>;
 
+    #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
             StateProj::Unguarded { fut } => fut

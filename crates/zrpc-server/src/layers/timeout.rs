@@ -137,6 +137,7 @@ where
         self.inner.poll_ready(cx)
     }
 
+    #[inline(always)]
     fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
         let limit = self.settings.as_ref().and_then(|s| {
             let path = req.uri().path();
@@ -190,6 +191,7 @@ where
 {
     type Output = Result<Response<B>, E>;
 
+    #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         if let Poll::Ready(out) = this.fut.poll(cx) {

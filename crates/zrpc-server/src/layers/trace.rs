@@ -145,6 +145,7 @@ where
         self.inner.poll_ready(cx)
     }
 
+    #[inline(always)]
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         if !self.enabled {
             return ResponseFuture {
@@ -192,6 +193,7 @@ where
 {
     type Output = Result<Response<ObservedBody<B, TraceRecord>>, E>;
 
+    #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let _enter = this.span.enter();

@@ -97,6 +97,7 @@ where
         self.inner.poll_ready(cx)
     }
 
+    #[inline(always)]
     fn call(&mut self, mut req: Request<Body>) -> Self::Future {
         let settings = &*self.settings;
         // Taken out here, put back as the peer's extensions below (step 4).
@@ -171,6 +172,7 @@ where
 {
     type Output = Result<Response<CountedBody<B>>, E>;
 
+    #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let res = match this.state.project() {
