@@ -180,6 +180,18 @@ impl Validate for TransportConf {
                 ),
             ));
         }
+        // The kernel takes whole seconds, at most 32767 (Linux's MAX_TCP_KEEPIDLE).
+        if !self.tcp_keepalive.is_zero()
+            && !(Duration::from_secs(1)..=Duration::from_secs(32_767)).contains(&self.tcp_keepalive)
+        {
+            return Err(ConfError::invalid(
+                "Transport.TcpKeepalive",
+                format!(
+                    "{:?} is outside 1s..32767s, the kernel's range (default 15s; 0 = off)",
+                    self.tcp_keepalive
+                ),
+            ));
+        }
         if !self.max_connection_age_grace.is_zero() && self.max_connection_age.is_zero() {
             return Err(ConfError::invalid(
                 "Transport.MaxConnectionAgeGrace",
@@ -248,6 +260,8 @@ mod tests {
                 "Transport.MaxConnectionAgeGrace",
             ),
             ("KeepaliveTime: 10ms", "Transport.KeepaliveTime"),
+            ("TcpKeepalive: 500ms", "Transport.TcpKeepalive"),
+            ("TcpKeepalive: 10h", "Transport.TcpKeepalive"),
         ] {
             let err = yaml(&format!(
                 "Name: a\nListenOn: 127.0.0.1:1\nTransport:\n  {text}\n"
