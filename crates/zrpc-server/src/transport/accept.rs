@@ -211,6 +211,7 @@ impl Acceptor {
         }
     }
 }
+
 /// TCP_NODELAY, and keepalive probes after `keepalive` of quiet, every `keepalive` (Go's
 /// `net.Listen` sets 15 s for both; the probe count stays the kernel's, 9 on Linux). A
 /// failure is logged and the connection served anyway.
