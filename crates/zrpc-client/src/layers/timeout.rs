@@ -28,7 +28,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use http::{HeaderName, HeaderValue};
+use http::HeaderValue;
 use pin_project_lite::pin_project;
 use tonic::body::Body;
 use zrpc_core::grpc::timeout as grpc_timeout;
@@ -82,7 +82,7 @@ impl TimeoutLayer {
 
 /// The header name as a constant: converting the `&str` at each call allocates (a non-standard
 /// name is copied into a fresh buffer, and copied again by each clone of the header map).
-const GRPC_TIMEOUT: HeaderName = HeaderName::from_static(grpc_timeout::GRPC_TIMEOUT);
+use grpc_timeout::GRPC_TIMEOUT_HEADER as GRPC_TIMEOUT;
 
 fn header_value(d: Duration) -> Option<HeaderValue> {
     HeaderValue::from_str(&grpc_timeout::format(d)).ok()

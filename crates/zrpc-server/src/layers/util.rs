@@ -15,7 +15,7 @@ pub(crate) const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent"
 /// W3C `baggage`.
 pub(crate) const BAGGAGE: HeaderName = HeaderName::from_static("baggage");
 /// `grpc-timeout`.
-pub(crate) const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
+pub(crate) use zrpc_core::grpc::timeout::GRPC_TIMEOUT_HEADER as GRPC_TIMEOUT;
 /// go-zero's auth metadata: `app`.
 pub(crate) const APP: HeaderName = HeaderName::from_static("app");
 /// go-zero's auth metadata: `token`.
