@@ -25,9 +25,9 @@ use crate::conf::RpcServerConf;
 use crate::error::Error;
 use crate::handle::{HandleParts, Phase, ServerHandle};
 use crate::layers::{
-    AuthLayer, BreakerLayer, DrainLayer, DrainSignal, FactsLayer, GuardsLayer, MetricsLayer,
-    RecordersLayer, RecoverLayer, StatLayer, StatSettings, StreamingMethods, TimeoutLayer,
-    TimeoutSettings, TokenStore, TraceLayer,
+    AuthLayer, BreakerLayer, DrainLayer, DrainSignal, GovernorLayer, MetricsLayer, RecoverLayer,
+    Stages, StatLayer, StatSettings, StreamingMethods, TimeoutLayer, TimeoutSettings, TokenStore,
+    TraceLayer,
 };
 use crate::shutdown;
 
@@ -400,22 +400,24 @@ where
             let _ = stop_rx.await;
         };
         let server = if governed {
+            // facts -> trace -> recover -> stat -> metrics -> auth -> breaker -> shedding ->
+            // timeout, as one stage (`layers::governor`).
+            let stages = Stages {
+                facts,
+                trace: TraceLayer::new(mw.trace),
+                recover: RecoverLayer::new(mw.recover),
+                stat: StatLayer::new(stat_settings(&conf)),
+                metrics: MetricsLayer::new(mw.prometheus).streaming(services.streaming.clone()),
+                auth: AuthLayer::new(token_store, conf.strict_control),
+                breaker: BreakerLayer::with_registry(mw.breaker, breakers),
+                shedding: crate::shedding_glue::shedding_layer(
+                    shedder.as_ref(),
+                    &services.streaming,
+                ),
+                timeout,
+            };
             let chain = outer
-                .layer(FactsLayer::new(facts))
-                .layer(TraceLayer::new(mw.trace))
-                .layer(RecoverLayer::new(mw.recover))
-                // stat -> metrics and breaker -> shedding, each pair one layer reading the
-                // final status once (`layers::outcome`).
-                .layer(RecordersLayer::new(
-                    &StatLayer::new(stat_settings(&conf)),
-                    MetricsLayer::new(mw.prometheus).streaming(services.streaming.clone()),
-                ))
-                .layer(AuthLayer::new(token_store, conf.strict_control))
-                .layer(GuardsLayer::new(
-                    &BreakerLayer::with_registry(mw.breaker, breakers),
-                    &crate::shedding_glue::shedding_layer(shedder.as_ref(), &services.streaming),
-                ))
-                .layer(timeout)
+                .layer(GovernorLayer::new(&stages))
                 .layer(drain_layer)
                 .layer(layer)
                 .into_inner();

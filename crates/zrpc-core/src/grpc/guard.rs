@@ -58,6 +58,11 @@ impl<F: OnStatus> StatusGuard<F> {
         self.on_status.as_ref()
     }
 
+    /// The callback, mutably, while it has not run (to add to a record before it reports).
+    pub fn get_mut(&mut self) -> Option<&mut F> {
+        self.on_status.as_mut()
+    }
+
     /// Whether the callback has not run yet.
     pub fn is_armed(&self) -> bool {
         self.on_status.is_some()

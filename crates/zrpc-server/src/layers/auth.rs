@@ -96,7 +96,7 @@ pub struct AuthLayer {
 /// `StrictControl`, and the once-per-second WARN for calls let through on a store error (a Redis
 /// outage would otherwise log every call).
 #[derive(Debug)]
-struct Policy {
+pub(crate) struct Policy {
     strict: bool,
     origin: Instant,
     last_log_ms: AtomicU64,
@@ -136,6 +136,13 @@ impl AuthLayer {
                 allowed_since_log: AtomicU64::new(0),
             }),
         }
+    }
+}
+
+impl AuthLayer {
+    /// The store (`None`: auth off) and the policy, for the server's fused stage.
+    pub(crate) fn parts(&self) -> (Option<Arc<dyn TokenStore>>, Arc<Policy>) {
+        (self.store.clone(), Arc::clone(&self.policy))
     }
 }
 
@@ -206,25 +213,10 @@ where
 
     #[inline(always)]
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        let Some(store) = self.store.as_ref() else {
-            return ResponseFuture::call(self.inner.call(req));
-        };
-        if is_infra(req.uri().path()) {
-            return ResponseFuture::call(self.inner.call(req));
-        }
-        let (Some(app), Some(token)) = (header(&req, &APP), header(&req, &TOKEN)) else {
-            return ResponseFuture::reject(code::UNAUTHENTICATED, "app/token required");
-        };
-        let Ok(app) = std::str::from_utf8(app) else {
-            return ResponseFuture::reject(code::UNAUTHENTICATED, "access denied");
-        };
-        match store.lookup(app) {
-            Lookup::Ready(found) => match judge(found, token, &self.policy) {
-                Verdict::Allow => ResponseFuture::call(self.inner.call(req)),
-                Verdict::Reject(c, m) => ResponseFuture::reject(c, &m),
-            },
-            Lookup::Pending(lookup) => {
-                let token = token.to_vec();
+        match check(self.store.as_ref(), &self.policy, &req) {
+            Check::Pass => ResponseFuture::call(self.inner.call(req)),
+            Check::Reject(c, m) => ResponseFuture::reject(c, &m),
+            Check::Pending(lookup, token) => {
                 let clone = self.inner.clone();
                 let inner = std::mem::replace(&mut self.inner, clone);
                 ResponseFuture {
@@ -236,6 +228,53 @@ where
                 }
             }
         }
+    }
+}
+
+/// What the credentials of a call decide, before any I/O.
+pub(crate) enum Check {
+    /// Let it through (auth off, an exempt method, a good token, or a lenient verdict).
+    Pass,
+    /// Answer with this code and message.
+    Reject(i32, std::borrow::Cow<'static, str>),
+    /// The store must look the app up: the lookup and the caller's token, for [`decide`].
+    Pending(TokenFuture, Vec<u8>),
+}
+
+/// Checks `req`'s `app`/`token` against `store` (`None`: auth off).
+#[inline]
+pub(crate) fn check<B>(
+    store: Option<&Arc<dyn TokenStore>>,
+    policy: &Policy,
+    req: &Request<B>,
+) -> Check {
+    let Some(store) = store else {
+        return Check::Pass;
+    };
+    if is_infra(req.uri().path()) {
+        return Check::Pass;
+    }
+    let (Some(app), Some(token)) = (header(req, &APP), header(req, &TOKEN)) else {
+        return Check::Reject(code::UNAUTHENTICATED, "app/token required".into());
+    };
+    let Ok(app) = std::str::from_utf8(app) else {
+        return Check::Reject(code::UNAUTHENTICATED, "access denied".into());
+    };
+    match store.lookup(app) {
+        Lookup::Ready(found) => decide(found, token, policy),
+        Lookup::Pending(lookup) => Check::Pending(lookup, token.to_vec()),
+    }
+}
+
+/// The verdict on a looked-up token ([`Check::Pass`] or [`Check::Reject`]).
+pub(crate) fn decide(
+    found: Result<Option<Arc<str>>, Error>,
+    token: &[u8],
+    policy: &Policy,
+) -> Check {
+    match judge(found, token, policy) {
+        Verdict::Allow => Check::Pass,
+        Verdict::Reject(c, m) => Check::Reject(c, m.into()),
     }
 }
 

@@ -159,20 +159,30 @@ where
     fn call(&mut self, req: Request<tonic::body::Body>) -> Self::Future {
         // The transport's request budget watches the body itself when it wraps it (one body
         // wrapper and one box per call fewer: `transport::RequestBudgetLayer`).
-        if !self.enabled || req.extensions().get::<CallFacts>().is_some() {
+        if !self.enabled {
             return self.inner.call(req);
         }
-        let facts = CallFacts::default();
-        let (mut parts, body) = req.into_parts();
-        parts.extensions.insert(facts.clone());
-        // A request without a body (END_STREAM on its headers) stays "not ended": no handler
-        // of a unary method runs without a message.
-        let body = tonic::body::Body::new(FactsBody {
-            inner: body,
-            facts: Some(facts),
-        });
-        self.inner.call(Request::from_parts(parts, body))
+        self.inner.call(with_facts(req))
     }
+}
+
+/// `req` with its [`CallFacts`] in its extensions and its body watched for them, unless it
+/// has them already (the transport's request budget watches the body when it wraps it).
+#[inline]
+pub(crate) fn with_facts(req: Request<tonic::body::Body>) -> Request<tonic::body::Body> {
+    if req.extensions().get::<CallFacts>().is_some() {
+        return req;
+    }
+    let facts = CallFacts::default();
+    let (mut parts, body) = req.into_parts();
+    parts.extensions.insert(facts.clone());
+    // A request without a body (END_STREAM on its headers) stays "not ended": no handler
+    // of a unary method runs without a message.
+    let body = tonic::body::Body::new(FactsBody {
+        inner: body,
+        facts: Some(facts),
+    });
+    Request::from_parts(parts, body)
 }
 
 /// Records in `facts` what a request body's `frame` says (once: `facts` is taken then): read

@@ -51,13 +51,14 @@ fn install_hook() {
 }
 
 /// A caught panic: its message and, when the hook saw it, where it happened and the stack.
-struct Caught {
+pub(crate) struct Caught {
     message: String,
     stack: String,
 }
 
+/// Runs `f`, catching a panic (its stack captured by the hook).
 #[inline(always)]
-fn guarded<R>(f: impl FnOnce() -> R) -> Result<R, Caught> {
+pub(crate) fn guarded<R>(f: impl FnOnce() -> R) -> Result<R, Caught> {
     let was = GUARDED.with(|g| g.replace(true));
     let r = catch_unwind(AssertUnwindSafe(f));
     GUARDED.with(|g| g.set(was));
@@ -89,9 +90,10 @@ fn log_panic(method: &PathAndQuery, caught: &Caught) {
     );
 }
 
-fn panic_response<B: Default>(method: &PathAndQuery, caught: &Caught) -> Response<RecoverBody<B>> {
+/// The answer to a call whose handler panicked (the panic is logged).
+pub(crate) fn panic_response<B: Default>(method: &PathAndQuery, caught: &Caught) -> Response<B> {
     log_panic(method, caught);
-    status_response::<RecoverBody<B>>(code::INTERNAL, &format!("panic: {}", caught.message))
+    status_response::<B>(code::INTERNAL, &format!("panic: {}", caught.message))
 }
 
 /// Adds [`Recover`]; `enabled = false` (`Middlewares.Recover: false`) lets panics through.
@@ -107,6 +109,13 @@ impl RecoverLayer {
             install_hook();
         }
         Self { enabled }
+    }
+}
+
+impl RecoverLayer {
+    /// Whether panics are caught (`Middlewares.Recover`).
+    pub(crate) fn is_on(&self) -> bool {
+        self.enabled
     }
 }
 
@@ -255,7 +264,7 @@ pin_project! {
 }
 
 impl<B> RecoverBody<B> {
-    fn new(inner: B, method: Option<PathAndQuery>) -> Self {
+    pub(crate) fn new(inner: B, method: Option<PathAndQuery>) -> Self {
         Self {
             inner,
             method,
@@ -264,7 +273,7 @@ impl<B> RecoverBody<B> {
         }
     }
 
-    fn guarded(inner: B, method: PathAndQuery, facts: Option<CallFacts>) -> Self {
+    pub(crate) fn guarded(inner: B, method: PathAndQuery, facts: Option<CallFacts>) -> Self {
         Self {
             inner,
             method: Some(method),
@@ -274,7 +283,7 @@ impl<B> RecoverBody<B> {
     }
 }
 
-fn mark_panicked(facts: Option<&CallFacts>) {
+pub(crate) fn mark_panicked(facts: Option<&CallFacts>) {
     if let Some(f) = facts {
         f.mark_panicked();
     }

@@ -59,7 +59,7 @@ fn limit(d: Option<Duration>) -> Limit {
 
 /// [`TimeoutSettings`] ready for the hot path.
 #[derive(Debug)]
-struct Compiled {
+pub(crate) struct Compiled {
     default: Limit,
     per_method: HashMap<String, Limit>,
     streaming: StreamingMethods,
@@ -101,6 +101,11 @@ impl TimeoutLayer {
 }
 
 impl TimeoutLayer {
+    /// The compiled settings (`None`: off), for the server's fused stage.
+    pub(crate) fn compiled(&self) -> Option<Arc<Compiled>> {
+        self.settings.clone()
+    }
+
     /// Whether any call can be timed out (a default or a per-method timeout is set).
     pub fn is_on(&self) -> bool {
         self.settings.is_some()
@@ -139,48 +144,85 @@ where
 
     #[inline(always)]
     fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
-        let limit = self.settings.as_ref().and_then(|s| {
-            let path = req.uri().path();
-            if is_infra(path) || s.streaming.contains(path) {
-                return None;
-            }
-            s.limit_for(path)
-        });
-        let timeout = limit.map(|(server, header)| {
-            let caller = find(req.headers(), &GRPC_TIMEOUT);
-            match caller.and_then(|v| grpc_timeout::parse(v.as_bytes())) {
-                // The caller's deadline is shorter: its header already says so.
-                Some(caller) if caller < *server => caller,
-                _ => {
-                    req.headers_mut().insert(GRPC_TIMEOUT, header.clone());
-                    *server
-                }
-            }
-        });
-        // The deadline counts from now; past the end of time there is none (tokio's own
-        // `sleep` would wait "forever", ~30 years).
-        let deadline = timeout.and_then(|d| Instant::now().checked_add(d));
+        let deadline = self.settings.as_ref().and_then(|s| s.deadline(&mut req));
         ResponseFuture {
             fut: self.inner.call(req),
-            deadline,
-            sleep: None,
+            timer: Timer::new(deadline),
         }
     }
 }
 
+impl Compiled {
+    /// The deadline of `req` from now (none for streams, health and reflection, or with no
+    /// timeout), with the effective `grpc-timeout` written into its headers for the handler.
+    #[inline]
+    pub(crate) fn deadline<B>(&self, req: &mut Request<B>) -> Option<Instant> {
+        let path = req.uri().path();
+        if is_infra(path) || self.streaming.contains(path) {
+            return None;
+        }
+        let (server, header) = self.limit_for(path)?;
+        let caller = find(req.headers(), &GRPC_TIMEOUT);
+        let timeout = match caller.and_then(|v| grpc_timeout::parse(v.as_bytes())) {
+            // The caller's deadline is shorter: its header already says so.
+            Some(caller) if caller < *server => caller,
+            _ => {
+                req.headers_mut().insert(GRPC_TIMEOUT, header.clone());
+                *server
+            }
+        };
+        // The deadline counts from now; past the end of time there is none (tokio's own
+        // `sleep` would wait "forever", ~30 years).
+        Instant::now().checked_add(timeout)
+    }
+}
+
+/// A call's deadline and, once armed, its timer.
+///
+/// The timer is armed only when the handler is still pending after a poll: most unary
+/// handlers answer at their first poll, and a tokio `Sleep` made for each call (a clock
+/// read, a runtime handle clone, ~100 bytes that every outer layer then moves) cost them
+/// for nothing. Armed, it is boxed, so the future stays small.
+#[derive(Debug)]
+pub(crate) struct Timer {
+    deadline: Option<Instant>,
+    sleep: Option<Pin<Box<Sleep>>>,
+}
+
+impl Timer {
+    pub(crate) fn new(deadline: Option<Instant>) -> Self {
+        Timer {
+            deadline,
+            sleep: None,
+        }
+    }
+
+    /// Whether the deadline has passed, for a handler that is still pending (registers the
+    /// wake-up otherwise).
+    pub(crate) fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(deadline) = self.deadline else {
+            return false;
+        };
+        self.sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)))
+            .as_mut()
+            .poll(cx)
+            .is_ready()
+    }
+}
+
+/// The answer to a call whose deadline passed.
+pub(crate) fn expired<B: Default>() -> Response<B> {
+    status_response(code::DEADLINE_EXCEEDED, "context deadline exceeded")
+}
+
 pin_project! {
-    /// Response future of [`Timeout`].
-    ///
-    /// The timer is armed only when the handler is still pending after a poll: most unary
-    /// handlers answer at their first poll, and a tokio `Sleep` made for each call (a clock
-    /// read, a runtime handle clone, ~100 bytes that every outer layer then moves) cost them
-    /// for nothing. Armed, it is boxed, so the future stays small.
+    /// Response future of [`Timeout`] (the timer: [`Timer`]).
     #[derive(Debug)]
     pub struct ResponseFuture<F> {
         #[pin]
         fut: F,
-        deadline: Option<Instant>,
-        sleep: Option<Pin<Box<Sleep>>>,
+        timer: Timer,
     }
 }
 
@@ -197,19 +239,10 @@ where
         if let Poll::Ready(out) = this.fut.poll(cx) {
             return Poll::Ready(out);
         }
-        let Some(deadline) = *this.deadline else {
-            return Poll::Pending;
-        };
-        let sleep = this
-            .sleep
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-        match sleep.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Ok(status_response(
-                code::DEADLINE_EXCEEDED,
-                "context deadline exceeded",
-            ))),
-            Poll::Pending => Poll::Pending,
+        if this.timer.expired(cx) {
+            return Poll::Ready(Ok(expired()));
         }
+        Poll::Pending
     }
 }
 

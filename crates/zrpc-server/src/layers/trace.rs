@@ -67,6 +67,13 @@ impl TraceLayer {
     }
 }
 
+impl TraceLayer {
+    /// Whether calls get a span (`Middlewares.Trace`).
+    pub(crate) fn is_on(&self) -> bool {
+        self.enabled
+    }
+}
+
 impl<S> Layer<S> for TraceLayer {
     type Service = Trace<S>;
     fn layer(&self, inner: S) -> Trace<S> {
@@ -90,6 +97,13 @@ pub struct TraceRecord {
     span: Span,
 }
 
+impl TraceRecord {
+    /// Ends `span` with the call's final code.
+    pub(crate) fn new(span: Span) -> Self {
+        TraceRecord { span }
+    }
+}
+
 impl OnStatus for TraceRecord {
     fn on_status(self, code: i32) {
         // Straight to the OpenTelemetry span (a no-op without the OTel layer): `record` would
@@ -107,7 +121,8 @@ impl OnStatus for TraceRecord {
     }
 }
 
-fn rpc_span<B>(req: &Request<B>) -> Span {
+/// The RPC span of `req` (disabled when no subscriber wants it).
+pub(crate) fn rpc_span<B>(req: &Request<B>) -> Span {
     let path = req.uri().path();
     // The field values are computed inside the macro, which evaluates them only when the span
     // is enabled: with no subscriber interested (no OTel exporter, log level above info) the
