@@ -30,7 +30,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 
 use http::uri::PathAndQuery;
 use http::{Request, Response};
@@ -156,13 +156,40 @@ impl OnStatus for Records {
 /// The response body: recover's guard around the handler's body, observed once.
 pub(crate) type GovernedBody<B> = StatusBody<RecoverBody<B>, Records>;
 
-/// How the call goes on past auth: the handler's future, or the answer of a stage.
-enum Next<F, B> {
-    Call(F),
-    Answer(Response<B>),
-}
-
 impl Governance {
+    /// Auth, then (when it passes at once) [`admit`](Self::admit): the call's first state.
+    #[inline(always)]
+    fn start<S, B>(
+        self: &Arc<Self>,
+        inner: &mut S,
+        req: Request<Body>,
+        guard: &mut StatusGuard<Records>,
+        recover: Option<&Recovering>,
+        timer: &mut Timer,
+    ) -> State<S, B>
+    where
+        S: Service<Request<Body>, Response = Response<B>> + Clone,
+        B: Default,
+    {
+        match auth::check(self.auth.as_ref(), &self.policy, &req) {
+            Check::Pass => self.admit(inner, req, guard, recover, timer),
+            Check::Reject(c, m) => State::answer(status_response(c, &m)),
+            Check::Pending(lookup, token) => {
+                let clone = inner.clone();
+                let inner = std::mem::replace(inner, clone);
+                State::Lookup {
+                    lookup,
+                    pending: Some(Box::new(Pending {
+                        inner,
+                        req,
+                        token,
+                        shared: Arc::clone(self),
+                    })),
+                }
+            }
+        }
+    }
+
     /// Breaker, shedding, timeout, then the handler: what follows a passed auth check.
     #[inline(always)]
     fn admit<S, B>(
@@ -172,7 +199,7 @@ impl Governance {
         guard: &mut StatusGuard<Records>,
         recover: Option<&Recovering>,
         timer: &mut Timer,
-    ) -> Next<S::Future, B>
+    ) -> State<S, B>
     where
         S: Service<Request<Body>, Response = Response<B>>,
         B: Default,
@@ -187,7 +214,7 @@ impl Governance {
             if let Some(registry) = registry {
                 match BreakerRecord::admit(registry, path, facts, now) {
                     Some(record) => guards.outer = Some(record),
-                    None => return Next::Answer(breaker::rejection()),
+                    None => return State::answer(breaker::rejection()),
                 }
             }
             if let Some(shedder) = shedder {
@@ -199,7 +226,7 @@ impl Governance {
                         if let Some(outer) = guards.outer {
                             outer.on_status(code::RESOURCE_EXHAUSTED);
                         }
-                        return Next::Answer(shedding::rejection());
+                        return State::answer(shedding::rejection());
                     }
                 }
             }
@@ -215,15 +242,8 @@ impl Governance {
             }
         }
         *timer = Timer::new(self.timeout.as_ref().and_then(|t| t.deadline(&mut req)));
-        match recover {
-            None => Next::Call(inner.call(req)),
-            Some(r) => match guarded(|| inner.call(req)) {
-                Ok(fut) => Next::Call(fut),
-                Err(caught) => {
-                    mark_panicked(r.facts.as_ref());
-                    Next::Answer(panic_response(&r.method, &caught))
-                }
-            },
+        State::Call {
+            fut: inner.call(req),
         }
     }
 }
@@ -285,31 +305,18 @@ where
         };
         let mut timer = Timer::new(None);
         let _enter = span.enter();
-        let state = match auth::check(g.auth.as_ref(), &g.policy, &req) {
-            Check::Pass => {
-                match g.admit(
-                    &mut self.inner,
-                    req,
-                    &mut guard,
-                    recover.as_ref(),
-                    &mut timer,
-                ) {
-                    Next::Call(fut) => State::Call { fut },
-                    Next::Answer(resp) => State::answer(resp),
-                }
-            }
-            Check::Reject(c, m) => State::answer(status_response(c, &m)),
-            Check::Pending(lookup, token) => {
-                let clone = self.inner.clone();
-                let inner = std::mem::replace(&mut self.inner, clone);
-                State::Lookup {
-                    lookup,
-                    pending: Some(Box::new(Pending {
-                        inner,
-                        req,
-                        token,
-                        shared: Arc::clone(&self.shared),
-                    })),
+        let (inner, shared) = (&mut self.inner, &self.shared);
+        // Recover covers what runs inside it in the nested chain: a token store's lookup, the
+        // inner layers' and the handler's `call`.
+        let state = match &recover {
+            None => shared.start(inner, req, &mut guard, None, &mut timer),
+            Some(r) => {
+                match guarded(|| shared.start(inner, req, &mut guard, Some(r), &mut timer)) {
+                    Ok(state) => state,
+                    Err(caught) => {
+                        mark_panicked(r.facts.as_ref());
+                        State::answer(panic_response(&r.method, &caught))
+                    }
                 }
             }
         };
@@ -390,57 +397,28 @@ where
         let mut this = self.project();
         let _enter = this.span.enter();
         let resp = loop {
-            match this.state.as_mut().project() {
-                StateProj::Call { fut } => {
-                    let polled = match this.recover.as_ref() {
-                        None => fut.poll(cx),
-                        Some(r) => match guarded(|| fut.poll(cx)) {
-                            Ok(p) => p,
-                            Err(caught) => {
-                                mark_panicked(r.facts.as_ref());
-                                break panic_response(&r.method, &caught);
-                            }
-                        },
-                    };
-                    match polled {
-                        Poll::Ready(Ok(resp)) => break resp,
-                        Poll::Ready(Err(e)) => {
-                            this.guard.fire(code::UNKNOWN);
-                            return Poll::Ready(Err(e));
+            // Recover covers each step: the handler's future, a token store's lookup and
+            // the inner `call` after it.
+            let step = match this.recover.as_ref() {
+                None => step(this.state.as_mut(), this.guard, None, this.timer, cx),
+                Some(r) => {
+                    match guarded(|| step(this.state.as_mut(), this.guard, Some(r), this.timer, cx))
+                    {
+                        Ok(step) => step,
+                        Err(caught) => {
+                            mark_panicked(r.facts.as_ref());
+                            Step::Answer(panic_response(&r.method, &caught))
                         }
-                        Poll::Pending if this.timer.expired(cx) => break timeout::expired(),
-                        Poll::Pending => return Poll::Pending,
                     }
                 }
-                StateProj::Answer { resp } => match resp.take() {
-                    Some(r) => break *r,
-                    None => return Poll::Pending,
-                },
-                StateProj::Lookup { lookup, pending } => {
-                    let found = ready!(lookup.as_mut().poll(cx));
-                    let Some(p) = pending.take() else {
-                        return Poll::Pending;
-                    };
-                    let Pending {
-                        mut inner,
-                        req,
-                        token,
-                        shared,
-                    } = *p;
-                    let next = match auth::decide(found, &token, &shared.policy) {
-                        Check::Reject(c, m) => State::answer(status_response(c, &m)),
-                        _ => match shared.admit(
-                            &mut inner,
-                            req,
-                            this.guard,
-                            this.recover.as_ref(),
-                            this.timer,
-                        ) {
-                            Next::Call(fut) => State::Call { fut },
-                            Next::Answer(resp) => State::answer(resp),
-                        },
-                    };
-                    this.state.set(next);
+            };
+            match step {
+                Step::Answer(resp) => break resp,
+                Step::Next => {}
+                Step::Pending => return Poll::Pending,
+                Step::Failed(e) => {
+                    this.guard.fire(code::UNKNOWN);
+                    return Poll::Ready(Err(e));
                 }
             }
         };
@@ -452,6 +430,63 @@ where
             Some(records) => StatusBody::wrap_response(resp, records),
             None => resp.map(StatusBody::reported),
         }))
+    }
+}
+
+/// What one [`step`] of a call's future came to.
+enum Step<B, E> {
+    /// The response, the handler's or a stage's.
+    Answer(Response<B>),
+    /// The state moved on: step again.
+    Next,
+    Pending,
+    Failed(E),
+}
+
+/// Polls the call's current state once.
+#[inline(always)]
+fn step<S, B>(
+    mut state: Pin<&mut State<S, B>>,
+    guard: &mut StatusGuard<Records>,
+    recover: Option<&Recovering>,
+    timer: &mut Timer,
+    cx: &mut Context<'_>,
+) -> Step<B, S::Error>
+where
+    S: Service<Request<Body>, Response = Response<B>>,
+    B: Default,
+{
+    match state.as_mut().project() {
+        StateProj::Call { fut } => match fut.poll(cx) {
+            Poll::Ready(Ok(resp)) => Step::Answer(resp),
+            Poll::Ready(Err(e)) => Step::Failed(e),
+            Poll::Pending if timer.expired(cx) => Step::Answer(timeout::expired()),
+            Poll::Pending => Step::Pending,
+        },
+        StateProj::Answer { resp } => match resp.take() {
+            Some(r) => Step::Answer(*r),
+            None => Step::Pending,
+        },
+        StateProj::Lookup { lookup, pending } => {
+            let Poll::Ready(found) = lookup.as_mut().poll(cx) else {
+                return Step::Pending;
+            };
+            let Some(p) = pending.take() else {
+                return Step::Pending;
+            };
+            let Pending {
+                mut inner,
+                req,
+                token,
+                shared,
+            } = *p;
+            let next = match auth::decide(found, &token, &shared.policy) {
+                Check::Reject(c, m) => State::answer(status_response(c, &m)),
+                _ => shared.admit(&mut inner, req, guard, recover, timer),
+            };
+            state.set(next);
+            Step::Next
+        }
     }
 }
 

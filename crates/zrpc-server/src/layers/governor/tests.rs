@@ -234,3 +234,78 @@ async fn a_request_never_read_blames_the_caller() {
         assert_eq!(final_code(resp).await, Some(code::INTERNAL));
     }
 }
+
+/// A store that answers later (as Redis does), or panics.
+#[derive(Debug)]
+struct LaterStore {
+    panics: bool,
+}
+
+impl TokenStore for LaterStore {
+    fn lookup(&self, app: &str) -> crate::layers::Lookup {
+        assert!(!self.panics, "token store exploded");
+        let found: Option<Arc<str>> = (app == "app").then(|| Arc::from("secret"));
+        crate::layers::Lookup::Pending(Box::pin(async move {
+            tokio::task::yield_now().await;
+            Ok(found)
+        }))
+    }
+}
+
+fn with_credentials(path: &str, token: &'static str) -> Request<Body> {
+    let mut req = request(path);
+    req.headers_mut()
+        .insert("app", http::HeaderValue::from_static("app"));
+    req.headers_mut()
+        .insert("token", http::HeaderValue::from_static(token));
+    req
+}
+
+#[tokio::test]
+async fn a_pending_lookup_admits_or_rejects_then_guards_the_call() {
+    let registry = Arc::new(BreakerRegistry::new(BreakerConfig::default()));
+    let svc = GovernorLayer::new(&Stages {
+        metrics: MetricsLayer::new(true),
+        auth: AuthLayer::new(Some(Arc::new(LaterStore { panics: false })), true),
+        breaker: breaker_on(&registry),
+        ..stages()
+    })
+    .layer(answering(code::OK));
+    let resp = svc
+        .clone()
+        .oneshot(with_credentials("/governor.L/M", "secret"))
+        .await
+        .unwrap();
+    assert_eq!(final_code(resp).await, Some(code::OK));
+    // Admitted after the lookup, the call went through the breaker.
+    assert!(registry.find("/governor.L/M").is_some());
+    let resp = svc
+        .oneshot(with_credentials("/governor.L/Other", "wrong"))
+        .await
+        .unwrap();
+    assert_eq!(
+        status_message_from_headers(resp.headers()).as_deref(),
+        Some("access denied")
+    );
+    assert_eq!(final_code(resp).await, Some(code::UNAUTHENTICATED));
+    assert!(registry.find("/governor.L/Other").is_none());
+}
+
+#[tokio::test]
+async fn a_panicking_token_store_answers_internal_when_recover_is_on() {
+    let svc = GovernorLayer::new(&Stages {
+        recover: RecoverLayer::new(true),
+        auth: AuthLayer::new(Some(Arc::new(LaterStore { panics: true })), true),
+        ..stages()
+    })
+    .layer(answering(code::OK));
+    let resp = svc
+        .oneshot(with_credentials("/governor.S/M", "secret"))
+        .await
+        .unwrap();
+    assert_eq!(
+        status_message_from_headers(resp.headers()).as_deref(),
+        Some("panic: token store exploded")
+    );
+    assert_eq!(final_code(resp).await, Some(code::INTERNAL));
+}
