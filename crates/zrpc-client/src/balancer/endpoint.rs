@@ -117,15 +117,17 @@ impl Endpoint {
     /// from the final gRPC status of the response (headers or trailers; a drop counts as
     /// cancelled, or deadline exceeded past `deadline`). A transport error marks the endpoint
     /// down (back-off) and reports whether the request can be retried elsewhere. `timeout` (the
-    /// call's `grpc-timeout`) is quoted when the connection's own timer ends the call.
+    /// call's `grpc-timeout`) is quoted when the connection's own timer ends the call. `first`:
+    /// a first attempt, whose `grpc-timeout` is the call's whole timeout, so tonic's timer can
+    /// stand for the deadline; a retry's cannot (its header still says the whole timeout).
     pub(crate) fn send(
         self: Arc<Self>,
-        clock: Clock,
-        start: u64,
+        (clock, start): (Clock, u64),
         deadline: Option<Instant>,
         timeout: Option<Duration>,
         req: http::Request<Body>,
         target: &Arc<str>,
+        first: bool,
     ) -> Attempt {
         let guard = StatusGuard::new(Done {
             endpoint: Arc::clone(&self),
@@ -134,25 +136,62 @@ impl Endpoint {
             deadline,
         });
         let mark = self.wire.mark();
-        let channel = self
+        let mut channel = self
             .pool
             .lock()
             .pop()
             .unwrap_or_else(|| self.channel.clone());
-        Attempt {
-            state: AttemptState::Ready {
-                channel: Some(channel),
-                req: Some(req),
+        let mut deadline = deadline;
+        // Handed to the channel now when it has room (its buffer almost always has): the
+        // attempt then holds only the channel's 24-byte response future, not the ~290 bytes of
+        // request and channel every layer above would move (memcpy, callgrind). A `poll_ready`
+        // with a no-op waker only asks: when the channel is full, `Attempt::poll` asks again
+        // with the task's waker, which replaces it.
+        let state = match tower::Service::poll_ready(
+            &mut channel,
+            &mut Context::from_waker(std::task::Waker::noop()),
+        ) {
+            Poll::Ready(Ok(())) => AttemptState::Sent {
+                fut: self.dispatch(channel, req, first, timeout, &mut deadline, false),
             },
+            // the channel's worker is gone (a clone in that state is not kept)
+            Poll::Ready(Err(e)) => AttemptState::Failed {
+                err: Some(e.into()),
+            },
+            Poll::Pending => AttemptState::Ready {
+                pending: Some(Box::new((channel, req))),
+            },
+        };
+        Attempt {
+            state,
             endpoint: self,
             guard,
             mark,
             timeout,
             target: Arc::clone(target),
             deadline,
-            header_timer: true,
+            header_timer: first,
             watchdog: None,
         }
+    }
+
+    /// Calls a ready `channel` with `req`. tonic's timer stands for the deadline only if the
+    /// worker sends the request at once (see [`Attempt`]'s docs): then `deadline` is cleared.
+    fn dispatch(
+        &self,
+        mut channel: Channel,
+        req: http::Request<Body>,
+        header_timer: bool,
+        timeout: Option<Duration>,
+        deadline: &mut Option<Instant>,
+        watching: bool,
+    ) -> tonic::transport::channel::ResponseFuture {
+        if !watching && header_timer && timeout.is_some() && self.wire.is_live() {
+            *deadline = None;
+        }
+        let fut = tower::Service::call(&mut channel, req);
+        self.give_back(channel);
+        fut
     }
 
     /// Takes back a channel clone after its `call` (kept up to [`POOLED_CHANNELS`]).
@@ -241,15 +280,6 @@ pin_project! {
     }
 }
 
-impl Attempt {
-    /// Marks a retry: its `grpc-timeout` header is the call's whole timeout, so tonic's timer
-    /// would run late; the attempt enforces the call's deadline itself.
-    pub(crate) fn retry(mut self) -> Self {
-        self.header_timer = false;
-        self
-    }
-}
-
 /// The error of an attempt whose own deadline timer fired (as tonic's would say).
 fn expired() -> BoxError {
     Box::new(tonic::TimeoutExpired(()))
@@ -275,8 +305,12 @@ fn deadline_passed(
 pin_project! {
     #[project = AttemptProj]
     enum AttemptState {
-        Ready { channel: Option<Channel>, req: Option<http::Request<Body>> },
+        // The channel had no room when the attempt started (rare: boxed, so the attempt stays
+        // small). `None` once sent.
+        Ready { pending: Option<Box<(Channel, http::Request<Body>)>> },
         Sent { #[pin] fut: tonic::transport::channel::ResponseFuture },
+        // The channel's worker was gone when the attempt started.
+        Failed { err: Option<BoxError> },
     }
 }
 
@@ -295,27 +329,25 @@ impl Future for Attempt {
         let mut this = self.project();
         loop {
             let result = match this.state.as_mut().project() {
-                AttemptProj::Ready { channel, req } => {
-                    let (Some(ch), Some(_)) = (channel.as_mut(), req.as_ref()) else {
+                AttemptProj::Ready { pending } => {
+                    let Some((ch, _)) = pending.as_deref_mut() else {
                         // polled again after completing
                         return Poll::Pending;
                     };
                     match tower::Service::poll_ready(ch, cx) {
                         Poll::Ready(Ok(())) => {
-                            let (Some(mut ch), Some(req)) = (channel.take(), req.take()) else {
+                            let Some(taken) = pending.take() else {
                                 return Poll::Pending;
                             };
-                            // tonic's timer stands for the deadline only if the worker sends
-                            // the request at once (see the type's docs)
-                            if this.watchdog.is_none()
-                                && *this.header_timer
-                                && this.timeout.is_some()
-                                && this.endpoint.wire.is_live()
-                            {
-                                *this.deadline = None;
-                            }
-                            let fut = tower::Service::call(&mut ch, req);
-                            this.endpoint.give_back(ch);
+                            let (ch, req) = *taken;
+                            let fut = this.endpoint.dispatch(
+                                ch,
+                                req,
+                                *this.header_timer,
+                                *this.timeout,
+                                this.deadline,
+                                this.watchdog.is_some(),
+                            );
                             this.state.set(AttemptState::Sent { fut });
                             continue;
                         }
@@ -327,6 +359,9 @@ impl Future for Attempt {
                         Poll::Pending => return Poll::Pending,
                     }
                 }
+                AttemptProj::Failed { err } => Err(err
+                    .take()
+                    .unwrap_or_else(|| tonic::Status::internal("polled after completion").into())),
                 AttemptProj::Sent { fut } => match fut.poll(cx) {
                     Poll::Ready(r) => r.map_err(Into::into),
                     Poll::Pending if deadline_passed(this.watchdog, *this.deadline, cx) => {
@@ -483,6 +518,44 @@ mod tests {
         assert!(!is_connection_loss(&*boxed(h2::Error::from(
             h2::Reason::INTERNAL_ERROR
         ))));
+    }
+
+    #[tokio::test]
+    #[allow(clippy::unwrap_used)]
+    async fn an_attempt_waits_for_room_in_a_full_channel_and_its_deadline_ends_it() {
+        // A server that completes the TCP handshake (the backlog) but never answers: the
+        // channel's worker waits on the connection, its one-request buffer fills, and the
+        // attempts after it find no room when they start (the boxed `Ready` state).
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = silent.local_addr().unwrap().to_string();
+        let mut ep = Endpoint::new(&addr, &ConnectOptions::default()).unwrap();
+        ep.channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .buffer_size(1)
+            .connect_lazy();
+        let ep = Arc::new(ep);
+        let clock = Clock::new(Instant::now());
+        let target: Arc<str> = Arc::from("direct:///test");
+        let start = |deadline: Duration| {
+            let deadline = Instant::now() + deadline;
+            Arc::clone(&ep).send(
+                (clock, clock.nanos(Instant::now())),
+                Some(deadline),
+                Some(Duration::from_secs(1)),
+                http::Request::new(Body::empty()),
+                &target,
+                true,
+            )
+        };
+        let first = start(Duration::from_secs(30));
+        let queued = start(Duration::from_secs(30));
+        let waiting = start(Duration::from_millis(200));
+        assert!(matches!(waiting.state, AttemptState::Ready { .. }));
+        let begun = Instant::now();
+        let err = waiting.await.unwrap_err();
+        assert_eq!(err.status.code(), tonic::Code::DeadlineExceeded);
+        assert!(begun.elapsed() >= Duration::from_millis(150));
+        drop((first, queued));
     }
 
     #[test]

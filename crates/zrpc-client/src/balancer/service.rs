@@ -340,7 +340,8 @@ impl Shared {
         let clock = self.p2c.clock();
         let start = clock.nanos(Instant::now());
         let ep = self.pick(&set, start).ok_or_else(|| self.no_endpoint())?;
-        let attempt = Arc::clone(&ep).send(clock, start, deadline, timeout, req, &self.target);
+        let attempt =
+            Arc::clone(&ep).send((clock, start), deadline, timeout, req, &self.target, true);
         Ok(First {
             endpoint: ep,
             attempt,
@@ -371,8 +372,7 @@ impl Shared {
             tracing::debug!(target = %self.target, from = %failed.0.addr, to = %ep.addr, attempt, "transparent retry: {}", failed.1.message());
             let req = replay.clone_request();
             match Arc::clone(&ep)
-                .send(clock, now, deadline, timeout, req, &self.target)
-                .retry()
+                .send((clock, now), deadline, timeout, req, &self.target, false)
                 .await
             {
                 Ok(resp) => return Ok(resp),
