@@ -165,33 +165,6 @@ pub struct Auth<S> {
     policy: Arc<Policy>,
 }
 
-enum Verdict {
-    Allow,
-    Reject(i32, String),
-}
-
-fn judge(found: Result<Option<Arc<str>>, Error>, token: &[u8], policy: &Policy) -> Verdict {
-    let strict = policy.strict;
-    match found {
-        Ok(Some(expected)) => {
-            if bool::from(expected.as_bytes().ct_eq(token)) {
-                Verdict::Allow
-            } else {
-                Verdict::Reject(code::UNAUTHENTICATED, "access denied".to_owned())
-            }
-        }
-        Ok(None) if strict => Verdict::Reject(code::UNAUTHENTICATED, "access denied".to_owned()),
-        // go-zero answers with the store's own error text (`redis: nil`, a dial error).
-        Err(Error::TokenStore(m)) if strict => Verdict::Reject(code::INTERNAL, m),
-        Err(e) if strict => Verdict::Reject(code::INTERNAL, e.to_string()),
-        Ok(None) => Verdict::Allow,
-        Err(e) => {
-            policy.log_allowed(&e);
-            Verdict::Allow
-        }
-    }
-}
-
 fn header<'a, B>(req: &'a Request<B>, name: &http::HeaderName) -> Option<&'a [u8]> {
     find(req.headers(), name)
         .map(http::HeaderValue::as_bytes)
@@ -272,9 +245,24 @@ pub(crate) fn decide(
     token: &[u8],
     policy: &Policy,
 ) -> Check {
-    match judge(found, token, policy) {
-        Verdict::Allow => Check::Pass,
-        Verdict::Reject(c, m) => Check::Reject(c, m.into()),
+    let strict = policy.strict;
+    match found {
+        Ok(Some(expected)) => {
+            if bool::from(expected.as_bytes().ct_eq(token)) {
+                Check::Pass
+            } else {
+                Check::Reject(code::UNAUTHENTICATED, "access denied".into())
+            }
+        }
+        Ok(None) if strict => Check::Reject(code::UNAUTHENTICATED, "access denied".into()),
+        // go-zero answers with the store's own error text (`redis: nil`, a dial error).
+        Err(Error::TokenStore(m)) if strict => Check::Reject(code::INTERNAL, m.into()),
+        Err(e) if strict => Check::Reject(code::INTERNAL, e.to_string().into()),
+        Ok(None) => Check::Pass,
+        Err(e) => {
+            policy.log_allowed(&e);
+            Check::Pass
+        }
     }
 }
 
@@ -352,12 +340,12 @@ where
                         return Poll::Pending;
                     };
                     let (mut inner, req, token) = *taken;
-                    let next = match judge(found, &token, policy) {
-                        Verdict::Allow => State::Call {
-                            fut: inner.call(req),
-                        },
-                        Verdict::Reject(c, m) => State::Rejected {
+                    let next = match decide(found, &token, policy) {
+                        Check::Reject(c, m) => State::Rejected {
                             resp: Some(Box::new(status_response(c, &m))),
+                        },
+                        _ => State::Call {
+                            fut: inner.call(req),
                         },
                     };
                     this.state.set(next);
