@@ -20,7 +20,7 @@
 //! The server builds this chain only when one of its stages is on: with all of facts to
 //! timeout off it serves through `drain -> user layers` alone (the server then runs a tonic
 //! server of that lean chain instead, `Server::serve_with_listener`). And it runs facts to
-//! timeout as **one stage**, [`governor`]: one service, one response future, one body
+//! timeout as **one stage**, `governor`: one service, one response future, one body
 //! wrapper and one read of the final status for all of them, with the behaviour of the
 //! nested layers (the module says where it differs). Seven nested layers cost ~1,300
 //! instructions per call more (callgrind, full chain: memcpy of the request and of the

@@ -6,7 +6,7 @@
 //! [`MetricsLayer`](super::MetricsLayer), [`BreakerLayer`](super::BreakerLayer),
 //! [`SheddingLayer`](super::SheddingLayer), [`TraceLayer`](super::TraceLayer)), wraps the
 //! response body in a [`StatusBody`](zrpc_core::grpc::StatusBody) and parses `grpc-status`
-//! itself. The server's chain runs them in one stage ([`governor`](super::governor)) whose
+//! itself. The server's chain runs them in one stage (`governor`) whose
 //! single body wrapper reports to all of them through these records.
 
 use zrpc_core::grpc::OnStatus;
