@@ -209,16 +209,21 @@ impl Governance {
         let shedder = self.shedding.as_ref().filter(|s| s.watches(path));
         if registry.is_some() || shedder.is_some() {
             let now = std::time::Instant::now();
-            let facts = || recover.map_or_else(|| facts_of(&req), |r| r.facts.clone());
+            // The request's facts, from recover's part or looked up once for both stages.
+            let mut looked_up = None;
+            let mut facts = || match recover {
+                Some(r) => r.facts.clone(),
+                None => looked_up.get_or_insert_with(|| facts_of(&req)).clone(),
+            };
             let mut guards = Both::default();
             if let Some(registry) = registry {
-                match BreakerRecord::admit(registry, path, facts, now) {
+                match BreakerRecord::admit(registry, path, &mut facts, now) {
                     Some(record) => guards.outer = Some(record),
                     None => return State::answer(breaker::rejection()),
                 }
             }
             if let Some(shedder) = shedder {
-                match shedder.admit(path, facts, now) {
+                match shedder.admit(path, &mut facts, now) {
                     Some(record) => guards.inner = Some(record),
                     None => {
                         // The breaker sees the shed call's code, as it would from the
