@@ -199,9 +199,20 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
     pb.finish_and_clear();
     let mut notes = vec![format!(
         "Noise monitor: share of the machine other processes and steal took during the 2x run: \
-         {}. Both shedders read the whole machine's CPU, so this share moves when they shed.",
+         {}. go-zero's shedder reads the whole machine's CPU, so this share moves when it sheds.",
         lost.join(", ")
     )];
+    notes.push(
+        "zrpc's shedder drops a call when the CPU is hot and more calls are in flight than \
+         its Little's-law bound (about one here: 1 ms per call at ~900 calls/s). tonic runs the \
+         service chain when a stream's task is first polled (hyper-util's `TowerToHyperService` \
+         calls `oneshot` inside the task's future), so streams the connection has accepted wait \
+         in tokio's run queue before the shedder counts them, and a handler that spins without \
+         yielding holds the one worker thread: the count stays at one and nothing is dropped \
+         while the queue grows. go-zero's interceptor runs in the stream's goroutine at once, \
+         and Go preempts the spinning handler, so its count includes the queue."
+            .into(),
+    );
     if !pinned {
         notes.push("unpinned: taskset or a second CPU is missing, so the server's core is shared with the load generator".into());
     }
@@ -210,10 +221,13 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
         intro: format!(
             "Both servers run their full default chain with adaptive shedding on \
                 (`CpuThreshold: 900`) and a 2 s server timeout; the load generator is a bare \
-                tonic channel with a 2 s deadline, on the other core. Both shedders read the \
-                machine's (cgroup's) CPU usage, not the pinned core's, so on a 2-core box a \
-                saturated core alone may not reach their 90% threshold: the table shows what \
-                each server actually did. Capacity: a closed loop of 8 callers on the same \
+                tonic channel with a 2 s deadline, on the other core. go-zero's shedder reads the \
+                machine's (cgroup's) CPU usage, not the pinned core's, so on a 2-core box its \
+                saturated core alone does not reach the 90% threshold; zrpc's also reads the \
+                busy fraction of the cores it is pinned to and turns hot, but it counts a call \
+                in flight from the first poll of its stream's task, and a handler that spins \
+                without yielding keeps the calls queued behind it out of that count (see the \
+                notes). The table shows what each server actually did. Capacity: a closed loop of 8 callers on the same \
                 server (never idle), OK calls per second. At 2x the rates are taken from the \
                 calls' records over the steady part of the window (its last 80%), per second: \
                 sent calls per second (offered / capacity shows the overload really was 2x) and \

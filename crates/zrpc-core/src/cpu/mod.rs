@@ -11,13 +11,21 @@
 //!   (`cpuset.cpus.effective` / `cpuset.cpus`).
 //! - Without a usable cgroup the host-wide busy fraction from `/proc/stat` is used; without
 //!   `/proc/stat` (non-Linux) the usage stays 0, so CPU-triggered shedding never fires (as in go-zero).
+//! - **zrpc addition:** when the process may run on only some of the online CPUs (`taskset`,
+//!   `numactl`, `sched_setaffinity`: `Cpus_allowed_list` in `/proc/self/status`, read at every
+//!   refresh), the busy fraction of those CPUs (their `cpuN` lines in `/proc/stat`, whoever keeps
+//!   them busy) is measured too, and `current` is the higher of the two figures. An unpinned
+//!   process reads exactly go-zero's figure.
 //!
 //! Differences from go-zero, on purpose: go-zero scales by the number of CPUs in the cpuset while
 //! measuring wall time across *all* host CPUs, which under-reports usage in a pinned cpuset smaller
 //! than the host; here wall time is divided by the host CPU count from `/proc/stat`. The cgroup
 //! directory of the process (from `/proc/self/cgroup`) is used when it exists, falling back to the
 //! cgroup root as go-zero does. The smoothed value is kept as an `f64` rather than truncated to an
-//! integer at every step.
+//! integer at every step. A server pinned to some of the CPUs reads their busy fraction as well
+//! (above): go-zero reads only the container's (or host's) usage over all of its CPUs, so a server
+//! pinned to one core of two that has saturated its core reads 50% and never sheds, however long
+//! its queue grows (`zrpc-bench shed` shows both).
 //!
 //! The source is injectable: everything that needs CPU usage takes an `Arc<dyn CpuUsage>`, so tests
 //! use [`FixedCpu`] and production uses [`system_cpu()`].

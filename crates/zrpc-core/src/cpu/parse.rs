@@ -1,72 +1,130 @@
 //! Parsers for the kernel files the sampler reads. They take file contents, so they are tested
 //! against fixture text.
 
-/// The `cpu` line of `/proc/stat`, in USER_HZ ticks, plus the number of `cpuN` lines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ProcStat {
+/// Busy and total ticks of a set of CPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Ticks {
     /// Sum of the first seven fields (user nice system idle iowait irq softirq), like go-zero.
     pub(crate) total: u64,
     /// idle + iowait.
     pub(crate) idle: u64,
+}
+
+/// The `cpu` line of `/proc/stat`, in USER_HZ ticks, plus the number of `cpuN` lines, and the sum
+/// of the `cpuN` lines of the CPUs the process may run on when that is fewer than all of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProcStat {
+    /// Sum of the first seven fields of the `cpu` line.
+    pub(crate) total: u64,
+    /// idle + iowait of the `cpu` line.
+    pub(crate) idle: u64,
     /// Number of `cpuN` lines (host CPUs online).
     pub(crate) cpus: u32,
+    /// The `cpuN` lines of the `allowed` CPUs summed, when they are some but not all of the online
+    /// CPUs (a pinned process); `None` otherwise.
+    pub(crate) allowed: Option<Ticks>,
+}
+
+/// The first seven numbers of a `/proc/stat` CPU line (after its name). `None` when fewer or
+/// not numbers.
+fn ticks<'a>(fields: impl Iterator<Item = &'a str>) -> Option<Ticks> {
+    let mut v = [0u64; 7];
+    let mut n = 0;
+    for (slot, f) in v.iter_mut().zip(fields) {
+        *slot = f.parse().ok()?;
+        n += 1;
+    }
+    (n == 7).then(|| Ticks {
+        total: v.iter().fold(0, |a: u64, b| a.saturating_add(*b)),
+        idle: v[3].saturating_add(v[4]),
+    })
 }
 
 /// Parses `/proc/stat`. `None` when the `cpu` line is missing or has fewer than seven numbers.
-pub(crate) fn proc_stat(text: &str) -> Option<ProcStat> {
+/// `allowed` (sorted CPU numbers, from [`cpus_allowed`]) selects the `cpuN` lines summed into
+/// [`ProcStat::allowed`]; a malformed `cpuN` line among them leaves that sum out.
+pub(crate) fn proc_stat(text: &str, allowed: Option<&[u32]>) -> Option<ProcStat> {
     let mut found = None;
     let mut cpus = 0;
+    let mut sum = Some((Ticks::default(), 0u32));
     for line in text.lines() {
         let mut fields = line.split_whitespace();
         match fields.next() {
-            Some("cpu") => {
-                let v: Vec<u64> = fields
-                    .take(7)
-                    .map(|f| f.parse().ok())
-                    .collect::<Option<_>>()?;
-                if v.len() < 7 {
-                    return None;
+            Some("cpu") => found = Some(ticks(fields)?),
+            Some(name) if name.starts_with("cpu") => {
+                let Ok(id) = name[3..].parse::<u32>() else {
+                    continue;
+                };
+                cpus += 1;
+                if allowed.is_some_and(|a| a.binary_search(&id).is_ok()) {
+                    sum = match (sum, ticks(fields)) {
+                        (Some((acc, n)), Some(t)) => Some((
+                            Ticks {
+                                total: acc.total.saturating_add(t.total),
+                                idle: acc.idle.saturating_add(t.idle),
+                            },
+                            n + 1,
+                        )),
+                        _ => None,
+                    };
                 }
-                found = Some((v.iter().sum::<u64>(), v[3] + v[4]));
             }
-            Some(name) if name.starts_with("cpu") && name[3..].parse::<u32>().is_ok() => cpus += 1,
             _ => {}
         }
     }
-    let (total, idle) = found?;
+    let Ticks { total, idle } = found?;
+    let allowed = sum.and_then(|(t, n)| (n > 0 && n < cpus).then_some(t));
     Some(ProcStat {
         total,
         idle,
         cpus: cpus.max(1),
+        allowed,
     })
 }
 
-/// Parses a CPU list such as `0-3,8,10-11` (`cpuset.cpus`): the number of CPUs. `None` on bad input;
-/// an empty list counts as `None` too.
-pub(crate) fn cpu_list_count(text: &str) -> Option<u32> {
+/// The most CPU numbers a list may name (the kernel's `NR_CPUS` limit is 8192): a longer range is
+/// treated as malformed rather than expanded.
+const MAX_CPUS: u32 = 1 << 16;
+
+/// Parses a CPU list such as `0-3,8,10-11` (`cpuset.cpus`, `Cpus_allowed_list`): the CPU numbers,
+/// sorted, without duplicates. `None` on bad input; an empty list counts as `None` too.
+pub(crate) fn cpu_list(text: &str) -> Option<Vec<u32>> {
     let text = text.trim();
     if text.is_empty() {
         return None;
     }
-    let mut count = 0u32;
+    let mut cpus = Vec::new();
     for part in text.split(',') {
         let part = part.trim();
-        match part.split_once('-') {
-            Some((lo, hi)) => {
-                let lo: u32 = lo.trim().parse().ok()?;
-                let hi: u32 = hi.trim().parse().ok()?;
-                if hi < lo {
-                    return None;
-                }
-                count = count.checked_add(hi - lo + 1)?;
-            }
+        let (lo, hi) = match part.split_once('-') {
+            Some((lo, hi)) => (lo.trim().parse().ok()?, hi.trim().parse().ok()?),
             None => {
-                let _: u32 = part.parse().ok()?;
-                count = count.checked_add(1)?;
+                let cpu: u32 = part.parse().ok()?;
+                (cpu, cpu)
             }
+        };
+        if hi < lo || hi >= MAX_CPUS {
+            return None;
         }
+        cpus.extend(lo..=hi);
     }
-    Some(count)
+    cpus.sort_unstable();
+    cpus.dedup();
+    Some(cpus)
+}
+
+/// The number of CPUs in a CPU list (see [`cpu_list`]).
+pub(crate) fn cpu_list_count(text: &str) -> Option<u32> {
+    u32::try_from(cpu_list(text)?.len()).ok()
+}
+
+/// The CPUs the process may run on, from `/proc/self/status` (`Cpus_allowed_list:`, set by
+/// `taskset`, `numactl` or `sched_setaffinity`).
+pub(crate) fn cpus_allowed(status: &str) -> Option<Vec<u32>> {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))
+        .and_then(cpu_list)
 }
 
 /// Parses cgroup v2 `cpu.max` (`"max 100000"` or `"150000 100000"`): the quota in CPUs, `None` when

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::parse::{self, ProcCgroup, ProcStat};
+use super::parse::{self, ProcCgroup, ProcStat, Ticks};
 use super::{CPU_MAX, CpuUsage, REFRESH_INTERVAL, SMOOTHING_BETA};
 
 /// Nanoseconds per USER_HZ tick (go-zero assumes 100 ticks per second).
@@ -29,6 +29,12 @@ pub(crate) struct Sampler {
     /// The CPU limit in CPUs (min of quota and cpuset size).
     pub(crate) limit: f64,
     proc_stat: PathBuf,
+    /// `/proc/self/status`, whose `Cpus_allowed_list` says which CPUs the process may run on.
+    proc_status: PathBuf,
+    /// The CPUs the process could run on at the last reading (`None`: unknown).
+    pub(crate) allowed: Option<Vec<u32>>,
+    /// Bumped whenever `allowed` changes: sums over two different sets of CPUs are not compared.
+    allowed_epoch: u32,
     prev: Option<Reading>,
 }
 
@@ -36,6 +42,7 @@ pub(crate) struct Sampler {
 struct Reading {
     stat: ProcStat,
     cgroup_ns: Option<u64>,
+    allowed_epoch: u32,
 }
 
 fn read(path: &Path) -> Option<String> {
@@ -56,9 +63,15 @@ fn cgroup_dir(root: &Path, path: Option<&str>, probe: &str) -> PathBuf {
 
 impl Sampler {
     /// Detects the source from the cgroup mount `root` (`/sys/fs/cgroup`), the contents of
-    /// `/proc/self/cgroup` and the path of `/proc/stat`. `None` when `/proc/stat` is unreadable.
-    pub(crate) fn detect(root: &Path, proc_cgroup: &str, proc_stat: &Path) -> Option<Sampler> {
-        let stat = parse::proc_stat(&read(proc_stat)?)?;
+    /// `/proc/self/cgroup` and the paths of `/proc/stat` and `/proc/self/status`. `None` when
+    /// `/proc/stat` is unreadable.
+    pub(crate) fn detect(
+        root: &Path,
+        proc_cgroup: &str,
+        proc_stat: &Path,
+        proc_status: &Path,
+    ) -> Option<Sampler> {
+        let stat = parse::proc_stat(&read(proc_stat)?, None)?;
         let host_cpus = f64::from(stat.cpus);
         let cg: ProcCgroup = parse::proc_cgroup(proc_cgroup);
         let (source, quota, cpuset) = if root.join("cgroup.controllers").exists() {
@@ -93,6 +106,9 @@ impl Sampler {
             source,
             limit,
             proc_stat: proc_stat.to_path_buf(),
+            proc_status: proc_status.to_path_buf(),
+            allowed: None,
+            allowed_epoch: 0,
             prev: None,
         };
         // A cgroup whose usage file is unreadable is useless: fall back to the host.
@@ -114,13 +130,24 @@ impl Sampler {
         }
     }
 
-    fn reading(&self) -> Option<Reading> {
-        let stat = parse::proc_stat(&read(&self.proc_stat)?)?;
+    /// Reads the files once. The allowed CPUs are read every time: `taskset -p` can change them
+    /// while the process runs.
+    fn reading(&mut self) -> Option<Reading> {
+        let allowed = read(&self.proc_status).and_then(|t| parse::cpus_allowed(&t));
+        if allowed != self.allowed {
+            self.allowed = allowed;
+            self.allowed_epoch = self.allowed_epoch.wrapping_add(1);
+        }
+        let stat = parse::proc_stat(&read(&self.proc_stat)?, self.allowed.as_deref())?;
         let cgroup_ns = match self.source {
             Source::Host => None,
             _ => Some(self.cgroup_ns()?),
         };
-        Some(Reading { stat, cgroup_ns })
+        Some(Reading {
+            stat,
+            cgroup_ns,
+            allowed_epoch: self.allowed_epoch,
+        })
     }
 
     /// The usage in millicpu since the previous call (0 when nothing can be read or no time passed).
@@ -134,12 +161,24 @@ impl Sampler {
     }
 }
 
-/// Millicpu between two readings.
+/// The busy fraction of a set of CPUs between two readings of its ticks.
+fn busy(prev: Ticks, cur: Ticks) -> Option<f64> {
+    let total = cur.total.saturating_sub(prev.total);
+    let idle = cur.idle.saturating_sub(prev.idle);
+    (total > 0).then(|| total.saturating_sub(idle) as f64 / total as f64)
+}
+
+/// Millicpu between two readings: the cgroup's (or host's) figure, or the busy fraction of the
+/// CPUs the process is pinned to when that is higher.
 fn usage(prev: Reading, cur: Reading, limit: f64) -> u64 {
     let total = cur.stat.total.saturating_sub(prev.stat.total);
     if total == 0 {
         return 0;
     }
+    let pinned = match (prev.stat.allowed, cur.stat.allowed) {
+        (Some(p), Some(c)) if prev.allowed_epoch == cur.allowed_epoch => busy(p, c),
+        _ => None,
+    };
     let fraction = match (prev.cgroup_ns, cur.cgroup_ns) {
         (Some(p), Some(c)) => {
             // Wall time per CPU: all host ticks / host CPUs.
@@ -151,6 +190,7 @@ fn usage(prev: Reading, cur: Reading, limit: f64) -> u64 {
             total.saturating_sub(idle) as f64 / total as f64
         }
     };
+    let fraction = pinned.map_or(fraction, |p| p.max(fraction));
     ((fraction * CPU_MAX as f64).round() as u64).min(CPU_MAX)
 }
 
@@ -174,11 +214,17 @@ impl SystemCpu {
             Path::new("/sys/fs/cgroup"),
             &proc_cgroup,
             Path::new("/proc/stat"),
+            Path::new("/proc/self/status"),
         ) else {
             tracing::info!("cpu usage unavailable (no /proc/stat): CPU-based shedding is off");
             return cpu;
         };
-        tracing::debug!(source = ?sampler.source, limit = sampler.limit, "cpu sampler started");
+        tracing::debug!(
+            source = ?sampler.source,
+            limit = sampler.limit,
+            allowed_cpus = ?sampler.allowed,
+            "cpu sampler started"
+        );
         let weak = Arc::downgrade(&cpu);
         let spawned = std::thread::Builder::new()
             .name("zrpc-cpu".into())
