@@ -58,7 +58,7 @@ struct Cli {
     /// The report to write; charts go to `<dir of out>/<stem>/*.svg`.
     #[arg(long, global = true, default_value = "docs/benchmarks.md")]
     out: PathBuf,
-    /// Alternating rounds per comparison (medians are taken over them). Default 15 (`latency`),
+    /// Alternating rounds per comparison (medians are taken over them). Default 41 (`latency`),
     /// `overhead` 61 (quick: 1).
     #[arg(long, global = true)]
     rounds: Option<usize>,
@@ -153,12 +153,14 @@ fn main() -> ExitCode {
                     .max(1)
             };
             let secs = |full| cli.round_secs.unwrap_or(if cli.quick { 0.3 } else { full });
-            // `latency` too: 15 rounds of 0.7 s (was 7 of 1.5 s, about the same time): the six
-            // runs a round holds are 5 s apart instead of 11, so the per-round ratios divide
-            // runs the host's drifting speed treats more alike, and the median is over 15.
+            // `latency` too: rounds of 0.7 s (was 7 of 1.5 s): the six runs a round holds are
+            // 5 s apart instead of 11, so the per-round ratios divide runs the host's drifting
+            // speed treats more alike. 41 rounds (was 15): the per-round difference of the zrpc
+            // client's p50 to the bare channel's spans -8..+43 µs around a gap of ~10 µs, and
+            // two 15-round medians of it came out +5.0 and +11.2 µs.
             let opts = scenarios::Opts {
                 quick: cli.quick,
-                rounds: rounds(15),
+                rounds: rounds(41),
                 round_secs: secs(0.7),
                 overhead_rounds: rounds(61),
                 overhead_secs: secs(0.25),
