@@ -204,13 +204,13 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
     )];
     notes.push(
         "zrpc's shedder drops a call when the CPU is hot and more calls are in flight than \
-         its Little's-law bound (about one here: 1 ms per call at ~900 calls/s). tonic runs the \
-         service chain when a stream's task is first polled (hyper-util's `TowerToHyperService` \
-         calls `oneshot` inside the task's future), so streams the connection has accepted wait \
-         in tokio's run queue before the shedder counts them, and a handler that spins without \
-         yielding holds the one worker thread: the count stays at one and nothing is dropped \
-         while the queue grows. go-zero's interceptor runs in the stream's goroutine at once, \
-         and Go preempts the spinning handler, so its count includes the queue."
+         its Little's-law bound. With this handler (1 ms of spinning that never yields to \
+         tokio) the count does not pass the bound: at most one call per worker thread is past \
+         its first poll, and the calls behind it wait in the connection's socket and in tokio's \
+         run queue. The CPU reading of the pinned core turns the shedder hot \
+         (`rpc_server_shedder_hot` 1, checked by hand), but that alone drops nothing. \
+         go-zero's interceptor counts a call when its goroutine starts, and Go preempts the \
+         spinning handler."
             .into(),
     );
     if !pinned {
@@ -224,10 +224,9 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
                 tonic channel with a 2 s deadline, on the other core. go-zero's shedder reads the \
                 machine's (cgroup's) CPU usage, not the pinned core's, so on a 2-core box its \
                 saturated core alone does not reach the 90% threshold; zrpc's also reads the \
-                busy fraction of the cores it is pinned to and turns hot, but it counts a call \
-                in flight from the first poll of its stream's task, and a handler that spins \
-                without yielding keeps the calls queued behind it out of that count (see the \
-                notes). The table shows what each server actually did. Capacity: a closed loop of 8 callers on the same \
+                busy fraction of the cores it is pinned to and turns hot, but with a handler \
+                that spins without yielding its in-flight count stays within its bound (see \
+                the notes). The table shows what each server actually did. Capacity: a closed loop of 8 callers on the same \
                 server (never idle), OK calls per second. At 2x the rates are taken from the \
                 calls' records over the steady part of the window (its last 80%), per second: \
                 sent calls per second (offered / capacity shows the overload really was 2x) and \
