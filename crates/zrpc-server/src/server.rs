@@ -394,8 +394,7 @@ where
         // first header block of any client that does not need it) and under the handshake,
         // idle and age deadlines.
         let incoming = crate::transport::incoming(listener, accept);
-        let builder =
-            crate::transport::configure(tonic::transport::Server::builder(), &conf.transport);
+        let http2 = crate::transport::http2(&conf.transport);
         let stopped = async move {
             let _ = stop_rx.await;
         };
@@ -421,16 +420,18 @@ where
                 .layer(drain_layer)
                 .layer(layer)
                 .into_inner();
-            Either::Left(builder.layer(chain).serve_with_incoming_shutdown(
-                services.routes,
+            Either::Left(crate::transport::serve::serve(
+                ServiceBuilder::new().layer(chain).service(services.routes),
                 incoming,
+                http2,
                 stopped,
             ))
         } else {
             let chain = outer.layer(drain_layer).layer(layer).into_inner();
-            Either::Right(builder.layer(chain).serve_with_incoming_shutdown(
-                services.routes,
+            Either::Right(crate::transport::serve::serve(
+                ServiceBuilder::new().layer(chain).service(services.routes),
                 incoming,
+                http2,
                 stopped,
             ))
         };

@@ -85,3 +85,48 @@ async fn server_streams_are_not_timed_out() {
     assert_eq!(got, 4);
     srv.shutdown().await.expect("clean shutdown");
 }
+
+/// The caller's `grpc-timeout` is enforced by the server even with its own `Timeout` off, in
+/// the lean chain (every middleware off) and in the governed one: tonic's `GrpcTimeout` did it
+/// before zrpc served connections itself. The server drops the handler. (The server answers
+/// `DeadlineExceeded`, `transport::serve`'s unit tests show it; a tonic client times the call out
+/// itself at the same instant, as `Cancelled`, so either code can reach this caller.)
+#[tokio::test]
+async fn the_callers_deadline_holds_with_the_server_timeout_off() {
+    for lean in [true, false] {
+        let mut conf = test_conf("caller-deadline.rpc")
+            .with_timeout(Duration::ZERO)
+            .with_cpu_threshold(0);
+        if lean {
+            let m = &mut conf.middlewares;
+            (m.trace, m.recover, m.stat, m.prometheus, m.breaker) =
+                (false, false, false, false, false);
+        }
+        let srv = start_server(conf, TestGreeter::new()).await;
+        let mut client = srv.client().await;
+
+        let mut req = tonic::Request::new(hello("sleep:2000"));
+        req.set_timeout(Duration::from_millis(200));
+        let t0 = Instant::now();
+        let err = client.say_hello(req).await.unwrap_err();
+        let took = t0.elapsed();
+        assert!(
+            matches!(err.code(), Code::DeadlineExceeded | Code::Cancelled),
+            "lean {lean}: {err:?}"
+        );
+        assert!(
+            took >= Duration::from_millis(190) && took < Duration::from_millis(1500),
+            "lean {lean}: {took:?}"
+        );
+        // Without a deadline nothing times the call out.
+        assert!(client.say_hello(hello("sleep:300")).await.is_ok());
+        tokio::time::sleep(Duration::from_millis(2000)).await;
+        assert_eq!(srv.greeter.started(), 2, "lean {lean}");
+        assert_eq!(
+            srv.greeter.finished(),
+            1,
+            "lean {lean}: the late handler was dropped"
+        );
+        srv.shutdown().await.expect("clean shutdown");
+    }
+}

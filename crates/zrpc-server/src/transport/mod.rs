@@ -23,6 +23,7 @@ mod conn;
 mod content_type;
 pub(crate) mod front;
 mod pings;
+pub(crate) mod serve;
 mod streams;
 
 use std::sync::Arc;
@@ -57,20 +58,14 @@ pub(crate) fn accept_settings(conf: &TransportConf, authority_repair: bool) -> A
     }
 }
 
-/// Applies the HTTP/2 settings of `conf` to a tonic server builder.
-pub(crate) fn configure<L>(
-    builder: tonic::transport::Server<L>,
-    conf: &TransportConf,
-) -> tonic::transport::Server<L> {
-    let builder = builder
-        .max_concurrent_streams(conf.max_concurrent_streams)
-        .http2_keepalive_interval(conf.keepalive_time())
-        .http2_keepalive_timeout(Some(conf.keepalive_timeout));
-    // tonic's own `max_connection_age_grace` replaces the GOAWAY at the age by a hard close at
-    // age + grace; zrpc sets only the age here and keeps the grace in `Guarded`.
-    match conf.max_connection_age() {
-        Some(age) => builder.max_connection_age(age),
-        None => builder,
+/// The HTTP/2 settings of `conf` for zrpc's serve loop ([`serve::serve`]). Only the GOAWAY at
+/// `MaxConnectionAge` is the loop's; the hard close after `MaxConnectionAgeGrace` is `Guarded`'s.
+pub(crate) fn http2(conf: &TransportConf) -> serve::Http2 {
+    serve::Http2 {
+        max_concurrent_streams: Some(conf.max_concurrent_streams),
+        keepalive_interval: conf.keepalive_time(),
+        keepalive_timeout: conf.keepalive_timeout,
+        max_connection_age: conf.max_connection_age(),
     }
 }
 

@@ -144,6 +144,16 @@ pin_project! {
     }
 }
 
+/// An empty body (a response zrpc's serve loop makes from a chain's `Status` error).
+impl<B: Default> Default for CountedBody<B> {
+    fn default() -> Self {
+        CountedBody {
+            inner: B::default(),
+            _guard: None,
+        }
+    }
+}
+
 impl<B> CountedBody<B> {
     /// `inner`, counted by `guard` (if any) until it ends or is dropped.
     pub(crate) fn new(inner: B, guard: Option<CallGuard>) -> Self {
