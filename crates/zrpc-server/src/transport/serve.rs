@@ -1,7 +1,7 @@
 //! zrpc's HTTP/2 serve loop, in place of tonic's `Server::serve_with_incoming_shutdown`.
 //!
-//! tonic serves each connection through hyper-util's `TowerToHyperService` (a clone of the
-//! whole chain and a `Oneshot` per request), boxes each request's body, puts the connection's
+//! tonic serves each connection through hyper-util's `TowerToHyperService` (a boxed clone of
+//! the whole chain, tonic's `BoxCloneService`, and a `Oneshot` per request), boxes each request's body, puts the connection's
 //! info in its extensions, and wraps the chain in `RecoverError` (a `Status` error becomes a
 //! response, every response body gets one more wrapper) and `GrpcTimeout` (the caller's
 //! `grpc-timeout` parsed with a header hash, every response future one more wrapper). zrpc's
