@@ -171,8 +171,12 @@ impl<B: Bucket> RollingWindow<B> {
     /// Whole intervals between `last` and `now`, capped at `size`.
     #[inline]
     fn span(&self, last: Instant, now: Instant) -> usize {
-        let elapsed = now.saturating_duration_since(last).as_nanos();
-        let span = elapsed / self.interval.as_nanos();
+        let elapsed = now.saturating_duration_since(last);
+        // Most adds land in the current bucket: no 128-bit division for them.
+        if elapsed < self.interval {
+            return 0;
+        }
+        let span = elapsed.as_nanos() / self.interval.as_nanos();
         usize::try_from(span).map_or(self.size(), |s| s.min(self.size()))
     }
 

@@ -127,14 +127,23 @@ pub(crate) struct Governor<S> {
 }
 
 /// The records of the stages that admitted a call, fed by one read of its final status.
+///
+/// Boxed: a fully governed call's records are ~270 bytes, and inline they moved with the
+/// call's future and again with its response (into the body, through hyper's stream task),
+/// a dozen `memcpy`s per call into memory the call had not touched yet. One allocation
+/// (served hot from glibc's per-thread cache) costs less (callgrind's cache simulation,
+/// `docs/benchmarks.md`).
 #[derive(Debug)]
-pub(crate) struct Records {
+pub(crate) struct Records(Box<RecordSet>);
+
+#[derive(Debug)]
+struct RecordSet {
     guards: Both<BreakerRecord, SheddingRecord>,
     recorders: Option<RecordersRecord>,
     trace: Option<TraceRecord>,
 }
 
-impl Records {
+impl RecordSet {
     fn is_empty(&self) -> bool {
         self.guards.is_empty() && self.recorders.is_none() && self.trace.is_none()
     }
@@ -142,12 +151,17 @@ impl Records {
 
 impl OnStatus for Records {
     fn on_status(self, c: i32) {
+        let RecordSet {
+            guards,
+            recorders,
+            trace,
+        } = *self.0;
         // Inner first, as nested bodies would report.
-        self.guards.on_status(c);
-        if let Some(r) = self.recorders {
+        guards.on_status(c);
+        if let Some(r) = recorders {
             r.on_status(c);
         }
-        if let Some(t) = self.trace {
+        if let Some(t) = trace {
             t.on_status(c);
         }
     }
@@ -163,8 +177,8 @@ impl Governance {
         self: &Arc<Self>,
         inner: &mut S,
         req: Request<Body>,
+        facts: Option<CallFacts>,
         guard: &mut StatusGuard<Records>,
-        recover: Option<&Recovering>,
         timer: &mut Timer,
     ) -> State<S, B>
     where
@@ -172,7 +186,7 @@ impl Governance {
         B: Default,
     {
         match auth::check(self.auth.as_ref(), &self.policy, &req) {
-            Check::Pass => self.admit(inner, req, guard, recover, timer),
+            Check::Pass => self.admit(inner, req, facts, guard, timer),
             Check::Reject(c, m) => State::answer(status_response(c, &m)),
             Check::Pending(lookup, token) => {
                 let clone = inner.clone();
@@ -182,6 +196,7 @@ impl Governance {
                     pending: Some(Box::new(Pending {
                         inner,
                         req,
+                        facts,
                         token,
                         shared: Arc::clone(self),
                     })),
@@ -196,8 +211,8 @@ impl Governance {
         &self,
         inner: &mut S,
         mut req: Request<Body>,
+        facts: Option<CallFacts>,
         guard: &mut StatusGuard<Records>,
-        recover: Option<&Recovering>,
         timer: &mut Timer,
     ) -> State<S, B>
     where
@@ -209,21 +224,16 @@ impl Governance {
         let shedder = self.shedding.as_ref().filter(|s| s.watches(path));
         if registry.is_some() || shedder.is_some() {
             let now = std::time::Instant::now();
-            // The request's facts, from recover's part or looked up once for both stages.
-            let mut looked_up = None;
-            let mut facts = || match recover {
-                Some(r) => r.facts.clone(),
-                None => looked_up.get_or_insert_with(|| facts_of(&req)).clone(),
-            };
+            let facts = || facts.clone();
             let mut guards = Both::default();
             if let Some(registry) = registry {
-                match BreakerRecord::admit(registry, path, &mut facts, now) {
+                match BreakerRecord::admit(registry, path, facts, now) {
                     Some(record) => guards.outer = Some(record),
                     None => return State::answer(breaker::rejection()),
                 }
             }
             if let Some(shedder) = shedder {
-                match shedder.admit(path, &mut facts, now) {
+                match shedder.admit(path, facts, now) {
                     Some(record) => guards.inner = Some(record),
                     None => {
                         // The breaker sees the shed call's code, as it would from the
@@ -236,13 +246,13 @@ impl Governance {
                 }
             }
             match guard.get_mut() {
-                Some(records) => records.guards = guards,
+                Some(records) => records.0.guards = guards,
                 None => {
-                    *guard = StatusGuard::new(Records {
+                    *guard = StatusGuard::new(Records(Box::new(RecordSet {
                         guards,
                         recorders: None,
                         trace: None,
-                    });
+                    })));
                 }
             }
         }
@@ -266,15 +276,46 @@ where
         self.inner.poll_ready(cx)
     }
 
-    #[inline(always)]
     fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let req = if self.shared.facts {
+            with_facts(req)
+        } else {
+            req
+        };
+        let facts = facts_of(&req);
+        self.call_with(req, facts)
+    }
+}
+
+impl<S, B> crate::transport::front::Inner for Governor<S>
+where
+    S: Service<Request<Body>, Response = Response<B>> + Clone,
+    B: Default,
+{
+    #[inline(always)]
+    fn call_front(&mut self, req: Request<Body>, facts: Option<CallFacts>) -> Self::Future {
+        match facts {
+            Some(facts) => self.call_with(req, Some(facts)),
+            // No request budget, whose body records the facts: the tower path makes them.
+            None => self.call(req),
+        }
+    }
+}
+
+impl<S, B> Governor<S>
+where
+    S: Service<Request<Body>, Response = Response<B>> + Clone,
+    B: Default,
+{
+    /// The call of `req`, whose [`CallFacts`] are `facts`.
+    #[inline(always)]
+    fn call_with(&mut self, req: Request<Body>, facts: Option<CallFacts>) -> ResponseFuture<S, B> {
         let g = &*self.shared;
-        let req = if g.facts { with_facts(req) } else { req };
         // Recover's method (for the log line) and the facts it marks on a panic, which the
-        // breaker and the shedder then read too.
+        // breaker and the shedder read too.
         let recover = g.recover.then(|| Recovering {
             method: method_of(&req),
-            facts: facts_of(&req),
+            facts: facts.clone(),
         });
         let span = if g.trace {
             rpc_span(&req)
@@ -298,7 +339,7 @@ where
         } else {
             None
         };
-        let records = Records {
+        let records = RecordSet {
             guards: Both::default(),
             recorders,
             trace,
@@ -306,7 +347,7 @@ where
         let mut guard = if records.is_empty() {
             StatusGuard::disarmed()
         } else {
-            StatusGuard::new(records)
+            StatusGuard::new(Records(Box::new(records)))
         };
         let mut timer = Timer::new(None);
         let _enter = span.enter();
@@ -314,16 +355,14 @@ where
         // Recover covers what runs inside it in the nested chain: a token store's lookup, the
         // inner layers' and the handler's `call`.
         let state = match &recover {
-            None => shared.start(inner, req, &mut guard, None, &mut timer),
-            Some(r) => {
-                match guarded(|| shared.start(inner, req, &mut guard, Some(r), &mut timer)) {
-                    Ok(state) => state,
-                    Err(caught) => {
-                        mark_panicked(r.facts.as_ref());
-                        State::answer(panic_response(&r.method, &caught))
-                    }
+            None => shared.start(inner, req, facts, &mut guard, &mut timer),
+            Some(r) => match guarded(|| shared.start(inner, req, facts, &mut guard, &mut timer)) {
+                Ok(state) => state,
+                Err(caught) => {
+                    mark_panicked(r.facts.as_ref());
+                    State::answer(panic_response(&r.method, &caught))
                 }
-            }
+            },
         };
         drop(_enter);
         ResponseFuture {
@@ -347,6 +386,7 @@ struct Recovering {
 struct Pending<S> {
     inner: S,
     req: Request<Body>,
+    facts: Option<CallFacts>,
     token: Vec<u8>,
     shared: Arc<Governance>,
 }
@@ -405,10 +445,9 @@ where
             // Recover covers each step: the handler's future, a token store's lookup and
             // the inner `call` after it.
             let step = match this.recover.as_ref() {
-                None => step(this.state.as_mut(), this.guard, None, this.timer, cx),
+                None => step(this.state.as_mut(), this.guard, this.timer, cx),
                 Some(r) => {
-                    match guarded(|| step(this.state.as_mut(), this.guard, Some(r), this.timer, cx))
-                    {
+                    match guarded(|| step(this.state.as_mut(), this.guard, this.timer, cx)) {
                         Ok(step) => step,
                         Err(caught) => {
                             mark_panicked(r.facts.as_ref());
@@ -453,7 +492,6 @@ enum Step<B, E> {
 fn step<S, B>(
     mut state: Pin<&mut State<S, B>>,
     guard: &mut StatusGuard<Records>,
-    recover: Option<&Recovering>,
     timer: &mut Timer,
     cx: &mut Context<'_>,
 ) -> Step<B, S::Error>
@@ -482,12 +520,13 @@ where
             let Pending {
                 mut inner,
                 req,
+                facts,
                 token,
                 shared,
             } = *p;
             let next = match auth::decide(found, &token, &shared.policy) {
                 Check::Reject(c, m) => State::answer(status_response(c, &m)),
-                _ => shared.admit(&mut inner, req, guard, recover, timer),
+                _ => shared.admit(&mut inner, req, facts, guard, timer),
             };
             state.set(next);
             Step::Next

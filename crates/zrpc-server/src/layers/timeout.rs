@@ -197,6 +197,12 @@ impl Timer {
         }
     }
 
+    /// Whether there is a deadline.
+    #[cfg(test)]
+    pub(crate) fn is_set(&self) -> bool {
+        self.deadline.is_some()
+    }
+
     /// Whether the deadline has passed, for a handler that is still pending (registers the
     /// wake-up otherwise).
     pub(crate) fn expired(&mut self, cx: &mut Context<'_>) -> bool {

@@ -16,10 +16,10 @@ use super::io::ConnInfo;
 
 /// Replaces `req`'s [`ConnInfo`] (taken out with `info`) by its `TcpConnectInfo` and
 /// [`PeerIdentity`].
-pub(crate) fn into_extensions<B>(req: &mut Request<B>, info: ConnInfo) {
-    req.extensions_mut().insert(info.tcp);
-    if let Some(id) = info.peer {
-        req.extensions_mut().insert(id);
+pub(crate) fn into_extensions<B>(req: &mut Request<B>, info: &ConnInfo) {
+    req.extensions_mut().insert(info.tcp.clone());
+    if let Some(id) = &info.peer {
+        req.extensions_mut().insert(id.clone());
     }
 }
 

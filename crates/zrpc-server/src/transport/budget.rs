@@ -143,21 +143,29 @@ impl RequestBudgetLayer {
         mut req: Request<Body>,
         conn: Option<&Arc<ConnState>>,
     ) -> Request<Body> {
-        let Some(budget) = &self.budget else {
-            return req;
-        };
-        let budget = budget.clone();
+        if let Some(facts) = self.apply_front(&mut req, conn) {
+            req.extensions_mut().insert(facts);
+        }
+        req
+    }
+
+    /// [`apply`](Self::apply) for [`Front`](super::front::Front), which hands the call's
+    /// [`CallFacts`] (made when the chain keeps them) to the stage inside it rather than
+    /// through the request's extensions.
+    #[inline]
+    pub(crate) fn apply_front(
+        &self,
+        req: &mut Request<Body>,
+        conn: Option<&Arc<ConnState>>,
+    ) -> Option<CallFacts> {
+        let budget = self.budget.as_ref()?;
         let conn = self.conns.as_ref().and(conn).cloned();
-        let facts = self.facts.then(|| {
-            let facts = CallFacts::default();
-            req.extensions_mut().insert(facts.clone());
-            facts
-        });
-        req.map(|inner| {
-            let mut body = BudgetedBody::new(inner, budget).on_connection(conn);
-            body.facts = facts;
-            Body::new(body)
-        })
+        let facts = self.facts.then(CallFacts::default);
+        let inner = std::mem::take(req.body_mut());
+        let mut body = BudgetedBody::new(inner, budget.clone()).on_connection(conn);
+        body.facts = facts.clone();
+        *req.body_mut() = Body::new(body);
+        facts
     }
 }
 

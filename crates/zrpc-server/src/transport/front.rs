@@ -5,8 +5,8 @@
 //!    ([`streams`](super::streams));
 //! 2. answers HTTP 415 to a request that is not gRPC ([`content_type`](super::content_type));
 //! 3. puts the request body under the request-bytes budget ([`budget`](super::budget));
-//! 4. turns the connection's [`ConnInfo`] into the peer's extensions
-//!    ([`crate::tls::layer`]);
+//! 4. turns the connection's [`ConnInfo`] (the serve loop passes it to
+//!    [`Front::call_conn`]) into the peer's extensions ([`crate::tls::layer`]);
 //! 5. answers `PermissionDenied` to a client missing from `Tls.AllowedClients`.
 //!
 //! One service rather than a layer per step: tower clones the chain's service for every
@@ -29,6 +29,7 @@ use tower_service::Service;
 use super::budget::RequestBudgetLayer;
 use super::content_type::{is_grpc, unsupported};
 use super::streams::{CallGuard, ConnTable, CountedBody};
+use crate::layers::facts::CallFacts;
 use crate::tls::allow::AllowList;
 use crate::tls::io::ConnInfo;
 use crate::tls::layer::{denied, into_extensions};
@@ -84,9 +85,70 @@ pub(crate) struct Front<S> {
     settings: Arc<Settings>,
 }
 
+/// The stage inside [`Front`], called with the call's [`CallFacts`] when the request budget
+/// made them (`None` otherwise): the governor takes them as they are, where a lookup in the
+/// request's extensions cost an allocation, a hash insert and two lookups per call.
+pub(crate) trait Inner: Service<Request<Body>> {
+    /// `call`, with the facts the budget's body records.
+    fn call_front(&mut self, req: Request<Body>, facts: Option<CallFacts>) -> Self::Future;
+}
+
+impl<S> Inner for crate::layers::drain::Drain<S>
+where
+    Self: Service<Request<Body>>,
+{
+    fn call_front(&mut self, mut req: Request<Body>, facts: Option<CallFacts>) -> Self::Future {
+        // The lean chain keeps no facts; were it given some, a layer of the user's reads
+        // them where `FactsLayer` puts them.
+        if let Some(facts) = facts {
+            req.extensions_mut().insert(facts);
+        }
+        self.call(req)
+    }
+}
+
+impl<S, ResBody> Front<S>
+where
+    S: Inner<Response = Response<ResBody>>,
+    ResBody: Default,
+{
+    /// The call of a request on a connection described by `info` (the serve loop passes it
+    /// along; a request served through [`Service::call`] carries it in its extensions).
+    #[inline(always)]
+    pub(crate) fn call_conn(
+        &mut self,
+        mut req: Request<Body>,
+        info: Option<&ConnInfo>,
+    ) -> ResponseFuture<S::Future, ResBody> {
+        let settings = &*self.settings;
+        let conn = info.and_then(|i| i.conn.as_ref());
+        let guard = settings
+            .counted
+            .as_ref()
+            .and(conn)
+            .map(|state| state.start());
+        let content_type = crate::layers::util::find(req.headers(), &header::CONTENT_TYPE);
+        if !is_grpc(content_type) {
+            return ResponseFuture::rejected(unsupported(content_type), guard);
+        }
+        let facts = settings.budget.apply_front(&mut req, conn);
+        let peer = info.and_then(|i| i.peer.as_ref());
+        if let Some(message) = denied(settings.allowed.as_deref(), peer) {
+            return ResponseFuture::rejected(
+                tonic::Status::permission_denied(message).into_http(),
+                guard,
+            );
+        }
+        if let Some(info) = info {
+            into_extensions(&mut req, info);
+        }
+        ResponseFuture::called(self.inner.call_front(req, facts), guard)
+    }
+}
+
 impl<S, ResBody> Service<Request<Body>> for Front<S>
 where
-    S: Service<Request<Body>, Response = Response<ResBody>>,
+    S: Inner<Response = Response<ResBody>>,
     ResBody: Default,
 {
     type Response = Response<CountedBody<ResBody>>;
@@ -97,33 +159,9 @@ where
         self.inner.poll_ready(cx)
     }
 
-    #[inline(always)]
     fn call(&mut self, mut req: Request<Body>) -> Self::Future {
-        let settings = &*self.settings;
-        // Taken out here, put back as the peer's extensions below (step 4).
         let info = req.extensions_mut().remove::<ConnInfo>();
-        let conn = info.as_ref().and_then(|i| i.conn.as_ref());
-        let guard = settings
-            .counted
-            .as_ref()
-            .and(conn)
-            .map(|state| state.start());
-        let content_type = crate::layers::util::find(req.headers(), &header::CONTENT_TYPE);
-        if !is_grpc(content_type) {
-            return ResponseFuture::rejected(unsupported(content_type), guard);
-        }
-        let mut req = settings.budget.apply(req, conn);
-        let peer = info.as_ref().and_then(|i| i.peer.as_ref());
-        if let Some(message) = denied(settings.allowed.as_deref(), peer) {
-            return ResponseFuture::rejected(
-                tonic::Status::permission_denied(message).into_http(),
-                guard,
-            );
-        }
-        if let Some(info) = info {
-            into_extensions(&mut req, info);
-        }
-        ResponseFuture::called(self.inner.call(req), guard)
+        self.call_conn(req, info.as_ref())
     }
 }
 

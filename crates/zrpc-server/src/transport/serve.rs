@@ -11,7 +11,11 @@
 //!
 //! What tonic's wrappers did is kept:
 //! - **the caller's deadline** (`grpc-timeout`) is enforced on every call (streams, health and
-//!   reflection included), as `GrpcTimeout` did; a timer exists only when the header is there.
+//!   reflection included), as `GrpcTimeout` did. Unlike `GrpcTimeout`, which made a timer for
+//!   every call carrying the header (as every zrpc and go-zero client's call does), the timer
+//!   is armed only when the chain is still pending after a poll: a unary call answered at its
+//!   first poll registers none. (A call still pending has two timers when zrpc's timeout stage
+//!   also times it: that stage arms its own, with the shorter of the two deadlines.)
 //!   An expired call is answered `DeadlineExceeded` (tonic answered `Cancelled "Timeout
 //!   expired"`; zrpc's own timeout already answered `DeadlineExceeded`, and so does grpc-go);
 //! - **an error of the chain that is a `Status`** becomes that status's response; any other
@@ -26,6 +30,7 @@
 
 use std::future::Future;
 use std::pin::{Pin, pin};
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -37,13 +42,14 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::time::Sleep;
 use tonic::Status;
 use tonic::body::Body;
 use tonic::transport::server::Connected;
 use tower_service::Service;
 use zrpc_core::grpc::timeout as grpc_timeout;
 
+use super::front::{Front, Inner};
+use crate::layers::timeout::Timer;
 use crate::tls::io::ConnInfo;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -68,7 +74,7 @@ pub(crate) async fn serve<S, B, I, IO, IE, F>(
     signal: F,
 ) -> Result<(), tonic::transport::Error>
 where
-    S: Service<Request<Body>, Response = Response<B>> + Clone + Send + 'static,
+    S: ConnCall<Response = Response<B>> + Clone + Send + 'static,
     S::Error: Into<BoxError> + Send + 'static,
     S::Future: Send + 'static,
     B: http_body::Body<Data = Bytes> + Default + Send + 'static,
@@ -100,7 +106,7 @@ where
             };
             let conn = ConnService {
                 inner: svc.clone(),
-                info: io.connect_info(),
+                info: Arc::new(io.connect_info()),
             };
             tokio::spawn(serve_connection(
                 builder.clone(),
@@ -144,7 +150,7 @@ async fn serve_connection<S, B, IO>(
     mut stop: tokio::sync::watch::Receiver<()>,
     max_age: Option<Duration>,
 ) where
-    S: Service<Request<Body>, Response = Response<B>> + Clone + Send + 'static,
+    S: ConnCall<Response = Response<B>> + Clone + Send + 'static,
     S::Error: Into<BoxError> + Send + 'static,
     S::Future: Send + 'static,
     B: http_body::Body<Data = Bytes> + Default + Send + 'static,
@@ -179,16 +185,35 @@ async fn serve_connection<S, B, IO>(
     }
 }
 
+/// The chain as the serve loop calls it: with the connection's info passed along, where
+/// tonic put a clone of it in every request's extensions (an allocation, a hash insert and,
+/// in [`Front`], a removal per call).
+pub(crate) trait ConnCall: Service<Request<Body>> {
+    /// `call` for a request that came on the connection described by `info`.
+    fn call_on(&mut self, req: Request<Body>, info: &ConnInfo) -> Self::Future;
+}
+
+impl<S, B> ConnCall for Front<S>
+where
+    S: Inner<Response = Response<B>>,
+    B: Default,
+{
+    #[inline(always)]
+    fn call_on(&mut self, req: Request<Body>, info: &ConnInfo) -> Self::Future {
+        self.call_conn(req, Some(info))
+    }
+}
+
 /// One connection's view of the chain.
 #[derive(Debug, Clone)]
 struct ConnService<S> {
     inner: S,
-    info: ConnInfo,
+    info: Arc<ConnInfo>,
 }
 
 impl<S, B> hyper::service::Service<Request<Incoming>> for ConnService<S>
 where
-    S: Service<Request<Body>, Response = Response<B>> + Clone,
+    S: ConnCall<Response = Response<B>> + Clone,
     S::Error: Into<BoxError>,
     B: Default,
 {
@@ -197,49 +222,52 @@ where
     type Future = Dispatch<S>;
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
-        let mut req = req.map(Body::new);
-        req.extensions_mut().insert(self.info.clone());
-        Dispatch::new(self.inner.clone(), req)
+        Dispatch::new(
+            self.inner.clone(),
+            req.map(Body::new),
+            Arc::clone(&self.info),
+        )
     }
 }
 
-impl<S: Service<Request<Body>>> Dispatch<S> {
-    /// `req` for `svc`, under the caller's deadline if its `grpc-timeout` sets one.
-    fn new(svc: S, req: Request<Body>) -> Self {
+impl<S: ConnCall> Dispatch<S> {
+    /// `req` for `svc` on the connection `info` describes, under the caller's deadline if its
+    /// `grpc-timeout` sets one.
+    fn new(svc: S, req: Request<Body>, info: Arc<ConnInfo>) -> Self {
         let deadline = grpc_timeout::from_headers(req.headers())
-            .and_then(|t| tokio::time::Instant::now().checked_add(t))
-            .map(|at| Box::pin(tokio::time::sleep_until(at)));
+            .and_then(|t| tokio::time::Instant::now().checked_add(t));
         Dispatch {
             state: State::Start {
-                start: Some((svc, req)),
+                start: Some((svc, req, info)),
             },
-            deadline,
+            deadline: Timer::new(deadline),
         }
     }
 }
 
 pin_project! {
     /// The response future of [`ConnService`]: the chain's, under the caller's deadline.
-    pub(crate) struct Dispatch<S: Service<Request<Body>>> {
+    pub(crate) struct Dispatch<S: ConnCall> {
         #[pin]
         state: State<S>,
-        // Boxed: most calls carry no deadline, or one zrpc's chain enforces first.
-        deadline: Option<Pin<Box<Sleep>>>,
+        // The caller's deadline. Its timer is armed (boxed) only when the chain is still
+        // pending after a poll: a unary call answered at its first poll registers none.
+        deadline: Timer,
     }
 }
 
 pin_project! {
     #[project = StateProj]
-    enum State<S: Service<Request<Body>>> {
+    enum State<S: ConnCall> {
         // The chain is called at the task's first poll (see the module docs).
-        Start { start: Option<(S, Request<Body>)> },
+        Start { start: Option<(S, Request<Body>, Arc<ConnInfo>)> },
         Called { #[pin] fut: S::Future },
     }
 }
 
 impl<S, B> Future for Dispatch<S>
 where
-    S: Service<Request<Body>, Response = Response<B>>,
+    S: ConnCall<Response = Response<B>>,
     S::Error: Into<BoxError>,
     B: Default,
 {
@@ -247,34 +275,48 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        if let Some(deadline) = this.deadline.as_mut()
-            && deadline.as_mut().poll(cx).is_ready()
-        {
-            *this.deadline = None;
-            this.state.set(State::Start { start: None });
-            return Poll::Ready(Ok(Status::deadline_exceeded("Timeout expired").into_http()));
+        match poll_chain(this.state.as_mut(), cx) {
+            Poll::Ready(out) => Poll::Ready(out),
+            Poll::Pending if this.deadline.expired(cx) => {
+                this.state.set(State::Start { start: None });
+                Poll::Ready(Ok(Status::deadline_exceeded("Timeout expired").into_http()))
+            }
+            Poll::Pending => Poll::Pending,
         }
-        loop {
-            match this.state.as_mut().project() {
-                StateProj::Start { start } => {
-                    let Some((svc, _)) = start.as_mut() else {
-                        return Poll::Pending;
-                    };
-                    if let Err(e) = ready!(svc.poll_ready(cx)) {
-                        return Poll::Ready(recover(e));
-                    }
-                    let Some((mut svc, req)) = start.take() else {
-                        return Poll::Pending;
-                    };
-                    let fut = svc.call(req);
-                    this.state.set(State::Called { fut });
+    }
+}
+
+/// Calls the chain (at the first poll) and polls its future.
+#[inline(always)]
+fn poll_chain<S, B>(
+    mut state: Pin<&mut State<S>>,
+    cx: &mut Context<'_>,
+) -> Poll<Result<Response<B>, BoxError>>
+where
+    S: ConnCall<Response = Response<B>>,
+    S::Error: Into<BoxError>,
+    B: Default,
+{
+    loop {
+        match state.as_mut().project() {
+            StateProj::Start { start } => {
+                let Some((svc, _, _)) = start.as_mut() else {
+                    return Poll::Pending;
+                };
+                if let Err(e) = ready!(svc.poll_ready(cx)) {
+                    return Poll::Ready(recover(e));
                 }
-                StateProj::Called { fut } => {
-                    return Poll::Ready(match ready!(fut.poll(cx)) {
-                        Ok(resp) => Ok(resp),
-                        Err(e) => recover(e),
-                    });
-                }
+                let Some((mut svc, req, info)) = start.take() else {
+                    return Poll::Pending;
+                };
+                let fut = svc.call_on(req, &info);
+                state.set(State::Called { fut });
+            }
+            StateProj::Called { fut } => {
+                return Poll::Ready(match ready!(fut.poll(cx)) {
+                    Ok(resp) => Ok(resp),
+                    Err(e) => recover(e),
+                });
             }
         }
     }
@@ -290,10 +332,48 @@ fn recover<B: Default>(e: impl Into<BoxError>) -> Result<Response<B>, BoxError> 
 #[allow(clippy::unwrap_used)]
 mod tests {
     use std::convert::Infallible;
-    use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 
+    use tonic::transport::server::TcpConnectInfo;
+
     use super::*;
+
+    /// A service as the serve loop calls it, ignoring the connection's info.
+    #[derive(Clone)]
+    struct Plain<S>(S);
+
+    impl<S: Service<Request<Body>>> Service<Request<Body>> for Plain<S> {
+        type Response = S::Response;
+        type Error = S::Error;
+        type Future = S::Future;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            self.0.poll_ready(cx)
+        }
+
+        fn call(&mut self, req: Request<Body>) -> Self::Future {
+            self.0.call(req)
+        }
+    }
+
+    impl<S: Service<Request<Body>>> ConnCall for Plain<S> {
+        fn call_on(&mut self, req: Request<Body>, _info: &ConnInfo) -> Self::Future {
+            self.0.call(req)
+        }
+    }
+
+    /// `Dispatch` of `req` for `svc` on a connection the tests know nothing about.
+    fn dispatch<S: Service<Request<Body>>>(svc: S, req: Request<Body>) -> Dispatch<Plain<S>> {
+        let info = ConnInfo {
+            tcp: TcpConnectInfo {
+                local_addr: None,
+                remote_addr: None,
+            },
+            peer: None,
+            conn: None,
+        };
+        Dispatch::new(Plain(svc), req, Arc::new(info))
+    }
 
     /// Sets its flag when dropped.
     struct DropFlag(Arc<AtomicBool>);
@@ -331,7 +411,7 @@ mod tests {
             }
         });
         let start = tokio::time::Instant::now();
-        let resp = Dispatch::new(svc, request(Some("200m"))).await.unwrap();
+        let resp = dispatch(svc, request(Some("200m"))).await.unwrap();
         assert_eq!(start.elapsed(), Duration::from_millis(200));
         assert_eq!(status(&resp), Some("4"));
         assert!(
@@ -346,15 +426,15 @@ mod tests {
             tokio::time::sleep(Duration::from_secs(3600)).await;
             Ok::<_, Infallible>(Response::new(Body::empty()))
         });
-        let fut = Dispatch::new(svc, request(None));
-        assert!(fut.deadline.is_none(), "no timer without grpc-timeout");
+        let fut = dispatch(svc, request(None));
+        assert!(!fut.deadline.is_set(), "no deadline without grpc-timeout");
         let resp = fut.await.unwrap();
         assert_eq!(status(&resp), None);
         // A deadline later than the answer changes nothing.
         let svc = tower::service_fn(|_req: Request<Body>| async {
             Ok::<_, Infallible>(Response::new(Body::empty()))
         });
-        let resp = Dispatch::new(svc, request(Some("1S"))).await.unwrap();
+        let resp = dispatch(svc, request(Some("1S"))).await.unwrap();
         assert_eq!(status(&resp), None);
     }
 
@@ -363,12 +443,12 @@ mod tests {
         let svc = tower::service_fn(|_req: Request<Body>| async {
             Err::<Response<Body>, _>(Status::unavailable("draining"))
         });
-        let resp = Dispatch::new(svc, request(None)).await.unwrap();
+        let resp = dispatch(svc, request(None)).await.unwrap();
         assert_eq!(status(&resp), Some("14"));
         let svc = tower::service_fn(|_req: Request<Body>| async {
             Err::<Response<Body>, _>(std::io::Error::other("boom"))
         });
-        let err = Dispatch::new(svc, request(None)).await.unwrap_err();
+        let err = dispatch(svc, request(None)).await.unwrap_err();
         assert_eq!(err.to_string(), "boom");
     }
 }
