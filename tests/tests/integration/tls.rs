@@ -701,9 +701,14 @@ async fn tls_multi_host_authority_is_repaired_under_tls() {
     srv.stop().await;
 }
 
+/// SIGHUP is process-wide: the tests that raise it take turns, or one's signal reloads the
+/// other's server before its "no polling" check.
+static SIGHUP: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// With `ReloadInterval: 0` the files are re-read on SIGHUP only.
 #[tokio::test]
 async fn tls_certificate_reloads_on_sighup() {
+    let _turn = SIGHUP.lock().await;
     let ca = TestCa::new("zrpc test CA");
     let v1 = ca.issue("server-v1", LOCAL_SANS);
     let v2 = ca.issue("server-v2", LOCAL_SANS);
@@ -828,6 +833,7 @@ async fn tls_client_ca_reloads_and_a_broken_file_keeps_the_old_ca() {
 /// call, on open connections too; `AllowedClients` stays; a file with no name is refused.
 #[tokio::test]
 async fn tls_allowed_clients_file_reloads_on_sighup_for_open_connections() {
+    let _turn = SIGHUP.lock().await;
     let ca = TestCa::new("zrpc test CA");
     let server = ca.issue("server", LOCAL_SANS);
     let (billing, orders, ops) = (

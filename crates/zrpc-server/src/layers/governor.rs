@@ -50,9 +50,10 @@ use super::outcome::{Both, RecordersRecord};
 use super::recover::{RecoverBody, RecoverLayer, guarded, mark_panicked, panic_response};
 use super::shedding::{self, SheddingLayer, SheddingRecord};
 use super::stat::{StatLayer, StatRecord, StatSettings};
-use super::timeout::{self, Compiled, TimeoutLayer, Timer};
+use super::timeout::{self, Compiled, TimeoutLayer, Timer, caller_deadline};
 use super::trace::{TraceLayer, TraceRecord, rpc_span};
-use super::util::{is_infra, method_of};
+use super::util::{is_infra, method_of, peer_addr};
+use crate::transport::front::Arrival;
 
 /// The stages' settings, as their layers were configured.
 #[derive(Debug)]
@@ -178,6 +179,7 @@ impl Governance {
         inner: &mut S,
         req: Request<Body>,
         facts: Option<CallFacts>,
+        caller: Option<tokio::time::Instant>,
         guard: &mut StatusGuard<Records>,
         timer: &mut Timer,
     ) -> State<S, B>
@@ -186,7 +188,7 @@ impl Governance {
         B: Default,
     {
         match auth::check(self.auth.as_ref(), &self.policy, &req) {
-            Check::Pass => self.admit(inner, req, facts, guard, timer),
+            Check::Pass => self.admit(inner, req, facts, caller, guard, timer),
             Check::Reject(c, m) => State::answer(status_response(c, &m)),
             Check::Pending(lookup, token) => {
                 let clone = inner.clone();
@@ -197,6 +199,7 @@ impl Governance {
                         inner,
                         req,
                         facts,
+                        caller,
                         token,
                         shared: Arc::clone(self),
                     })),
@@ -212,6 +215,7 @@ impl Governance {
         inner: &mut S,
         mut req: Request<Body>,
         facts: Option<CallFacts>,
+        caller: Option<tokio::time::Instant>,
         guard: &mut StatusGuard<Records>,
         timer: &mut Timer,
     ) -> State<S, B>
@@ -256,7 +260,11 @@ impl Governance {
                 }
             }
         }
-        *timer = Timer::new(self.timeout.as_ref().and_then(|t| t.deadline(&mut req)));
+        *timer = Timer::new(
+            self.timeout
+                .as_ref()
+                .and_then(|t| t.deadline(&mut req, caller)),
+        );
         State::Call {
             fut: inner.call(req),
         }
@@ -282,8 +290,12 @@ where
         } else {
             req
         };
-        let facts = facts_of(&req);
-        self.call_with(req, facts)
+        let arrival = Arrival {
+            facts: facts_of(&req),
+            peer: peer_addr(&req),
+            caller_deadline: caller_deadline(req.headers()),
+        };
+        self.call_with(req, arrival)
     }
 }
 
@@ -293,12 +305,17 @@ where
     B: Default,
 {
     #[inline(always)]
-    fn call_front(&mut self, req: Request<Body>, facts: Option<CallFacts>) -> Self::Future {
-        match facts {
-            Some(facts) => self.call_with(req, Some(facts)),
-            // No request budget, whose body records the facts: the tower path makes them.
-            None => self.call(req),
-        }
+    fn call_front(&mut self, req: Request<Body>, mut arrival: Arrival) -> Self::Future {
+        // No request budget, whose body records the facts: they are made as on the tower
+        // path.
+        let req = if arrival.facts.is_none() && self.shared.facts {
+            let req = with_facts(req);
+            arrival.facts = facts_of(&req);
+            req
+        } else {
+            req
+        };
+        self.call_with(req, arrival)
     }
 }
 
@@ -307,9 +324,14 @@ where
     S: Service<Request<Body>, Response = Response<B>> + Clone,
     B: Default,
 {
-    /// The call of `req`, whose [`CallFacts`] are `facts`.
+    /// The call of `req`, which arrived as `arrival` says.
     #[inline(always)]
-    fn call_with(&mut self, req: Request<Body>, facts: Option<CallFacts>) -> ResponseFuture<S, B> {
+    fn call_with(&mut self, req: Request<Body>, arrival: Arrival) -> ResponseFuture<S, B> {
+        let Arrival {
+            facts,
+            peer,
+            caller_deadline: caller,
+        } = arrival;
         let g = &*self.shared;
         // Recover's method (for the log line) and the facts it marks on a panic, which the
         // breaker and the shedder read too.
@@ -333,7 +355,9 @@ where
             // One clock read for both durations.
             let start = tokio::time::Instant::now();
             Some(RecordersRecord::new(
-                g.stat.as_ref().map(|s| StatRecord::start(s, &req, start)),
+                g.stat
+                    .as_ref()
+                    .map(|s| StatRecord::start(s, &req, peer, start)),
                 g.metrics.as_ref().map(|m| m.start(&req, start)),
             ))
         } else {
@@ -355,14 +379,16 @@ where
         // Recover covers what runs inside it in the nested chain: a token store's lookup, the
         // inner layers' and the handler's `call`.
         let state = match &recover {
-            None => shared.start(inner, req, facts, &mut guard, &mut timer),
-            Some(r) => match guarded(|| shared.start(inner, req, facts, &mut guard, &mut timer)) {
-                Ok(state) => state,
-                Err(caught) => {
-                    mark_panicked(r.facts.as_ref());
-                    State::answer(panic_response(&r.method, &caught))
+            None => shared.start(inner, req, facts, caller, &mut guard, &mut timer),
+            Some(r) => {
+                match guarded(|| shared.start(inner, req, facts, caller, &mut guard, &mut timer)) {
+                    Ok(state) => state,
+                    Err(caught) => {
+                        mark_panicked(r.facts.as_ref());
+                        State::answer(panic_response(&r.method, &caught))
+                    }
                 }
-            },
+            }
         };
         drop(_enter);
         ResponseFuture {
@@ -387,6 +413,7 @@ struct Pending<S> {
     inner: S,
     req: Request<Body>,
     facts: Option<CallFacts>,
+    caller: Option<tokio::time::Instant>,
     token: Vec<u8>,
     shared: Arc<Governance>,
 }
@@ -521,12 +548,13 @@ where
                 mut inner,
                 req,
                 facts,
+                caller,
                 token,
                 shared,
             } = *p;
             let next = match auth::decide(found, &token, &shared.policy) {
                 Check::Reject(c, m) => State::answer(status_response(c, &m)),
-                _ => shared.admit(&mut inner, req, facts, guard, timer),
+                _ => shared.admit(&mut inner, req, facts, caller, guard, timer),
             };
             state.set(next);
             Step::Next

@@ -108,12 +108,17 @@ impl std::fmt::Display for Peer {
 }
 
 impl StatRecord {
-    /// The record of a call started at `start`.
-    pub(crate) fn start<B>(settings: &Arc<StatSettings>, req: &Request<B>, start: Instant) -> Self {
+    /// The record of a call from `peer` started at `start`.
+    pub(crate) fn start<B>(
+        settings: &Arc<StatSettings>,
+        req: &Request<B>,
+        peer: Option<SocketAddr>,
+        start: Instant,
+    ) -> Self {
         StatRecord {
             start,
             method: method_of(req),
-            peer: peer_addr(req),
+            peer,
             settings: settings.clone(),
         }
     }
@@ -170,7 +175,7 @@ where
         if !self.settings.enabled {
             return ObserveFuture::passthrough(self.inner.call(req));
         }
-        let record = StatRecord::start(&self.settings, &req, Instant::now());
+        let record = StatRecord::start(&self.settings, &req, peer_addr(&req), Instant::now());
         ObserveFuture::new(self.inner.call(req), record)
     }
 }

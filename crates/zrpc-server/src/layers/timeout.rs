@@ -25,7 +25,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 use zrpc_core::grpc::{code, status_response, timeout as grpc_timeout};
 
-use super::util::{GRPC_TIMEOUT, StreamingMethods, find, is_infra};
+use super::util::{GRPC_TIMEOUT, StreamingMethods, is_infra};
 
 /// Settings of [`Timeout`].
 #[derive(Debug, Clone, Default)]
@@ -144,7 +144,10 @@ where
 
     #[inline(always)]
     fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
-        let deadline = self.settings.as_ref().and_then(|s| s.deadline(&mut req));
+        let deadline = self.settings.as_ref().and_then(|s| {
+            let caller = caller_deadline(req.headers());
+            s.deadline(&mut req, caller)
+        });
         ResponseFuture {
             fut: self.inner.call(req),
             timer: Timer::new(deadline),
@@ -153,28 +156,41 @@ where
 }
 
 impl Compiled {
-    /// The deadline of `req` from now (none for streams, health and reflection, or with no
-    /// timeout), with the effective `grpc-timeout` written into its headers for the handler.
+    /// The deadline of `req` (none for streams, health and reflection, or with no timeout):
+    /// the server's timeout from now, or `caller`'s deadline when it is sooner (see
+    /// [`caller_deadline`]), with the effective `grpc-timeout` written into its headers for
+    /// the handler.
     #[inline]
-    pub(crate) fn deadline<B>(&self, req: &mut Request<B>) -> Option<Instant> {
+    pub(crate) fn deadline<B>(
+        &self,
+        req: &mut Request<B>,
+        caller: Option<Instant>,
+    ) -> Option<Instant> {
         let path = req.uri().path();
         if is_infra(path) || self.streaming.contains(path) {
             return None;
         }
         let (server, header) = self.limit_for(path)?;
-        let caller = find(req.headers(), &GRPC_TIMEOUT);
-        let timeout = match caller.and_then(|v| grpc_timeout::parse(v.as_bytes())) {
-            // The caller's deadline is shorter: its header already says so.
-            Some(caller) if caller < *server => caller,
+        // Past the end of time there is no deadline (tokio's own `sleep` would wait
+        // "forever", ~30 years).
+        let ours = Instant::now().checked_add(*server);
+        match (caller, ours) {
+            // The caller's deadline is sooner: its header already says so.
+            (Some(caller), Some(ours)) if caller < ours => Some(caller),
+            (Some(caller), None) => Some(caller),
             _ => {
                 req.headers_mut().insert(GRPC_TIMEOUT, header.clone());
-                *server
+                ours
             }
-        };
-        // The deadline counts from now; past the end of time there is none (tokio's own
-        // `sleep` would wait "forever", ~30 years).
-        Instant::now().checked_add(timeout)
+        }
     }
+}
+
+/// The deadline the caller's `grpc-timeout` sets, counted from now (the serve loop reads it
+/// once as the request arrives and hands it to the governor).
+#[inline]
+pub(crate) fn caller_deadline(headers: &http::HeaderMap) -> Option<Instant> {
+    grpc_timeout::from_headers(headers).and_then(|t| Instant::now().checked_add(t))
 }
 
 /// A call's deadline and, once armed, its timer.
@@ -197,10 +213,9 @@ impl Timer {
         }
     }
 
-    /// Whether there is a deadline.
-    #[cfg(test)]
-    pub(crate) fn is_set(&self) -> bool {
-        self.deadline.is_some()
+    /// The deadline.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.deadline
     }
 
     /// Whether the deadline has passed, for a handler that is still pending (registers the

@@ -16,6 +16,7 @@
 //! future stays the inner future plus a word or two.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
@@ -30,6 +31,7 @@ use super::budget::RequestBudgetLayer;
 use super::content_type::{is_grpc, unsupported};
 use super::streams::{CallGuard, ConnTable, CountedBody};
 use crate::layers::facts::CallFacts;
+use crate::layers::timeout::caller_deadline;
 use crate::tls::allow::AllowList;
 use crate::tls::io::ConnInfo;
 use crate::tls::layer::{denied, into_extensions};
@@ -85,22 +87,33 @@ pub(crate) struct Front<S> {
     settings: Arc<Settings>,
 }
 
-/// The stage inside [`Front`], called with the call's [`CallFacts`] when the request budget
-/// made them (`None` otherwise): the governor takes them as they are, where a lookup in the
-/// request's extensions cost an allocation, a hash insert and two lookups per call.
+/// What the transport knows of a call as it enters the chain, handed to the stage inside
+/// [`Front`] as it is: each was an extension or a header the governor looked up again (the
+/// facts cost an allocation, a hash insert and two lookups per call).
+#[derive(Debug, Default)]
+pub(crate) struct Arrival {
+    /// The call's facts, when the request budget's body records them.
+    pub(crate) facts: Option<CallFacts>,
+    /// The peer's address.
+    pub(crate) peer: Option<SocketAddr>,
+    /// The deadline the caller's `grpc-timeout` set when the request arrived.
+    pub(crate) caller_deadline: Option<tokio::time::Instant>,
+}
+
+/// The stage inside [`Front`], called with the call's [`Arrival`].
 pub(crate) trait Inner: Service<Request<Body>> {
-    /// `call`, with the facts the budget's body records.
-    fn call_front(&mut self, req: Request<Body>, facts: Option<CallFacts>) -> Self::Future;
+    /// `call`, with what the transport knows of the call.
+    fn call_front(&mut self, req: Request<Body>, arrival: Arrival) -> Self::Future;
 }
 
 impl<S> Inner for crate::layers::drain::Drain<S>
 where
     Self: Service<Request<Body>>,
 {
-    fn call_front(&mut self, mut req: Request<Body>, facts: Option<CallFacts>) -> Self::Future {
+    fn call_front(&mut self, mut req: Request<Body>, arrival: Arrival) -> Self::Future {
         // The lean chain keeps no facts; were it given some, a layer of the user's reads
         // them where `FactsLayer` puts them.
-        if let Some(facts) = facts {
+        if let Some(facts) = arrival.facts {
             req.extensions_mut().insert(facts);
         }
         self.call(req)
@@ -112,13 +125,15 @@ where
     S: Inner<Response = Response<ResBody>>,
     ResBody: Default,
 {
-    /// The call of a request on a connection described by `info` (the serve loop passes it
-    /// along; a request served through [`Service::call`] carries it in its extensions).
+    /// The call of a request on a connection described by `info`, under the deadline the
+    /// caller set (the serve loop passes both along; a request served through
+    /// [`Service::call`] carries the info in its extensions).
     #[inline(always)]
     pub(crate) fn call_conn(
         &mut self,
         mut req: Request<Body>,
         info: Option<&ConnInfo>,
+        caller_deadline: Option<tokio::time::Instant>,
     ) -> ResponseFuture<S::Future, ResBody> {
         let settings = &*self.settings;
         let conn = info.and_then(|i| i.conn.as_ref());
@@ -142,7 +157,12 @@ where
         if let Some(info) = info {
             into_extensions(&mut req, info);
         }
-        ResponseFuture::called(self.inner.call_front(req, facts), guard)
+        let arrival = Arrival {
+            facts,
+            peer: info.and_then(|i| i.tcp.remote_addr),
+            caller_deadline,
+        };
+        ResponseFuture::called(self.inner.call_front(req, arrival), guard)
     }
 }
 
@@ -161,7 +181,8 @@ where
 
     fn call(&mut self, mut req: Request<Body>) -> Self::Future {
         let info = req.extensions_mut().remove::<ConnInfo>();
-        self.call_conn(req, info.as_ref())
+        let caller_deadline = caller_deadline(req.headers());
+        self.call_conn(req, info.as_ref(), caller_deadline)
     }
 }
 

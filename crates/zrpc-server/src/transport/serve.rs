@@ -42,14 +42,14 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::time::Instant;
 use tonic::Status;
 use tonic::body::Body;
 use tonic::transport::server::Connected;
 use tower_service::Service;
-use zrpc_core::grpc::timeout as grpc_timeout;
 
 use super::front::{Front, Inner};
-use crate::layers::timeout::Timer;
+use crate::layers::timeout::{Timer, caller_deadline};
 use crate::tls::io::ConnInfo;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -189,8 +189,14 @@ async fn serve_connection<S, B, IO>(
 /// tonic put a clone of it in every request's extensions (an allocation, a hash insert and,
 /// in [`Front`], a removal per call).
 pub(crate) trait ConnCall: Service<Request<Body>> {
-    /// `call` for a request that came on the connection described by `info`.
-    fn call_on(&mut self, req: Request<Body>, info: &ConnInfo) -> Self::Future;
+    /// `call` for a request that came on the connection described by `info`, under the
+    /// deadline its caller set.
+    fn call_on(
+        &mut self,
+        req: Request<Body>,
+        info: &ConnInfo,
+        caller_deadline: Option<Instant>,
+    ) -> Self::Future;
 }
 
 impl<S, B> ConnCall for Front<S>
@@ -199,8 +205,13 @@ where
     B: Default,
 {
     #[inline(always)]
-    fn call_on(&mut self, req: Request<Body>, info: &ConnInfo) -> Self::Future {
-        self.call_conn(req, Some(info))
+    fn call_on(
+        &mut self,
+        req: Request<Body>,
+        info: &ConnInfo,
+        caller_deadline: Option<Instant>,
+    ) -> Self::Future {
+        self.call_conn(req, Some(info), caller_deadline)
     }
 }
 
@@ -234,8 +245,7 @@ impl<S: ConnCall> Dispatch<S> {
     /// `req` for `svc` on the connection `info` describes, under the caller's deadline if its
     /// `grpc-timeout` sets one.
     fn new(svc: S, req: Request<Body>, info: Arc<ConnInfo>) -> Self {
-        let deadline = grpc_timeout::from_headers(req.headers())
-            .and_then(|t| tokio::time::Instant::now().checked_add(t));
+        let deadline = caller_deadline(req.headers());
         Dispatch {
             state: State::Start {
                 start: Some((svc, req, info)),
@@ -275,7 +285,7 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        match poll_chain(this.state.as_mut(), cx) {
+        match poll_chain(this.state.as_mut(), this.deadline.deadline(), cx) {
             Poll::Ready(out) => Poll::Ready(out),
             Poll::Pending if this.deadline.expired(cx) => {
                 this.state.set(State::Start { start: None });
@@ -290,6 +300,7 @@ where
 #[inline(always)]
 fn poll_chain<S, B>(
     mut state: Pin<&mut State<S>>,
+    caller_deadline: Option<Instant>,
     cx: &mut Context<'_>,
 ) -> Poll<Result<Response<B>, BoxError>>
 where
@@ -309,7 +320,7 @@ where
                 let Some((mut svc, req, info)) = start.take() else {
                     return Poll::Pending;
                 };
-                let fut = svc.call_on(req, &info);
+                let fut = svc.call_on(req, &info, caller_deadline);
                 state.set(State::Called { fut });
             }
             StateProj::Called { fut } => {
@@ -357,7 +368,12 @@ mod tests {
     }
 
     impl<S: Service<Request<Body>>> ConnCall for Plain<S> {
-        fn call_on(&mut self, req: Request<Body>, _info: &ConnInfo) -> Self::Future {
+        fn call_on(
+            &mut self,
+            req: Request<Body>,
+            _info: &ConnInfo,
+            _caller_deadline: Option<Instant>,
+        ) -> Self::Future {
             self.0.call(req)
         }
     }
@@ -427,7 +443,10 @@ mod tests {
             Ok::<_, Infallible>(Response::new(Body::empty()))
         });
         let fut = dispatch(svc, request(None));
-        assert!(!fut.deadline.is_set(), "no deadline without grpc-timeout");
+        assert!(
+            fut.deadline.deadline().is_none(),
+            "no deadline without grpc-timeout"
+        );
         let resp = fut.await.unwrap();
         assert_eq!(status(&resp), None);
         // A deadline later than the answer changes nothing.
