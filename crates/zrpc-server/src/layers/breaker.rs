@@ -102,9 +102,15 @@ enum Record {
 
 impl OnStatus for BreakerRecord {
     fn on_status(self, c: i32) {
+        self.finish(c, Instant::now());
+    }
+}
+
+impl BreakerRecord {
+    /// Reports the final code `c`, the call having ended at `now`.
+    pub(crate) fn finish(self, c: i32, now: Instant) {
         match self.0 {
             Record::Guarded { promise, facts } => {
-                let now = Instant::now();
                 match blame(facts.as_ref(), c) {
                     Blame::Server => promise.reject(now),
                     // A caller-caused failure is acceptable, like a go-zero acceptable code:
@@ -149,6 +155,8 @@ where
 }
 
 /// The answer to a call the breaker rejects.
+#[cold]
+#[inline(never)]
 pub(crate) fn rejection<B: Default>() -> Response<B> {
     status_response(code::UNAVAILABLE, BREAKER_OPEN_MESSAGE)
 }
@@ -175,12 +183,19 @@ impl BreakerRecord {
                 facts: facts(),
             })),
             Err(_open) => {
-                count_drop(path, DropReason::Breaker);
-                tracing::debug!(target: "zrpc::breaker", method = path, "{BREAKER_OPEN_MESSAGE}");
+                dropped(path);
                 None
             }
         }
     }
+}
+
+/// Counts and logs a call the open breaker drops.
+#[cold]
+#[inline(never)]
+fn dropped(path: &str) {
+    count_drop(path, DropReason::Breaker);
+    tracing::debug!(target: "zrpc::breaker", method = path, "{BREAKER_OPEN_MESSAGE}");
 }
 
 /// Response future of the layer's service: the observed call, or the local rejection.

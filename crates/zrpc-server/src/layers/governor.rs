@@ -47,7 +47,7 @@ use super::breaker::{self, BreakerLayer, BreakerRecord};
 use super::facts::{CallFacts, facts_of, with_facts};
 use super::metrics::{self, MetricsLayer};
 use super::outcome::{Both, RecordersRecord};
-use super::recover::{RecoverBody, RecoverLayer, guarded, mark_panicked, panic_response};
+use super::recover::{RecoverBody, RecoverLayer, guarded_if, mark_panicked, panic_response};
 use super::shedding::{self, SheddingLayer, SheddingRecord};
 use super::stat::{StatLayer, StatRecord, StatSettings};
 use super::timeout::{self, Compiled, TimeoutLayer, Timer, caller_deadline};
@@ -157,10 +157,20 @@ impl OnStatus for Records {
             recorders,
             trace,
         } = *self.0;
+        // One clock read for every record that wants the end of the call.
+        let now = (!guards.is_empty() || recorders.is_some()).then(tokio::time::Instant::now);
         // Inner first, as nested bodies would report.
-        guards.on_status(c);
-        if let Some(r) = recorders {
-            r.on_status(c);
+        if let Some(now) = now {
+            let Both { outer, inner } = guards;
+            if let Some(shedding) = inner {
+                shedding.finish(c, now.into_std());
+            }
+            if let Some(breaker) = outer {
+                breaker.finish(c, now.into_std());
+            }
+            if let Some(r) = recorders {
+                r.finish(c, now);
+            }
         }
         if let Some(t) = trace {
             t.on_status(c);
@@ -178,8 +188,7 @@ impl Governance {
         self: &Arc<Self>,
         inner: &mut S,
         req: Request<Body>,
-        facts: Option<CallFacts>,
-        caller: Option<tokio::time::Instant>,
+        entry: Entry,
         guard: &mut StatusGuard<Records>,
         timer: &mut Timer,
     ) -> State<S, B>
@@ -188,22 +197,22 @@ impl Governance {
         B: Default,
     {
         match auth::check(self.auth.as_ref(), &self.policy, &req) {
-            Check::Pass => self.admit(inner, req, facts, caller, guard, timer),
+            Check::Pass => self.admit(inner, req, entry, guard, timer),
             Check::Reject(c, m) => State::answer(status_response(c, &m)),
             Check::Pending(lookup, token) => {
                 let clone = inner.clone();
                 let inner = std::mem::replace(inner, clone);
-                State::Lookup {
+                State::lookup(
                     lookup,
-                    pending: Some(Box::new(Pending {
+                    Pending {
                         inner,
                         req,
-                        facts,
-                        caller,
+                        // Admitted when the store answers: the clock is read then.
+                        entry: Entry { now: None, ..entry },
                         token,
                         shared: Arc::clone(self),
-                    })),
-                }
+                    },
+                )
             }
         }
     }
@@ -214,8 +223,7 @@ impl Governance {
         &self,
         inner: &mut S,
         mut req: Request<Body>,
-        facts: Option<CallFacts>,
-        caller: Option<tokio::time::Instant>,
+        entry: Entry,
         guard: &mut StatusGuard<Records>,
         timer: &mut Timer,
     ) -> State<S, B>
@@ -223,11 +231,16 @@ impl Governance {
         S: Service<Request<Body>, Response = Response<B>>,
         B: Default,
     {
+        let Entry {
+            facts,
+            caller,
+            mut now,
+        } = entry;
         let path = req.uri().path();
         let registry = self.breaker.as_ref().filter(|_| !is_infra(path));
         let shedder = self.shedding.as_ref().filter(|s| s.watches(path));
         if registry.is_some() || shedder.is_some() {
-            let now = std::time::Instant::now();
+            let now = now.get_or_insert_with(tokio::time::Instant::now).into_std();
             let facts = || facts.clone();
             let mut guards = Both::default();
             if let Some(registry) = registry {
@@ -260,11 +273,11 @@ impl Governance {
                 }
             }
         }
-        *timer = Timer::new(
-            self.timeout
-                .as_ref()
-                .and_then(|t| t.deadline(&mut req, caller)),
-        );
+        *timer = Timer::new(self.timeout.as_ref().and_then(|t| {
+            t.deadline(&mut req, caller, || {
+                *now.get_or_insert_with(tokio::time::Instant::now)
+            })
+        }));
         State::Call {
             fut: inner.call(req),
         }
@@ -351,9 +364,11 @@ where
         } else {
             (Some(TraceRecord::new(span.clone())), span)
         };
+        // One clock read for both durations, the breaker's and the shedder's admission and
+        // the timeout's deadline.
+        let mut now = None;
         let recorders = if g.stat.is_some() || g.metrics.is_some() {
-            // One clock read for both durations.
-            let start = tokio::time::Instant::now();
+            let start = *now.insert(tokio::time::Instant::now());
             Some(RecordersRecord::new(
                 g.stat
                     .as_ref()
@@ -378,16 +393,14 @@ where
         let (inner, shared) = (&mut self.inner, &self.shared);
         // Recover covers what runs inside it in the nested chain: a token store's lookup, the
         // inner layers' and the handler's `call`.
-        let state = match &recover {
-            None => shared.start(inner, req, facts, caller, &mut guard, &mut timer),
-            Some(r) => {
-                match guarded(|| shared.start(inner, req, facts, caller, &mut guard, &mut timer)) {
-                    Ok(state) => state,
-                    Err(caught) => {
-                        mark_panicked(r.facts.as_ref());
-                        State::answer(panic_response(&r.method, &caught))
-                    }
-                }
+        let state = match guarded_if(recover.as_ref(), || {
+            let entry = Entry { facts, caller, now };
+            shared.start(inner, req, entry, &mut guard, &mut timer)
+        }) {
+            Ok(state) => state,
+            Err((r, caught)) => {
+                mark_panicked(r.facts.as_ref());
+                State::answer(panic_response(&r.method, &caught))
             }
         };
         drop(_enter);
@@ -408,12 +421,22 @@ struct Recovering {
     facts: Option<CallFacts>,
 }
 
+/// What admitting a call needs besides its request.
+#[derive(Debug)]
+struct Entry {
+    /// The call's facts.
+    facts: Option<CallFacts>,
+    /// The deadline the caller set.
+    caller: Option<tokio::time::Instant>,
+    /// The clock, when the call read it already (as its start).
+    now: Option<tokio::time::Instant>,
+}
+
 /// A call waiting for its token lookup.
 struct Pending<S> {
     inner: S,
     req: Request<Body>,
-    facts: Option<CallFacts>,
-    caller: Option<tokio::time::Instant>,
+    entry: Entry,
     token: Vec<u8>,
     shared: Arc<Governance>,
 }
@@ -430,9 +453,21 @@ pin_project! {
 }
 
 impl<S: Service<Request<Body>>, B> State<S, B> {
+    #[cold]
+    #[inline(never)]
     fn answer(resp: Response<B>) -> Self {
         State::Answer {
             resp: Some(Box::new(resp)),
+        }
+    }
+
+    /// Waits for a token store's answer (off the common path: out of line).
+    #[cold]
+    #[inline(never)]
+    fn lookup(lookup: TokenFuture, pending: Pending<S>) -> Self {
+        State::Lookup {
+            lookup,
+            pending: Some(Box::new(pending)),
         }
     }
 }
@@ -471,16 +506,13 @@ where
         let resp = loop {
             // Recover covers each step: the handler's future, a token store's lookup and
             // the inner `call` after it.
-            let step = match this.recover.as_ref() {
-                None => step(this.state.as_mut(), this.guard, this.timer, cx),
-                Some(r) => {
-                    match guarded(|| step(this.state.as_mut(), this.guard, this.timer, cx)) {
-                        Ok(step) => step,
-                        Err(caught) => {
-                            mark_panicked(r.facts.as_ref());
-                            Step::Answer(panic_response(&r.method, &caught))
-                        }
-                    }
+            let step = match guarded_if(this.recover.as_ref(), || {
+                step(this.state.as_mut(), this.guard, this.timer, cx)
+            }) {
+                Ok(step) => step,
+                Err((r, caught)) => {
+                    mark_panicked(r.facts.as_ref());
+                    Step::Answer(panic_response(&r.method, &caught))
                 }
             };
             match step {
@@ -547,14 +579,13 @@ where
             let Pending {
                 mut inner,
                 req,
-                facts,
-                caller,
+                entry,
                 token,
                 shared,
             } = *p;
             let next = match auth::decide(found, &token, &shared.policy) {
                 Check::Reject(c, m) => State::answer(status_response(c, &m)),
-                _ => shared.admit(&mut inner, req, facts, caller, guard, timer),
+                _ => shared.admit(&mut inner, req, entry, guard, timer),
             };
             state.set(next);
             Step::Next

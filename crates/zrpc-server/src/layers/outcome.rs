@@ -66,13 +66,20 @@ impl RecordersRecord {
 
 impl OnStatus for RecordersRecord {
     fn on_status(self, c: i32) {
+        self.finish(c, tokio::time::Instant::now());
+    }
+}
+
+impl RecordersRecord {
+    /// Reports the final code `c`, the call having ended at `now`.
+    pub(crate) fn finish(self, c: i32, now: tokio::time::Instant) {
         let Both { outer, inner } = self.0;
         let start = match (&outer, &inner) {
             (_, Some(m)) => m.started(),
             (Some(s), None) => s.started(),
             (None, None) => return,
         };
-        let elapsed = start.elapsed();
+        let elapsed = now.saturating_duration_since(start);
         // Inner first, as two nested bodies would report.
         if let Some(m) = inner {
             m.report(elapsed, c);

@@ -62,12 +62,38 @@ pub(crate) fn guarded<R>(f: impl FnOnce() -> R) -> Result<R, Caught> {
     let was = GUARDED.with(|g| g.replace(true));
     let r = catch_unwind(AssertUnwindSafe(f));
     GUARDED.with(|g| g.set(was));
-    r.map_err(|payload| Caught {
+    r.map_err(caught)
+}
+
+/// [`guarded`] when `on` is set (a panic comes back with it); otherwise `f`'s panic goes on
+/// unwinding. One copy of `f` either way: the governor's call and poll steps inline the whole
+/// chain below them (the handler's call and future included), and a guarded and an
+/// unguarded copy of each doubled the code a call runs through (callgrind's cache
+/// simulation: instruction-cache misses).
+#[inline(always)]
+pub(crate) fn guarded_if<T, R>(on: Option<T>, f: impl FnOnce() -> R) -> Result<R, (T, Caught)> {
+    let was = on.is_some().then(|| GUARDED.with(|g| g.replace(true)));
+    let r = catch_unwind(AssertUnwindSafe(f));
+    if let Some(was) = was {
+        GUARDED.with(|g| g.set(was));
+    }
+    match (r, on) {
+        (Ok(r), _) => Ok(r),
+        (Err(payload), Some(on)) => Err((on, caught(payload))),
+        (Err(payload), None) => std::panic::resume_unwind(payload),
+    }
+}
+
+/// What a caught panic left: its message and the stack the hook captured.
+#[cold]
+#[inline(never)]
+fn caught(payload: Box<dyn Any + Send>) -> Caught {
+    Caught {
         message: payload_message(payload.as_ref()),
         stack: LAST_PANIC
             .with(|p| p.borrow_mut().take())
             .unwrap_or_default(),
-    })
+    }
 }
 
 fn payload_message(payload: &(dyn Any + Send)) -> String {
@@ -91,6 +117,8 @@ fn log_panic(method: &PathAndQuery, caught: &Caught) {
 }
 
 /// The answer to a call whose handler panicked (the panic is logged).
+#[cold]
+#[inline(never)]
 pub(crate) fn panic_response<B: Default>(method: &PathAndQuery, caught: &Caught) -> Response<B> {
     log_panic(method, caught);
     status_response::<B>(code::INTERNAL, &format!("panic: {}", caught.message))
@@ -283,6 +311,8 @@ impl<B> RecoverBody<B> {
     }
 }
 
+#[cold]
+#[inline(never)]
 pub(crate) fn mark_panicked(facts: Option<&CallFacts>) {
     if let Some(f) = facts {
         f.mark_panicked();

@@ -152,7 +152,13 @@ pub struct SheddingRecord {
 
 impl OnStatus for SheddingRecord {
     fn on_status(self, c: i32) {
-        let now = Instant::now();
+        self.finish(c, Instant::now());
+    }
+}
+
+impl SheddingRecord {
+    /// Reports the final code `c`, the call having ended at `now`.
+    pub(crate) fn finish(self, c: i32, now: Instant) {
         if c == code::DEADLINE_EXCEEDED || blame(self.facts.as_ref(), c) == Blame::Caller {
             self.promise.fail(now);
         } else {
@@ -189,6 +195,8 @@ where
 }
 
 /// The answer to a call that is shed.
+#[cold]
+#[inline(never)]
 pub(crate) fn rejection<B: Default>() -> Response<B> {
     status_response(code::RESOURCE_EXHAUSTED, OVERLOADED_MESSAGE)
 }

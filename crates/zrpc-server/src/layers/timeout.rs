@@ -146,7 +146,7 @@ where
     fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
         let deadline = self.settings.as_ref().and_then(|s| {
             let caller = caller_deadline(req.headers());
-            s.deadline(&mut req, caller)
+            s.deadline(&mut req, caller, Instant::now)
         });
         ResponseFuture {
             fut: self.inner.call(req),
@@ -157,7 +157,7 @@ where
 
 impl Compiled {
     /// The deadline of `req` (none for streams, health and reflection, or with no timeout):
-    /// the server's timeout from now, or `caller`'s deadline when it is sooner (see
+    /// the server's timeout from `now()` (the clock read when not known yet), or `caller`'s deadline when it is sooner (see
     /// [`caller_deadline`]), with the effective `grpc-timeout` written into its headers for
     /// the handler.
     #[inline]
@@ -165,6 +165,7 @@ impl Compiled {
         &self,
         req: &mut Request<B>,
         caller: Option<Instant>,
+        now: impl FnOnce() -> Instant,
     ) -> Option<Instant> {
         let path = req.uri().path();
         if is_infra(path) || self.streaming.contains(path) {
@@ -173,7 +174,7 @@ impl Compiled {
         let (server, header) = self.limit_for(path)?;
         // Past the end of time there is no deadline (tokio's own `sleep` would wait
         // "forever", ~30 years).
-        let ours = Instant::now().checked_add(*server);
+        let ours = now().checked_add(*server);
         match (caller, ours) {
             // The caller's deadline is sooner: its header already says so.
             (Some(caller), Some(ours)) if caller < ours => Some(caller),
@@ -233,6 +234,8 @@ impl Timer {
 }
 
 /// The answer to a call whose deadline passed.
+#[cold]
+#[inline(never)]
 pub(crate) fn expired<B: Default>() -> Response<B> {
     status_response(code::DEADLINE_EXCEEDED, "context deadline exceeded")
 }

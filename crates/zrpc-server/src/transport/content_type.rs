@@ -19,6 +19,8 @@ pub(crate) fn is_grpc(value: Option<&HeaderValue>) -> bool {
 }
 
 /// The answer to a request that is not gRPC.
+#[cold]
+#[inline(never)]
 pub(crate) fn unsupported<B: Default>(value: Option<&HeaderValue>) -> Response<B> {
     let shown = value.map_or_else(
         || "none".to_owned(),

@@ -215,6 +215,8 @@ impl<F, B> ResponseFuture<F, B> {
         }
     }
 
+    #[cold]
+    #[inline(never)]
     fn rejected(resp: Response<B>, guard: Option<CallGuard>) -> Self {
         ResponseFuture {
             state: State::Rejected {

@@ -335,6 +335,8 @@ where
 
 /// A chain's error that is a [`Status`] becomes its response (what tonic's `RecoverError`
 /// did); any other error resets the stream.
+#[cold]
+#[inline(never)]
 fn recover<B: Default>(e: impl Into<BoxError>) -> Result<Response<B>, BoxError> {
     Status::try_from_error(e.into()).map(Status::into_http)
 }
