@@ -34,6 +34,8 @@ use super::streams::{ConnState, ConnTable};
 use crate::layers::CallFacts;
 use crate::layers::facts::record_frame;
 
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 const PREFIX_LEN: usize = 5;
 
 /// The per-server budget, the per-connection share and the message timeout.
@@ -138,34 +140,40 @@ impl RequestBudgetLayer {
 impl RequestBudgetLayer {
     /// `req` with its body under the budget (untouched when no limit is set). `conn`: the
     /// state of the request's connection, charged when the budget has a per-connection share.
-    pub(crate) fn apply(
-        &self,
-        mut req: Request<Body>,
-        conn: Option<&Arc<ConnState>>,
-    ) -> Request<Body> {
-        if let Some(facts) = self.apply_front(&mut req, conn) {
+    pub(crate) fn apply(&self, req: Request<Body>, conn: Option<&Arc<ConnState>>) -> Request<Body> {
+        let (mut req, facts) = self.apply_front(req, conn);
+        if let Some(facts) = facts {
             req.extensions_mut().insert(facts);
         }
         req
     }
 
-    /// [`apply`](Self::apply) for [`Front`](super::front::Front), which hands the call's
-    /// [`CallFacts`] (made when the chain keeps them) to the stage inside it rather than
-    /// through the request's extensions.
+    /// [`apply`](Self::apply) for [`Front`](super::front::Front), on the body as hyper gave
+    /// it (boxed once, here, as tonic's `Body`; boxing hyper's body first and the budgeted
+    /// one again cost an allocation and a layer of dynamic calls per frame); the call's
+    /// [`CallFacts`] (made when the chain keeps them) go to the stage inside `Front` rather
+    /// than through the request's extensions.
     #[inline]
-    pub(crate) fn apply_front(
+    pub(crate) fn apply_front<RB>(
         &self,
-        req: &mut Request<Body>,
+        req: Request<RB>,
         conn: Option<&Arc<ConnState>>,
-    ) -> Option<CallFacts> {
-        let budget = self.budget.as_ref()?;
+    ) -> (Request<Body>, Option<CallFacts>)
+    where
+        RB: http_body::Body<Data = Bytes> + Send + 'static,
+        RB::Error: Into<BoxError>,
+    {
+        let Some(budget) = self.budget.as_ref() else {
+            return (req.map(Body::new), None);
+        };
         let conn = self.conns.as_ref().and(conn).cloned();
         let facts = self.facts.then(CallFacts::default);
-        let inner = std::mem::take(req.body_mut());
-        let mut body = BudgetedBody::new(inner, budget.clone()).on_connection(conn);
-        body.facts = facts.clone();
-        *req.body_mut() = Body::new(body);
-        facts
+        let req = req.map(|inner| {
+            let mut body = BudgetedBody::new(inner, budget.clone()).on_connection(conn);
+            body.facts = facts.clone();
+            Body::new(body)
+        });
+        (req, facts)
     }
 }
 
@@ -307,7 +315,8 @@ fn follow(
 
 impl<B> http_body::Body for BudgetedBody<B>
 where
-    B: http_body::Body<Data = Bytes, Error = Status>,
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
 {
     type Data = Bytes;
     type Error = Status;
@@ -332,7 +341,8 @@ where
 
 impl<B> BudgetedBody<B>
 where
-    B: http_body::Body<Data = Bytes, Error = Status>,
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
 {
     /// The body's frames under the budget (`poll_frame` before the facts are recorded).
     fn poll_budgeted(
@@ -362,10 +372,14 @@ where
                 return Poll::Pending;
             }
         };
-        let Some(Ok(frame)) = frame else {
-            this.budget
-                .release(this.conn.as_deref(), std::mem::take(this.charged));
-            return Poll::Ready(frame);
+        let frame = match frame {
+            Some(Ok(frame)) => frame,
+            end => {
+                this.budget
+                    .release(this.conn.as_deref(), std::mem::take(this.charged));
+                // As tonic's `Body` maps its inner body's errors.
+                return Poll::Ready(end.map(|r| r.map_err(|e| Status::from_error(e.into()))));
+            }
         };
         let Some(data) = frame.data_ref() else {
             return Poll::Ready(Some(Ok(frame)));

@@ -4,10 +4,11 @@
 //! 1. counts the call open on its connection, for `Transport.MaxConnectionIdle`
 //!    ([`streams`](super::streams));
 //! 2. answers HTTP 415 to a request that is not gRPC ([`content_type`](super::content_type));
-//! 3. puts the request body under the request-bytes budget ([`budget`](super::budget));
-//! 4. turns the connection's [`ConnInfo`] (the serve loop passes it to
-//!    [`Front::call_conn`]) into the peer's extensions ([`crate::tls::layer`]);
-//! 5. answers `PermissionDenied` to a client missing from `Tls.AllowedClients`.
+//! 3. answers `PermissionDenied` to a client missing from `Tls.AllowedClients`;
+//! 4. puts the request body (as hyper gave it: it is boxed once, here) under the
+//!    request-bytes budget ([`budget`](super::budget));
+//! 5. turns the connection's [`ConnInfo`] (the serve loop passes it to
+//!    [`Front::call_conn`]) into the peer's extensions ([`crate::tls::layer`]).
 //!
 //! One service rather than a layer per step: tower clones the chain's service for every
 //! call and each layer moves the response future of the ones inside it, so five layers (most
@@ -21,6 +22,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
+use bytes::Bytes;
 use http::{Request, Response, header};
 use pin_project_lite::pin_project;
 use tonic::body::Body;
@@ -35,6 +37,8 @@ use crate::layers::timeout::caller_deadline;
 use crate::tls::allow::AllowList;
 use crate::tls::io::ConnInfo;
 use crate::tls::layer::{denied, into_extensions};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// What [`Front`] does, shared by every clone.
 #[derive(Debug)]
@@ -126,15 +130,19 @@ where
     ResBody: Default,
 {
     /// The call of a request on a connection described by `info`, under the deadline the
-    /// caller set (the serve loop passes both along; a request served through
-    /// [`Service::call`] carries the info in its extensions).
+    /// caller set (the serve loop passes both along, with the body as hyper gave it; a
+    /// request served through [`Service::call`] carries the info in its extensions).
     #[inline(always)]
-    pub(crate) fn call_conn(
+    pub(crate) fn call_conn<RB>(
         &mut self,
-        mut req: Request<Body>,
+        req: Request<RB>,
         info: Option<&ConnInfo>,
         caller_deadline: Option<tokio::time::Instant>,
-    ) -> ResponseFuture<S::Future, ResBody> {
+    ) -> ResponseFuture<S::Future, ResBody>
+    where
+        RB: http_body::Body<Data = Bytes> + Send + 'static,
+        RB::Error: Into<BoxError>,
+    {
         let settings = &*self.settings;
         let conn = info.and_then(|i| i.conn.as_ref());
         let guard = settings
@@ -146,7 +154,6 @@ where
         if !is_grpc(content_type) {
             return ResponseFuture::rejected(unsupported(content_type), guard);
         }
-        let facts = settings.budget.apply_front(&mut req, conn);
         let peer = info.and_then(|i| i.peer.as_ref());
         if let Some(message) = denied(settings.allowed.as_deref(), peer) {
             return ResponseFuture::rejected(
@@ -154,6 +161,7 @@ where
                 guard,
             );
         }
+        let (mut req, facts) = settings.budget.apply_front(req, conn);
         if let Some(info) = info {
             into_extensions(&mut req, info);
         }

@@ -188,26 +188,28 @@ async fn serve_connection<S, B, IO>(
 /// The chain as the serve loop calls it: with the connection's info passed along, where
 /// tonic put a clone of it in every request's extensions (an allocation, a hash insert and,
 /// in [`Front`], a removal per call).
-pub(crate) trait ConnCall: Service<Request<Body>> {
+pub(crate) trait ConnCall<RB = Incoming>: Service<Request<Body>> {
     /// `call` for a request that came on the connection described by `info`, under the
     /// deadline its caller set.
     fn call_on(
         &mut self,
-        req: Request<Body>,
+        req: Request<RB>,
         info: &ConnInfo,
         caller_deadline: Option<Instant>,
     ) -> Self::Future;
 }
 
-impl<S, B> ConnCall for Front<S>
+impl<S, B, RB> ConnCall<RB> for Front<S>
 where
     S: Inner<Response = Response<B>>,
     B: Default,
+    RB: http_body::Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
 {
     #[inline(always)]
     fn call_on(
         &mut self,
-        req: Request<Body>,
+        req: Request<RB>,
         info: &ConnInfo,
         caller_deadline: Option<Instant>,
     ) -> Self::Future {
@@ -230,21 +232,18 @@ where
 {
     type Response = Response<B>;
     type Error = BoxError;
-    type Future = Dispatch<S>;
+    type Future = Dispatch<S, Incoming>;
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
-        Dispatch::new(
-            self.inner.clone(),
-            req.map(Body::new),
-            Arc::clone(&self.info),
-        )
+        // The body is boxed (as tonic's `Body`) by `Front`, once.
+        Dispatch::new(self.inner.clone(), req, Arc::clone(&self.info))
     }
 }
 
-impl<S: ConnCall> Dispatch<S> {
+impl<S: ConnCall<RB>, RB> Dispatch<S, RB> {
     /// `req` for `svc` on the connection `info` describes, under the caller's deadline if its
     /// `grpc-timeout` sets one.
-    fn new(svc: S, req: Request<Body>, info: Arc<ConnInfo>) -> Self {
+    fn new(svc: S, req: Request<RB>, info: Arc<ConnInfo>) -> Self {
         let deadline = caller_deadline(req.headers());
         Dispatch {
             state: State::Start {
@@ -257,9 +256,9 @@ impl<S: ConnCall> Dispatch<S> {
 
 pin_project! {
     /// The response future of [`ConnService`]: the chain's, under the caller's deadline.
-    pub(crate) struct Dispatch<S: ConnCall> {
+    pub(crate) struct Dispatch<S: ConnCall<RB>, RB> {
         #[pin]
-        state: State<S>,
+        state: State<S, RB>,
         // The caller's deadline. Its timer is armed (boxed) only when the chain is still
         // pending after a poll: a unary call answered at its first poll registers none.
         deadline: Timer,
@@ -268,16 +267,16 @@ pin_project! {
 
 pin_project! {
     #[project = StateProj]
-    enum State<S: ConnCall> {
+    enum State<S: ConnCall<RB>, RB> {
         // The chain is called at the task's first poll (see the module docs).
-        Start { start: Option<(S, Request<Body>, Arc<ConnInfo>)> },
+        Start { start: Option<(S, Request<RB>, Arc<ConnInfo>)> },
         Called { #[pin] fut: S::Future },
     }
 }
 
-impl<S, B> Future for Dispatch<S>
+impl<S, B, RB> Future for Dispatch<S, RB>
 where
-    S: ConnCall<Response = Response<B>>,
+    S: ConnCall<RB, Response = Response<B>>,
     S::Error: Into<BoxError>,
     B: Default,
 {
@@ -298,13 +297,13 @@ where
 
 /// Calls the chain (at the first poll) and polls its future.
 #[inline(always)]
-fn poll_chain<S, B>(
-    mut state: Pin<&mut State<S>>,
+fn poll_chain<S, B, RB>(
+    mut state: Pin<&mut State<S, RB>>,
     caller_deadline: Option<Instant>,
     cx: &mut Context<'_>,
 ) -> Poll<Result<Response<B>, BoxError>>
 where
-    S: ConnCall<Response = Response<B>>,
+    S: ConnCall<RB, Response = Response<B>>,
     S::Error: Into<BoxError>,
     B: Default,
 {
@@ -369,7 +368,7 @@ mod tests {
         }
     }
 
-    impl<S: Service<Request<Body>>> ConnCall for Plain<S> {
+    impl<S: Service<Request<Body>>> ConnCall<Body> for Plain<S> {
         fn call_on(
             &mut self,
             req: Request<Body>,
@@ -381,7 +380,7 @@ mod tests {
     }
 
     /// `Dispatch` of `req` for `svc` on a connection the tests know nothing about.
-    fn dispatch<S: Service<Request<Body>>>(svc: S, req: Request<Body>) -> Dispatch<Plain<S>> {
+    fn dispatch<S: Service<Request<Body>>>(svc: S, req: Request<Body>) -> Dispatch<Plain<S>, Body> {
         let info = ConnInfo {
             tcp: TcpConnectInfo {
                 local_addr: None,
