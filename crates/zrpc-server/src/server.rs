@@ -31,7 +31,7 @@ use crate::layers::{
 };
 use crate::shutdown;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use tower::BoxError;
 
 /// A hook run at the start of shutdown, before WrapUpTime (go-zero's wrap-up listeners;
 /// etcd deregistration runs here).

@@ -34,7 +34,7 @@ use super::streams::{ConnState, ConnTable};
 use crate::layers::CallFacts;
 use crate::layers::facts::record_frame;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use tower::BoxError;
 
 const PREFIX_LEN: usize = 5;
 

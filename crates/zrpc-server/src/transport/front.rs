@@ -38,7 +38,7 @@ use crate::tls::allow::AllowList;
 use crate::tls::io::ConnInfo;
 use crate::tls::layer::{denied, into_extensions};
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use tower::BoxError;
 
 /// What [`Front`] does, shared by every clone.
 #[derive(Debug)]

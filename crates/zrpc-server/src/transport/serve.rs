@@ -52,7 +52,7 @@ use super::front::{Front, Inner};
 use crate::layers::timeout::{Timer, caller_deadline};
 use crate::tls::io::ConnInfo;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use tower::BoxError;
 
 /// The HTTP/2 settings of a server (tonic's `Server` builder took them before).
 #[derive(Debug, Clone, Default)]
