@@ -59,10 +59,7 @@ pub(crate) struct Caught {
 /// Runs `f`, catching a panic (its stack captured by the hook).
 #[inline(always)]
 pub(crate) fn guarded<R>(f: impl FnOnce() -> R) -> Result<R, Caught> {
-    let was = GUARDED.with(|g| g.replace(true));
-    let r = catch_unwind(AssertUnwindSafe(f));
-    GUARDED.with(|g| g.set(was));
-    r.map_err(caught)
+    guarded_if(Some(()), f).map_err(|((), caught)| caught)
 }
 
 /// [`guarded`] when `on` is set (a panic comes back with it); otherwise `f`'s panic goes on

@@ -157,9 +157,9 @@ where
 
 impl Compiled {
     /// The deadline of `req` (none for streams, health and reflection, or with no timeout):
-    /// the server's timeout from `now()` (the clock read when not known yet), or `caller`'s deadline when it is sooner (see
-    /// [`caller_deadline`]), with the effective `grpc-timeout` written into its headers for
-    /// the handler.
+    /// the server's timeout from `now()` (the caller's clock read, or a fresh one), or
+    /// `caller`'s deadline when it is sooner (see [`caller_deadline`]), with the effective
+    /// `grpc-timeout` written into its headers for the handler.
     #[inline]
     pub(crate) fn deadline<B>(
         &self,

@@ -14,8 +14,8 @@ use super::allow::AllowList;
 use super::identity::PeerIdentity;
 use super::io::ConnInfo;
 
-/// Replaces `req`'s [`ConnInfo`] (taken out with `info`) by its `TcpConnectInfo` and
-/// [`PeerIdentity`].
+/// Puts the connection's `TcpConnectInfo` and [`PeerIdentity`] from `info` in `req`'s
+/// extensions (what tonic's `Request::remote_addr` and handlers read).
 pub(crate) fn into_extensions<B>(req: &mut Request<B>, info: &ConnInfo) {
     req.extensions_mut().insert(info.tcp.clone());
     if let Some(id) = &info.peer {
