@@ -5,14 +5,14 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::task::ready;
+use std::time::{Duration, Instant};
 
 use pin_project_lite::pin_project;
 use tonic::body::Body;
-use tower::ServiceBuilder;
-use tower::util::Either;
 use zrpc_core::breaker::BreakerRegistry;
 use zrpc_core::conf::{ConfError, Validate};
+use zrpc_core::grpc::{OnStatus, StatusBody, StatusGuard, status_from_headers};
 
 use crate::Error;
 use crate::balancer::endpoint::ConnectOptions;
@@ -20,11 +20,13 @@ use crate::balancer::random_seed;
 use crate::balancer::service::Balancer;
 use crate::balancer::stats::EjectionLimit;
 use crate::conf::RpcClientConf;
-use crate::layers::credentials::{Credentials, CredentialsLayer};
+use crate::balancer::endpoint::{Answer, Done};
+use crate::balancer::service::{Call, call_deadline};
+use crate::layers::credentials::CredentialsLayer;
 use crate::layers::duration::SLOW_THRESHOLD;
-use crate::layers::observe::Observe;
-use crate::layers::timeout::{Timeout, TimeoutLayer};
-use crate::layers::{BoxError, ObserveLayer, Response};
+use crate::layers::observe::{Detail, Outcome};
+use crate::layers::timeout::{Bound, TimeoutLayer};
+use crate::layers::{BoxError, ObserveLayer, Response, code_of_error};
 use crate::metrics::ClientMetrics;
 use crate::resolver::{self, Target};
 
@@ -51,7 +53,10 @@ pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    service: Stack,
+    /// The chain's stages, each `None` when switched off (see [`Client::call`]).
+    observe: Option<ObserveLayer>,
+    timeout: Option<TimeoutLayer>,
+    credentials: Option<CredentialsLayer>,
     balancer: Balancer,
     target: Arc<str>,
     /// Keeps the resolver running.
@@ -222,17 +227,13 @@ impl Client {
                 }))
                 .build()
         });
-        let service = ServiceBuilder::new()
-            .option_layer(observe)
-            .option_layer(
-                // the balancer enforces the deadline (one timer per call, see `layers::timeout`)
-                m.timeout
-                    .then(|| TimeoutLayer::new(conf.timeout_duration()).enforced_below()),
-            )
-            .option_layer(credentials)
-            .service(balancer.clone());
         let client = Client {
-            service,
+            observe,
+            // the balancer enforces the deadline (one timer per call, see `layers::timeout`)
+            timeout: m
+                .timeout
+                .then(|| TimeoutLayer::new(conf.timeout_duration()).enforced_below()),
+            credentials,
             balancer,
             target: target_name,
             _resolution: resolution.guard,
@@ -336,16 +337,27 @@ pub struct EndpointInfo {
     pub requests: u64,
 }
 
-/// The client's chain: observe -> timeout -> credentials -> balancer, each stage optional.
-type WithCredentials = Either<Credentials<Balancer>, Balancer>;
-type WithTimeout = Either<Timeout<WithCredentials>, WithCredentials>;
-type Stack = Either<Observe<WithTimeout>, WithTimeout>;
-
 pin_project! {
     /// The response future of [`Client`].
     pub struct ResponseFuture {
         #[pin]
-        inner: <Stack as tower::Service<http::Request<Body>>>::Future,
+        state: State,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State {
+        Called {
+            #[pin]
+            call: Call,
+            // the observing stage's recorders (disarmed when it is off)
+            outcome: StatusGuard<Outcome>,
+            // the timeout stage's deadline
+            bound: Option<Bound>,
+        },
+        // the breaker rejected the call (recorded already)
+        Rejected { err: Option<BoxError> },
     }
 }
 
@@ -359,7 +371,78 @@ impl Future for ResponseFuture {
     type Output = Result<Response, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.project().inner.poll(cx)
+        match self.project().state.project() {
+            StateProj::Rejected { err } => {
+                Poll::Ready(Err(err.take().unwrap_or_else(|| {
+                    tonic::Status::internal("polled after completion").into()
+                })))
+            }
+            StateProj::Called {
+                call,
+                outcome,
+                bound,
+            } => {
+                let answer = {
+                    let _enter = outcome.get().and_then(Outcome::span).map(tracing::Span::enter);
+                    ready!(call.poll(cx))
+                };
+                Poll::Ready(match answer {
+                    Ok(Answer { resp, done }) => Ok(finish(resp, done, outcome.take())),
+                    Err(err) => {
+                        let err = match bound {
+                            Some(b) => b.error(err),
+                            None => err,
+                        };
+                        if let Some(o) = outcome.take() {
+                            o.record(code_of_error(&*err), Detail::Error(&err));
+                        }
+                        Err(err)
+                    }
+                })
+            }
+        }
+    }
+}
+
+/// Wires the final status of `resp` to the endpoint's completion and the observing stage's
+/// recorders, read once for both with one clock reading: from the headers of a trailers-only
+/// response now, else from the trailers at the end of the body (one wrapper, one box).
+fn finish(resp: Response, done: Option<Done>, outcome: Option<Outcome>) -> Response {
+    if done.is_none() && outcome.is_none() {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let body = match status_from_headers(&parts.headers) {
+        Some(code) => {
+            let now = Instant::now();
+            if let Some(d) = done {
+                d.finish(code, now);
+            }
+            if let Some(o) = outcome {
+                o.record_at(code, Detail::Message(&parts.headers), now);
+            }
+            body
+        }
+        None => Body::new(StatusBody::new(body, Completion { done, outcome })),
+    };
+    http::Response::from_parts(parts, body)
+}
+
+/// The recorders of one call's end, fed from its trailers.
+struct Completion {
+    done: Option<Done>,
+    outcome: Option<Outcome>,
+}
+
+impl OnStatus for Completion {
+    fn on_status(self, code: i32) {
+        let now = Instant::now();
+        if let Some(d) = self.done {
+            d.finish(code, now);
+        }
+        if let Some(o) = self.outcome {
+            o.record_at(code, Detail::None, now);
+        }
     }
 }
 
@@ -368,13 +451,57 @@ impl tower::Service<http::Request<Body>> for Client {
     type Error = BoxError;
     type Future = ResponseFuture;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.service.poll_ready(cx)
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        // the balancer is always ready: a call waits for endpoints in its future
+        Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+    /// go-zero's chain in one step, stage by stage (outer to inner): observe (its span, the
+    /// breaker), timeout, credentials, then the balancer's pick and first attempt. The stages
+    /// exist as tower layers too ([`crate::layers`]); composed here they share the call's start
+    /// instant and its deadline without request extensions, and its final status is read once,
+    /// for the endpoint and the recorders together ([`finish`]).
+    fn call(&mut self, mut req: http::Request<Body>) -> Self::Future {
+        let start = Instant::now();
+        let outcome = match &self.observe {
+            Some(o) => match o.begin(&mut req, start) {
+                Ok(outcome) => StatusGuard::new(outcome),
+                Err(err) => {
+                    return ResponseFuture {
+                        state: State::Rejected { err: Some(err) },
+                    };
+                }
+            },
+            None => StatusGuard::disarmed(),
+        };
+        let (bound, deadline, timeout) = match &self.timeout {
+            Some(layer) => {
+                let bound = layer.apply(&mut req);
+                let deadline = bound.map(|b| b.deadline.into_std());
+                (bound, deadline, bound.map(|b| b.timeout))
+            }
+            // the caller's own `grpc-timeout`, if any
+            None => {
+                let (deadline, timeout) = call_deadline(&req, || start);
+                (None, deadline, timeout)
+            }
+        };
+        if let Some(c) = &self.credentials {
+            c.apply(&mut req);
+        }
+        let call = match outcome.get().and_then(Outcome::span) {
+            Some(span) => {
+                let _enter = span.enter();
+                self.balancer.start(req, deadline, timeout, start)
+            }
+            None => self.balancer.start(req, deadline, timeout, start),
+        };
         ResponseFuture {
-            inner: self.service.call(req),
+            state: State::Called {
+                call,
+                outcome,
+                bound,
+            },
         }
     }
 }

@@ -323,7 +323,7 @@ impl std::fmt::Debug for Attempt {
 }
 
 impl Future for Attempt {
-    type Output = Result<http::Response<Body>, AttemptError>;
+    type Output = Result<Answer, AttemptError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -371,9 +371,9 @@ impl Future for Attempt {
                 },
             };
             return Poll::Ready(match result {
-                Ok(resp) => Ok(match this.guard.take() {
-                    Some(done) => StatusBody::wrap_response(resp, done).map(Body::new),
-                    None => resp,
+                Ok(resp) => Ok(Answer {
+                    resp,
+                    done: this.guard.take(),
                 }),
                 Err(err) => Err(this.endpoint.failed(
                     err,
@@ -387,9 +387,31 @@ impl Future for Attempt {
     }
 }
 
+/// The response of an attempt, its final status not read yet: `done` records it on the endpoint.
+///
+/// The balancer's own service wraps the body to read it ([`Answer::into_response`]); the client
+/// reads it once for `done` and its observing stage together (`client::finish`), so a call's
+/// body is wrapped once and its status parsed once.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub(crate) resp: http::Response<Body>,
+    /// `None` once reported (a retried call's answer comes back already wrapped).
+    pub(crate) done: Option<Done>,
+}
+
+impl Answer {
+    /// The response, its body wrapped to record the final status on the endpoint.
+    pub(crate) fn into_response(self) -> http::Response<Body> {
+        match self.done {
+            Some(done) => StatusBody::wrap_response(self.resp, done).map(Body::new),
+            None => self.resp,
+        }
+    }
+}
+
 /// Records the completion of one request on its endpoint.
 #[derive(Debug)]
-struct Done {
+pub(crate) struct Done {
     endpoint: Arc<Endpoint>,
     clock: Clock,
     start: u64,
@@ -398,7 +420,13 @@ struct Done {
 
 impl OnStatus for Done {
     fn on_status(self, c: i32) {
-        let now = Instant::now();
+        self.finish(c, Instant::now());
+    }
+}
+
+impl Done {
+    /// Records the final code `c`, the call having ended at `now`.
+    pub(crate) fn finish(self, c: i32, now: Instant) {
         let c = if c == code::CANCELLED && self.deadline.is_some_and(|d| now >= d) {
             code::DEADLINE_EXCEEDED
         } else {

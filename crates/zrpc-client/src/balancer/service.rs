@@ -14,7 +14,7 @@ use pin_project_lite::pin_project;
 use tokio::sync::watch;
 use tonic::body::Body;
 
-use super::endpoint::{Attempt, ConnectOptions, Deadline, Endpoint};
+use super::endpoint::{Answer, Attempt, ConnectOptions, Deadline, Endpoint};
 use super::replay::{self, Replay};
 use super::{P2cPicker, RoundRobin, ThreadRng};
 use crate::conf::BalancerName;
@@ -298,17 +298,28 @@ impl Shared {
 
     /// The slow path: a call made before the first endpoint set (it waits for one), then as
     /// [`Balancer`]'s `call`.
+    #[cfg(test)]
     async fn call(
         self: Arc<Self>,
         req: http::Request<Body>,
     ) -> Result<http::Response<Body>, BoxError> {
         let (deadline, timeout) = call_deadline(&req, Instant::now);
+        self.call_at(req, deadline, timeout).await
+    }
+
+    /// [`Shared::call`] with the deadline and timeout known.
+    async fn call_at(
+        self: Arc<Self>,
+        req: http::Request<Body>,
+        deadline: Option<Instant>,
+        timeout: Option<Duration>,
+    ) -> Result<http::Response<Body>, BoxError> {
         if !self.is_ready() {
             self.wait_first_set(deadline).await?;
         }
-        let first = self.first_attempt(req, deadline, timeout)?;
+        let first = self.first_attempt(req, deadline, timeout, Instant::now())?;
         match first.attempt.await {
-            Ok(resp) => Ok(resp),
+            Ok(answer) => Ok(answer.into_response()),
             Err(e) => match first.replay {
                 Some(replay) if e.retryable => {
                     self.retry((first.endpoint, e.status), replay, deadline, timeout)
@@ -319,12 +330,14 @@ impl Shared {
         }
     }
 
-    /// Picks an endpoint and starts the first attempt (no await: the common path of a call).
+    /// Picks an endpoint and starts the first attempt at `now` (no await: the common path of a
+    /// call).
     fn first_attempt(
         &self,
         req: http::Request<Body>,
         deadline: Option<Instant>,
         timeout: Option<Duration>,
+        now: Instant,
     ) -> Result<First, tonic::Status> {
         let set = self.set.load();
         if set.is_empty() {
@@ -335,10 +348,11 @@ impl Shared {
         } else {
             (req, None)
         };
-        // One precise clock read serves the pick and the call's latency sample: a coarse read
-        // for the pick (~7 ns) would come on top of the one the latency needs.
+        // One precise clock read serves the pick and the call's latency sample (and, from the
+        // client, its observing stage): a coarse read for the pick (~7 ns) would come on top of
+        // the one the latency needs.
         let clock = self.p2c.clock();
-        let start = clock.nanos(Instant::now());
+        let start = clock.nanos(now);
         let ep = self.pick(&set, start).ok_or_else(|| self.no_endpoint())?;
         let attempt =
             Arc::clone(&ep).send((clock, start), deadline, timeout, req, &self.target, true);
@@ -375,7 +389,7 @@ impl Shared {
                 .send((clock, now), deadline, timeout, req, &self.target, false)
                 .await
             {
-                Ok(resp) => return Ok(resp),
+                Ok(answer) => return Ok(answer.into_response()),
                 Err(e) if e.retryable => failed = (ep, e.status),
                 Err(e) => return Err(e.status.into()),
             }
@@ -430,7 +444,7 @@ const DEADLINE_SLACK: Duration = Duration::from_millis(2);
 
 /// The deadline of a call and its timeout: the [`Deadline`] extension when present (the timeout
 /// layer sets it), else `grpc-timeout` from `now()` (less [`DEADLINE_SLACK`]).
-fn call_deadline(
+pub(crate) fn call_deadline(
     req: &http::Request<Body>,
     now: impl FnOnce() -> Instant,
 ) -> (Option<Instant>, Option<Duration>) {
@@ -440,6 +454,52 @@ fn call_deadline(
         None => timeout.and_then(|t| now().checked_add(t.saturating_sub(DEADLINE_SLACK))),
     };
     (deadline, timeout)
+}
+
+impl Balancer {
+    /// Starts a call whose deadline and timeout are known (the client's timeout stage computed
+    /// them), its first attempt picked at `now`. Its future yields the [`Answer`], whose final
+    /// status the caller reads.
+    pub(crate) fn start(
+        &self,
+        req: http::Request<Body>,
+        deadline: Option<Instant>,
+        timeout: Option<Duration>,
+        now: Instant,
+    ) -> Call {
+        let shared = &self.shared;
+        if !shared.is_ready() {
+            return Call {
+                state: State::Boxed {
+                    fut: Box::pin(Arc::clone(shared).call_at(req, deadline, timeout)),
+                },
+            };
+        }
+        let state = match shared.first_attempt(req, deadline, timeout, now) {
+            Ok(First {
+                endpoint,
+                attempt,
+                replay,
+            }) => State::First {
+                attempt,
+                // boxed: the call's future stays small for the common single-endpoint call,
+                // which moves it several times (a retry copy is ~250 bytes)
+                retry: replay.map(|replay| {
+                    Box::new(Retry {
+                        shared: Arc::clone(shared),
+                        endpoint,
+                        replay,
+                        deadline,
+                        timeout,
+                    })
+                }),
+            },
+            Err(status) => State::Failed {
+                err: Some(status.into()),
+            },
+        };
+        Call { state }
+    }
 }
 
 impl tower::Service<http::Request<Body>> for Balancer {
@@ -452,35 +512,11 @@ impl tower::Service<http::Request<Body>> for Balancer {
     }
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
-        let shared = &self.shared;
-        if !shared.is_ready() {
-            return ResponseFuture {
-                state: State::Boxed {
-                    fut: Box::pin(Arc::clone(shared).call(req)),
-                },
-            };
+        let now = Instant::now();
+        let (deadline, timeout) = call_deadline(&req, || now);
+        ResponseFuture {
+            call: self.start(req, deadline, timeout, now),
         }
-        let (deadline, timeout) = call_deadline(&req, Instant::now);
-        let state = match shared.first_attempt(req, deadline, timeout) {
-            Ok(First {
-                endpoint,
-                attempt,
-                replay,
-            }) => State::First {
-                attempt,
-                retry: replay.map(|replay| Retry {
-                    shared: Arc::clone(shared),
-                    endpoint,
-                    replay,
-                    deadline,
-                    timeout,
-                }),
-            },
-            Err(status) => State::Failed {
-                err: Some(status.into()),
-            },
-        };
-        ResponseFuture { state }
     }
 }
 
@@ -494,20 +530,11 @@ struct Retry {
 }
 
 pin_project! {
-    /// The response future of the balancer: the first attempt is a named future; a retry (rare)
-    /// and a call made before the first endpoint set (rarer) are boxed.
+    /// The response future of the balancer's service: a [`Call`] whose answer's body is wrapped
+    /// to record its final status on the endpoint.
     pub(crate) struct ResponseFuture {
         #[pin]
-        state: State,
-    }
-}
-
-pin_project! {
-    #[project = StateProj]
-    enum State {
-        First { #[pin] attempt: Attempt, retry: Option<Retry> },
-        Boxed { fut: BoxFuture<'static, Result<http::Response<Body>, BoxError>> },
-        Failed { err: Option<BoxError> },
+        call: Call,
     }
 }
 
@@ -520,12 +547,41 @@ impl std::fmt::Debug for ResponseFuture {
 impl Future for ResponseFuture {
     type Output = Result<http::Response<Body>, BoxError>;
 
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.project()
+            .call
+            .poll(cx)
+            .map_ok(Answer::into_response)
+    }
+}
+
+pin_project! {
+    /// One call through the balancer ([`Balancer::start`]): the first attempt is a named future;
+    /// a retry (rare) and a call made before the first endpoint set (rarer) are boxed.
+    pub(crate) struct Call {
+        #[pin]
+        state: State,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State {
+        First { #[pin] attempt: Attempt, retry: Option<Box<Retry>> },
+        Boxed { fut: BoxFuture<'static, Result<http::Response<Body>, BoxError>> },
+        Failed { err: Option<BoxError> },
+    }
+}
+
+impl Future for Call {
+    type Output = Result<Answer, BoxError>;
+
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         loop {
             let next = match self.as_mut().project().state.project() {
                 StateProj::First { attempt, retry } => match ready!(attempt.poll(cx)) {
-                    Ok(resp) => return Poll::Ready(Ok(resp)),
-                    Err(e) => match retry.take() {
+                    Ok(answer) => return Poll::Ready(Ok(answer)),
+                    Err(e) => match retry.take().map(|r| *r) {
                         Some(r) if e.retryable => State::Boxed {
                             fut: Box::pin(r.shared.retry(
                                 (r.endpoint, e.status),
@@ -537,7 +593,12 @@ impl Future for ResponseFuture {
                         _ => return Poll::Ready(Err(e.status.into())),
                     },
                 },
-                StateProj::Boxed { fut } => return fut.as_mut().poll(cx),
+                StateProj::Boxed { fut } => {
+                    return fut
+                        .as_mut()
+                        .poll(cx)
+                        .map_ok(|resp| Answer { resp, done: None });
+                }
                 StateProj::Failed { err } => {
                     return Poll::Ready(Err(err.take().unwrap_or_else(|| {
                         tonic::Status::internal("polled after completion").into()

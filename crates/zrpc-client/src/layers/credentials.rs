@@ -31,6 +31,15 @@ impl CredentialsLayer {
     }
 }
 
+impl CredentialsLayer {
+    /// Adds the headers to `req`.
+    pub(crate) fn apply(&self, req: &mut http::Request<Body>) {
+        let h = req.headers_mut();
+        h.insert(APP, self.app.clone());
+        h.insert(TOKEN, self.token.clone());
+    }
+}
+
 impl<S> tower::Layer<S> for CredentialsLayer {
     type Service = Credentials<S>;
     fn layer(&self, inner: S) -> Credentials<S> {
@@ -61,9 +70,7 @@ where
     }
 
     fn call(&mut self, mut req: http::Request<Body>) -> S::Future {
-        let h = req.headers_mut();
-        h.insert(APP, self.layer.app.clone());
-        h.insert(TOKEN, self.layer.token.clone());
+        self.layer.apply(&mut req);
         self.inner.call(req)
     }
 }

@@ -116,7 +116,7 @@ impl<S> tower::Layer<S> for ObserveLayer {
     fn layer(&self, inner: S) -> Observe<S> {
         Observe {
             inner,
-            shared: Arc::clone(&self.shared),
+            layer: self.clone(),
         }
     }
 }
@@ -125,7 +125,7 @@ impl<S> tower::Layer<S> for ObserveLayer {
 #[derive(Debug, Clone)]
 pub struct Observe<S> {
     inner: S,
-    shared: Arc<Shared>,
+    layer: ObserveLayer,
 }
 
 /// One call's recorders: fed once with the final code.
@@ -139,15 +139,19 @@ pub(crate) struct Outcome {
 }
 
 /// What is known of a failure beyond its code, for the log.
-enum Detail<'a> {
+pub(crate) enum Detail<'a> {
     None,
     Message(&'a http::HeaderMap),
     Error(&'a BoxError),
 }
 
 impl Outcome {
-    fn record(mut self, code: i32, detail: Detail<'_>) {
-        let now = Instant::now();
+    pub(crate) fn record(self, code: i32, detail: Detail<'_>) {
+        self.record_at(code, detail, Instant::now());
+    }
+
+    /// Records the final `code`, the call having ended at `now`.
+    pub(crate) fn record_at(mut self, code: i32, detail: Detail<'_>, now: Instant) {
         let elapsed = now.saturating_duration_since(self.start);
         let _enter = self.span.as_ref().map(|span| {
             trace::record(span, code);
@@ -185,6 +189,58 @@ impl OnStatus for Outcome {
     }
 }
 
+impl Outcome {
+    /// The call's span, while it runs (tracing on).
+    pub(crate) fn span(&self) -> Option<&tracing::Span> {
+        self.span.as_ref()
+    }
+}
+
+impl ObserveLayer {
+    /// Starts observing a call that starts at `start`: resolves its method, opens its span
+    /// (injecting the trace context into `req`), asks the breaker. An open breaker's rejection
+    /// is recorded here and returned as the call's error.
+    pub(crate) fn begin(
+        &self,
+        req: &mut http::Request<Body>,
+        start: Instant,
+    ) -> Result<Outcome, BoxError> {
+        let shared = &self.shared;
+        let method = shared.methods.get(req.uri().path());
+        let span = if shared.trace {
+            trace::start(shared.methods.target(), &method.path, req.headers_mut())
+        } else {
+            None
+        };
+        let mut outcome = Outcome {
+            promise: None,
+            method,
+            start,
+            slow: shared.slow,
+            span,
+        };
+        if let Some(b) = &outcome.method.breaker {
+            match b.allow(start) {
+                Ok(p) => outcome.promise = Some(p),
+                Err(_open) => return Err(rejected(outcome)),
+            }
+        }
+        Ok(outcome)
+    }
+}
+
+/// Records a call the open breaker rejected; its error.
+#[cold]
+#[inline(never)]
+fn rejected(outcome: Outcome) -> BoxError {
+    if let Some(m) = &outcome.method.metrics {
+        m.dropped(&outcome.method.path, DropReason::Breaker);
+    }
+    let err: BoxError = breaker::open().into();
+    outcome.record(code_of_error(&*err), Detail::Error(&err));
+    err
+}
+
 impl<S> tower::Service<http::Request<Body>> for Observe<S>
 where
     S: tower::Service<http::Request<Body>, Response = Response, Error = BoxError>,
@@ -198,36 +254,14 @@ where
     }
 
     fn call(&mut self, mut req: http::Request<Body>) -> Self::Future {
-        let shared = &self.shared;
-        let method = shared.methods.get(req.uri().path());
-        let span = if shared.trace {
-            trace::start(shared.methods.target(), &method.path, req.headers_mut())
-        } else {
-            None
-        };
-        let start = Instant::now();
-        let mut outcome = Outcome {
-            promise: None,
-            method,
-            start,
-            slow: shared.slow,
-            span,
-        };
-        if let Some(b) = &outcome.method.breaker {
-            match b.allow(start) {
-                Ok(p) => outcome.promise = Some(p),
-                Err(_open) => {
-                    if let Some(m) = &outcome.method.metrics {
-                        m.dropped(&outcome.method.path, DropReason::Breaker);
-                    }
-                    let err: BoxError = breaker::open().into();
-                    outcome.record(code_of_error(&*err), Detail::Error(&err));
-                    return ResponseFuture {
-                        state: State::Rejected { err: Some(err) },
-                    };
-                }
+        let outcome = match self.layer.begin(&mut req, Instant::now()) {
+            Ok(outcome) => outcome,
+            Err(err) => {
+                return ResponseFuture {
+                    state: State::Rejected { err: Some(err) },
+                };
             }
-        }
+        };
         let fut = match &outcome.span {
             Some(span) => {
                 let _enter = span.enter();

@@ -105,6 +105,41 @@ pub struct Timeout<S> {
     layer: TimeoutLayer,
 }
 
+/// A call's deadline and the timeout it came from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bound {
+    /// On tokio's clock (honours a paused test clock).
+    pub(crate) deadline: tokio::time::Instant,
+    pub(crate) timeout: Duration,
+}
+
+impl Bound {
+    /// `err` as the caller sees it: tonic's own expiry (`Cancelled`) past the deadline is
+    /// `DeadlineExceeded`.
+    pub(crate) fn error(self, err: BoxError) -> BoxError {
+        past_deadline(err, self.deadline, self.timeout)
+    }
+}
+
+impl TimeoutLayer {
+    /// The deadline of `req` (see the module docs), sent on as its `grpc-timeout`; `None`: no
+    /// timeout.
+    pub(crate) fn apply(&self, req: &mut http::Request<Body>) -> Option<Bound> {
+        let call = req.extensions().get::<CallTimeout>().copied();
+        let header = grpc_timeout::from_headers(req.headers());
+        let timeout = effective(self.default, call, header)?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let value = match &self.header {
+            Some(v) if Some(timeout) == self.default => Some(v.clone()),
+            _ => header_value(timeout),
+        };
+        if let Some(v) = value {
+            req.headers_mut().insert(GRPC_TIMEOUT, v);
+        }
+        Some(Bound { deadline, timeout })
+    }
+}
+
 /// The effective timeout: the override (zero = none) or the default, and the header if shorter.
 fn effective(
     default: Option<Duration>,
@@ -135,24 +170,13 @@ where
     }
 
     fn call(&mut self, mut req: http::Request<Body>) -> Self::Future {
-        let call = req.extensions().get::<CallTimeout>().copied();
-        let header = grpc_timeout::from_headers(req.headers());
-        let Some(timeout) = effective(self.layer.default, call, header) else {
+        let Some(Bound { deadline, timeout }) = self.layer.apply(&mut req) else {
             return ResponseFuture {
                 state: State::Unbounded {
                     fut: self.inner.call(req),
                 },
             };
         };
-        // tokio's clock (honours a paused test clock); the extension carries the std instant
-        let deadline = tokio::time::Instant::now() + timeout;
-        let value = match &self.layer.header {
-            Some(v) if Some(timeout) == self.layer.default => Some(v.clone()),
-            _ => header_value(timeout),
-        };
-        if let Some(v) = value {
-            req.headers_mut().insert(GRPC_TIMEOUT, v);
-        }
         req.extensions_mut().insert(Deadline(deadline.into_std()));
         if self.layer.enforced_below {
             return ResponseFuture {
