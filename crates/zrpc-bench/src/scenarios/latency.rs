@@ -122,13 +122,32 @@ fn round_diff_us(a: &[f64], b: &[f64]) -> String {
 pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
     let rounds = ctx.opts.rounds;
     let secs = ctx.opts.round_secs;
+    // Pinned as overhead's headline mode: each side owns a core, so the Go runtime's and
+    // tokio's idle threads do not trade cores with the other side's. Two runs of 21 rounds each
+    // way (stop 30): the per-round ratios to Go -> Go spread over 0.45..0.76 pinned against
+    // 0.39..1.16 unpinned, and the medians of the two runs moved by 0-5% pinned against 5-14%.
+    let pinned = ctx.env.taskset && ctx.env.cpus >= 2;
+    let (srv_cpu, load_cpu, threads) = if pinned {
+        (Some(0), Some(1), 1)
+    } else {
+        (None, None, 0)
+    };
     let spec = ServerSpec {
         profile: Profile::Quiet,
+        cpu: srv_cpu,
+        threads,
         ..ServerSpec::default()
     };
     let rust = ctx.server(Side::Rust, &spec)?;
     let go = ctx.server(Side::Go, &spec);
-    let tonic = ctx.server(Side::Rust, &ServerSpec::default())?;
+    let tonic = ctx.server(
+        Side::Rust,
+        &ServerSpec {
+            cpu: srv_cpu,
+            threads,
+            ..ServerSpec::default()
+        },
+    )?;
     let mut table = Table::new(
         &format!("C=1, {secs} s per run, median of {rounds} alternating runs"),
         &[
@@ -181,6 +200,8 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
                 duration_ms: (secs * 1000.0).round() as u64,
                 warmup: ctx.size(50, 200),
                 records: true,
+                cpu: load_cpu,
+                threads,
                 ..LoadSpec::default()
             };
             // A run that completed no call is run once more, then counts as missing (NaN: left
@@ -264,6 +285,13 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
         &series,
     )?;
     let mut notes = vec![noise.note("serial calls")];
+    if !pinned {
+        notes.push(
+            "unpinned: taskset or a second CPU is missing; servers and clients ran with their \
+             default threads on any CPU (the figures spread more from round to round)."
+                .to_owned(),
+        );
+    }
     let missing: usize = acc.iter().map(|a| report::missing(&a.p50)).sum();
     if missing > 0 || reruns > 0 {
         notes.push(format!(
@@ -285,8 +313,11 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
     }
     Ok(Section {
         title: String::new(),
-        intro: "One caller, one call at a time, over loopback; client and server unpinned. Every \
-                run lasts the same time; the six pairs alternate round by round (the order \
+        intro: "One caller, one call at a time, over loopback. Pinned as the overhead \
+                section's headline mode: every server on CPU 0 with one runtime thread \
+                (GOMAXPROCS=1 for go-zero), every client on CPU 1 with one thread, so each side \
+                owns a core (without taskset or a second CPU, both sides run unpinned and a note \
+                says so). Every run lasts the same time; the six pairs alternate round by round (the order \
                 rotates) and each table gives medians over the rounds (the noise monitor's rule \
                 of the overhead section applies: busy rounds are left out whole when at least 3 \
                 quiet ones remain). Mean is wall time / calls (what a chain of dependent calls \
