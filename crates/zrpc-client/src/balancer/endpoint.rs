@@ -120,6 +120,7 @@ impl Endpoint {
     /// call's `grpc-timeout`) is quoted when the connection's own timer ends the call. `first`:
     /// a first attempt, whose `grpc-timeout` is the call's whole timeout, so tonic's timer can
     /// stand for the deadline; a retry's cannot (its header still says the whole timeout).
+    #[inline]
     pub(crate) fn send(
         self: Arc<Self>,
         (clock, start): (Clock, u64),

@@ -332,6 +332,7 @@ impl Shared {
 
     /// Picks an endpoint and starts the first attempt at `now` (no await: the common path of a
     /// call).
+    #[inline]
     fn first_attempt(
         &self,
         req: http::Request<Body>,
@@ -460,6 +461,7 @@ impl Balancer {
     /// Starts a call whose deadline and timeout are known (the client's timeout stage computed
     /// them), its first attempt picked at `now`. Its future yields the [`Answer`], whose final
     /// status the caller reads.
+    #[inline]
     pub(crate) fn start(
         &self,
         req: http::Request<Body>,
