@@ -14,7 +14,9 @@
 //! every tonic `Channel` (`GrpcTimeout`) arms one from that header when it sends the request, and
 //! fails the call with `TimeoutExpired` at expiry (which the endpoint reports as
 //! `DeadlineExceeded`). The client's own chain therefore builds this layer "enforced below": it
-//! sets the header and the [`Deadline`] extension but arms no timer of its own, and the balancer arms one only where tonic's cannot
+//! sets the header (and hands the deadline to the balancer: `Client::call` passes it directly,
+//! the layer as a tower service in the [`Deadline`] extension) but arms no timer of its own, and
+//! the balancer arms one only where tonic's cannot
 //! be relied on (a request not yet handed to a live connection, a retry: see
 //! `balancer::endpoint`). A second timer per call cost a lock, a wheel insertion and removal, and
 //! mostly a wake-up of the runtime's parked I/O driver (an `eventfd` write) per serial call.
