@@ -460,7 +460,7 @@ impl tower::Service<http::Request<Body>> for Client {
     /// breaker), timeout, credentials, then the balancer's pick and first attempt. The stages
     /// exist as tower layers too ([`crate::layers`]); composed here they share the call's start
     /// instant and its deadline without request extensions, and its final status is read once,
-    /// for the endpoint and the recorders together ([`finish`]).
+    /// for the endpoint and the recorders together.
     fn call(&mut self, mut req: http::Request<Body>) -> Self::Future {
         let start = Instant::now();
         let outcome = match &self.observe {
