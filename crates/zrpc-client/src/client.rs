@@ -4,8 +4,8 @@ use std::any::Any;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::task::ready;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use pin_project_lite::pin_project;
@@ -16,12 +16,12 @@ use zrpc_core::grpc::{OnStatus, StatusBody, StatusGuard, status_from_headers};
 
 use crate::Error;
 use crate::balancer::endpoint::ConnectOptions;
+use crate::balancer::endpoint::{Answer, Done};
 use crate::balancer::random_seed;
 use crate::balancer::service::Balancer;
+use crate::balancer::service::{Call, call_deadline};
 use crate::balancer::stats::EjectionLimit;
 use crate::conf::RpcClientConf;
-use crate::balancer::endpoint::{Answer, Done};
-use crate::balancer::service::{Call, call_deadline};
 use crate::layers::credentials::CredentialsLayer;
 use crate::layers::duration::SLOW_THRESHOLD;
 use crate::layers::observe::{Detail, Outcome};
@@ -372,18 +372,19 @@ impl Future for ResponseFuture {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
-            StateProj::Rejected { err } => {
-                Poll::Ready(Err(err.take().unwrap_or_else(|| {
-                    tonic::Status::internal("polled after completion").into()
-                })))
-            }
+            StateProj::Rejected { err } => Poll::Ready(Err(err
+                .take()
+                .unwrap_or_else(|| tonic::Status::internal("polled after completion").into()))),
             StateProj::Called {
                 call,
                 outcome,
                 bound,
             } => {
                 let answer = {
-                    let _enter = outcome.get().and_then(Outcome::span).map(tracing::Span::enter);
+                    let _enter = outcome
+                        .get()
+                        .and_then(Outcome::span)
+                        .map(tracing::Span::enter);
                     ready!(call.poll(cx))
                 };
                 Poll::Ready(match answer {
@@ -560,5 +561,69 @@ mod tests {
             breakers.names(),
             vec![format!("direct:///127.0.0.1:{port}/p.S/M")]
         );
+    }
+
+    /// `finish` reads a call's final status once for the endpoint's statistics and the observing
+    /// stage's recorders: from the headers of a trailers-only answer at once, from the trailers
+    /// at the end of the body, and as `Cancelled` for a body dropped before them.
+    #[tokio::test]
+    #[allow(clippy::unwrap_used)]
+    async fn one_status_read_feeds_the_endpoint_and_the_recorders() {
+        use crate::balancer::endpoint::{ConnectOptions, Endpoint};
+        use http_body_util::BodyExt;
+
+        let registry = prometheus::Registry::new();
+        let metrics = ClientMetrics::register(&registry).unwrap();
+        let observe = ObserveLayer::builder("direct:///x:1")
+            .metrics(Some(metrics.clone()))
+            .build();
+        // never connected: only its statistics are used
+        let endpoint = Arc::new(Endpoint::new("127.0.0.1:1", &ConnectOptions::default()).unwrap());
+        let count = |c: &str| metrics.code_total.with_label_values(&["/p.S/M", c]).get();
+        let start = || {
+            let mut req = http::Request::builder()
+                .uri("/p.S/M")
+                .body(Body::empty())
+                .unwrap();
+            endpoint.stats.on_pick();
+            let outcome = observe.begin(&mut req, Instant::now()).unwrap();
+            (Some(Done::for_test(Arc::clone(&endpoint))), Some(outcome))
+        };
+        let trailed = |c: &'static str| -> Response {
+            let mut trailers = http::HeaderMap::new();
+            trailers.insert("grpc-status", c.parse().unwrap());
+            let body = http_body_util::Full::new(bytes::Bytes::from_static(b"msg"))
+                .with_trailers(async move { Some(Ok(trailers)) });
+            http::Response::new(Body::new(body))
+        };
+
+        // trailers-only Unavailable: both at once
+        let (done, outcome) = start();
+        let resp: Response = zrpc_core::grpc::status_response(14, "down");
+        drop(finish(resp, done, outcome));
+        assert_eq!(count("14"), 1);
+        assert_eq!(endpoint.stats.inflight(), 0);
+        assert!(
+            endpoint.stats.success() < 1000.0,
+            "a failure for the endpoint"
+        );
+
+        // OK in the trailers: both at the end of the body, not before
+        let (done, outcome) = start();
+        let resp = finish(trailed("0"), done, outcome);
+        assert_eq!((count("0"), endpoint.stats.inflight()), (0, 1));
+        resp.into_body().collect().await.unwrap();
+        assert_eq!((count("0"), endpoint.stats.inflight()), (1, 0));
+
+        // dropped before its trailers: Cancelled, for both
+        let (done, outcome) = start();
+        drop(finish(trailed("0"), done, outcome));
+        assert_eq!((count("1"), endpoint.stats.inflight()), (1, 0));
+        assert_eq!(endpoint.stats.requests(), 3);
+        let calls = metrics
+            .duration_ms
+            .with_label_values(&["/p.S/M"])
+            .get_sample_count();
+        assert_eq!(calls, 3, "one duration per call");
     }
 }

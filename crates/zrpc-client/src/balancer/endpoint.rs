@@ -426,6 +426,18 @@ impl OnStatus for Done {
 }
 
 impl Done {
+    /// The completion of a call picked now on `endpoint` (its pick counted by the caller).
+    #[cfg(test)]
+    pub(crate) fn for_test(endpoint: Arc<Endpoint>) -> Done {
+        let clock = Clock::new(Instant::now());
+        Done {
+            endpoint,
+            start: clock.nanos(Instant::now()),
+            clock,
+            deadline: None,
+        }
+    }
+
     /// Records the final code `c`, the call having ended at `now`.
     pub(crate) fn finish(self, c: i32, now: Instant) {
         let c = if c == code::CANCELLED && self.deadline.is_some_and(|d| now >= d) {

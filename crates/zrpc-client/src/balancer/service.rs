@@ -550,10 +550,7 @@ impl Future for ResponseFuture {
     type Output = Result<http::Response<Body>, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.project()
-            .call
-            .poll(cx)
-            .map_ok(Answer::into_response)
+        self.project().call.poll(cx).map_ok(Answer::into_response)
     }
 }
 
