@@ -47,12 +47,20 @@ fn window_rates(recs: &[Record], from: f64, to: f64, ok_only: bool) -> Vec<f64> 
         .collect()
 }
 
-/// The p99 latency of the OK calls per 1 s window of start times over `[from, to)` ms (windows
-/// without an OK call have none). The figure is the median over the windows: one second in
-/// which a neighbour stalled the server moves one window's p99, not the figure (a plain p99 of
-/// a few thousand calls is its 30 worst).
-fn window_p99s(recs: &[Record], from: f64, to: f64) -> Vec<f64> {
-    windows(from, to)
+/// The fewest OK calls a second needs for its p99 to count: a p99 of fewer calls is their
+/// slowest one or two. At 2x overload go-zero's shedder answered almost nothing OK (goodput
+/// x0.00), and its admitted p99, the median of seconds holding a handful of OK calls each,
+/// moved from x548 to x208 of the unloaded one between two runs (stop 30).
+const MIN_P99_CALLS: usize = 100;
+
+/// The p99 latency of the OK calls per 1 s window of start times over `[from, to)` ms, for the
+/// windows with at least [`MIN_P99_CALLS`] OK calls, and the number of windows. The figure is
+/// the median over the windows: one second in which a neighbour stalled the server moves one
+/// window's p99, not the figure (a plain p99 of a few thousand calls is its 30 worst).
+fn window_p99s(recs: &[Record], from: f64, to: f64) -> (Vec<f64>, usize) {
+    let windows = windows(from, to);
+    let n = windows.len();
+    let p99s = windows
         .into_iter()
         .filter_map(|(a, b)| {
             let mut lat: Vec<f64> = recs
@@ -61,9 +69,24 @@ fn window_p99s(recs: &[Record], from: f64, to: f64) -> Vec<f64> {
                 .map(|r| r.latency_ms)
                 .collect();
             lat.sort_by(f64::total_cmp);
-            (!lat.is_empty()).then(|| percentile(&lat, 0.99))
+            (lat.len() >= MIN_P99_CALLS).then(|| percentile(&lat, 0.99))
         })
-        .collect()
+        .collect();
+    (p99s, n)
+}
+
+/// The ratio cell of per-second p99s `num` (of `windows` seconds) to `den`; marked unstable when
+/// fewer than half the seconds had enough OK calls for a p99 ([`MIN_P99_CALLS`]): the figure
+/// then rests on a few seconds, or on none.
+fn p99_ratio(num: &[f64], windows: usize, den: &[f64]) -> String {
+    let cell = windowed_ratio(num, den);
+    if num.len() * 2 >= windows || cell.contains("unstable") {
+        return cell;
+    }
+    format!(
+        "{cell} unstable: too few OK calls ({} of {windows} s had {MIN_P99_CALLS} or more)",
+        num.len()
+    )
 }
 
 pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
@@ -145,7 +168,7 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
                 ..base.clone()
             },
         )?;
-        let unloaded_p99s = window_p99s(&recs, 0.0, unloaded_ms as f64);
+        let (unloaded_p99s, _) = window_p99s(&recs, 0.0, unloaded_ms as f64);
         let unloaded_p99 = median(unloaded_p99s.clone());
         pb.inc(1);
         pb.set_message(format!("{name}: 2x"));
@@ -173,7 +196,7 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
         let from = window_ms as f64 * 0.2;
         let to = window_ms as f64;
         let sent = window_rates(&recs, from, to, false);
-        let admitted = window_p99s(&recs, from, to);
+        let (admitted, seconds) = window_p99s(&recs, from, to);
         let good = window_rates(&recs, from, to, true);
         let shed = s.codes.get("ResourceExhausted").copied().unwrap_or(0);
         let other = s.failed - shed;
@@ -187,7 +210,7 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
             f(median(good.clone()), 0),
             windowed_ratio(&good, &[capacity]),
             f(median(admitted.clone()), 1),
-            windowed_ratio(&admitted, &unloaded_p99s),
+            p99_ratio(&admitted, seconds, &unloaded_p99s),
             format!(
                 "{shed} ({}%)",
                 f(shed as f64 * 100.0 / s.calls.max(1) as f64, 1)
@@ -240,11 +263,55 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
                 computed again on the first and on the second half of its seconds, and when the \
                 halves differ by more than {:.0}% the cell says `unstable: halves xA / xB`: one \
                 run does not agree with itself, so `zrpc-bench compare` prints it with that \
-                reason and does not hold two runs to it.",
+                reason and does not hold two runs to it. A second's p99 counts only when it \
+                answered at least {MIN_P99_CALLS} calls OK (fewer, and its p99 is its slowest \
+                call or two); when fewer than half the seconds did, the admitted p99's ratio \
+                says `unstable: too few OK calls`, for the same reason.",
             SPLIT_TOLERANCE * 100.0
         ),
         tables: vec![table],
         charts: Vec::new(),
         notes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(start_ms: f64, latency_ms: f64) -> Record {
+        Record {
+            start_ms,
+            latency_ms,
+            code: 0,
+            server: "-".into(),
+        }
+    }
+
+    #[test]
+    fn a_second_with_too_few_ok_calls_has_no_p99_and_the_ratio_says_so() {
+        // second 0: 200 OK calls of 1..=200 ms; second 1: 5 OK calls; second 2: none
+        let mut recs: Vec<Record> = (1..=200).map(|i| ok(f64::from(i), f64::from(i))).collect();
+        recs.extend((0..5).map(|i| ok(1000.0 + f64::from(i), 500.0)));
+        let (p99s, seconds) = window_p99s(&recs, 0.0, 3000.0);
+        assert_eq!(seconds, 3);
+        assert_eq!(p99s.len(), 1, "only the first second has a p99");
+        assert!((p99s[0] - 198.0).abs() < 2.5, "{p99s:?}");
+        let cell = p99_ratio(&p99s, seconds, &[2.0]);
+        assert!(
+            cell.ends_with("unstable: too few OK calls (1 of 3 s had 100 or more)"),
+            "{cell}"
+        );
+        // two of three seconds with enough calls: a plain ratio
+        recs.extend((0..150).map(|i| ok(2000.0 + f64::from(i), 10.0)));
+        let (p99s, seconds) = window_p99s(&recs, 0.0, 3000.0);
+        assert_eq!(p99s.len(), 2);
+        assert!(!p99_ratio(&p99s, seconds, &[2.0]).contains("unstable"));
+        // none: no ratio, and the reason
+        let (p99s, seconds) = window_p99s(&recs[..5], 0.0, 3000.0);
+        assert_eq!(
+            p99_ratio(&p99s, seconds, &[2.0]),
+            "- unstable: too few OK calls (0 of 3 s had 100 or more)"
+        );
+    }
 }
