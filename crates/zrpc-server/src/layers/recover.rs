@@ -308,6 +308,27 @@ impl<B> RecoverBody<B> {
     }
 }
 
+/// The trailers that end a body whose poll panicked: `Internal "panic: ..."` (the panic is
+/// logged, and the call's facts blame the server).
+#[cold]
+#[inline(never)]
+pub(crate) fn panic_trailers<D>(
+    method: &PathAndQuery,
+    facts: Option<&CallFacts>,
+    caught: &Caught,
+) -> Frame<D> {
+    log_panic(method, caught);
+    mark_panicked(facts);
+    let mut trailers = HeaderMap::new();
+    trailers.insert(GRPC_STATUS, HeaderValue::from_static("13"));
+    if let Ok(v) =
+        HeaderValue::from_str(&encode_grpc_message(&format!("panic: {}", caught.message)))
+    {
+        trailers.insert(GRPC_MESSAGE, v);
+    }
+    Frame::trailers(trailers)
+}
+
 #[cold]
 #[inline(never)]
 pub(crate) fn mark_panicked(facts: Option<&CallFacts>) {
@@ -341,18 +362,12 @@ impl<B: Body> Body for RecoverBody<B> {
         match guarded(|| inner.poll_frame(cx)) {
             Ok(p) => p,
             Err(caught) => {
-                log_panic(method, &caught);
-                mark_panicked(this.facts.as_ref());
                 *this.done = true;
-                let mut trailers = HeaderMap::new();
-                trailers.insert(GRPC_STATUS, HeaderValue::from_static("13"));
-                if let Ok(v) = HeaderValue::from_str(&encode_grpc_message(&format!(
-                    "panic: {}",
-                    caught.message
-                ))) {
-                    trailers.insert(GRPC_MESSAGE, v);
-                }
-                Poll::Ready(Some(Ok(Frame::trailers(trailers))))
+                Poll::Ready(Some(Ok(panic_trailers(
+                    method,
+                    this.facts.as_ref(),
+                    &caught,
+                ))))
             }
         }
     }
