@@ -4,6 +4,8 @@
 //! Per-request behaviour comes from the request name, a comma-separated list of
 //! directives (anything else is just a name):
 //! - `sleep:<ms>`: wait before answering;
+//! - `block:<ms>`: hold the worker thread before answering (a blocking sleep, as a handler
+//!   doing CPU work that never awaits would);
 //! - `fail:<code>`: answer with that numeric gRPC code (message `"failed on purpose"`);
 //! - `panic` / `panic:<msg>`: panic in the handler.
 //!
@@ -57,6 +59,8 @@ pub struct TestGreeter {
 pub struct Directives {
     /// `sleep:<ms>`.
     pub sleep: Option<Duration>,
+    /// `block:<ms>`.
+    pub block: Option<Duration>,
     /// `fail:<code>`.
     pub fail: Option<Code>,
     /// `panic[:<msg>]`.
@@ -69,6 +73,8 @@ pub fn directives(name: &str) -> Directives {
     for part in name.split(',').map(str::trim) {
         if let Some(ms) = part.strip_prefix("sleep:") {
             d.sleep = ms.parse().ok().map(Duration::from_millis);
+        } else if let Some(ms) = part.strip_prefix("block:") {
+            d.block = ms.parse().ok().map(Duration::from_millis);
         } else if let Some(code) = part.strip_prefix("fail:") {
             d.fail = code.parse::<i32>().ok().map(Code::from_i32);
         } else if part == "panic" {
@@ -132,6 +138,9 @@ impl Greeter for TestGreeter {
         let delay = d.sleep.unwrap_or(self.delay);
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
+        }
+        if let Some(block) = d.block {
+            std::thread::sleep(block);
         }
         if let Some(msg) = d
             .panic
@@ -334,9 +343,10 @@ mod tests {
             Directives {
                 sleep: Some(Duration::from_millis(20)),
                 fail: Some(Code::Unavailable),
-                panic: None
+                ..Directives::default()
             }
         );
+        assert_eq!(directives("block:5").block, Some(Duration::from_millis(5)));
         assert_eq!(directives("panic:oops").panic.as_deref(), Some("oops"));
         assert_eq!(directives("alice"), Directives::default());
     }

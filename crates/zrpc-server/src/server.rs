@@ -379,11 +379,15 @@ where
             || shedder.is_some()
             || token_store.is_some()
             || timeout.is_on();
+        // The shedder counts a call from the moment its stream is accepted (in `Front`), so
+        // that calls waiting for a worker thread count as in flight (`layers/shedding.rs`).
+        let shedding = crate::shedding_glue::shedding_layer(shedder.as_ref(), &services.streaming);
         let outer = ServiceBuilder::new().layer(crate::transport::front_layer(
             &accept,
             &conf.transport,
             facts,
             tls.as_ref().and_then(|t| t.allowed.clone()),
+            shedding.shared(),
         ));
 
         let dev = DevServer::start(&conf, &parts).await?;
@@ -409,10 +413,7 @@ where
                 metrics: MetricsLayer::new(mw.prometheus).streaming(services.streaming.clone()),
                 auth: AuthLayer::new(token_store, conf.strict_control),
                 breaker: BreakerLayer::with_registry(mw.breaker, breakers),
-                shedding: crate::shedding_glue::shedding_layer(
-                    shedder.as_ref(),
-                    &services.streaming,
-                ),
+                shedding,
                 timeout,
             };
             let chain = outer

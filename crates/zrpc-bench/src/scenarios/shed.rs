@@ -227,13 +227,13 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
     )];
     notes.push(
         "zrpc's shedder drops a call when the CPU is hot and more calls are in flight than \
-         its Little's-law bound. With this handler (1 ms of spinning that never yields to \
-         tokio) the count does not pass the bound: at most one call per worker thread is past \
-         its first poll, and the calls behind it wait in the connection's socket and in tokio's \
-         run queue. The CPU reading of the pinned core turns the shedder hot \
-         (`rpc_server_shedder_hot` 1, checked by hand), but that alone drops nothing. \
-         go-zero's interceptor counts a call when its goroutine starts, and Go preempts the \
-         spinning handler."
+         its Little's-law bound. It counts a call from the moment hyper accepts its stream, so \
+         the calls waiting in tokio's run queue behind this handler (1 ms of spinning that never \
+         yields to tokio) count as in flight; go-zero's interceptor counts a call when its \
+         goroutine starts, and Go preempts the spinning handler. Either shedder engages only \
+         once its smoothed CPU reading passes the threshold, seconds into the overload \
+         (docs/middleware.md); until then calls queue and time out, which is what the halves \
+         rule sees when a ratio is marked unstable."
             .into(),
     );
     if !pinned {

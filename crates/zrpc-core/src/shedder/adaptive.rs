@@ -61,6 +61,8 @@ pub struct AdaptiveShedder {
     window_scale: f64,
     cpu: Arc<dyn CpuUsage>,
     pub(super) flying: AtomicI64,
+    /// Requests the transport accepted that have not asked yet (see [`Queued`]).
+    pub(super) queued: AtomicI64,
     /// `f64` bits.
     pub(super) avg_flying: AtomicU64,
     pub(super) overload_time: AtomicStamp,
@@ -83,6 +85,7 @@ impl AdaptiveShedder {
             config,
             cpu,
             flying: AtomicI64::new(0),
+            queued: AtomicI64::new(0),
             avg_flying: AtomicU64::new(0f64.to_bits()),
             overload_time: AtomicStamp::default(),
             dropped_recently: AtomicBool::new(false),
@@ -102,7 +105,48 @@ impl AdaptiveShedder {
     ///
     /// [`Overloaded`] when the request should be shed.
     pub fn allow(self: &Arc<Self>, now: Instant) -> Result<ShedderPromise, Overloaded> {
-        if self.should_drop(now, self.cpu.millicpu()) {
+        self.decide(now, 0)
+    }
+
+    /// Counts a request the transport has accepted but that has not asked yet (it waits for
+    /// its turn to run): until it asks with [`allow_queued`](Self::allow_queued), or the
+    /// [`Queued`] is dropped, it counts as in flight for the requests that do ask.
+    ///
+    /// go-zero needs no such count: grpc-go starts a goroutine per request as it reads the
+    /// request's headers, and Go preempts a busy handler, so every accepted request reaches
+    /// the shedder at once. A tokio task runs only when a worker thread is free: with handlers
+    /// that keep their thread busy, accepted requests wait in the run queue unseen, the count
+    /// in flight never passes the bound, and nothing is shed while their latency grows.
+    pub fn queue(self: &Arc<Self>) -> Queued {
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        Queued {
+            shedder: Arc::clone(self),
+        }
+    }
+
+    /// [`allow`](Self::allow) for a request counted by [`queue`](Self::queue): the requests
+    /// queued behind it count as in flight, and it moves from the queued to the flying.
+    ///
+    /// # Errors
+    ///
+    /// [`Overloaded`] when the request should be shed.
+    pub fn allow_queued(
+        self: &Arc<Self>,
+        queued: Queued,
+        now: Instant,
+    ) -> Result<ShedderPromise, Overloaded> {
+        // Counted in `queued` until the decision: it is not one of the others (unless it was
+        // queued on another shedder).
+        let own = i64::from(Arc::ptr_eq(&queued.shedder, self));
+        let decision = self.decide(now, own);
+        // Allowed, it is flying already; shed, it is done.
+        drop(queued);
+        decision
+    }
+
+    /// Admits or drops a request, `own` of the queued requests being its own count.
+    fn decide(self: &Arc<Self>, now: Instant, own: i64) -> Result<ShedderPromise, Overloaded> {
+        if self.should_drop_counting(now, self.cpu.millicpu(), own) {
             self.dropped_recently.store(true, Ordering::Relaxed);
             return Err(Overloaded::new());
         }
@@ -113,10 +157,11 @@ impl AdaptiveShedder {
         })
     }
 
-    /// Requests in progress.
+    /// Requests in progress: those allowed and not ended, and those accepted that have not
+    /// asked yet ([`queue`](Self::queue)).
     #[must_use]
     pub fn flying(&self) -> i64 {
-        self.flying.load(Ordering::Acquire)
+        self.flying.load(Ordering::Acquire) + self.queued.load(Ordering::Acquire)
     }
 
     /// Moving average of the requests in progress.
@@ -149,8 +194,14 @@ impl AdaptiveShedder {
     }
 
     /// go-zero `shouldDrop()`.
+    #[cfg(test)]
     pub(super) fn should_drop(&self, now: Instant, cpu: u64) -> bool {
-        (self.system_overloaded(now, cpu) || self.still_hot(now)) && self.high_thru(now, cpu)
+        self.should_drop_counting(now, cpu, 0)
+    }
+
+    /// go-zero `shouldDrop()`, for a request that is `own` of the queued ones.
+    fn should_drop_counting(&self, now: Instant, cpu: u64, own: i64) -> bool {
+        (self.system_overloaded(now, cpu) || self.still_hot(now)) && self.high_thru(now, cpu, own)
     }
 
     fn system_overloaded(&self, now: Instant, cpu: u64) -> bool {
@@ -176,8 +227,8 @@ impl AdaptiveShedder {
         false
     }
 
-    fn high_thru(&self, now: Instant, cpu: u64) -> bool {
-        let flying = self.flying() as f64;
+    fn high_thru(&self, now: Instant, cpu: u64, own: i64) -> bool {
+        let flying = (self.flying() - own) as f64;
         // max_flight * factor >= 0.1, so nothing in flight never sheds; skip the window lock.
         if flying <= 0.0 {
             return false;
@@ -233,7 +284,8 @@ impl AdaptiveShedder {
 
     /// go-zero `addFlying(-1)`: one request ended; update the moving average.
     fn finish(&self) {
-        let flying = self.flying.fetch_sub(1, Ordering::AcqRel) - 1;
+        let flying =
+            self.flying.fetch_sub(1, Ordering::AcqRel) - 1 + self.queued.load(Ordering::Acquire);
         let beta = self.config.flying_beta;
         let mut old = self.avg_flying.load(Ordering::Acquire);
         loop {
@@ -284,6 +336,19 @@ impl ShedderPromise {
     #[must_use]
     pub fn start(&self) -> Instant {
         self.start
+    }
+}
+
+/// A request counted as in flight before it asks the shedder (see
+/// [`AdaptiveShedder::queue`]); dropping it uncounts the request.
+#[derive(Debug)]
+pub struct Queued {
+    shedder: Arc<AdaptiveShedder>,
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        self.shedder.queued.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -21,7 +21,7 @@
 //!               && avg_flying > max_flight * factor && flying > max_flight * factor
 //! ```
 //!
-//! `flying` is the number of requests in progress; `avg_flying` is its moving average, updated when
+//! `flying` is the number of requests in progress (see below for those not yet started); `avg_flying` is its moving average, updated when
 //! a request finishes: `avg = avg * 0.9 + flying * 0.1`. A dropped request sets `dropped_recently`.
 //! An allowed request returns a [`ShedderPromise`]: [`pass`](ShedderPromise::pass) records its
 //! response time and counts it, [`fail`](ShedderPromise::fail) only ends it (as does dropping the
@@ -36,6 +36,18 @@
 //! **microseconds** (rounded up to the next microsecond), and `min_rt` is the rounded average in
 //! microseconds. For handlers slower than a few milliseconds the two agree to within rounding.
 //!
+//! # Difference from go-zero: requests waiting for a thread
+//!
+//! In grpc-go every request gets a goroutine as its headers are read, and Go preempts busy
+//! handlers, so go-zero's interceptor counts a request in flight almost as soon as it arrives.
+//! A tokio task runs when a worker thread is free: with handlers that hold their thread (CPU
+//! work that never awaits), the requests behind them wait in the run queue without being
+//! counted, `flying` stays at the number of worker threads, below the bound, and nothing is
+//! shed while the queue (and every caller's latency) grows. The server therefore counts a
+//! request with [`AdaptiveShedder::queue`] when its stream is accepted, before its task first
+//! runs, and the request asks with [`AdaptiveShedder::allow_queued`]: `flying` (and the
+//! moving average sampled from it) includes the requests waiting for their turn.
+//!
 //! # Implementation notes
 //!
 //! `flying`, `avg_flying` (f64 bits, compare-and-swap), `overload_time` and `dropped_recently` are
@@ -47,7 +59,7 @@
 mod adaptive;
 mod config;
 
-pub use adaptive::{AdaptiveShedder, ShedderPromise, ShedderStats};
+pub use adaptive::{AdaptiveShedder, Queued, ShedderPromise, ShedderStats};
 pub use config::ShedderConfig;
 
 use std::fmt;

@@ -272,3 +272,44 @@ fn sheds_when_cpu_hot_and_recovers_after_cool_off() {
 static_assertions::assert_impl_all!(AdaptiveShedder: Send, Sync);
 static_assertions::assert_impl_all!(ShedderPromise: Send, Sync);
 static_assertions::assert_impl_all!(Overloaded: std::error::Error, Send, Sync, Clone);
+
+#[test]
+fn queued_requests_count_as_in_flight_until_they_ask() {
+    // max_flight 49.5 at cpu == threshold (factor 1): 60 requests accepted, none asked yet.
+    let cpu = Arc::new(FixedCpu::new(900));
+    let s = shedder(900, cpu.clone());
+    let now = fixture(&s, Instant::now());
+    set_avg_flying(&s, 80.0);
+    let mut queued: Vec<Queued> = (0..60).map(|_| s.queue()).collect();
+    assert_eq!(s.flying(), 60);
+    // A request that was never queued sees the 60 waiting ones: shed.
+    assert!(s.allow(now).is_err());
+    // The first to ask counts the 59 behind it, not itself: shed, and uncounted.
+    assert!(s.allow_queued(queued.pop().unwrap(), now).is_err());
+    assert_eq!(s.flying(), 59);
+    // Ten more give up before asking (their stream was reset): uncounted as they drop.
+    queued.truncate(49);
+    assert_eq!(s.flying(), 49);
+    // Now 48 others wait behind the next one, under the bound: allowed, and it moves from the
+    // queued to the flying (the count does not change).
+    let promise = s.allow_queued(queued.pop().unwrap(), now).unwrap();
+    assert_eq!(s.flying(), 49);
+    // Its end samples the moving average with the queued ones in: 80 * 0.9 + 48 * 0.1.
+    promise.pass(now + Duration::from_millis(1));
+    assert_eq!(s.flying(), 48);
+    assert!((s.avg_flying() - 76.8).abs() < 1e-9, "{}", s.avg_flying());
+    drop(queued);
+    assert_eq!(s.flying(), 0);
+    assert_eq!(s.stats(now).flying, 0);
+}
+
+#[test]
+fn a_request_queued_on_another_shedder_asks_as_an_unqueued_one() {
+    let cpu = Arc::new(FixedCpu::new(0));
+    let (a, b) = (shedder(900, cpu.clone()), shedder(900, cpu));
+    let q = a.queue();
+    let promise = b.allow_queued(q, Instant::now()).unwrap();
+    assert_eq!((a.flying(), b.flying()), (0, 1));
+    drop(promise);
+    assert_eq!(b.flying(), 0);
+}

@@ -41,6 +41,7 @@ use tower_service::Service;
 use tracing::Span;
 use zrpc_core::breaker::BreakerRegistry;
 use zrpc_core::grpc::{OnStatus, StatusGuard, code, status_from_headers, status_response};
+use zrpc_core::shedder::Queued;
 
 use super::auth::{self, AuthLayer, Check, Policy, TokenFuture, TokenStore};
 use super::breaker::{self, BreakerLayer, BreakerRecord};
@@ -295,8 +296,14 @@ impl Governance {
                     Pending {
                         inner,
                         req,
-                        // Admitted when the store answers: the clock is read then.
-                        entry: Entry { now: None, ..entry },
+                        // Admitted when the store answers: the clock is read then. A call
+                        // waiting for its token no longer counts in the shedder's flight:
+                        // callers that have not proved who they are do not move it.
+                        entry: Entry {
+                            now: None,
+                            queued: None,
+                            ..entry
+                        },
                         token,
                         shared: Arc::clone(self),
                     },
@@ -323,6 +330,7 @@ impl Governance {
             facts,
             caller,
             mut now,
+            queued,
         } = entry;
         let path = req.uri().path();
         let registry = self.breaker.as_ref().filter(|_| !is_infra(path));
@@ -338,7 +346,7 @@ impl Governance {
                 }
             }
             if let Some(shedder) = shedder {
-                match shedder.admit(path, facts, now) {
+                match shedder.admit(path, facts, now, queued) {
                     Some(record) => guards.inner = Some(record),
                     None => {
                         // The breaker sees the shed call's code, as it would from the
@@ -395,6 +403,7 @@ where
             facts: facts_of(&req),
             peer: peer_addr(&req),
             caller_deadline: caller_deadline(req.headers()),
+            queued: None,
         };
         self.call_with(req, arrival)
     }
@@ -432,6 +441,7 @@ where
             facts,
             peer,
             caller_deadline: caller,
+            queued,
         } = arrival;
         let g = &*self.shared;
         // Recover's method (for the log line) and the facts it marks on a panic, which the
@@ -482,7 +492,12 @@ where
         // Recover covers what runs inside it in the nested chain: a token store's lookup, the
         // inner layers' and the handler's `call`.
         let state = match guarded_if(recover.as_ref(), || {
-            let entry = Entry { facts, caller, now };
+            let entry = Entry {
+                facts,
+                caller,
+                now,
+                queued,
+            };
             shared.start(inner, req, entry, &mut guard, &mut timer)
         }) {
             Ok(state) => state,
@@ -518,6 +533,8 @@ struct Entry {
     caller: Option<tokio::time::Instant>,
     /// The clock, when the call read it already (as its start).
     now: Option<tokio::time::Instant>,
+    /// The call's count in the shedder's flight since its stream was accepted.
+    queued: Option<Queued>,
 }
 
 /// A call waiting for its token lookup.

@@ -22,7 +22,7 @@ use http::{Request, Response};
 use tower_layer::Layer;
 use tower_service::Service;
 use zrpc_core::grpc::{OnStatus, code, status_response};
-use zrpc_core::shedder::{AdaptiveShedder, ShedderPromise};
+use zrpc_core::shedder::{AdaptiveShedder, Queued, ShedderPromise};
 
 use super::facts::{Blame, CallFacts, blame, facts_of};
 use super::observe::{ObserveFuture, ObserveOrReject, ObservedBody};
@@ -55,15 +55,29 @@ impl Shared {
         !is_infra(path) && !self.settings.streaming.contains(path)
     }
 
+    /// Counts a call to `path` in flight as its stream is accepted, before its task runs
+    /// (see [`AdaptiveShedder::queue`]); `None` for calls never shed.
+    #[inline]
+    pub(crate) fn queue(&self, path: &str) -> Option<Queued> {
+        self.watches(path).then(|| self.settings.shedder.queue())
+    }
+
     /// Admits a call to `path` at `now`: its record, or `None` when it is shed (the drop is
-    /// counted and logged). `facts` is asked only for an admitted call.
+    /// counted and logged). `facts` is asked only for an admitted call; `queued`: its count
+    /// since its stream was accepted, when the serve loop made one.
     pub(crate) fn admit(
         &self,
         path: &str,
         facts: impl FnOnce() -> Option<CallFacts>,
         now: Instant,
+        queued: Option<Queued>,
     ) -> Option<SheddingRecord> {
-        match self.settings.shedder.allow(now) {
+        let shedder = &self.settings.shedder;
+        let decision = match queued {
+            Some(queued) => shedder.allow_queued(queued, now),
+            None => shedder.allow(now),
+        };
+        match decision {
             Ok(promise) => Some(SheddingRecord {
                 promise,
                 facts: facts(),
@@ -185,7 +199,7 @@ where
         let Some(shared) = self.shared.as_ref().filter(|s| s.watches(path)) else {
             return ResponseFuture::observe(ObserveFuture::passthrough(self.inner.call(req)));
         };
-        match shared.admit(path, || facts_of(&req), Instant::now()) {
+        match shared.admit(path, || facts_of(&req), Instant::now(), None) {
             Some(record) => {
                 ResponseFuture::observe(ObserveFuture::new(self.inner.call(req), record))
             }

@@ -33,12 +33,14 @@ use super::budget::RequestBudgetLayer;
 use super::content_type::{is_grpc, unsupported};
 use super::streams::{CallGuard, ConnTable, CountedBody};
 use crate::layers::facts::CallFacts;
+use crate::layers::shedding;
 use crate::layers::timeout::caller_deadline;
 use crate::tls::allow::AllowList;
 use crate::tls::io::ConnInfo;
 use crate::tls::layer::{denied, into_extensions};
 
 use tower::BoxError;
+use zrpc_core::shedder::Queued;
 
 /// What [`Front`] does, shared by every clone.
 #[derive(Debug)]
@@ -47,6 +49,8 @@ struct Settings {
     counted: Option<Arc<ConnTable>>,
     budget: RequestBudgetLayer,
     allowed: Option<Arc<AllowList>>,
+    /// The chain's shedder, which counts calls from the moment their stream is accepted.
+    shedding: Option<Arc<shedding::Shared>>,
 }
 
 /// Adds [`Front`].
@@ -57,17 +61,20 @@ pub(crate) struct FrontLayer {
 
 impl FrontLayer {
     /// Counts calls into `counted` (`None`: no count), budgets request bodies with `budget`,
-    /// serves only the clients in `allowed` (`None`: any).
+    /// serves only the clients in `allowed` (`None`: any), and counts calls in `shedding`'s
+    /// flight as their streams are accepted (see [`Front::queue`]).
     pub(crate) fn new(
         counted: Option<Arc<ConnTable>>,
         budget: RequestBudgetLayer,
         allowed: Option<Arc<AllowList>>,
+        shedding: Option<Arc<shedding::Shared>>,
     ) -> Self {
         FrontLayer {
             settings: Arc::new(Settings {
                 counted,
                 budget,
                 allowed,
+                shedding,
             }),
         }
     }
@@ -102,6 +109,9 @@ pub(crate) struct Arrival {
     pub(crate) peer: Option<SocketAddr>,
     /// The deadline the caller's `grpc-timeout` set when the request arrived.
     pub(crate) caller_deadline: Option<tokio::time::Instant>,
+    /// The call's count in the shedder's flight since its stream was accepted (the serve
+    /// loop's [`Front::queue`]).
+    pub(crate) queued: Option<Queued>,
 }
 
 /// The stage inside [`Front`], called with the call's [`Arrival`].
@@ -129,15 +139,30 @@ where
     S: Inner<Response = Response<ResBody>>,
     ResBody: Default,
 {
+    /// Counts a call in the shedder's flight as hyper accepts its stream (in the
+    /// connection's task), so that calls waiting for a worker thread count too: with handlers
+    /// that keep their thread busy, they are most of the calls in the server (see
+    /// [`AdaptiveShedder::queue`](zrpc_core::shedder::AdaptiveShedder::queue)). Handed to
+    /// [`call_conn`](Self::call_conn) when the call's task first runs.
+    #[inline]
+    pub(crate) fn queue<RB>(&self, req: &Request<RB>) -> Option<Queued> {
+        self.settings
+            .shedding
+            .as_ref()
+            .and_then(|s| s.queue(req.uri().path()))
+    }
+
     /// The call of a request on a connection described by `info`, under the deadline the
-    /// caller set (the serve loop passes both along, with the body as hyper gave it; a
-    /// request served through [`Service::call`] carries the info in its extensions).
+    /// caller set, counted by the shedder since its stream was accepted when `queued` (the
+    /// serve loop passes these along, with the body as hyper gave it; a request served
+    /// through [`Service::call`] carries the info in its extensions).
     #[inline(always)]
     pub(crate) fn call_conn<RB>(
         &mut self,
         req: Request<RB>,
         info: Option<&ConnInfo>,
         caller_deadline: Option<tokio::time::Instant>,
+        queued: Option<Queued>,
     ) -> ResponseFuture<S::Future, ResBody>
     where
         RB: http_body::Body<Data = Bytes> + Send + 'static,
@@ -169,6 +194,7 @@ where
             facts,
             peer: info.and_then(|i| i.tcp.remote_addr),
             caller_deadline,
+            queued,
         };
         ResponseFuture::called(self.inner.call_front(req, arrival), guard)
     }
@@ -190,7 +216,7 @@ where
     fn call(&mut self, mut req: Request<Body>) -> Self::Future {
         let info = req.extensions_mut().remove::<ConnInfo>();
         let caller_deadline = caller_deadline(req.headers());
-        self.call_conn(req, info.as_ref(), caller_deadline)
+        self.call_conn(req, info.as_ref(), caller_deadline, None)
     }
 }
 

@@ -79,6 +79,7 @@ pub(crate) fn front_layer(
     conf: &TransportConf,
     facts: bool,
     allowed: Option<Arc<crate::tls::allow::AllowList>>,
+    shedding: Option<Arc<crate::layers::shedding::Shared>>,
 ) -> FrontLayer {
     let max = conf.max_buffered_request_bytes();
     let conn_max = conf.max_connection_buffered_request_bytes();
@@ -91,5 +92,6 @@ pub(crate) fn front_layer(
         counted,
         RequestBudgetLayer::new(budget, settings.table.clone()).with_facts(facts),
         allowed,
+        shedding,
     )
 }

@@ -53,6 +53,7 @@ use crate::layers::timeout::{Timer, caller_deadline};
 use crate::tls::io::ConnInfo;
 
 use tower::BoxError;
+use zrpc_core::shedder::Queued;
 
 /// The HTTP/2 settings of a server (tonic's `Server` builder took them before).
 #[derive(Debug, Clone, Default)]
@@ -189,13 +190,20 @@ async fn serve_connection<S, B, IO>(
 /// tonic put a clone of it in every request's extensions (an allocation, a hash insert and,
 /// in [`Front`], a removal per call).
 pub(crate) trait ConnCall<RB = Incoming>: Service<Request<Body>> {
+    /// Counts `req` in the shedder's flight as hyper accepts its stream, before its task
+    /// first runs (see [`Front::queue`]).
+    fn queue(&self, _req: &Request<RB>) -> Option<Queued> {
+        None
+    }
+
     /// `call` for a request that came on the connection described by `info`, under the
-    /// deadline its caller set.
+    /// deadline its caller set; `queued`: what [`queue`](Self::queue) gave.
     fn call_on(
         &mut self,
         req: Request<RB>,
         info: &ConnInfo,
         caller_deadline: Option<Instant>,
+        queued: Option<Queued>,
     ) -> Self::Future;
 }
 
@@ -206,14 +214,20 @@ where
     RB: http_body::Body<Data = Bytes> + Send + 'static,
     RB::Error: Into<BoxError>,
 {
+    #[inline]
+    fn queue(&self, req: &Request<RB>) -> Option<Queued> {
+        Front::queue(self, req)
+    }
+
     #[inline(always)]
     fn call_on(
         &mut self,
         req: Request<RB>,
         info: &ConnInfo,
         caller_deadline: Option<Instant>,
+        queued: Option<Queued>,
     ) -> Self::Future {
-        self.call_conn(req, Some(info), caller_deadline)
+        self.call_conn(req, Some(info), caller_deadline, queued)
     }
 }
 
@@ -236,18 +250,19 @@ where
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
         // The body is boxed (as tonic's `Body`) by `Front`, once.
-        Dispatch::new(self.inner.clone(), req, Arc::clone(&self.info))
+        let queued = self.inner.queue(&req);
+        Dispatch::new(self.inner.clone(), req, Arc::clone(&self.info), queued)
     }
 }
 
 impl<S: ConnCall<RB>, RB> Dispatch<S, RB> {
     /// `req` for `svc` on the connection `info` describes, under the caller's deadline if its
-    /// `grpc-timeout` sets one.
-    fn new(svc: S, req: Request<RB>, info: Arc<ConnInfo>) -> Self {
+    /// `grpc-timeout` sets one; `queued`: its count in the shedder's flight.
+    fn new(svc: S, req: Request<RB>, info: Arc<ConnInfo>, queued: Option<Queued>) -> Self {
         let deadline = caller_deadline(req.headers());
         Dispatch {
             state: State::Start {
-                start: Some((svc, req, info)),
+                start: Some((svc, req, info, queued)),
             },
             deadline: Timer::new(deadline),
         }
@@ -268,8 +283,9 @@ pin_project! {
 pin_project! {
     #[project = StateProj]
     enum State<S: ConnCall<RB>, RB> {
-        // The chain is called at the task's first poll (see the module docs).
-        Start { start: Option<(S, Request<RB>, Arc<ConnInfo>)> },
+        // The chain is called at the task's first poll (see the module docs); until then the
+        // call counts in the shedder's flight through its `Queued`.
+        Start { start: Option<(S, Request<RB>, Arc<ConnInfo>, Option<Queued>)> },
         Called { #[pin] fut: S::Future },
     }
 }
@@ -310,16 +326,16 @@ where
     loop {
         match state.as_mut().project() {
             StateProj::Start { start } => {
-                let Some((svc, _, _)) = start.as_mut() else {
+                let Some((svc, ..)) = start.as_mut() else {
                     return Poll::Pending;
                 };
                 if let Err(e) = ready!(svc.poll_ready(cx)) {
                     return Poll::Ready(recover(e));
                 }
-                let Some((mut svc, req, info)) = start.take() else {
+                let Some((mut svc, req, info, queued)) = start.take() else {
                     return Poll::Pending;
                 };
-                let fut = svc.call_on(req, &info, caller_deadline);
+                let fut = svc.call_on(req, &info, caller_deadline, queued);
                 state.set(State::Called { fut });
             }
             StateProj::Called { fut } => {
@@ -374,6 +390,7 @@ mod tests {
             req: Request<Body>,
             _info: &ConnInfo,
             _caller_deadline: Option<Instant>,
+            _queued: Option<Queued>,
         ) -> Self::Future {
             self.0.call(req)
         }
@@ -389,7 +406,7 @@ mod tests {
             peer: None,
             conn: None,
         };
-        Dispatch::new(Plain(svc), req, Arc::new(info))
+        Dispatch::new(Plain(svc), req, Arc::new(info), None)
     }
 
     /// Sets its flag when dropped.
