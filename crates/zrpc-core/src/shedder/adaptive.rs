@@ -20,7 +20,8 @@ const OVERLOAD_FACTOR_LOWER_BOUND: f64 = 0.1;
 pub struct ShedderStats {
     /// CPU usage in millicpu as read now.
     pub cpu: u64,
-    /// Requests in progress.
+    /// Requests in progress, those waiting for their first poll included
+    /// ([`AdaptiveShedder::queue`]).
     pub flying: i64,
     /// Moving average of `flying`.
     pub avg_flying: f64,

@@ -334,7 +334,11 @@ impl Governance {
         } = entry;
         let path = req.uri().path();
         let registry = self.breaker.as_ref().filter(|_| !is_infra(path));
-        let shedder = self.shedding.as_ref().filter(|s| s.watches(path));
+        // A call the serve loop counted as queued is one the shedder watches.
+        let shedder = self
+            .shedding
+            .as_ref()
+            .filter(|s| queued.is_some() || s.watches(path));
         if registry.is_some() || shedder.is_some() {
             let now = now.get_or_insert_with(tokio::time::Instant::now).into_std();
             let facts = || facts.clone();
