@@ -10,6 +10,11 @@
 //! 5. turns the connection's [`ConnInfo`] (the serve loop passes it to
 //!    [`Front::call_conn`]) into the peer's extensions ([`crate::tls::layer`]).
 //!
+//! Before all of these, when hyper accepts the call's stream (in the connection's task, before
+//! the stream's task first runs), [`Front::queue`] counts the call in the shedder's flight, so
+//! that calls waiting for a busy worker thread count (`docs/middleware.md`, "Calls waiting for
+//! a worker thread").
+//!
 //! One service rather than a layer per step: tower clones the chain's service for every
 //! call and each layer moves the response future of the ones inside it, so five layers (most
 //! of them passing the call through on a default config) cost five clones and a copy of the
