@@ -9,7 +9,7 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 use super::guard::{OnStatus, StatusGuard};
-use super::{code, status_from_headers};
+use super::status_from_headers;
 
 pin_project! {
     /// Wraps a gRPC response body and calls `on_status(code)` exactly once with the
@@ -95,18 +95,7 @@ impl<B: Body, F: OnStatus> Body for StatusBody<B, F> {
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let this = self.project();
         let item = ready!(this.inner.poll_frame(cx));
-        // A body with nothing to report (status known, nobody listening) reads no trailers.
-        if this.guard.is_armed() {
-            match &item {
-                Some(Ok(frame)) => {
-                    if let Some(trailers) = frame.trailers_ref() {
-                        this.guard
-                            .fire(status_from_headers(trailers).unwrap_or(code::UNKNOWN));
-                    }
-                }
-                Some(Err(_)) | None => this.guard.fire(code::UNKNOWN),
-            }
-        }
+        this.guard.observe(&item);
         Poll::Ready(item)
     }
 
@@ -137,6 +126,7 @@ mod tests {
     use bytes::Bytes;
     use http::HeaderMap;
 
+    use super::super::code;
     use super::*;
 
     /// A body replaying scripted frames.

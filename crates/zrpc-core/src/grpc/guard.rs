@@ -2,7 +2,9 @@
 
 use std::fmt;
 
-use super::code;
+use http_body::Frame;
+
+use super::{code, status_from_headers};
 
 /// Receives the final gRPC code of a request, once.
 ///
@@ -66,6 +68,27 @@ impl<F: OnStatus> StatusGuard<F> {
     /// Whether the callback has not run yet.
     pub fn is_armed(&self) -> bool {
         self.on_status.is_some()
+    }
+
+    /// Reports the final status that a response body's `poll_frame` output carries, if any:
+    /// the `grpc-status` of its trailers ([`code::UNKNOWN`] when they have none), or
+    /// [`code::UNKNOWN`] when the body ends or fails without trailers. A data frame reports
+    /// nothing. What [`StatusBody`](super::StatusBody) does with each frame, for a body
+    /// wrapper of one's own.
+    #[inline]
+    pub fn observe<D, E>(&mut self, item: &Option<Result<Frame<D>, E>>) {
+        // A body with nothing to report (status known, nobody listening) reads no trailers.
+        if !self.is_armed() {
+            return;
+        }
+        match item {
+            Some(Ok(frame)) => {
+                if let Some(trailers) = frame.trailers_ref() {
+                    self.fire(status_from_headers(trailers).unwrap_or(code::UNKNOWN));
+                }
+            }
+            Some(Err(_)) | None => self.fire(code::UNKNOWN),
+        }
     }
 }
 

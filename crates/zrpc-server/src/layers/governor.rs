@@ -246,18 +246,7 @@ impl<B: http_body::Body> http_body::Body for GovernedBody<B> {
                 Some(Ok(panic_trailers(&r.method, r.facts.as_ref(), &caught)))
             }
         };
-        // A body with nothing to report (status known, nobody listening) reads no trailers.
-        if this.guard.is_armed() {
-            match &item {
-                Some(Ok(frame)) => {
-                    if let Some(trailers) = frame.trailers_ref() {
-                        this.guard
-                            .fire(status_from_headers(trailers).unwrap_or(code::UNKNOWN));
-                    }
-                }
-                Some(Err(_)) | None => this.guard.fire(code::UNKNOWN),
-            }
-        }
+        this.guard.observe(&item);
         Poll::Ready(item)
     }
 
