@@ -1,10 +1,14 @@
 //! zrpc-server: tonic services behind go-zero's zRPC server middleware chain.
 //!
 //! [`Server`] is go-zero's `zrpc.MustNewServer(c, register).Start()`: from a
-//! [`RpcServerConf`] it serves your tonic services with tracing, panic recovery, slow-call
-//! logs, Prometheus metrics, a per-method breaker, adaptive shedding, timeouts and auth (in
-//! go-zero's order, see [`layers`]), the gRPC health service, optional reflection, the
-//! DevServer (`/metrics`, `/healthz`), etcd registration and a graceful shutdown.
+//! [`RpcServerConf`] it serves your tonic services over its own HTTP/2 serve loop (hyper,
+//! HTTP/2 only, with connection limits, optional TLS and the `:authority` repair for go-zero
+//! clients) and runs each call through tracing, panic recovery, slow-call logs, Prometheus
+//! metrics, auth, a per-method breaker, adaptive shedding and timeouts, in that order. That is
+//! go-zero's order except for auth, which go-zero runs last: zrpc checks credentials before
+//! the breaker and the shedder, so unauthenticated callers cannot move them (see [`layers`]).
+//! It also serves the gRPC health service, optional reflection and the DevServer
+//! (`/metrics`, `/healthz`), registers in etcd and shuts down gracefully.
 
 mod auth;
 mod authority;

@@ -1,5 +1,5 @@
-//! [`Server`]: config -> tonic server + middleware chain + health + reflection + DevServer +
-//! registration + graceful shutdown (go-zero `zrpc.NewServer` / `RpcServer.Start`).
+//! [`Server`]: config -> zrpc's HTTP/2 serve loop + middleware chain + health + reflection +
+//! DevServer + registration + graceful shutdown (go-zero `zrpc.NewServer` / `RpcServer.Start`).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -367,10 +367,10 @@ where
             services.streaming.clone(),
         );
         // With every governing stage off, the chain is built without them: each would only
-        // pass the call through, moving its future and body. The two chains are two tonic
-        // servers (one runs), not one service choosing per call: an enum of the two made the
-        // lean chain's response future as large as the governed one's, and every layer and
-        // tonic wrapper outside copied it (callgrind: memcpy per request).
+        // pass the call through, moving its future and body. The two chains are two serve
+        // loops (one runs), not one service choosing per call: an enum of the two would make
+        // the lean chain's response future as large as the governed one's, and everything
+        // outside would move the larger future on every request.
         let governed = mw.trace
             || mw.recover
             || mw.stat

@@ -4,7 +4,7 @@
 //!
 //! grpc-go sends the path of its dial target as `:authority`. A go-zero client with two or more
 //! `Etcd.Hosts` dials `etcd:///h1:p1,h2:p2?key=k` and sends `:authority: h1:p1,h2:p2`; two or more
-//! `Endpoints` do the same (`direct:///a:1,b:2`). `h2`, under hyper and tonic, parses the
+//! `Endpoints` do the same (`direct:///a:1,b:2`). `h2`, under hyper's HTTP/2 server, parses the
 //! authority with `http::uri::Authority`, which refuses more than one port colon, and answers
 //! every such request with `RST_STREAM PROTOCOL_ERROR` before any zrpc or tonic code runs: the Go
 //! side sees `Internal: stream terminated by RST_STREAM with error code: PROTOCOL_ERROR` on 100 %

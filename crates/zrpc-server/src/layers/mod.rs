@@ -18,21 +18,25 @@
 //! (`B::default()`), so every body type in the chain is `Default`.
 //!
 //! The server builds this chain only when one of its stages is on: with all of facts to
-//! timeout off it serves through `drain -> user layers` alone (the server then runs a tonic
-//! server of that lean chain instead, `Server::serve_with_listener`). And it runs facts to
-//! timeout as **one stage**, `governor`: one service, one response future, one body
-//! wrapper and one read of the final status for all of them, with the behaviour of the
-//! nested layers (the module says where it differs). Seven nested layers cost ~1,300
-//! instructions per call more (callgrind, full chain: memcpy of the request and of the
-//! futures and bodies nested in one another, seven service clones, two more status parses).
-//! The layers stay public for users who compose their own chain; both share their code.
+//! timeout off it serves through `drain -> user layers` alone (its serve loop then runs that
+//! lean chain instead, `Server::serve_with_listener`). And it runs facts to timeout as **one
+//! stage**, `governor`: one service, one response future, one body wrapper and one read of
+//! the final status for all of them, with the behaviour of the nested layers (the module says
+//! where it differs). Nested layers would cost every call the moves of the request and of the
+//! futures and bodies nested in one another, a service clone per layer and more status
+//! parses. The layers stay public for users who compose their own chain; both share their
+//! code.
+//!
+//! Outside this chain, the transport's `Front` stage runs first on every call (connection
+//! limits, HTTP 415 for non-gRPC requests, the request-bytes budget, `Tls.AllowedClients`,
+//! the peer's extensions); it also counts a call in the shedder's flight from the moment its
+//! stream is accepted, so that calls waiting for a busy worker thread count too
+//! (`docs/middleware.md`, "Calls waiting for a worker thread").
 //!
 //! Every stage's `call` and its response future's `poll` are `#[inline(always)]`: a request and
-//! its response are moved by value from stage to stage, and out of line each move was a
-//! `memcpy` call; inlined, the compiler merges most of them. callgrind, full chain, 10,000
-//! calls, when the chain was nested: -520 instructions per call (memcpy 2,270 -> 1,830 over
-//! bare tonic). The same on the client's layers cost it ~400, so they stay as the compiler
-//! chooses.
+//! its response are moved by value from stage to stage, and out of line each move is a
+//! `memcpy` call; inlined, the compiler merges most of them. On the client's layers the same
+//! attribute made calls slower, so they stay as the compiler chooses.
 
 pub mod auth;
 pub mod breaker;

@@ -1,4 +1,5 @@
-//! The connection under `AuthorityFix`: plain TCP or TLS over TCP, and what it tells tonic.
+//! The connection under `AuthorityFix`: plain TCP or TLS over TCP, and what it tells the serve
+//! loop about its peer (through tonic's `Connected` trait).
 
 use std::io;
 use std::pin::Pin;

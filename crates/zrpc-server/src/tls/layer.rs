@@ -1,12 +1,12 @@
 //! What the front of the chain ([`Front`](crate::transport::front::Front)) does with a request's
-//! connection: [`into_extensions`] turns the [`ConnInfo`] tonic put in it into the
-//! `TcpConnectInfo` extension (so `Request::remote_addr` and zrpc's own layers see the peer as
-//! on a plaintext server) and a [`PeerIdentity`] extension, and [`denied`] answers whether
-//! `Tls.AllowedClients` refuses the client.
+//! connection: [`into_extensions`] turns the connection's [`ConnInfo`] (which the serve loop
+//! hands to `Front`) into the `TcpConnectInfo` extension (so `Request::remote_addr` and zrpc's
+//! own layers see the peer as on a plaintext server) and a [`PeerIdentity`] extension, and
+//! [`denied`] answers whether `Tls.AllowedClients` refuses the client.
 //!
-//! The parts are moved out rather than cloned, and one extension fewer is left: with the
-//! call's facts and the router's URL params a request then holds three, which fit the
-//! extension map's first allocation (a fourth made it grow, per call).
+//! `ConnInfo` itself is not left in the extensions: with the call's facts and the router's URL
+//! params a request then holds three, which fit the extension map's first allocation (a
+//! fourth would make it grow on every call).
 
 use http::Request;
 

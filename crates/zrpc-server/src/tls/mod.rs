@@ -6,8 +6,8 @@
 //! - [`allow`]: `AllowedClients` and `AllowedClientsFile`, behind an `ArcSwap`;
 //! - [`watch`]: all of them re-read when their files change (polled every
 //!   `Tls.ReloadInterval`) and on SIGHUP;
-//! - [`io`]: the connection as tonic sees it, plain TCP or TLS; the TLS handshake runs in a
-//!   task per connection under `Transport.HandshakeTimeout` (`crate::transport::incoming`);
+//! - [`io`]: the connection as the serve loop sees it, plain TCP or TLS; the TLS handshake runs
+//!   in a task per connection under `Transport.HandshakeTimeout` (`crate::transport::incoming`);
 //! - [`identity`]: [`PeerIdentity`], the client certificate's subject CN and SANs;
 //! - [`layer`]: puts `TcpConnectInfo` and [`PeerIdentity`] in each request's extensions and
 //!   applies `Tls.AllowedClients`.
