@@ -144,8 +144,8 @@ impl Endpoint {
             .unwrap_or_else(|| self.channel.clone());
         let mut deadline = deadline;
         // Handed to the channel now when it has room (its buffer almost always has): the
-        // attempt then holds only the channel's 24-byte response future, not the ~290 bytes of
-        // request and channel every layer above would move (memcpy, callgrind). A `poll_ready`
+        // attempt then holds only the channel's small response future, not the request and
+        // channel that every stage above would otherwise move. A `poll_ready`
         // with a no-op waker only asks: when the channel is full, `Attempt::poll` asks again
         // with the task's waker, which replaces it.
         let state = match tower::Service::poll_ready(

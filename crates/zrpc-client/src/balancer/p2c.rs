@@ -278,20 +278,18 @@ where
 /// Latency EWMAs decay over [`super::DECAY_TIME`] (10 s) and start from one sample, so between
 /// servers of the same speed a strict comparison froze on whichever looked slowest: that one got
 /// no call, hence no sample to correct it, while its re-probe interval doubled because it never
-/// won a pair. zrpc-sim, three equal servers (0.3 ms + up to 0.5 ms jitter), open loop 200/s for
-/// 10 s, six seeds: one server's share was 0.2% to 47% (tower's PeakEwma, whose idle cost decays
-/// toward 0: 33 ± 1%); with this rule 29% to 35% (60 s: 32.5% to 33.9%). A band of 1.5x is far
-/// below the gaps the picker exists for (a slow server is several times dearer); a quarter left
-/// 27% to 51% after 10 s. Unequal in-flight counts never tie: under concurrency the less loaded
-/// endpoint keeps winning.
+/// won a pair, and the servers' shares drifted far from a third each. With this rule they stay
+/// close to even (the equal-servers table of `docs/balancing.md`, asserted by `zrpc-sim`'s
+/// scenario tests). A band of 1.5x is far below the gaps the picker exists for (a slow server is
+/// several times dearer); a narrower band left the shares uneven. Unequal in-flight counts never
+/// tie: under concurrency the less loaded endpoint keeps winning.
 #[inline]
 fn near_tie<E: AsRef<EndpointStats>>(set: &[E], c1: usize, c2: usize, l1: u64, l2: u64) -> usize {
     let (s1, s2) = (set[c1].as_ref(), set[c2].as_ref());
     // l1 <= l2 (sorted by `draw`); a penalised cost never ties. Non-short-circuit `&` and a
     // select: whether a random pair ties, and which of two tied endpoints answered last, are
-    // coin flips for a branch predictor. The rule costs 3-5 ns per pick either way (criterion,
-    // `pick/1_thread_no_clock`, 8 alternating pairs: 19.5 -> 24.5 ns with 3 endpoints, 24 -> 28
-    // with 10), the price of not starving a server.
+    // coin flips for a branch predictor. The rule costs a few nanoseconds per pick either way
+    // (`cargo bench -p zrpc-client --bench picker`), the price of not starving a server.
     let tie = (l2 < COST_PENALTY)
         & (l2 - l1 <= l1 >> 1)
         & (s1.inflight() == s2.inflight())

@@ -136,12 +136,11 @@ const MIN_ANCHORED_TIMEOUT: Duration = Duration::from_millis(200);
 /// Every call with a deadline makes tonic's channel arm a timer (`GrpcTimeout`, from the
 /// `grpc-timeout` header). tokio's time driver wakes its parked I/O driver (an `eventfd` write)
 /// whenever a timer is inserted earlier than the wake-up it last planned, and with no other
-/// timer in the wheel that plan is "never": so each serial call paid one more system call, and
-/// on a multi-thread runtime a wake-up of the worker parked on the driver, which then found
-/// nothing to do (`strace -f -c`, `client_serial --only zrpc1` vs `zrpc1-nt` / `tonic-dl` vs
-/// `tonic`: +0.6 `eventfd` writes, +0.2 `futex`, +0.3 `epoll_wait` per call). A timer of our own
-/// kept in the wheel at most `timeout / 2` ahead makes the driver's plan earlier than any call's
-/// deadline (at least `timeout` ahead), so inserting the call's timer wakes nobody. Its cost: the
+/// timer in the wheel that plan is "never": so each serial call would pay one more system call,
+/// and on a multi-thread runtime a wake-up of the worker parked on the driver, which then finds
+/// nothing to do. A timer of our own kept in the wheel at most `timeout / 2` ahead makes the
+/// driver's plan earlier than any call's deadline (at least `timeout` ahead), so inserting the
+/// call's timer wakes nobody. Its cost: the
 /// update task wakes every period (about once a second for go-zero's 2 s default, plus the
 /// wheel's cascade), against one wake-up saved per call. No tokio or tower API exposes this;
 /// `tokio::time::Interval` would tick the same way but still needs the task that polls it,
@@ -350,8 +349,8 @@ impl Shared {
             (req, None)
         };
         // One precise clock read serves the pick and the call's latency sample (and, from the
-        // client, its observing stage): a coarse read for the pick (~7 ns) would come on top of
-        // the one the latency needs.
+        // client, its observing stage): a coarse read for the pick would come on top of the
+        // one the latency needs.
         let clock = self.p2c.clock();
         let start = clock.nanos(now);
         let ep = self.pick(&set, start).ok_or_else(|| self.no_endpoint())?;

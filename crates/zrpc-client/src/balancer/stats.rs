@@ -67,8 +67,9 @@ impl Clock {
     }
 
     /// The current time (ns since the epoch) from the kernel's coarse monotonic clock
-    /// (`CLOCK_MONOTONIC_COARSE`: one read of the vDSO page, ~5 ns, where `Instant::now()` reads the
-    /// TSC and costs 20-30 ns); it lags the precise clock by at most one scheduler tick (1-4 ms).
+    /// (`CLOCK_MONOTONIC_COARSE`: one read of the vDSO page, several times cheaper than
+    /// `Instant::now()`, which reads the TSC); it lags the precise clock by at most one scheduler
+    /// tick (1-4 ms).
     ///
     /// For the picker's decisions only, which work in 100 ms..30 s steps (back-offs, ejections,
     /// re-probe intervals): latencies are measured with [`Clock::nanos`] of `Instant::now()`.

@@ -19,8 +19,7 @@
 //!
 //! The peek costs a system call per write, and only a retry needs its evidence: a client with one
 //! endpoint never retries (there is nowhere else to go), so the balancer arms it
-//! ([`Wire::set_guarded`]) only while the endpoint set has more than one endpoint. Measured with
-//! `strace -c -f` on the `client_overhead` bench: one `recvfrom` per write less with one endpoint.
+//! ([`Wire::set_guarded`]) only while the endpoint set has more than one endpoint.
 //!
 //! Even armed, a write peeks only when a request was handed to a connection of the endpoint since
 //! the last successful write (a [`Mark`] that saw the current write count). Otherwise every
@@ -28,8 +27,7 @@
 //! and the peek could not make any request retryable: h2's other writes (the end of a request
 //! body, window updates, pings and the second write of each unary call) skip it. A mark taken
 //! between the check and the write counts that write as possibly carrying its request (not
-//! retryable): the safe side, as before. Measured with `strace -f -c` (`client_serial --only
-//! zrpc2`): 3 `recvfrom` per serial call -> 2 (one peek, one read).
+//! retryable): the safe side. A serial unary call on an armed connection thus peeks once.
 
 use std::future::Future;
 use std::io::{self, IoSlice};

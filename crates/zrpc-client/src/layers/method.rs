@@ -86,9 +86,8 @@ pub(crate) struct Methods {
     target: Arc<str>,
     breakers: Option<Arc<BreakerRegistry>>,
     metrics: Option<ClientMetrics>,
-    /// Looked up on every call: foldhash (seeded per process) instead of std's SipHash, ~200
-    /// instructions less per call (callgrind); the keys are paths this client was asked to
-    /// call, at most `MAX_METHODS` of them.
+    /// Looked up on every call: foldhash (seeded per process) instead of std's slower SipHash;
+    /// the keys are paths this client was asked to call, at most `MAX_METHODS` of them.
     map: ArcSwap<HashMap<Box<str>, Arc<MethodState>, foldhash::fast::RandomState>>,
 }
 

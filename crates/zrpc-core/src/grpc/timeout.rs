@@ -7,7 +7,7 @@ use std::time::Duration;
 pub const GRPC_TIMEOUT: &str = "grpc-timeout";
 
 /// The header name as a [`http::HeaderName`]: look the header up and insert it with this, as a
-/// `&str` key is parsed and validated on every use (~330 instructions per lookup, callgrind).
+/// `&str` key is parsed and validated on every use.
 pub const GRPC_TIMEOUT_HEADER: http::HeaderName = http::HeaderName::from_static(GRPC_TIMEOUT);
 
 /// Parses a `grpc-timeout` value. `None` when malformed (more than 8 digits, unknown unit).
@@ -17,8 +17,8 @@ pub fn parse(value: &[u8]) -> Option<Duration> {
     if digits.is_empty() || digits.len() > 8 {
         return None;
     }
-    // At most 8 digits: no overflow. By hand, not `str::parse`: a UTF-8 check and a general
-    // integer parser cost ~150 instructions per call on the client (callgrind).
+    // At most 8 digits: no overflow. By hand, not `str::parse`: the value is ASCII digits and
+    // one unit, so a UTF-8 check and a general integer parser would be work for nothing.
     let mut n: u64 = 0;
     for &d in digits {
         if !d.is_ascii_digit() {

@@ -277,8 +277,8 @@ pin_project! {
 pin_project! {
     #[project = StateProj]
     // The lookup's service and request, and a rejection's response, are boxed: inline they
-    // made every call's future (auth on or off) some 400 bytes larger, which each outer layer
-    // and tonic copies (memcpy, callgrind); both are off the common path.
+    // would make every call's future (auth on or off) several hundred bytes larger, and each
+    // outer layer moves that future; both are off the common path.
     enum State<S: Service<R>, R, B> {
         Lookup { lookup: TokenFuture, pending: Option<Box<(S, R, Vec<u8>)>>, policy: Arc<Policy> },
         Call { #[pin] fut: S::Future },

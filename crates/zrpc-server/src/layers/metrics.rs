@@ -89,10 +89,10 @@ pub(crate) struct State {
     metrics: &'static ServerMetrics,
     streaming: StreamingMethods,
     /// Per-method handles, resolved once per method: a `with_label_values` lookup hashes its
-    /// labels into the vector's map (~400 instructions a call for the two families,
-    /// callgrind). Only methods whose call ended with a code other than `Unimplemented` are
-    /// kept (random paths of a hostile caller take no room), at most [`CACHED_METHODS`];
-    /// other calls use the per-call lookup, which records the same series.
+    /// labels into the vector's map on every call. Only methods whose call ended with a code
+    /// other than `Unimplemented` are kept (random paths of a hostile caller take no room), at
+    /// most [`CACHED_METHODS`]; other calls use the per-call lookup, which records the same
+    /// series.
     methods: RwLock<Vec<Arc<MethodHandles>>>,
 }
 

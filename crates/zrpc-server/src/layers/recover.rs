@@ -65,8 +65,8 @@ pub(crate) fn guarded<R>(f: impl FnOnce() -> R) -> Result<R, Caught> {
 /// [`guarded`] when `on` is set (a panic comes back with it); otherwise `f`'s panic goes on
 /// unwinding. One copy of `f` either way: the governor's call and poll steps inline the whole
 /// chain below them (the handler's call and future included), and a guarded and an
-/// unguarded copy of each doubled the code a call runs through (callgrind's cache
-/// simulation: instruction-cache misses).
+/// unguarded copy of each would double the code a call runs through (and its
+/// instruction-cache misses).
 #[inline(always)]
 pub(crate) fn guarded_if<T, R>(on: Option<T>, f: impl FnOnce() -> R) -> Result<R, (T, Caught)> {
     let was = on.is_some().then(|| GUARDED.with(|g| g.replace(true)));
@@ -189,8 +189,7 @@ where
         let inner = &mut self.inner;
         // The response future is built inside the guard, so the inner future (every inner
         // layer's state) is written in place once instead of being moved through a `Result`
-        // and a `State` (memcpy ~450 instructions per call, callgrind). `parts` is still
-        // there when `call` panics.
+        // and a `State`. `parts` is still there when `call` panics.
         let built = guarded(|| {
             let fut = inner.call(req);
             let state = match parts.take() {

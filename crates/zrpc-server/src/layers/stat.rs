@@ -139,8 +139,8 @@ impl StatRecord {
 
     /// Logs the call, `elapsed` after its start, if it was slow (or every call is logged).
     pub(crate) fn report(self, elapsed: std::time::Duration, code: i32) {
-        // The peer is formatted only into a line that is written: `SocketAddr`'s `Display`
-        // into a `String` on every call cost ~1,900 instructions (callgrind, full chain).
+        // The peer is formatted only into a line that is written: formatting a `SocketAddr`
+        // into a `String` on every call would be one of the costliest steps of the chain.
         let peer = Peer(self.peer);
         let method = self.method.path();
         let duration_ms = elapsed.as_secs_f64() * 1000.0;
