@@ -67,7 +67,7 @@ struct Cli {
     #[arg(long, global = true, value_parser = parse_round_secs)]
     round_secs: Option<f64>,
     /// `balance`: seconds per run instead of the default sizes (20/200/2000 calls/s for
-    /// 10/8/5 s, C=1 and C=20 for 8/6 s). Issue 14's figures are 60 s runs.
+    /// 10/8/5 s, C=1 and C=20 for 8/6 s); `docs/balancing.md`'s figures are 60 s runs.
     #[arg(long, global = true)]
     balance_secs: Option<u64>,
     /// `balance`: only these clients, comma-separated (`p2c_ewma`, `round_robin`, `go-zero`).
@@ -138,26 +138,22 @@ fn main() -> ExitCode {
                 }
             };
             install_ctrl_c();
-            // `overhead` takes many short rounds, unless told otherwise. On this kind of host (a
-            // 2-vCPU KVM guest) a pinned server's own CPU time per request moves by up to 1.8x
-            // from one 0.5 s run to the next with no neighbour in sight (no run-queue wait, no
-            // steal: the host's core is shared below the guest), and that speed is correlated
-            // over about a second only (lag-1 correlation of run rates 0.39 at 0.5 s runs, 0.56
-            // at 0.25 s; ~0 after 2 s). The per-round ratios therefore carry a log-sd of ~0.2
-            // whatever the run length, and only their number tightens the median: 21 rounds
-            // left medians 5.5% wide (two runs of `all` disagreed by > 10% on pinned rows), 61
-            // rounds of 0.25 s take 1.6x the time of 21 x 0.5 s and narrow it to ~3%.
+            // `overhead` takes many short rounds, unless told otherwise. On a small virtual
+            // machine a pinned server's own CPU time per request can move a lot from one short
+            // run to the next with no neighbour in sight (the host's core is shared below the
+            // guest), and that speed is correlated over about a second only. The per-round
+            // ratios therefore stay noisy whatever the run length, and only their number
+            // tightens the median: many short rounds beat a few long ones for the same time.
             let rounds = |full| {
                 cli.rounds
                     .unwrap_or(if cli.quick { 1 } else { full })
                     .max(1)
             };
             let secs = |full| cli.round_secs.unwrap_or(if cli.quick { 0.3 } else { full });
-            // `latency` too: rounds of 0.7 s (was 7 of 1.5 s): the six runs a round holds are
-            // 5 s apart instead of 11, so the per-round ratios divide runs the host's drifting
-            // speed treats more alike. 41 rounds (was 15): the per-round difference of the zrpc
-            // client's p50 to the bare channel's spans -8..+43 µs around a gap of ~10 µs, and
-            // two 15-round medians of it came out +5.0 and +11.2 µs.
+            // `latency` too: short rounds of 0.7 s keep the six runs of a round close in time,
+            // so the per-round ratios divide runs the host's drifting speed treats alike; 41
+            // rounds, because the per-round difference of the zrpc client's p50 to the bare
+            // channel's spreads several times wider than the gap it measures.
             let opts = scenarios::Opts {
                 quick: cli.quick,
                 rounds: rounds(41),

@@ -98,7 +98,8 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// The seed example: two servers at 10 ms, one (watched) at 1000 ms.
+    /// The slow-node scenario (the "seed example" of the tables): two servers at 10 ms, one
+    /// (watched) at 1000 ms.
     #[must_use]
     pub fn seed_example(load: Load, duration: Duration, seed: u64) -> Self {
         Scenario {

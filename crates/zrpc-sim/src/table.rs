@@ -10,7 +10,7 @@ use crate::policy::Policy;
 
 /// Seeds averaged in each cell.
 pub const SEEDS: [u64; 3] = [1, 2, 3];
-/// Simulated time of each balancing run (the measurements are 60 s).
+/// Simulated time of each balancing run (as long as the real-process runs it is compared with).
 pub const DURATION: Duration = Duration::from_secs(60);
 
 /// The loads of the seed-example table.
@@ -31,7 +31,7 @@ pub fn load_name(load: Load) -> String {
     }
 }
 
-/// The seed example (10/10/1000 ms) under `load` with `policy`, over [`SEEDS`]: the mean slow
+/// The slow-node scenario (10/10/1000 ms) under `load` with `policy`, over [`SEEDS`]: the mean slow
 /// share (percent) and the worst p99.
 #[must_use]
 pub fn seed_cell(policy: Policy, load: Load) -> (f64, Duration) {

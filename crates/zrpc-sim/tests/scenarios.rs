@@ -1,4 +1,5 @@
-//! Scenario bounds on zrpc's real balancing and breaking code under simulated time (issue 14).
+//! Scenario bounds on zrpc's real balancing and breaking code under simulated time (the bounds
+//! `docs/balancing.md` reports).
 //! Each test runs minutes of simulated traffic in well under a second (release) or a few
 //! seconds (debug).
 #![allow(clippy::unwrap_used)]
@@ -15,7 +16,8 @@ fn seed_example(policy: Policy, load: Load, seed: u64) -> Report {
 
 #[test]
 fn simulator_reproduces_go_zero_figures() {
-    // the issue's exact simulation of go-zero: 5.8 / 1.56 / 1.10 % at 20 / 200 / 2000 rps
+    // reference figures from an independent, line-by-line simulation of go-zero's p2c_ewma in
+    // the slow-node scenario: 5.8 / 1.56 / 1.10 % at 20 / 200 / 2000 rps
     let expected = [(20.0, 5.8), (200.0, 1.56), (2000.0, 1.10)];
     for (rps, share) in expected {
         let r = seed_example(Policy::GoZero, Load::Open { rps }, 1);
@@ -93,10 +95,8 @@ fn a_healed_slow_server_is_measured_again_and_used() {
 #[test]
 fn equal_servers_share_the_load_at_low_rates() {
     // Three servers of the same speed (0.3 ms + up to 0.5 ms jitter), open loop, one minute.
-    // Before near-equal costs tied, the server whose first samples looked slowest got no call
-    // (hence no sample) and a growing re-probe interval: 0.2% to 47% of the calls at 200/s
-    // after 10 s depending on the seed. The harness's registration row (a fourth server joining
-    // under load) showed the same: 7-8% instead of a third in 2 of 9 runs.
+    // Without the near-tie rule, the server whose first samples looked slowest gets no call
+    // (hence no sample) and a growing re-probe interval, and its share drifts far from a third.
     for seed in 1..=3 {
         for rps in [20.0, 200.0] {
             let r = run(&Scenario::equal(Load::Open { rps }, MIN, seed), Policy::V2);

@@ -33,7 +33,8 @@ struct Args {
     /// Latency of the two fast servers, in milliseconds.
     #[arg(long, default_value_t = 2)]
     fast_ms: u64,
-    /// Latency of the slow server, in milliseconds (the seed example: 10 ms vs 1000 ms, scaled down).
+    /// Latency of the slow server, in milliseconds (the classic 10 ms vs 1000 ms scenario, scaled
+    /// down).
     #[arg(long, default_value_t = 100)]
     slow_ms: u64,
     /// Requests per second sent through each client (open loop: the rate does not slow down

@@ -1,4 +1,4 @@
-//! Balance: the seed scenario. Servers A and B answer in 10 ms, C in 1000 ms (fresh servers for
+//! Balance: the slow-node scenario. Servers A and B answer in 10 ms, C in 1000 ms (fresh servers for
 //! every run, so that each client starts cold). Open loop at 20/200/2000 calls/s and closed loop
 //! at C=1 and C=20, for zrpc's p2c_ewma, zrpc's round_robin and go-zero's client: the share of
 //! calls sent to C, latency percentiles, failures.

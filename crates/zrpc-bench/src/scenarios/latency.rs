@@ -1,7 +1,7 @@
 //! Latency: one call at a time (C=1) for the four client/server pairs Rust->Rust, Rust->Go,
 //! Go->Rust and Go->Go (zrpc client and server with the quiet profile, go-zero's likewise), and
 //! the zrpc client against a bare tonic channel, both calling one bare tonic server (what the
-//! client adds to a serial call: issue 13's "serial p50 <= tonic + 10 µs").
+//! client adds to a serial call, as a p50 difference in µs).
 
 use anyhow::Result;
 
@@ -71,9 +71,8 @@ const TRIM: f64 = 0.05;
 /// pays, but a handful of stalls of a few ms (a GC cycle, a neighbour's time slice, a timer
 /// tick) in a run of thousands of 0.2-0.4 ms calls moves it by 10-30% from one round to the
 /// next; this one is shown next to it. The ratios use the p50: on a busy machine the stalls
-/// reach into the middle 90% too (at load ~10, two runs' trimmed-mean ratios differed by 13-16%
-/// on two of the four pairs; the p50 ratios of two runs at load ~7 agreed within 6% on five of
-/// six and differed by 16% on one: the p50 is the least moved figure, not an immune one).
+/// reach into the middle 90% too, and the p50 is the figure they move least (not one they
+/// cannot move).
 fn trimmed_mean(sorted: &[f64]) -> f64 {
     let cut = (sorted.len() as f64 * TRIM).floor() as usize;
     let mid = &sorted[cut.min(sorted.len())..sorted.len().saturating_sub(cut)];
@@ -123,9 +122,8 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
     let rounds = ctx.opts.rounds;
     let secs = ctx.opts.round_secs;
     // Pinned as overhead's headline mode: each side owns a core, so the Go runtime's and
-    // tokio's idle threads do not trade cores with the other side's. Two runs of 21 rounds each
-    // way (stop 30): the per-round ratios to Go -> Go spread over 0.45..0.76 pinned against
-    // 0.39..1.16 unpinned, and the medians of the two runs moved by 0-5% pinned against 5-14%.
+    // tokio's idle threads do not trade cores with the other side's. Pinned, the per-round
+    // ratios spread about half as wide as unpinned, and two runs' medians agree better.
     let pinned = ctx.env.taskset && ctx.env.cpus >= 2;
     let (srv_cpu, load_cpu, threads) = if pinned {
         (Some(0), Some(1), 1)

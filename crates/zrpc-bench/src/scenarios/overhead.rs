@@ -102,8 +102,8 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
     // Timing-based runs, many and short: every subject is measured for the same time, and the
     // runs of a round are close in time (6 x 0.25 s), so that the host's speed, which drifts
     // over about a second, is as alike as it gets for the runs a per-round ratio divides; the
-    // median of 61 such ratios moves less between two invocations than one of 21 (issue 17; the
-    // figures are in main.rs).
+    // median of many such ratios moves less between two invocations than one of a few (see
+    // the default round count in main.rs).
     let rounds = ctx.opts.overhead_rounds;
     let secs = ctx.opts.overhead_secs;
     // Before every measured h2load run: connections made and streams ramped up outside the

@@ -48,9 +48,9 @@ fn window_rates(recs: &[Record], from: f64, to: f64, ok_only: bool) -> Vec<f64> 
 }
 
 /// The fewest OK calls a second needs for its p99 to count: a p99 of fewer calls is their
-/// slowest one or two. At 2x overload go-zero's shedder answered almost nothing OK (goodput
-/// x0.00), and its admitted p99, the median of seconds holding a handful of OK calls each,
-/// moved from x548 to x208 of the unloaded one between two runs (stop 30).
+/// slowest one or two. A server that answers almost nothing OK under the overload would
+/// otherwise get an admitted p99 made of a handful of calls per second, which moves severalfold
+/// from one run to the next.
 const MIN_P99_CALLS: usize = 100;
 
 /// The p99 latency of the OK calls per 1 s window of start times over `[from, to)` ms, for the
