@@ -152,7 +152,7 @@ async fn client_new_slow_endpoint_is_probed_not_flooded() {
     );
 }
 
-/// Issue 14: with go-zero's `forcePick` (keyed to the last pick, 1 s), a client with one call at
+/// With go-zero's `forcePick` (keyed to the last pick, 1 s), a client with one call at
 /// a time sends about two thirds of its calls to a server whose calls take a second (it is
 /// overdue again the moment its call returns). v2 re-probes it only when its last answer is
 /// older than max(1 s, 30 x its latency): one cold probe in a few seconds.

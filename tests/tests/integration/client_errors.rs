@@ -1,4 +1,4 @@
-//! Client errors name their cause (issue 11): etcd unreachable, wrong etcd password, TLS against
+//! Client errors name their cause: etcd unreachable, wrong etcd password, TLS against
 //! a plain etcd, an unresolvable `dns:///` host, an empty key, and a blocking dial that names the
 //! resolver's state instead of blaming the service.
 #![allow(clippy::unwrap_used)]

@@ -1,4 +1,4 @@
-//! etcd registration (issue 4): one key per server in go-zero's layout, healed after etcd outages,
+//! etcd registration: one key per server in go-zero's layout, healed after etcd outages,
 //! external deletes and revokes; deregistered on stop. Every test starts its own etcd
 //! (see `zrpc_tests::etcd`).
 

@@ -1,4 +1,4 @@
-//! Server auth (issue 3): app/token metadata against the configured tokens.
+//! Server auth: app/token metadata against the configured tokens.
 #![allow(clippy::unwrap_used)]
 
 use tonic::{Code, Request};

@@ -1,4 +1,4 @@
-//! Server auth with go-zero's Redis token store (issue 12): `Auth: true` + `Redis` reads the
+//! Server auth with go-zero's Redis token store: `Auth: true` + `Redis` reads the
 //! expected token with `HGET <Redis.Key> <app>` from a real `redis-server`, caches it for 5
 //! minutes, and treats a Redis error or a missing app as go-zero does (`Internal` with
 //! `StrictControl`, allowed without it).

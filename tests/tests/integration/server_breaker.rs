@@ -1,4 +1,4 @@
-//! Server breaker (issue 3): a method that keeps failing opens its breaker.
+//! Server breaker: a method that keeps failing opens its breaker.
 #![allow(clippy::unwrap_used)]
 
 use tonic::Code;

@@ -1,4 +1,4 @@
-//! Server breaker poisoning (issue 11): failures a caller causes (undecodable requests, request
+//! Server breaker poisoning: failures a caller causes (undecodable requests, request
 //! bodies that never arrive, missing credentials) never open the server breaker for others; a
 //! failing handler still does (the control).
 #![allow(clippy::unwrap_used)]

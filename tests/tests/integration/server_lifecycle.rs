@@ -1,4 +1,4 @@
-//! Server lifecycle (issue 3): health SERVING then NOT_SERVING during shutdown, the listener
+//! Server lifecycle: health SERVING then NOT_SERVING during shutdown, the listener
 //! closes, and a shutdown with 20 in-flight slow calls completes all 20.
 #![allow(clippy::unwrap_used)]
 

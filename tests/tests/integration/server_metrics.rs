@@ -1,4 +1,4 @@
-//! Server metrics (issue 3): the DevServer's `/metrics` has go-zero's names, labels and counts;
+//! Server metrics: the DevServer's `/metrics` has go-zero's names, labels and counts;
 //! `/healthz` and `/` answer.
 #![allow(clippy::unwrap_used)]
 

@@ -1,4 +1,4 @@
-//! Server recover (issue 3): a handler panic becomes `Internal "panic: <msg>"`, the server
+//! Server recover: a handler panic becomes `Internal "panic: <msg>"`, the server
 //! and the connection live on.
 #![allow(clippy::unwrap_used)]
 

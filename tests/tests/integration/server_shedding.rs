@@ -1,4 +1,4 @@
-//! Server shedding (issue 3): with a (fake) hot CPU and a saturated server, calls are shed
+//! Server shedding: with a (fake) hot CPU and a saturated server, calls are shed
 //! with `ResourceExhausted "service overloaded"`.
 #![allow(clippy::unwrap_used)]
 

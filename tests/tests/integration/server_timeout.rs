@@ -1,4 +1,4 @@
-//! Server timeouts (issue 3): `Timeout`, `MethodTimeouts` overrides, the handler is dropped
+//! Server timeouts: `Timeout`, `MethodTimeouts` overrides, the handler is dropped
 //! on expiry, streams are not timed out.
 #![allow(clippy::unwrap_used)]
 

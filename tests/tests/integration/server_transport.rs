@@ -1,4 +1,4 @@
-//! Transport limits under hostile clients (issue 11), loopback only, bounded in count and time:
+//! Transport limits under hostile clients, loopback only, bounded in count and time:
 //! streams per connection capped by the advertised limit, idle and slowloris connections
 //! closed at the handshake timeout, idle HTTP/2 connections closed after `MaxConnectionIdle`,
 //! GOAWAY at `MaxConnectionAge`, the connection cap, 415 for non-gRPC requests. Each test

@@ -1,4 +1,4 @@
-//! TLS and mTLS (issue 12): certificates made by `openssl` in the test (`zrpc_tests::certs`).
+//! TLS and mTLS: certificates made by `openssl` in the test (`zrpc_tests::certs`).
 //! Each failure case prints its error text (`--nocapture`) for the docs' test matrix.
 #![allow(clippy::unwrap_used)]
 

@@ -4,7 +4,7 @@
 //! `discov://h1,h2/key`. Every call must succeed and each server must get a fair share.
 //!
 //! Two or more hosts or endpoints make grpc-go send `:authority: h1:p1,h2:p2`, which h2 rejects
-//! unless zrpc's server rewrites it (issue 10).
+//! unless zrpc's server rewrites it (`crates/zrpc-server/src/authority/`).
 
 use std::time::Duration;
 
