@@ -17,13 +17,9 @@
 #   cargo build --release -p zrpc-tests --bin client_serial
 #   scripts/bench_client_instructions.sh target/release/client_serial 2000 6000
 #
-# (zrpc-client builds rustix with `use-libc` since stop 26: rustix's own vDSO parser crashed any
-# client under valgrind. `zrpc-bench overhead` has the same count at -c 50 in its report.)
-#
-# Measured (issue 13, 2f4c379 + others' work in progress, 1000/3000 calls, one run each, load 4-6):
-# before: tonic 70,856; zrpc1 81,871; zrpc2 79,298 instructions/call. After the trace layer's
-# disabled-span fast path and the connect timeout moved into zrpc's connector: tonic 70,872;
-# zrpc1 80,245; zrpc2 80,382 (zrpc2 moves by ~+-1,000 between runs: its picks differ).
+# (zrpc-client builds rustix with `use-libc`: rustix's own vDSO parser crashes a client under
+# valgrind. `zrpc-bench overhead` has the same count at -c 50 in its report, docs/benchmarks.md.)
+# zrpc2 (two endpoints) moves by about a thousand instructions between runs: its picks differ.
 # Needs valgrind (Debian: valgrind).
 set -euo pipefail
 bin=$1 n1=$2 n2=$3

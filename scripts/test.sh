@@ -72,7 +72,7 @@ fi
 export CARGO_TERM_COLOR=never
 export RUST_BACKTRACE=1
 # A fresh clone gains nothing from incremental state, and it is the largest part of a debug target
-# (stop 19's CI run ran out of disk). Callers may still set it.
+# (enough to run a CI machine's shared disk out of space). Callers may still set it.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 # --- 2. format --------------------------------------------------------------
