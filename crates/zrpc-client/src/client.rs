@@ -115,8 +115,9 @@ impl Client {
     /// Builds a client from its config (go-zero `zrpc.NewClient`).
     ///
     /// With `NonBlock: true` (the default) it returns at once; calls made before the first endpoint
-    /// set is known wait for it until their deadline. With `NonBlock: false` it waits up to 3 s for
-    /// an endpoint that accepts a connection.
+    /// set is known wait for it until their deadline, unless the resolver reports a problem (etcd
+    /// unreachable, for instance), which fails them at once with `Unavailable` naming the cause.
+    /// With `NonBlock: false` it waits up to 3 s for an endpoint that accepts a connection.
     ///
     /// # Errors
     ///
