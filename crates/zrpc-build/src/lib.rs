@@ -26,8 +26,8 @@
 //! `protoc` must be on `PATH` (or named by the `PROTOC` environment variable), as for
 //! tonic-prost-build.
 //!
-//! [zrpc]: https://docs.rs/zrpc-rs
-//! [`zrpc::Server`]: https://docs.rs/zrpc-rs/latest/zrpc/struct.Server.html
+//! [zrpc]: https://github.com/zrpc-rs/zrpc
+//! [`zrpc::Server`]: https://github.com/zrpc-rs/zrpc/blob/main/crates/zrpc-server/src/server.rs
 
 mod rewrite;
 
