@@ -16,7 +16,8 @@ use super::huffman;
 
 /// The table size every HPACK decoder starts with (`SETTINGS_HEADER_TABLE_SIZE` default).
 const INITIAL_TABLE_SIZE: usize = 4096;
-/// A dynamic-table size update above this gives up inspecting (hyper and tonic advertise 4096).
+/// A dynamic-table size update above this gives up inspecting (zrpc's serve loop keeps hyper's
+/// default of 4096).
 const MAX_TABLE_SIZE: usize = 64 * 1024;
 /// Static table index of `:authority` (RFC 7541 Appendix A).
 const AUTHORITY_INDEX: usize = 1;
