@@ -9,9 +9,9 @@
 //!
 //! The timer covers the handler until it returns its response head: all of a unary call;
 //! for a server stream only its set-up. Known streaming methods (see
-//! [`StreamingMethods`]) and health/reflection are never timed out by this stage; the caller's
-//! own `grpc-timeout` still applies to them, enforced by the server's serve loop for every
-//! call.
+//! [`StreamingMethods`]) and health/reflection are never timed out by this stage; the server's
+//! serve loop still bounds every call's wait for its response head by the caller's own
+//! `grpc-timeout`.
 
 use std::collections::HashMap;
 use std::future::Future;
