@@ -1,9 +1,11 @@
 //! zrpc-client: go-zero's zRPC client on tonic.
 //!
 //! A [`Client`] is a `tower::Service` over `http::Request<tonic::body::Body>`, so generated tonic
-//! clients use it directly (`GreeterClient::new(client.clone())`). Behind it: a resolver (direct,
-//! etcd, DNS) feeding a lock-free P2C+EWMA balancer ([`balancer`]), and go-zero's client chain
-//! ([`layers`]: tracing, duration log, metrics, breaker, timeout).
+//! clients use it directly (`GreeterClient::new(client.clone())`). Each call runs go-zero's client
+//! chain ([`layers`]: tracing, duration log, metrics, breaker, timeout, then `app`/`token`
+//! credentials), then the lock-free P2C+EWMA balancer's pick ([`balancer`]) and the chosen
+//! endpoint's connection. A [`resolver`] (direct, etcd, DNS, Kubernetes) keeps the balancer's
+//! endpoint set current beside the calls.
 
 pub mod balancer;
 mod client;
