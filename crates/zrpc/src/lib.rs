@@ -118,7 +118,8 @@ pub use zrpc_server::Error as ServerError;
 
 /// Client-side load balancing: the lock-free P2C+EWMA and round-robin pickers.
 pub use zrpc_client::balancer;
-/// Client-side discovery: targets and resolvers (direct, etcd, DNS) and the stable subset.
+/// Client-side discovery: targets and resolvers (direct, etcd, DNS, Kubernetes) and the stable
+/// subset.
 pub use zrpc_client::resolver;
 /// Server-side etcd registration: the self-healing [`Publisher`](registry::Publisher) and
 /// [`advertise_addr`](registry::advertise_addr).
