@@ -6,14 +6,12 @@ use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
 use zrpc_client::balancer::{MAX_ATTEMPTS, RandomSource};
+use zrpc_core::grpc::code::{DEADLINE_EXCEEDED, OK, UNAVAILABLE};
 
 use crate::model::{Load, Report, Scenario, ServerSpec, Window};
 use crate::policy::Policy;
 use crate::rng::SimRng;
 
-const OK: i32 = 0;
-const DEADLINE_EXCEEDED: i32 = 4;
-const UNAVAILABLE: i32 = 14;
 /// A failing server answers after this long.
 const FAIL_LATENCY: u64 = 1_000_000;
 

@@ -211,7 +211,7 @@ impl Balance for GoZero {
             w = 0.0;
         }
         c.lag = (c.lag as f64 * w + lag * (1.0 - w)) as u64;
-        let success = if zrpc_core::breaker::is_acceptable_code(code) {
+        let success = if zrpc_core::grpc::code::is_acceptable(code) {
             1000.0
         } else {
             0.0

@@ -382,7 +382,7 @@ impl EndpointStats {
 
     fn complete(&self, start: u64, now: u64, code: i32, limit: Option<&EjectionLimit>) {
         self.inflight.fetch_sub(1, Ordering::Relaxed);
-        let failure = is_failure(code);
+        let failure = !code::is_acceptable(code);
         let old_bits = self.lag.load(Ordering::Relaxed);
         let empty = old_bits == EMPTY;
         if empty && code == code::CANCELLED {
@@ -551,18 +551,3 @@ pub(crate) const COST_PENALTY: u64 = 1 << 62;
 
 /// The bits of [`THROTTLE_SUCCESS`] (see [`EndpointStats::succeeds`]).
 const THROTTLE_SUCCESS_BITS: u64 = THROTTLE_SUCCESS.to_bits();
-
-/// go-zero `codes.Acceptable` negated: DeadlineExceeded, Internal, Unavailable, DataLoss,
-/// Unimplemented, ResourceExhausted are failures.
-#[must_use]
-pub fn is_failure(c: i32) -> bool {
-    matches!(
-        c,
-        code::DEADLINE_EXCEEDED
-            | code::INTERNAL
-            | code::UNAVAILABLE
-            | code::DATA_LOSS
-            | code::UNIMPLEMENTED
-            | code::RESOURCE_EXHAUSTED
-    )
-}

@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use pin_project_lite::pin_project;
 use tonic::body::Body;
-use zrpc_core::breaker::{BreakerPromise, BreakerRegistry, is_acceptable_code};
-use zrpc_core::grpc::{OnStatus, StatusBody, StatusGuard, status_from_headers};
+use zrpc_core::breaker::{BreakerPromise, BreakerRegistry};
+use zrpc_core::grpc::{OnStatus, StatusBody, StatusGuard, code, status_from_headers};
 
 use super::method::{MethodState, Methods};
 use super::{BoxError, Response, breaker, code_of_error, duration, trace};
@@ -174,7 +174,7 @@ impl Outcome {
             }
         }
         if let Some(p) = self.promise.take() {
-            if is_acceptable_code(code) {
+            if code::is_acceptable(code) {
                 p.accept(now);
             } else {
                 p.reject(now);

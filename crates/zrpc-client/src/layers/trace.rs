@@ -10,9 +10,8 @@
 use http::{HeaderName, HeaderValue};
 use opentelemetry::propagation::Injector;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
+use zrpc_core::grpc::code;
 use zrpc_core::grpc::method::split;
-
-use crate::balancer::is_failure;
 
 struct HeaderInjector<'a>(&'a mut http::HeaderMap);
 
@@ -65,7 +64,7 @@ pub(crate) fn start(
 /// Records the final code on the span.
 pub(crate) fn record(span: &tracing::Span, code: i32) {
     span.record("rpc.grpc.status_code", code);
-    if is_failure(code) {
+    if !code::is_acceptable(code) {
         span.record("otel.status_code", "ERROR");
     }
 }

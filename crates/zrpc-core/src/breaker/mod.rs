@@ -93,26 +93,5 @@ impl fmt::Display for BreakerOpen {
 
 impl std::error::Error for BreakerOpen {}
 
-/// Whether a numeric gRPC status code counts as an acceptable outcome for a breaker (go-zero
-/// `zrpc/internal/codes/accept.go`).
-///
-/// `DeadlineExceeded` (4), `ResourceExhausted` (8), `Unimplemented` (12), `Internal` (13),
-/// `Unavailable` (14) and `DataLoss` (15) are failures; every other code, including `Ok` (0),
-/// `Unknown` and `Cancelled`, is acceptable.
-///
-/// # Examples
-///
-/// ```
-/// use zrpc_core::breaker::is_acceptable_code;
-///
-/// assert!(is_acceptable_code(0));
-/// assert!(is_acceptable_code(5)); // NotFound
-/// assert!(!is_acceptable_code(14)); // Unavailable
-/// ```
-#[must_use]
-pub fn is_acceptable_code(code: i32) -> bool {
-    !matches!(code, 4 | 8 | 12 | 13 | 14 | 15)
-}
-
 #[cfg(test)]
 mod tests;

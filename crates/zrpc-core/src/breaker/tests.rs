@@ -372,12 +372,7 @@ fn dropped_promise_is_a_failure() {
 }
 
 #[test]
-fn acceptable_codes_match_go_zero() {
-    for code in 0..=16 {
-        let failure = matches!(code, 4 | 8 | 12 | 13 | 14 | 15);
-        assert_eq!(is_acceptable_code(code), !failure, "code {code}");
-    }
-    assert!(is_acceptable_code(-1));
+fn breaker_open_says_circuit_breaker_is_open() {
     assert_eq!(BreakerOpen::new().to_string(), "circuit breaker is open");
 }
 

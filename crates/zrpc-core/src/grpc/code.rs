@@ -37,6 +37,33 @@ pub const DATA_LOSS: i32 = 15;
 /// The request does not have valid authentication credentials.
 pub const UNAUTHENTICATED: i32 = 16;
 
+/// Whether `code` is an acceptable outcome: go-zero's `codes.Acceptable`
+/// (`zrpc/internal/codes/accept.go`), the one failure classification of zrpc.
+///
+/// [`DEADLINE_EXCEEDED`], [`INTERNAL`], [`UNAVAILABLE`], [`DATA_LOSS`], [`UNIMPLEMENTED`] and
+/// [`RESOURCE_EXHAUSTED`] are failures; every other code, including [`OK`], [`UNKNOWN`],
+/// [`CANCELLED`] and values outside the spec, is acceptable. The breakers count failures against
+/// a method, the balancer against an endpoint's success score, and tracing marks their spans as
+/// errors.
+///
+/// # Examples
+///
+/// ```
+/// use zrpc_core::grpc::code;
+///
+/// assert!(code::is_acceptable(code::OK));
+/// assert!(code::is_acceptable(code::NOT_FOUND));
+/// assert!(!code::is_acceptable(code::UNAVAILABLE));
+/// ```
+#[inline]
+#[must_use]
+pub fn is_acceptable(code: i32) -> bool {
+    !matches!(
+        code,
+        DEADLINE_EXCEEDED | INTERNAL | UNAVAILABLE | DATA_LOSS | UNIMPLEMENTED | RESOURCE_EXHAUSTED
+    )
+}
+
 /// The canonical upper-snake name of a code (`"DEADLINE_EXCEEDED"`), `"UNKNOWN"` for
 /// values outside the spec.
 #[must_use]
@@ -88,5 +115,14 @@ mod tests {
         assert_eq!(as_str(-1), "2");
         assert_eq!(as_str(17), "2");
         assert_eq!(name(DEADLINE_EXCEEDED), "DEADLINE_EXCEEDED");
+    }
+
+    #[test]
+    fn acceptable_codes_match_go_zero() {
+        for code in 0..=16 {
+            let failure = matches!(code, 4 | 8 | 12 | 13 | 14 | 15);
+            assert_eq!(is_acceptable(code), !failure, "code {code}");
+        }
+        assert!(is_acceptable(-1));
     }
 }

@@ -6,7 +6,8 @@
 //! the trailers after the last message. This module has the small pieces every
 //! layer needs, with no networking and no tonic dependency:
 //!
-//! - [`code`]: numeric gRPC status codes (`i32`, the values of `tonic::Code`);
+//! - [`code`]: numeric gRPC status codes (`i32`, the values of `tonic::Code`) and the one rule
+//!   for which of them are failures ([`code::is_acceptable`]);
 //! - [`StatusBody`]: a body wrapper that reports the final status exactly once,
 //!   from the headers or the trailers, or [`code::CANCELLED`] when it is dropped early;
 //! - [`StatusGuard`]: the same "exactly once, Cancelled on drop" callback for response futures;

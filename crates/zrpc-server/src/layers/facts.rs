@@ -35,7 +35,7 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
-use zrpc_core::breaker::is_acceptable_code;
+use zrpc_core::grpc::code;
 
 const REQUEST_ENDED: u8 = 1;
 const REQUEST_FAILED: u8 = 2;
@@ -85,7 +85,7 @@ impl CallFacts {
         if self.has(PANICKED) {
             return Blame::Server;
         }
-        if is_acceptable_code(code) {
+        if code::is_acceptable(code) {
             return Blame::None;
         }
         if self.has(REQUEST_FAILED) || !self.has(REQUEST_ENDED) {
@@ -103,7 +103,7 @@ pub(crate) fn blame(facts: Option<&CallFacts>, code: i32) -> Blame {
     }
     match facts {
         Some(f) => f.blame(code),
-        None if is_acceptable_code(code) => Blame::None,
+        None if code::is_acceptable(code) => Blame::None,
         None => Blame::Server,
     }
 }
