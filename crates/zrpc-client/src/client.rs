@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use pin_project_lite::pin_project;
 use tonic::body::Body;
+use tower::BoxError;
 use zrpc_core::breaker::BreakerRegistry;
 use zrpc_core::conf::{ConfError, Validate};
 use zrpc_core::grpc::{OnStatus, StatusBody, StatusGuard, status_from_headers};
@@ -26,7 +27,7 @@ use crate::layers::credentials::CredentialsLayer;
 use crate::layers::duration::SLOW_THRESHOLD;
 use crate::layers::observe::{Detail, Outcome};
 use crate::layers::timeout::{Bound, TimeoutLayer};
-use crate::layers::{BoxError, ObserveLayer, Response, code_of_error};
+use crate::layers::{ObserveLayer, Response, code_of_error};
 use crate::metrics::ClientMetrics;
 use crate::resolver::{self, Target};
 

@@ -12,12 +12,11 @@ use pin_project_lite::pin_project;
 
 use tonic::body::Body;
 use tonic::transport::Channel;
+use tower::BoxError;
 use zrpc_core::grpc::{OnStatus, StatusBody, StatusGuard, code};
 
 use super::stats::{Clock, EjectionLimit, EndpointStats};
 use super::wire::{Connector, Mark, Wire};
-
-type BoxError = Box<dyn StdError + Send + Sync>;
 
 /// Connection settings of endpoint channels.
 #[derive(Debug, Clone, Default)]

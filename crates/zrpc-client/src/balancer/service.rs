@@ -13,14 +13,13 @@ use futures_util::future::BoxFuture;
 use pin_project_lite::pin_project;
 use tokio::sync::watch;
 use tonic::body::Body;
+use tower::BoxError;
 
 use super::endpoint::{Answer, Attempt, ConnectOptions, Deadline, Endpoint};
 use super::replay::{self, Replay};
 use super::{P2cPicker, RoundRobin, ThreadRng};
 use crate::conf::BalancerName;
 use crate::resolver::{EndpointUpdates, ResolverStatus, subset};
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Attempts per call when earlier ones provably never reached a server (transparent retry).
 pub const MAX_ATTEMPTS: usize = 3;

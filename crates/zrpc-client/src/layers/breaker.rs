@@ -22,12 +22,12 @@ mod tests {
     use std::sync::Arc;
 
     use tonic::body::Body;
-    use tower::{Layer, Service, ServiceExt};
+    use tower::{BoxError, Layer, Service, ServiceExt};
     use zrpc_core::breaker::{BreakerConfig, BreakerRegistry};
     use zrpc_core::grpc::{code, status_response};
 
     use super::*;
-    use crate::layers::{BoxError, ObserveLayer};
+    use crate::layers::ObserveLayer;
 
     #[tokio::test]
     async fn rejects_locally_with_an_unavailable_status_once_failures_pile_up() {

@@ -5,9 +5,8 @@
 
 use std::time::Duration;
 
+use tower::BoxError;
 use zrpc_core::grpc::{code, status_message_from_headers};
-
-use super::BoxError;
 
 /// go-zero's default slow-call threshold.
 pub const SLOW_THRESHOLD: Duration = Duration::from_millis(500);

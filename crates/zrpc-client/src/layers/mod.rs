@@ -19,9 +19,6 @@ pub use observe::{ObserveBuilder, ObserveLayer};
 
 use zrpc_core::grpc::code;
 
-/// The error type of every client service: a boxed error, in practice a `tonic::Status`.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
 /// The response type of every client service.
 pub type Response = http::Response<tonic::body::Body>;
 

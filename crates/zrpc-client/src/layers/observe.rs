@@ -27,11 +27,12 @@ use std::time::{Duration, Instant};
 
 use pin_project_lite::pin_project;
 use tonic::body::Body;
+use tower::BoxError;
 use zrpc_core::breaker::{BreakerPromise, BreakerRegistry};
 use zrpc_core::grpc::{OnStatus, StatusBody, StatusGuard, code, status_from_headers};
 
 use super::method::{MethodState, Methods};
-use super::{BoxError, Response, breaker, code_of_error, duration, trace};
+use super::{Response, breaker, code_of_error, duration, trace};
 use crate::metrics::{ClientMetrics, DropReason};
 
 /// The observing stage (see the module docs). Clones share the per-method states.

@@ -33,9 +33,10 @@ use std::time::Duration;
 use http::HeaderValue;
 use pin_project_lite::pin_project;
 use tonic::body::Body;
+use tower::BoxError;
 use zrpc_core::grpc::timeout as grpc_timeout;
 
-use super::{BoxError, Response};
+use super::Response;
 use crate::balancer::Deadline;
 
 /// A per-call timeout override, as a request extension:

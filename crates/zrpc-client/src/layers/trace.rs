@@ -79,12 +79,10 @@ mod tests {
     use opentelemetry::propagation::TextMapCompositePropagator;
     use opentelemetry::trace::TracerProvider;
     use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
-    use tower::{Layer, Service, ServiceExt};
+    use tower::{BoxError, Layer, Service, ServiceExt};
     use tracing_subscriber::layer::SubscriberExt;
 
     use tonic::body::Body;
-
-    use crate::layers::BoxError;
 
     #[test]
     fn a_span_no_subscriber_wants_is_not_opened_nor_injected() {
