@@ -389,9 +389,9 @@ impl Future for Attempt {
 
 /// The response of an attempt, its final status not read yet: `done` records it on the endpoint.
 ///
-/// The balancer's own service wraps the body to read it ([`Answer::into_response`]); the client
-/// reads it once for `done` and its observing stage together (`client::finish`), so a call's
-/// body is wrapped once and its status parsed once.
+/// The balancer's slow path and its retries wrap the body to read it
+/// ([`Answer::into_response`]); the client reads it once for `done` and its observing stage
+/// together (`client::finish`), so a call's body is wrapped once and its status parsed once.
 #[derive(Debug)]
 pub(crate) struct Answer {
     pub(crate) resp: http::Response<Body>,
