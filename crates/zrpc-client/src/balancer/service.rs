@@ -24,9 +24,6 @@ use crate::resolver::{EndpointUpdates, ResolverStatus, subset};
 /// Attempts per call when earlier ones provably never reached a server (transparent retry).
 pub const MAX_ATTEMPTS: usize = 3;
 
-/// At most this many endpoints per client (go-zero `subsetSize`).
-pub(crate) const SUBSET_SIZE: usize = 32;
-
 /// The shared state of one client's balancer.
 pub(crate) struct Shared {
     pub(crate) target: Arc<str>,
@@ -169,10 +166,10 @@ async fn apply_updates(
 }
 
 impl Shared {
-    /// Applies an endpoint set: subset of at most 32, existing endpoints (and their stats and
-    /// connections) kept by address, new ones created cold.
+    /// Applies an endpoint set: subset of at most 32 ([`subset::DEFAULT_SUBSET_SIZE`]), existing
+    /// endpoints (and their stats and connections) kept by address, new ones created cold.
     pub(crate) fn apply(&self, addrs: &[String]) {
-        let chosen = subset::select(addrs, self.seed, SUBSET_SIZE);
+        let chosen = subset::select(addrs, self.seed, subset::DEFAULT_SUBSET_SIZE);
         let old = self.set.load();
         let by_addr: HashMap<&str, &Arc<Endpoint>> = old.iter().map(|e| (&*e.addr, e)).collect();
         let mut next = Vec::with_capacity(chosen.len());
