@@ -6,6 +6,7 @@ pub mod certs;
 pub mod etcd;
 pub mod gozero;
 pub mod greeter;
+pub mod h2raw;
 pub mod k8s;
 pub mod redis;
 

@@ -10,7 +10,8 @@
 //! Log lines follow the `Log` block (go-zero `logx.SetUp`, `core/logx/logs.go`):
 //! - `Encoding`: JSON lines (default) or plain text; never with ANSI colour codes, so files and
 //!   log collectors get clean text.
-//! - `Level`: `debug`, `info`, `error` (and `severe` = error); `RUST_LOG` overrides it.
+//! - `Level`: `debug`, `info`, `error` (and `severe` = error); `RUST_LOG` overrides it. h2's
+//!   own messages are kept to ERROR (zrpc summarises the connections it cuts).
 //! - `Mode`: `console` writes to stdout; `file` appends to `Path/access.log` (errors to
 //!   `Path/error.log`, as go-zero splits them); `volume` does the same under
 //!   `Path/<ServiceName>/<hostname>` (`ServiceName` defaults to `Name`). The directory is
@@ -54,11 +55,14 @@ impl Drop for TelemetryGuard {
     }
 }
 
+/// The log filter of `conf`'s `Log.Level`. h2 stays at ERROR: it logs a WARN for every
+/// connection it cuts, which an attacker could turn into a line per connection; zrpc logs its
+/// own summary of cuts instead (at most one line per client address per 10 s).
 fn level(conf: &RpcServerConf) -> &'static str {
     match conf.log.level.as_str() {
-        "debug" => "debug",
+        "debug" => "debug,h2=error",
         "error" | "severe" => "error",
-        _ => "info",
+        _ => "info,h2=error",
     }
 }
 

@@ -13,9 +13,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use zrpc_server::conf::TransportConf;
 use zrpc_tests::greeter::{TestGreeter, TestServer, start_server, test_conf};
+use zrpc_tests::h2raw::{PREFACE, frame, grpc_headers, raw_h2, read_frame};
 use zrpc_tests::pb::{HelloRequest, HelloStreamRequest};
-
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// A test server with `edit` applied to its `Transport` block. Shedding is off: the suite
 /// runs many tests at once on few cores, and these tests are about the transport, not CPU.
@@ -54,43 +53,6 @@ async fn served(server: &TestServer, n: usize) -> Duration {
     }
     took.sort();
     took[(n * 99 / 100).min(n - 1)]
-}
-
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = u32::try_from(payload.len()).unwrap().to_be_bytes();
-    let mut f = vec![len[1], len[2], len[3], kind, flags];
-    f.extend_from_slice(&stream.to_be_bytes());
-    f.extend_from_slice(payload);
-    f
-}
-
-/// A HEADERS block for a gRPC call on `path` (HPACK literals without indexing, no Huffman).
-fn grpc_headers(path: &str, authority: &str) -> Vec<u8> {
-    let mut b = vec![0x83, 0x86]; // :method POST, :scheme http
-    for (index, value) in [(4u8, path), (1, authority)] {
-        b.push(index); // literal without indexing, indexed name (:path, :authority)
-        b.push(u8::try_from(value.len()).unwrap());
-        b.extend_from_slice(value.as_bytes());
-    }
-    b.extend_from_slice(&[0x0f, 0x10]); // content-type (static 31)
-    b.push(16);
-    b.extend_from_slice(b"application/grpc");
-    b.extend_from_slice(&[0x00, 2]);
-    b.extend_from_slice(b"te");
-    b.push(8);
-    b.extend_from_slice(b"trailers");
-    b
-}
-
-/// Reads one frame: (type, flags, stream, payload); `None` at EOF or on an error.
-async fn read_frame(sock: &mut TcpStream) -> Option<(u8, u8, u32, Vec<u8>)> {
-    let mut h = [0u8; 9];
-    sock.read_exact(&mut h).await.ok()?;
-    let len = u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize;
-    let stream = u32::from_be_bytes([h[5] & 0x7f, h[6], h[7], h[8]]);
-    let mut payload = vec![0u8; len];
-    sock.read_exact(&mut payload).await.ok()?;
-    Some((h[3], h[4], stream, payload))
 }
 
 /// SETTINGS_MAX_CONCURRENT_STREAMS in a SETTINGS payload.
@@ -778,17 +740,6 @@ async fn accept_errors_back_off_under_fd_exhaustion() {
         cpu_pct < 5.0,
         "server CPU {cpu_pct:.1}% while out of descriptors"
     );
-}
-
-/// Opens a raw HTTP/2 connection (preface, empty SETTINGS, ACK of the server's SETTINGS).
-async fn raw_h2(addr: SocketAddr) -> TcpStream {
-    let mut sock = TcpStream::connect(addr).await.unwrap();
-    sock.write_all(PREFACE).await.unwrap();
-    sock.write_all(&frame(4, 0, 0, &[])).await.unwrap();
-    let (kind, _, _, _) = read_frame(&mut sock).await.unwrap();
-    assert_eq!(kind, 4, "the server's first frame is SETTINGS");
-    sock.write_all(&frame(4, 1, 0, &[])).await.unwrap();
-    sock
 }
 
 /// Sends `n` PINGs, then reads until EOF (bounded): (PING ACKs, GOAWAY (code, debug data)).

@@ -20,6 +20,18 @@ use zrpc_core::conf::{ConfError, Validate, duration};
 pub struct TransportConf {
     /// SETTINGS_MAX_CONCURRENT_STREAMS advertised to every client (default 1000, at least 1).
     pub max_concurrent_streams: u32,
+    /// SETTINGS_MAX_HEADER_LIST_SIZE: the largest header list (metadata) of a call, in octets
+    /// as HTTP/2 counts them (default 16384, hyper's and tonic's; grpc-go allows 16 MiB). A
+    /// larger list ends the connection (GOAWAY `ENHANCE_YOUR_CALM`). At least 1024.
+    pub max_header_list_size: u32,
+    /// Streams the server may reset for a client's protocol errors on one connection before
+    /// the connection is ended with GOAWAY `ENHANCE_YOUR_CALM` (default 1024, hyper's; guards
+    /// against MadeYouReset, CVE-2025-8671). At least 1.
+    pub max_local_error_reset_streams: usize,
+    /// Streams the client may reset before the server has accepted them, at once, before the
+    /// connection is ended with GOAWAY `ENHANCE_YOUR_CALM` (default 20, h2's; guards against
+    /// rapid reset, CVE-2023-44487). At least 1.
+    pub max_pending_accept_reset_streams: usize,
     /// Time a new connection has to send the HTTP/2 preface and its first SETTINGS frame
     /// before it is closed (default 10s; 0 = no limit).
     #[serde(with = "duration")]
@@ -78,6 +90,9 @@ impl Default for TransportConf {
     fn default() -> Self {
         TransportConf {
             max_concurrent_streams: 1000,
+            max_header_list_size: 16 << 10,
+            max_local_error_reset_streams: 1024,
+            max_pending_accept_reset_streams: 20,
             handshake_timeout: Duration::from_secs(10),
             keepalive_time: Duration::ZERO,
             keepalive_timeout: Duration::from_secs(20),
@@ -165,6 +180,30 @@ impl Validate for TransportConf {
                 "0 would refuse every call; use at least 1 (default 1000)",
             ));
         }
+        if self.max_header_list_size < 1024 {
+            return Err(ConfError::invalid(
+                "Transport.MaxHeaderListSize",
+                format!(
+                    "{} octets leaves no room for a call's own headers; use at least 1024 \
+                     (default 16384)",
+                    self.max_header_list_size
+                ),
+            ));
+        }
+        if self.max_local_error_reset_streams == 0 {
+            return Err(ConfError::invalid(
+                "Transport.MaxLocalErrorResetStreams",
+                "0 would end a connection at its first stream error; use at least 1 \
+                 (default 1024; there is no setting without a limit)",
+            ));
+        }
+        if self.max_pending_accept_reset_streams == 0 {
+            return Err(ConfError::invalid(
+                "Transport.MaxPendingAcceptResetStreams",
+                "0 would end a connection at the first call its client cancels early; use at \
+                 least 1 (default 20; there is no setting without a limit)",
+            ));
+        }
         if self.keepalive_time().is_some() && self.keepalive_timeout.is_zero() {
             return Err(ConfError::invalid(
                 "Transport.KeepaliveTimeout",
@@ -232,6 +271,10 @@ mod tests {
         assert_eq!(t.max_connection_idle(), None);
         assert_eq!(t.max_buffered_request_bytes(), Some(64 << 20));
         assert_eq!(t.max_connection_buffered_request_bytes(), Some(32 << 20));
+        // Every HTTP/2 limit is on by default (hyper's `None` would mean no limit).
+        assert_eq!(t.max_header_list_size, 16384);
+        assert_eq!(t.max_local_error_reset_streams, 1024);
+        assert_eq!(t.max_pending_accept_reset_streams, 20);
     }
 
     #[test]
@@ -262,6 +305,15 @@ mod tests {
             ("KeepaliveTime: 10ms", "Transport.KeepaliveTime"),
             ("TcpKeepalive: 500ms", "Transport.TcpKeepalive"),
             ("TcpKeepalive: 10h", "Transport.TcpKeepalive"),
+            ("MaxHeaderListSize: 100", "Transport.MaxHeaderListSize"),
+            (
+                "MaxLocalErrorResetStreams: 0",
+                "Transport.MaxLocalErrorResetStreams",
+            ),
+            (
+                "MaxPendingAcceptResetStreams: 0",
+                "Transport.MaxPendingAcceptResetStreams",
+            ),
         ] {
             let err = yaml(&format!(
                 "Name: a\nListenOn: 127.0.0.1:1\nTransport:\n  {text}\n"

@@ -247,7 +247,7 @@ fn wrap(
         .zip(addrs)
         .map(|(table, addrs)| table.register(addrs));
     let io = AuthorityFix::new(io, addrs, settings.authority_repair);
-    Guarded::new(io, settings.limits, permit, entry)
+    Guarded::new(io, Some(peer.ip()), settings.limits, permit, entry)
 }
 
 #[cfg(test)]

@@ -12,8 +12,9 @@
 //! - **Age grace**: `MaxConnectionAge + MaxConnectionAgeGrace` after accept, whatever is
 //!   still open. (GOAWAY at `MaxConnectionAge` itself is tonic's; tonic's own grace timer
 //!   would skip that GOAWAY, so zrpc keeps the grace here.)
-//! - **Ping floods** (`KeepaliveMinTime`): grpc-go's enforcement policy, GOAWAY
-//!   `too_many_pings` ([`pings`](super::pings)).
+//! - **Frame policies** below h2 ([`frames`](super::frames)): ping floods
+//!   (`KeepaliveMinTime`, grpc-go's enforcement policy, GOAWAY `too_many_pings`) and floods of
+//!   resets and control frames; a cut is counted and logged by [`cuts`](super::cuts).
 
 use std::io;
 use std::pin::Pin;
@@ -25,7 +26,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 use tonic::transport::server::Connected;
 
-use super::pings::PingGuard;
+use super::frames::{FrameGuard, Violation};
 use super::streams::ConnEntry;
 use crate::tls::io::ConnInfo;
 
@@ -53,7 +54,11 @@ pub(crate) struct Guarded<T> {
     handshake: Option<Handshake>,
     hard_deadline: Option<Pin<Box<Sleep>>>,
     idle: Option<Idle>,
-    pings: Option<PingGuard>,
+    frames: FrameGuard,
+    /// The client's address, for the log of a cut.
+    peer: Option<std::net::IpAddr>,
+    /// zrpc cut the connection itself (counted then).
+    cut: bool,
     /// The connection's place in the server's `ConnTable` (idle time, per-connection budget).
     entry: Option<ConnEntry>,
     _permit: Option<OwnedSemaphorePermit>,
@@ -98,9 +103,10 @@ struct Idle {
 }
 
 impl<T> Guarded<T> {
-    /// Wraps `inner`, starting its clocks now.
+    /// Wraps `inner` (a connection from `peer`), starting its clocks now.
     pub(crate) fn new(
         inner: T,
+        peer: Option<std::net::IpAddr>,
         limits: ConnLimits,
         permit: Option<OwnedSemaphorePermit>,
         entry: Option<ConnEntry>,
@@ -122,7 +128,9 @@ impl<T> Guarded<T> {
                 timeout,
                 sleep: Box::pin(tokio::time::sleep_until(now + timeout)),
             }),
-            pings: limits.ping_min_time.map(PingGuard::new),
+            frames: FrameGuard::new(limits.ping_min_time),
+            peer,
+            cut: false,
             entry,
             _permit: permit,
         }
@@ -193,36 +201,33 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for Guarded<T> {
             {
                 this.handshake = None;
             }
-            if let Some(p) = &mut this.pings
-                && p.read(read)
-            {
-                return Poll::Ready(Err(too_many_pings(&mut this.inner, p, cx)));
+            if let Some(violation) = this.frames.read(read) {
+                let err = cut(&mut this.inner, &this.frames, violation, cx);
+                this.cut = true;
+                super::cuts::connection_cut(this.peer, violation.as_str(), violation.describe());
+                return Poll::Ready(Err(err));
             }
         }
         res
     }
 }
 
-/// Ends a connection whose client pings too often: GOAWAY `too_many_pings` when it can be
-/// written between two of h2's frames (one attempt, the connection is closing anyway), and
-/// the error that makes hyper drop the connection.
-fn too_many_pings<T: AsyncWrite + Unpin>(
+/// Ends a connection that broke a frame policy: GOAWAY `ENHANCE_YOUR_CALM` naming it when it
+/// can be written between two of h2's frames (one attempt, the connection is closing anyway),
+/// and the error that makes hyper drop the connection.
+fn cut<T: AsyncWrite + Unpin>(
     io: &mut T,
-    pings: &PingGuard,
+    frames: &FrameGuard,
+    violation: Violation,
     cx: &mut Context<'_>,
 ) -> io::Error {
-    let sent = pings.can_write_goaway() && {
-        let frame = pings.goaway();
+    let sent = frames.can_write_goaway() && {
+        let frame = frames.goaway(violation);
         matches!(Pin::new(&mut *io).poll_write(cx, &frame), Poll::Ready(Ok(n)) if n == frame.len())
             && !matches!(Pin::new(&mut *io).poll_flush(cx), Poll::Ready(Err(_)))
     };
-    tracing::info!(
-        target: "zrpc::server",
-        goaway_sent = sent,
-        "closing a connection whose client pings more often than Transport.KeepaliveMinTime \
-         allows (GOAWAY ENHANCE_YOUR_CALM too_many_pings, as grpc-go)"
-    );
-    io::Error::other("too many pings (Transport.KeepaliveMinTime)")
+    tracing::debug!(target: "zrpc::server", goaway_sent = sent, "cut: {}", violation.as_str());
+    io::Error::other(format!("HTTP/2 frame policy: {}", violation.as_str()))
 }
 
 impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
@@ -233,8 +238,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let res = Pin::new(&mut this.inner).poll_write(cx, buf);
-        if let (Poll::Ready(Ok(n)), Some(p)) = (&res, &mut this.pings) {
-            p.wrote(&buf[..*n]);
+        if let Poll::Ready(Ok(n)) = &res {
+            this.frames.wrote(&buf[..*n]);
         }
         res
     }
@@ -246,11 +251,11 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let res = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        if let (Poll::Ready(Ok(n)), Some(p)) = (&res, &mut this.pings) {
+        if let Poll::Ready(Ok(n)) = &res {
             let mut left = *n;
             for b in bufs {
                 let take = left.min(b.len());
-                p.wrote(&b[..take]);
+                this.frames.wrote(&b[..take]);
                 left -= take;
                 if left == 0 {
                     break;
@@ -270,6 +275,17 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+impl<T> Drop for Guarded<T> {
+    /// A connection h2 ended with an error GOAWAY (one of its limits) is counted and logged
+    /// as it closes.
+    fn drop(&mut self) {
+        if let Some((code, debug)) = self.frames.h2_goaway().filter(|_| !self.cut) {
+            let reason = super::cuts::h2_reason(code, debug);
+            super::cuts::connection_cut(self.peer, reason, super::cuts::h2_describe(reason));
+        }
     }
 }
 
@@ -329,7 +345,7 @@ mod tests {
             handshake_timeout: Some(Duration::from_secs(10)),
             ..ConnLimits::default()
         };
-        let mut g = Guarded::new(server, limits, None, None);
+        let mut g = Guarded::new(server, None, limits, None, None);
         let started = Instant::now();
         let mut buf = [0u8; 8];
         let err = g.read(&mut buf).await.unwrap_err();

@@ -13,16 +13,18 @@
 //!   GOAWAY at the maximum connection age).
 //!
 //! hyper 1 / h2 0.4 offer no minimum interval for the client's pings (grpc-go's
-//! `EnforcementPolicy`, GOAWAY `too_many_pings`): h2 answers every PING, so zrpc enforces
-//! `KeepaliveMinTime` below h2 ([`pings`]).
+//! `EnforcementPolicy`, GOAWAY `too_many_pings`) and no limit on control frames or on streams
+//! reset after they were accepted: zrpc enforces those below h2 ([`frames`]) and counts and
+//! logs every connection cut for breaking a limit ([`cuts`]).
 
 mod accept;
 mod backoff;
 mod budget;
 mod conn;
 mod content_type;
+mod cuts;
+mod frames;
 pub(crate) mod front;
-mod pings;
 pub(crate) mod serve;
 mod streams;
 
@@ -62,7 +64,10 @@ pub(crate) fn accept_settings(conf: &TransportConf, authority_repair: bool) -> A
 /// `MaxConnectionAge` is the loop's; the hard close after `MaxConnectionAgeGrace` is `Guarded`'s.
 pub(crate) fn http2(conf: &TransportConf) -> serve::Http2 {
     serve::Http2 {
-        max_concurrent_streams: Some(conf.max_concurrent_streams),
+        max_concurrent_streams: conf.max_concurrent_streams,
+        max_header_list_size: conf.max_header_list_size,
+        max_local_error_reset_streams: conf.max_local_error_reset_streams,
+        max_pending_accept_reset_streams: conf.max_pending_accept_reset_streams,
         keepalive_interval: conf.keepalive_time(),
         keepalive_timeout: conf.keepalive_timeout,
         max_connection_age: conf.max_connection_age(),

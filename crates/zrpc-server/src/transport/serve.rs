@@ -55,10 +55,14 @@ use crate::tls::io::ConnInfo;
 use tower::BoxError;
 use zrpc_core::shedder::Queued;
 
-/// The HTTP/2 settings of a server (tonic's `Server` builder took them before).
-#[derive(Debug, Clone, Default)]
+/// The HTTP/2 settings of a server that `Transport` chooses (the rest are fixed in
+/// [`builder`]).
+#[derive(Debug, Clone)]
 pub(crate) struct Http2 {
-    pub(crate) max_concurrent_streams: Option<u32>,
+    pub(crate) max_concurrent_streams: u32,
+    pub(crate) max_header_list_size: u32,
+    pub(crate) max_local_error_reset_streams: usize,
+    pub(crate) max_pending_accept_reset_streams: usize,
     pub(crate) keepalive_interval: Option<Duration>,
     pub(crate) keepalive_timeout: Duration,
     /// A graceful GOAWAY at this age (the hard close after the grace is `Guarded`'s).
@@ -124,22 +128,37 @@ where
     Ok(())
 }
 
-/// hyper's connection builder: HTTP/2 only, with tonic's settings (hyper's defaults but for
-/// those `Transport` sets).
+/// hyper's connection builder: HTTP/2 only, every limit set here on purpose. In hyper's and
+/// h2's builders `None` often means *no limit* rather than "the default" (tonic 0.14 passes
+/// `None` for the local-error resets, which turns off h2's MadeYouReset guard), so each is
+/// given a value, and `docs/security.md` tables them beside tonic's and grpc-go's.
 fn builder(http2: &Http2) -> Builder<TokioExecutor> {
     let mut builder = Builder::new(TokioExecutor::new()).http2_only();
     builder
         .http2()
         .timer(TokioTimer::new())
-        .initial_connection_window_size(None)
-        .initial_stream_window_size(None)
+        // Streams open at once per connection; more are refused (REFUSED_STREAM).
         .max_concurrent_streams(http2.max_concurrent_streams)
-        .keep_alive_interval(http2.keepalive_interval)
-        .keep_alive_timeout(http2.keepalive_timeout)
+        // The largest header list of a call; larger ones end the connection.
+        .max_header_list_size(http2.max_header_list_size)
+        // Streams reset for the client's protocol errors (MadeYouReset, CVE-2025-8671).
+        .max_local_error_reset_streams(http2.max_local_error_reset_streams)
+        // Streams the client resets before they are accepted (rapid reset, CVE-2023-44487).
+        .max_pending_accept_reset_streams(http2.max_pending_accept_reset_streams)
+        // (The HPACK table for the client's headers stays h2's 4 KiB, the RFC's: hyper-util's
+        // builder has no setter for it.)
+        // Frames the client may send: the RFC's minimum, what every gRPC client sends.
+        .max_frame_size(16 << 10)
+        // Flow-control windows: 1 MiB per stream and per connection (hyper's), so one
+        // stream's unread request data is bounded and a 4 MiB message needs no BDP probing;
+        // grpc-go starts at 64 KiB and grows them with BDP pings.
+        .initial_stream_window_size(1 << 20)
+        .initial_connection_window_size(1 << 20)
         .adaptive_window(false)
-        .max_pending_accept_reset_streams(None)
-        .max_local_error_reset_streams(None)
-        .max_frame_size(None);
+        // Response octets buffered per stream before the handler's body is back-pressured.
+        .max_send_buf_size(400 << 10)
+        .keep_alive_interval(http2.keepalive_interval)
+        .keep_alive_timeout(http2.keepalive_timeout);
     builder
 }
 

@@ -1,0 +1,588 @@
+//! Policies on the client's HTTP/2 frames that h2 offers no hook for, applied below h2 by
+//! following the frame headers in both directions (in [`Guarded`](super::conn::Guarded)):
+//!
+//! - **Ping floods**: grpc-go's keepalive `EnforcementPolicy` (`MinTime`, default 5 min). A
+//!   PING from the client sooner than `MinTime` after the previous one is a strike, unless
+//!   the server has sent DATA or HEADERS since (grpc-go resets its strikes then: BDP pings
+//!   follow the server's data); the third strike ends the connection with GOAWAY
+//!   `ENHANCE_YOUR_CALM` `too_many_pings`, as grpc-go does. grpc-go applies 2 hours instead
+//!   of `MinTime` while no call is open; zrpc applies `MinTime` always (more lenient to idle
+//!   pingers, never stricter).
+//! - **Control-frame and reset floods**: SETTINGS, WINDOW_UPDATE and PRIORITY frames cost the
+//!   server work but move no call forward, and a stream the client resets (RST_STREAM) costs
+//!   the work of accepting it; h2 answers them all (its own rapid-reset guard only counts
+//!   streams reset before hyper accepts them, which hyper does at once). Each such frame
+//!   spends one credit of a per-connection [`FloodBudget`]; the server's work for the client
+//!   earns credits back (a DATA frame sent: 1, a call finished: 2), up to the starting
+//!   [`FLOOD_CREDITS`]. A connection out of credit ends with GOAWAY `ENHANCE_YOUR_CALM`
+//!   `too_many_resets` or `too_many_control_frames`. A polite client never runs out: it sends
+//!   a few SETTINGS per connection, WINDOW_UPDATEs for data it was sent, and resets fewer
+//!   calls than it completes; a client that cancels more than two of three calls without
+//!   pause is cut after about a thousand (Envoy cuts at half of its streams).
+//!
+//! zrpc writes the GOAWAY itself, at a frame boundary of h2's outgoing octets, then fails the
+//! connection's read so that hyper drops it. When h2 is in the middle of writing a frame at
+//! that moment, the GOAWAY cannot be interleaved safely and the connection is closed without
+//! it. Cost: a few comparisons per frame header read or written; nothing per octet of
+//! payload.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// HTTP/2 frame header (RFC 9113 §4.1).
+const FRAME_HEADER_LEN: usize = 9;
+/// Client connection preface (RFC 9113 §3.4), skipped by the read side.
+pub(crate) const PREFACE_LEN: u32 = 24;
+
+const DATA: u8 = 0x0;
+const HEADERS: u8 = 0x1;
+const PRIORITY: u8 = 0x2;
+const RST_STREAM: u8 = 0x3;
+const SETTINGS: u8 = 0x4;
+const PING: u8 = 0x6;
+const GOAWAY: u8 = 0x7;
+const WINDOW_UPDATE: u8 = 0x8;
+const FLAG_ACK: u8 = 0x1;
+const FLAG_END_STREAM: u8 = 0x1;
+
+/// Credits a connection starts with, and the most it can hold (see the module docs): room
+/// for a burst of a thousand cancelled calls or control frames before any work is done.
+pub(crate) const FLOOD_CREDITS: u32 = 1000;
+
+/// grpc-go's `maxPingStrikes`: the connection ends when strikes exceed it.
+const MAX_PING_STRIKES: u8 = 2;
+
+/// A frame header, as [`FrameScanner`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FrameHead {
+    pub(crate) kind: u8,
+    pub(crate) flags: u8,
+    pub(crate) stream: u32,
+}
+
+/// Follows the frame headers of one direction of an HTTP/2 connection, octets fed in any
+/// split; payloads are skipped without being looked at.
+#[derive(Debug, Clone)]
+pub(crate) struct FrameScanner {
+    header: [u8; FRAME_HEADER_LEN],
+    have: usize,
+    /// Payload octets still to skip.
+    skip: u32,
+}
+
+impl FrameScanner {
+    /// A scanner that first skips `skip` octets (the client preface on the read side).
+    pub(crate) fn new(skip: u32) -> Self {
+        FrameScanner {
+            header: [0; FRAME_HEADER_LEN],
+            have: 0,
+            skip,
+        }
+    }
+
+    /// True between two frames (no header or payload half-seen).
+    pub(crate) fn at_boundary(&self) -> bool {
+        self.have == 0 && self.skip == 0
+    }
+
+    /// Feeds octets; calls `on_frame` for each frame header completed by them, with the part
+    /// of its payload that is in `data` (possibly less than all of it).
+    #[inline]
+    pub(crate) fn feed(&mut self, mut data: &[u8], mut on_frame: impl FnMut(FrameHead, &[u8])) {
+        loop {
+            if self.skip > 0 {
+                if data.len() <= self.skip as usize {
+                    self.skip -= data.len() as u32;
+                    return;
+                }
+                data = &data[self.skip as usize..];
+                self.skip = 0;
+            }
+            // Fast path: a whole header in `data` (nearly always), read in place.
+            let h = match (self.have, data.split_first_chunk::<FRAME_HEADER_LEN>()) {
+                (0, Some((h, rest))) => {
+                    data = rest;
+                    *h
+                }
+                _ if data.is_empty() => return,
+                _ => {
+                    let n = (FRAME_HEADER_LEN - self.have).min(data.len());
+                    self.header[self.have..self.have + n].copy_from_slice(&data[..n]);
+                    self.have += n;
+                    data = &data[n..];
+                    if self.have < FRAME_HEADER_LEN {
+                        return;
+                    }
+                    self.have = 0;
+                    self.header
+                }
+            };
+            self.skip = u32::from_be_bytes([0, h[0], h[1], h[2]]);
+            let payload = &data[..data.len().min(self.skip as usize)];
+            on_frame(
+                FrameHead {
+                    kind: h[3],
+                    flags: h[4],
+                    stream: u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff,
+                },
+                payload,
+            );
+        }
+    }
+}
+
+/// grpc-go's ping strikes for one connection.
+#[derive(Debug, Clone)]
+pub(crate) struct PingPolicy {
+    min_time: Duration,
+    last_ping: Option<Instant>,
+    strikes: u8,
+    /// The server sent DATA or HEADERS since the last PING.
+    reset: bool,
+}
+
+impl PingPolicy {
+    pub(crate) fn new(min_time: Duration) -> Self {
+        PingPolicy {
+            min_time,
+            last_ping: None,
+            strikes: 0,
+            reset: false,
+        }
+    }
+
+    /// The server wrote DATA or HEADERS.
+    pub(crate) fn server_sent_data(&mut self) {
+        self.reset = true;
+    }
+
+    /// A PING (not an ACK) from the client at `now`; true when it is one too many.
+    pub(crate) fn on_ping(&mut self, now: Instant) -> bool {
+        let last = self.last_ping.replace(now);
+        if std::mem::take(&mut self.reset) {
+            self.strikes = 0;
+            return false;
+        }
+        if last.is_some_and(|l| now < l + self.min_time) {
+            self.strikes += 1;
+        }
+        self.strikes > MAX_PING_STRIKES
+    }
+}
+
+/// Credits for frames that move no call forward (see the module docs).
+#[derive(Debug, Clone)]
+pub(crate) struct FloodBudget {
+    credits: u32,
+}
+
+impl Default for FloodBudget {
+    fn default() -> Self {
+        FloodBudget {
+            credits: FLOOD_CREDITS,
+        }
+    }
+}
+
+impl FloodBudget {
+    /// Spends one credit; false when none was left.
+    fn spend(&mut self) -> bool {
+        match self.credits.checked_sub(1) {
+            Some(left) => {
+                self.credits = left;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Earns `n` credits, up to [`FLOOD_CREDITS`].
+    fn earn(&mut self, n: u32) {
+        self.credits = (self.credits + n).min(FLOOD_CREDITS);
+    }
+}
+
+/// Why a connection was cut below h2; the GOAWAY's debug data names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Violation {
+    /// PINGs more often than `KeepaliveMinTime` allows.
+    TooManyPings,
+    /// More streams reset by the client than its completed calls pay for.
+    TooManyResets,
+    /// More SETTINGS, WINDOW_UPDATE or PRIORITY frames than the server's work pays for.
+    TooManyControlFrames,
+}
+
+impl Violation {
+    /// The GOAWAY's debug data, also the `reason` label of the cut-connections metric.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Violation::TooManyPings => "too_many_pings",
+            Violation::TooManyResets => "too_many_resets",
+            Violation::TooManyControlFrames => "too_many_control_frames",
+        }
+    }
+
+    /// What the client did, and the setting or rule behind the cut, for the log.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Violation::TooManyPings => {
+                "pinged more often than Transport.KeepaliveMinTime allows (as grpc-go)"
+            }
+            Violation::TooManyResets => "reset far more streams than it completed (rapid reset)",
+            Violation::TooManyControlFrames => "flooded SETTINGS, WINDOW_UPDATE or PRIORITY frames",
+        }
+    }
+}
+
+/// Both directions of one connection under the frame policies of the module docs.
+#[derive(Debug, Clone)]
+pub(crate) struct FrameGuard {
+    read: FrameScanner,
+    write: FrameScanner,
+    /// `KeepaliveMinTime`'s strikes; `None` when it is 0 (every PING answered).
+    pings: Option<PingPolicy>,
+    flood: FloodBudget,
+    /// Highest stream the client opened (for the GOAWAY).
+    last_stream: u32,
+    /// Set once a policy is violated.
+    violated: Option<Violation>,
+    /// The first GOAWAY with an error code h2 wrote: (code, debug data as far as seen).
+    h2_goaway: Option<(u32, Vec<u8>)>,
+}
+
+impl FrameGuard {
+    /// A guard for a new connection; `ping_min_time`: `KeepaliveMinTime`, if set.
+    pub(crate) fn new(ping_min_time: Option<Duration>) -> Self {
+        FrameGuard {
+            read: FrameScanner::new(PREFACE_LEN),
+            write: FrameScanner::new(0),
+            pings: ping_min_time.map(PingPolicy::new),
+            flood: FloodBudget::default(),
+            last_stream: 0,
+            violated: None,
+            h2_goaway: None,
+        }
+    }
+
+    /// Octets read from the client; the violation once a policy is violated.
+    pub(crate) fn read(&mut self, data: &[u8]) -> Option<Violation> {
+        let FrameGuard {
+            read,
+            pings,
+            flood,
+            last_stream,
+            violated,
+            ..
+        } = self;
+        read.feed(data, |f, _| {
+            let broke = match f.kind {
+                HEADERS => {
+                    *last_stream = (*last_stream).max(f.stream);
+                    None
+                }
+                PING if f.flags & FLAG_ACK == 0 => pings
+                    .as_mut()
+                    .is_some_and(|p| p.on_ping(Instant::now()))
+                    .then_some(Violation::TooManyPings),
+                RST_STREAM => (!flood.spend()).then_some(Violation::TooManyResets),
+                SETTINGS if f.flags & FLAG_ACK == 0 => {
+                    (!flood.spend()).then_some(Violation::TooManyControlFrames)
+                }
+                WINDOW_UPDATE | PRIORITY => {
+                    (!flood.spend()).then_some(Violation::TooManyControlFrames)
+                }
+                _ => None,
+            };
+            if violated.is_none() {
+                *violated = broke;
+            }
+        });
+        *violated
+    }
+
+    /// Octets h2 wrote to the client.
+    pub(crate) fn wrote(&mut self, data: &[u8]) {
+        let FrameGuard {
+            write,
+            pings,
+            flood,
+            h2_goaway,
+            ..
+        } = self;
+        write.feed(data, |f, payload| {
+            if f.kind == GOAWAY && h2_goaway.is_none() {
+                // code after the last stream id; NO_ERROR is a graceful close
+                let code = payload
+                    .get(4..8)
+                    .map_or(0, |c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
+                if code != 0 {
+                    let debug = payload.get(8..).unwrap_or_default();
+                    *h2_goaway = Some((code, debug[..debug.len().min(64)].to_vec()));
+                }
+            }
+            if matches!(f.kind, DATA | HEADERS) {
+                if let Some(p) = pings.as_mut() {
+                    p.server_sent_data();
+                }
+                // A DATA frame sent earns 1; a call finished (END_STREAM) earns 2.
+                let earned = u32::from(f.kind == DATA) + 2 * u32::from(f.flags & FLAG_END_STREAM);
+                flood.earn(earned);
+            }
+        });
+    }
+
+    /// The first GOAWAY with an error code that h2 wrote: (code, debug data).
+    pub(crate) fn h2_goaway(&self) -> Option<(u32, &[u8])> {
+        self.h2_goaway.as_ref().map(|(c, d)| (*c, d.as_slice()))
+    }
+
+    /// True when the GOAWAY can be written without splitting one of h2's frames.
+    pub(crate) fn can_write_goaway(&self) -> bool {
+        self.write.at_boundary()
+    }
+
+    /// GOAWAY(last stream, ENHANCE_YOUR_CALM, the violation's name).
+    pub(crate) fn goaway(&self, violation: Violation) -> Vec<u8> {
+        goaway_frame(self.last_stream, violation.as_str().as_bytes())
+    }
+}
+
+const ENHANCE_YOUR_CALM: u32 = 0xb;
+
+fn goaway_frame(last_stream: u32, debug: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(8 + debug.len()).unwrap_or(8);
+    let mut f = Vec::with_capacity(FRAME_HEADER_LEN + 8 + debug.len());
+    f.extend_from_slice(&len.to_be_bytes()[1..]);
+    f.extend_from_slice(&[0x7, 0, 0, 0, 0, 0]); // GOAWAY, no flags, stream 0
+    f.extend_from_slice(&(last_stream & 0x7fff_ffff).to_be_bytes());
+    f.extend_from_slice(&ENHANCE_YOUR_CALM.to_be_bytes());
+    f.extend_from_slice(debug);
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(kind: u8, flags: u8, stream: u32, payload: usize) -> Vec<u8> {
+        frame_with(kind, flags, stream, &vec![0xAA; payload])
+    }
+
+    fn frame_with(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        f.extend_from_slice(&[kind, flags]);
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    #[test]
+    fn scanner_reports_each_header_whatever_the_split() {
+        let mut wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        wire.extend(frame(0x4, 0, 0, 6));
+        wire.extend(frame(HEADERS, 0x4, 1, 40));
+        wire.extend(frame(DATA, 0x1, 1, 1000));
+        wire.extend(frame(PING, 0, 0, 8));
+        let expect = vec![
+            FrameHead {
+                kind: 0x4,
+                flags: 0,
+                stream: 0,
+            },
+            FrameHead {
+                kind: HEADERS,
+                flags: 0x4,
+                stream: 1,
+            },
+            FrameHead {
+                kind: DATA,
+                flags: 0x1,
+                stream: 1,
+            },
+            FrameHead {
+                kind: PING,
+                flags: 0,
+                stream: 0,
+            },
+        ];
+        for chunk in [1, 2, 7, 9, 10, 100, wire.len()] {
+            let mut s = FrameScanner::new(PREFACE_LEN);
+            let mut got = Vec::new();
+            for c in wire.chunks(chunk) {
+                s.feed(c, |f, _| got.push(f));
+            }
+            assert_eq!(got, expect, "chunks of {chunk}");
+            assert!(s.at_boundary());
+        }
+        let mut s = FrameScanner::new(0);
+        s.feed(&frame(DATA, 0, 1, 10)[..12], |_, _| {});
+        assert!(!s.at_boundary());
+    }
+
+    #[test]
+    fn the_third_strike_within_min_time_violates_as_in_grpc_go() {
+        let t0 = Instant::now();
+        let min = Duration::from_secs(300);
+        let mut p = PingPolicy::new(min);
+        assert!(!p.on_ping(t0)); // first ping: never a strike
+        assert!(!p.on_ping(t0 + Duration::from_secs(1))); // strike 1
+        assert!(!p.on_ping(t0 + Duration::from_secs(2))); // strike 2
+        assert!(p.on_ping(t0 + Duration::from_secs(3))); // strike 3 > 2
+
+        // pings MinTime apart never strike
+        let mut p = PingPolicy::new(min);
+        for i in 0..10 {
+            assert!(!p.on_ping(t0 + min * i));
+        }
+    }
+
+    #[test]
+    fn server_data_between_pings_resets_the_strikes() {
+        let t0 = Instant::now();
+        let mut p = PingPolicy::new(Duration::from_secs(300));
+        for i in 0..100 {
+            p.server_sent_data();
+            assert!(!p.on_ping(t0 + Duration::from_millis(i)), "ping {i}");
+        }
+        // without data in between, three quick pings after that are too many
+        assert!(!p.on_ping(t0 + Duration::from_millis(101)));
+        assert!(!p.on_ping(t0 + Duration::from_millis(102)));
+        assert!(p.on_ping(t0 + Duration::from_millis(103)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn guard_follows_pings_acks_and_the_servers_data() {
+        let mut g = FrameGuard::new(Some(Duration::from_secs(300)));
+        let mut wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        wire.extend(frame(0x4, 0, 0, 0));
+        wire.extend(frame(HEADERS, 0x5, 7, 20));
+        assert_eq!(g.read(&wire), None);
+        // ping ACKs (answers to the server's own pings) never count
+        for _ in 0..10 {
+            assert_eq!(g.read(&frame(PING, FLAG_ACK, 0, 8)), None);
+        }
+        // BDP-style: a ping after each DATA the server wrote is fine
+        for _ in 0..10 {
+            g.wrote(&frame(DATA, 0, 7, 100));
+            assert_eq!(g.read(&frame(PING, 0, 0, 8)), None);
+        }
+        // the server's own PING ACKs and WINDOW_UPDATEs do not reset the strikes
+        let mut flood = None;
+        for _ in 0..3 {
+            g.wrote(&frame(PING, FLAG_ACK, 0, 8));
+            g.wrote(&frame(0x8, 0, 0, 4));
+            flood = g.read(&frame(PING, 0, 0, 8));
+        }
+        assert_eq!(flood, Some(Violation::TooManyPings));
+        assert!(g.can_write_goaway());
+        let goaway = g.goaway(Violation::TooManyPings);
+        assert_eq!(&goaway[..9], &[0, 0, 22, 0x7, 0, 0, 0, 0, 0]);
+        assert_eq!(&goaway[9..13], &7u32.to_be_bytes());
+        assert_eq!(&goaway[13..17], &ENHANCE_YOUR_CALM.to_be_bytes());
+        assert_eq!(&goaway[17..], b"too_many_pings");
+    }
+
+    /// A guard past the client's preface.
+    fn guard(ping_min_time: Option<Duration>) -> FrameGuard {
+        let mut g = FrameGuard::new(ping_min_time);
+        assert_eq!(g.read(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), None);
+        g
+    }
+
+    #[test]
+    fn goaways_h2_writes_with_an_error_code_are_kept() {
+        let mut g = FrameGuard::new(None);
+        // a graceful GOAWAY (NO_ERROR) is not a cut
+        let mut payload = 7u32.to_be_bytes().to_vec();
+        payload.extend_from_slice(&0u32.to_be_bytes());
+        g.wrote(&frame_with(GOAWAY, 0, 0, &payload));
+        assert_eq!(g.h2_goaway(), None);
+        let mut payload = 9u32.to_be_bytes().to_vec();
+        payload.extend_from_slice(&0xbu32.to_be_bytes());
+        payload.extend_from_slice(b"too_many_internal_resets");
+        let mut wire = frame(DATA, 0, 9, 100);
+        wire.extend(frame_with(GOAWAY, 0, 0, &payload));
+        g.wrote(&wire);
+        assert_eq!(g.h2_goaway(), Some((0xb, &b"too_many_internal_resets"[..])));
+    }
+
+    #[test]
+    fn pings_are_answered_without_limit_when_min_time_is_off() {
+        let mut g = guard(None);
+        for _ in 0..10_000 {
+            assert_eq!(g.read(&frame(PING, 0, 0, 8)), None);
+        }
+    }
+
+    #[test]
+    fn a_control_frame_flood_is_cut_after_the_starting_credits() {
+        for (kind, flags) in [(SETTINGS, 0), (WINDOW_UPDATE, 0), (PRIORITY, 0)] {
+            let mut g = guard(None);
+            let f = frame(kind, flags, 0, 4);
+            for i in 0..FLOOD_CREDITS {
+                assert_eq!(g.read(&f), None, "frame {kind} #{i}");
+            }
+            assert_eq!(g.read(&f), Some(Violation::TooManyControlFrames));
+            assert_eq!(
+                &g.goaway(Violation::TooManyControlFrames)[17..],
+                b"too_many_control_frames"
+            );
+        }
+        // SETTINGS ACKs cost nothing
+        let mut g = guard(None);
+        for _ in 0..10_000 {
+            assert_eq!(g.read(&frame(SETTINGS, FLAG_ACK, 0, 0)), None);
+        }
+    }
+
+    #[test]
+    fn resets_are_paid_for_by_completed_calls() {
+        let mut g = guard(None);
+        // A client that completes every call and then resets it (some clients do) never
+        // runs out, however long the connection lives.
+        for s in (1..200_001).step_by(2) {
+            assert_eq!(g.read(&frame(HEADERS, 0x4, s, 10)), None);
+            g.wrote(&frame(HEADERS, 0x4, s, 5));
+            g.wrote(&frame(DATA, 0, s, 20));
+            g.wrote(&frame(HEADERS, 0x5, s, 5));
+            assert_eq!(g.read(&frame(RST_STREAM, 0, s, 4)), None);
+        }
+        // Two cancelled calls for each completed one: still within the budget.
+        for s in (200_001..260_001).step_by(6) {
+            assert_eq!(g.read(&frame(RST_STREAM, 0, s + 2, 4)), None);
+            assert_eq!(g.read(&frame(RST_STREAM, 0, s + 4, 4)), None);
+            g.wrote(&frame(HEADERS, 0x5, s, 5));
+        }
+        // Rapid reset: nothing completed; cut once the credits (back at the cap after one more
+        // completed call) are spent.
+        g.wrote(&frame(HEADERS, 0x5, 299_999, 5));
+        let mut cut = None;
+        for i in 0..=FLOOD_CREDITS {
+            let s = 300_001 + 2 * i;
+            g.read(&frame(HEADERS, 0x4, s, 10));
+            cut = g.read(&frame(RST_STREAM, 0, s, 4));
+            if cut.is_some() {
+                assert_eq!(i, FLOOD_CREDITS, "cut at the first reset over the budget");
+            }
+        }
+        assert_eq!(cut, Some(Violation::TooManyResets));
+        // the GOAWAY names the last stream the client opened
+        let goaway = g.goaway(Violation::TooManyResets);
+        assert_eq!(&goaway[9..13], &(300_001 + 2 * FLOOD_CREDITS).to_be_bytes());
+        assert_eq!(&goaway[17..], b"too_many_resets");
+    }
+
+    #[test]
+    fn data_sent_pays_for_window_updates() {
+        // A client reading a long server stream sends a WINDOW_UPDATE per DATA frame (more
+        // than any real client) and is never cut.
+        let mut g = guard(None);
+        g.read(&frame(HEADERS, 0x4, 1, 10));
+        for _ in 0..100_000 {
+            g.wrote(&frame(DATA, 0, 1, 16));
+            assert_eq!(g.read(&frame(WINDOW_UPDATE, 0, 1, 4)), None);
+        }
+    }
+}
