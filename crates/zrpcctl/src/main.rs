@@ -2,11 +2,13 @@
 //!
 //! goctl's rpc commands for zrpc:
 //!
-//! - `zrpcctl new <name> [--proto file.proto] [--zrpc-path <checkout>]`: a ready crate
-//!   (Cargo.toml, build.rs, proto, `etc/<name>.yaml`, src/main.rs, one logic module per RPC that
-//!   answers Unimplemented until written, a test that serves and calls it, a Dockerfile);
-//! - `zrpcctl proto <file>`: regenerates the glue after RPCs were added, creating logic modules
-//!   only for new RPCs (never overwriting yours);
+//! - `zrpcctl new <name> [--proto file.proto] [-I dir] [--zrpc-path <checkout>]`: a ready crate
+//!   (Cargo.toml, build.rs, the proto and copies of the files it imports, `etc/<name>.yaml`,
+//!   src/main.rs, one logic module per RPC that answers Unimplemented until written, a test that
+//!   serves and calls it, a Dockerfile);
+//! - `zrpcctl proto <file> [-I dir]`: regenerates the glue after the proto changed, creating logic
+//!   modules only for new RPCs (never overwriting yours, never rewiring an RPC to another
+//!   module);
 //! - `zrpcctl etcd ls [--etcd hosts] [prefix]` / `zrpcctl etcd watch <key>`: registered services,
 //!   endpoints and lease TTLs (zrpc and go-zero share the key layout), and live changes;
 //! - `zrpcctl conf check <file>`: validates a server or client config with the errors the
@@ -50,6 +52,15 @@ enum Command {
         /// The service's .proto (default: goctl's Ping service).
         #[arg(long)]
         proto: Option<PathBuf>,
+        /// A directory imports are relative to, as protoc's -I (repeatable; the proto's own
+        /// directory is searched last).
+        #[arg(
+            short = 'I',
+            long = "proto-path",
+            alias = "proto_path",
+            value_name = "DIR"
+        )]
+        includes: Vec<PathBuf>,
         /// Depend on a local zrpc checkout (its root) by path instead of crates.io.
         #[arg(long, value_name = "CHECKOUT_ROOT")]
         zrpc_path: Option<PathBuf>,
@@ -57,11 +68,20 @@ enum Command {
         #[arg(long, default_value = ".")]
         dir: PathBuf,
     },
-    /// Regenerates src/server.rs and src/logic/mod.rs from a proto, adding logic modules for
-    /// new RPCs without touching existing ones (goctl rpc protoc).
+    /// Regenerates src/server.rs, src/pb.rs and src/logic/mod.rs from a proto, adding logic
+    /// modules for new RPCs without touching existing ones (goctl rpc protoc).
     Proto {
         /// The proto file (usually proto/NAME.proto).
         file: PathBuf,
+        /// A directory imports are relative to, as protoc's -I (repeatable; then the crate's
+        /// proto/ and the file's own directory are searched).
+        #[arg(
+            short = 'I',
+            long = "proto-path",
+            alias = "proto_path",
+            value_name = "DIR"
+        )]
+        includes: Vec<PathBuf>,
         /// The crate's root (default: the current directory).
         #[arg(long, default_value = ".")]
         dir: PathBuf,
@@ -135,6 +155,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::New {
             name,
             proto,
+            includes,
             zrpc_path,
             dir,
         } => {
@@ -142,7 +163,7 @@ fn run(cli: Cli) -> Result<()> {
                 Some(p) => scaffold::Source::Path(p),
                 None => scaffold::Source::Published(env!("CARGO_PKG_VERSION")),
             };
-            let (root, report) = scaffold::new(&dir, &name, proto.as_deref(), &source)?;
+            let (root, report) = scaffold::new(&dir, &name, proto.as_deref(), &includes, &source)?;
             println!("created {}", root.display());
             report.print(&root);
             println!(
@@ -153,8 +174,12 @@ fn run(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
-        Command::Proto { file, dir } => {
-            let report = scaffold::regenerate(&dir, &file)?;
+        Command::Proto {
+            file,
+            includes,
+            dir,
+        } => {
+            let report = scaffold::regenerate(&dir, &file, &includes)?;
             report.print(&dir);
             Ok(())
         }

@@ -1,6 +1,11 @@
-//! Just enough of a `.proto` reader to scaffold: the package, and each service's RPCs with their
-//! request/response types and streaming kinds. The real compilation is protoc's (zrpc-build);
-//! a full parser (e.g. `protox`) would be a large dependency for these few facts.
+//! Just enough of a `.proto` reader to scaffold: the package, the imports, the top-level message
+//! and enum names, and each service's RPCs with their request/response types and streaming
+//! kinds. The real compilation is protoc's (zrpc-build); a full parser (e.g. `protox`) would be a
+//! large dependency for these few facts.
+//!
+//! The names the generated Rust uses follow prost-build exactly (`ident.rs`: heck's word
+//! splitting, then raw identifiers for keywords), since the scaffold's code must name what
+//! prost and tonic generate.
 
 use std::fmt;
 
@@ -38,7 +43,19 @@ impl Rpc {
 pub(crate) struct Proto {
     /// `package` (empty when the file has none).
     pub(crate) package: String,
+    /// The `import`ed files, as written (`"common/money.proto"`).
+    pub(crate) imports: Vec<String>,
+    /// Top-level `message` and `enum` names.
+    pub(crate) types: Vec<String>,
     pub(crate) services: Vec<Service>,
+}
+
+impl Proto {
+    /// Whether prost generates any code for this file (a file of imports and options only
+    /// has no module of its own).
+    pub(crate) fn defines_code(&self) -> bool {
+        !self.types.is_empty() || !self.services.is_empty()
+    }
 }
 
 /// Why a proto could not be read.
@@ -117,6 +134,8 @@ pub(crate) fn parse(src: &str) -> Result<Proto, ParseError> {
     let toks = tokens(src);
     let mut proto = Proto {
         package: String::new(),
+        imports: Vec::new(),
+        types: Vec::new(),
         services: Vec::new(),
     };
     let mut i = 0;
@@ -130,6 +149,31 @@ pub(crate) fn parse(src: &str) -> Result<Proto, ParseError> {
             "}" => depth = depth.saturating_sub(1),
             "package" if depth == 0 => {
                 proto.package = at(i + 1).to_owned();
+                i += 1;
+            }
+            "import" if depth == 0 => {
+                if matches!(at(i + 1), "public" | "weak") {
+                    i += 1;
+                }
+                let path = at(i + 1);
+                let unquoted = path
+                    .strip_prefix(['"', '\''])
+                    .and_then(|p| p.strip_suffix(['"', '\'']));
+                match unquoted {
+                    Some(p) if !p.is_empty() => proto.imports.push(p.to_owned()),
+                    _ => {
+                        return Err(err(
+                            line_at(i),
+                            format!(
+                                "cannot read this import: expected a quoted file name, found `{path}`"
+                            ),
+                        ));
+                    }
+                }
+                i += 1;
+            }
+            "message" | "enum" if depth == 0 => {
+                proto.types.push(at(i + 1).to_owned());
                 i += 1;
             }
             "service" if depth == 0 => {
@@ -232,43 +276,106 @@ fn parse_rpc(toks: &[(usize, String)], mut i: usize) -> Result<(Rpc, usize), Par
     ))
 }
 
-/// `SayHello` -> `say_hello`, `GetHTTPStatus` -> `get_http_status` (prost's and tonic's
-/// method names, heck's rules for the common cases).
-pub(crate) fn snake(name: &str) -> String {
-    let chars: Vec<char> = name.chars().collect();
-    let mut out = String::new();
-    for (i, &c) in chars.iter().enumerate() {
-        if c.is_uppercase() {
-            let prev = i.checked_sub(1).map(|p| chars[p]);
-            let next = chars.get(i + 1);
-            let boundary = match prev {
-                Some(p) if p.is_lowercase() || p.is_ascii_digit() => true,
-                Some(p) if p.is_uppercase() => next.is_some_and(|n| n.is_lowercase()),
-                _ => false,
+/// The words of a name, split as heck (prost's case conversion) splits them: at non-alphanumeric
+/// characters, before an uppercase letter that follows a lowercase one (`sayHello`), and before
+/// the last capital of a run followed by a lowercase letter (`HTTPStatus` -> `HTTP`, `Status`).
+fn words(name: &str) -> Vec<&str> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mode {
+        Boundary,
+        Lower,
+        Upper,
+    }
+    let mut out = Vec::new();
+    for word in name.split(|c: char| !c.is_alphanumeric()) {
+        let mut chars = word.char_indices().peekable();
+        let mut start = 0;
+        let mut mode = Mode::Boundary;
+        while let Some((i, c)) = chars.next() {
+            let Some(&(next_i, next)) = chars.peek() else {
+                out.push(&word[start..]);
+                break;
             };
-            if boundary && !out.ends_with('_') {
-                out.push('_');
+            let next_mode = if c.is_lowercase() {
+                Mode::Lower
+            } else if c.is_uppercase() {
+                Mode::Upper
+            } else {
+                mode
+            };
+            if next_mode == Mode::Lower && next.is_uppercase() {
+                out.push(&word[start..next_i]);
+                start = next_i;
+                mode = Mode::Boundary;
+            } else if mode == Mode::Upper && c.is_uppercase() && next.is_lowercase() {
+                out.push(&word[start..i]);
+                start = i;
+                mode = Mode::Boundary;
+            } else {
+                mode = next_mode;
             }
-            out.extend(c.to_lowercase());
-        } else {
-            out.push(c);
         }
     }
+    out.retain(|w| !w.is_empty());
     out
 }
 
-/// `say_hello` / `sayHello` -> `SayHello` (tonic's trait, server and stream type names).
+/// `SayHello` -> `say_hello`, `GetHTTPStatus` -> `get_http_status` (heck's `to_snake_case`).
+pub(crate) fn snake(name: &str) -> String {
+    words(name)
+        .iter()
+        .map(|w| w.to_lowercase())
+        .collect::<Vec<_>>()
+        .join("_")
+}
+
+/// `say_hello` / `sayHello` -> `SayHello` (heck's `to_upper_camel_case`).
 pub(crate) fn camel(name: &str) -> String {
-    snake(name)
-        .split('_')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let mut c = p.chars();
+    words(name)
+        .iter()
+        .map(|w| {
+            let mut c = w.chars();
             c.next()
-                .map(|f| f.to_uppercase().chain(c).collect::<String>())
+                .map(|f| {
+                    f.to_uppercase()
+                        .chain(c.flat_map(char::to_lowercase))
+                        .collect::<String>()
+                })
                 .unwrap_or_default()
         })
         .collect()
+}
+
+/// `name` as prost makes it a Rust identifier: keywords become raw identifiers (`r#match`),
+/// except those that cannot be raw (`self`, `Self`, `super`, `crate`, `extern`, `_`), which take
+/// a trailing `_`; a leading digit takes a leading `_`.
+pub(crate) fn rust_ident(name: &str) -> String {
+    match name {
+        "as" | "break" | "const" | "continue" | "else" | "enum" | "false" | "fn" | "for" | "if"
+        | "impl" | "in" | "let" | "loop" | "match" | "mod" | "move" | "mut" | "pub" | "ref"
+        | "return" | "static" | "struct" | "trait" | "true" | "type" | "unsafe" | "use"
+        | "where" | "while" | "dyn" | "abstract" | "become" | "box" | "do" | "final" | "macro"
+        | "override" | "priv" | "typeof" | "unsized" | "virtual" | "yield" | "async" | "await"
+        | "try" | "gen" => format!("r#{name}"),
+        "_" | "super" | "self" | "Self" | "extern" | "crate" => format!("{name}_"),
+        s if s.starts_with(|c: char| c.is_numeric()) => format!("_{name}"),
+        _ => name.to_owned(),
+    }
+}
+
+/// The Rust name of an RPC's method, module or field: `Match` -> `r#match` (prost's `to_snake`).
+pub(crate) fn snake_ident(name: &str) -> String {
+    rust_ident(&snake(name))
+}
+
+/// The Rust name of a message, enum or service: `Self` -> `Self_` (prost's `to_upper_camel`).
+pub(crate) fn camel_ident(name: &str) -> String {
+    rust_ident(&camel(name))
+}
+
+/// The file name of a module: `r#match` lives in `match.rs`.
+pub(crate) fn file_stem(ident: &str) -> &str {
+    ident.strip_prefix("r#").unwrap_or(ident)
 }
 
 #[cfg(test)]
@@ -332,5 +439,54 @@ service Calculator {
         assert_eq!(snake("Add2Numbers"), "add2_numbers");
         assert_eq!(camel("sayHello"), "SayHello");
         assert_eq!(camel("Calculator"), "Calculator");
+        // What heck 0.5 (prost-build's case conversion) gives for these.
+        for (name, snake_case, camel_case) in [
+            ("V2Get", "v2_get", "V2Get"),
+            ("getV2", "get_v2", "GetV2"),
+            ("HTTPRequest", "http_request", "HttpRequest"),
+            ("Get2FA", "get2_fa", "Get2Fa"),
+            ("ABC", "abc", "Abc"),
+            ("x__y", "x_y", "XY"),
+            ("Foo_Bar", "foo_bar", "FooBar"),
+        ] {
+            assert_eq!(snake(name), snake_case, "{name}");
+            assert_eq!(camel(name), camel_case, "{name}");
+        }
+    }
+
+    #[test]
+    fn keywords_become_identifiers_like_prost() {
+        assert_eq!(snake_ident("Match"), "r#match");
+        assert_eq!(snake_ident("Type"), "r#type");
+        assert_eq!(snake_ident("Self"), "self_");
+        assert_eq!(snake_ident("Super"), "super_");
+        assert_eq!(snake_ident("Crate"), "crate_");
+        assert_eq!(snake_ident("Ping"), "ping");
+        assert_eq!(camel_ident("Self"), "Self_");
+        assert_eq!(camel_ident("type"), "Type");
+        assert_eq!(file_stem("r#match"), "match");
+        assert_eq!(file_stem("self_"), "self_");
+    }
+
+    #[test]
+    fn reads_imports_and_top_level_types() {
+        let p = parse(
+            "package acme.inventory;\nimport \"common/money.proto\";\nimport public 'google/protobuf/timestamp.proto';\n\
+             message Item { message Part {} enum Kind { A = 0; } }\nenum Color { RED = 0; }\n",
+        )
+        .unwrap();
+        assert_eq!(
+            p.imports,
+            ["common/money.proto", "google/protobuf/timestamp.proto"]
+        );
+        assert_eq!(p.types, ["Item", "Color"]);
+        assert!(p.defines_code());
+        assert!(
+            !parse("package a;\nimport \"b.proto\";")
+                .unwrap()
+                .defines_code()
+        );
+        let e = parse("import money;").unwrap_err();
+        assert!(e.to_string().contains("quoted file name"), "{e}");
     }
 }

@@ -22,6 +22,8 @@ publish = false
 # The generated code needs only zrpc (it re-exports tonic and prost at the versions it uses).
 {zrpc}
 tokio = {{ version = "1", features = ["macros", "rt-multi-thread"] }}
+# Streams for streaming RPCs: `tokio_stream::wrappers::ReceiverStream`, `tokio_stream::iter`.
+tokio-stream = "0.1"
 
 [build-dependencies]
 {zrpc_build}
@@ -95,22 +97,18 @@ async fn main() -> Result<(), zrpc::Error> {{
     )
 }
 
-pub(crate) fn lib_rs(name: &str, proto: &str, package: &str) -> String {
+pub(crate) fn lib_rs(name: &str, proto: &str) -> String {
     format!(
         r#"//! {name}: a zrpc service scaffolded by zrpcctl.
 //!
 //! - `pb`: the code generated from proto/{proto} (by zrpc-build in build.rs);
-//! - `server`: generated glue from the proto to `logic` (`zrpcctl proto proto/{proto}` rewrites it);
+//! - `server`: generated glue from the proto to `logic` (`zrpcctl proto proto/{proto}` rewrites
+//!   it, and `pb`);
 //! - `logic`: one module per RPC, your code;
 //! - `svc`: the state every call shares (clients, stores, the config).
 
-/// Messages, clients and servers generated from proto/{proto}.
-#[allow(missing_docs, clippy::all)]
-pub mod pb {{
-    zrpc::include_proto!("{package}");
-}}
-
 pub mod logic;
+pub mod pb;
 pub mod server;
 pub mod svc;
 "#
@@ -150,12 +148,16 @@ pub(crate) fn test_rs(
         r#"//! Starts {name} on a free loopback port and calls `{full}` through a zrpc client.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use {ident}::{{pb, server, svc::ServiceContext}};
 
 #[tokio::test]
 async fn serves_and_answers_a_call() -> Result<(), Box<dyn std::error::Error>> {{
-    let conf = zrpc::RpcServerConf::new("{name}.rpc", "127.0.0.1:0");
+    // Shutdown without go-zero's pause for registries (WrapUpTime, 1s by default): nothing
+    // discovers this test server.
+    let shutdown = zrpc::ShutdownConf::new(Duration::ZERO, Duration::from_secs(2));
+    let conf = zrpc::RpcServerConf::new("{name}.rpc", "127.0.0.1:0").with_shutdown(shutdown);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let ctx = Arc::new(ServiceContext::new(conf.clone()));
@@ -174,6 +176,7 @@ async fn serves_and_answers_a_call() -> Result<(), Box<dyn std::error::Error>> {
         Err(status) => assert_eq!(status.code(), zrpc::tonic::Code::Unimplemented, "{{status}}"),
     }}
 
+    drop(rpc);
     let _ = stop.send(());
     serving.await??;
     Ok(())
