@@ -1,0 +1,207 @@
+//! A newcomer's first hour with zrpcctl, scripted: `zrpcctl new` on a proto with two services
+//! sharing an RPC name, RPCs named after Rust keywords, an import of another package and
+//! well-known types; one RPC implemented; RPCs added (one more service with the implemented
+//! RPC's name) and `zrpcctl proto` run; then the crate builds, is `cargo fmt` clean after every
+//! step, and answers the implemented RPC with its implementation.
+//!
+//! The crate builds `--offline` against this checkout with the workspace's lock file and target
+//! dir, so only the scaffold itself is compiled. Where that cannot work (no protoc, no rustfmt,
+//! crates missing from the local registry) the test says so loudly and skips.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Instant;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/newcomer")
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .unwrap()
+        .to_owned()
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn zrpcctl(args: &[&str], dir: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_zrpcctl"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let log = text(&out);
+    assert!(out.status.success(), "zrpcctl {args:?}: {log}");
+    log
+}
+
+fn cargo(args: &[&str], krate: &Path) -> Output {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(args)
+        .current_dir(krate)
+        .env("CARGO_TARGET_DIR", target)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn skip(why: &str) {
+    eprintln!(
+        "\n==================== SKIPPED: newcomer_scaffold_survives_proto_changes ====================\n\
+         {why}\n\
+         ==========================================================================================\n"
+    );
+}
+
+/// Cargo failed for want of the network, not because of the scaffold.
+fn offline_impossible(out: &Output) -> bool {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    stderr.contains("--offline was specified") || stderr.contains("offline mode")
+}
+
+fn fmt_check(krate: &Path, when: &str) {
+    let out = cargo(&["fmt", "--check"], krate);
+    assert!(
+        out.status.success(),
+        "the scaffold is not `cargo fmt` clean {when}: {}",
+        text(&out)
+    );
+}
+
+/// The module `src/logic/mod.rs` records for `rpc` (`Service.Rpc`).
+fn module_of(krate: &Path, rpc: &str) -> String {
+    let mods = std::fs::read_to_string(krate.join("src/logic/mod.rs")).unwrap();
+    mods.lines()
+        .find_map(|l| {
+            let (module, comment) = l.strip_prefix("pub mod ")?.split_once(';')?;
+            (comment.trim() == format!("// {rpc}")).then(|| module.to_owned())
+        })
+        .unwrap_or_else(|| panic!("{rpc} has no module in src/logic/mod.rs:\n{mods}"))
+}
+
+#[test]
+fn newcomer_scaffold_survives_proto_changes() {
+    let protoc = std::env::var_os("PROTOC").unwrap_or_else(|| "protoc".into());
+    if Command::new(&protoc).arg("--version").output().is_err() {
+        skip(
+            "protoc is not installed (nor PROTOC set): the scaffold's build.rs cannot compile its proto.",
+        );
+        return;
+    }
+    let fmt = cargo(&["fmt", "--version"], Path::new(env!("CARGO_MANIFEST_DIR")));
+    if !fmt.status.success() {
+        skip("rustfmt is not installed: the scaffold's `cargo fmt --check` cannot run.");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let root = workspace_root();
+    let protos = fixtures().join("protos");
+    let started = Instant::now();
+
+    // 1. `zrpcctl new`, with the import root given as to protoc.
+    let log = zrpcctl(
+        &[
+            "new",
+            "shop",
+            "--proto",
+            protos.join("shop/shop.proto").to_str().unwrap(),
+            "-I",
+            protos.to_str().unwrap(),
+            "--zrpc-path",
+            root.to_str().unwrap(),
+        ],
+        tmp.path(),
+    );
+    let krate = tmp.path().join("shop");
+    assert!(krate.join("proto/common/money.proto").exists(), "{log}");
+    std::fs::copy(root.join("Cargo.lock"), krate.join("Cargo.lock")).unwrap();
+    fmt_check(&krate, "after `zrpcctl new`");
+    // Two services share `Ping`: both are prefixed. The keywords get prost's names.
+    assert_eq!(
+        module_of(&krate, "InventoryService.Ping"),
+        "inventory_service_ping"
+    );
+    assert_eq!(module_of(&krate, "AuditService.Ping"), "audit_service_ping");
+    assert_eq!(module_of(&krate, "InventoryService.Match"), "r#match");
+    assert_eq!(module_of(&krate, "AuditService.Type"), "r#type");
+    assert_eq!(module_of(&krate, "InventoryService.Get"), "get");
+
+    // 2. The newcomer writes `InventoryService.Get`.
+    let get = krate.join("src/logic/get.rs");
+    let stub = std::fs::read_to_string(&get).unwrap();
+    let body_at = stub
+        .find("    let _ = (ctx, request);")
+        .unwrap_or_else(|| panic!("unexpected stub:\n{stub}"));
+    let body = std::fs::read_to_string(fixtures().join("get_body.rs")).unwrap();
+    let mine = format!("{}{body}", &stub[..body_at]);
+    std::fs::write(&get, &mine).unwrap();
+    std::fs::copy(
+        fixtures().join("implemented.rs"),
+        krate.join("tests/implemented.rs"),
+    )
+    .unwrap();
+
+    // 3. RPCs added: one to InventoryService, and a service whose RPCs are named like the
+    //    implemented `Get` and the shared `Ping`. Then `zrpcctl proto`.
+    let proto = krate.join("proto/shop.proto");
+    let text_v1 = std::fs::read_to_string(&proto).unwrap();
+    let text_v2 = text_v1.replace(
+        "  rpc Match(ItemId) returns (stream Item);\n",
+        "  rpc Match(ItemId) returns (stream Item);\n  rpc List(google.protobuf.Empty) returns (stream Item);\n",
+    ) + "\nservice ReportService {\n  rpc Get(ItemId) returns (Item);\n  rpc Ping(google.protobuf.Empty) returns (google.protobuf.Empty);\n}\n";
+    assert_ne!(text_v1, text_v2);
+    std::fs::write(&proto, &text_v2).unwrap();
+    let log = zrpcctl(&["proto", "proto/shop.proto"], &krate);
+    assert!(!log.contains("no longer in the proto"), "{log}");
+    assert_eq!(std::fs::read_to_string(&get).unwrap(), mine, "{log}");
+    assert_eq!(module_of(&krate, "InventoryService.Get"), "get", "{log}");
+    assert_eq!(module_of(&krate, "ReportService.Get"), "report_service_get");
+    assert_eq!(
+        module_of(&krate, "ReportService.Ping"),
+        "report_service_ping"
+    );
+    assert_eq!(module_of(&krate, "InventoryService.List"), "list");
+    fmt_check(&krate, "after `zrpcctl proto`");
+    // A second run with nothing changed rewrites nothing.
+    let log = zrpcctl(&["proto", "proto/shop.proto"], &krate);
+    assert!(!log.contains("wrote"), "{log}");
+    let scaffold_time = started.elapsed();
+
+    // 4. It builds, its tests pass (the generated one and the newcomer's), and the implemented
+    //    RPC answers its implementation.
+    let started = Instant::now();
+    let out = cargo(&["test", "--offline"], &krate);
+    let log = text(&out);
+    if !out.status.success() && offline_impossible(&out) {
+        skip(&format!(
+            "the scaffold's dependencies are not all in the local cargo registry, so it cannot build \
+             offline (run `cargo fetch` in the workspace first):\n{log}"
+        ));
+        return;
+    }
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("serves_and_answers_a_call ... ok"), "{log}");
+    assert!(
+        log.contains("get_answers_its_implementation ... ok"),
+        "{log}"
+    );
+    fmt_check(&krate, "after building");
+    println!(
+        "zrpcctl new + proto + fmt checks: {scaffold_time:?}; cargo test of the scaffold (build + run): {:?}",
+        started.elapsed()
+    );
+}
