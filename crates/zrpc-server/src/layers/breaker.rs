@@ -7,8 +7,8 @@
 //! `rpc_server_dropped_total{reason="breaker"}`. The outcome of an allowed call is
 //! its final code: `DeadlineExceeded`, `Internal`, `Unavailable` (which includes a nested
 //! breaker's "circuit breaker is open"), `DataLoss`, `Unimplemented` and `ResourceExhausted`
-//! are failures ([`code::is_acceptable`](zrpc_core::grpc::code::is_acceptable)); a call
-//! dropped before it finished is a `Cancelled`, which is acceptable.
+//! are failures ([`code::is_acceptable`]); a call dropped before it finished is a `Cancelled`,
+//! which is acceptable.
 //!
 //! Unlike go-zero, only failures the **server** produced count (see [`facts`](super::facts)):
 //! a failure whose request body never arrived whole (undecodable, truncated, still missing at
