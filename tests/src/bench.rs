@@ -34,8 +34,17 @@ impl ServeChild {
     /// # Panics
     /// When the child cannot be started or prints nothing.
     pub fn start() -> (ServeChild, String) {
+        Self::start_with(&[])
+    }
+
+    /// [`start`](Self::start) with more arguments after `--serve`.
+    ///
+    /// # Panics
+    /// When the child cannot be started or prints nothing.
+    pub fn start_with(args: &[&str]) -> (ServeChild, String) {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .arg("--serve")
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -50,6 +59,11 @@ impl ServeChild {
             stdout,
         };
         (me, line.trim().to_owned())
+    }
+
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Sends `cmd` as a line; with `answer`, returns the line the child prints back (trimmed).

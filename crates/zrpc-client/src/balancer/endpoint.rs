@@ -87,6 +87,23 @@ impl Endpoint {
             };
             ep = ep.tls_config(tls)?;
         }
+        // Every HTTP/2 limit of the connection set here on purpose (in tonic's and hyper's
+        // builders `None` often means no limit); docs/security.md tables them.
+        ep = ep
+            // the largest header list (and trailers) a server may send: hyper's 16 KiB
+            .http2_max_header_list_size(16 << 10)
+            // streams reset for the server's protocol errors before the connection is ended
+            // (h2's MadeYouReset guard, which `None` would turn off)
+            .http2_max_local_error_reset_streams(1024)
+            // locally reset streams remembered to ignore their late frames: h2's 50, 1 s
+            .http2_max_concurrent_reset_streams(50)
+            .http2_reset_stream_duration(Duration::from_secs(1))
+            // the RFC's minimum frame size; hyper's client windows (2 MiB per stream, 5 MiB
+            // per connection), fixed: a response's unread data is bounded by them
+            .max_frame_size(16 << 10)
+            .initial_stream_window_size(2 << 20)
+            .initial_connection_window_size(5 << 20)
+            .http2_adaptive_window(false);
         if let Some(k) = opts.keepalive {
             ep = ep
                 .http2_keep_alive_interval(k)

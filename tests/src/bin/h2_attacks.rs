@@ -1,0 +1,234 @@
+//! The HTTP/2 flood and abuse family against zrpc and bare tonic, side by side: each attack
+//! runs for `--secs` against a fresh server in a child process (the attacker reconnects after
+//! every cut) while a well-behaved client calls one call at a time; the table gives the
+//! connections cut and the streams the server processed on one connection before its cut, the
+//! GOAWAYs seen, the server's RSS growth, the victim's p99 during the attack against its p99
+//! alone just before, and the lines the server logged.
+//!
+//! ```text
+//! cargo build --release -p zrpc-tests --bin h2_attacks
+//! target/release/h2_attacks --secs 30
+//! ```
+//!
+//! The zrpc server logs to files (`Log.Mode: file`, plain, level info) in a temporary
+//! directory; bare tonic logs nothing. Shedding is off (`CpuThreshold: 0`): the attacks are
+//! about HTTP/2, and the box is shared.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use zrpc_tests::bench::{ServeChild, arg, serve_or_run};
+use zrpc_tests::greeter::{TestGreeter, spawn_bare_tonic, start_server, test_conf};
+use zrpc_tests::h2raw::{Attack, attack_once};
+use zrpc_tests::pb::HelloRequest;
+use zrpc_tests::pb::greeter_client::GreeterClient;
+
+fn main() {
+    serve_or_run(0, serve(), run());
+}
+
+/// The child: `--serve tonic` or `--serve zrpc --log-dir DIR`; prints its address, then
+/// waits until its stdin closes.
+async fn serve() {
+    let kind = arg("--serve").unwrap_or_default();
+    let addr = if kind == "zrpc" {
+        let dir = arg("--log-dir").expect("--log-dir");
+        let mut conf = test_conf("h2-attacks").with_cpu_threshold(0);
+        conf.log.mode = "file".into();
+        conf.log.encoding = "plain".into();
+        conf.log.path = dir;
+        // kept alive until the process ends
+        let guard = zrpc_server::telemetry::init(&conf).expect("logging");
+        std::mem::forget(guard);
+        let server = start_server(conf, TestGreeter::new()).await;
+        let addr = server.addr;
+        std::mem::forget(server);
+        addr
+    } else {
+        spawn_bare_tonic().await
+    };
+    println!("{addr}");
+    let mut line = String::new();
+    // EOF when the parent drops the child
+    let _ = tokio::task::spawn_blocking(move || std::io::stdin().read_line(&mut line)).await;
+}
+
+/// The child's resident set, kB.
+fn rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Lines in the files of `dir`.
+fn log_lines(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .map(|t| t.lines().count())
+        .sum()
+}
+
+/// Calls one at a time until `stop`; the latencies of the calls (ms) and the failures.
+async fn victim(addr: SocketAddr, stop: Arc<AtomicBool>) -> (Vec<f64>, u64) {
+    let mut client = GreeterClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let (mut took, mut failed) = (Vec::new(), 0);
+    while !stop.load(Ordering::Relaxed) {
+        let started = Instant::now();
+        let reply = client
+            .say_hello(HelloRequest {
+                name: "victim".into(),
+            })
+            .await;
+        match reply {
+            Ok(_) => took.push(started.elapsed().as_secs_f64() * 1e3),
+            Err(_) => failed += 1,
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    (took, failed)
+}
+
+fn p99(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[(v.len() * 99 / 100).min(v.len() - 1)]
+}
+
+/// One row of the table.
+struct Row {
+    conns: u64,
+    cut: u64,
+    max_streams_per_cut: u64,
+    goaways: BTreeSet<String>,
+    rss_before_mb: f64,
+    rss_max_mb: f64,
+    p99_alone: f64,
+    p99_attacked: f64,
+    victim_failed: u64,
+    log_lines: usize,
+}
+
+async fn measure(kind: &str, attack: Attack, secs: u64) -> Row {
+    let dir = tempfile::tempdir().unwrap();
+    let dir_arg = dir.path().to_string_lossy().into_owned();
+    let (child, addr) = ServeChild::start_with(&[kind, "--log-dir", &dir_arg]);
+    let addr: SocketAddr = addr.parse().unwrap();
+    let pid = child.pid();
+    // the victim alone for 3 s
+    let stop = Arc::new(AtomicBool::new(false));
+    let alone = tokio::spawn(victim(addr, stop.clone()));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (took, _) = alone.await.unwrap();
+    let p99_alone = p99(took);
+
+    let rss_before = rss_kb(pid);
+    let lines_before = log_lines(dir.path());
+    let stop = Arc::new(AtomicBool::new(false));
+    let during = tokio::spawn(victim(addr, stop.clone()));
+    let sampler_stop = stop.clone();
+    let sampler = tokio::spawn(async move {
+        let mut max = 0;
+        while !sampler_stop.load(Ordering::Relaxed) {
+            max = max.max(rss_kb(pid));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        max
+    });
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut row = Row {
+        conns: 0,
+        cut: 0,
+        max_streams_per_cut: 0,
+        goaways: BTreeSet::new(),
+        rss_before_mb: rss_before as f64 / 1024.0,
+        rss_max_mb: 0.0,
+        p99_alone,
+        p99_attacked: 0.0,
+        victim_failed: 0,
+        log_lines: 0,
+    };
+    while Instant::now() < deadline {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let out = attack_once(addr, attack, left).await;
+        row.conns += 1;
+        if let Some(g) = &out.goaway {
+            row.goaways.insert(g.to_string());
+        }
+        if out.closed {
+            row.cut += 1;
+            let processed = out
+                .goaway
+                .as_ref()
+                .map_or(out.streams, |g| g.streams_processed());
+            row.max_streams_per_cut = row.max_streams_per_cut.max(processed);
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (took, failed) = during.await.unwrap();
+    row.rss_max_mb = sampler.await.unwrap() as f64 / 1024.0;
+    row.p99_attacked = p99(took);
+    row.victim_failed = failed;
+    // the last cut's summary is written as its connection closes
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    row.log_lines = log_lines(dir.path()) - lines_before;
+    drop(child);
+    row
+}
+
+async fn run() {
+    let secs: u64 = arg("--secs").map_or(30, |s| s.parse().unwrap());
+    let only = arg("--only");
+    println!(
+        "| attack | server | connections (cut) | streams before a cut (max) | GOAWAY | RSS MB before -> max | victim p99 alone -> attacked (ms) | victim failures | server log lines |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for attack in Attack::ALL {
+        if only.as_deref().is_some_and(|o| !attack.name().contains(o)) {
+            continue;
+        }
+        for kind in ["zrpc", "tonic"] {
+            let r = measure(kind, attack, secs).await;
+            let goaways: Vec<_> = r.goaways.into_iter().collect();
+            println!(
+                "| {} | {kind} | {} ({}) | {} | {} | {:.0} -> {:.0} | {:.1} -> {:.1} (x{:.1}) | {} | {} |",
+                attack.name(),
+                r.conns,
+                r.cut,
+                r.max_streams_per_cut,
+                if goaways.is_empty() {
+                    "none".to_owned()
+                } else {
+                    goaways.join(", ")
+                },
+                r.rss_before_mb,
+                r.rss_max_mb,
+                r.p99_alone,
+                r.p99_attacked,
+                r.p99_attacked / r.p99_alone,
+                r.victim_failed,
+                if kind == "zrpc" {
+                    r.log_lines.to_string()
+                } else {
+                    "-".to_owned()
+                },
+            );
+        }
+    }
+}
