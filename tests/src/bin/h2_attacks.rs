@@ -35,18 +35,18 @@ fn main() {
 /// waits until its stdin closes.
 async fn serve() {
     let kind = arg("--serve").unwrap_or_default();
+    // the zrpc server and its logging live until this function returns
+    let mut zrpc = None;
     let addr = if kind == "zrpc" {
         let dir = arg("--log-dir").expect("--log-dir");
         let mut conf = test_conf("h2-attacks").with_cpu_threshold(0);
         conf.log.mode = "file".into();
         conf.log.encoding = "plain".into();
         conf.log.path = dir;
-        // kept alive until the process ends
-        let guard = zrpc_server::telemetry::init(&conf).expect("logging");
-        std::mem::forget(guard);
+        let logging = zrpc_server::telemetry::init(&conf).expect("logging");
         let server = start_server(conf, TestGreeter::new()).await;
         let addr = server.addr;
-        std::mem::forget(server);
+        zrpc = Some((logging, server));
         addr
     } else {
         spawn_bare_tonic().await
@@ -55,6 +55,7 @@ async fn serve() {
     let mut line = String::new();
     // EOF when the parent drops the child
     let _ = tokio::task::spawn_blocking(move || std::io::stdin().read_line(&mut line)).await;
+    drop(zrpc);
 }
 
 /// The child's resident set, kB.

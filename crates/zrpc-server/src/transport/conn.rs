@@ -27,8 +27,8 @@ use tokio::time::{Instant, Sleep};
 use tonic::transport::server::Connected;
 
 use super::frames::{FrameGuard, Violation};
+use super::io::ConnInfo;
 use super::streams::ConnEntry;
-use crate::tls::io::ConnInfo;
 
 /// Client connection preface (RFC 9113 §3.4).
 const PREFACE_LEN: usize = 24;

@@ -207,31 +207,31 @@ impl FloodBudget {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Violation {
     /// PINGs more often than `KeepaliveMinTime` allows.
-    TooManyPings,
+    Pings,
     /// More streams reset by the client than its completed calls pay for.
-    TooManyResets,
+    Resets,
     /// More SETTINGS, WINDOW_UPDATE or PRIORITY frames than the server's work pays for.
-    TooManyControlFrames,
+    ControlFrames,
 }
 
 impl Violation {
     /// The GOAWAY's debug data, also the `reason` label of the cut-connections metric.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
-            Violation::TooManyPings => "too_many_pings",
-            Violation::TooManyResets => "too_many_resets",
-            Violation::TooManyControlFrames => "too_many_control_frames",
+            Violation::Pings => "too_many_pings",
+            Violation::Resets => "too_many_resets",
+            Violation::ControlFrames => "too_many_control_frames",
         }
     }
 
     /// What the client did, and the setting or rule behind the cut, for the log.
     pub(crate) fn describe(self) -> &'static str {
         match self {
-            Violation::TooManyPings => {
+            Violation::Pings => {
                 "pinged more often than Transport.KeepaliveMinTime allows (as grpc-go)"
             }
-            Violation::TooManyResets => "reset far more streams than it completed (rapid reset)",
-            Violation::TooManyControlFrames => "flooded SETTINGS, WINDOW_UPDATE or PRIORITY frames",
+            Violation::Resets => "reset far more streams than it completed (rapid reset)",
+            Violation::ControlFrames => "flooded SETTINGS, WINDOW_UPDATE or PRIORITY frames",
         }
     }
 }
@@ -285,14 +285,12 @@ impl FrameGuard {
                 PING if f.flags & FLAG_ACK == 0 => pings
                     .as_mut()
                     .is_some_and(|p| p.on_ping(Instant::now()))
-                    .then_some(Violation::TooManyPings),
-                RST_STREAM => (!flood.spend()).then_some(Violation::TooManyResets),
+                    .then_some(Violation::Pings),
+                RST_STREAM => (!flood.spend()).then_some(Violation::Resets),
                 SETTINGS if f.flags & FLAG_ACK == 0 => {
-                    (!flood.spend()).then_some(Violation::TooManyControlFrames)
+                    (!flood.spend()).then_some(Violation::ControlFrames)
                 }
-                WINDOW_UPDATE | PRIORITY => {
-                    (!flood.spend()).then_some(Violation::TooManyControlFrames)
-                }
+                WINDOW_UPDATE | PRIORITY => (!flood.spend()).then_some(Violation::ControlFrames),
                 _ => None,
             };
             if violated.is_none() {
@@ -475,9 +473,9 @@ mod tests {
             g.wrote(&frame(0x8, 0, 0, 4));
             flood = g.read(&frame(PING, 0, 0, 8));
         }
-        assert_eq!(flood, Some(Violation::TooManyPings));
+        assert_eq!(flood, Some(Violation::Pings));
         assert!(g.can_write_goaway());
-        let goaway = g.goaway(Violation::TooManyPings);
+        let goaway = g.goaway(Violation::Pings);
         assert_eq!(&goaway[..9], &[0, 0, 22, 0x7, 0, 0, 0, 0, 0]);
         assert_eq!(&goaway[9..13], &7u32.to_be_bytes());
         assert_eq!(&goaway[13..17], &ENHANCE_YOUR_CALM.to_be_bytes());
@@ -524,9 +522,9 @@ mod tests {
             for i in 0..FLOOD_CREDITS {
                 assert_eq!(g.read(&f), None, "frame {kind} #{i}");
             }
-            assert_eq!(g.read(&f), Some(Violation::TooManyControlFrames));
+            assert_eq!(g.read(&f), Some(Violation::ControlFrames));
             assert_eq!(
-                &g.goaway(Violation::TooManyControlFrames)[17..],
+                &g.goaway(Violation::ControlFrames)[17..],
                 b"too_many_control_frames"
             );
         }
@@ -567,9 +565,9 @@ mod tests {
                 assert_eq!(i, FLOOD_CREDITS, "cut at the first reset over the budget");
             }
         }
-        assert_eq!(cut, Some(Violation::TooManyResets));
+        assert_eq!(cut, Some(Violation::Resets));
         // the GOAWAY names the last stream the client opened
-        let goaway = g.goaway(Violation::TooManyResets);
+        let goaway = g.goaway(Violation::Resets);
         assert_eq!(&goaway[9..13], &(300_001 + 2 * FLOOD_CREDITS).to_be_bytes());
         assert_eq!(&goaway[17..], b"too_many_resets");
     }
