@@ -116,6 +116,19 @@ fn parse(file: &str, bytes: &[u8]) -> Result<Vec<String>, TlsError> {
     Ok(names)
 }
 
+/// Why `allowed` refuses the client `peer` (`None`: it is served, or there is no list).
+pub(crate) fn denied(allowed: Option<&AllowList>, peer: Option<&PeerIdentity>) -> Option<String> {
+    let allowed = allowed?;
+    match peer {
+        None => Some("a client certificate is required (Tls.AllowedClients)".to_owned()),
+        Some(id) if allowed.allows(id) => None,
+        Some(id) => Some(format!(
+            "client certificate ({}) is not in Tls.AllowedClients",
+            id.describe()
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -16,8 +16,7 @@ pub(crate) mod allow;
 pub(crate) mod certs;
 pub(crate) mod config;
 pub(crate) mod identity;
-pub(crate) mod io;
-pub(crate) mod layer;
+pub(crate) mod linger;
 pub(crate) mod reload;
 pub(crate) mod watch;
 

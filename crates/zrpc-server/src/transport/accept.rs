@@ -22,9 +22,9 @@ use tokio::time::Instant;
 
 use super::backoff::{AcceptBackoff, LogGate};
 use super::conn::{ConnLimits, Guarded};
+use super::io::ConnIo;
 use super::streams::ConnTable;
 use crate::authority::AuthorityFix;
-use crate::tls::io::ConnIo;
 
 /// What the accept loop needs to know.
 #[derive(Debug, Clone)]
@@ -140,7 +140,7 @@ fn tls_incoming(
                             );
                         }
                         if let Some(tcp) = tcp {
-                            crate::tls::io::linger_close(tcp).await;
+                            crate::tls::linger::linger_close(tcp).await;
                         }
                     }
                 }

@@ -8,7 +8,7 @@
 //! 4. puts the request body (as hyper gave it: it is boxed once, here) under the
 //!    request-bytes budget ([`budget`](super::budget));
 //! 5. turns the connection's [`ConnInfo`] (the serve loop passes it to
-//!    [`Front::call_conn`]) into the peer's extensions ([`crate::tls::layer`]).
+//!    [`Front::call_conn`]) into the peer's extensions ([`into_extensions`](super::io::into_extensions)).
 //!
 //! Before all of these, when hyper accepts the call's stream (in the connection's task, before
 //! the stream's task first runs), [`Front::queue`] counts the call in the shedder's flight, so
@@ -36,13 +36,14 @@ use tower_service::Service;
 
 use super::budget::RequestBudgetLayer;
 use super::content_type::{is_grpc, unsupported};
+use super::io::ConnInfo;
+use super::io::into_extensions;
 use super::streams::{CallGuard, ConnTable, CountedBody};
 use crate::layers::facts::CallFacts;
 use crate::layers::shedding;
 use crate::layers::timeout::caller_deadline;
 use crate::tls::allow::AllowList;
-use crate::tls::io::ConnInfo;
-use crate::tls::layer::{denied, into_extensions};
+use crate::tls::allow::denied;
 
 use tower::BoxError;
 use zrpc_core::shedder::Queued;

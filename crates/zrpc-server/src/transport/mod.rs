@@ -25,6 +25,7 @@ mod content_type;
 mod cuts;
 mod frames;
 pub(crate) mod front;
+pub(crate) mod io;
 pub(crate) mod serve;
 mod streams;
 

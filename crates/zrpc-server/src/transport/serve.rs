@@ -49,8 +49,8 @@ use tonic::transport::server::Connected;
 use tower_service::Service;
 
 use super::front::{Front, Inner};
+use super::io::ConnInfo;
 use crate::layers::timeout::{Timer, caller_deadline};
-use crate::tls::io::ConnInfo;
 
 use tower::BoxError;
 use zrpc_core::shedder::Queued;

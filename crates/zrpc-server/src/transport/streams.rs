@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
-use crate::tls::io::ConnInfo;
+use super::io::ConnInfo;
 use http::Request;
 use parking_lot::Mutex;
 use pin_project_lite::pin_project;

@@ -1,17 +1,19 @@
 //! The connection under `AuthorityFix`: plain TCP or TLS over TCP, and what it tells the serve
-//! loop about its peer (through tonic's `Connected` trait).
+//! loop about its peer (through tonic's `Connected` trait), which [`into_extensions`] puts in
+//! each request for handlers and layers.
 
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use http::Request;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
-use super::identity::PeerIdentity;
+use super::ConnState;
+use crate::tls::PeerIdentity;
 
 /// An accepted connection, decrypted when TLS is on.
 #[derive(Debug)]
@@ -22,7 +24,7 @@ pub(crate) enum ConnIo {
     Tls(Box<TlsStream<TcpStream>>),
 }
 
-/// The connect info of a [`ConnIo`]; [`Front`](crate::transport::front::Front) turns it into
+/// The connect info of a [`ConnIo`]; [`Front`](super::front::Front) turns it into
 /// `TcpConnectInfo` (for `Request::remote_addr`) and [`PeerIdentity`] extensions.
 #[derive(Debug, Clone)]
 pub(crate) struct ConnInfo {
@@ -31,7 +33,7 @@ pub(crate) struct ConnInfo {
     /// The connection's call count and byte-budget share, set by
     /// `Guarded` (`transport::conn`) when the server keeps them: each request
     /// carries its connection's state, so no per-request table lookup is needed.
-    pub(crate) conn: Option<std::sync::Arc<crate::transport::ConnState>>,
+    pub(crate) conn: Option<std::sync::Arc<ConnState>>,
 }
 
 impl Connected for ConnIo {
@@ -116,24 +118,13 @@ impl AsyncWrite for ConnIo {
     }
 }
 
-/// Closes a connection whose TLS handshake failed without losing the alert rustls wrote on it:
-/// half-close (FIN after the alert), then read and drop what the client still sends (at most
-/// 64 KiB, for at most 1 s) before closing. Closed at once with unread bytes in its buffer (a
-/// TLS 1.3 client sends its first HTTP/2 bytes right after its Finished, before the server has
-/// checked its certificate), the socket sends a RST, and the client may lose the alert: grpc-go
-/// then reports `write: broken pipe` instead of `remote error: tls: unknown certificate
-/// authority`.
-pub(crate) async fn linger_close(mut tcp: TcpStream) {
-    let _ = tcp.shutdown().await;
-    let drain = async {
-        let mut buf = [0u8; 4096];
-        let mut total = 0;
-        while total < 64 * 1024 {
-            match tcp.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => total += n,
-            }
-        }
-    };
-    let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
+/// Puts the connection's `TcpConnectInfo` and [`PeerIdentity`] from `info` in `req`'s
+/// extensions (what tonic's `Request::remote_addr` and handlers read). `ConnInfo` itself is
+/// not left there: with the call's facts and the router's URL params a request then holds
+/// three extensions, which fit the map's first allocation.
+pub(crate) fn into_extensions<B>(req: &mut Request<B>, info: &ConnInfo) {
+    req.extensions_mut().insert(info.tcp.clone());
+    if let Some(id) = &info.peer {
+        req.extensions_mut().insert(id.clone());
+    }
 }
