@@ -116,6 +116,19 @@ where
     }
 }
 
+/// The resident set of process `pid` (`"self"` for this one), kB, from `/proc/<pid>/status`;
+/// 0 when it cannot be read.
+pub fn rss_kb(pid: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 /// The median (upper middle for an even count).
 ///
 /// # Panics

@@ -8,7 +8,12 @@
 //! ```text
 //! cargo build --release -p zrpc-tests --bin h2_attacks
 //! target/release/h2_attacks --secs 30
+//! target/release/h2_attacks --throughput 9 --requests 200000
 //! ```
+//!
+//! `--throughput ROUNDS` instead measures what the limits cost normal traffic: `h2load -c 10
+//! -m 50` against both servers in alternation, ROUNDS times, with the medians and the median
+//! of the per-round ratios.
 //!
 //! The zrpc server logs to files (`Log.Mode: file`, plain, level info) in a temporary
 //! directory; bare tonic logs nothing. Shedding is off (`CpuThreshold: 0`): the attacks are
@@ -21,9 +26,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use zrpc_tests::bench::{ServeChild, arg, serve_or_run};
+use zrpc_tests::bench::{ServeChild, arg, h2load, median, rss_kb, serve_or_run};
 use zrpc_tests::greeter::{TestGreeter, spawn_bare_tonic, start_server, test_conf};
-use zrpc_tests::h2raw::{Attack, attack_once};
+use zrpc_tests::h2raw::{Attack, HELLO_MESSAGE, attack_once};
 use zrpc_tests::pb::HelloRequest;
 use zrpc_tests::pb::greeter_client::GreeterClient;
 
@@ -56,18 +61,6 @@ async fn serve() {
     // EOF when the parent drops the child
     let _ = tokio::task::spawn_blocking(move || std::io::stdin().read_line(&mut line)).await;
     drop(zrpc);
-}
-
-/// The child's resident set, kB.
-fn rss_kb(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 /// Lines in the files of `dir`.
@@ -130,7 +123,7 @@ async fn measure(kind: &str, attack: Attack, secs: u64) -> Row {
     let dir_arg = dir.path().to_string_lossy().into_owned();
     let (child, addr) = ServeChild::start_with(&[kind, "--log-dir", &dir_arg]);
     let addr: SocketAddr = addr.parse().unwrap();
-    let pid = child.pid();
+    let pid = child.pid().to_string();
     // the victim alone for 3 s
     let stop = Arc::new(AtomicBool::new(false));
     let alone = tokio::spawn(victim(addr, stop.clone()));
@@ -139,15 +132,16 @@ async fn measure(kind: &str, attack: Attack, secs: u64) -> Row {
     let (took, _) = alone.await.unwrap();
     let p99_alone = p99(took);
 
-    let rss_before = rss_kb(pid);
+    let rss_before = rss_kb(&pid);
     let lines_before = log_lines(dir.path());
     let stop = Arc::new(AtomicBool::new(false));
     let during = tokio::spawn(victim(addr, stop.clone()));
     let sampler_stop = stop.clone();
+    let sampled = pid.clone();
     let sampler = tokio::spawn(async move {
         let mut max = 0;
         while !sampler_stop.load(Ordering::Relaxed) {
-            max = max.max(rss_kb(pid));
+            max = max.max(rss_kb(&sampled));
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         max
@@ -193,7 +187,56 @@ async fn measure(kind: &str, attack: Attack, secs: u64) -> Row {
     row
 }
 
+/// `h2load -c 10 -m 50` against zrpc and bare tonic in alternation.
+async fn throughput(rounds: usize, requests: u64) {
+    let body = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(body.path(), HELLO_MESSAGE).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let dir_arg = dir.path().to_string_lossy().into_owned();
+    let (zrpc, zrpc_addr) = ServeChild::start_with(&["zrpc", "--log-dir", &dir_arg]);
+    let (tonic, tonic_addr) = ServeChild::start_with(&["tonic"]);
+    let (mut z, mut t, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let once = |addr: &str| {
+            h2load(
+                &format!("http://{addr}"),
+                (10, 50, requests),
+                &[],
+                body.path(),
+            )
+            .rate
+        };
+        // the order flips every round
+        let (zr, tr) = if round % 2 == 0 {
+            let zr = once(&zrpc_addr);
+            (zr, once(&tonic_addr))
+        } else {
+            let tr = once(&tonic_addr);
+            (once(&zrpc_addr), tr)
+        };
+        println!(
+            "round {round}: zrpc {zr:.0} req/s, tonic {tr:.0} req/s, x{:.3}",
+            zr / tr
+        );
+        z.push(zr);
+        t.push(tr);
+        ratios.push(zr / tr);
+    }
+    println!(
+        "h2load -c 10 -m 50, {rounds} rounds: zrpc {:.0} req/s, tonic {:.0} req/s (medians); \
+         median per-round ratio x{:.3}",
+        median(z),
+        median(t),
+        median(ratios)
+    );
+    drop((zrpc, tonic));
+}
+
 async fn run() {
+    if let Some(rounds) = arg("--throughput") {
+        let requests = arg("--requests").map_or(200_000, |r| r.parse().unwrap());
+        return throughput(rounds.parse().unwrap(), requests).await;
+    }
     let secs: u64 = arg("--secs").map_or(30, |s| s.parse().unwrap());
     let only = arg("--only");
     println!(

@@ -8,21 +8,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use tokio::io::AsyncWriteExt;
+use zrpc_tests::bench::rss_kb;
 use zrpc_tests::greeter::{TestGreeter, TestServer, start_server, test_conf};
-use zrpc_tests::h2raw::{Attack, ConnOutcome, GoAway, attack_once};
+use zrpc_tests::h2raw::{
+    Attack, ConnOutcome, GoAway, attack_once, frame, kind, raw_h2, read_frame,
+};
 use zrpc_tests::pb::HelloRequest;
-
-/// The process's resident set (kB), from `/proc/self/status`.
-fn rss_kb() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
 
 /// A client calling `server` one call at a time until `stop`; returns (calls, failures).
 async fn victim(server: &TestServer, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<(u64, u64)> {
@@ -55,10 +47,10 @@ async fn under_attack(server: &TestServer, attack: Attack, limit: Duration) -> (
     let victim = victim(server, stop.clone()).await;
     // the victim has connected and called before the attack starts
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let rss_before = rss_kb();
+    let rss_before = rss_kb("self");
     let started = Instant::now();
     let outcome = attack_once(server.addr, attack, limit).await;
-    let rss_after = rss_kb();
+    let rss_after = rss_kb("self");
     // the victim keeps calling a little after the attack too
     tokio::time::sleep(Duration::from_millis(100)).await;
     stop.store(true, Ordering::Relaxed);
@@ -147,7 +139,8 @@ fn expected(attack: Attack) -> (&'static [u32], &'static [&'static str], &'stati
 /// Every attack of the family, one connection each, against one server while a victim
 /// calls: the attacker is cut with the expected GOAWAY after at most 5,000 streams, the
 /// server's memory grows by at most 20 MB, the victim is served throughout, and the cut is
-/// counted by reason. Without zrpc's limits (h2's reset limit off, as tonic 0.14 sets it, and
+/// counted by reason. After ten cuts in a row, a new connection from the same address is
+/// held before it is read, and one that was open already is not. Without zrpc's limits (h2's reset limit off, as tonic 0.14 sets it, and
 /// no flood credits) the window-overflow, malformed-headers, rapid-reset, SETTINGS and
 /// WINDOW_UPDATE floods ran for the whole limit uncut.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -157,6 +150,13 @@ async fn every_h2_flood_is_cut_with_a_goaway_while_other_clients_are_served() {
         TestGreeter::new(),
     )
     .await;
+    // a client whose connection is open before the attacks
+    let mut open = server.client().await;
+    open.say_hello(HelloRequest {
+        name: "early".into(),
+    })
+    .await
+    .unwrap();
     for attack in Attack::ALL {
         let (codes, debugs, reason) = expected(attack);
         let cut_before = cuts(reason);
@@ -193,5 +193,35 @@ async fn every_h2_flood_is_cut_with_a_goaway_while_other_clients_are_served() {
             "{name}: rpc_server_connections_cut_total{{reason=\"{reason}\"}} counted the cut"
         );
     }
+    // Ten cuts in a row from this address: its next connection is held (1 s) before the
+    // server reads it, while the connection opened before is served at once.
+    let mut held = raw_h2(server.addr).await;
+    let started = Instant::now();
+    held.write_all(&frame(kind::PING, 0, 0, &[7; 8]))
+        .await
+        .unwrap();
+    open.say_hello(HelloRequest {
+        name: "early".into(),
+    })
+    .await
+    .unwrap();
+    let open_took = started.elapsed();
+    loop {
+        let (k, flags, _, _) = read_frame(&mut held)
+            .await
+            .expect("the held connection is served");
+        if k == kind::PING && flags & 1 == 1 {
+            break;
+        }
+    }
+    let held_took = started.elapsed();
+    println!(
+        "after the attacks: an open connection answered in {open_took:?}, a new one in {held_took:?}"
+    );
+    assert!(
+        held_took >= Duration::from_millis(900),
+        "held {held_took:?}"
+    );
+    assert!(open_took < held_took, "the open connection is not held");
     server.shutdown().await.unwrap();
 }

@@ -12,6 +12,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use zrpc_server::conf::TransportConf;
+use zrpc_tests::bench::rss_kb;
 use zrpc_tests::greeter::{TestGreeter, TestServer, start_server, test_conf};
 use zrpc_tests::h2raw::{PREFACE, frame, grpc_headers, raw_h2, read_frame};
 use zrpc_tests::pb::{HelloRequest, HelloStreamRequest};
@@ -22,18 +23,6 @@ async fn server_with(name: &str, edit: impl FnOnce(&mut TransportConf)) -> TestS
     let mut conf = test_conf(name).with_cpu_threshold(0);
     edit(&mut conf.transport);
     start_server(conf, TestGreeter::new()).await
-}
-
-/// The process's resident set (kB), from `/proc/self/status`.
-fn rss_kb() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 /// `n` unary calls on a fresh client; returns the p99 latency. Panics on any failure.
@@ -67,7 +56,7 @@ fn max_streams_setting(payload: &[u8]) -> Option<u32> {
 async fn streams_beyond_the_advertised_limit_are_refused_while_others_are_served() {
     let server = server_with("transport-streams", |_| {}).await;
     let baseline_p99 = served(&server, 50).await;
-    let rss_before = rss_kb();
+    let rss_before = rss_kb("self");
 
     // A client that ignores the advertised limit: 2,000 streams on one connection, each
     // with its headers sent and no request body (they stay open in the handler's decode).
@@ -108,7 +97,7 @@ async fn streams_beyond_the_advertised_limit_are_refused_while_others_are_served
     });
     let attack_p99 = served(&server, 200).await;
     let (refused, goaway, sock) = reader.await.unwrap();
-    let rss_after = rss_kb();
+    let rss_after = rss_kb("self");
     println!(
         "2000 streams on one connection: advertised {advertised}, refused {refused} in {:?}, \
          goaway {goaway:?}; bystander p99 {baseline_p99:?} before, {attack_p99:?} during; \
@@ -135,7 +124,7 @@ async fn ten_thousand_streams_on_one_connection_are_capped_with_bounded_rss() {
     const STREAMS: u32 = 10_000;
     let server = server_with("transport-10k-streams", |_| {}).await;
     let baseline_p99 = served(&server, 50).await;
-    let rss_before = rss_kb();
+    let rss_before = rss_kb("self");
     let mut sock = TcpStream::connect(server.addr).await.unwrap();
     sock.write_all(PREFACE).await.unwrap();
     sock.write_all(&frame(4, 0, 0, &[])).await.unwrap();
@@ -182,7 +171,7 @@ async fn ten_thousand_streams_on_one_connection_are_capped_with_bounded_rss() {
     });
     let attack_p99 = served(&server, 200).await;
     let (refused, goaway, rd) = reader.await.unwrap();
-    let rss_after = rss_kb();
+    let rss_after = rss_kb("self");
     // Streams the server took up: all of them, or those up to the GOAWAY's last stream id.
     let processed = goaway.map_or(STREAMS, |(last, _)| last.div_ceil(2));
     let open = processed.saturating_sub(refused);
@@ -510,7 +499,7 @@ async fn incomplete_messages_past_the_byte_budget_end_with_resource_exhausted() 
         t.message_receive_timeout = Duration::ZERO;
     })
     .await;
-    let rss_before = rss_kb();
+    let rss_before = rss_kb("self");
     // 24 calls each announcing a 3 MiB message and sending 1 MiB of it, then nothing.
     let mut calls = Vec::new();
     let mut conns = Vec::new();
@@ -530,7 +519,7 @@ async fn incomplete_messages_past_the_byte_budget_end_with_resource_exhausted() 
             other => open.push((other.map(str::to_owned), body)),
         }
     }
-    let rss_after = rss_kb();
+    let rss_after = rss_kb("self");
     println!(
         "24 calls x 1 MiB of a 3 MiB message, MaxBufferedRequestBytes 8 MiB: {exhausted} \
          ResourceExhausted, {} held; bystander p99 {p99:?}; RSS {rss_before} kB -> \

@@ -22,6 +22,7 @@ use tokio::time::Instant;
 
 use super::backoff::{AcceptBackoff, LogGate};
 use super::conn::{ConnLimits, Guarded};
+use super::cuts::{CutLog, Peer};
 use super::io::ConnIo;
 use super::streams::ConnTable;
 use crate::authority::AuthorityFix;
@@ -38,6 +39,8 @@ pub(crate) struct AcceptSettings {
     pub(crate) tls: Option<Arc<crate::tls::config::ReloadingConfig>>,
     /// `Transport.TcpKeepalive`: idle time before the first probe and between probes.
     pub(crate) tcp_keepalive: Option<Duration>,
+    /// The addresses this server cut lately (log gate, holds).
+    pub(crate) cuts: Arc<CutLog>,
 }
 
 /// A connection as tonic receives it.
@@ -247,7 +250,11 @@ fn wrap(
         .zip(addrs)
         .map(|(table, addrs)| table.register(addrs));
     let io = AuthorityFix::new(io, addrs, settings.authority_repair);
-    Guarded::new(io, Some(peer.ip()), settings.limits, permit, entry)
+    let peer = Peer {
+        ip: peer.ip(),
+        cuts: Arc::clone(&settings.cuts),
+    };
+    Guarded::new(io, Some(peer), settings.limits, permit, entry)
 }
 
 #[cfg(test)]

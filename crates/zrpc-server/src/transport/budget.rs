@@ -27,8 +27,6 @@ use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 use tonic::Status;
 use tonic::body::Body;
-use tower_layer::Layer;
-use tower_service::Service;
 
 use super::streams::{ConnState, ConnTable};
 use crate::layers::CallFacts;
@@ -138,18 +136,8 @@ impl RequestBudgetLayer {
 }
 
 impl RequestBudgetLayer {
-    /// `req` with its body under the budget (untouched when no limit is set). `conn`: the
-    /// state of the request's connection, charged when the budget has a per-connection share.
-    pub(crate) fn apply(&self, req: Request<Body>, conn: Option<&Arc<ConnState>>) -> Request<Body> {
-        let (mut req, facts) = self.apply_front(req, conn);
-        if let Some(facts) = facts {
-            req.extensions_mut().insert(facts);
-        }
-        req
-    }
-
-    /// [`apply`](Self::apply) for [`Front`](super::front::Front), on the body as hyper gave
-    /// it (boxed once, here, as tonic's `Body`; boxing hyper's body first and the budgeted
+    /// `req` with its body under the budget (untouched when no limit is set), for
+    /// [`Front`](super::front::Front), on the body as hyper gave it (boxed once, here, as tonic's `Body`; boxing hyper's body first and the budgeted
     /// one again cost an allocation and a layer of dynamic calls per frame); the call's
     /// [`CallFacts`] (made when the chain keeps them) go to the stage inside `Front` rather
     /// than through the request's extensions.
@@ -174,48 +162,6 @@ impl RequestBudgetLayer {
             Body::new(body)
         });
         (req, facts)
-    }
-}
-
-impl<S> Layer<S> for RequestBudgetLayer {
-    type Service = RequestBudget<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        RequestBudget {
-            inner,
-            settings: self.clone(),
-        }
-    }
-}
-
-/// The service of [`RequestBudgetLayer`] (the server runs its [`apply`](RequestBudgetLayer::apply)
-/// in [`Front`](super::front::Front)).
-#[derive(Debug, Clone)]
-pub(crate) struct RequestBudget<S> {
-    inner: S,
-    settings: RequestBudgetLayer,
-}
-
-impl<S> Service<Request<Body>> for RequestBudget<S>
-where
-    S: Service<Request<Body>>,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request<Body>) -> Self::Future {
-        let conn = self
-            .settings
-            .conns
-            .as_ref()
-            .and_then(|t| t.of_request(&req));
-        let req = self.settings.apply(req, conn.as_ref());
-        self.inner.call(req)
     }
 }
 

@@ -15,6 +15,9 @@
 //! - **Frame policies** below h2 ([`frames`](super::frames)): ping floods
 //!   (`KeepaliveMinTime`, grpc-go's enforcement policy, GOAWAY `too_many_pings`) and floods of
 //!   resets and control frames; a cut is counted and logged by [`cuts`](super::cuts).
+//! - **Hold**: a new connection from an address cut again and again is not read for a while
+//!   ([`Peer::hold`](super::cuts::Peer::hold)), so that reconnecting after every cut does not buy
+//!   an attacker a fresh allowance at once.
 
 use std::io;
 use std::pin::Pin;
@@ -26,6 +29,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 use tonic::transport::server::Connected;
 
+use super::cuts::Peer;
 use super::frames::{FrameGuard, Violation};
 use super::io::ConnInfo;
 use super::streams::ConnEntry;
@@ -55,10 +59,13 @@ pub(crate) struct Guarded<T> {
     hard_deadline: Option<Pin<Box<Sleep>>>,
     idle: Option<Idle>,
     frames: FrameGuard,
-    /// The client's address, for the log of a cut.
-    peer: Option<std::net::IpAddr>,
+    /// The client's address, for the log of a cut and the hold.
+    peer: Option<Peer>,
     /// zrpc cut the connection itself (counted then).
     cut: bool,
+    /// Until this passes, the connection is not read: its address was cut again and again
+    /// ([`Peer::hold`]).
+    hold: Option<Pin<Box<Sleep>>>,
     /// The connection's place in the server's `ConnTable` (idle time, per-connection budget).
     entry: Option<ConnEntry>,
     _permit: Option<OwnedSemaphorePermit>,
@@ -106,7 +113,7 @@ impl<T> Guarded<T> {
     /// Wraps `inner` (a connection from `peer`), starting its clocks now.
     pub(crate) fn new(
         inner: T,
-        peer: Option<std::net::IpAddr>,
+        peer: Option<Peer>,
         limits: ConnLimits,
         permit: Option<OwnedSemaphorePermit>,
         entry: Option<ConnEntry>,
@@ -129,6 +136,10 @@ impl<T> Guarded<T> {
                 sleep: Box::pin(tokio::time::sleep_until(now + timeout)),
             }),
             frames: FrameGuard::new(limits.ping_min_time),
+            hold: peer
+                .as_ref()
+                .and_then(Peer::hold)
+                .map(|d| Box::pin(tokio::time::sleep_until(now + d))),
             peer,
             cut: false,
             entry,
@@ -192,6 +203,12 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for Guarded<T> {
             tracing::debug!(target: "zrpc::server", "closing connection: {e}");
             return Poll::Ready(Err(e));
         }
+        if let Some(hold) = &mut this.hold {
+            if hold.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            this.hold = None;
+        }
         let before = buf.filled().len();
         let res = Pin::new(&mut this.inner).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = &res {
@@ -204,7 +221,9 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for Guarded<T> {
             if let Some(violation) = this.frames.read(read) {
                 let err = cut(&mut this.inner, &this.frames, violation, cx);
                 this.cut = true;
-                super::cuts::connection_cut(this.peer, violation.as_str(), violation.describe());
+                if let Some(peer) = &this.peer {
+                    peer.cut(violation.as_str(), violation.describe());
+                }
                 return Poll::Ready(Err(err));
             }
         }
@@ -282,9 +301,11 @@ impl<T> Drop for Guarded<T> {
     /// A connection h2 ended with an error GOAWAY (one of its limits) is counted and logged
     /// as it closes.
     fn drop(&mut self) {
-        if let Some((code, debug)) = self.frames.h2_goaway().filter(|_| !self.cut) {
+        if let (Some((code, debug)), Some(peer)) = (self.frames.h2_goaway(), &self.peer)
+            && !self.cut
+        {
             let reason = super::cuts::h2_reason(code, debug);
-            super::cuts::connection_cut(self.peer, reason, super::cuts::h2_describe(reason));
+            peer.cut(reason, super::cuts::h2_describe(reason));
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Connections the server ends because their client broke an HTTP/2 limit: counted in
 //! `rpc_server_connections_cut_total{reason}` and logged at most once per client address per
 //! [`LOG_PERIOD`], with the number of cuts held back since. An attacker that reconnects after
-//! every cut therefore writes a few lines a minute, not one per connection or stream.
+//! every cut therefore writes a few lines a minute, not one per connection or stream; and an
+//! address cut again and again has its next connections held ([`Peer::hold`]).
 //!
 //! Two sources, both seen below h2 by [`Guarded`](super::conn::Guarded): zrpc's own frame
 //! policies ([`frames`](super::frames)), and the GOAWAYs h2 writes when one of its limits is
@@ -11,7 +12,8 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 use std::time::Duration;
@@ -44,59 +46,136 @@ fn counter() -> &'static IntCounterVec {
     })
 }
 
-/// When each address was last logged, and the cuts held back since.
-#[derive(Debug, Default)]
-struct Gates {
-    by_source: HashMap<Option<IpAddr>, (Instant, u64)>,
+/// What is remembered of a client address that was cut.
+#[derive(Debug, Clone, Copy)]
+struct Source {
+    /// When a cut from it was last logged, and the cuts held back since.
+    logged: Instant,
+    held: u64,
+    /// Cuts in a row, each within [`STRIKE_WINDOW`] of the previous one.
+    strikes: u32,
+    last_cut: Instant,
 }
 
-impl Gates {
-    /// `Some(held back)` when a cut from `source` at `now` is to be logged.
-    fn allow(&mut self, source: Option<IpAddr>, now: Instant) -> Option<u64> {
-        if self.by_source.len() >= MAX_SOURCES && !self.by_source.contains_key(&source) {
-            self.by_source
-                .retain(|_, (last, _)| now.saturating_duration_since(*last) < LOG_PERIOD);
+/// The addresses cut lately.
+#[derive(Debug, Default)]
+struct Sources {
+    by_addr: HashMap<Option<IpAddr>, Source>,
+}
+
+impl Sources {
+    /// The key for `source`: itself, or `None` (shared by every other address) when
+    /// [`MAX_SOURCES`] addresses cut lately are remembered already.
+    fn key(&mut self, source: Option<IpAddr>, now: Instant) -> Option<IpAddr> {
+        if self.by_addr.len() >= MAX_SOURCES && !self.by_addr.contains_key(&source) {
+            self.by_addr.retain(|_, s| {
+                now.saturating_duration_since(s.logged) < LOG_PERIOD
+                    || now.saturating_duration_since(s.last_cut) < STRIKE_WINDOW
+            });
         }
-        let key = if self.by_source.len() >= MAX_SOURCES && !self.by_source.contains_key(&source) {
-            None // every other address shares one gate
+        if self.by_addr.len() >= MAX_SOURCES && !self.by_addr.contains_key(&source) {
+            None
         } else {
             source
-        };
-        match self.by_source.get_mut(&key) {
-            Some((last, held)) if now.saturating_duration_since(*last) < LOG_PERIOD => {
-                *held += 1;
-                None
-            }
-            Some((last, held)) => {
-                *last = now;
-                Some(std::mem::take(held))
-            }
-            None => {
-                self.by_source.insert(key, (now, 0));
-                Some(0)
-            }
         }
+    }
+
+    /// Records a cut from `source` at `now`; `Some(held back)` when it is to be logged.
+    fn cut(&mut self, source: Option<IpAddr>, now: Instant) -> Option<u64> {
+        let key = self.key(source, now);
+        let Some(s) = self.by_addr.get_mut(&key) else {
+            self.by_addr.insert(
+                key,
+                Source {
+                    logged: now,
+                    held: 0,
+                    strikes: 1,
+                    last_cut: now,
+                },
+            );
+            return Some(0);
+        };
+        s.strikes = if now.saturating_duration_since(s.last_cut) < STRIKE_WINDOW {
+            s.strikes.saturating_add(1)
+        } else {
+            1
+        };
+        s.last_cut = now;
+        if now.saturating_duration_since(s.logged) < LOG_PERIOD {
+            s.held += 1;
+            None
+        } else {
+            s.logged = now;
+            Some(std::mem::take(&mut s.held))
+        }
+    }
+
+    /// How long a new connection from `source` waits before it is read (see [`Peer::hold`]).
+    fn hold(&self, source: Option<IpAddr>, now: Instant) -> Option<Duration> {
+        let s = self
+            .by_addr
+            .get(&source)
+            .or_else(|| (self.by_addr.len() >= MAX_SOURCES).then(|| self.by_addr.get(&None))?)?;
+        let recent = now.saturating_duration_since(s.last_cut) < STRIKE_WINDOW;
+        let over = s.strikes.checked_sub(FREE_CUTS + 1).filter(|_| recent)?;
+        Some((HOLD_STEP * (1 << over.min(5))).min(MAX_HOLD))
     }
 }
 
-fn gates() -> &'static Mutex<Gates> {
-    static GATES: OnceLock<Mutex<Gates>> = OnceLock::new();
-    GATES.get_or_init(Mutex::default)
+/// Cuts from one address that cost it nothing: a client cut by mistake reconnects at once.
+const FREE_CUTS: u32 = 3;
+/// Cuts further apart than this start the count again.
+const STRIKE_WINDOW: Duration = Duration::from_secs(10);
+/// The first hold, doubled for every further cut in a row.
+const HOLD_STEP: Duration = Duration::from_millis(50);
+/// The longest hold.
+const MAX_HOLD: Duration = Duration::from_secs(1);
+
+/// The addresses one server cut lately: its log gate and its holds (one per server, so that
+/// servers in one process do not hold each other's clients).
+#[derive(Debug, Default)]
+pub(crate) struct CutLog {
+    /// Set at the first cut: until then no accepted connection takes the lock.
+    any: AtomicBool,
+    sources: Mutex<Sources>,
 }
 
-/// Counts and (rate-limited) logs a connection from `peer` cut for `reason` (the GOAWAY's
-/// debug data or error code, a short fixed name); `what`: the client's misbehaviour.
-pub(crate) fn connection_cut(peer: Option<IpAddr>, reason: &'static str, what: &str) {
-    counter().with_label_values(&[reason]).inc();
-    let allowed = gates().lock().allow(peer, Instant::now());
-    if let Some(held) = allowed {
-        let peer = peer.map_or_else(|| "an unknown address".to_owned(), |p| p.to_string());
-        tracing::warn!(
-            target: "zrpc::server",
-            "closed a connection from {peer}: its client {what} (GOAWAY {reason}); \
-             {held} more from this address in the last {}s",
-            LOG_PERIOD.as_secs()
-        );
+/// A connection's client address, and the server's [`CutLog`].
+#[derive(Debug, Clone)]
+pub(crate) struct Peer {
+    pub(crate) ip: IpAddr,
+    pub(crate) cuts: Arc<CutLog>,
+}
+
+impl Peer {
+    /// Counts and (rate-limited) logs this connection cut for `reason` (the GOAWAY's debug
+    /// data or error code, a short fixed name); `what`: the client's misbehaviour.
+    pub(crate) fn cut(&self, reason: &'static str, what: &str) {
+        counter().with_label_values(&[reason]).inc();
+        self.cuts.any.store(true, Ordering::Relaxed);
+        let logged = self.cuts.sources.lock().cut(Some(self.ip), Instant::now());
+        if let Some(held) = logged {
+            tracing::warn!(
+                target: "zrpc::server",
+                "closed a connection from {}: its client {what} (GOAWAY {reason}); \
+                 {held} more from this address in the last {}s",
+                self.ip,
+                LOG_PERIOD.as_secs()
+            );
+        }
+    }
+
+    /// How long a new connection from this address waits before the server reads it:
+    /// nothing, unless the address was cut more than [`FREE_CUTS`] times in a row (each within
+    /// 10 s of the previous); then 50 ms, doubled for each further cut, at most 1 s. An
+    /// attacker that reconnects after every cut so gets at most one connection's worth of
+    /// work a second from each connection it opens; connections already open from the same
+    /// address (a proxy's, a NAT's) are not touched.
+    pub(crate) fn hold(&self) -> Option<Duration> {
+        if !self.cuts.any.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.cuts.sources.lock().hold(Some(self.ip), Instant::now())
     }
 }
 
@@ -148,36 +227,61 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn one_line_per_source_per_period_with_the_count_held_back() {
-        let mut g = Gates::default();
+        let mut g = Sources::default();
         let a = Some(IpAddr::from([10, 0, 0, 1]));
         let b = Some(IpAddr::from([10, 0, 0, 2]));
-        assert_eq!(g.allow(a, Instant::now()), Some(0));
-        assert_eq!(g.allow(b, Instant::now()), Some(0), "sources are apart");
+        assert_eq!(g.cut(a, Instant::now()), Some(0));
+        assert_eq!(g.cut(b, Instant::now()), Some(0), "sources are apart");
         for _ in 0..500 {
-            assert_eq!(g.allow(a, Instant::now()), None);
+            assert_eq!(g.cut(a, Instant::now()), None);
         }
         tokio::time::advance(LOG_PERIOD).await;
-        assert_eq!(g.allow(a, Instant::now()), Some(500));
-        assert_eq!(g.allow(b, Instant::now()), Some(0));
+        assert_eq!(g.cut(a, Instant::now()), Some(500));
+        assert_eq!(g.cut(b, Instant::now()), Some(0));
     }
 
     #[tokio::test(start_paused = true)]
     async fn many_sources_share_one_line_and_the_map_stays_bounded() {
-        let mut g = Gates::default();
+        let mut g = Sources::default();
         let mut logged = 0;
         for i in 0..(MAX_SOURCES as u32 * 3) {
             let ip = IpAddr::from(i.to_be_bytes());
-            logged += u32::from(g.allow(Some(ip), Instant::now()).is_some());
+            logged += u32::from(g.cut(Some(ip), Instant::now()).is_some());
         }
-        assert!(g.by_source.len() <= MAX_SOURCES + 1);
+        assert!(g.by_addr.len() <= MAX_SOURCES + 1);
         assert_eq!(logged, MAX_SOURCES as u32 + 1, "the rest share one gate");
         // once the period has passed, old entries make room again
-        tokio::time::advance(LOG_PERIOD).await;
+        tokio::time::advance(LOG_PERIOD.max(STRIKE_WINDOW)).await;
         assert!(
-            g.allow(Some(IpAddr::from([1, 2, 3, 4])), Instant::now())
+            g.cut(Some(IpAddr::from([1, 2, 3, 4])), Instant::now())
                 .is_some()
         );
-        assert!(g.by_source.len() <= 2);
+        assert!(g.by_addr.len() <= 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_address_cut_again_and_again_waits_longer_to_reconnect() {
+        let mut g = Sources::default();
+        let a = Some(IpAddr::from([10, 0, 0, 1]));
+        let b = Some(IpAddr::from([10, 0, 0, 2]));
+        let now = Instant::now;
+        assert_eq!(g.hold(a, now()), None, "never cut");
+        for _ in 0..FREE_CUTS {
+            g.cut(a, now());
+            assert_eq!(g.hold(a, now()), None, "the first cuts are free");
+        }
+        let mut holds = Vec::new();
+        for _ in 0..8 {
+            g.cut(a, now());
+            holds.push(g.hold(a, now()).unwrap().as_millis());
+        }
+        assert_eq!(holds, [50, 100, 200, 400, 800, 1000, 1000, 1000]);
+        assert_eq!(g.hold(b, now()), None, "other addresses are not held");
+        // a quiet spell ends the holds, and the count starts again
+        tokio::time::advance(STRIKE_WINDOW).await;
+        assert_eq!(g.hold(a, now()), None);
+        g.cut(a, now());
+        assert_eq!(g.hold(a, now()), None);
     }
 
     #[test]

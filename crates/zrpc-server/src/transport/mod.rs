@@ -58,6 +58,7 @@ pub(crate) fn accept_settings(conf: &TransportConf, authority_repair: bool) -> A
         .then(|| Arc::new(ConnTable::default())),
         tls: None,
         tcp_keepalive: conf.tcp_keepalive(),
+        cuts: Arc::default(),
     }
 }
 

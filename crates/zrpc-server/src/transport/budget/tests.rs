@@ -1,6 +1,9 @@
 use super::*;
 use futures_util::StreamExt;
 use http_body_util::{BodyExt, StreamBody};
+use std::task::{Context, Poll};
+use tower_layer::Layer;
+use tower_service::Service;
 
 type Frames = Vec<Result<Frame<Bytes>, Status>>;
 
@@ -163,4 +166,60 @@ async fn the_budgeted_body_records_the_call_facts_in_place_of_facts_body() {
     assert!(!ok && !facts.request_ended());
     assert_eq!(facts.blame(code::INTERNAL), Blame::Caller);
     assert_eq!(budget.used(), 0);
+}
+
+// The budget as a tower layer of its own, for these tests (the server applies it in
+// `Front`, through `apply_front`).
+
+impl RequestBudgetLayer {
+    /// `req` with its body under the budget (untouched when no limit is set). `conn`: the
+    /// state of the request's connection, charged when the budget has a per-connection share.
+    fn apply(&self, req: Request<Body>, conn: Option<&Arc<ConnState>>) -> Request<Body> {
+        let (mut req, facts) = self.apply_front(req, conn);
+        if let Some(facts) = facts {
+            req.extensions_mut().insert(facts);
+        }
+        req
+    }
+}
+
+impl<S> Layer<S> for RequestBudgetLayer {
+    type Service = RequestBudget<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RequestBudget {
+            inner,
+            settings: self.clone(),
+        }
+    }
+}
+
+/// The service of [`RequestBudgetLayer`].
+#[derive(Debug, Clone)]
+pub(crate) struct RequestBudget<S> {
+    inner: S,
+    settings: RequestBudgetLayer,
+}
+
+impl<S> Service<Request<Body>> for RequestBudget<S>
+where
+    S: Service<Request<Body>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let conn = self
+            .settings
+            .conns
+            .as_ref()
+            .and_then(|t| t.of_request(&req));
+        let req = self.settings.apply(req, conn.as_ref());
+        self.inner.call(req)
+    }
 }
