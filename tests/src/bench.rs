@@ -42,7 +42,15 @@ impl ServeChild {
     /// # Panics
     /// When the child cannot be started or prints nothing.
     pub fn start_with(args: &[&str]) -> (ServeChild, String) {
-        let mut child = Command::new(std::env::current_exe().unwrap())
+        Self::start_exe(&std::env::current_exe().unwrap(), args)
+    }
+
+    /// [`start_with`](Self::start_with) for another build of this binary, `exe`.
+    ///
+    /// # Panics
+    /// When the child cannot be started or prints nothing.
+    pub fn start_exe(exe: &Path, args: &[&str]) -> (ServeChild, String) {
+        let mut child = Command::new(exe)
             .arg("--serve")
             .args(args)
             .stdin(Stdio::piped())

@@ -13,7 +13,8 @@
 //!
 //! `--throughput ROUNDS` instead measures what the limits cost normal traffic: `h2load -c 10
 //! -m 50` against both servers in alternation, ROUNDS times, with the medians and the median
-//! of the per-round ratios.
+//! of the per-round ratios. `--baseline EXE` adds the zrpc server of another build of this
+//! binary (e.g. one without the limits) as a third subject.
 //!
 //! The zrpc server logs to files (`Log.Mode: file`, plain, level info) in a temporary
 //! directory; bare tonic logs nothing. Shedding is off (`CpuThreshold: 0`): the attacks are
@@ -187,55 +188,59 @@ async fn measure(kind: &str, attack: Attack, secs: u64) -> Row {
     row
 }
 
-/// `h2load -c 10 -m 50` against zrpc and bare tonic in alternation.
-async fn throughput(rounds: usize, requests: u64) {
+/// `h2load -c 10 -m 50` against zrpc, bare tonic and (with `baseline`) another build's zrpc,
+/// in alternation.
+async fn throughput(rounds: usize, requests: u64, baseline: Option<String>) {
     let body = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(body.path(), HELLO_MESSAGE).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let dir_arg = dir.path().to_string_lossy().into_owned();
-    let (zrpc, zrpc_addr) = ServeChild::start_with(&["zrpc", "--log-dir", &dir_arg]);
-    let (tonic, tonic_addr) = ServeChild::start_with(&["tonic"]);
-    let (mut z, mut t, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-    for round in 0..rounds {
-        let once = |addr: &str| {
-            h2load(
-                &format!("http://{addr}"),
-                (10, 50, requests),
-                &[],
-                body.path(),
-            )
-            .rate
-        };
-        // the order flips every round
-        let (zr, tr) = if round % 2 == 0 {
-            let zr = once(&zrpc_addr);
-            (zr, once(&tonic_addr))
-        } else {
-            let tr = once(&tonic_addr);
-            (once(&zrpc_addr), tr)
-        };
-        println!(
-            "round {round}: zrpc {zr:.0} req/s, tonic {tr:.0} req/s, x{:.3}",
-            zr / tr
-        );
-        z.push(zr);
-        t.push(tr);
-        ratios.push(zr / tr);
+    let mut subjects = vec![
+        (
+            "zrpc",
+            ServeChild::start_with(&["zrpc", "--log-dir", &dir_arg]),
+        ),
+        ("tonic", ServeChild::start_with(&["tonic"])),
+    ];
+    if let Some(exe) = &baseline {
+        let child = ServeChild::start_exe(exe.as_ref(), &["zrpc", "--log-dir", &dir_arg]);
+        subjects.push(("zrpc baseline", child));
     }
-    println!(
-        "h2load -c 10 -m 50, {rounds} rounds: zrpc {:.0} req/s, tonic {:.0} req/s (medians); \
-         median per-round ratio x{:.3}",
-        median(z),
-        median(t),
-        median(ratios)
-    );
-    drop((zrpc, tonic));
+    let mut rates = vec![Vec::new(); subjects.len()];
+    let mut ratios = vec![Vec::new(); subjects.len()];
+    for round in 0..rounds {
+        let mut this_round = vec![0.0; subjects.len()];
+        // the order turns every round
+        for k in 0..subjects.len() {
+            let i = (k + round) % subjects.len();
+            let url = format!("http://{}", subjects[i].1.1);
+            this_round[i] = h2load(&url, (10, 50, requests), &[], body.path()).rate;
+        }
+        let line: Vec<_> = subjects
+            .iter()
+            .zip(&this_round)
+            .map(|((name, _), r)| format!("{name} {r:.0}"))
+            .collect();
+        println!("round {round}: {} req/s", line.join(", "));
+        for (i, r) in this_round.iter().enumerate() {
+            rates[i].push(*r);
+            ratios[i].push(r / this_round[0]);
+        }
+    }
+    for (i, (name, _)) in subjects.iter().enumerate() {
+        println!(
+            "h2load -c 10 -m 50, {rounds} rounds: {name} {:.0} req/s (median), \
+             median per-round ratio to zrpc x{:.3}",
+            median(rates[i].clone()),
+            median(ratios[i].clone())
+        );
+    }
 }
 
 async fn run() {
     if let Some(rounds) = arg("--throughput") {
         let requests = arg("--requests").map_or(200_000, |r| r.parse().unwrap());
-        return throughput(rounds.parse().unwrap(), requests).await;
+        return throughput(rounds.parse().unwrap(), requests, arg("--baseline")).await;
     }
     let secs: u64 = arg("--secs").map_or(30, |s| s.parse().unwrap());
     let only = arg("--only");
