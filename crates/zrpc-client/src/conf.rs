@@ -177,14 +177,19 @@ impl RpcClientConf {
     /// `etcd:///h1,h2?key=<url-encoded key>`.
     ///
     /// # Errors
-    /// With no `Endpoints` and no `Target`: go-zero's `empty etcd hosts` / `empty etcd key`, or a
-    /// partial etcd account / TLS set.
+    /// With none of `Endpoints`, `Target` and `Etcd` set: an error at `Endpoints` saying that one
+    /// of the three must be set (it keeps go-zero's text `empty etcd hosts` for searches). With
+    /// only `Etcd` set: go-zero's `empty etcd hosts` / `empty etcd key`, or a partial etcd account
+    /// / TLS set.
     pub fn build_target(&self) -> Result<String, ConfError> {
         if !self.endpoints.is_empty() {
             return Ok(format!("direct:///{}", self.endpoints.join(",")));
         }
         if !self.target.is_empty() {
             return Ok(self.target.clone());
+        }
+        if !self.etcd.is_configured() {
+            return Err(ConfError::invalid("Endpoints", NO_TARGET));
         }
         self.etcd.validate()?;
         Ok(format!(
@@ -274,6 +279,13 @@ impl Validate for P2cConf {
         Ok(())
     }
 }
+
+/// The error of a client config that says nowhere to call. go-zero fails here with `empty etcd
+/// hosts`, which blames etcd although the user may never have meant to use it.
+const NO_TARGET: &str = "no server to call: set one of `Endpoints` (server addresses, e.g. \
+     [127.0.0.1:8080]), `Target` (a target URI, e.g. dns:///greet:8080) or `Etcd.Hosts` + \
+     `Etcd.Key` (etcd discovery); go-zero uses the first one set in that order and, with none \
+     set, reports `empty etcd hosts`";
 
 /// Go's `url.QueryEscape`: unreserved bytes kept, space as `+`, everything else `%XX`.
 fn query_escape(s: &str) -> String {
@@ -443,6 +455,26 @@ mod tests {
         RpcClientConf::direct(["127.0.0.1:8080"])
             .validate()
             .unwrap();
+    }
+
+    #[test]
+    fn nothing_configured_names_the_three_ways_to_set_a_target() {
+        use zrpc_core::conf::{Format, from_str};
+        let e =
+            from_str::<RpcClientConf>("Timeout: 1000\n", Format::Yaml, "client.yaml").unwrap_err();
+        assert_eq!(e.path(), Some("Endpoints"));
+        assert_eq!(
+            e.to_string(),
+            "config file client.yaml: `Endpoints`: no server to call: set one of `Endpoints` \
+             (server addresses, e.g. [127.0.0.1:8080]), `Target` (a target URI, e.g. \
+             dns:///greet:8080) or `Etcd.Hosts` + `Etcd.Key` (etcd discovery); go-zero uses the \
+             first one set in that order and, with none set, reports `empty etcd hosts`"
+        );
+        // an Etcd block that is in use keeps go-zero's own errors
+        let e = RpcClientConf::etcd(Vec::<String>::new(), "greet.rpc")
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.path(), Some("Etcd.Hosts"));
     }
 
     #[test]
