@@ -128,7 +128,7 @@ impl Builder {
 
         let mut config = prost_build::Config::new();
         config.prost_path(format!("{zrpc}::codegen::prost"));
-        config.prost_types_path(format!("{zrpc}::codegen::prost_types"));
+        config.prost_types_path(format!("{zrpc}::prost_types"));
         tonic_prost_build::configure()
             .build_client(self.client)
             .build_server(self.server)

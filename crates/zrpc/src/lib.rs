@@ -132,3 +132,12 @@ pub use zrpc_server::telemetry;
 
 /// The tonic version zrpc is built on, re-exported so an application uses exactly one.
 pub use tonic;
+
+/// Protobuf's well-known types (`Timestamp`, `Duration`, `Any`, `Struct`, ...), at the
+/// version the code zrpc-build generates refers to: a `google.protobuf.Timestamp` field is a
+/// `zrpc::prost_types::Timestamp`.
+pub use prost_types;
+
+/// A boxed stream of messages, the response of a server-streaming or bidirectional RPC
+/// (`type ListStream = zrpc::BoxStream<pb::Item>;`), as tonic's generated code names it.
+pub use tonic::codegen::BoxStream;

@@ -15,10 +15,9 @@ use std::path::{Component, Path, PathBuf};
 use crate::proto::{self, Proto, camel_ident, snake_ident};
 use crate::{Result, fail};
 
-/// Where the generated code finds prost-types (`Timestamp`, `Duration`, `Any`, ...): zrpc's
-/// re-export, the one zrpc-build points prost at. zrpc marks `codegen` "not public API"; the day
-/// the facade re-exports prost-types publicly, this constant is the one place to change.
-pub(crate) const PROST_TYPES: &str = "zrpc::codegen::prost_types";
+/// Where the generated code finds prost-types (`Timestamp`, `Duration`, `Any`, ...): the
+/// facade's public re-export, the path zrpc-build points prost at too.
+pub(crate) const PROST_TYPES: &str = "zrpc::prost_types";
 
 /// A file imported by the service's proto (directly or not).
 #[derive(Debug)]

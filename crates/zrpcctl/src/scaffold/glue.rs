@@ -70,7 +70,7 @@ pub(crate) fn server_rs(
          //! rewrites it. Your code goes in `src/logic/` (one file per RPC) and `src/svc.rs`.\n\n\
          #![allow(unused_imports)]\n\n\
          use std::sync::Arc;\n\n\
-         use zrpc::tonic::codegen::BoxStream;\n\
+         use zrpc::BoxStream;\n\
          use zrpc::tonic::{{Request, Response, Status, Streaming}};\n\n\
          use crate::{{logic, pb, svc::ServiceContext}};\n"
     );
@@ -131,7 +131,7 @@ pub(crate) fn logic_rs(catalog: &Catalog, m: &Method<'_>) -> Result<String> {
     let full = m.full();
     let (req, resp) = signature(catalog, rpc)?;
     let streams = if rpc.server_streaming {
-        "use zrpc::tonic::codegen::BoxStream;\n"
+        "use zrpc::BoxStream;\n"
     } else {
         ""
     };

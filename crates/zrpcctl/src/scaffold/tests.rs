@@ -15,7 +15,7 @@ fn maps_proto_types_to_rust_paths() {
     assert_eq!(rust_type(&p, "google.protobuf.Empty"), "()");
     assert_eq!(
         rust_type(&p, "google.protobuf.Timestamp"),
-        "zrpc::codegen::prost_types::Timestamp"
+        "zrpc::prost_types::Timestamp"
     );
 }
 
@@ -467,7 +467,7 @@ fn imports_of_other_packages_are_copied_and_mirrored_in_pb() {
         "{server}"
     );
     assert!(
-        server.contains("Request<zrpc::codegen::prost_types::Timestamp>"),
+        server.contains("Request<zrpc::prost_types::Timestamp>"),
         "{server}"
     );
     // `proto` in the crate finds the copies under proto/ by itself.
