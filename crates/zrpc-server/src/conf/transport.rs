@@ -38,9 +38,8 @@ pub struct TransportConf {
     pub handshake_timeout: Duration,
     /// Interval of the server's HTTP/2 keepalive pings on a quiet connection (default 0 =
     /// none; grpc-go's server default is 2h). hyper reads the clock for every frame it
-    /// receives while pings are on (~760 instructions per unary call); `TcpKeepalive` finds
-    /// a dead peer sooner for nothing. Set it to find a peer process that is frozen but whose
-    /// kernel still answers.
+    /// receives while pings are on; `TcpKeepalive` finds a dead peer sooner at no cost per
+    /// frame. Set it to find a peer process that is frozen but whose kernel still answers.
     #[serde(with = "duration")]
     pub keepalive_time: Duration,
     /// A connection whose keepalive ping is not acknowledged within this is closed

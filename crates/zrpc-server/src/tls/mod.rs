@@ -3,14 +3,15 @@
 //! - [`certs`]: PEM loading with errors that name the config key and the file;
 //! - [`reload`]: the server certificate behind an `ArcSwap` (rustls `ResolvesServerCert`);
 //! - [`config`]: the rustls config for new connections, rebuilt when `ClientCaFile` changes;
-//! - [`allow`]: `AllowedClients` and `AllowedClientsFile`, behind an `ArcSwap`;
+//! - [`allow`]: `AllowedClients` and `AllowedClientsFile`, behind an `ArcSwap`, and the
+//!   decision whether a client is refused;
 //! - [`watch`]: all of them re-read when their files change (polled every
 //!   `Tls.ReloadInterval`) and on SIGHUP;
-//! - [`io`]: the connection as the serve loop sees it, plain TCP or TLS; the TLS handshake runs
-//!   in a task per connection under `Transport.HandshakeTimeout` (`crate::transport::incoming`);
 //! - [`identity`]: [`PeerIdentity`], the client certificate's subject CN and SANs;
-//! - [`layer`]: puts `TcpConnectInfo` and [`PeerIdentity`] in each request's extensions and
-//!   applies `Tls.AllowedClients`.
+//! - [`linger`]: closing a connection whose handshake failed without losing the alert.
+//!
+//! The transport uses these (the handshake runs in a task per connection under
+//! `Transport.HandshakeTimeout`); nothing here depends on the transport.
 
 pub(crate) mod allow;
 pub(crate) mod certs;

@@ -137,10 +137,12 @@ impl RequestBudgetLayer {
 
 impl RequestBudgetLayer {
     /// `req` with its body under the budget (untouched when no limit is set), for
-    /// [`Front`](super::front::Front), on the body as hyper gave it (boxed once, here, as tonic's `Body`; boxing hyper's body first and the budgeted
-    /// one again cost an allocation and a layer of dynamic calls per frame); the call's
-    /// [`CallFacts`] (made when the chain keeps them) go to the stage inside `Front` rather
-    /// than through the request's extensions.
+    /// [`Front`](super::front::Front), on the body as hyper gave it: boxed once, here, as
+    /// tonic's `Body` (boxing hyper's body and then the budgeted one would cost an allocation
+    /// and a layer of dynamic calls per frame). `conn`: the state of the request's connection,
+    /// charged when the budget has a per-connection share. The call's [`CallFacts`] (made when
+    /// the chain keeps them) go to the stage inside `Front` rather than through the request's
+    /// extensions.
     #[inline]
     pub(crate) fn apply_front<RB>(
         &self,

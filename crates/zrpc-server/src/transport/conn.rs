@@ -10,8 +10,7 @@
 //! - **Idle** (`MaxConnectionIdle`): no call open for that long (the count is kept by
 //!   [`Front`](super::front::Front)).
 //! - **Age grace**: `MaxConnectionAge + MaxConnectionAgeGrace` after accept, whatever is
-//!   still open. (GOAWAY at `MaxConnectionAge` itself is tonic's; tonic's own grace timer
-//!   would skip that GOAWAY, so zrpc keeps the grace here.)
+//!   still open. (The GOAWAY at `MaxConnectionAge` itself is the serve loop's.)
 //! - **Frame policies** below h2 ([`frames`](super::frames)): ping floods
 //!   (`KeepaliveMinTime`, grpc-go's enforcement policy, GOAWAY `too_many_pings`) and floods of
 //!   resets and control frames; a cut is counted and logged by [`cuts`](super::cuts).

@@ -9,8 +9,9 @@
 //!   ([`content_type`]); bytes of incomplete request messages per server and per connection,
 //!   and the time a started message may take to arrive ([`budget`]); the peer's extensions
 //!   and `Tls.AllowedClients`;
-//! - [`configure`]: the HTTP/2 settings tonic applies (streams per connection, keepalive,
-//!   GOAWAY at the maximum connection age).
+//! - [`serve`]: zrpc's serve loop over hyper, with every HTTP/2 limit set explicitly (streams
+//!   per connection, header list, resets, windows, keepalive) and a GOAWAY at the maximum
+//!   connection age.
 //!
 //! hyper 1 / h2 0.4 offer no minimum interval for the client's pings (grpc-go's
 //! `EnforcementPolicy`, GOAWAY `too_many_pings`) and no limit on control frames or on streams

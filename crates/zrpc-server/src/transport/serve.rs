@@ -1,32 +1,26 @@
 //! zrpc's HTTP/2 serve loop, in place of tonic's `Server::serve_with_incoming_shutdown`.
 //!
 //! tonic serves each connection through hyper-util's `TowerToHyperService` (a boxed clone of
-//! the whole chain, tonic's `BoxCloneService`, and a `Oneshot` per request), boxes each request's body, puts the connection's
-//! info in its extensions, and wraps the chain in `RecoverError` (a `Status` error becomes a
-//! response, every response body gets one more wrapper) and `GrpcTimeout` (the caller's
-//! `grpc-timeout` parsed with a header hash, every response future one more wrapper). zrpc's
-//! chain reads the caller's deadline itself, so here one future per request does what those
-//! wrappers did, and the body is boxed once (callgrind, full chain, h2load -c 10 -m 50, the
-//! harness's table: 63,953 -> 62,784 instructions per request, x1.13 -> x1.11 bare tonic).
-//!
-//! What tonic's wrappers did is kept:
-//! - **the caller's deadline** (`grpc-timeout`) is enforced on every call (streams, health and
-//!   reflection included), as `GrpcTimeout` did. Unlike `GrpcTimeout`, which made a timer for
-//!   every call carrying the header (as every zrpc and go-zero client's call does), the timer
-//!   is armed only when the chain is still pending after a poll: a unary call answered at its
-//!   first poll registers none. (A call still pending has two timers when zrpc's timeout stage
-//!   also times it: that stage arms its own, with the shorter of the two deadlines.)
-//!   An expired call is answered `DeadlineExceeded` (tonic answered `Cancelled "Timeout
-//!   expired"`; zrpc's own timeout already answered `DeadlineExceeded`, and so does grpc-go);
+//! the whole chain and a `Oneshot` per request), boxes each request's body, puts the
+//! connection's info in its extensions, and wraps the chain in `RecoverError` and
+//! `GrpcTimeout`, each one more wrapper per response. zrpc's chain reads the caller's deadline
+//! itself, so here one future per request does what those wrappers did, and the body is boxed
+//! once. What they did is kept:
+//! - **the caller's deadline** (`grpc-timeout`) bounds every call until its response head
+//!   (streams, health and reflection included), as `GrpcTimeout` did; the timer is armed only
+//!   when the chain is still pending after a poll, so a unary call answered at its first poll
+//!   registers none. An expired call is answered `DeadlineExceeded` (tonic answered
+//!   `Cancelled "Timeout expired"`; grpc-go and zrpc's own timeout stage answer
+//!   `DeadlineExceeded`);
 //! - **an error of the chain that is a `Status`** becomes that status's response; any other
 //!   error resets the stream, as `RecoverError` did;
-//! - hyper's HTTP/2 settings are tonic's defaults plus `Transport`'s, HTTP/1 is refused, a
-//!   connection past `MaxConnectionAge` gets a GOAWAY, and on shutdown every connection gets a
-//!   GOAWAY and the loop returns when all are closed.
+//! - HTTP/1 is refused; every HTTP/2 limit is set in [`builder`]; a connection past
+//!   `MaxConnectionAge` gets a GOAWAY, and on shutdown every connection gets a GOAWAY and the
+//!   loop returns when all are closed.
 //!
 //! The chain is called at the first poll of the stream's task, as tonic did: calling it when
-//! hyper accepts the stream (in the connection's task) was measured too, and it let more calls'
-//! allocations be alive at once (glibc's slow path, +1,300 instructions per request).
+//! hyper accepts the stream (in the connection's task) keeps more calls' allocations alive at
+//! once, which measured slower.
 
 use std::future::Future;
 use std::pin::{Pin, pin};
