@@ -4,37 +4,16 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
+
+use common::{text, workspace_root, zrpcctl};
 use std::time::{Duration, Instant};
 
 use zrpc_tests::etcd::{EtcdServer, keys_under, unique_key};
 use zrpc_tests::gozero::{GzServer, ServerYaml, start_zrpc, zrpc_conf};
-
-fn zrpcctl(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zrpcctl"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap()
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "status {}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .unwrap()
-        .to_owned()
-}
 
 /// `zrpcctl new` into a temp dir on this checkout, then `cargo test --offline` in it, with the
 /// workspace's target dir and lock file so the dependencies built for the workspace are reused.

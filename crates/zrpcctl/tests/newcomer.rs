@@ -10,37 +10,21 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+
+use common::{text, workspace_root, zrpcctl};
 use std::time::Instant;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/newcomer")
 }
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .unwrap()
-        .to_owned()
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "status {}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn zrpcctl(args: &[&str], dir: &Path) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_zrpcctl"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
+/// zrpcctl with `args` in `dir`, which must succeed; its output.
+fn zrpcctl_ok(args: &[&str], dir: &Path) -> String {
+    let out = zrpcctl(args, dir);
     let log = text(&out);
     assert!(out.status.success(), "zrpcctl {args:?}: {log}");
     log
@@ -113,7 +97,7 @@ fn newcomer_scaffold_survives_proto_changes() {
     let started = Instant::now();
 
     // 1. `zrpcctl new`, with the import root given as to protoc.
-    let log = zrpcctl(
+    let log = zrpcctl_ok(
         &[
             "new",
             "shop",
@@ -165,7 +149,7 @@ fn newcomer_scaffold_survives_proto_changes() {
     ) + "\nservice ReportService {\n  rpc Get(ItemId) returns (Item);\n  rpc Ping(google.protobuf.Empty) returns (google.protobuf.Empty);\n}\n";
     assert_ne!(text_v1, text_v2);
     std::fs::write(&proto, &text_v2).unwrap();
-    let log = zrpcctl(&["proto", "proto/shop.proto"], &krate);
+    let log = zrpcctl_ok(&["proto", "proto/shop.proto"], &krate);
     assert!(!log.contains("no longer in the proto"), "{log}");
     assert_eq!(std::fs::read_to_string(&get).unwrap(), mine, "{log}");
     assert_eq!(module_of(&krate, "InventoryService.Get"), "get", "{log}");
@@ -177,7 +161,7 @@ fn newcomer_scaffold_survives_proto_changes() {
     assert_eq!(module_of(&krate, "InventoryService.List"), "list");
     fmt_check(&krate, "after `zrpcctl proto`");
     // A second run with nothing changed rewrites nothing.
-    let log = zrpcctl(&["proto", "proto/shop.proto"], &krate);
+    let log = zrpcctl_ok(&["proto", "proto/shop.proto"], &krate);
     assert!(!log.contains("wrote"), "{log}");
     let scaffold_time = started.elapsed();
 
