@@ -1,11 +1,50 @@
-//! `${VAR}` / `$VAR` expansion on the raw config text, like Go's `os.ExpandEnv` (go-zero `conf.UseEnv()`).
+//! `${VAR}` / `$VAR` expansion on the raw config text, like Go's `os.ExpandEnv` (go-zero `conf.UseEnv()`),
+//! and the explanation of a load error caused by a variable that expanded to nothing.
+
+use super::value::Value;
+use super::{ConfError, Format, value};
+
+/// One `${VAR}` / `$VAR` of the text that expanded to the empty string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct EmptyVar {
+    /// As written in the file: `${SERVICE_KEY}` or `$PORT`.
+    token: String,
+    /// The variable name.
+    name: String,
+    /// The variable is set, to the empty string (else it is not set at all).
+    set: bool,
+}
 
 /// Expands `${VAR}` and `$VAR` with `lookup`; an unset variable becomes the empty string.
-///
-/// Follows Go's `os.Expand`: a name is `[A-Za-z0-9_]+` or one shell special character
-/// (`*#$@!?-` or a digit); a `$` followed by anything else is kept; `${` with no closing `}`
-/// drops the `${`.
+#[cfg(test)]
 pub(crate) fn expand(text: &str, lookup: impl Fn(&str) -> Option<String>) -> String {
+    expand_recording(text, lookup).0
+}
+
+/// [`expand`], also returning every reference that expanded to the empty string, in text order.
+pub(crate) fn expand_recording(
+    text: &str,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> (String, Vec<EmptyVar>) {
+    let mut empty = Vec::new();
+    let out = substitute(text, |token, name| {
+        let value = lookup(name);
+        if value.as_deref().is_none_or(str::is_empty) {
+            empty.push(EmptyVar {
+                token: token.to_owned(),
+                name: name.to_owned(),
+                set: value.is_some(),
+            });
+        }
+        value.unwrap_or_default()
+    });
+    (out, empty)
+}
+
+/// Go's `os.Expand`: a name is `[A-Za-z0-9_]+` or one shell special character (`*#$@!?-` or a
+/// digit); a `$` followed by anything else is kept; `${` with no closing `}` drops the `${`.
+/// `replace` gets each reference as written and its name.
+fn substitute(text: &str, mut replace: impl FnMut(&str, &str) -> String) -> String {
     let mut out = String::with_capacity(text.len());
     let bytes = text.as_bytes();
     let mut i = 0;
@@ -19,7 +58,7 @@ pub(crate) fn expand(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Str
             } else if name.is_empty() {
                 out.push('$');
             } else {
-                out.push_str(&lookup(name).unwrap_or_default());
+                out.push_str(&replace(&text[i..=i + width], name));
             }
             i += 1 + width;
             copied = i;
@@ -29,6 +68,129 @@ pub(crate) fn expand(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Str
     }
     out.push_str(&text[copied..]);
     out
+}
+
+/// Rewrites a load error about a key whose value held a variable that expanded to nothing, so
+/// that it names the variable: `` `Etcd.Key`: `${SERVICE_KEY}` expanded to an empty value (the
+/// environment variable is not set); ... ``. A syntax error gets a note naming such variables.
+/// Any other error is returned unchanged.
+///
+/// The key is found in a second expansion of `text` where each empty reference becomes a marker,
+/// so the tree has the loaded shape and the marker shows which variables the value came from.
+pub(crate) fn explain(
+    err: ConfError,
+    text: &str,
+    format: Format,
+    lookup: impl Fn(&str) -> Option<String>,
+    empty: &[EmptyVar],
+) -> ConfError {
+    if empty.is_empty() {
+        return err;
+    }
+    if let ConfError::Syntax { file, message } = err {
+        let note: Vec<String> = empty
+            .iter()
+            .map(|v| format!("`{}` expanded to an empty value {}", v.token, v.reason()))
+            .collect();
+        return ConfError::Syntax {
+            file,
+            message: format!("{message}; {}, which may be the cause", note.join(", ")),
+        };
+    }
+    let Some(explained) = explain_key(&err, text, format, lookup, empty) else {
+        return err;
+    };
+    let cause = match &err {
+        ConfError::Missing { .. } => "the key is required".to_owned(),
+        ConfError::Invalid { message, .. } | ConfError::InvalidValue { message, .. } => {
+            message.clone()
+        }
+        _ => return err,
+    };
+    let path = err.path().unwrap_or_default().to_owned();
+    ConfError::Invalid {
+        file: err.file().to_owned(),
+        path,
+        message: format!("{explained} (the empty value gave: {cause})"),
+    }
+}
+
+/// What to say about the empty variables of the value at `err`'s key, if it has any.
+fn explain_key(
+    err: &ConfError,
+    text: &str,
+    format: Format,
+    lookup: impl Fn(&str) -> Option<String>,
+    empty: &[EmptyVar],
+) -> Option<String> {
+    let path = err.path()?;
+    let mut seen = 0usize;
+    let marked = substitute(text, |_, name| match lookup(name) {
+        Some(v) if !v.is_empty() => v,
+        _ => {
+            seen += 1;
+            marker(seen - 1)
+        }
+    });
+    let tree = value::parse(&marked, format, "").ok()?;
+    let Some(Value::Str(raw)) = tree.at_path(path) else {
+        return None;
+    };
+    let here: Vec<&EmptyVar> = empty
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| raw.contains(&marker(*i)))
+        .map(|(_, v)| v)
+        .collect();
+    if here.is_empty() {
+        return None;
+    }
+    let mut written = raw.clone();
+    for (i, v) in empty.iter().enumerate() {
+        written = written.replace(&marker(i), &v.token);
+    }
+    let tokens: Vec<String> = here.iter().map(|v| format!("`{}`", v.token)).collect();
+    let what = if here.len() == 1 && written.trim() == here[0].token {
+        tokens[0].clone()
+    } else {
+        format!("{} in `{written}`", tokens.join(", "))
+    };
+    let why = if here.len() == 1 {
+        here[0].reason().to_owned()
+    } else {
+        let each: Vec<String> = here
+            .iter()
+            .map(|v| {
+                let state = if v.set { "is empty" } else { "is not set" };
+                format!("{} {state}", v.name)
+            })
+            .collect();
+        format!("({})", each.join(", "))
+    };
+    let mut names: Vec<&str> = here.iter().map(|v| v.name.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    Some(format!(
+        "{what} expanded to an empty value {why}; set {} in the environment or write the value \
+         in the file",
+        names.join(", ")
+    ))
+}
+
+/// The stand-in for the `i`-th empty reference: letters, digits and `_` only, so that it parses
+/// as a plain scalar anywhere a value could be in YAML and TOML keys.
+fn marker(i: usize) -> String {
+    format!("__zrpc_empty_env_{i}__")
+}
+
+impl EmptyVar {
+    fn reason(&self) -> &'static str {
+        if self.set {
+            "(the environment variable is set to an empty string)"
+        } else {
+            "(the environment variable is not set)"
+        }
+    }
 }
 
 fn is_special(c: u8) -> bool {
@@ -64,8 +226,38 @@ fn shell_name(s: &str) -> (&str, usize) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
+    use serde::Deserialize;
+
     use super::expand;
+    use crate::conf::{ConfError, EtcdConf, Format, Validate, from_str_with_env};
+
+    #[derive(Debug, Default, Deserialize)]
+    #[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+    struct Service {
+        listen_on: String,
+        etcd: EtcdConf,
+        timeout: u64,
+    }
+
+    impl Validate for Service {
+        fn validate(&self) -> Result<(), ConfError> {
+            if self.listen_on.is_empty() {
+                return Err(ConfError::missing("ListenOn"));
+            }
+            self.etcd.validate()
+        }
+    }
+
+    fn load(text: &str, format: Format) -> Result<Service, ConfError> {
+        let env = |name: &str| match name {
+            "HOST" => Some("10.0.0.1".to_owned()),
+            "EMPTY" => Some(String::new()),
+            _ => None,
+        };
+        from_str_with_env(text, format, "svc.yaml", env)
+    }
 
     fn env(name: &str) -> Option<String> {
         match name {
@@ -89,5 +281,108 @@ mod tests {
         assert_eq!(expand("$$", env), "");
         assert_eq!(expand("héllo ${PORT}é", env), "héllo 8080é");
         assert_eq!(expand("no vars", env), "no vars");
+    }
+
+    #[test]
+    fn an_unset_variable_is_named_with_its_key() {
+        let e = load(
+            "ListenOn: 0.0.0.0:8080\nEtcd:\n  Hosts: [127.0.0.1:2379]\n  Key: ${SERVICE_KEY}\n",
+            Format::Yaml,
+        )
+        .unwrap_err();
+        assert_eq!(e.path(), Some("Etcd.Key"));
+        assert_eq!(
+            e.to_string(),
+            "config file svc.yaml: `Etcd.Key`: `${SERVICE_KEY}` expanded to an empty value (the \
+             environment variable is not set); set SERVICE_KEY in the environment or write the \
+             value in the file (the empty value gave: empty etcd key)"
+        );
+    }
+
+    #[test]
+    fn an_empty_variable_in_a_required_key_or_a_list_is_named() {
+        // a required key: was "field `ListenOn` is not set"
+        let e = load("ListenOn: $LISTEN\n", Format::Yaml).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "config file svc.yaml: `ListenOn`: `$LISTEN` expanded to an empty value (the \
+             environment variable is not set); set LISTEN in the environment or write the value \
+             in the file (the empty value gave: the key is required)"
+        );
+        // a list item: was "invalid type: unit value, expected a string"
+        let e = load(
+            "ListenOn: :8080\nEtcd:\n  Hosts:\n  - ${ETCD_HOST}\n  Key: k\n",
+            Format::Yaml,
+        )
+        .unwrap_err();
+        assert_eq!(e.path(), Some("Etcd.Hosts[0]"));
+        let e = e.to_string();
+        assert!(
+            e.contains("`Etcd.Hosts[0]`: `${ETCD_HOST}` expanded to an empty value (the environment variable is not set)")
+                && e.contains("the empty value gave: invalid type: unit value, expected a string"),
+            "{e}"
+        );
+        // in flow style, part of a value, set to the empty string, in JSON
+        let e = load(
+            "{ListenOn: x, Etcd: {Hosts: [h:1], Key: ${KEY}}}\n",
+            Format::Yaml,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("`Etcd.Key`: `${KEY}` expanded to an empty value"),
+            "{e}"
+        );
+        let e = load("ListenOn: :1\nTimeout: ${EMPTY}x\n", Format::Yaml)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`Timeout`: `${EMPTY}` in `${EMPTY}x` expanded to an empty value (the environment variable is set to an empty string); set EMPTY"),
+            "{e}"
+        );
+        let e = load(
+            "{\"ListenOn\": \"${EMPTY}\", \"Etcd\": {\"Hosts\": [\"h:1\"], \"Key\": \"k\"}}",
+            Format::Json,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("`ListenOn`: `${EMPTY}` expanded to an empty value (the environment variable is set to an empty string)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_syntax_error_after_an_empty_variable_names_it() {
+        let e = load(
+            "{\"ListenOn\": \":1\", \"Timeout\": ${TIMEOUT}}",
+            Format::Json,
+        )
+        .unwrap_err();
+        assert!(matches!(e, ConfError::Syntax { .. }), "{e}");
+        assert!(
+            e.to_string().ends_with(
+                "; `${TIMEOUT}` expanded to an empty value (the environment variable is not set), which may be the cause"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn set_variables_and_unrelated_errors_are_unchanged() {
+        // go-zero's semantics: an unset variable is the empty string, and a load it does not
+        // break succeeds
+        let c = load(
+            "ListenOn: ${HOST}:8080\nTimeout: ${TIMEOUT}\nEtcd:\n  Hosts: [h:1]\n  Key: k\n  User: $USER_UNSET\n",
+            Format::Yaml,
+        )
+        .unwrap();
+        assert_eq!((c.listen_on.as_str(), c.timeout), ("10.0.0.1:8080", 0));
+        // an error at another key keeps its text
+        let e = load("ListenOn: $UNSET\nTimeout: x\n", Format::Yaml).unwrap_err();
+        assert!(matches!(e, ConfError::InvalidValue { .. }), "{e}");
+        assert!(!e.to_string().contains("expanded"), "{e}");
+        let e = load("Listen: ${UNSET}\n", Format::Yaml).unwrap_err();
+        assert!(matches!(e, ConfError::UnknownKey { .. }), "{e}");
     }
 }

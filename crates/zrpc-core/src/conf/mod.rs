@@ -86,7 +86,8 @@ impl fmt::Display for Format {
 /// Loads a config file (go-zero `conf.Load` with `conf.UseEnv()`).
 ///
 /// The format is chosen by extension; `${VAR}` / `$VAR` are expanded from the process
-/// environment (an unset variable becomes the empty string); keys are case-insensitive;
+/// environment (an unset variable becomes the empty string, as in go-zero; when the empty value
+/// makes the load fail, the error names the variable and the key); keys are case-insensitive;
 /// unknown keys, wrong types and bad durations are errors naming the file and key path;
 /// then [`Validate::validate`] runs. Never panics on bad input.
 ///
@@ -163,11 +164,14 @@ where
     T: DeserializeOwned + Validate,
     F: Fn(&str) -> Option<String>,
 {
-    let expanded = env::expand(text, env);
-    let tree = value::parse(&expanded, format, origin)?;
-    let conf: T = de::from_value(&tree).map_err(|e| e.into_conf(origin))?;
-    conf.validate().map_err(|e| e.with_file(origin))?;
-    Ok(conf)
+    let (expanded, empty) = env::expand_recording(text, &env);
+    let load = || {
+        let tree = value::parse(&expanded, format, origin)?;
+        let conf: T = de::from_value(&tree).map_err(|e| e.into_conf(origin))?;
+        conf.validate().map_err(|e| e.with_file(origin))?;
+        Ok(conf)
+    };
+    load().map_err(|e| env::explain(e, text, format, &env, &empty))
 }
 
 /// A config type that can check itself after loading (go-zero's `Validate() error`).

@@ -31,6 +31,35 @@ impl Value {
     }
 }
 
+impl Value {
+    /// The value at a key path as errors spell it (`Etcd.Key`, `MethodTimeouts[0].FullMethod`),
+    /// keys matched case-insensitively as the loader does.
+    pub(crate) fn at_path(&self, path: &str) -> Option<&Value> {
+        let mut here = self;
+        for segment in path.split('.') {
+            let (key, indexes) = segment.split_once('[').unwrap_or((segment, ""));
+            if !key.is_empty() {
+                let Value::Map(entries) = here else {
+                    return None;
+                };
+                here = entries
+                    .iter()
+                    .find(|(k, _)| k == key)
+                    .or_else(|| entries.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)))
+                    .map(|(_, v)| v)?;
+            }
+            for index in indexes.split('[').filter(|i| !i.is_empty()) {
+                let index: usize = index.strip_suffix(']')?.parse().ok()?;
+                let Value::Seq(items) = here else {
+                    return None;
+                };
+                here = items.get(index)?;
+            }
+        }
+        Some(here)
+    }
+}
+
 /// Parses `text` in `format` into a tree.
 pub(crate) fn parse(text: &str, format: Format, origin: &str) -> Result<Value, ConfError> {
     let syntax = |message: String| ConfError::Syntax {
