@@ -83,6 +83,9 @@ cargo fmt --all --check
 if cargo clippy --version >/dev/null 2>&1; then
   log "cargo clippy -D warnings"
   cargo clippy --workspace --all-targets --locked -- -D warnings
+  # The workspace build turns every optional part on (the integration tests use them all);
+  # the server is also linted and tested as a default build sees it.
+  cargo clippy -p zrpc-server --all-targets --locked -- -D warnings
 else
   echo "warning: clippy is not installed; skipping the lint step" >&2
 fi
@@ -90,6 +93,8 @@ fi
 # --- 4. tests ---------------------------------------------------------------
 log "cargo test"
 cargo test --workspace --all-targets --locked
+log "cargo test -p zrpc-server --lib (default features)"
+cargo test -p zrpc-server --lib --locked
 log "cargo test --doc"
 cargo test --workspace --doc --locked
 

@@ -320,6 +320,9 @@ impl Validate for RpcServerConf {
         }
         if let Some(r) = &self.redis {
             r.validate()?;
+            if self.auth && !r.host.is_empty() && !cfg!(feature = "redis-auth") {
+                return Err(crate::auth::redis_auth_off(&r.host));
+            }
         }
         if let Some(p) = &self.profiling {
             p.validate()?;

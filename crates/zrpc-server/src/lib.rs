@@ -29,6 +29,7 @@ pub mod telemetry;
 mod tls;
 mod transport;
 
+#[cfg(feature = "redis-auth")]
 pub use auth::RedisTokens;
 pub use authority::original_authority;
 pub use conf::RpcServerConf;

@@ -6,11 +6,14 @@
 //!
 //! [`Server::token_store`](crate::Server::token_store) replaces either.
 
+#[cfg(feature = "redis-auth")]
 mod cache;
+#[cfg(feature = "redis-auth")]
 mod redis_store;
 
 use std::sync::Arc;
 
+#[cfg(feature = "redis-auth")]
 pub use redis_store::RedisTokens;
 
 use crate::Error;
@@ -25,6 +28,11 @@ pub(crate) fn store_from_conf(conf: &RpcServerConf) -> Result<Option<Arc<dyn Tok
     if !conf.auth {
         return Ok(None);
     }
+    #[cfg(not(feature = "redis-auth"))]
+    if let Some(redis) = conf.redis.as_ref().filter(|r| !r.host.is_empty()) {
+        return Err(Error::Conf(redis_auth_off(&redis.host)));
+    }
+    #[cfg(feature = "redis-auth")]
     if let Some(redis) = conf.redis.as_ref().filter(|r| !r.host.is_empty()) {
         let store = RedisTokens::new(redis)?;
         if !redis.non_block {
@@ -54,6 +62,19 @@ pub(crate) fn store_from_conf(conf: &RpcServerConf) -> Result<Option<Arc<dyn Tok
     ))))
 }
 
+/// The error for `Auth: true` with `Redis.Host` in a build without the `redis-auth` feature.
+#[cfg_attr(feature = "redis-auth", allow(dead_code))]
+pub(crate) fn redis_auth_off(host: &str) -> zrpc_core::conf::ConfError {
+    zrpc_core::conf::ConfError::invalid(
+        "Redis.Host",
+        format!(
+            "{host:?} asks for go-zero's Redis token store (Auth: true), which this build of \
+             zrpc leaves out: enable the `redis-auth` cargo feature of zrpc \
+             (zrpc = {{ ..., features = [\"redis-auth\"] }}), or list the apps in AuthTokens"
+        ),
+    )
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -75,6 +96,21 @@ mod tests {
         store_from_conf(c).unwrap().map(|s| format!("{s:?}"))
     }
 
+    #[cfg(not(feature = "redis-auth"))]
+    #[test]
+    fn redis_auth_without_the_feature_names_it() {
+        assert_eq!(kind(&conf(false, "127.0.0.1:6379")), None);
+        assert!(kind(&conf(true, "")).unwrap().starts_with("StaticTokens"));
+        let err = store_from_conf(&conf(true, "127.0.0.1:6379"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("Redis.Host") && err.contains("redis-auth"),
+            "{err}"
+        );
+    }
+
+    #[cfg(feature = "redis-auth")]
     #[test]
     fn redis_wins_over_auth_tokens_when_its_host_is_set() {
         assert_eq!(kind(&conf(false, "127.0.0.1:6379")), None);

@@ -112,6 +112,30 @@ fn etcd_checked_only_when_configured() {
 }
 
 #[test]
+fn redis_token_store_needs_the_redis_auth_feature_only_with_auth() {
+    let mut c = RpcServerConf::new("a", ":1");
+    c.redis = Some(RedisKeyConf {
+        host: "127.0.0.1:6379".into(),
+        key: "apps".into(),
+        ..RedisKeyConf::default()
+    });
+    // a Redis block without Auth (go-zero YAMLs carry one) loads in every build
+    c.validate().unwrap();
+    c.auth = true;
+    let res = c.validate();
+    if cfg!(feature = "redis-auth") {
+        res.unwrap();
+    } else {
+        let err = res.unwrap_err();
+        assert_eq!(err.path(), Some("Redis.Host"));
+        assert!(
+            err.to_string().contains("`redis-auth` cargo feature"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
 fn reflection_on_in_dev_and_test() {
     assert!(!RpcServerConf::new("a", ":1").reflection_enabled());
     assert!(

@@ -56,6 +56,7 @@ pub(crate) mod util;
 #[cfg(test)]
 pub(crate) mod test_util;
 
+#[cfg(feature = "redis-auth")]
 pub use crate::auth::RedisTokens;
 pub use auth::{AuthLayer, Lookup, StaticTokens, TokenFuture, TokenStore};
 pub use breaker::BreakerLayer;
