@@ -66,6 +66,7 @@ impl DeError {
                 file,
                 path,
                 suggestion,
+                note: None,
             },
             Kind::Duplicate => ConfError::DuplicateKey { file, path },
             Kind::Custom => ConfError::InvalidValue {

@@ -39,7 +39,12 @@ pub enum ConfError {
         message: String,
     },
     /// A key that the config type does not have.
-    #[error("{}unknown key `{path}`{}", Origin(file), Hint(suggestion.as_deref()))]
+    #[error(
+        "{}unknown key `{path}`{}{}",
+        Origin(file),
+        Hint(suggestion.as_deref()),
+        Note(note.as_deref())
+    )]
     UnknownKey {
         /// The file.
         file: String,
@@ -47,6 +52,10 @@ pub enum ConfError {
         path: String,
         /// The closest valid key at that level, if one is close enough.
         suggestion: Option<String>,
+        /// For a key at the top level: what the config type says about keys it does not have
+        /// ([`Validate::unknown_key_note`](super::Validate::unknown_key_note)), e.g. where a
+        /// service's own keys go.
+        note: Option<String>,
     },
     /// A key given twice at one level (keys are case-insensitive, so `Name` and `name` clash).
     #[error("{}duplicate key `{path}` (keys are case-insensitive)", Origin(file))]
@@ -199,6 +208,18 @@ impl fmt::Display for Hint<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
             Some(s) => write!(f, " (did you mean `{s}`?)"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// `; <note>` or nothing.
+struct Note<'a>(Option<&'a str>);
+
+impl fmt::Display for Note<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(s) => write!(f, "; {s}"),
             None => Ok(()),
         }
     }

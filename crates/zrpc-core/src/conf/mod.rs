@@ -167,11 +167,22 @@ where
     let (expanded, empty) = env::expand_recording(text, &env);
     let load = || {
         let tree = value::parse(&expanded, format, origin)?;
-        let conf: T = de::from_value(&tree).map_err(|e| e.into_conf(origin))?;
+        let conf: T = de::from_value(&tree).map_err(|e| add_note::<T>(e.into_conf(origin)))?;
         conf.validate().map_err(|e| e.with_file(origin))?;
         Ok(conf)
     };
     load().map_err(|e| env::explain(e, text, format, &env, &empty))
+}
+
+/// Adds `T`'s [`Validate::unknown_key_note`] to an unknown key at the top level.
+fn add_note<T: Validate>(mut e: ConfError) -> ConfError {
+    if let ConfError::UnknownKey { path, note, .. } = &mut e
+        && note.is_none()
+        && !path.contains(['.', '[', '<'])
+    {
+        *note = T::unknown_key_note().map(str::to_owned);
+    }
+    e
 }
 
 /// A config type that can check itself after loading (go-zero's `Validate() error`).
@@ -184,6 +195,16 @@ pub trait Validate {
     /// # Errors
     /// A [`ConfError`] naming the key path that is wrong.
     fn validate(&self) -> Result<(), ConfError>;
+
+    /// A sentence the loader adds to an unknown-key error at the top level of a file loaded
+    /// as this type (default: none). For a type that a file rarely holds alone: `RpcServerConf`
+    /// says that a service's own keys go in its own struct, loaded with [`Embed`].
+    fn unknown_key_note() -> Option<&'static str>
+    where
+        Self: Sized,
+    {
+        None
+    }
 }
 
 #[cfg(test)]

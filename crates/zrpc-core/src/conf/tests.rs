@@ -414,3 +414,37 @@ fn a_key_without_value_is_absent() {
     .unwrap();
     assert_eq!((c.timeout, c.name.as_str()), (2000, "n"));
 }
+
+#[test]
+fn a_top_level_unknown_key_carries_the_types_note() {
+    #[derive(Debug, Default, Deserialize)]
+    #[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+    struct Noted {
+        name: String,
+        inner: Inner,
+    }
+    impl Validate for Noted {
+        fn validate(&self) -> Result<(), ConfError> {
+            Ok(())
+        }
+        fn unknown_key_note() -> Option<&'static str> {
+            Some("your own keys go elsewhere")
+        }
+    }
+    let load = |text: &str| from_str_with_env::<Noted, _>(text, Format::Yaml, "app.yaml", no_env);
+    let e = load("Nme: a\n").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "config file app.yaml: unknown key `Nme` (did you mean `Name`?); your own keys go elsewhere"
+    );
+    // a nested key is a typo in a block the type owns: no note
+    let e = load("Inner: {Trce: true}\n").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "config file app.yaml: unknown key `Inner.Trce` (did you mean `Trace`?)"
+    );
+    // the note is the loaded type's: embedded, the other part may know the key
+    let e = from_str_with_env::<Embed<Noted, Conf>, _>("Zzzzzz: 1\n", Format::Yaml, "", no_env)
+        .unwrap_err();
+    assert_eq!(e.to_string(), "unknown key `Zzzzzz`");
+}
