@@ -344,6 +344,19 @@ impl Validate for RpcServerConf {
         }
         Ok(())
     }
+
+    /// A go-zero service file holds the service's own keys (`DataSource`, `Cache`, `UserRpc`)
+    /// next to the embedded `RpcServerConf`; loaded as a bare `RpcServerConf`, the first one is
+    /// an unknown key, so the error says how to embed.
+    fn unknown_key_note() -> Option<&'static str> {
+        Some(
+            "RpcServerConf holds only zrpc's server keys: put your service's own keys \
+             (DataSource, Cache, UserRpc, ...) in your own config struct and load \
+             `zrpc::conf::Embed<zrpc::RpcServerConf, YourConf>`, which reads the file into both \
+             as go-zero's embedded `zrpc.RpcServerConf` does (docs/configuration.md, \
+             \"Your own config struct\")",
+        )
+    }
 }
 
 fn check_listen_on(listen_on: &str) -> Result<(), ConfError> {

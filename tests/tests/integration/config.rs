@@ -478,3 +478,35 @@ fn embedded_app_config_loads_like_go_zero_struct_embedding() {
         "config file gw.yaml: unknown key `DataSorce` (did you mean `DataSource`?)"
     );
 }
+
+#[test]
+fn a_service_key_in_a_bare_server_config_points_at_embed() {
+    // go-zero's `type Config struct { zrpc.RpcServerConf; DataSource string }` file, loaded as
+    // the bare RpcServerConf
+    let e = conf::from_str_with_env::<RpcServerConf, _>(
+        "Name: greet.rpc\nListenOn: 127.0.0.1:8080\nDataSource: mysql://x\n",
+        conf::Format::Yaml,
+        "greet.yaml",
+        |_| None,
+    )
+    .unwrap_err();
+    assert!(matches!(e, ConfError::UnknownKey { .. }), "{e}");
+    assert_eq!(e.path(), Some("DataSource"));
+    assert_eq!(
+        e.to_string(),
+        "config file greet.yaml: unknown key `DataSource`; RpcServerConf holds only zrpc's server \
+         keys: put your service's own keys (DataSource, Cache, UserRpc, ...) in your own config \
+         struct and load `zrpc::conf::Embed<zrpc::RpcServerConf, YourConf>`, which reads the file \
+         into both as go-zero's embedded `zrpc.RpcServerConf` does (docs/configuration.md, \
+         \"Your own config struct\")"
+    );
+    // a misspelt key of a block RpcServerConf owns gets no such note
+    let e = conf::from_str_with_env::<RpcServerConf, _>(
+        "Name: greet.rpc\nListenOn: 127.0.0.1:8080\nMiddlewares: {Trac: false}\n",
+        conf::Format::Yaml,
+        "greet.yaml",
+        |_| None,
+    )
+    .unwrap_err();
+    assert!(!e.to_string().contains("Embed"), "{e}");
+}
