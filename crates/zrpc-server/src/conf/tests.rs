@@ -212,8 +212,7 @@ fn stat_conf_sits_in_middlewares() {
 
 #[test]
 fn accepts_go_zero_service_conf_keys() {
-    let c = yaml(
-        "Name: a\nListenOn: :1\nMode: dev\nMetricsUrl: http://m\n\
+    let text = "Name: a\nListenOn: :1\nMode: dev\nMetricsUrl: http://m\n\
          Log: {ServiceName: a, Mode: file, Encoding: plain, Path: /var/log, Level: error, Stat: false, KeepDays: 7, \
          Rotation: size, MaxSize: 10, MaxBackups: 3, Compress: true, StackCooldownMillis: 50, TimeFormat: x, \
          FieldKeys: {TimestampKey: ts}}\n\
@@ -221,9 +220,16 @@ fn accepts_go_zero_service_conf_keys() {
          Prometheus: {Host: 0.0.0.0, Port: 9091, Path: /m}\n\
          Redis: {Host: r:6379, Type: node, Key: tokens}\nAuth: true\n\
          Profiling: {ServerAddr: http://p, ProfileType: {CPU: false}}\n\
-         Shutdown: {WrapUpTime: 2s, WaitTime: 10s}\n",
-    )
-    .unwrap();
+         Shutdown: {WrapUpTime: 2s, WaitTime: 10s}\n";
+    // Auth with Redis.Host needs the redis-auth feature; without it the file is refused,
+    // naming it, and loads with Auth off.
+    let c = if cfg!(feature = "redis-auth") {
+        yaml(text).unwrap()
+    } else {
+        let err = yaml(text).unwrap_err();
+        assert!(err.to_string().contains("redis-auth"), "{err}");
+        yaml(&text.replace("Auth: true", "Auth: false")).unwrap()
+    };
     assert_eq!(c.mode, ServiceMode::Dev);
     assert_eq!(c.log.field_keys.timestamp_key, "ts");
     assert_eq!(c.log.field_keys.level_key, "level");
