@@ -231,6 +231,13 @@ impl<L> Server<L> {
 }
 
 /// Streaming methods declared in encoded descriptor sets.
+/// The streaming methods of the health and reflection services zrpc serves.
+const INFRA_STREAMS: [&str; 3] = [
+    "/grpc.health.v1.Health/Watch",
+    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+];
+
 fn streaming_from_descriptors(sets: &[&'static [u8]]) -> Result<Vec<String>, Error> {
     let mut out = Vec::new();
     for set in sets {
@@ -507,6 +514,9 @@ async fn prepare_services(
     if conf.reflection_enabled() {
         add_reflection(&mut routes, &descriptors)?;
     }
+    // Health's Watch and reflection are streams too: their calls belong in the stream metric
+    // families (every other stage already treats them apart, as infrastructure).
+    streaming.extend(INFRA_STREAMS.iter().map(|m| (*m).to_owned()));
     Ok(Services {
         routes: routes.routes().prepare(),
         health,

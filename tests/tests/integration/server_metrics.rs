@@ -85,3 +85,45 @@ async fn server_metrics_scraped_from_the_dev_server() {
     );
     srv.shutdown().await.expect("clean shutdown");
 }
+
+/// Series of `family` in the process-wide registry whose `method` label is `method`.
+fn series(family: &str, method: &str) -> usize {
+    zrpc_server::metrics::registry()
+        .gather()
+        .iter()
+        .filter(|f| f.name() == family)
+        .flat_map(|f| f.get_metric())
+        .filter(|m| m.get_label().iter().any(|l| l.value() == method))
+        .count()
+}
+
+/// Health's `Watch` is a stream: it is recorded in the stream families, never in go-zero's
+/// unary ones (a dashboard comparing Go and Rust servers would see its lifetime as latency).
+#[tokio::test]
+async fn the_health_watch_stream_is_recorded_as_a_stream() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+    const WATCH: &str = "/grpc.health.v1.Health/Watch";
+    let srv = start_server(test_conf("metrics-watch.rpc"), TestGreeter::new()).await;
+    let mut health = HealthClient::new(srv.channel().await);
+    let mut updates = health
+        .watch(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    updates.message().await.unwrap().expect("a first status");
+    drop(updates);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while series("rpc_server_streams_code_total", WATCH) == 0
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(series("rpc_server_streams_code_total", WATCH) > 0);
+    assert!(series("rpc_server_streams_duration_ms", WATCH) > 0);
+    assert_eq!(series("rpc_server_requests_code_total", WATCH), 0);
+    assert_eq!(series("rpc_server_requests_duration_ms", WATCH), 0);
+    srv.shutdown().await.expect("clean shutdown");
+}
