@@ -58,10 +58,12 @@ impl RpcServerConf {
             "Prometheus",
             "deprecated in go-zero; metrics are served by DevServer",
         );
+        // Only an `EnablePprof: true` in the file: go-zero's default is true too, but a user
+        // who never wrote the key has nothing to change.
         push(
             self.dev_server
                 .as_ref()
-                .is_some_and(|d| d.enabled && d.enable_pprof),
+                .is_some_and(|d| d.enabled && d.enable_pprof == Some(true)),
             "DevServer.EnablePprof",
             "Go pprof endpoints do not exist in Rust",
         );
@@ -146,4 +148,47 @@ fn log_keys(log: &LogConf, push: &mut impl FnMut(bool, &'static str, &'static st
         "Log.FileTimeFormat",
         "zrpc does not rotate its log files, so it names none by time",
     );
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::RpcServerConf;
+
+    fn ignored(yaml: &str) -> Vec<&'static str> {
+        let text = format!("Name: a\nListenOn: 127.0.0.1:1\n{yaml}");
+        let c: RpcServerConf = zrpc_core::conf::from_str_with_env(
+            &text,
+            zrpc_core::conf::Format::Yaml,
+            "greet.yaml",
+            |_| None,
+        )
+        .unwrap();
+        c.ignored_keys().iter().map(|k| k.key).collect()
+    }
+
+    #[test]
+    fn enable_pprof_is_reported_only_when_the_file_sets_it_true() {
+        // go-zero's default is true, but nobody wrote the key: nothing to warn about
+        assert!(ignored("DevServer: {Enabled: true}\n").is_empty());
+        assert!(ignored("DevServer: {EnablePprof: false}\n").is_empty());
+        assert!(ignored("DevServer: {Enabled: false, EnablePprof: true}\n").is_empty());
+        assert_eq!(
+            ignored("DevServer: {Enabled: true, EnablePprof: true}\n"),
+            ["DevServer.EnablePprof"]
+        );
+        let c: RpcServerConf = zrpc_core::conf::from_str_with_env(
+            "Name: a\nListenOn: 127.0.0.1:1\nDevServer: {}\n",
+            zrpc_core::conf::Format::Yaml,
+            "greet.yaml",
+            |_| None,
+        )
+        .unwrap();
+        let d = c.dev_server.unwrap();
+        assert_eq!(
+            (d.enable_pprof, d.pprof()),
+            (None, true),
+            "go-zero's default"
+        );
+    }
 }

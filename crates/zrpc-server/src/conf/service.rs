@@ -98,8 +98,11 @@ pub struct DevServerConf {
     pub health_path: String,
     /// Serve metrics (default true).
     pub enable_metrics: bool,
-    /// Go pprof (default true in go-zero; accepted, not available in Rust).
-    pub enable_pprof: bool,
+    /// Go pprof: accepted, not available in Rust. `None` when the key is not given, which
+    /// go-zero reads as its default, true ([`DevServerConf::pprof`]); an `Option` so that zrpc
+    /// warns only about an `EnablePprof: true` actually written in the file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enable_pprof: Option<bool>,
     /// Body of a healthy answer (default `OK`).
     pub health_response: String,
 }
@@ -113,7 +116,7 @@ impl Default for DevServerConf {
             metrics_path: "/metrics".to_owned(),
             health_path: "/healthz".to_owned(),
             enable_metrics: true,
-            enable_pprof: true,
+            enable_pprof: None,
             health_response: "OK".to_owned(),
         }
     }
@@ -127,6 +130,11 @@ impl DevServerConf {
             port,
             ..DevServerConf::default()
         }
+    }
+
+    /// `EnablePprof` as go-zero reads it: the value given, else true (go-zero's default).
+    pub fn pprof(&self) -> bool {
+        self.enable_pprof.unwrap_or(true)
     }
 
     /// `host:port` to bind (`0.0.0.0:port` when host is empty).
