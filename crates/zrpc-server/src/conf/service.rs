@@ -194,6 +194,7 @@ impl Validate for TelemetryConf {
             &self.batcher,
             &["zipkin", "otlpgrpc", "otlphttp", "file"],
         )?;
+        self.exportable()?;
         if !(0.0..=1.0).contains(&self.sampler) {
             return Err(ConfError::invalid(
                 "Telemetry.Sampler",
@@ -205,6 +206,32 @@ impl Validate for TelemetryConf {
 }
 
 impl TelemetryConf {
+    /// zrpc exports spans only with OTLP/gRPC. A `zipkin` or `file` batcher with an `Endpoint`
+    /// names a Zipkin URL or a file path, which OTLP/gRPC can never reach, so the combination is
+    /// an error rather than a warning followed by export failures. (`otlphttp` stays a warning
+    /// from [`RpcServerConf::ignored_keys`](super::RpcServerConf::ignored_keys): collectors
+    /// commonly take OTLP/gRPC on the same host.)
+    fn exportable(&self) -> Result<(), ConfError> {
+        if self.endpoint.is_empty() || self.disabled {
+            return Ok(());
+        }
+        let why = match self.batcher.as_str() {
+            "zipkin" => "a Zipkin endpoint does not accept",
+            "file" => "does not write to a file",
+            _ => return Ok(()),
+        };
+        Err(ConfError::invalid(
+            "Telemetry.Batcher",
+            format!(
+                "batcher {:?} is not supported (Endpoint {:?}): zrpc exports spans only with \
+                 OTLP/gRPC, which {why}; set `Batcher: otlpgrpc` with the endpoint of an OTLP \
+                 collector (e.g. otel-collector:4317), or remove `Telemetry.Endpoint` to export \
+                 nothing",
+                self.batcher, self.endpoint
+            ),
+        ))
+    }
+
     /// `OtlpHeaders` as gRPC metadata for the OTLP/gRPC exporter.
     ///
     /// # Errors
@@ -336,5 +363,57 @@ impl Default for ProfileTypeConf {
             mutex: false,
             block: false,
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use zrpc_core::conf::{Format, from_str_with_env};
+
+    use crate::conf::RpcServerConf;
+
+    fn load(telemetry: &str) -> Result<RpcServerConf, zrpc_core::conf::ConfError> {
+        let text = format!("Name: greet.rpc\nListenOn: 127.0.0.1:1\nTelemetry: {telemetry}\n");
+        from_str_with_env(&text, Format::Yaml, "greet.yaml", |_| None)
+    }
+
+    #[test]
+    fn a_zipkin_or_file_batcher_with_an_endpoint_is_an_error() {
+        let e = load("{Endpoint: http://zipkin:9411/api/v2/spans, Batcher: zipkin}").unwrap_err();
+        assert_eq!(e.path(), Some("Telemetry.Batcher"));
+        assert_eq!(
+            e.to_string(),
+            "config file greet.yaml: `Telemetry.Batcher`: batcher \"zipkin\" is not supported \
+             (Endpoint \"http://zipkin:9411/api/v2/spans\"): zrpc exports spans only with \
+             OTLP/gRPC, which a Zipkin endpoint does not accept; set `Batcher: otlpgrpc` with the \
+             endpoint of an OTLP collector (e.g. otel-collector:4317), or remove \
+             `Telemetry.Endpoint` to export nothing"
+        );
+        let e = load("{Endpoint: /var/log/trace.log, Batcher: file}")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("batcher \"file\" is not supported")
+                && e.contains("does not write to a file"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_batcher_that_exports_nothing_or_otlp_loads() {
+        // nothing is exported: no endpoint, or disabled
+        load("{Batcher: zipkin}").unwrap();
+        load("{Endpoint: http://zipkin:9411, Batcher: zipkin, Disabled: true}").unwrap();
+        load("{Endpoint: otel:4317, Batcher: otlpgrpc}").unwrap();
+        // otlphttp stays a warning (RpcServerConf::ignored_keys)
+        let c = load("{Endpoint: otel:4318, Batcher: otlphttp}").unwrap();
+        assert!(
+            c.ignored_keys()
+                .iter()
+                .any(|k| k.key == "Telemetry.Batcher"),
+            "{:?}",
+            c.ignored_keys()
+        );
     }
 }
