@@ -112,7 +112,7 @@ pub fn tracer_provider(conf: &RpcServerConf) -> Result<Option<SdkTracerProvider>
 
 /// The directory of the `file` / `volume` log files: `Path`, or `Path/<ServiceName>/<hostname>`
 /// (go-zero `setupWithVolume`). An empty `Path` is the working directory, as in go-zero.
-fn log_dir(conf: &RpcServerConf) -> PathBuf {
+pub(crate) fn log_dir(conf: &RpcServerConf) -> PathBuf {
     let log = &conf.log;
     let base = PathBuf::from(if log.path.is_empty() { "." } else { &log.path });
     if log.mode != "volume" {

@@ -105,7 +105,9 @@ pub use conf::{
 };
 
 pub use zrpc_client::{CallTimeout, Client, EndpointInfo};
-pub use zrpc_server::{PeerIdentity, Phase, Server, ServerHandle, TlsError, original_authority};
+pub use zrpc_server::{
+    PeerIdentity, Phase, Server, ServerHandle, TlsError, original_authority, preflight,
+};
 
 /// Local rejections, as marker errors: the breaker is open (`Unavailable "circuit breaker is
 /// open"` on the wire) and the shedder dropped the call (`ResourceExhausted "service overloaded"`).

@@ -1,6 +1,7 @@
 //! `zrpcctl conf check <file>`: loads a server or client config exactly as the server and
-//! client do at start (`zrpc::conf::load`, then the server's start-up checks), so the errors
-//! are the same ones, naming the file, key and value.
+//! client do at start (`zrpc::conf::load`, then every start-up check that needs no network,
+//! `zrpc::preflight`), so the errors are the same ones, naming the file, key and value, all of
+//! them rather than the first.
 
 use std::path::Path;
 
@@ -33,7 +34,15 @@ pub(crate) fn check(path: &Path, kind: Option<Kind>) -> Result<(Kind, Vec<String
     match kind {
         Kind::Server => {
             let conf: zrpc::RpcServerConf = zrpc::conf::load(path)?;
-            zrpc::registry::check(&conf)?;
+            // what a start would refuse before it needs the network, every problem at once
+            let errors = zrpc::preflight(&conf);
+            if !errors.is_empty() {
+                let lines: Vec<String> = errors
+                    .iter()
+                    .map(|e| format!("{}: {e}", path.display()))
+                    .collect();
+                return Err(fail(lines.join("\n")));
+            }
             notes.extend(conf.ignored_keys().iter().map(|k| format!("warning: {k}")));
         }
         Kind::Client => {

@@ -123,6 +123,107 @@ fn conf_check_names_the_bad_key_and_suggests_the_right_one() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("Client config"));
 }
 
+/// `conf check` on configs that load but that a start refuses (Redis `Type: cluster` for the
+/// token store, a missing TLS file, a missing client CA, a log path that cannot be a
+/// directory) reports the error a real start gives, naming the file and key, and all of them
+/// at once when a config has several.
+#[tokio::test(flavor = "multi_thread")]
+async fn conf_check_reports_what_a_start_would_refuse() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = zrpc_tests::certs::TestCa::new("conf-check");
+    let server = ca.issue("conf-check", &["DNS:localhost"]);
+    let a_file = tmp.path().join("a-file");
+    std::fs::write(&a_file, "x").unwrap();
+    let missing = tmp
+        .path()
+        .join("missing.pem")
+        .to_string_lossy()
+        .into_owned();
+    let base = "Name: a.rpc\nListenOn: 127.0.0.1:0\n";
+    let cases = [
+        (
+            "redis.yaml",
+            format!("{base}Auth: true\nRedis: {{Host: 127.0.0.1:1, Type: cluster, Key: apps}}\n"),
+            "Redis.Type",
+        ),
+        (
+            "tls.yaml",
+            format!(
+                "{base}Tls: {{CertFile: {missing}, KeyFile: {}}}\n",
+                server.key_str()
+            ),
+            "Tls.CertFile",
+        ),
+        (
+            "ca.yaml",
+            format!(
+                "{base}Tls: {{CertFile: {}, KeyFile: {}, ClientCaFile: {missing}}}\n",
+                server.cert_str(),
+                server.key_str()
+            ),
+            "Tls.ClientCaFile",
+        ),
+        (
+            "log.yaml",
+            format!(
+                "{base}Log: {{Mode: file, Path: {}}}\n",
+                a_file.join("logs").display()
+            ),
+            "Log.Path",
+        ),
+    ];
+    for (name, yaml, key) in &cases {
+        let file = tmp.path().join(name);
+        std::fs::write(&file, yaml).unwrap();
+        let out = zrpcctl(&["conf", "check", name], tmp.path());
+        let log = text(&out);
+        assert!(!out.status.success(), "{name}: {log}");
+        assert!(log.contains(key) && log.contains(name), "{name}: {log}");
+        // the error of a real start of the same file
+        let conf: zrpc::RpcServerConf = zrpc::conf::load(&file).unwrap();
+        let started = match zrpc::Server::new(conf.clone()) {
+            Err(e) => e.to_string(),
+            Ok(server) if *key == "Log.Path" => {
+                drop(server);
+                zrpc::telemetry::init(&conf).unwrap_err().to_string()
+            }
+            Ok(server) => {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                server
+                    .serve_with_listener(listener, std::future::pending())
+                    .await
+                    .unwrap_err()
+                    .to_string()
+            }
+        };
+        assert!(started.contains(key), "{name}: a start says {started}");
+        if *key == "Log.Path" {
+            // the start reports the OS error of creating the directory; both name the path
+            let dir = a_file.join("logs").display().to_string();
+            assert!(
+                started.contains(&dir) && log.contains(&dir),
+                "{log}\n{started}"
+            );
+        } else {
+            assert!(log.contains(&started), "{name}: {log}\nstart: {started}");
+        }
+    }
+    // all of them in one file: every problem at once
+    let all = format!(
+        "{base}Auth: true\nRedis: {{Host: 127.0.0.1:1, Type: cluster, Key: apps}}\n\
+         Tls: {{CertFile: {missing}, KeyFile: {}}}\nLog: {{Mode: file, Path: {}}}\n",
+        server.key_str(),
+        a_file.join("logs").display()
+    );
+    std::fs::write(tmp.path().join("all.yaml"), all).unwrap();
+    let out = zrpcctl(&["conf", "check", "all.yaml"], tmp.path());
+    let log = text(&out);
+    assert!(!out.status.success(), "{log}");
+    for key in ["Redis.Type", "Tls.CertFile", "Log.Path"] {
+        assert!(log.contains(key), "{key} missing: {log}");
+    }
+}
+
 /// Waits until `n` keys are under `prefix`.
 async fn registered(etcd: &EtcdServer, prefix: &str, n: usize) -> Vec<(String, String)> {
     let mut client = etcd.client().await;

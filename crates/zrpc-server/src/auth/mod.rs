@@ -15,6 +15,8 @@ use std::sync::Arc;
 
 #[cfg(feature = "redis-auth")]
 pub use redis_store::RedisTokens;
+#[cfg(feature = "redis-auth")]
+pub(crate) use redis_store::connection_info;
 
 use crate::Error;
 use crate::conf::RpcServerConf;

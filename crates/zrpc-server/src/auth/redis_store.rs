@@ -212,7 +212,7 @@ impl Inner {
 }
 
 /// `Redis.Host`, `User`, `Pass`, `Protocol`, `DisableIdentity` as a redis-rs connection.
-fn connection_info(conf: &RedisKeyConf) -> Result<ConnectionInfo, Error> {
+pub(crate) fn connection_info(conf: &RedisKeyConf) -> Result<ConnectionInfo, Error> {
     if conf.kind == "cluster" {
         return Err(ConfError::invalid(
             "Redis.Type",

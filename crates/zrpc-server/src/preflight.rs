@@ -1,0 +1,105 @@
+//! The start-time checks that need no network, all at once: what `zrpcctl conf check` reports,
+//! so that a config it accepts does not fail at start for a reason it could have seen.
+
+use std::path::Path;
+
+use crate::Error;
+use crate::conf::RpcServerConf;
+
+/// Every problem a start of a server from `conf` would meet before it needs the network,
+/// each naming its key and file: `Etcd` settings, the `Tls` files (readable, valid PEM, a key
+/// matching the certificate, the client CA), a `Log.Path` that cannot be a directory, and with
+/// `Auth` the `Redis` options the token store refuses. Empty when there is none. `conf` is
+/// assumed loaded (so validated) by [`conf::load`](zrpc_core::conf::load).
+pub fn preflight(conf: &RpcServerConf) -> Vec<Error> {
+    let mut errors = Vec::new();
+    if let Err(e) = crate::registry::check(conf) {
+        errors.push(e);
+    }
+    if let Some(tls) = &conf.tls
+        && let Err(e) = crate::tls::ServerTls::load(tls)
+    {
+        errors.push(e.into());
+    }
+    if conf.log.writes_files()
+        && let Err(e) = creatable_dir(&crate::telemetry::log_dir(conf))
+    {
+        errors.push(Error::Telemetry(e));
+    }
+    #[cfg(feature = "redis-auth")]
+    if let Some(redis) = conf
+        .redis
+        .as_ref()
+        .filter(|r| conf.auth && !r.host.is_empty())
+        && let Err(e) = crate::auth::connection_info(redis)
+    {
+        errors.push(e);
+    }
+    errors
+}
+
+/// Whether the log directory `dir` exists or can be created: its nearest existing ancestor
+/// must be a writable directory (nothing is created here).
+fn creatable_dir(dir: &Path) -> Result<(), String> {
+    let Some(existing) = dir.ancestors().find(|a| a.exists()) else {
+        return Ok(());
+    };
+    let meta = std::fs::metadata(existing).map_err(|e| {
+        format!(
+            "Log.Path: cannot create the log directory {}: {}: {e}",
+            dir.display(),
+            existing.display()
+        )
+    })?;
+    if !meta.is_dir() {
+        return Err(format!(
+            "Log.Path: cannot create the log directory {}: {} is not a directory",
+            dir.display(),
+            existing.display()
+        ));
+    }
+    if meta.permissions().readonly() {
+        return Err(format!(
+            "Log.Path: cannot create the log directory {}: {} is read-only",
+            dir.display(),
+            existing.display()
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::conf::ServerTlsConf;
+
+    #[test]
+    fn every_problem_is_reported_not_only_the_first() {
+        let dir = std::env::temp_dir().join(format!("zrpc-preflight-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("a-file");
+        std::fs::write(&file, b"x").unwrap();
+        let mut conf = RpcServerConf::new("a", "127.0.0.1:0");
+        assert!(preflight(&conf).is_empty());
+        conf.log.mode = "file".into();
+        conf.log.path = file.join("logs").to_string_lossy().into_owned();
+        conf.tls = Some(ServerTlsConf::new(
+            dir.join("missing.pem").to_string_lossy(),
+            dir.join("missing.key").to_string_lossy(),
+        ));
+        let errors: Vec<String> = preflight(&conf).iter().map(ToString::to_string).collect();
+        assert_eq!(errors.len(), 2, "{errors:#?}");
+        assert!(
+            errors.iter().any(|e| e.contains("Tls.CertFile")),
+            "{errors:#?}"
+        );
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("Log.Path") && e.contains("is not a directory")),
+            "{errors:#?}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
