@@ -921,3 +921,36 @@ async fn tls_allowed_clients_file_start_errors_name_the_file() {
     println!("AllowedClientsFile without a name: {e}");
     assert!(e.contains("no name in the file"), "{e}");
 }
+
+#[tokio::test]
+async fn tls_a_plaintext_zrpc_client_of_a_tls_server_is_told_to_set_tls() {
+    let ca = TestCa::new("zrpc test CA");
+    let server = ca.issue("server", LOCAL_SANS);
+    let srv = TlsServer::start(Some(ServerTlsConf::new(
+        server.cert_str(),
+        server.key_str(),
+    )))
+    .await;
+    let mut c = GreeterClient::new(
+        Client::new(RpcClientConf::direct([srv.addr.to_string()]))
+            .await
+            .unwrap(),
+    );
+    let s = c
+        .say_hello(HelloRequest { name: "x".into() })
+        .await
+        .unwrap_err();
+    println!(
+        "plaintext zrpc client to TLS server: {:?}: {}",
+        s.code(),
+        chain(&s)
+    );
+    assert_eq!(s.code(), Code::Unavailable);
+    assert!(
+        s.message()
+            .contains("the server may require TLS (set Tls in the client config)"),
+        "{}",
+        s.message()
+    );
+    srv.stop().await;
+}

@@ -118,6 +118,7 @@ impl Endpoint {
         let channel = ep.connect_with_connector_lazy(Connector {
             wire: wire.clone(),
             connect_timeout: opts.connect_timeout,
+            plaintext: opts.tls.is_none(),
         });
         Ok(Endpoint {
             addr: Arc::from(addr),
@@ -245,10 +246,18 @@ impl Endpoint {
         }
         let retryable = never_reached_server(&*err)
             || (is_connection_loss(&*err) && self.wire.unsent_since(mark));
+        // a plaintext connection answered with a TLS record fails in h2 (it reads the record
+        // as a frame): say what the bytes were
+        let hint = if self.wire.answered_tls() && is_h2_error(&*err) {
+            "; the server answered with a TLS record: the server may require TLS (set Tls in the \
+             client config)"
+        } else {
+            ""
+        };
         let status = tonic::Status::from_error(err);
         AttemptError {
             status: tonic::Status::unavailable(format!(
-                "{target}: endpoint {}: {}",
+                "{target}: endpoint {}: {}{hint}",
                 self.addr,
                 status.message()
             )),
@@ -472,6 +481,18 @@ fn is_timeout(err: &(dyn StdError + 'static)) -> bool {
     let mut cur = Some(err);
     while let Some(e) = cur {
         if e.is::<tonic::TimeoutExpired>() {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
+}
+
+/// True when an HTTP/2 error (of the connection or the stream) is in the chain.
+fn is_h2_error(err: &(dyn StdError + 'static)) -> bool {
+    let mut cur = Some(err);
+    while let Some(e) = cur {
+        if e.is::<h2::Error>() {
             return true;
         }
         cur = e.source();

@@ -58,6 +58,9 @@ pub(crate) struct Wire {
     marked: AtomicU64,
     /// Connections established and not yet lost (no read EOF, no I/O error, not dropped).
     live: AtomicUsize,
+    /// The first bytes the server sent on the latest plaintext connection that got any were a
+    /// TLS record (see [`Wire::answered_tls`]).
+    tls_answer: AtomicBool,
 }
 
 /// The state of a [`Wire`] when a request was handed to the connection.
@@ -108,6 +111,15 @@ impl Wire {
         self.live.load(Ordering::Relaxed) > 0
     }
 
+    /// True when the server answered the latest plaintext connection (of those it sent anything
+    /// on) with a TLS record: a TLS server reading the client's HTTP/2 preface as a bad TLS
+    /// record answers with a TLS alert (`0x15 0x03 ...`), and the first byte a real HTTP/2
+    /// server sends is the top byte of its SETTINGS frame's length (0). Only a plaintext
+    /// connection is watched for it: under TLS every server sends TLS records.
+    pub(crate) fn answered_tls(&self) -> bool {
+        self.tls_answer.load(Ordering::Relaxed)
+    }
+
     /// True when a connection loss was observed after `mark` and nothing had been written on any
     /// connection of the endpoint between `mark` and that loss. Only meaningful for a request that
     /// failed with a connection-loss error (an I/O error of its connection, which [`Watched`]
@@ -132,6 +144,9 @@ impl Wire {
 pub(crate) struct Connector {
     pub(crate) wire: Arc<Wire>,
     pub(crate) connect_timeout: Option<Duration>,
+    /// The connection carries HTTP/2 directly (no TLS over it): its first bytes from the
+    /// server are checked for a TLS record ([`Wire::answered_tls`]).
+    pub(crate) plaintext: bool,
 }
 
 /// `connect`, failed with `TimedOut` if it does not finish within `timeout`.
@@ -159,6 +174,7 @@ impl tower::Service<http::Uri> for Connector {
     fn call(&mut self, uri: http::Uri) -> Self::Future {
         let wire = Arc::clone(&self.wire);
         let timeout = self.connect_timeout;
+        let sniff = self.plaintext;
         Box::pin(async move {
             let host = uri
                 .host()
@@ -178,6 +194,7 @@ impl tower::Service<http::Uri> for Connector {
                 peek,
                 wire,
                 live: true,
+                sniff,
             }))
         })
     }
@@ -191,6 +208,8 @@ pub(crate) struct Watched {
     wire: Arc<Wire>,
     /// Counted in `wire.live` (until its first loss or its drop).
     live: bool,
+    /// The first bytes read are still to be checked for a TLS record (plaintext only).
+    sniff: bool,
 }
 
 impl Drop for Watched {
@@ -252,11 +271,22 @@ impl AsyncRead for Watched {
         let r = Pin::new(&mut this.tcp).poll_read(cx, buf);
         match &r {
             Poll::Ready(Ok(())) if room && buf.filled().len() == before => this.lost(),
+            Poll::Ready(Ok(())) if this.sniff && buf.filled().len() > before => {
+                this.sniff = false;
+                let tls = is_tls_record(&buf.filled()[before..]);
+                this.wire.tls_answer.store(tls, Ordering::Relaxed);
+            }
             Poll::Ready(Err(_)) => this.lost(),
             _ => {}
         }
         r
     }
+}
+
+/// The start of a TLS record: content type alert (0x15) or handshake (0x16), then the major
+/// version 3 (every SSL 3 / TLS version). Judged on the first byte alone when only one came.
+fn is_tls_record(first: &[u8]) -> bool {
+    matches!(first, [0x15 | 0x16, 0x03, ..] | [0x15 | 0x16])
 }
 
 impl AsyncWrite for Watched {
@@ -337,6 +367,7 @@ mod tests {
         let mut c = Connector {
             wire: wire.clone(),
             connect_timeout: None,
+            plaintext: true,
         };
         let io = tower::Service::call(&mut c, uri).await.unwrap();
         let mut io = io.into_inner();
@@ -367,6 +398,7 @@ mod tests {
         let mut c = Connector {
             wire: wire.clone(),
             connect_timeout: None,
+            plaintext: true,
         };
         let mut a = tower::Service::call(&mut c, uri.clone())
             .await
@@ -440,6 +472,7 @@ mod tests {
         let mut c = Connector {
             wire: wire.clone(),
             connect_timeout: None,
+            plaintext: true,
         };
         let mut io = tower::Service::call(&mut c, uri)
             .await
@@ -455,5 +488,51 @@ mod tests {
         let _ = wire.mark();
         let err = io.write(b"c").await.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
+    }
+
+    #[tokio::test]
+    async fn the_first_bytes_of_a_plaintext_connection_tell_a_tls_server() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let uri: http::Uri = format!("http://{}", l.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let wire = Arc::new(Wire::default());
+        let connect = |plaintext| Connector {
+            wire: wire.clone(),
+            connect_timeout: None,
+            plaintext,
+        };
+        // (server's first bytes, plaintext, flagged)
+        let cases: [(&[u8], bool, bool); 4] = [
+            // rustls' fatal decode_error alert, its answer to an HTTP/2 preface
+            (&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32], true, true),
+            // an HTTP/2 server's SETTINGS frame header clears it
+            (
+                &[0x00, 0x00, 0x12, 0x04, 0x00, 0x00, 0x00, 0x00, 0x00],
+                true,
+                false,
+            ),
+            // a ServerHello on a TLS connection is not looked at
+            (&[0x16, 0x03, 0x03, 0x00, 0x7a], false, false),
+            (&[0x16, 0x03, 0x01], true, true),
+        ];
+        for (bytes, plaintext, flagged) in cases {
+            let mut io = tower::Service::call(&mut connect(plaintext), uri.clone())
+                .await
+                .unwrap()
+                .into_inner();
+            let (mut server, _) = l.accept().await.unwrap();
+            server.write_all(bytes).await.unwrap();
+            let mut buf = [0u8; 16];
+            assert!(io.read(&mut buf).await.unwrap() > 0);
+            assert_eq!(wire.answered_tls(), flagged, "{bytes:02x?}");
+            // later bytes of the same connection are not looked at
+            server.write_all(&[0x00, 0x00]).await.unwrap();
+            assert!(io.read(&mut buf).await.unwrap() > 0);
+            assert_eq!(wire.answered_tls(), flagged, "{bytes:02x?}");
+        }
+        assert!(is_tls_record(&[0x15]));
+        assert!(!is_tls_record(&[0x15, 0x00]));
+        assert!(!is_tls_record(b"HTTP/1.1 400"));
     }
 }
