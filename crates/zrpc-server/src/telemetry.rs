@@ -68,8 +68,9 @@ fn level(conf: &RpcServerConf) -> &'static str {
 
 /// The OTLP/gRPC tracer provider of `conf` (`None` when `Telemetry.Endpoint` is empty or
 /// `Telemetry.Disabled`). Build it inside a Tokio runtime (the exporter uses tonic).
-/// `Telemetry.Batcher` values other than `otlpgrpc` are reported by
-/// [`RpcServerConf::ignored_keys`] and export with OTLP/gRPC.
+/// A loaded config refuses `Telemetry.Batcher` `zipkin` or `file` with an `Endpoint` (OTLP/gRPC
+/// cannot reach either); `otlphttp` is reported by [`RpcServerConf::ignored_keys`], and any
+/// batcher exports with OTLP/gRPC here.
 ///
 /// # Errors
 ///
