@@ -137,6 +137,13 @@ pub fn rss_kb(pid: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Serialises the tests that hold a lot of memory or measure this process's RSS: the suite's
+/// tests share one process, so one test's allocations would show in another's RSS figure.
+pub async fn rss_serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static RSS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    RSS.lock().await
+}
+
 /// The median (upper middle for an even count).
 ///
 /// # Panics

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWriteExt;
-use zrpc_tests::bench::rss_kb;
+use zrpc_tests::bench::{rss_kb, rss_serial};
 use zrpc_tests::greeter::{TestGreeter, TestServer, start_server, test_conf};
 use zrpc_tests::h2raw::{
     Attack, ConnOutcome, GoAway, attack_once, frame, kind, raw_h2, read_frame,
@@ -145,6 +145,8 @@ fn expected(attack: Attack) -> (&'static [u32], &'static [&'static str], &'stati
 /// WINDOW_UPDATE floods ran for the whole limit uncut.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_h2_flood_is_cut_with_a_goaway_while_other_clients_are_served() {
+    // no other memory-hungry test runs meanwhile (the RSS bound is this process's)
+    let _rss = rss_serial().await;
     let server = start_server(
         test_conf("h2-attacks").with_cpu_threshold(0),
         TestGreeter::new(),

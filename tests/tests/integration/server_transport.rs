@@ -12,7 +12,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use zrpc_server::conf::TransportConf;
-use zrpc_tests::bench::rss_kb;
+use zrpc_tests::bench::{rss_kb, rss_serial};
 use zrpc_tests::greeter::{TestGreeter, TestServer, start_server, test_conf};
 use zrpc_tests::h2raw::{PREFACE, frame, grpc_headers, raw_h2, read_frame};
 use zrpc_tests::pb::{HelloRequest, HelloStreamRequest};
@@ -54,6 +54,7 @@ fn max_streams_setting(payload: &[u8]) -> Option<u32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_beyond_the_advertised_limit_are_refused_while_others_are_served() {
+    let _rss = rss_serial().await;
     let server = server_with("transport-streams", |_| {}).await;
     let baseline_p99 = served(&server, 50).await;
     let rss_before = rss_kb("self");
@@ -121,6 +122,7 @@ async fn streams_beyond_the_advertised_limit_are_refused_while_others_are_served
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_streams_on_one_connection_are_capped_with_bounded_rss() {
+    let _rss = rss_serial().await;
     const STREAMS: u32 = 10_000;
     let server = server_with("transport-10k-streams", |_| {}).await;
     let baseline_p99 = served(&server, 50).await;
@@ -494,6 +496,7 @@ async fn grpc_status(res: h2::client::ResponseFuture, limit: Duration) -> Option
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn incomplete_messages_past_the_byte_budget_end_with_resource_exhausted() {
+    let _rss = rss_serial().await;
     let server = server_with("transport-budget", |t| {
         t.max_buffered_request_bytes = 8 << 20;
         t.message_receive_timeout = Duration::ZERO;
@@ -536,6 +539,7 @@ async fn incomplete_messages_past_the_byte_budget_end_with_resource_exhausted() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_connection_cannot_fill_the_whole_byte_budget() {
+    let _rss = rss_serial().await;
     let server = server_with("transport-conn-budget", |t| {
         t.max_buffered_request_bytes = 4 << 20;
         t.max_connection_buffered_request_bytes = 2 << 20;
