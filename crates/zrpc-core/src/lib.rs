@@ -8,6 +8,8 @@
 //! - [`breaker`]: the Google SRE adaptive-throttling breaker (go-zero `breaker/googlebreaker.go`).
 //! - [`shedder`]: the adaptive (BBR-like) load shedder (go-zero `load/adaptiveshedder.go`).
 //! - [`cpu`]: the cgroup-aware CPU usage sampler that feeds the shedder (go-zero `stat/usage.go`).
+//! - [`retry`]: the client's retry budget, back-off and pushback (gRFC A6, linkerd's budget;
+//!   go-zero has no client retries).
 //!
 //! Shared by both sides of zrpc, also here:
 //!
@@ -25,6 +27,7 @@ pub mod cpu;
 pub mod etcd;
 pub mod ewma;
 pub mod grpc;
+pub mod retry;
 pub mod shedder;
 mod stamp;
 pub mod window;
