@@ -22,6 +22,8 @@ publish = false
 # The generated code needs only zrpc (it re-exports tonic and prost at the versions it uses).
 {zrpc}
 tokio = {{ version = "1", features = ["macros", "rt-multi-thread"] }}
+# The service's own config keys (src/config.rs).
+serde = {{ version = "1", features = ["derive"] }}
 # Streams for streaming RPCs: `tokio_stream::wrappers::ReceiverStream`, `tokio_stream::iter`.
 tokio-stream = "0.1"
 
@@ -49,7 +51,9 @@ pub(crate) fn build_rs(proto: &str) -> String {
 
 pub(crate) fn etc_yaml(name: &str) -> String {
     format!(
-        "# go-zero's RpcServerConf: every key and default is in zrpc's docs/configuration.md.\n\
+        "# zrpc's server keys (go-zero's RpcServerConf: every key and default is in zrpc's\n\
+         # docs/configuration.md) and, next to them, the service's own: fields of Config in\n\
+         # src/config.rs (DataSource, Cache, UserRpc, ...).\n\
          Name: {name}.rpc\nListenOn: 0.0.0.0:8080\n\
          Etcd:\n  Hosts:\n  - 127.0.0.1:2379\n  Key: {name}.rpc\n"
     )
@@ -77,7 +81,7 @@ pub(crate) fn main_rs(name: &str, ident: &str) -> String {
 
 use std::sync::Arc;
 
-use {ident}::{{server, svc::ServiceContext}};
+use {ident}::{{config::Config, server, svc::ServiceContext}};
 
 #[tokio::main]
 async fn main() -> Result<(), zrpc::Error> {{
@@ -88,12 +92,72 @@ async fn main() -> Result<(), zrpc::Error> {{
             file = args.next().unwrap_or(file);
         }}
     }}
-    let conf: zrpc::RpcServerConf = zrpc::conf::load(&file)?;
-    let ctx = Arc::new(ServiceContext::new(conf.clone()));
-    server::add_services(zrpc::server(conf)?, ctx).serve().await?;
+    let config = Config::load(&file)?;
+    let ctx = Arc::new(ServiceContext::new(config.clone()));
+    server::add_services(zrpc::server(config.server)?, ctx)
+        .serve()
+        .await?;
     Ok(())
 }}
 "#
+    )
+}
+
+/// `src/config.rs`: go-zero's `internal/config/config.go`, `type Config struct {
+/// zrpc.RpcServerConf }`, read with `zrpc::conf::Embed` so that the service's own keys sit next to
+/// zrpc's at the top level of the file and still get unknown-key errors.
+pub(crate) fn config_rs(name: &str) -> String {
+    format!(
+        r#"//! The service's config (go-zero's `internal/config/config.go`): etc/{name}.yaml holds zrpc's
+//! server keys and this service's own keys side by side at the top level, as go-zero's
+//! `type Config struct {{ zrpc.RpcServerConf; DataSource string }}` reads them. Your code: zrpcctl
+//! wrote this file once and never overwrites it.
+
+use std::path::Path;
+
+use serde::Deserialize;
+use zrpc::conf::{{ConfError, Embed, Validate}};
+
+/// Everything in etc/{name}.yaml. Add a field for each key of your own: PascalCase in the file
+/// (`data_source` is `DataSource`), matched case-insensitively. A key that neither this struct
+/// nor `RpcServerConf` knows is an error naming the closest key of either.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+pub struct Config {{
+    /// zrpc's server keys (`Name`, `ListenOn`, `Etcd`, `Timeout`, ...), read from the top level
+    /// of the same file by [`Config::load`]: go-zero's embedded `zrpc.RpcServerConf`.
+    #[serde(skip)]
+    pub server: zrpc::RpcServerConf,
+    // A key of your own, `DataSource: root:secret@tcp(127.0.0.1:3306)/{ident}` in the file:
+    // pub data_source: String,
+    // A client of another service, `UserRpc: {{ Etcd: {{ Hosts: [127.0.0.1:2379], Key: user.rpc }} }}`
+    // (check it in `validate` with `self.user_rpc.validate()?`):
+    // pub user_rpc: zrpc::RpcClientConf,
+}}
+
+impl Config {{
+    /// Loads `file` (YAML, JSON or TOML, by extension; `${{VAR}}` expanded): the server keys into
+    /// `server`, the others into this struct's fields, and validates both.
+    ///
+    /// # Errors
+    /// The file cannot be read, or a key is unknown or invalid; the error names the file and key.
+    pub fn load(file: impl AsRef<Path>) -> Result<Self, ConfError> {{
+        let Embed {{ base, mut extra }}: Embed<zrpc::RpcServerConf, Config> =
+            zrpc::conf::load(file)?;
+        extra.server = base;
+        Ok(extra)
+    }}
+}}
+
+impl Validate for Config {{
+    /// Checks this service's own keys (`RpcServerConf` checks the server's); return
+    /// `Err(ConfError::invalid("DataSource", "must not be empty"))` for a bad value.
+    fn validate(&self) -> Result<(), ConfError> {{
+        Ok(())
+    }}
+}}
+"#,
+        ident = name.replace('-', "_"),
     )
 }
 
@@ -105,8 +169,10 @@ pub(crate) fn lib_rs(name: &str, proto: &str) -> String {
 //! - `server`: generated glue from the proto to `logic` (`zrpcctl proto proto/{proto}` rewrites
 //!   it, and `pb`);
 //! - `logic`: one module per RPC, your code;
-//! - `svc`: the state every call shares (clients, stores, the config).
+//! - `svc`: the state every call shares (clients, stores, the config);
+//! - `config`: etc/{name}.yaml, zrpc's server keys and the service's own.
 
+pub mod config;
 pub mod logic;
 pub mod pb;
 pub mod server;
@@ -119,16 +185,18 @@ pub(crate) fn svc_rs() -> String {
     r#"//! The state every call shares (go-zero's ServiceContext): the config, clients of other
 //! services (`zrpc::client(...)`), stores. Built once in main.rs. Your code: never overwritten.
 
+use crate::config::Config;
+
 /// Shared by every RPC handler.
 #[derive(Debug)]
 pub struct ServiceContext {
-    /// The server's config.
-    pub config: zrpc::RpcServerConf,
+    /// The loaded config: `config.server` is the server's, the other fields the service's own.
+    pub config: Config,
 }
 
 impl ServiceContext {
     /// Builds the context from the loaded config.
-    pub fn new(config: zrpc::RpcServerConf) -> Self {
+    pub fn new(config: Config) -> Self {
         Self { config }
     }
 }
@@ -150,18 +218,20 @@ pub(crate) fn test_rs(
 use std::sync::Arc;
 use std::time::Duration;
 
-use {ident}::{{pb, server, svc::ServiceContext}};
+use {ident}::{{config::Config, pb, server, svc::ServiceContext}};
 
 #[tokio::test]
 async fn serves_and_answers_a_call() -> Result<(), Box<dyn std::error::Error>> {{
-    // Shutdown without go-zero's pause for registries (WrapUpTime, 1s by default): nothing
-    // discovers this test server.
+    // etc/{name}.yaml as the binary loads it (a key Config does not know fails here), served with
+    // a test's server keys: nothing discovers a test server, so no etcd registration and no
+    // go-zero pause for registries at shutdown (WrapUpTime, 1s by default).
+    let mut config = Config::load(concat!(env!("CARGO_MANIFEST_DIR"), "/etc/{name}.yaml"))?;
     let shutdown = zrpc::ShutdownConf::new(Duration::ZERO, Duration::from_secs(2));
-    let conf = zrpc::RpcServerConf::new("{name}.rpc", "127.0.0.1:0").with_shutdown(shutdown);
+    config.server = zrpc::RpcServerConf::new("{name}.rpc", "127.0.0.1:0").with_shutdown(shutdown);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let ctx = Arc::new(ServiceContext::new(conf.clone()));
-    let server = server::add_services(zrpc::server(conf)?, ctx);
+    let ctx = Arc::new(ServiceContext::new(config.clone()));
+    let server = server::add_services(zrpc::server(config.server)?, ctx);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let serving = tokio::spawn(server.serve_with_listener(listener, async {{
         let _ = stopped.await;

@@ -1,8 +1,10 @@
 //! A newcomer's first hour with zrpcctl, scripted: `zrpcctl new` on a proto with two services
 //! sharing an RPC name, RPCs named after Rust keywords, an import of another package and
 //! well-known types; one RPC implemented; RPCs added (one more service with the implemented
-//! RPC's name) and `zrpcctl proto` run; then the crate builds, is `cargo fmt` clean after every
-//! step, and answers the implemented RPC with its implementation.
+//! RPC's name) and `zrpcctl proto` run; a key of the service's own added to its config next to
+//! zrpc's (go-zero's `DataSource`); then the crate builds, is `cargo fmt` clean after every
+//! step, answers the implemented RPC with its implementation, and its binary and tests load the
+//! config with the service's key.
 //!
 //! The crate builds `--offline` against this checkout with the workspace's lock file and target
 //! dir, so only the scaffold itself is compiled. Where that cannot work (no protoc, no rustfmt,
@@ -139,6 +141,19 @@ fn newcomer_scaffold_survives_proto_changes() {
     )
     .unwrap();
 
+    // The service gets a key of its own next to zrpc's, as in a go-zero config: the field the
+    // generated config.rs shows commented out, and the key in the YAML.
+    let config_rs = krate.join("src/config.rs");
+    let example = "    // pub data_source: String,\n";
+    let config_text = std::fs::read_to_string(&config_rs).unwrap();
+    assert!(config_text.contains(example), "{config_text}");
+    let config_text = config_text.replace(example, "    pub data_source: String,\n");
+    std::fs::write(&config_rs, &config_text).unwrap();
+    let yaml = krate.join("etc/shop.yaml");
+    let yaml_text = std::fs::read_to_string(&yaml).unwrap()
+        + "DataSource: root:secret@tcp(127.0.0.1:3306)/shop\n";
+    std::fs::write(&yaml, &yaml_text).unwrap();
+
     // 3. RPCs added: one to InventoryService, and a service whose RPCs are named like the
     //    implemented `Get` and the shared `Ping`. Then `zrpcctl proto`.
     let proto = krate.join("proto/shop.proto");
@@ -152,6 +167,12 @@ fn newcomer_scaffold_survives_proto_changes() {
     let log = zrpcctl_ok(&["proto", "proto/shop.proto"], &krate);
     assert!(!log.contains("no longer in the proto"), "{log}");
     assert_eq!(std::fs::read_to_string(&get).unwrap(), mine, "{log}");
+    assert_eq!(
+        std::fs::read_to_string(&config_rs).unwrap(),
+        config_text,
+        "{log}"
+    );
+    assert_eq!(std::fs::read_to_string(&yaml).unwrap(), yaml_text, "{log}");
     assert_eq!(module_of(&krate, "InventoryService.Get"), "get", "{log}");
     assert_eq!(module_of(&krate, "ReportService.Get"), "report_service_get");
     assert_eq!(
@@ -184,6 +205,27 @@ fn newcomer_scaffold_survives_proto_changes() {
         "{log}"
     );
     fmt_check(&krate, "after building");
+
+    // 5. The binary loads its config through the same Config: a misspelt service key is refused
+    //    with the key it meant, before anything is served.
+    let bad = krate.join("etc/typo.yaml");
+    std::fs::write(&bad, yaml_text.replace("DataSource:", "DataSorce:")).unwrap();
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let out = Command::new(target.join("debug/shop"))
+        .args(["-f", "etc/typo.yaml"])
+        .current_dir(&krate)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let log = text(&out);
+    assert!(!out.status.success(), "{log}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("DataSorce") && stderr.contains("DataSource"),
+        "{log}"
+    );
     println!(
         "zrpcctl new + proto + fmt checks: {scaffold_time:?}; cargo test of the scaffold (build + run): {:?}",
         started.elapsed()

@@ -6,7 +6,7 @@
 //!
 //! | file | written by `new` | rewritten by `proto` |
 //! |---|---|---|
-//! | `Cargo.toml`, `build.rs`, `Dockerfile`, `etc/<name>.yaml`, `src/main.rs`, `src/lib.rs`, `src/svc.rs`, `tests/<name>.rs` | yes | never |
+//! | `Cargo.toml`, `build.rs`, `Dockerfile`, `etc/<name>.yaml`, `src/main.rs`, `src/lib.rs`, `src/config.rs`, `src/svc.rs`, `tests/<name>.rs` | yes | never |
 //! | `proto/<file>.proto` and the files it imports (copies) | yes | when they changed |
 //! | `src/server.rs`, `src/pb.rs`, `src/logic/mod.rs` (generated glue) | yes | yes |
 //! | `src/logic/<rpc>.rs` (your code) | yes | only created when missing |
@@ -99,6 +99,7 @@ pub(crate) fn new(
         ),
         ("src/main.rs", templates::main_rs(name, &ident)),
         ("src/lib.rs", templates::lib_rs(name, &proto_name)),
+        ("src/config.rs", templates::config_rs(name)),
         ("src/svc.rs", templates::svc_rs()),
         (&format!("tests/{ident}.rs") as &str, test),
     ];

@@ -42,6 +42,22 @@ fn regeneration_keeps_user_logic_and_adds_new_rpcs() {
     let (root, _) = new(tmp.path(), "calc", None, &[], &Source::Published("0.1")).unwrap();
     let ping = root.join("src/logic/ping.rs");
     std::fs::write(&ping, "// mine\n").unwrap();
+    // The files `new` writes once are the user's: config, context, entry point, crate root.
+    let mine = [
+        "src/config.rs",
+        "src/svc.rs",
+        "src/main.rs",
+        "src/lib.rs",
+        "etc/calc.yaml",
+    ];
+    let before: Vec<String> = mine
+        .iter()
+        .map(|f| std::fs::read_to_string(root.join(f)).unwrap())
+        .collect();
+    let config = root.join("src/config.rs");
+    let edited = before[0].replace("// pub data_source: String,", "pub data_source: String,");
+    assert_ne!(edited, before[0], "no commented service key in config.rs");
+    std::fs::write(&config, &edited).unwrap();
     let proto = root.join("proto/calc.proto");
     let text = std::fs::read_to_string(&proto).unwrap().replace(
         "rpc Ping(Request) returns (Response);",
@@ -51,6 +67,10 @@ fn regeneration_keeps_user_logic_and_adds_new_rpcs() {
     let report = regenerate(&root, &proto, &[]).unwrap();
     assert_eq!(std::fs::read_to_string(&ping).unwrap(), "// mine\n");
     assert!(report.kept.contains(&ping));
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), edited);
+    for (f, text) in mine.iter().zip(&before).skip(1) {
+        assert_eq!(&std::fs::read_to_string(root.join(f)).unwrap(), text, "{f}");
+    }
     let watch = std::fs::read_to_string(root.join("src/logic/watch.rs")).unwrap();
     assert!(watch.contains("BoxStream<pb::Response>"), "{watch}");
     let server = std::fs::read_to_string(root.join("src/server.rs")).unwrap();
