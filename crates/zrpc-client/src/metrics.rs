@@ -5,6 +5,14 @@
 //! - `rpc_client_requests_duration_ms{method}`, buckets 1, 2, 5, ..., 5000 ms;
 //! - `rpc_client_requests_code_total{method,code}`, numeric code.
 //!
+//! go-zero records unary calls only (its client stream interceptors record no metrics), so
+//! streaming calls go to zrpc's own families, named as the server's: `rpc_client_streams_duration_ms{method}`
+//! (the stream's lifetime) and `rpc_client_streams_code_total{method,code}`. A call is a stream
+//! when its method is declared streaming ([`declare_streaming_methods`]; health `Watch` and
+//! reflection are known): tonic's generated client sends the four kinds alike (same path, same
+//! `GrpcMethod` extension, a request body of one message or many with no size hint), so the
+//! method's kind is known only from its proto, as on the server.
+//!
 //! zrpc addition, per call: `rpc_client_dropped_total{method,reason}`, calls failed locally
 //! without being sent: `reason="breaker"` (the client breaker rejected it) or
 //! `reason="no_endpoint"` (no endpoint to send it to: an empty set, or none found by the resolver
@@ -17,10 +25,11 @@
 //! `rpc_client_endpoint_success{target,endpoint}` (EWMA success score 0..1000) and
 //! `rpc_client_endpoint_down{target,endpoint}` (1 while in transport-failure back-off).
 
+use std::collections::HashSet;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
@@ -49,6 +58,10 @@ pub struct ClientMetrics {
     /// `rpc_client_dropped_total{method,reason}` (zrpc addition): calls failed locally, never
     /// sent; `reason` is [`DropReason::as_str`].
     pub dropped_total: IntCounterVec,
+    /// `rpc_client_streams_duration_ms{method}` (zrpc addition): a streaming call's lifetime.
+    pub stream_duration_ms: HistogramVec,
+    /// `rpc_client_streams_code_total{method,code}` (zrpc addition).
+    pub stream_code_total: IntCounterVec,
 }
 
 /// Why a call was failed locally, without being sent (the `reason` label of
@@ -103,15 +116,76 @@ impl ClientMetrics {
             ),
             &["method", "reason"],
         )?;
+        let stream_duration_ms = HistogramVec::new(
+            HistogramOpts::new(
+                "rpc_client_streams_duration_ms",
+                "rpc client streams duration(ms) (zrpc; go-zero records no streams).",
+            )
+            .buckets(DURATION_BUCKETS_MS.to_vec()),
+            &["method"],
+        )?;
+        let stream_code_total = IntCounterVec::new(
+            Opts::new(
+                "rpc_client_streams_code_total",
+                "rpc client streams code count (zrpc; go-zero records no streams).",
+            ),
+            &["method", "code"],
+        )?;
         registry.register(Box::new(duration_ms.clone()))?;
         registry.register(Box::new(code_total.clone()))?;
         registry.register(Box::new(dropped_total.clone()))?;
+        registry.register(Box::new(stream_duration_ms.clone()))?;
+        registry.register(Box::new(stream_code_total.clone()))?;
         Ok(ClientMetrics {
             duration_ms,
             code_total,
             dropped_total,
+            stream_duration_ms,
+            stream_code_total,
         })
     }
+}
+
+/// The streaming methods of the health and reflection services (what zrpc's server serves).
+const INFRA_STREAMS: [&str; 3] = [
+    "/grpc.health.v1.Health/Watch",
+    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+];
+
+fn streaming() -> &'static RwLock<HashSet<Box<str>>> {
+    static STREAMING: OnceLock<RwLock<HashSet<Box<str>>>> = OnceLock::new();
+    STREAMING.get_or_init(|| RwLock::new(INFRA_STREAMS.iter().map(|m| Box::from(*m)).collect()))
+}
+
+/// Declares streaming methods (`/pkg.Service/Method`: server-, client- or bidi-streaming), so
+/// that every client of this process records their calls in `rpc_client_streams_*` rather than
+/// go-zero's unary families (the server's `Server::streaming_method`, for the client side).
+///
+/// Process-wide, since a method's kind is a property of its proto. Declare before the first
+/// call: a client resolves a method's families on its first call of it and keeps them. Health
+/// `Watch` and reflection are known without a declaration.
+///
+/// # Examples
+///
+/// ```
+/// zrpc_client::metrics::declare_streaming_methods(["/greeter.Greeter/SayHelloStream"]);
+/// assert!(zrpc_client::metrics::is_streaming_method("/greeter.Greeter/SayHelloStream"));
+/// ```
+pub fn declare_streaming_methods<I, S>(methods: I)
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    let mut set = streaming().write();
+    set.extend(methods.into_iter().map(|m| m.into().into_boxed_str()));
+}
+
+/// Whether `full_method` is a declared (or built-in) streaming method. Read once per method and
+/// client, on the method's first call.
+#[must_use]
+pub fn is_streaming_method(full_method: &str) -> bool {
+    streaming().read().contains(full_method)
 }
 
 /// The client metric families in the global registry, registered on first use (go-zero's

@@ -90,6 +90,7 @@ async fn client_blocking_dial_succeeds_with_a_live_server() {
 #[tokio::test]
 async fn client_streams_are_accounted_when_done_or_dropped() {
     let server = Backend::start("s", Duration::ZERO);
+    declare_streams();
     let client = Client::new(RpcClientConf::direct([server.endpoint()]))
         .await
         .unwrap();
@@ -124,6 +125,69 @@ async fn client_streams_are_accounted_when_done_or_dropped() {
     assert_eq!(client.endpoints()[0].inflight, 1);
     drop(stream);
     assert_eq!(client.endpoints()[0].inflight, 0);
+}
+
+#[tokio::test]
+async fn client_server_streams_are_counted_in_the_stream_family_not_the_unary_one() {
+    let server = Backend::start("s", Duration::ZERO);
+    declare_streams();
+    let client = Client::new(RpcClientConf::direct([server.endpoint()]))
+        .await
+        .unwrap();
+    let mut greeter = GreeterClient::new(client);
+    let stream_method = zrpc_tests::greeter::SAY_HELLO_STREAM;
+    let stream_codes = || {
+        zrpc_client::metrics::client_metrics()
+            .stream_code_total
+            .with_label_values(&[stream_method, "0"])
+            .get()
+    };
+    let before = stream_codes();
+    let mut stream = greeter
+        .say_hello_stream(HelloStreamRequest {
+            name: "x".into(),
+            count: 3,
+            interval_ms: 1,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    while stream.message().await.unwrap().is_some() {}
+    greeter
+        .say_hello(HelloRequest { name: "u".into() })
+        .await
+        .unwrap();
+    assert_eq!(stream_codes(), before + 1, "one stream, code 0");
+
+    let families = zrpc_client::metrics::registry().gather();
+    let has_series = |family: &str, method: &str| {
+        families
+            .iter()
+            .filter(|f| f.name() == family)
+            .flat_map(|f| f.get_metric())
+            .any(|m| {
+                m.get_label()
+                    .iter()
+                    .any(|l| l.name() == "method" && l.value() == method)
+            })
+    };
+    assert!(has_series("rpc_client_streams_duration_ms", stream_method));
+    assert!(!has_series("rpc_client_requests_code_total", stream_method));
+    assert!(!has_series(
+        "rpc_client_requests_duration_ms",
+        stream_method
+    ));
+    // the unary call stays in go-zero's families
+    let unary = "/greeter.Greeter/SayHello";
+    assert!(has_series("rpc_client_requests_code_total", unary));
+    assert!(!has_series("rpc_client_streams_code_total", unary));
+}
+
+/// Declares the greeter's server-streaming method to the client metrics, before any call of it
+/// in this binary (each test calling it declares first), so the families never depend on the
+/// order tests run in.
+fn declare_streams() {
+    zrpc_client::metrics::declare_streaming_methods([zrpc_tests::greeter::SAY_HELLO_STREAM]);
 }
 
 #[tokio::test]

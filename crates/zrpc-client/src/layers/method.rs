@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwap;
-use prometheus::{Histogram, IntCounter};
+use prometheus::{Histogram, IntCounter, IntCounterVec};
 use zrpc_core::breaker::{BreakerRegistry, GoogleBreaker};
 
 use crate::metrics::{ClientMetrics, DropReason};
@@ -30,10 +30,13 @@ pub(crate) struct MethodState {
 }
 
 /// The metric handles of one method: the histogram child and one counter child per code, each
-/// looked up in prometheus's label map once.
+/// looked up in prometheus's label map once, in go-zero's unary families or, for a streaming
+/// method, in `rpc_client_streams_*`.
 #[derive(Debug)]
 pub(crate) struct MethodMetrics {
     families: ClientMetrics,
+    /// `code_total` or `stream_code_total`, by the method's kind.
+    code_total: IntCounterVec,
     duration_ms: Histogram,
     codes: [OnceLock<IntCounter>; 17],
     /// `rpc_client_dropped_total` children, by [`DropReason`] (breaker, no endpoint).
@@ -42,8 +45,14 @@ pub(crate) struct MethodMetrics {
 
 impl MethodMetrics {
     fn new(families: &ClientMetrics, path: &str) -> Self {
+        let (duration_ms, code_total) = if crate::metrics::is_streaming_method(path) {
+            (&families.stream_duration_ms, &families.stream_code_total)
+        } else {
+            (&families.duration_ms, &families.code_total)
+        };
         MethodMetrics {
-            duration_ms: families.duration_ms.with_label_values(&[path]),
+            duration_ms: duration_ms.with_label_values(&[path]),
+            code_total: code_total.clone(),
             families: families.clone(),
             codes: Default::default(),
             dropped: Default::default(),
@@ -75,7 +84,7 @@ impl MethodMetrics {
             .filter(|&i| i < self.codes.len())
             .unwrap_or(2);
         self.codes[i]
-            .get_or_init(|| self.families.code_total.with_label_values(&[path, label]))
+            .get_or_init(|| self.code_total.with_label_values(&[path, label]))
             .inc();
     }
 }

@@ -15,7 +15,8 @@
 //! - duration: failed calls at error level, successes slower than 500 ms at warn
 //!   ([`super::duration`]);
 //! - metrics: `rpc_client_requests_duration_ms{method}` and
-//!   `rpc_client_requests_code_total{method,code}` ([`crate::metrics`]);
+//!   `rpc_client_requests_code_total{method,code}` for unary calls, `rpc_client_streams_*` for
+//!   methods declared streaming, chosen once per method ([`crate::metrics`]);
 //! - breaker: one Google-SRE breaker per target and method; an open breaker fails the call locally
 //!   with `Unavailable "circuit breaker is open"`, which the outer recorders see ([`super::breaker`]).
 
@@ -435,6 +436,42 @@ mod tests {
         let stats = breaker.stats(Instant::now().max(t0));
         assert_eq!(stats.total, 4, "{stats:?}");
         assert_eq!(stats.accepts, 2, "{stats:?}");
+    }
+
+    #[tokio::test]
+    async fn streaming_methods_are_recorded_in_the_stream_families_only() {
+        let registry = prometheus::Registry::new();
+        let metrics = ClientMetrics::register(&registry).unwrap();
+        crate::metrics::declare_streaming_methods(["/observe.S/Stream"]);
+        let layer = ObserveLayer::builder("direct:///x:1")
+            .metrics(Some(metrics.clone()))
+            .build();
+        let mut svc = layer.layer(tower::service_fn(|_req: http::Request<Body>| async {
+            Ok::<_, BoxError>(trailed("0"))
+        }));
+        for path in ["/observe.S/Stream", "/observe.S/Unary"] {
+            let req = http::Request::builder()
+                .uri(path)
+                .body(Body::empty())
+                .unwrap();
+            let resp = svc.ready().await.unwrap().call(req).await.unwrap();
+            resp.into_body().collect().await.unwrap();
+        }
+        let codes =
+            |vec: &prometheus::IntCounterVec, path: &str| vec.with_label_values(&[path, "0"]).get();
+        assert_eq!(codes(&metrics.stream_code_total, "/observe.S/Stream"), 1);
+        assert_eq!(codes(&metrics.code_total, "/observe.S/Stream"), 0);
+        assert_eq!(codes(&metrics.code_total, "/observe.S/Unary"), 1);
+        assert_eq!(codes(&metrics.stream_code_total, "/observe.S/Unary"), 0);
+        let samples = |vec: &prometheus::HistogramVec, path: &str| {
+            vec.with_label_values(&[path]).get_sample_count()
+        };
+        assert_eq!(samples(&metrics.stream_duration_ms, "/observe.S/Stream"), 1);
+        assert_eq!(samples(&metrics.duration_ms, "/observe.S/Stream"), 0);
+        // health Watch is known without a declaration
+        assert!(crate::metrics::is_streaming_method(
+            "/grpc.health.v1.Health/Watch"
+        ));
     }
 
     #[tokio::test]
