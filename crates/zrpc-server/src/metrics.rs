@@ -13,6 +13,10 @@
 //! lifetime in `rpc_server_requests_duration_ms` would skew the latency a mixed Go/Rust fleet's
 //! dashboards compare.
 //!
+//! On Linux the registry also holds the standard process metrics (`process_cpu_seconds_total`,
+//! `process_resident_memory_bytes`, `process_open_fds`, `process_start_time_seconds`, ...), read
+//! at scrape time ([`process`](self) module docs say why not prometheus's `process` feature).
+//!
 //! Several servers in one process share these families (go-zero does the same). The
 //! DevServer's `/metrics` serves this registry plus `prometheus::default_registry()`, so
 //! metrics registered there (by the client crate or by users) show up too.
@@ -21,15 +25,25 @@ use std::sync::OnceLock;
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 
+#[cfg(target_os = "linux")]
+mod process;
+
 /// go-zero's duration buckets, in milliseconds.
 pub const DURATION_BUCKETS_MS: [f64; 12] = [
     1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2000.0, 5000.0,
 ];
 
-/// The process-wide zrpc registry.
+/// The process-wide zrpc registry (with the process metrics on Linux).
 pub fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
-    REGISTRY.get_or_init(Registry::new)
+    REGISTRY.get_or_init(|| {
+        let registry = Registry::new();
+        #[cfg(target_os = "linux")]
+        if let Err(e) = registry.register(Box::new(process::ProcessCollector::new())) {
+            tracing::error!(target: "zrpc::metrics", "cannot register process metrics: {e}");
+        }
+        registry
+    })
 }
 
 /// The server metric families.
