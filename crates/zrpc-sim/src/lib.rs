@@ -14,12 +14,14 @@
 //!
 //! `cargo run --release -p zrpc-sim -- table` prints the comparison table of `docs/balancing.md`;
 //! `-- shed` runs the real `AdaptiveShedder` in front of a simulated CPU-bound server under a 2x
-//! step overload ([`simulate_overload`]).
+//! step overload ([`simulate_overload`]); `-- retries` compares no retries, gRFC A6 retries and
+//! retries under zrpc's retry budget when servers fail ([`simulate_retries`]).
 
 mod breaker;
 mod engine;
 mod model;
 mod policy;
+pub mod retries;
 mod rng;
 mod shed;
 pub mod table;
@@ -28,4 +30,7 @@ pub use breaker::{BreakerReport, BreakerRules, simulate_outage};
 pub use engine::run;
 pub use model::{Load, Report, Scenario, ServerSpec, Window};
 pub use policy::Policy;
+pub use retries::{
+    FlakyServer, RetryClient, RetryReport, RetryScenario, retries_markdown, simulate_retries,
+};
 pub use shed::{Overload, ShedReport, shed_markdown, simulate_overload};

@@ -1,5 +1,6 @@
 //! `zrpc-sim table`: prints the comparison tables of `docs/balancing.md`;
-//! `zrpc-sim shed`: the adaptive shedder under a 2x step overload (`docs/middleware.md`).
+//! `zrpc-sim shed`: the adaptive shedder under a 2x step overload (`docs/middleware.md`);
+//! `zrpc-sim retries`: retry storms with and without a retry budget (`docs/retries.md`).
 
 use std::time::Instant;
 
@@ -16,8 +17,13 @@ fn main() {
             print!("{}", zrpc_sim::shed_markdown());
             eprintln!("simulated in {:.1} s", t.elapsed().as_secs_f64());
         }
+        "retries" => {
+            let t = Instant::now();
+            print!("{}", zrpc_sim::retries_markdown());
+            eprintln!("simulated in {:.1} s", t.elapsed().as_secs_f64());
+        }
         other => {
-            eprintln!("zrpc-sim: unknown command {other:?}; usage: zrpc-sim [table|shed]");
+            eprintln!("zrpc-sim: unknown command {other:?}; usage: zrpc-sim [table|shed|retries]");
             std::process::exit(2);
         }
     }
