@@ -2,7 +2,7 @@
 //!
 //! goctl's rpc commands for zrpc:
 //!
-//! - `zrpcctl new <name> [--proto file.proto] [-I dir] [--zrpc-path <checkout>]`: a ready crate
+//! - `zrpcctl new <name> [--proto file.proto] [-I dir] [--zrpc-path <checkout> | --crates-io]`: a ready crate
 //!   (Cargo.toml, build.rs, the proto and copies of the files it imports, `etc/<name>.yaml`,
 //!   src/main.rs, one logic module per RPC that answers Unimplemented until written, a test that
 //!   serves and calls it, a Dockerfile);
@@ -61,9 +61,13 @@ enum Command {
             value_name = "DIR"
         )]
         includes: Vec<PathBuf>,
-        /// Depend on a local zrpc checkout (its root) by path instead of crates.io.
+        /// Depend on a local zrpc checkout (its root) by path instead of zrpc's git repository.
         #[arg(long, value_name = "CHECKOUT_ROOT")]
         zrpc_path: Option<PathBuf>,
+        /// Depend on zrpc from crates.io, at this zrpcctl's version (resolves once zrpc is
+        /// published there; until then the default, zrpc's git repository, is the one that works).
+        #[arg(long, conflicts_with = "zrpc_path")]
+        crates_io: bool,
         /// Where to create the crate (default: the current directory).
         #[arg(long, default_value = ".")]
         dir: PathBuf,
@@ -157,11 +161,13 @@ fn run(cli: Cli) -> Result<()> {
             proto,
             includes,
             zrpc_path,
+            crates_io,
             dir,
         } => {
-            let source = match zrpc_path {
-                Some(p) => scaffold::Source::Path(p),
-                None => scaffold::Source::Published(env!("CARGO_PKG_VERSION")),
+            let source = match (zrpc_path, crates_io) {
+                (Some(p), _) => scaffold::Source::Path(p),
+                (None, true) => scaffold::Source::Published(env!("CARGO_PKG_VERSION")),
+                (None, false) => scaffold::Source::Git(env!("CARGO_PKG_REPOSITORY")),
             };
             let (root, report) = scaffold::new(&dir, &name, proto.as_deref(), &includes, &source)?;
             println!("created {}", root.display());

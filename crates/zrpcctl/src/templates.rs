@@ -61,7 +61,8 @@ pub(crate) fn etc_yaml(name: &str) -> String {
 
 pub(crate) fn dockerfile(name: &str, proto: &str) -> String {
     format!(
-        "# Builds with the published zrpc crates (a --zrpc-path checkout is outside the build context).\n\
+        "# Builds with zrpc from git or crates.io (a --zrpc-path checkout is outside the build\n\
+         # context: point the zrpc dependencies in Cargo.toml at git before building this image).\n\
          FROM rust:1-bookworm AS build\n\
          RUN apt-get update && apt-get install -y --no-install-recommends protobuf-compiler \\\n    \
          && rm -rf /var/lib/apt/lists/*\n\

@@ -35,6 +35,8 @@ use crate::{Result, fail};
 /// Where the zrpc crates come from.
 #[derive(Debug, Clone)]
 pub(crate) enum Source {
+    /// The git repository at this URL (the default until zrpc is on crates.io).
+    Git(&'static str),
     /// crates.io, at this version.
     Published(&'static str),
     /// A local checkout (its root directory).
@@ -275,6 +277,10 @@ fn check_name(name: &str) -> Result<()> {
 /// The `[dependencies]` and `[build-dependencies]` lines for zrpc.
 fn dependencies(source: &Source) -> Result<(String, String)> {
     match source {
+        Source::Git(url) => Ok((
+            format!("zrpc = {{ package = \"zrpc-rs\", git = \"{url}\" }}"),
+            format!("zrpc-build = {{ git = \"{url}\" }}"),
+        )),
         Source::Published(version) => Ok((
             format!("zrpc = {{ package = \"zrpc-rs\", version = \"{version}\" }}"),
             format!("zrpc-build = \"{version}\""),

@@ -542,3 +542,31 @@ fn an_inline_pb_from_an_older_zrpcctl_is_kept_unless_imports_need_the_tree() {
     let e = regenerate(&root, &proto, &[]).unwrap_err().to_string();
     assert!(e.contains("pub mod pb;"), "{e}");
 }
+
+#[test]
+fn the_default_dependency_is_the_git_line_the_readme_gives() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = env!("CARGO_PKG_REPOSITORY");
+    let (root, _) = new(tmp.path(), "calc", None, &[], &Source::Git(url)).unwrap();
+    let toml = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let lines = [
+        format!("zrpc = {{ package = \"zrpc-rs\", git = \"{url}\" }}"),
+        format!("zrpc-build = {{ git = \"{url}\" }}"),
+    ];
+    for line in &lines {
+        assert!(toml.contains(line), "{line} not in\n{toml}");
+    }
+    // The README of the repository (absent from a packaged crate) tells users the same lines.
+    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
+    if let Ok(readme) = std::fs::read_to_string(readme) {
+        for line in &lines {
+            assert!(readme.contains(line), "the README does not give {line}");
+        }
+    }
+    let published = new(tmp.path(), "pub", None, &[], &Source::Published("0.1.0")).unwrap();
+    let toml = std::fs::read_to_string(published.0.join("Cargo.toml")).unwrap();
+    assert!(
+        toml.contains("zrpc = { package = \"zrpc-rs\", version = \"0.1.0\" }"),
+        "{toml}"
+    );
+}
