@@ -127,3 +127,105 @@ async fn the_health_watch_stream_is_recorded_as_a_stream() {
     assert_eq!(series("rpc_server_requests_duration_ms", WATCH), 0);
     srv.shutdown().await.expect("clean shutdown");
 }
+
+/// docs/metrics.md's table: family name -> type column.
+fn documented_families() -> std::collections::HashMap<&'static str, &'static str> {
+    include_str!("../../../docs/metrics.md")
+        .lines()
+        .filter_map(|l| {
+            let mut cells = l.strip_prefix("| `")?.split(" | ");
+            let name = cells.next()?.strip_suffix('`')?;
+            Some((name, cells.next()?.trim()))
+        })
+        .collect()
+}
+
+/// Family names given to metric constructors in `crates/*/src`: the string literals that are
+/// a whole `rpc_*` or `process_*` name. Catches the collectors registered lazily (connection
+/// cuts on the first cut, shedder gauges only with a shedder, retry counters), which a scrape
+/// of one test server does not show.
+fn families_in_sources() -> Vec<(String, String)> {
+    fn walk(dir: &std::path::Path, out: &mut Vec<(String, String)>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                for literal in text.split('"').skip(1).step_by(2) {
+                    let is_name = (literal.starts_with("rpc_") || literal.starts_with("process_"))
+                        && literal.bytes().all(|b| b.is_ascii_lowercase() || b == b'_');
+                    if is_name {
+                        out.push((literal.to_owned(), path.display().to_string()));
+                    }
+                }
+            }
+        }
+    }
+    let crates = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates");
+    let mut out = Vec::new();
+    for krate in std::fs::read_dir(&crates).unwrap().flatten() {
+        // the benchmark harness reads other processes' metrics; it exports none
+        if krate.file_name() != "zrpc-bench" {
+            walk(&krate.path().join("src"), &mut out);
+        }
+    }
+    out
+}
+
+/// Every family zrpc exports is a row of docs/metrics.md, with its type: those a server, its
+/// DevServer and a zrpc client show on `/metrics` after a call, and every family name in the
+/// crates' sources.
+#[tokio::test]
+async fn every_metric_family_is_in_the_docs_table() {
+    let documented = documented_families();
+    assert!(documented.len() > 20, "table parsed: {documented:?}");
+
+    let conf = test_conf("metrics-doc.rpc").with_dev_server(DevServerConf::new("127.0.0.1", 0));
+    let srv = start_server(conf, TestGreeter::new()).await;
+    let dev = srv.handle.dev_server_addr().expect("dev server runs");
+    let client = zrpc_client::Client::new(zrpc_client::conf::RpcClientConf::direct([srv
+        .addr
+        .to_string()]))
+    .await
+    .unwrap();
+    // kept alive while scraping: the endpoint gauges are those of live clients
+    zrpc_tests::pb::greeter_client::GreeterClient::new(client.clone())
+        .say_hello(HelloRequest { name: "doc".into() })
+        .await
+        .unwrap();
+    let (status, text) = http_get(dev, "/metrics").await.unwrap();
+    assert_eq!(status, 200);
+    let mut scraped = 0;
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        let (name, kind) = rest.split_once(' ').unwrap();
+        scraped += 1;
+        assert_eq!(
+            documented.get(name).copied(),
+            Some(kind),
+            "{name} ({kind}) is served on /metrics: add it to docs/metrics.md"
+        );
+    }
+    for family in [
+        "rpc_server_requests_code_total",
+        "rpc_client_requests_code_total",
+        "rpc_client_endpoint_lag_ms",
+    ] {
+        assert!(text.contains(&format!("# TYPE {family} ")), "{family}");
+    }
+    #[cfg(target_os = "linux")]
+    assert!(text.contains("# TYPE process_resident_memory_bytes gauge"));
+    assert!(scraped >= 5, "{text}");
+
+    for (name, file) in families_in_sources() {
+        assert!(
+            documented.contains_key(name.as_str()),
+            "{name} (in {file}) is missing from docs/metrics.md"
+        );
+    }
+    drop(client);
+    srv.shutdown().await.expect("clean shutdown");
+}
