@@ -30,6 +30,7 @@ use crate::layers::timeout::{Bound, TimeoutLayer};
 use crate::layers::{ObserveLayer, Response, code_of_error};
 use crate::metrics::ClientMetrics;
 use crate::resolver::{self, Target};
+use crate::retry::Retries;
 
 /// How long `NonBlock: false` waits for a usable endpoint (go-zero's dial timeout).
 pub(crate) const BLOCKING_DIAL_TIMEOUT: Duration = Duration::from_secs(3);
@@ -58,6 +59,8 @@ pub struct Client {
     observe: Option<ObserveLayer>,
     timeout: Option<TimeoutLayer>,
     credentials: Option<CredentialsLayer>,
+    /// Retry and hedging policies (`MethodConfig`), `None` without any.
+    retries: Option<Arc<Retries>>,
     balancer: Balancer,
     target: Arc<str>,
     /// Keeps the resolver running.
@@ -211,6 +214,14 @@ impl Client {
             None
         };
         let m = &conf.middlewares;
+        let breakers = m.breaker.then(|| {
+            handles
+                .breakers
+                .clone()
+                .unwrap_or_else(BreakerRegistry::shared)
+        });
+        let retries =
+            Retries::new(&conf, target_name.clone(), breakers.clone(), m.prometheus).map(Arc::new);
         let observe = (m.trace || m.duration || m.prometheus || m.breaker).then(|| {
             ObserveLayer::builder(&target_name)
                 .trace(m.trace)
@@ -221,12 +232,7 @@ impl Client {
                         .clone()
                         .unwrap_or_else(|| crate::metrics::client_metrics().clone())
                 }))
-                .breakers(m.breaker.then(|| {
-                    handles
-                        .breakers
-                        .clone()
-                        .unwrap_or_else(BreakerRegistry::shared)
-                }))
+                .breakers(breakers)
                 .build()
         });
         let client = Client {
@@ -236,6 +242,7 @@ impl Client {
                 .timeout
                 .then(|| TimeoutLayer::new(conf.timeout_duration()).enforced_below()),
             credentials,
+            retries,
             balancer,
             target: target_name,
             _resolution: resolution.guard,
@@ -460,7 +467,8 @@ impl tower::Service<http::Request<Body>> for Client {
     }
 
     /// go-zero's chain in one step, stage by stage (outer to inner): observe (its span, the
-    /// breaker), timeout, credentials, then the balancer's pick and first attempt. The stages
+    /// breaker), timeout, credentials, then the balancer's pick and first attempt, or, for a
+    /// method with a retry or hedging policy, its attempts under the retry budget. The stages
     /// exist as tower layers too ([`crate::layers`]); composed here they share the call's start
     /// instant and its deadline without request extensions, and its final status is read once,
     /// for the endpoint and the recorders together.
@@ -492,12 +500,21 @@ impl tower::Service<http::Request<Body>> for Client {
         if let Some(c) = &self.credentials {
             c.apply(&mut req);
         }
-        let call = match outcome.get().and_then(Outcome::span) {
-            Some(span) => {
-                let _enter = span.enter();
-                self.balancer.start(req, deadline, timeout, start)
+        let policy = self.retries.as_ref().and_then(|r| {
+            r.deposit(start);
+            r.policy(req.uri().path()).map(|p| (Arc::clone(r), p))
+        });
+        let call = {
+            let _enter = outcome
+                .get()
+                .and_then(Outcome::span)
+                .map(tracing::Span::enter);
+            match policy {
+                None => self.balancer.start(req, deadline, timeout, start),
+                Some((retries, policy)) => self
+                    .balancer
+                    .start_with_policy(req, deadline, timeout, retries, policy),
             }
-            None => self.balancer.start(req, deadline, timeout, start),
         };
         ResponseFuture {
             state: State::Called {

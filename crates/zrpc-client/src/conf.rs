@@ -11,6 +11,12 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use zrpc_core::conf::{ConfError, EtcdConf, Validate, duration};
 
 pub use crate::tls::ClientTlsConf;
+pub use retry::{
+    HedgingPolicyConf, MAX_POLICY_ATTEMPTS, MethodConf, MethodName, RetryBudgetConf,
+    RetryPolicyConf, StatusCodes,
+};
+
+mod retry;
 
 /// The client config (go-zero `zrpc.RpcClientConf`).
 ///
@@ -46,6 +52,13 @@ pub struct RpcClientConf {
     /// zrpc addition: settings of the `p2c_ewma` balancer (`P2c` block, optional).
     #[serde(skip_serializing_if = "P2cConf::is_default")]
     pub p2c: P2cConf,
+    /// zrpc addition: retry or hedging policies per method (`MethodConfig`; none by default:
+    /// only requests that never reached a server are sent again).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub method_config: Vec<MethodConf>,
+    /// zrpc addition: the cap on the retries and hedges of all calls (`RetryBudget`).
+    #[serde(skip_serializing_if = "RetryBudgetConf::is_default")]
+    pub retry_budget: RetryBudgetConf,
 }
 
 impl Default for RpcClientConf {
@@ -63,6 +76,8 @@ impl Default for RpcClientConf {
             balancer_name: BalancerName::default(),
             tls: None,
             p2c: P2cConf::default(),
+            method_config: Vec::new(),
+            retry_budget: RetryBudgetConf::default(),
         }
     }
 }
@@ -105,6 +120,20 @@ impl RpcClientConf {
             target: target.into(),
             ..RpcClientConf::default()
         }
+    }
+
+    /// Adds a `MethodConfig` entry: `policy` for the methods `names` (default: none).
+    #[must_use]
+    pub fn with_method_config(mut self, entry: MethodConf) -> Self {
+        self.method_config.push(entry);
+        self
+    }
+
+    /// Sets `RetryBudget` (default: 0.1 retries per call plus 10 per second, over 10 s).
+    #[must_use]
+    pub fn with_retry_budget(mut self, budget: RetryBudgetConf) -> Self {
+        self.retry_budget = budget;
+        self
     }
 
     /// Sets `App` and `Token` (default: none).
@@ -206,6 +235,8 @@ impl Validate for RpcClientConf {
             t.validate()?;
         }
         self.p2c.validate()?;
+        retry::validate_methods(&self.method_config)?;
+        self.retry_budget.validate()?;
         for (i, e) in self.endpoints.iter().enumerate() {
             if e.trim().is_empty() || e.contains(',') {
                 return Err(ConfError::invalid(

@@ -14,6 +14,7 @@ mod error;
 pub mod layers;
 pub mod metrics;
 pub mod resolver;
+mod retry;
 mod tls;
 
 pub use client::{Client, ClientHandles, EndpointInfo, ResponseFuture};

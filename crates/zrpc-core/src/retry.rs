@@ -71,7 +71,11 @@ impl RetryBudget {
             .unwrap_or(u64::MAX)
             .max(1);
         RetryBudget {
-            ratio: if ratio.is_finite() { ratio.max(0.0) } else { 0.0 },
+            ratio: if ratio.is_finite() {
+                ratio.max(0.0)
+            } else {
+                0.0
+            },
             floor: f64::from(min_per_sec) * window.as_secs_f64(),
             slot_nanos,
             slots: Default::default(),
@@ -187,7 +191,11 @@ impl Pushback {
         let Some(value) = headers.get(PUSHBACK_HEADER) else {
             return Pushback::None;
         };
-        match value.to_str().ok().and_then(|v| v.trim().parse::<i64>().ok()) {
+        match value
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<i64>().ok())
+        {
             Some(ms) if ms >= 0 => Pushback::After(Duration::from_millis(ms.unsigned_abs())),
             _ => Pushback::Stop,
         }

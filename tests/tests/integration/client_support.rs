@@ -20,8 +20,17 @@ struct State {
     id: String,
     delay_us: AtomicU64,
     fail: AtomicI32,
+    /// With `fail` set: fail this many calls per thousand, spread as at random (0 = all).
+    fail_per_mille: AtomicU64,
+    /// Stall one call in this many (0 = none) for `stall_ms`.
+    stall_every: AtomicU64,
+    stall_ms: AtomicU64,
+    /// `grpc-retry-pushback-ms` sent with failures (empty = none).
+    pushback: Mutex<String>,
     hits: AtomicU64,
     last_metadata: Mutex<Option<(String, String)>>,
+    /// `grpc-previous-rpc-attempts` of the calls, by value (index 0 = absent).
+    previous_attempts: [AtomicU64; 6],
 }
 
 #[derive(Debug, Clone)]
@@ -31,8 +40,13 @@ struct Svc(Arc<State>);
 impl Greeter for Svc {
     async fn say_hello(&self, req: Request<HelloRequest>) -> Result<Response<HelloReply>, Status> {
         let s = &self.0;
-        s.hits.fetch_add(1, Ordering::SeqCst);
+        let index = s.hits.fetch_add(1, Ordering::SeqCst);
         let md = req.metadata();
+        let previous = md
+            .get("grpc-previous-rpc-attempts")
+            .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+            .map_or(0, |n| (n + 1).min(5));
+        s.previous_attempts[previous].fetch_add(1, Ordering::SeqCst);
         let get = |k: &str| {
             md.get(k)
                 .and_then(|v| v.to_str().ok())
@@ -40,13 +54,27 @@ impl Greeter for Svc {
                 .to_owned()
         };
         *s.last_metadata.lock().unwrap() = Some((get("app"), get("token")));
-        let delay = Duration::from_micros(s.delay_us.load(Ordering::SeqCst));
+        let mut delay = Duration::from_micros(s.delay_us.load(Ordering::SeqCst));
+        let stall_every = s.stall_every.load(Ordering::SeqCst);
+        if stall_every != 0 && index % stall_every == stall_every - 1 {
+            delay += Duration::from_millis(s.stall_ms.load(Ordering::SeqCst));
+        }
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
         let fail = s.fail.load(Ordering::SeqCst);
-        if fail != 0 {
-            return Err(Status::new(Code::from_i32(fail), "failed on purpose"));
+        let per_mille = s.fail_per_mille.load(Ordering::SeqCst);
+        // Knuth's multiplicative hash of the call's index: deterministic, spread like a coin
+        let drawn = index.wrapping_mul(2_654_435_761) % 1000;
+        if fail != 0 && (per_mille == 0 || drawn < per_mille) {
+            let mut status = Status::new(Code::from_i32(fail), "failed on purpose");
+            let pushback = s.pushback.lock().unwrap().clone();
+            if !pushback.is_empty() {
+                status
+                    .metadata_mut()
+                    .insert("grpc-retry-pushback-ms", pushback.parse().unwrap());
+            }
+            return Err(status);
         }
         Ok(Response::new(HelloReply {
             message: format!("{} {}", s.id, req.into_inner().name),
@@ -158,6 +186,30 @@ impl Backend {
     /// Makes every call fail with `code` (0 = succeed again).
     pub(crate) fn set_failure(&self, code: Code) {
         self.state.fail.store(code as i32, Ordering::SeqCst);
+    }
+
+    /// Makes `per_mille` calls in a thousand fail with `code`, spread as at random (0 = all).
+    pub(crate) fn set_failure_share(&self, code: Code, per_mille: u64) {
+        self.state.fail_per_mille.store(per_mille, Ordering::SeqCst);
+        self.set_failure(code);
+    }
+
+    /// Stalls one call in `every` for `stall` more.
+    pub(crate) fn set_stall(&self, every: u64, stall: Duration) {
+        self.state
+            .stall_ms
+            .store(stall.as_millis() as u64, Ordering::SeqCst);
+        self.state.stall_every.store(every, Ordering::SeqCst);
+    }
+
+    /// Sends `grpc-retry-pushback-ms: <ms>` with each failure.
+    pub(crate) fn set_pushback(&self, ms: &str) {
+        *self.state.pushback.lock().unwrap() = ms.to_owned();
+    }
+
+    /// Calls that came with `grpc-previous-rpc-attempts: n` (`None`: without the header).
+    pub(crate) fn calls_after(&self, n: Option<usize>) -> u64 {
+        self.state.previous_attempts[n.map_or(0, |n| n + 1)].load(Ordering::SeqCst)
     }
 
     /// The `app`/`token` metadata of the last call.

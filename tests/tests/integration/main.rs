@@ -4,6 +4,7 @@ mod client_breaker;
 mod client_calls;
 mod client_errors;
 mod client_failover;
+mod client_retry;
 mod client_support;
 mod config;
 mod discovery;

@@ -8,7 +8,7 @@
 
 pub(crate) mod endpoint;
 mod p2c;
-mod replay;
+pub(crate) mod replay;
 mod rng;
 mod round_robin;
 pub(crate) mod service;

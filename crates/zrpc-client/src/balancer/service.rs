@@ -249,7 +249,7 @@ impl Shared {
     /// Waits for the first endpoint set. Fails at once with the resolver's problem when it
     /// reports one (grpc-go fails the calls of a channel in TRANSIENT_FAILURE the same way),
     /// and at the call's deadline with what is known, so the caller learns why.
-    async fn wait_first_set(
+    pub(crate) async fn wait_first_set(
         &self,
         deadline: Option<std::time::Instant>,
     ) -> Result<(), tonic::Status> {
@@ -327,6 +327,59 @@ impl Shared {
             attempt,
             replay,
         })
+    }
+
+    /// Starts one attempt of a call under a retry or hedging policy (`crate::retry`): picked
+    /// among the endpoints not in `avoid` (among all when that leaves none), with the
+    /// transparent retry of any call. `first`: the call's first attempt (see [`Endpoint::send`]).
+    pub(crate) fn start_avoiding(
+        self: &Arc<Self>,
+        req: http::Request<Body>,
+        deadline: Option<Instant>,
+        timeout: Option<Duration>,
+        avoid: &[Arc<Endpoint>],
+        first: bool,
+    ) -> Result<(Arc<Endpoint>, Call), tonic::Status> {
+        let set = self.set.load();
+        if set.is_empty() {
+            return Err(self.no_endpoint());
+        }
+        let rest: Vec<Arc<Endpoint>>;
+        let pool: &[Arc<Endpoint>] = if avoid.is_empty() {
+            &set
+        } else {
+            rest = set
+                .iter()
+                .filter(|e| !avoid.iter().any(|a| Arc::ptr_eq(a, e)))
+                .cloned()
+                .collect();
+            if rest.is_empty() { &set } else { &rest }
+        };
+        let (req, replay) = if set.len() > 1 {
+            replay::prepare(req)?
+        } else {
+            (req, None)
+        };
+        let clock = self.p2c.clock();
+        let start = clock.nanos(Instant::now());
+        let ep = self.pick(pool, start).ok_or_else(|| self.no_endpoint())?;
+        let attempt =
+            Arc::clone(&ep).send((clock, start), deadline, timeout, req, &self.target, first);
+        let call = Call {
+            state: State::First {
+                attempt,
+                retry: replay.map(|replay| {
+                    Box::new(Retry {
+                        shared: Arc::clone(self),
+                        endpoint: Arc::clone(&ep),
+                        replay,
+                        deadline,
+                        timeout,
+                    })
+                }),
+            },
+        };
+        Ok((ep, call))
     }
 
     /// Transparent retry: the request never reached a server, so it can go elsewhere, at most
@@ -466,6 +519,31 @@ impl Balancer {
             },
         };
         Call { state }
+    }
+}
+
+impl Balancer {
+    /// Starts a call of a method with a retry or hedging policy (`crate::retry`): boxed, its
+    /// attempts picked and sent by [`Shared::start_avoiding`].
+    pub(crate) fn start_with_policy(
+        &self,
+        req: http::Request<Body>,
+        deadline: Option<Instant>,
+        timeout: Option<Duration>,
+        retries: Arc<crate::retry::Retries>,
+        policy: Arc<crate::retry::Policy>,
+    ) -> Call {
+        let fut = crate::retry::call(
+            Arc::clone(&self.shared),
+            retries,
+            policy,
+            req,
+            deadline,
+            timeout,
+        );
+        Call {
+            state: State::Boxed { fut: Box::pin(fut) },
+        }
     }
 }
 

@@ -1,0 +1,292 @@
+//! Retries and hedging under the retry budget, against real servers: what a policy recovers,
+//! what the budget caps, and what is never retried.
+#![allow(clippy::unwrap_used)]
+
+use std::time::{Duration, Instant};
+
+use tonic::Code;
+use zrpc_client::Client;
+use zrpc_client::conf::{
+    HedgingPolicyConf, MethodConf, MethodName, RetryBudgetConf, RetryPolicyConf, RpcClientConf,
+};
+use zrpc_tests::pb::HelloRequest;
+use zrpc_tests::pb::greeter_client::GreeterClient;
+
+use crate::client_support::Backend;
+
+const GREETER: &str = "greeter.Greeter";
+
+/// `calls` calls from `workers` concurrent callers: (ok, failed, latencies of every call).
+async fn run(client: &Client, calls: usize, workers: usize) -> (usize, usize, Vec<Duration>) {
+    let per = calls / workers;
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let mut greeter = GreeterClient::new(client.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut out = Vec::with_capacity(per);
+            for i in 0..per {
+                let start = Instant::now();
+                let r = greeter
+                    .say_hello(HelloRequest {
+                        name: format!("{w}-{i}"),
+                    })
+                    .await;
+                out.push((r.is_ok(), start.elapsed()));
+            }
+            out
+        }));
+    }
+    let mut ok = 0;
+    let mut failed = 0;
+    let mut lat = Vec::new();
+    for t in tasks {
+        for (good, d) in t.await.unwrap() {
+            if good {
+                ok += 1;
+            } else {
+                failed += 1;
+            }
+            lat.push(d);
+        }
+    }
+    (ok, failed, lat)
+}
+
+fn p99(mut lat: Vec<Duration>) -> Duration {
+    lat.sort();
+    lat[(lat.len() * 99 / 100).min(lat.len() - 1)]
+}
+
+fn greeter_retry(policy: RetryPolicyConf) -> MethodConf {
+    MethodConf::retry([MethodName::new(GREETER, "")], policy)
+}
+
+/// A client of `backends` without its breaker (these tests count what reaches the servers; an
+/// open breaker would keep calls from them and hide what the retries do).
+fn direct(backends: &[&Backend]) -> RpcClientConf {
+    let mut conf = RpcClientConf::direct(backends.iter().map(|b| b.endpoint()));
+    conf.middlewares.breaker = false;
+    conf
+}
+
+fn retry_conf(backends: &[&Backend], policy: RetryPolicyConf, ratio: f64) -> RpcClientConf {
+    direct(backends)
+        .with_method_config(greeter_retry(policy))
+        .with_retry_budget(RetryBudgetConf::new(ratio, 10, Duration::from_secs(10)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_policy_hides_a_server_failing_a_third_of_its_calls() {
+    let a = Backend::start("a", Duration::ZERO);
+    let b = Backend::start("b", Duration::ZERO);
+    let c = Backend::start("c", Duration::ZERO);
+    c.set_failure_share(Code::Unavailable, 300);
+    const CALLS: usize = 3000;
+
+    let plain = Client::new(direct(&[&a, &b, &c])).await.unwrap();
+    let (ok, failed, _) = run(&plain, CALLS, 6).await;
+    let plain_share = ok as f64 / CALLS as f64;
+    println!("without a policy: {ok} ok, {failed} failed ({plain_share:.4})");
+    assert!(failed > 0, "the failing server took no call");
+
+    let hits_before = a.hits() + b.hits() + c.hits();
+    let client = Client::new(retry_conf(
+        &[&a, &b, &c],
+        RetryPolicyConf::default().with_max_attempts(3),
+        0.2,
+    ))
+    .await
+    .unwrap();
+    let (ok, failed, _) = run(&client, CALLS, 6).await;
+    let sent = a.hits() + b.hits() + c.hits() - hits_before;
+    let share = ok as f64 / CALLS as f64;
+    let extra = sent as f64 / CALLS as f64 - 1.0;
+    println!(
+        "with a retry policy: {ok} ok, {failed} failed ({share:.4}); {sent} requests, {extra:.3} extra per call"
+    );
+    assert!(share >= 0.999, "{share}");
+    // extra requests within the budget: 20% of the calls plus 10/s over the window
+    assert!(
+        (sent as f64) <= CALLS as f64 * 1.2 + 100.0,
+        "{sent} requests for {CALLS} calls"
+    );
+    // retries carry the attempt count and went elsewhere: the failing server saw each call once
+    assert!(a.calls_after(Some(1)) + b.calls_after(Some(1)) > 0);
+    assert_eq!(
+        c.calls_after(Some(1)) + c.calls_after(Some(2)),
+        0,
+        "a retry went back to the server that failed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_budget_caps_retries_when_every_server_fails() {
+    let servers: Vec<Backend> = ["a", "b", "c"]
+        .iter()
+        .map(|id| Backend::start(id, Duration::ZERO))
+        .collect();
+    for s in &servers {
+        s.set_failure(Code::Unavailable);
+    }
+    let refs: Vec<&Backend> = servers.iter().collect();
+    let policy = RetryPolicyConf::default()
+        .with_max_attempts(5)
+        .with_backoff(Duration::from_millis(1), Duration::from_millis(2));
+    let client = Client::new(retry_conf(&refs, policy, 0.1)).await.unwrap();
+    const CALLS: usize = 2000;
+    let (ok, _, _) = run(&client, CALLS, 4).await;
+    let sent: u64 = servers.iter().map(Backend::hits).sum();
+    let per_call = sent as f64 / CALLS as f64;
+    println!("every server failing: {sent} requests for {CALLS} calls ({per_call:.3} per call)");
+    assert_eq!(ok, 0);
+    // 1 + ratio, plus the floor of 10/s over the 10 s window (100 retries)
+    assert!(
+        sent as f64 <= CALLS as f64 * 1.1 + 100.0,
+        "{per_call} requests per call: a retry storm"
+    );
+    assert!(
+        sent > CALLS as u64,
+        "no retry at all: the budget's floor allows some"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_policy_a_sent_call_is_never_sent_again() {
+    let a = Backend::start("a", Duration::ZERO);
+    let b = Backend::start("b", Duration::ZERO);
+    a.set_failure(Code::Unavailable);
+    b.set_failure(Code::Unavailable);
+    // a policy for another method only
+    let conf = direct(&[&a, &b]).with_method_config(MethodConf::retry(
+        [MethodName::new(GREETER, "SayHelloStream")],
+        RetryPolicyConf::default(),
+    ));
+    let client = Client::new(conf).await.unwrap();
+    let (ok, failed, _) = run(&client, 200, 2).await;
+    assert_eq!((ok, failed), (0, 200));
+    assert_eq!(
+        a.hits() + b.hits(),
+        200,
+        "a call without a policy was retried"
+    );
+    // and a client without any MethodConfig
+    let client = Client::new(direct(&[&a, &b])).await.unwrap();
+    run(&client, 100, 1).await;
+    assert_eq!(a.hits() + b.hits(), 300);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_never_cross_the_callers_deadline() {
+    let a = Backend::start("a", Duration::from_millis(120));
+    let b = Backend::start("b", Duration::from_millis(120));
+    a.set_failure(Code::Unavailable);
+    b.set_failure(Code::Unavailable);
+    let policy = RetryPolicyConf::default()
+        .with_max_attempts(5)
+        .with_backoff(Duration::from_millis(10), Duration::from_millis(20));
+    let conf = retry_conf(&[&a, &b], policy, 1.0).with_timeout(Duration::from_millis(300));
+    let client = Client::new(conf).await.unwrap();
+    let mut greeter = GreeterClient::new(client);
+    for _ in 0..5 {
+        let start = Instant::now();
+        let err = greeter
+            .say_hello(HelloRequest { name: "x".into() })
+            .await
+            .unwrap_err();
+        let took = start.elapsed();
+        // the servers' own expiry of what is left says Cancelled (tonic's server does)
+        assert!(
+            matches!(
+                err.code(),
+                Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled
+            ),
+            "{err:?}"
+        );
+        assert!(
+            took < Duration::from_millis(300 + 100),
+            "the call took {took:?} with a 300 ms timeout"
+        );
+    }
+    // each attempt takes 120 ms: at most three fit in 300 ms, never five
+    let sent = a.hits() + b.hits();
+    assert!(sent <= 15, "{sent} attempts for 5 calls");
+    assert!(sent >= 10, "{sent} attempts: the policy did not retry");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_negative_pushback_stops_retries_and_a_positive_one_delays_them() {
+    let a = Backend::start("a", Duration::ZERO);
+    let b = Backend::start("b", Duration::ZERO);
+    for s in [&a, &b] {
+        s.set_failure(Code::Unavailable);
+        s.set_pushback("-1");
+    }
+    let conf = retry_conf(&[&a, &b], RetryPolicyConf::default(), 1.0);
+    let client = Client::new(conf).await.unwrap();
+    let mut greeter = GreeterClient::new(client);
+    for _ in 0..10 {
+        greeter
+            .say_hello(HelloRequest { name: "x".into() })
+            .await
+            .unwrap_err();
+    }
+    assert_eq!(a.hits() + b.hits(), 10, "a server's stop was not honoured");
+
+    for s in [&a, &b] {
+        s.set_pushback("150");
+    }
+    let start = Instant::now();
+    greeter
+        .say_hello(HelloRequest { name: "x".into() })
+        .await
+        .unwrap_err();
+    // three attempts, two waits of 150 ms (the policy's own back-off is at most 100 ms)
+    assert_eq!(a.hits() + b.hits(), 13);
+    assert!(start.elapsed() >= Duration::from_millis(300));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hedging_cuts_the_tail_of_a_stalling_server_for_few_extra_requests() {
+    let a = Backend::start("a", Duration::ZERO);
+    let b = Backend::start("b", Duration::ZERO);
+    let c = Backend::start("c", Duration::ZERO);
+    // one call in 100 of one server in three stalls for 200 ms
+    c.set_stall(100, Duration::from_millis(200));
+    const CALLS: usize = 4000;
+    let slow = |lat: &[Duration]| {
+        lat.iter()
+            .filter(|d| **d >= Duration::from_millis(190))
+            .count()
+    };
+
+    let plain = Client::new(direct(&[&a, &b, &c])).await.unwrap();
+    let (_, failed, lat) = run(&plain, CALLS, 4).await;
+    assert_eq!(failed, 0);
+    let (plain_slow, plain_p99) = (slow(&lat), p99(lat));
+
+    let hits_before = a.hits() + b.hits() + c.hits();
+    let conf = direct(&[&a, &b, &c])
+        .with_method_config(MethodConf::hedging(
+            [MethodName::new(GREETER, "SayHello")],
+            HedgingPolicyConf::default()
+                .with_max_attempts(2)
+                .with_delay(Duration::from_millis(20)),
+        ))
+        .with_retry_budget(RetryBudgetConf::new(0.1, 10, Duration::from_secs(10)));
+    let hedged = Client::new(conf).await.unwrap();
+    let (_, failed, lat) = run(&hedged, CALLS, 4).await;
+    assert_eq!(failed, 0);
+    let (hedged_slow, hedged_p99) = (slow(&lat), p99(lat));
+    let sent = a.hits() + b.hits() + c.hits() - hits_before;
+    let extra = sent as f64 / CALLS as f64 - 1.0;
+    println!(
+        "without hedging: {plain_slow} calls of {CALLS} took >= 190 ms, p99 {plain_p99:?}; \
+         hedged at 20 ms: {hedged_slow}, p99 {hedged_p99:?}; {extra:.4} extra requests per call"
+    );
+    assert!(plain_slow >= 3, "the stalls did not reach the callers");
+    assert!(
+        hedged_slow * 4 <= plain_slow,
+        "hedging left the stalls to the callers: {hedged_slow} slow calls"
+    );
+    assert!(extra <= 0.05, "{extra} extra requests per call");
+}
