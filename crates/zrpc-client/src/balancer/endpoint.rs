@@ -266,6 +266,87 @@ impl Endpoint {
     }
 }
 
+/// How long an out-of-band probe waits for its answer.
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// The pause after a probe that got no answer: doubling from the first to the second.
+const PROBE_PAUSES: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(1));
+/// The probe: gRPC's health check of the whole server (`service: ""`), an empty message.
+const PROBE_PATH: &str = "/grpc.health.v1.Health/Check";
+
+impl Endpoint {
+    /// A call ran into its deadline here: the endpoint turns suspect (no user call goes to it
+    /// while another endpoint is usable) until an out-of-band probe is answered. A deadline
+    /// says nothing of why: a server that froze, a lost network path, or only a slow call; the
+    /// probe, not the next user call, finds out which.
+    fn suspect(self: &Arc<Self>) {
+        if !self.stats.suspect() {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                tracing::debug!(endpoint = %self.addr, "a call ran into its deadline: probing the endpoint out of band");
+                rt.spawn(probe_until_answered(Arc::downgrade(self)));
+            }
+            // no runtime to probe from (a body dropped outside one): usable again at once
+            Err(_) => self.stats.clear_suspect(),
+        }
+    }
+
+    /// Sends the probe on the endpoint's channel: true when the server answered anything (a
+    /// server without the health service answers `Unimplemented`, which is an answer).
+    async fn probe(&self) -> bool {
+        let mut req = http::Request::new(Body::new(http_body_util::Full::new(
+            bytes::Bytes::from_static(&[0, 0, 0, 0, 0]),
+        )));
+        *req.method_mut() = http::Method::POST;
+        *req.uri_mut() = http::Uri::from_static(PROBE_PATH);
+        let headers = req.headers_mut();
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/grpc"),
+        );
+        headers.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
+        tower::ServiceExt::oneshot(self.channel.clone(), req)
+            .await
+            .is_ok()
+    }
+}
+
+/// Probes a suspect endpoint until it answers (or is dropped): one probe at a time, each given
+/// [`PROBE_TIMEOUT`], paused 100 ms doubling to 1 s between them. A probe that timed out while
+/// no byte came in on any connection of the endpoint found connections that carry nothing: they
+/// are closed, so that the calls stuck on them fail now (and a retry policy can send them
+/// elsewhere) rather than at their deadlines, and the next probe connects anew.
+async fn probe_until_answered(endpoint: std::sync::Weak<Endpoint>) {
+    let mut pause = PROBE_PAUSES.0;
+    loop {
+        let Some(ep) = endpoint.upgrade() else {
+            return;
+        };
+        let reads = ep.wire.reads();
+        match tokio::time::timeout(PROBE_TIMEOUT, ep.probe()).await {
+            Ok(true) => {
+                tracing::debug!(endpoint = %ep.addr, "probe answered: the endpoint is usable again");
+                ep.stats.clear_suspect();
+                return;
+            }
+            // a connection error: the next probe connects again
+            Ok(false) => {}
+            Err(_elapsed) => {
+                if ep.wire.reads() == reads {
+                    let closed = ep.wire.close_all();
+                    if closed > 0 {
+                        tracing::warn!(endpoint = %ep.addr, "no answer and no byte for {PROBE_TIMEOUT:?}: closed {closed} connection(s)");
+                    }
+                }
+            }
+        }
+        drop(ep);
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(PROBE_PAUSES.1);
+    }
+}
+
 /// At most this many idle channel clones per endpoint. A `Channel` is a `tower::buffer::Buffer`:
 /// each clone allocates (its `PollSender` boxes a reusable future) and the first `poll_ready` of a
 /// clone allocates again, while the response future of `call` owns nothing of the clone. So a call
@@ -474,6 +555,9 @@ impl Done {
         endpoint
             .stats
             .on_done_limited(self.start, self.clock.nanos(now), c, &endpoint.ejection);
+        if c == code::DEADLINE_EXCEEDED {
+            endpoint.suspect();
+        }
     }
 }
 

@@ -140,7 +140,7 @@ impl P2cPicker {
                 i
             }
         };
-        set[chosen].as_ref().on_pick();
+        set[chosen].as_ref().on_pick_at(now);
         Some(chosen)
     }
 }

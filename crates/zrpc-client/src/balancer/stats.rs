@@ -153,6 +153,11 @@ pub struct EndpointStats {
     pub(crate) probe_at: AtomicU64,
     /// v2: a re-probe is in flight; its sample replaces the stale latency.
     pub(crate) reprobe: AtomicBool,
+    /// Time (ns) of the pick that found nothing in flight: the start of the current busy period.
+    busy_from: AtomicU64,
+    /// A call ran into its deadline here: unusable until an out-of-band probe gets an answer
+    /// (the endpoint's probe task clears it), so that no user call is spent finding out.
+    suspect: AtomicBool,
 }
 
 impl Default for EndpointStats {
@@ -182,6 +187,8 @@ impl EndpointStats {
             probe_k: AtomicU32::new(0),
             probe_at: AtomicU64::new(0),
             reprobe: AtomicBool::new(false),
+            busy_from: AtomicU64::new(0),
+            suspect: AtomicBool::new(false),
         }
     }
 
@@ -237,11 +244,30 @@ impl EndpointStats {
         self.probing.load(Ordering::Relaxed)
     }
 
-    /// In transport-failure back-off at `now` (ns).
+    /// In transport-failure back-off at `now` (ns), or suspect (see [`EndpointStats::suspect`]).
     #[inline]
     #[must_use]
     pub fn is_down(&self, now: u64) -> bool {
-        now < self.down_until.load(Ordering::Relaxed)
+        now < self.down_until.load(Ordering::Relaxed) || self.is_suspect()
+    }
+
+    /// Suspect: a call ran into its deadline here, and no out-of-band probe has been answered
+    /// since. Counted as down: chosen only when every endpoint is down.
+    #[inline]
+    #[must_use]
+    pub fn is_suspect(&self) -> bool {
+        self.suspect.load(Ordering::Relaxed)
+    }
+
+    /// Marks the endpoint suspect; true when it was not already (its caller starts the probe).
+    pub(crate) fn suspect(&self) -> bool {
+        !self.suspect.swap(true, Ordering::Relaxed)
+    }
+
+    /// An out-of-band probe was answered: usable again, its next call a probe (one at a time).
+    pub(crate) fn clear_suspect(&self) {
+        self.probing.store(true, Ordering::Relaxed);
+        self.suspect.store(false, Ordering::Relaxed);
     }
 
     /// The back-off deadline (ns; 0 = up).
@@ -323,7 +349,17 @@ impl EndpointStats {
                 COST_PENALTY.saturating_add(inflight)
             };
         }
-        let lag_ns = self.lag_ns.load(Ordering::Relaxed);
+        let mut lag_ns = self.lag_ns.load(Ordering::Relaxed);
+        if inflight > 0 {
+            // Calls pending for longer than the latency estimate raise it (the "peak" of
+            // Finagle's and linkerd's PeakEwma looks at pending calls the same way): a server
+            // that stopped answering stops winning pairs within its normal latency rather than
+            // at its calls' deadlines, however many calls it holds.
+            let quiet = self
+                .last_done_nanos()
+                .max(self.busy_from.load(Ordering::Relaxed));
+            lag_ns = lag_ns.max(now.saturating_sub(quiet));
+        }
         lag_ns
             .saturating_add(1_000)
             .saturating_mul(inflight.saturating_add(1))
@@ -345,6 +381,17 @@ impl EndpointStats {
     #[inline]
     pub fn on_pick(&self) {
         self.inflight.fetch_add(1, Ordering::Relaxed);
+        let r = self.requests.load(Ordering::Relaxed);
+        self.requests.store(r + 1, Ordering::Relaxed);
+    }
+
+    /// [`EndpointStats::on_pick`] at `now` (ns): a pick that finds nothing in flight starts a busy
+    /// period, from which the v2 cost counts how long the endpoint has not answered.
+    #[inline]
+    pub fn on_pick_at(&self, now: u64) {
+        if self.inflight.fetch_add(1, Ordering::Relaxed) == 0 {
+            self.busy_from.store(now, Ordering::Relaxed);
+        }
         let r = self.requests.load(Ordering::Relaxed);
         self.requests.store(r + 1, Ordering::Relaxed);
     }

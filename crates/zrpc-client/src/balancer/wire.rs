@@ -61,6 +61,12 @@ pub(crate) struct Wire {
     /// The first bytes the server sent on the latest plaintext connection that got any were a
     /// TLS record (see [`Wire::answered_tls`]).
     tls_answer: AtomicBool,
+    /// Reads that returned bytes, on every connection: a probe that waited while this stood
+    /// still saw a connection that carries nothing (see [`Wire::reads`]).
+    reads: AtomicU64,
+    /// A descriptor of each established connection, to close it ([`Wire::close_all`]).
+    sockets: parking_lot::Mutex<Vec<(u64, std::net::TcpStream)>>,
+    next_id: AtomicU64,
 }
 
 /// The state of a [`Wire`] when a request was handed to the connection.
@@ -118,6 +124,22 @@ impl Wire {
     /// connection is watched for it: under TLS every server sends TLS records.
     pub(crate) fn answered_tls(&self) -> bool {
         self.tls_answer.load(Ordering::Relaxed)
+    }
+
+    /// Reads that returned bytes so far, on every connection of the endpoint.
+    pub(crate) fn reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
+    }
+
+    /// Shuts every established connection down (both directions): their calls fail at once with
+    /// a connection error, and the channel connects anew for the next one. For a connection the
+    /// server stopped answering on (h2's keepalive would do the same after its PING timeout).
+    pub(crate) fn close_all(&self) -> usize {
+        let sockets = self.sockets.lock();
+        for (_, s) in sockets.iter() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        sockets.len()
     }
 
     /// True when a connection loss was observed after `mark` and nothing had been written on any
@@ -187,14 +209,18 @@ impl tower::Service<http::Uri> for Connector {
             // going through tokio's cached readiness
             let std = tcp.into_std()?;
             let peek = std.try_clone()?;
+            let closer = std.try_clone()?;
             let tcp = TcpStream::from_std(std)?;
             wire.live.fetch_add(1, Ordering::Relaxed);
+            let id = wire.next_id.fetch_add(1, Ordering::Relaxed);
+            wire.sockets.lock().push((id, closer));
             Ok(TokioIo::new(Watched {
                 tcp,
                 peek,
                 wire,
                 live: true,
                 sniff,
+                id,
             }))
         })
     }
@@ -210,11 +236,14 @@ pub(crate) struct Watched {
     live: bool,
     /// The first bytes read are still to be checked for a TLS record (plaintext only).
     sniff: bool,
+    /// Its entry in `wire.sockets`.
+    id: u64,
 }
 
 impl Drop for Watched {
     fn drop(&mut self) {
         self.not_live();
+        self.wire.sockets.lock().retain(|(id, _)| *id != self.id);
     }
 }
 
@@ -271,10 +300,13 @@ impl AsyncRead for Watched {
         let r = Pin::new(&mut this.tcp).poll_read(cx, buf);
         match &r {
             Poll::Ready(Ok(())) if room && buf.filled().len() == before => this.lost(),
-            Poll::Ready(Ok(())) if this.sniff && buf.filled().len() > before => {
-                this.sniff = false;
-                let tls = is_tls_record(&buf.filled()[before..]);
-                this.wire.tls_answer.store(tls, Ordering::Relaxed);
+            Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                this.wire.reads.fetch_add(1, Ordering::Relaxed);
+                if this.sniff {
+                    this.sniff = false;
+                    let tls = is_tls_record(&buf.filled()[before..]);
+                    this.wire.tls_answer.store(tls, Ordering::Relaxed);
+                }
             }
             Poll::Ready(Err(_)) => this.lost(),
             _ => {}

@@ -434,10 +434,38 @@ proptest::proptest! {
 // ---- v2 rules ----
 
 #[test]
+fn v2_an_endpoint_that_stopped_answering_loses_its_pairs_before_any_deadline() {
+    let t0 = Instant::now();
+    let s = set(2);
+    // the fast one (1 ms) took two calls at 1000 ms and has not answered for 300 ms since; the
+    // slower one (10 ms) answers and has five calls in flight
+    warm(&s[0], 1, 1000 * MS);
+    warm(&s[1], 10, 1299 * MS);
+    s[0].on_pick_at(1000 * MS);
+    s[0].on_pick_at(1000 * MS);
+    for _ in 0..5 {
+        s[1].on_pick_at(1299 * MS);
+    }
+    let v2 = P2cPicker::new(t0);
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    // 5 ms of silence: still the cheaper one (5 ms x 3 against 10 ms x 6)
+    assert_eq!(
+        v2.pick(&s, at(1005), &mut SmallRng::seed_from_u64(1)),
+        Some(0)
+    );
+    s[0].on_abandon();
+    // 300 ms of silence count as its latency: (300 ms x 3) against (10 ms x 6)
+    assert_eq!(
+        v2.pick(&s, at(1300), &mut SmallRng::seed_from_u64(1)),
+        Some(1)
+    );
+}
+
+#[test]
 fn v2_cost_is_linear_in_latency() {
     let t0 = Instant::now();
     let s = set(2);
-    warm(&s[0], 10, 100 * MS);
+    warm(&s[0], 10, 1000 * MS);
     warm(&s[1], 1000, 1000 * MS);
     // 20 calls in flight on the 10 ms endpoint: still cheaper than an idle 1000 ms one
     for _ in 0..20 {
