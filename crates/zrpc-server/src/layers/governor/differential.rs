@@ -1,0 +1,724 @@
+//! The fused [`Governor`] against the stages composed one by one as tower layers, in the
+//! server's order (`facts -> trace -> recover -> stat -> metrics -> auth -> breaker -> shedding
+//! -> timeout`, docs/middleware.md): the same scripted calls go through both, and after each
+//! one the answers, the metric samples, the breakers and the shedders are compared.
+//!
+//! Each form has its own breaker registry and shedder. The metric families are process-wide
+//! (`crate::metrics`), so each form calls its methods under a package of its own and the
+//! samples are compared with that package cut off.
+//!
+//! Where the forms differ, the test asserts the difference itself:
+//!
+//! - a panic in the handler's future or body: the code stat and metrics record (`Cancelled`
+//!   nested, `Internal` fused), on purpose (`Differs::PanicLater`);
+//! - a panic in the handler's `call`: nested, the records built before it are lost in the
+//!   unwinding (`Differs::PanicInCall`); the governor arms them first;
+//! - the clock: the nested breaker and shedding layers read std's, the governor tokio's (one
+//!   read for every stage). They are one clock in a server; under the paused clock of this
+//!   test they are not, so the breakers and shedders here are tuned not to depend on it, and
+//!   response times (the shedder's `min_rt`) are not compared.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::FutureExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
+use tower::util::BoxCloneService;
+use tower::{ServiceBuilder, ServiceExt};
+use zrpc_core::breaker::{BreakerConfig, BreakerStats};
+use zrpc_core::cpu::FixedCpu;
+use zrpc_core::grpc::status_message_from_headers;
+use zrpc_core::shedder::{AdaptiveShedder, ShedderConfig, ShedderStats};
+
+use super::*;
+use crate::layers::auth::StaticTokens;
+use crate::layers::test_util::{TestBody, capture_logs, response_with_code};
+use crate::layers::{FactsLayer, SheddingSettings, StreamingMethods, TimeoutSettings};
+
+type BoxBody = UnsyncBoxBody<Bytes, Infallible>;
+type Svc = BoxCloneService<Request<Body>, Response<BoxBody>, Infallible>;
+type Call = Pin<Box<dyn Future<Output = Result<Response<BoxBody>, Infallible>> + Send>>;
+
+/// What the handler does with a call (sent in the `x-do` header).
+#[derive(Debug, Clone, Copy)]
+enum Act {
+    /// Reads the request, answers this code.
+    Code(i32),
+    /// Answers this code without reading the request (the caller's failure, for the facts).
+    NoRead(i32),
+    /// Reads the request, then sleeps this long (ms) before answering OK.
+    Sleep(u64),
+    /// Panics in the service's `call`.
+    PanicCall,
+    /// Reads the request, then panics in the response future.
+    PanicFuture,
+    /// Answers with a body that panics when polled.
+    PanicBody,
+}
+
+impl Act {
+    fn header(self) -> String {
+        match self {
+            Act::Code(c) => format!("code:{c}"),
+            Act::NoRead(c) => format!("noread:{c}"),
+            Act::Sleep(ms) => format!("sleep:{ms}"),
+            Act::PanicCall => "panic-call".to_owned(),
+            Act::PanicFuture => "panic-future".to_owned(),
+            Act::PanicBody => "panic-body".to_owned(),
+        }
+    }
+
+    fn parse(s: &str) -> Self {
+        let (kind, n) = s.split_once(':').unwrap_or((s, "0"));
+        let n: i64 = n.parse().unwrap();
+        match kind {
+            "code" => Act::Code(n as i32),
+            "noread" => Act::NoRead(n as i32),
+            "sleep" => Act::Sleep(n as u64),
+            "panic-call" => Act::PanicCall,
+            "panic-future" => Act::PanicFuture,
+            "panic-body" => Act::PanicBody,
+            other => panic!("unknown act {other}"),
+        }
+    }
+}
+
+const OK: Act = Act::Code(code::OK);
+
+/// The `app`/`token` metadata a call carries.
+#[derive(Debug, Clone, Copy)]
+enum Creds {
+    Good,
+    Missing,
+    AppOnly,
+    BadToken,
+    UnknownApp,
+}
+
+/// The handler behind both forms, doing what each request's `x-do` says.
+fn handler()
+-> impl Service<Request<Body>, Response = Response<TestBody>, Error = Infallible, Future: Send>
++ Clone
++ Send
++ 'static {
+    tower::service_fn(|req: Request<Body>| {
+        let act = Act::parse(req.headers().get("x-do").unwrap().to_str().unwrap());
+        if let Act::PanicCall = act {
+            panic!("handler call exploded");
+        }
+        async move {
+            if !matches!(act, Act::NoRead(_) | Act::PanicBody) {
+                req.into_body().collect().await.unwrap();
+            }
+            Ok::<_, Infallible>(match act {
+                Act::Code(c) | Act::NoRead(c) => response_with_code(c),
+                Act::Sleep(ms) => {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    response_with_code(code::OK)
+                }
+                Act::PanicFuture => panic!("handler future exploded"),
+                Act::PanicBody => Response::new(TestBody::Panics),
+                Act::PanicCall => unreachable!(),
+            })
+        }
+    })
+}
+
+fn boxed<S, B>(svc: S) -> Svc
+where
+    S: Service<Request<Body>, Response = Response<B>, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body<Data = Bytes, Error = Infallible> + Send + 'static,
+{
+    BoxCloneService::new(svc.map_response(|r| r.map(|b| b.boxed_unsync())))
+}
+
+/// A breaker whose decisions need no random draw, so that two breakers seeded apart decide
+/// alike: the weight of accepts is negative, so the SRE ratio is >= 1 once one call was
+/// accepted (and <= 0 before, under the huge protection); with one bucket the working scale
+/// is 0 while that bucket holds no failure and 1 once it does. The breaker therefore opens at
+/// the first server failure after a success, and stays open (the window is an hour, the
+/// forced pass never comes).
+fn breaker_config() -> BreakerConfig {
+    let mut c = BreakerConfig::default();
+    c.window = Duration::from_secs(3600);
+    c.buckets = 1;
+    c.recovery = c.window;
+    c.k = -1e9;
+    c.min_k = -1e9;
+    c.protection = 1_000_000;
+    c.force_pass = c.window;
+    c
+}
+
+/// A shedder whose decisions do not depend on the clock (the forms' clocks differ, see
+/// `Form::clock`): the current bucket is never read and the window's other one stays empty
+/// during the test, so its flight bound is 1 call times the overload factor (0.1 at full CPU);
+/// `flying_beta` 0 makes the average in flight the count at the last finish, and no cool-off
+/// keeps it hot exactly while the CPU is.
+fn shedder_config() -> ShedderConfig {
+    let mut c = ShedderConfig::default();
+    c.window = Duration::from_secs(3600);
+    c.buckets = 2;
+    c.flying_beta = 0.0;
+    c.cool_off = Duration::ZERO;
+    c
+}
+
+const TIMEOUT: Duration = Duration::from_millis(100);
+
+/// One form: its service, its package and its own breakers and shedder.
+struct Form {
+    svc: Svc,
+    package: String,
+    breakers: Arc<BreakerRegistry>,
+    shedder: Arc<AdaptiveShedder>,
+    /// The clock its breaker and shedder are fed from: the layers read std's, the governor
+    /// tokio's (paused here).
+    clock: fn() -> std::time::Instant,
+}
+
+impl Form {
+    /// `fused`: the governor over the stages, else the layers nested.
+    fn new(fused: bool, test: &str, cpu: &Arc<FixedCpu>) -> Self {
+        let package = format!("/{}_{test}.Diff/", if fused { "fused" } else { "nested" });
+        let breakers = Arc::new(BreakerRegistry::new(breaker_config()));
+        let shedder = Arc::new(AdaptiveShedder::new(shedder_config(), cpu.clone()));
+        let streaming = StreamingMethods::new([format!("{package}Stream")]);
+        let store: Arc<dyn TokenStore> = Arc::new(StaticTokens::new([("app", "secret")]));
+        let stages = Stages {
+            facts: true,
+            trace: TraceLayer::new(true),
+            recover: RecoverLayer::new(true),
+            stat: StatLayer::new(StatSettings {
+                slow_threshold: Duration::from_millis(50),
+                ..StatSettings::default()
+            }),
+            metrics: MetricsLayer::new(true).streaming(streaming.clone()),
+            auth: AuthLayer::new(Some(store), true),
+            breaker: BreakerLayer::with_registry(true, breakers.clone()),
+            shedding: SheddingLayer::new(Some(SheddingSettings {
+                shedder: shedder.clone(),
+                streaming: streaming.clone(),
+            })),
+            timeout: TimeoutLayer::new(TimeoutSettings {
+                default: Some(TIMEOUT),
+                streaming,
+                ..TimeoutSettings::default()
+            }),
+        };
+        let (svc, clock): (Svc, fn() -> std::time::Instant) = if fused {
+            (boxed(GovernorLayer::new(&stages).layer(handler())), || {
+                tokio::time::Instant::now().into_std()
+            })
+        } else {
+            let Stages {
+                facts,
+                trace,
+                recover,
+                stat,
+                metrics,
+                auth,
+                breaker,
+                shedding,
+                timeout,
+            } = stages;
+            let nested = ServiceBuilder::new()
+                .layer(FactsLayer::new(facts))
+                .layer(trace)
+                .layer(recover)
+                .layer(stat)
+                .layer(metrics)
+                .layer(auth)
+                .layer(breaker)
+                .layer(shedding)
+                .layer(timeout)
+                .service(handler());
+            (boxed(nested), std::time::Instant::now)
+        };
+        Form {
+            svc,
+            package,
+            breakers,
+            shedder,
+            clock,
+        }
+    }
+
+    fn request(
+        &self,
+        method: &str,
+        creds: Creds,
+        act: Act,
+        grpc_timeout: Option<&str>,
+    ) -> Request<Body> {
+        let mut req = Request::builder()
+            .uri(format!("{}{method}", self.package))
+            .header("x-do", act.header());
+        let (app, token) = match creds {
+            Creds::Good => (Some("app"), Some("secret")),
+            Creds::Missing => (None, None),
+            Creds::AppOnly => (Some("app"), None),
+            Creds::BadToken => (Some("app"), Some("guess")),
+            Creds::UnknownApp => (Some("stranger"), Some("secret")),
+        };
+        if let Some(app) = app {
+            req = req.header("app", app);
+        }
+        if let Some(token) = token {
+            req = req.header("token", token);
+        }
+        if let Some(t) = grpc_timeout {
+            req = req.header("grpc-timeout", t);
+        }
+        // One (empty) gRPC message: read to its end, the request arrived whole.
+        let body = Full::new(Bytes::from_static(b"\0\0\0\0\0"));
+        req.body(Body::new(body)).unwrap()
+    }
+
+    /// Calls the service: the stages decide in `call`; the call is in flight until its
+    /// response body ends (see [`outcome`]).
+    fn call(&mut self, req: Request<Body>) -> Call {
+        let mut svc = self.svc.clone();
+        let ready = svc.ready().now_or_never().unwrap().unwrap();
+        ready.call(req)
+    }
+
+    /// The form's metric samples, its package cut from the method label.
+    fn samples(&self) -> BTreeMap<String, f64> {
+        crate::metrics::render()
+            .lines()
+            .filter(|l| !l.starts_with('#') && l.contains(&self.package))
+            .map(|l| {
+                let (key, value) = l.rsplit_once(' ').unwrap();
+                (key.replace(&self.package, "/"), value.parse().unwrap())
+            })
+            .collect()
+    }
+
+    fn breaker(&self, method: &str) -> Option<BreakerStats> {
+        self.breakers
+            .find(&format!("{}{method}", self.package))
+            .map(|b| b.stats((self.clock)()))
+    }
+
+    fn shedder(&self) -> ShedderStats {
+        self.shedder.stats((self.clock)())
+    }
+}
+
+/// A call's final status, once its body was read to its end (which fires every record).
+#[derive(Debug, PartialEq)]
+struct Outcome {
+    code: Option<i32>,
+    message: Option<String>,
+}
+
+async fn outcome(call: Call) -> Outcome {
+    let resp = call.await.unwrap();
+    let head = Outcome {
+        code: status_from_headers(resp.headers()),
+        message: status_message_from_headers(resp.headers()),
+    };
+    let collected = resp.into_body().collect().await.unwrap();
+    if head.code.is_some() {
+        return head;
+    }
+    let trailers = collected.trailers().unwrap();
+    Outcome {
+        code: status_from_headers(trailers),
+        message: status_message_from_headers(trailers),
+    }
+}
+
+/// How the forms' records of a step differ, on purpose.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Differs {
+    /// Not at all.
+    No,
+    /// The handler's future or body panicked. Nested, stat and metrics sit inside recover and
+    /// see the handler dropped (`Cancelled`); fused they see the `Internal` the caller gets.
+    PanicLater,
+    /// The handler's `call` panicked. Nested, the records of stat, metrics and shedding were
+    /// built but not yet handed to their futures, and unwinding dropped them: no metric
+    /// sample, no slow-call log, the shedder's promise dropped (a failure, no response time);
+    /// the breaker's promise dropped too, which records a failure, or, for a method without a
+    /// breaker yet, nothing learnt. Fused, the records are armed before the handler's `call`
+    /// and see the `Internal`: a metric sample, a shedder pass, a breaker learnt.
+    PanicInCall,
+}
+
+impl Differs {
+    fn of(act: Act) -> Self {
+        match act {
+            Act::PanicCall => Differs::PanicInCall,
+            Act::PanicFuture | Act::PanicBody => Differs::PanicLater,
+            _ => Differs::No,
+        }
+    }
+}
+
+/// Both forms, and the methods the script called (whose breakers are compared).
+struct Pair {
+    fused: Form,
+    nested: Form,
+    cpu: Arc<FixedCpu>,
+    methods: BTreeSet<String>,
+    /// The shedder passes the fused form counted more than the nested (see `Differs`).
+    extra_passes: u64,
+    /// Methods whose breaker only the fused form learnt (see `Differs::PanicInCall`).
+    learnt_by_fused_only: BTreeSet<String>,
+}
+
+/// A call started in both forms, not finished.
+struct Started {
+    fused: Call,
+    nested: Call,
+    differs: Differs,
+    before: (BTreeMap<String, f64>, BTreeMap<String, f64>),
+}
+
+impl Pair {
+    fn new(test: &str) -> Self {
+        let cpu = Arc::new(FixedCpu::new(0));
+        Pair {
+            fused: Form::new(true, test, &cpu),
+            nested: Form::new(false, test, &cpu),
+            cpu,
+            methods: BTreeSet::new(),
+            extra_passes: 0,
+            learnt_by_fused_only: BTreeSet::new(),
+        }
+    }
+
+    /// Starts a call in both forms (each stage decides in `call`), not polled yet: for calls
+    /// that are to be in flight together. Their handlers must not sleep: the first form's
+    /// wait would move the second's clock.
+    fn start(
+        &mut self,
+        method: &str,
+        creds: Creds,
+        act: Act,
+        grpc_timeout: Option<&str>,
+    ) -> Started {
+        self.methods.insert(method.to_owned());
+        let before = (self.fused.samples(), self.nested.samples());
+        let req = self.fused.request(method, creds, act, grpc_timeout);
+        let fused = self.fused.call(req);
+        let req = self.nested.request(method, creds, act, grpc_timeout);
+        let nested = self.nested.call(req);
+        Started {
+            fused,
+            nested,
+            differs: Differs::of(act),
+            before,
+        }
+    }
+
+    /// Finishes a started call in both forms and compares them.
+    async fn finish(&mut self, started: Started) -> Outcome {
+        let Started {
+            fused,
+            nested,
+            differs,
+            before,
+        } = started;
+        let fused = outcome(fused).await;
+        let nested = outcome(nested).await;
+        self.compare(&fused, &nested, differs, &before);
+        fused
+    }
+
+    /// One call, through the fused form and then through the nested one.
+    async fn step(&mut self, method: &str, creds: Creds, act: Act) -> Outcome {
+        self.step_with(method, creds, act, None).await
+    }
+
+    /// [`step`](Self::step) with the caller's `grpc-timeout`.
+    async fn step_with(
+        &mut self,
+        method: &str,
+        creds: Creds,
+        act: Act,
+        grpc_timeout: Option<&str>,
+    ) -> Outcome {
+        self.methods.insert(method.to_owned());
+        let before = (self.fused.samples(), self.nested.samples());
+        let req = self.fused.request(method, creds, act, grpc_timeout);
+        let fused = outcome(self.fused.call(req)).await;
+        let req = self.nested.request(method, creds, act, grpc_timeout);
+        let nested = outcome(self.nested.call(req)).await;
+        self.compare(&fused, &nested, Differs::of(act), &before);
+        fused
+    }
+
+    /// Compares the answers, the metric samples the call added, the breakers and the
+    /// shedders.
+    fn compare(
+        &mut self,
+        fused: &Outcome,
+        nested: &Outcome,
+        differs: Differs,
+        before: &(BTreeMap<String, f64>, BTreeMap<String, f64>),
+    ) {
+        assert_eq!(fused, nested, "answers");
+        let fused_delta = delta(&before.0, &self.fused.samples());
+        let nested_delta = delta(&before.1, &self.nested.samples());
+        match differs {
+            Differs::No => assert_eq!(fused_delta, nested_delta, "metric samples"),
+            Differs::PanicLater => {
+                let relabelled: BTreeMap<_, _> = nested_delta
+                    .into_iter()
+                    .map(|(k, v)| (k.replace("code=\"1\"", "code=\"13\""), v))
+                    .collect();
+                assert_eq!(fused_delta, relabelled, "metric samples but the code");
+            }
+            Differs::PanicInCall => {
+                assert!(nested_delta.is_empty(), "nested: {nested_delta:?}");
+                let codes = fused_delta
+                    .iter()
+                    .filter(|(k, _)| k.starts_with("rpc_server_requests_code_total"))
+                    .collect::<Vec<_>>();
+                assert_eq!(codes.len(), 1, "{fused_delta:?}");
+                assert!(codes[0].0.contains("code=\"13\""), "{fused_delta:?}");
+                self.extra_passes += 1;
+            }
+        }
+        self.compare_guards();
+    }
+
+    /// Two successful calls to `method`: the first gives it a breaker, the second is the
+    /// breaker's first accept (from then on a server failure opens it).
+    async fn warm(&mut self, method: &str) {
+        for _ in 0..2 {
+            assert_eq!(
+                self.step(method, Creds::Good, OK).await,
+                code_only(code::OK)
+            );
+        }
+    }
+
+    /// The breakers of every method called so far and the shedders, compared.
+    fn compare_guards(&self) {
+        for m in &self.methods {
+            let (fused, nested) = (self.fused.breaker(m), self.nested.breaker(m));
+            if self.learnt_by_fused_only.contains(m) {
+                assert!(fused.is_some() && nested.is_none(), "breaker of {m}");
+            } else {
+                assert_eq!(fused, nested, "breaker of {m}");
+            }
+        }
+        assert_eq!(self.fused.shedder(), self.nested.shedder(), "shedder");
+    }
+
+    /// The shedders' passes, read past the test's bucket: the count of calls reported as
+    /// passed (their response times differ with the clocks, so `min_rt` is not compared).
+    fn passes(&self) -> (u64, u64) {
+        let later = |f: &Form| {
+            f.shedder
+                .stats((f.clock)() + Duration::from_secs(1800))
+                .max_pass
+        };
+        (later(&self.fused), later(&self.nested))
+    }
+}
+
+/// What changed between two samples (zero changes left out).
+fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, d)| *d != 0.0)
+        .collect()
+}
+
+fn status(code: i32, message: &str) -> Outcome {
+    Outcome {
+        code: Some(code),
+        message: Some(message.to_owned()),
+    }
+}
+
+fn code_only(code: i32) -> Outcome {
+    Outcome {
+        code: Some(code),
+        message: None,
+    }
+}
+
+const BREAKER_OPEN: (i32, &str) = (code::UNAVAILABLE, breaker::BREAKER_OPEN_MESSAGE);
+
+#[tokio::test(start_paused = true)]
+async fn the_governor_answers_and_records_like_the_nested_layers() {
+    let (_logs_guard, logs) = capture_logs();
+    let mut p = Pair::new("script");
+    let open = status(BREAKER_OPEN.0, BREAKER_OPEN.1);
+
+    // Acceptable codes keep the breaker closed; a failure code the handler returns opens it.
+    for c in [
+        code::OK,
+        code::NOT_FOUND,
+        code::INVALID_ARGUMENT,
+        code::ALREADY_EXISTS,
+    ] {
+        assert_eq!(
+            p.step("Codes", Creds::Good, Act::Code(c)).await,
+            code_only(c)
+        );
+    }
+    assert_eq!(p.step("Codes", Creds::Good, OK).await, code_only(code::OK));
+    for c in [
+        code::INTERNAL,
+        code::UNAVAILABLE,
+        code::DEADLINE_EXCEEDED,
+        code::DATA_LOSS,
+    ] {
+        let method = format!("Fails{c}");
+        p.warm(&method).await;
+        assert_eq!(
+            p.step(&method, Creds::Good, Act::Code(c)).await,
+            code_only(c)
+        );
+        assert_eq!(p.step(&method, Creds::Good, OK).await, open, "{method}");
+        assert_eq!(p.step(&method, Creds::Good, OK).await, open, "{method}");
+    }
+    // A failure before the request was read is the caller's: the breaker stays closed.
+    p.warm("NoRead").await;
+    assert_eq!(
+        p.step("NoRead", Creds::Good, Act::NoRead(code::INTERNAL))
+            .await,
+        code_only(code::INTERNAL)
+    );
+    assert_eq!(p.step("NoRead", Creds::Good, OK).await, code_only(code::OK));
+    // Unknown methods get no breaker.
+    assert_eq!(
+        p.step("Unknown", Creds::Good, Act::Code(code::UNIMPLEMENTED))
+            .await,
+        code_only(code::UNIMPLEMENTED)
+    );
+    assert_eq!(p.fused.breaker("Unknown"), None);
+
+    // Auth rejects before the breaker and the shedder: neither learns of the method.
+    let required = status(code::UNAUTHENTICATED, "app/token required");
+    let denied = status(code::UNAUTHENTICATED, "access denied");
+    assert_eq!(p.step("Auth", Creds::Missing, OK).await, required);
+    assert_eq!(p.step("Auth", Creds::AppOnly, OK).await, required);
+    assert_eq!(p.step("Auth", Creds::BadToken, OK).await, denied);
+    assert_eq!(p.step("Auth", Creds::UnknownApp, OK).await, denied);
+    assert_eq!(p.fused.breaker("Auth"), None);
+    assert_eq!(p.step("Auth", Creds::Good, OK).await, code_only(code::OK));
+
+    // Timeouts: the server's, and a caller's shorter one; both are server failures.
+    let expired = status(code::DEADLINE_EXCEEDED, "context deadline exceeded");
+    p.warm("Slow").await;
+    assert_eq!(p.step("Slow", Creds::Good, Act::Sleep(1000)).await, expired);
+    assert_eq!(p.step("Slow", Creds::Good, OK).await, open);
+    p.warm("Hurried").await;
+    assert_eq!(
+        p.step_with("Hurried", Creds::Good, Act::Sleep(60), Some("20m"))
+            .await,
+        expired
+    );
+    assert_eq!(p.step("Hurried", Creds::Good, OK).await, open);
+    // Under its timeout a slow call succeeds.
+    assert_eq!(
+        p.step("Patient", Creds::Good, Act::Sleep(60)).await,
+        code_only(code::OK)
+    );
+
+    // Panics answer Internal and count as the server's failures.
+    for (method, act, message) in [
+        ("PanicCall", Act::PanicCall, "panic: handler call exploded"),
+        (
+            "PanicFuture",
+            Act::PanicFuture,
+            "panic: handler future exploded",
+        ),
+        ("PanicBody", Act::PanicBody, "panic: body exploded"),
+    ] {
+        p.warm(method).await;
+        assert_eq!(
+            p.step(method, Creds::Good, act).await,
+            status(code::INTERNAL, message)
+        );
+        assert_eq!(p.step(method, Creds::Good, OK).await, open, "{method}");
+    }
+
+    // A method's first call panics in `call`: only the fused form learns the method exists.
+    p.learnt_by_fused_only.insert("PanicFirst".to_owned());
+    assert_eq!(
+        p.step("PanicFirst", Creds::Good, Act::PanicCall).await,
+        status(code::INTERNAL, "panic: handler call exploded")
+    );
+
+    // Shedding: a hot CPU and more calls in flight than the bound (0.1 at full CPU).
+    p.cpu.set(1000);
+    let first = p.start("Shed", Creds::Good, OK, None);
+    p.compare_guards();
+    // Nothing had finished: the average in flight is 0, this one is admitted too.
+    let second = p.start("Shed", Creds::Good, OK, None);
+    p.compare_guards();
+    assert_eq!(p.finish(first).await, code_only(code::OK));
+    // The average is now 1 (the second call): shed. The breaker sees the ResourceExhausted
+    // of a call whose request was never read, the caller's failure: it stays closed.
+    let shed = status(code::RESOURCE_EXHAUSTED, shedding::OVERLOADED_MESSAGE);
+    assert_eq!(p.step("Shed", Creds::Good, OK).await, shed);
+    assert_eq!(p.step("Shed", Creds::Good, OK).await, shed);
+    // Streams are never shed nor timed out.
+    assert_eq!(
+        p.step("Stream", Creds::Good, Act::Sleep(200)).await,
+        code_only(code::OK)
+    );
+    // Auth still answers first.
+    assert_eq!(p.step("Shed", Creds::Missing, OK).await, required);
+    p.cpu.set(0);
+    assert_eq!(p.step("Shed", Creds::Good, OK).await, code_only(code::OK));
+    assert_eq!(p.finish(second).await, code_only(code::OK));
+    p.cpu.set(1000);
+    // Nothing in flight: nothing is shed, hot or not.
+    assert_eq!(p.step("Shed", Creds::Good, OK).await, code_only(code::OK));
+    p.cpu.set(0);
+
+    // The shedders counted the same passes but for the panics in `call`.
+    let (fused, nested) = p.passes();
+    assert!(nested > 10, "{nested}");
+    assert_eq!(fused, nested + p.extra_passes);
+
+    // The same log events: slow calls (stat), panics (recover), drops (breaker, shedding).
+    let out = logs.contents();
+    for what in [
+        "slowcall",
+        "panic: ",
+        breaker::BREAKER_OPEN_MESSAGE,
+        "service overloaded",
+    ] {
+        let count = |f: &Form| {
+            events(&out)
+                .filter(|e| e.contains(what) && e.contains(&f.package))
+                .count()
+        };
+        assert!(count(&p.fused) > 0, "{what}:\n{out}");
+        assert_eq!(count(&p.fused), count(&p.nested), "{what}:\n{out}");
+    }
+}
+
+/// The events of a log, each from its timestamp to the next (a panic's event spans the lines
+/// of its stack).
+fn events(out: &str) -> impl Iterator<Item = String> + '_ {
+    let mut events: Vec<String> = Vec::new();
+    for line in out.lines() {
+        match events.last_mut() {
+            Some(e) if !line.starts_with(|c: char| c.is_ascii_digit()) => {
+                e.push('\n');
+                e.push_str(line);
+            }
+            _ => events.push(line.to_owned()),
+        }
+    }
+    events.into_iter()
+}
