@@ -21,10 +21,15 @@
 //! - Records report inner first (shedding, breaker, metrics, stat, trace), the order of
 //!   nested bodies.
 //! - A panic, in the handler's `call`, its future or its body, becomes `Internal "panic: ..."`
-//!   (logged with its stack), and the call's facts blame the server. One difference from the
-//!   nested chain, on purpose: there stat, metrics and the breaker sat inside recover and saw
-//!   the panicked handler's future dropped (`Cancelled`); here they see the `Internal` the
-//!   caller gets.
+//!   (logged with its stack), and the call's facts blame the server. Where this differs from
+//!   the nested chain, on purpose: there stat and metrics sit inside recover and see the
+//!   panicked handler dropped (`Cancelled`), or for a panic in the handler's `call` nothing at
+//!   all (the unwinding drops the records made before it, the shedder's as a failure); here
+//!   every record is armed before the handler runs and sees the `Internal` the caller gets.
+//! - One clock read (tokio's) serves every stage; the breaker and shedding layers read std's.
+//!
+//! `differential.rs` drives the same calls through this and through the nested layers and
+//! asserts both the sameness and these differences.
 
 use std::future::Future;
 use std::pin::Pin;

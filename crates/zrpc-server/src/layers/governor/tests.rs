@@ -67,7 +67,7 @@ async fn recorders_count_and_pass_the_code() {
 }
 
 #[tokio::test]
-async fn guards_open_the_breaker_and_shed_like_the_nested_layers() {
+async fn a_failing_method_opens_its_breaker_and_a_cold_cpu_sheds_nothing() {
     let registry = Arc::new(BreakerRegistry::new(BreakerConfig::default()));
     // A cold CPU never sheds.
     let shedder = Arc::new(AdaptiveShedder::new(
