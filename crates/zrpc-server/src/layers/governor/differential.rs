@@ -185,12 +185,17 @@ struct Form {
 
 impl Form {
     /// `fused`: the governor over the stages, else the layers nested.
-    fn new(fused: bool, test: &str, cpu: &Arc<FixedCpu>) -> Self {
+    fn new(fused: bool, test: &str, cpu: &Arc<FixedCpu>, later: bool) -> Self {
         let package = format!("/{}_{test}.Diff/", if fused { "fused" } else { "nested" });
         let breakers = Arc::new(BreakerRegistry::new(breaker_config()));
         let shedder = Arc::new(AdaptiveShedder::new(shedder_config(), cpu.clone()));
         let streaming = StreamingMethods::new([format!("{package}Stream")]);
-        let store: Arc<dyn TokenStore> = Arc::new(StaticTokens::new([("app", "secret")]));
+        let tokens = StaticTokens::new([("app", "secret")]);
+        let store: Arc<dyn TokenStore> = if later {
+            Arc::new(Later(tokens))
+        } else {
+            Arc::new(tokens)
+        };
         let stages = Stages {
             facts: true,
             trace: TraceLayer::new(true),
@@ -320,7 +325,10 @@ struct Outcome {
 }
 
 async fn outcome(call: Call) -> Outcome {
-    let resp = call.await.unwrap();
+    read(call.await.unwrap()).await
+}
+
+async fn read(resp: Response<BoxBody>) -> Outcome {
     let head = Outcome {
         code: status_from_headers(resp.headers()),
         message: status_message_from_headers(resp.headers()),
@@ -353,6 +361,34 @@ enum Differs {
     PanicInCall,
 }
 
+/// A started call: its response future, or its response (the call is in flight until its
+/// body ends).
+enum Pending {
+    Call(Call),
+    Answered(Response<BoxBody>),
+}
+
+impl Pending {
+    async fn answer(self) -> Response<BoxBody> {
+        match self {
+            Pending::Call(call) => call.await.unwrap(),
+            Pending::Answered(resp) => resp,
+        }
+    }
+}
+
+impl Started {
+    /// Waits for both responses (with a token store that answers later, the stages decide
+    /// then), keeping their bodies unread.
+    async fn answered(self) -> Self {
+        Started {
+            fused: Pending::Answered(self.fused.answer().await),
+            nested: Pending::Answered(self.nested.answer().await),
+            ..self
+        }
+    }
+}
+
 impl Differs {
     fn of(act: Act) -> Self {
         match act {
@@ -377,18 +413,19 @@ struct Pair {
 
 /// A call started in both forms, not finished.
 struct Started {
-    fused: Call,
-    nested: Call,
+    fused: Pending,
+    nested: Pending,
     differs: Differs,
     before: (BTreeMap<String, f64>, BTreeMap<String, f64>),
 }
 
 impl Pair {
-    fn new(test: &str) -> Self {
+    /// `later`: the token store answers after a yield, as a remote one does.
+    fn new(test: &str, later: bool) -> Self {
         let cpu = Arc::new(FixedCpu::new(0));
         Pair {
-            fused: Form::new(true, test, &cpu),
-            nested: Form::new(false, test, &cpu),
+            fused: Form::new(true, test, &cpu, later),
+            nested: Form::new(false, test, &cpu, later),
             cpu,
             methods: BTreeSet::new(),
             extra_passes: 0,
@@ -409,9 +446,9 @@ impl Pair {
         self.methods.insert(method.to_owned());
         let before = (self.fused.samples(), self.nested.samples());
         let req = self.fused.request(method, creds, act, grpc_timeout);
-        let fused = self.fused.call(req);
+        let fused = Pending::Call(self.fused.call(req));
         let req = self.nested.request(method, creds, act, grpc_timeout);
-        let nested = self.nested.call(req);
+        let nested = Pending::Call(self.nested.call(req));
         Started {
             fused,
             nested,
@@ -428,8 +465,8 @@ impl Pair {
             differs,
             before,
         } = started;
-        let fused = outcome(fused).await;
-        let nested = outcome(nested).await;
+        let fused = read(fused.answer().await).await;
+        let nested = read(nested.answer().await).await;
         self.compare(&fused, &nested, differs, &before);
         fused
     }
@@ -556,7 +593,7 @@ const BREAKER_OPEN: (i32, &str) = (code::UNAVAILABLE, breaker::BREAKER_OPEN_MESS
 #[tokio::test(start_paused = true)]
 async fn the_governor_answers_and_records_like_the_nested_layers() {
     let (_logs_guard, logs) = capture_logs();
-    let mut p = Pair::new("script");
+    let mut p = Pair::new("script", false);
     let open = status(BREAKER_OPEN.0, BREAKER_OPEN.1);
 
     // Acceptable codes keep the breaker closed; a failure code the handler returns opens it.
@@ -705,6 +742,67 @@ async fn the_governor_answers_and_records_like_the_nested_layers() {
         assert!(count(&p.fused) > 0, "{what}:\n{out}");
         assert_eq!(count(&p.fused), count(&p.nested), "{what}:\n{out}");
     }
+}
+
+/// A token store that answers after a yield (as Redis does): the governor's other auth path.
+#[derive(Debug)]
+struct Later(StaticTokens);
+
+impl TokenStore for Later {
+    fn lookup(&self, app: &str) -> crate::layers::Lookup {
+        let crate::layers::Lookup::Ready(found) = self.0.lookup(app) else {
+            unreachable!("static tokens answer at once")
+        };
+        crate::layers::Lookup::Pending(Box::pin(async move {
+            tokio::task::yield_now().await;
+            found
+        }))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_token_store_that_answers_later_guards_calls_like_the_nested_layers() {
+    let mut p = Pair::new("later", true);
+    let open = status(BREAKER_OPEN.0, BREAKER_OPEN.1);
+    let denied = status(code::UNAUTHENTICATED, "access denied");
+    assert_eq!(
+        p.step("Auth", Creds::Missing, OK).await,
+        status(code::UNAUTHENTICATED, "app/token required")
+    );
+    assert_eq!(p.step("Auth", Creds::BadToken, OK).await, denied);
+    assert_eq!(p.step("Auth", Creds::UnknownApp, OK).await, denied);
+    assert_eq!(p.fused.breaker("Auth"), None);
+    // Admitted once the store answers, the call goes through the breaker, the shedder and
+    // the timeout.
+    p.warm("Fails").await;
+    assert_eq!(
+        p.step("Fails", Creds::Good, Act::Code(code::INTERNAL))
+            .await,
+        code_only(code::INTERNAL)
+    );
+    assert_eq!(p.step("Fails", Creds::Good, OK).await, open);
+    let expired = status(code::DEADLINE_EXCEEDED, "context deadline exceeded");
+    p.warm("Slow").await;
+    assert_eq!(p.step("Slow", Creds::Good, Act::Sleep(1000)).await, expired);
+    assert_eq!(p.step("Slow", Creds::Good, OK).await, open);
+    assert_eq!(
+        p.step("PanicFuture", Creds::Good, Act::PanicFuture).await,
+        status(code::INTERNAL, "panic: handler future exploded")
+    );
+    // The shedder decides when the store has answered: two calls in flight, then a third.
+    p.cpu.set(1000);
+    let first = p.start("Shed", Creds::Good, OK, None).answered().await;
+    let second = p.start("Shed", Creds::Good, OK, None).answered().await;
+    p.compare_guards();
+    assert_eq!(p.finish(first).await, code_only(code::OK));
+    let third = p.start("Shed", Creds::Good, OK, None);
+    assert_eq!(
+        p.finish(third).await,
+        status(code::RESOURCE_EXHAUSTED, shedding::OVERLOADED_MESSAGE)
+    );
+    assert_eq!(p.finish(second).await, code_only(code::OK));
+    let (fused, nested) = p.passes();
+    assert_eq!(fused, nested);
 }
 
 /// The events of a log, each from its timestamp to the next (a panic's event spans the lines
