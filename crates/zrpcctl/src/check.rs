@@ -2,8 +2,17 @@
 //! client do at start (`zrpc::conf::load`, then every start-up check that needs no network,
 //! `zrpc::preflight`), so the errors are the same ones, naming the file, key and value, all of
 //! them rather than the first.
+//!
+//! A server file may also hold the service's own keys next to zrpc's (`DataSource`, `UserRpc`:
+//! go-zero's embedded `zrpc.RpcServerConf`, a scaffold's `src/config.rs`). Those are checked as
+//! the service's binary loads them, `conf::Embed<RpcServerConf, _>`: zrpc's keys fully, and each
+//! of the others named, with the zrpc key it may be a typo of.
 
+use std::collections::BTreeMap;
 use std::path::Path;
+
+use serde::de::IgnoredAny;
+use zrpc::conf::{ConfError, Embed, Format, Validate};
 
 use crate::{Result, fail};
 
@@ -33,7 +42,16 @@ pub(crate) fn check(path: &Path, kind: Option<Kind>) -> Result<(Kind, Vec<String
     let mut notes = Vec::new();
     match kind {
         Kind::Server => {
-            let conf: zrpc::RpcServerConf = zrpc::conf::load(path)?;
+            let conf = match zrpc::conf::load::<zrpc::RpcServerConf>(path) {
+                Ok(conf) => conf,
+                Err(ConfError::UnknownKey { path: key, .. }) if !key.contains(['.', '[']) => {
+                    let Embed { base, extra }: Embed<zrpc::RpcServerConf, OtherKeys> =
+                        zrpc::conf::load(path)?;
+                    notes.extend(extra.0.keys().filter_map(|k| service_key_note(k)));
+                    base
+                }
+                Err(e) => return Err(e.into()),
+            };
             // what a start would refuse before it needs the network, every problem at once
             let errors = zrpc::preflight(&conf);
             if !errors.is_empty() {
@@ -56,6 +74,42 @@ pub(crate) fn check(path: &Path, kind: Option<Kind>) -> Result<(Kind, Vec<String
     Ok((kind, notes))
 }
 
+/// Every top-level key of a file, for the part of a service config that is not zrpc's.
+#[derive(Debug)]
+struct OtherKeys(BTreeMap<String, IgnoredAny>);
+
+impl<'de> serde::Deserialize<'de> for OtherKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        BTreeMap::deserialize(d).map(OtherKeys)
+    }
+}
+
+impl Validate for OtherKeys {
+    fn validate(&self) -> std::result::Result<(), ConfError> {
+        Ok(())
+    }
+}
+
+/// A line about `key` when `RpcServerConf` does not know it (`None` for zrpc's own keys).
+fn service_key_note(key: &str) -> Option<String> {
+    let json = format!(
+        "{{\"{}\": null}}",
+        key.replace('\\', "\\\\").replace('"', "\\\"")
+    );
+    let probe =
+        zrpc::conf::from_str_with_env::<zrpc::RpcServerConf, _>(&json, Format::Json, "", |_| None);
+    let Err(ConfError::UnknownKey { suggestion, .. }) = probe else {
+        return None;
+    };
+    let typo = suggestion
+        .map(|s| format!(" (or a typo: did you mean `{s}`?)"))
+        .unwrap_or_default();
+    Some(format!(
+        "note: `{key}` is not a zrpc server key: the service's own{typo}; it loads only if the \
+         service's Config has it (src/config.rs in a zrpcctl crate)"
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,5 +119,26 @@ mod tests {
         assert_eq!(guess("Name: a\nListenOn: :8080\n"), Kind::Server);
         assert_eq!(guess("{\"listenOn\": \":1\"}"), Kind::Server);
         assert_eq!(guess("Target: direct:///127.0.0.1:1\n"), Kind::Client);
+    }
+
+    #[test]
+    fn a_service_config_checks_zrpc_keys_and_names_the_others() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let file = dir.path().join("shop.yaml");
+        let base = "Name: shop.rpc\nListenOn: 127.0.0.1:8080\n";
+        std::fs::write(&file, format!("{base}DataSource: db\nTimout: 100\n"))?;
+        let (kind, notes) = check(&file, None)?;
+        assert_eq!(kind, Kind::Server);
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(
+            notes[0].contains("`DataSource` is not a zrpc server key"),
+            "{notes:?}"
+        );
+        assert!(notes[1].contains("did you mean `Timeout`?"), "{notes:?}");
+        // zrpc's own keys are still checked in full.
+        std::fs::write(&file, format!("{base}DataSource: db\nTimeout: soon\n"))?;
+        let e = check(&file, None).err().ok_or("a bad Timeout passed")?;
+        assert!(e.to_string().contains("Timeout"), "{e}");
+        Ok(())
     }
 }

@@ -153,6 +153,11 @@ fn newcomer_scaffold_survives_proto_changes() {
     let yaml_text = std::fs::read_to_string(&yaml).unwrap()
         + "DataSource: root:secret@tcp(127.0.0.1:3306)/shop\n";
     std::fs::write(&yaml, &yaml_text).unwrap();
+    let log = zrpcctl_ok(&["conf", "check", "etc/shop.yaml"], &krate);
+    assert!(
+        log.contains("`DataSource` is not a zrpc server key"),
+        "{log}"
+    );
 
     // 3. RPCs added: one to InventoryService, and a service whose RPCs are named like the
     //    implemented `Get` and the shared `Ping`. Then `zrpcctl proto`.
