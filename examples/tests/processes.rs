@@ -250,3 +250,186 @@ async fn greeter_processes_discover_each_other_and_survive_a_sigterm() {
         "the stopped server deregistered, the others stayed"
     );
 }
+
+/// What a caller saw of one freeze.
+struct FreezeRun {
+    calls: u64,
+    /// (start, end, error) of each failed call, the instants relative to the freeze.
+    failures: Vec<(Duration, Duration, String)>,
+    /// The last time the victim's pick count grew, relative to the freeze (20 ms samples).
+    last_pick: Option<Duration>,
+}
+
+/// Calls through `client` with `callers` closed loops; freezes `victim` (SIGSTOP) after 2 s for
+/// `freeze`, thaws it, and calls on for `after`.
+async fn freeze_run(
+    client: &zrpc::Client,
+    callers: usize,
+    victim: (&Proc, &str),
+    freeze: Duration,
+    after: Duration,
+) -> FreezeRun {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+    let stop = Arc::new(AtomicBool::new(false));
+    let failures = Arc::new(Mutex::new(Vec::new()));
+    let ok = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for w in 0..callers {
+        let mut greeter = zrpc_examples::pb::greeter_client::GreeterClient::new(client.clone());
+        let (stop, failures, ok) = (stop.clone(), failures.clone(), ok.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let start = Instant::now();
+                let name = format!("{w}-{i}");
+                match greeter
+                    .say_hello(zrpc_examples::pb::HelloRequest { name })
+                    .await
+                {
+                    Ok(_) => {
+                        ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => failures.lock().unwrap().push((
+                        start,
+                        Instant::now(),
+                        e.message().to_owned(),
+                    )),
+                }
+                i += 1;
+            }
+        }));
+    }
+    let picks = || {
+        client
+            .endpoints()
+            .iter()
+            .find(|e| e.addr == victim.1)
+            .map_or(0, |e| e.requests)
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(picks() > 0, "the victim took no call before the freeze");
+    kill(victim.0.pid(), Signal::SIGSTOP).unwrap();
+    let frozen = Instant::now();
+    let mut samples = vec![(frozen, picks())];
+    while frozen.elapsed() < freeze {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        samples.push((Instant::now(), picks()));
+    }
+    kill(victim.0.pid(), Signal::SIGCONT).unwrap();
+    tokio::time::sleep(after).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let since = |t: Instant| t.saturating_duration_since(frozen);
+    let failures: Vec<_> = failures
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(s, e, m)| (since(*s), since(*e), m.clone()))
+        .collect();
+    FreezeRun {
+        calls: ok.load(Ordering::Relaxed) + failures.len() as u64,
+        last_pick: samples
+            .windows(2)
+            .filter(|w| w[1].1 > w[0].1)
+            .map(|w| since(w[1].0))
+            .last(),
+        failures,
+    }
+}
+
+/// A server frozen with SIGSTOP for 20 s under load (three servers in etcd, 8 callers, go-zero's
+/// 2 s timeout) costs only the calls it held when it froze: the balancer stops choosing it as
+/// soon as it stops answering, it is probed out of band from then on (never with a caller's
+/// request), and its silent connection is closed after the probe's second, so the calls it held
+/// fail then rather than at their deadlines. With a retry policy for `UNAVAILABLE` those calls
+/// go to another server: no call fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_frozen_server_costs_only_the_calls_it_holds() {
+    const CALLERS: usize = 8;
+    const FREEZE: Duration = Duration::from_secs(20);
+    let etcd = EtcdServer::start().await;
+    let key = unique_key("greeter-frozen");
+    let dir = tempfile::tempdir().unwrap();
+    let server_yaml = write(
+        dir.path(),
+        "greeter-server.yaml",
+        &format!(
+            "Name: greeter.rpc\nListenOn: 127.0.0.1:8080\nCpuThreshold: 0\n{}",
+            etcd_yaml(&etcd, &key)
+        ),
+    );
+    let addrs: Vec<String> = (0..3).map(|_| free_loopback_addr()).collect();
+    let servers: Vec<Proc> = addrs
+        .iter()
+        .map(|addr| {
+            Proc::spawn(
+                Command::new(SERVER)
+                    .args(["-f", &server_yaml, "--listen", addr])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null()),
+            )
+        })
+        .collect();
+    wait_registered(&etcd, &key, 3).await;
+    let victim = (&servers[0], addrs[0].as_str());
+
+    // go-zero's config: no retry policy
+    let plain = zrpc::client(zrpc::RpcClientConf::etcd(etcd.endpoints(), key.clone()))
+        .await
+        .unwrap();
+    let run = freeze_run(&plain, CALLERS, victim, FREEZE, Duration::from_secs(1)).await;
+    eprintln!(
+        "no policy, frozen {FREEZE:?}: {} failed of {} calls; last call sent to the victim {:?} \
+         after the freeze; failures (start, end, message): {:?}",
+        run.failures.len(),
+        run.calls,
+        run.last_pick,
+        run.failures
+    );
+    let first_failure = run.failures.iter().map(|f| f.1).min();
+    if let (Some(first), Some(last)) = (first_failure, run.last_pick) {
+        assert!(
+            last <= first + Duration::from_secs(1),
+            "a call was sent to the frozen server {:?} after its first failure",
+            last.saturating_sub(first)
+        );
+    }
+    // only calls it held: sent before it stopped being chosen, failed within the probe's
+    // second (before their 2 s deadline), at most one per caller
+    assert!(run.failures.len() <= CALLERS, "{:?}", run.failures);
+    for (start, end, message) in &run.failures {
+        assert!(
+            run.last_pick
+                .is_some_and(|l| *start <= l + Duration::from_millis(20)),
+            "a call sent after the victim was dropped failed: {message}"
+        );
+        assert!(
+            *end < Duration::from_millis(1900),
+            "a held call failed only at its deadline ({end:?}): {message}"
+        );
+    }
+    drop(plain);
+    // the thawed server answers again before the second freeze
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let mut conf = zrpc::RpcClientConf::etcd(etcd.endpoints(), key.clone());
+    conf.method_config = vec![zrpc::conf::MethodConf::retry(
+        [zrpc::conf::MethodName::new("greeter.Greeter", "")],
+        zrpc::conf::RetryPolicyConf::default(),
+    )];
+    let retrying = zrpc::client(conf).await.unwrap();
+    let run = freeze_run(&retrying, CALLERS, victim, FREEZE, Duration::from_secs(1)).await;
+    eprintln!(
+        "retry policy, frozen {FREEZE:?}: {} failed of {} calls; last call sent to the victim \
+         {:?} after the freeze; failures: {:?}",
+        run.failures.len(),
+        run.calls,
+        run.last_pick,
+        run.failures
+    );
+    assert!(run.failures.len() <= 2, "{:?}", run.failures);
+    drop(servers);
+}

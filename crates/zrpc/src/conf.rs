@@ -12,7 +12,10 @@ pub use zrpc_core::conf::{
     load_with_env,
 };
 
-pub use zrpc_client::conf::{BalancerName, ClientMiddlewaresConf, ClientTlsConf, RpcClientConf};
+pub use zrpc_client::conf::{
+    BalancerName, ClientMiddlewaresConf, ClientTlsConf, HedgingPolicyConf, MethodConf, MethodName,
+    RetryBudgetConf, RetryPolicyConf, RpcClientConf, StatusCodes,
+};
 pub use zrpc_server::conf::{
     AuthTokenConf, ClientAuth, DevServerConf, IgnoredKey, LogConf, LogFieldKeys, MethodTimeoutConf,
     ProfileTypeConf, ProfilingConf, PrometheusConf, RedisKeyConf, RpcServerConf,

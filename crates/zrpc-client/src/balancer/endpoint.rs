@@ -5,6 +5,7 @@ use std::error::Error as StdError;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -43,6 +44,8 @@ pub(crate) struct Endpoint {
     pub(crate) wire: Arc<Wire>,
     /// The balancer's cap on ejected endpoints.
     ejection: Arc<EjectionLimit>,
+    /// `wire.reads()` at the last stall check.
+    reads_seen: AtomicU64,
 }
 
 impl AsRef<EndpointStats> for Endpoint {
@@ -127,6 +130,7 @@ impl Endpoint {
             pool: parking_lot::Mutex::new(Vec::new()),
             wire,
             ejection: Arc::clone(&opts.ejection),
+            reads_seen: AtomicU64::new(0),
         })
     }
 
@@ -251,6 +255,9 @@ impl Endpoint {
         let hint = if self.wire.answered_tls() && is_h2_error(&*err) {
             "; the server answered with a TLS record: the server may require TLS (set Tls in the \
              client config)"
+        } else if self.wire.closed_since(mark) {
+            "; the connection was closed by the client after a probe got no answer and no byte \
+             for 1s (a frozen or unreachable server)"
         } else {
             ""
         };
@@ -274,21 +281,32 @@ const PROBE_PAUSES: (Duration, Duration) = (Duration::from_millis(100), Duration
 const PROBE_PATH: &str = "/grpc.health.v1.Health/Check";
 
 impl Endpoint {
-    /// A call ran into its deadline here: the endpoint turns suspect (no user call goes to it
+    /// Marks the endpoint suspect when its calls stalled at `now` (ns): see
+    /// [`EndpointStats::is_stalled`]. The balancer checks its endpoints a few times a second.
+    pub(crate) fn check_stall(self: &Arc<Self>, clock: Clock, now: u64) {
+        let reads = self.wire.reads();
+        if self.reads_seen.swap(reads, Ordering::Relaxed) != reads {
+            self.stats.heard(now);
+        } else if self.stats.is_stalled(now) {
+            self.suspect(clock);
+        }
+    }
+
+    /// A call ran into its deadline here, or its calls stalled: the endpoint turns suspect (no user call goes to it
     /// while another endpoint is usable) until an out-of-band probe is answered. A deadline
     /// says nothing of why: a server that froze, a lost network path, or only a slow call; the
     /// probe, not the next user call, finds out which.
-    fn suspect(self: &Arc<Self>) {
+    pub(crate) fn suspect(self: &Arc<Self>, clock: Clock) {
         if !self.stats.suspect() {
             return;
         }
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
-                tracing::debug!(endpoint = %self.addr, "a call ran into its deadline: probing the endpoint out of band");
-                rt.spawn(probe_until_answered(Arc::downgrade(self)));
+                tracing::debug!(endpoint = %self.addr, "no answer in time: probing the endpoint out of band");
+                rt.spawn(probe_until_answered(Arc::downgrade(self), clock));
             }
             // no runtime to probe from (a body dropped outside one): usable again at once
-            Err(_) => self.stats.clear_suspect(),
+            Err(_) => self.stats.clear_suspect(clock.nanos(Instant::now())),
         }
     }
 
@@ -317,7 +335,7 @@ impl Endpoint {
 /// no byte came in on any connection of the endpoint found connections that carry nothing: they
 /// are closed, so that the calls stuck on them fail now (and a retry policy can send them
 /// elsewhere) rather than at their deadlines, and the next probe connects anew.
-async fn probe_until_answered(endpoint: std::sync::Weak<Endpoint>) {
+async fn probe_until_answered(endpoint: std::sync::Weak<Endpoint>, clock: Clock) {
     let mut pause = PROBE_PAUSES.0;
     loop {
         let Some(ep) = endpoint.upgrade() else {
@@ -327,7 +345,7 @@ async fn probe_until_answered(endpoint: std::sync::Weak<Endpoint>) {
         match tokio::time::timeout(PROBE_TIMEOUT, ep.probe()).await {
             Ok(true) => {
                 tracing::debug!(endpoint = %ep.addr, "probe answered: the endpoint is usable again");
-                ep.stats.clear_suspect();
+                ep.stats.clear_suspect(clock.nanos(Instant::now()));
                 return;
             }
             // a connection error: the next probe connects again
@@ -556,7 +574,7 @@ impl Done {
             .stats
             .on_done_limited(self.start, self.clock.nanos(now), c, &endpoint.ejection);
         if c == code::DEADLINE_EXCEEDED {
-            endpoint.suspect();
+            endpoint.suspect(self.clock);
         }
     }
 }

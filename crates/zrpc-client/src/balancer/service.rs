@@ -130,8 +130,13 @@ fn epoch() -> Instant {
     *EPOCH.get_or_init(Instant::now)
 }
 
-/// Applies each update until the resolver closes or the balancer is dropped (the last set stays).
-/// With `anchor`, keeps a timer at most that far ahead in the runtime's wheel ([`anchor_period`]).
+/// How often the balancer looks for endpoints whose calls stalled
+/// ([`Endpoint::check_stall`](super::endpoint::Endpoint)).
+const STALL_CHECK: Duration = Duration::from_millis(100);
+
+/// Applies each update until the balancer is dropped (after the resolver closes, the last set
+/// stays). Checks the endpoints for stalled calls every [`STALL_CHECK`]. With `anchor`, keeps a
+/// timer at most that far ahead in the runtime's wheel ([`anchor_period`]).
 async fn apply_updates(
     shared: Weak<Shared>,
     mut updates: EndpointUpdates,
@@ -141,18 +146,30 @@ async fn apply_updates(
     let period = anchor.unwrap_or(Duration::MAX);
     let timer = tokio::time::sleep(anchor.unwrap_or_default());
     tokio::pin!(timer);
+    let mut stalls = tokio::time::interval(STALL_CHECK);
+    stalls.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut closed = false;
     loop {
         tokio::select! {
             r = updates.changed(), if !closed => if r.is_err() {
-                if anchor.is_none() { return }
-                // the last set stays; the anchor keeps serving the calls
+                // the last set stays: the stall checks (and the anchor) go on serving its calls
                 closed = true;
                 continue;
             },
             _ = alive.changed() => return,
             () = &mut timer, if anchor.is_some() => {
                 timer.as_mut().reset(tokio::time::Instant::now() + period);
+                continue;
+            }
+            _ = stalls.tick() => {
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
+                let clock = shared.p2c.clock();
+                let now = clock.coarse_now();
+                for e in shared.set.load().iter() {
+                    e.check_stall(clock, now);
+                }
                 continue;
             }
         }

@@ -29,6 +29,9 @@ pub const EJECT_AFTER: u32 = 3;
 pub const EJECT_BASE: Duration = Duration::from_secs(1);
 /// v2: the longest ejection.
 pub const EJECT_MAX: Duration = Duration::from_secs(30);
+/// Calls in flight and no answer for this long (and for ten latencies) make an endpoint
+/// suspect: probed out of band before any of its calls reaches its deadline.
+pub const STALL_MIN: Duration = Duration::from_millis(250);
 
 const EMPTY: u64 = u64::MAX;
 
@@ -155,9 +158,16 @@ pub struct EndpointStats {
     pub(crate) reprobe: AtomicBool,
     /// Time (ns) of the pick that found nothing in flight: the start of the current busy period.
     busy_from: AtomicU64,
-    /// A call ran into its deadline here: unusable until an out-of-band probe gets an answer
-    /// (the endpoint's probe task clears it), so that no user call is spent finding out.
+    /// A call ran into its deadline here, or calls stalled: unusable until an out-of-band probe
+    /// gets an answer (the endpoint's probe task clears it), so that no user call is spent
+    /// finding out.
     suspect: AtomicBool,
+    /// Time (ns) the endpoint was last heard from (an answered probe, bytes on its
+    /// connections): a stall is counted from it too.
+    heard: AtomicU64,
+    /// Probes answered in the current busy period: each doubles the stall limit, so that a
+    /// long silent call is not probed over and over (reset by a completed call).
+    stall_k: AtomicU32,
 }
 
 impl Default for EndpointStats {
@@ -189,6 +199,8 @@ impl EndpointStats {
             reprobe: AtomicBool::new(false),
             busy_from: AtomicU64::new(0),
             suspect: AtomicBool::new(false),
+            heard: AtomicU64::new(0),
+            stall_k: AtomicU32::new(0),
         }
     }
 
@@ -264,10 +276,39 @@ impl EndpointStats {
         !self.suspect.swap(true, Ordering::Relaxed)
     }
 
-    /// An out-of-band probe was answered: usable again, its next call a probe (one at a time).
-    pub(crate) fn clear_suspect(&self) {
+    /// An out-of-band probe was answered at `now` (ns): usable again, its next call a probe (one
+    /// at a time).
+    pub(crate) fn clear_suspect(&self, now: u64) {
+        self.heard(now);
+        let k = self.stall_k.load(Ordering::Relaxed);
+        self.stall_k
+            .store(k.saturating_add(1).min(16), Ordering::Relaxed);
         self.probing.store(true, Ordering::Relaxed);
         self.suspect.store(false, Ordering::Relaxed);
+    }
+
+    /// The endpoint was heard from at `now` (ns): bytes came in on its connections.
+    pub(crate) fn heard(&self, now: u64) {
+        self.heard.store(now, Ordering::Relaxed);
+    }
+
+    /// Calls are in flight and nothing was heard from the endpoint (no answer, no byte, no
+    /// answered probe since the calls began) for [`STALL_MIN`] and ten times its latency (doubled
+    /// by each probe answered while the same calls run): it may have stopped answering (frozen,
+    /// a dead path), or it may only be running long silent calls; a probe tells which.
+    #[must_use]
+    pub fn is_stalled(&self, now: u64) -> bool {
+        if self.inflight() == 0 || self.is_suspect() {
+            return false;
+        }
+        let heard = self
+            .last_done_nanos()
+            .max(self.busy_from.load(Ordering::Relaxed))
+            .max(self.heard.load(Ordering::Relaxed));
+        let k = self.stall_k.load(Ordering::Relaxed).min(16);
+        let limit =
+            (self.lag_nanos() * 10.0).max(STALL_MIN.as_nanos() as f64) * f64::from(1u32 << k);
+        now.saturating_sub(heard) as f64 > limit
     }
 
     /// The back-off deadline (ns; 0 = up).
@@ -466,6 +507,9 @@ impl EndpointStats {
         self.probing.store(false, Ordering::Relaxed);
         if reprobe {
             self.probe_at.store(0, Ordering::Relaxed);
+        }
+        if self.stall_k.load(Ordering::Relaxed) != 0 {
+            self.stall_k.store(0, Ordering::Relaxed);
         }
         if failure {
             self.on_failed_call(now, limit);

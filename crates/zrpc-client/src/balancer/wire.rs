@@ -67,6 +67,8 @@ pub(crate) struct Wire {
     /// A descriptor of each established connection, to close it ([`Wire::close_all`]).
     sockets: parking_lot::Mutex<Vec<(u64, std::net::TcpStream)>>,
     next_id: AtomicU64,
+    /// Times [`Wire::close_all`] closed connections.
+    closings: AtomicU64,
 }
 
 /// The state of a [`Wire`] when a request was handed to the connection.
@@ -74,6 +76,7 @@ pub(crate) struct Wire {
 pub(crate) struct Mark {
     writes: u64,
     losses: u64,
+    closings: u64,
 }
 
 impl Wire {
@@ -85,6 +88,7 @@ impl Wire {
         Mark {
             writes,
             losses: self.losses.load(Ordering::SeqCst),
+            closings: self.closings.load(Ordering::Relaxed),
         }
     }
 
@@ -136,10 +140,18 @@ impl Wire {
     /// server stopped answering on (h2's keepalive would do the same after its PING timeout).
     pub(crate) fn close_all(&self) -> usize {
         let sockets = self.sockets.lock();
+        if !sockets.is_empty() {
+            self.closings.fetch_add(1, Ordering::Relaxed);
+        }
         for (_, s) in sockets.iter() {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
         sockets.len()
+    }
+
+    /// True when [`Wire::close_all`] closed connections after `mark`.
+    pub(crate) fn closed_since(&self, mark: Mark) -> bool {
+        self.closings.load(Ordering::Relaxed) > mark.closings
     }
 
     /// True when a connection loss was observed after `mark` and nothing had been written on any

@@ -690,3 +690,37 @@ fn max_ejected_share_caps_ejections() {
         );
     }
 }
+
+#[test]
+fn calls_without_an_answer_for_ten_latencies_stall_an_endpoint_until_it_is_heard_from() {
+    let s = EndpointStats::new();
+    // 2 ms latency: the limit is STALL_MIN (250 ms), above ten latencies
+    warm(&s, 2, 1000 * MS);
+    s.on_pick_at(1000 * MS);
+    assert!(!s.is_stalled(1200 * MS));
+    assert!(s.is_stalled(1251 * MS));
+    // bytes came in: heard from, the count starts again
+    s.heard(1251 * MS);
+    assert!(!s.is_stalled(1400 * MS));
+    // suspect: down (not stalled again) until a probe answers
+    assert!(s.suspect());
+    assert!(!s.suspect(), "already suspect: one probe at a time");
+    assert!(s.is_down(1400 * MS) && !s.is_stalled(2000 * MS));
+    // an answered probe doubles the limit while the same calls run: 500 ms from the answer
+    s.clear_suspect(2000 * MS);
+    assert!(!s.is_down(2000 * MS) && s.is_probing());
+    assert!(!s.is_stalled(2400 * MS));
+    assert!(s.is_stalled(2501 * MS));
+    // a completed call ends the busy period: nothing in flight, nothing stalled
+    s.on_done(1000 * MS, 2600 * MS, code::OK);
+    assert!(!s.is_stalled(9000 * MS));
+}
+
+#[test]
+fn a_slow_endpoint_stalls_after_ten_of_its_latencies() {
+    let s = EndpointStats::new();
+    warm(&s, 100, 1000 * MS);
+    s.on_pick_at(1000 * MS);
+    assert!(!s.is_stalled(1900 * MS));
+    assert!(s.is_stalled(2001 * MS));
+}
