@@ -14,7 +14,7 @@
 //! - `zrpcctl conf check <file>`: validates a server or client config with the errors the
 //!   server and client give at start.
 //!
-//! Install with `cargo install --path crates/zrpcctl` (or `cargo install zrpcctl`).
+//! Install with `cargo install --path crates/zrpcctl` (`cargo install zrpcctl` once published).
 
 mod check;
 mod etcd;
