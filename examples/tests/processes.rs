@@ -333,9 +333,8 @@ async fn freeze_run(
         calls: ok.load(Ordering::Relaxed) + failures.len() as u64,
         last_pick: samples
             .windows(2)
-            .filter(|w| w[1].1 > w[0].1)
-            .map(|w| since(w[1].0))
-            .last(),
+            .rfind(|w| w[1].1 > w[0].1)
+            .map(|w| since(w[1].0)),
         failures,
     }
 }

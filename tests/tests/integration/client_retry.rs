@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use tonic::Code;
 use zrpc_client::Client;
 use zrpc_client::conf::{
-    HedgingPolicyConf, MethodConf, MethodName, RetryBudgetConf, RetryPolicyConf, RpcClientConf,
+    BalancerName, HedgingPolicyConf, MethodConf, MethodName, RetryBudgetConf, RetryPolicyConf,
+    RpcClientConf,
 };
 use zrpc_tests::pb::HelloRequest;
 use zrpc_tests::pb::greeter_client::GreeterClient;
@@ -259,13 +260,20 @@ async fn hedging_cuts_the_tail_of_a_stalling_server_for_few_extra_requests() {
             .count()
     };
 
-    let plain = Client::new(direct(&[&a, &b, &c])).await.unwrap();
+    // round robin: each server takes a third of the calls, so the stalls reach the callers
+    // however P2C would steer around the stalling server
+    let round_robin = || {
+        let mut conf = direct(&[&a, &b, &c]);
+        conf.balancer_name = BalancerName::RoundRobin;
+        conf
+    };
+    let plain = Client::new(round_robin()).await.unwrap();
     let (_, failed, lat) = run(&plain, CALLS, 4).await;
     assert_eq!(failed, 0);
     let (plain_slow, plain_p99) = (slow(&lat), p99(lat));
 
     let hits_before = a.hits() + b.hits() + c.hits();
-    let conf = direct(&[&a, &b, &c])
+    let conf = round_robin()
         .with_method_config(MethodConf::hedging(
             [MethodName::new(GREETER, "SayHello")],
             HedgingPolicyConf::default()
