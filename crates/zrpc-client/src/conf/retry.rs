@@ -442,3 +442,152 @@ pub(crate) fn validate_methods(list: &[MethodConf]) -> Result<(), ConfError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::conf::RpcClientConf;
+    use zrpc_core::conf::{Format, from_str};
+
+    fn load(extra: &str) -> Result<RpcClientConf, ConfError> {
+        from_str(
+            &format!("Endpoints: [\"127.0.0.1:1\"]\n{extra}"),
+            Format::Yaml,
+            "client.yaml",
+        )
+    }
+
+    #[test]
+    fn a_go_zero_config_has_no_policy_and_the_default_budget() {
+        let c = load("").unwrap();
+        assert!(c.method_config.is_empty());
+        assert_eq!(c.retry_budget, RetryBudgetConf::default());
+    }
+
+    #[test]
+    fn policies_load_from_go_zero_style_yaml() {
+        let c = load(
+            "MethodConfig:\n  - Name:\n      - Service: greet.Greeter\n      - Service: user.Users\n        Method: Get\n    RetryPolicy:\n      MaxAttempts: 4\n      InitialBackoff: 10ms\n      MaxBackoff: 200ms\n      BackoffMultiplier: 1.5\n      RetryableStatusCodes: [UNAVAILABLE, resource_exhausted, 13]\n  - Name: [{}]\n    HedgingPolicy:\n      HedgingDelay: 30ms\nRetryBudget:\n  Ratio: 0.2\n  Window: 5s\n",
+        )
+        .unwrap();
+        let r = c.method_config[0].retry_policy.as_ref().unwrap();
+        assert_eq!(r.max_attempts, 4);
+        assert_eq!(r.initial_backoff, Duration::from_millis(10));
+        assert_eq!(
+            r.retryable_status_codes,
+            StatusCodes(vec![
+                code::UNAVAILABLE,
+                code::RESOURCE_EXHAUSTED,
+                code::INTERNAL
+            ])
+        );
+        assert_eq!(
+            c.method_config[0].name[1],
+            MethodName::new("user.Users", "Get")
+        );
+        let h = c.method_config[1].hedging_policy.as_ref().unwrap();
+        assert_eq!(
+            (h.max_attempts, h.hedging_delay),
+            (2, Duration::from_millis(30))
+        );
+        assert_eq!(c.method_config[1].name, vec![MethodName::default()]);
+        assert_eq!(
+            c.retry_budget,
+            RetryBudgetConf::new(0.2, 10, Duration::from_secs(5))
+        );
+    }
+
+    #[test]
+    fn bad_policies_are_refused_with_the_key_and_the_way_out() {
+        let cases = [
+            (
+                "MethodConfig:\n  - Name: [{Service: a.B}]\n",
+                "MethodConfig[0].RetryPolicy",
+                "set RetryPolicy or HedgingPolicy",
+            ),
+            (
+                "MethodConfig:\n  - Name: [{Service: a.B}]\n    RetryPolicy: {}\n    HedgingPolicy: {}\n",
+                "MethodConfig[0].HedgingPolicy",
+                "not both",
+            ),
+            (
+                "MethodConfig:\n  - Name: [{Service: a.B}]\n    RetryPolicy:\n      MaxAttempts: 9\n",
+                "MethodConfig[0].RetryPolicy.MaxAttempts",
+                "use 2..=5",
+            ),
+            (
+                "MethodConfig:\n  - Name: [{Method: Get}]\n    RetryPolicy: {}\n",
+                "MethodConfig[0].Name[0].Service",
+                "name the method's service",
+            ),
+            (
+                "MethodConfig:\n  - Name: [{Service: /a.B/Get}]\n    RetryPolicy: {}\n",
+                "MethodConfig[0].Name[0]",
+                "without slashes",
+            ),
+            (
+                "MethodConfig:\n  - Name: [{Service: a.B}]\n    RetryPolicy: {}\n  - Name: [{Service: a.B}]\n    HedgingPolicy: {}\n",
+                "MethodConfig[1].Name[0]",
+                "named by an earlier entry",
+            ),
+            (
+                "MethodConfig:\n  - Name: [{Service: a.B}]\n    RetryPolicy:\n      RetryableStatusCodes: []\n",
+                "MethodConfig[0].RetryPolicy.RetryableStatusCodes",
+                "list the codes",
+            ),
+            (
+                "MethodConfig:\n  - Name: [{Service: a.B}]\n    RetryPolicy:\n      BackoffMultiplier: 0.5\n",
+                "MethodConfig[0].RetryPolicy.BackoffMultiplier",
+                ">= 1",
+            ),
+            (
+                "RetryBudget:\n  Ratio: 2\n",
+                "RetryBudget.Ratio",
+                "use 0..=1",
+            ),
+            ("RetryBudget:\n  Window: 0s\n", "RetryBudget.Window", "10s"),
+        ];
+        for (yaml, key, hint) in cases {
+            let e = load(yaml).unwrap_err();
+            let text = e.to_string();
+            assert_eq!(e.path(), Some(key), "{yaml}: {text}");
+            assert!(
+                text.contains(hint) && text.contains("client.yaml"),
+                "{text}"
+            );
+        }
+        let e = load(
+            "MethodConfig:\n  - Name: [{Service: a.B}]\n    RetryPolicy:\n      RetryableStatusCodes: [UNAVAILIBLE]\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("UNAVAILIBLE") && e.contains("expected e.g. UNAVAILABLE"),
+            "{e}"
+        );
+        let e = load(
+            "MethodConfig:\n  - Name: [{Service: a.B}]\n    RetryPolicy:\n      MaxAttempt: 3\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("MaxAttempt"), "{e}");
+    }
+
+    #[test]
+    fn code_names_are_grpcs_in_any_case() {
+        assert_eq!(parse_code("UNAVAILABLE"), Some(code::UNAVAILABLE));
+        assert_eq!(parse_code("Unavailable"), Some(code::UNAVAILABLE));
+        assert_eq!(
+            parse_code("deadline_exceeded"),
+            Some(code::DEADLINE_EXCEEDED)
+        );
+        assert_eq!(
+            parse_code("DeadlineExceeded"),
+            Some(code::DEADLINE_EXCEEDED)
+        );
+        assert_eq!(parse_code("14"), Some(14));
+        assert_eq!(parse_code("17"), None);
+        assert_eq!(parse_code("NOPE"), None);
+    }
+}
