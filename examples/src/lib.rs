@@ -14,4 +14,10 @@ pub mod pb {
     /// Encoded file descriptor set, for gRPC reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] =
         tonic::include_file_descriptor_set!("greeter_descriptor");
+
+    // What `zrpc-build` generates for every proto: the set linked into the binary, so that the
+    // server and the facade's client know the streaming methods without being told.
+    zrpc::codegen::inventory::submit! {
+        zrpc::codegen::LinkedDescriptorSet::new(FILE_DESCRIPTOR_SET)
+    }
 }

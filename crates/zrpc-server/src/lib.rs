@@ -37,5 +37,8 @@ pub use conf::RpcServerConf;
 pub use error::Error;
 pub use handle::{Phase, ServerHandle};
 pub use preflight::preflight;
+/// For the facade (`zrpc::client`): not public API.
+#[doc(hidden)]
+pub use server::linked_streaming_methods;
 pub use server::{Server, WrapUpHook};
 pub use tls::{PeerIdentity, TlsError};

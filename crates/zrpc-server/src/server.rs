@@ -238,6 +238,21 @@ const INFRA_STREAMS: [&str; 3] = [
     "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
 ];
 
+/// The streaming methods (`/pkg.Service/Method`) of every descriptor set linked into the binary
+/// by `zrpc-build`'s generated code (sets that do not decode are skipped), and health `Watch`
+/// and reflection. The facade's `zrpc::client` declares them to the client's metrics, so that a
+/// client records streams in the stream families without a declaration of its own.
+#[must_use]
+pub fn linked_streaming_methods() -> Vec<String> {
+    let mut out: Vec<String> = INFRA_STREAMS.iter().map(|m| (*m).to_owned()).collect();
+    for set in crate::descriptors::with_linked(Vec::new()) {
+        if let Ok(methods) = streaming_from_descriptors(&[set]) {
+            out.extend(methods);
+        }
+    }
+    out
+}
+
 fn streaming_from_descriptors(sets: &[&'static [u8]]) -> Result<Vec<String>, Error> {
     let mut out = Vec::new();
     for set in sets {

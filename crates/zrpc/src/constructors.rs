@@ -45,5 +45,10 @@ pub fn server(conf: RpcServerConf) -> Result<Server, Error> {
 /// # Ok(()) }
 /// ```
 pub async fn client(conf: RpcClientConf) -> Result<Client, Error> {
+    // streaming methods of the linked protos: their calls go to the client's stream families
+    static DECLARED: std::sync::Once = std::sync::Once::new();
+    DECLARED.call_once(|| {
+        zrpc_client::metrics::declare_streaming_methods(zrpc_server::linked_streaming_methods());
+    });
     Ok(Client::new(conf).await?)
 }
