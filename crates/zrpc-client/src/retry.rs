@@ -265,27 +265,43 @@ pub(crate) async fn call(
         let (_, first) = shared.start_avoiding(req, deadline, timeout, &[], true)?;
         return first.await.map(Answer::into_response);
     };
+    let call = Attempts {
+        shared: &shared,
+        retries: &retries,
+        path: &path,
+        replay: &replay,
+        deadline,
+        timeout,
+    };
     match &*policy {
-        Policy::Retry(p) => {
-            retry(&shared, &retries, p, &path, req, &replay, deadline, timeout).await
-        }
-        Policy::Hedge(p) => {
-            hedge(&shared, &retries, p, &path, req, &replay, deadline, timeout).await
-        }
+        Policy::Retry(p) => retry(&call, p, req).await,
+        Policy::Hedge(p) => hedge(&call, p, req).await,
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn retry(
-    shared: &Arc<Shared>,
-    retries: &Retries,
-    policy: &RetryPolicyConf,
-    path: &str,
-    first: http::Request<Body>,
-    replay: &Replay,
+/// What every attempt of one call shares.
+struct Attempts<'a> {
+    shared: &'a Arc<Shared>,
+    retries: &'a Retries,
+    path: &'a str,
+    replay: &'a Replay,
     deadline: Option<Instant>,
     timeout: Option<Duration>,
+}
+
+async fn retry(
+    call: &Attempts<'_>,
+    policy: &RetryPolicyConf,
+    first: http::Request<Body>,
 ) -> Result<http::Response<Body>, BoxError> {
+    let Attempts {
+        shared,
+        retries,
+        path,
+        replay,
+        deadline,
+        timeout,
+    } = *call;
     let mut tried: Vec<Arc<Endpoint>> = Vec::new();
     let mut req = Some(first);
     let mut n: u32 = 1;
@@ -336,17 +352,19 @@ async fn retry(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn hedge(
-    shared: &Arc<Shared>,
-    retries: &Retries,
+    call: &Attempts<'_>,
     policy: &HedgingPolicyConf,
-    path: &str,
     first: http::Request<Body>,
-    replay: &Replay,
-    deadline: Option<Instant>,
-    timeout: Option<Duration>,
 ) -> Result<http::Response<Body>, BoxError> {
+    let Attempts {
+        shared,
+        retries,
+        path,
+        replay,
+        deadline,
+        timeout,
+    } = *call;
     let non_fatal = |c: i32| policy.non_fatal_status_codes.contains(c);
     let mut in_use: Vec<Arc<Endpoint>> = Vec::new();
     let mut pending = FuturesUnordered::new();
