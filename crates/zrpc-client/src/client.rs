@@ -511,9 +511,14 @@ impl tower::Service<http::Request<Body>> for Client {
                 .map(tracing::Span::enter);
             match policy {
                 None => self.balancer.start(req, deadline, timeout, start),
-                Some((retries, policy)) => self
-                    .balancer
-                    .start_with_policy(req, deadline, timeout, retries, policy),
+                Some((retries, policy)) => Balancer::boxed_call(crate::retry::call(
+                    Arc::clone(&self.balancer.shared),
+                    retries,
+                    policy,
+                    req,
+                    deadline,
+                    timeout,
+                )),
             }
         };
         ResponseFuture {

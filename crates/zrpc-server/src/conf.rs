@@ -20,6 +20,8 @@ mod transport;
 pub use ignored::IgnoredKey;
 pub use log::{LogConf, LogFieldKeys};
 pub use redis::RedisKeyConf;
+#[cfg(not(feature = "redis-auth"))]
+pub(crate) use redis::redis_auth_off;
 pub use service::{
     DevServerConf, ProfileTypeConf, ProfilingConf, PrometheusConf, ServiceMode, ShutdownConf,
     TelemetryConf,
@@ -321,7 +323,7 @@ impl Validate for RpcServerConf {
         if let Some(r) = &self.redis {
             r.validate()?;
             if self.auth && !r.host.is_empty() && !cfg!(feature = "redis-auth") {
-                return Err(crate::auth::redis_auth_off(&r.host));
+                return Err(redis::redis_auth_off(&r.host));
             }
         }
         if let Some(p) = &self.profiling {

@@ -540,24 +540,11 @@ impl Balancer {
 }
 
 impl Balancer {
-    /// Starts a call of a method with a retry or hedging policy (`crate::retry`): boxed, its
-    /// attempts picked and sent by [`Shared::start_avoiding`].
-    pub(crate) fn start_with_policy(
-        &self,
-        req: http::Request<Body>,
-        deadline: Option<Instant>,
-        timeout: Option<Duration>,
-        retries: Arc<crate::retry::Retries>,
-        policy: Arc<crate::retry::Policy>,
+    /// A call driven by `fut` (a method with a retry or hedging policy, `crate::retry`, whose
+    /// attempts [`Shared::start_avoiding`] picks and sends).
+    pub(crate) fn boxed_call(
+        fut: impl Future<Output = Result<http::Response<Body>, BoxError>> + Send + 'static,
     ) -> Call {
-        let fut = crate::retry::call(
-            Arc::clone(&self.shared),
-            retries,
-            policy,
-            req,
-            deadline,
-            timeout,
-        );
         Call {
             state: State::Boxed { fut: Box::pin(fut) },
         }

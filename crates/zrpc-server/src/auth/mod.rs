@@ -32,7 +32,7 @@ pub(crate) fn store_from_conf(conf: &RpcServerConf) -> Result<Option<Arc<dyn Tok
     }
     #[cfg(not(feature = "redis-auth"))]
     if let Some(redis) = conf.redis.as_ref().filter(|r| !r.host.is_empty()) {
-        return Err(Error::Conf(redis_auth_off(&redis.host)));
+        return Err(Error::Conf(crate::conf::redis_auth_off(&redis.host)));
     }
     #[cfg(feature = "redis-auth")]
     if let Some(redis) = conf.redis.as_ref().filter(|r| !r.host.is_empty()) {
@@ -62,19 +62,6 @@ pub(crate) fn store_from_conf(conf: &RpcServerConf) -> Result<Option<Arc<dyn Tok
             .iter()
             .map(|t| (t.app.clone(), t.token.clone())),
     ))))
-}
-
-/// The error for `Auth: true` with `Redis.Host` in a build without the `redis-auth` feature.
-#[cfg_attr(feature = "redis-auth", allow(dead_code))]
-pub(crate) fn redis_auth_off(host: &str) -> zrpc_core::conf::ConfError {
-    zrpc_core::conf::ConfError::invalid(
-        "Redis.Host",
-        format!(
-            "{host:?} asks for go-zero's Redis token store (Auth: true), which this build of \
-             zrpc leaves out: enable the `redis-auth` cargo feature of zrpc \
-             (zrpc = {{ ..., features = [\"redis-auth\"] }}), or list the apps in AuthTokens"
-        ),
-    )
 }
 
 #[cfg(test)]

@@ -75,6 +75,19 @@ impl Validate for RedisKeyConf {
     }
 }
 
+/// The error for `Auth: true` with `Redis.Host` in a build without the `redis-auth` feature.
+#[cfg_attr(feature = "redis-auth", allow(dead_code))]
+pub(crate) fn redis_auth_off(host: &str) -> zrpc_core::conf::ConfError {
+    zrpc_core::conf::ConfError::invalid(
+        "Redis.Host",
+        format!(
+            "{host:?} asks for go-zero's Redis token store (Auth: true), which this build of \
+             zrpc leaves out: enable the `redis-auth` cargo feature of zrpc \
+             (zrpc = {{ ..., features = [\"redis-auth\"] }}), or list the apps in AuthTokens"
+        ),
+    )
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -56,8 +56,6 @@ pub(crate) mod util;
 #[cfg(test)]
 pub(crate) mod test_util;
 
-#[cfg(feature = "redis-auth")]
-pub use crate::auth::RedisTokens;
 pub use auth::{AuthLayer, Lookup, StaticTokens, TokenFuture, TokenStore};
 pub use breaker::BreakerLayer;
 pub use drain::{DrainLayer, DrainSignal};
