@@ -321,3 +321,37 @@ async fn hedging_cuts_the_tail_of_a_stalling_server_for_few_extra_requests() {
     );
     assert!(extra <= 0.05, "{extra} extra requests per call");
 }
+
+/// A server busy with long silent calls that fill its stream limit is not taken for a frozen
+/// one: the calls stall (no byte for longer than ten latencies), the endpoint is probed, on a
+/// connection of the probe's own (on the calls' connection it would wait behind the limit), the
+/// server answers, and no call is cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_calls_that_fill_the_stream_limit_are_not_cut_by_a_probe() {
+    let slow = Backend::start_limited("127.0.0.1:0", "slow", Duration::from_millis(1500), Some(2));
+    let client = Client::new(direct(&[&slow]).with_timeout(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    let mut calls = Vec::new();
+    for i in 0..2 {
+        let mut greeter = GreeterClient::new(client.clone());
+        calls.push(tokio::spawn(async move {
+            greeter
+                .say_hello(HelloRequest {
+                    name: format!("{i}"),
+                })
+                .await
+        }));
+    }
+    for c in calls {
+        c.await.unwrap().unwrap();
+    }
+    // and the endpoint is usable at once: no probe left it suspect
+    let mut greeter = GreeterClient::new(client.clone());
+    greeter
+        .say_hello(HelloRequest {
+            name: "after".into(),
+        })
+        .await
+        .unwrap();
+}

@@ -135,6 +135,16 @@ impl Backend {
 
     /// Starts a server on `addr` (e.g. the address of a killed one, to restart it).
     pub(crate) fn start_on(addr: &str, id: &str, delay: Duration) -> Backend {
+        Backend::start_limited(addr, id, delay, None)
+    }
+
+    /// Starts a server on `addr` that accepts at most `streams` calls at once per connection.
+    pub(crate) fn start_limited(
+        addr: &str,
+        id: &str,
+        delay: Duration,
+        streams: Option<u32>,
+    ) -> Backend {
         let state = Arc::new(State {
             id: id.to_owned(),
             ..State::default()
@@ -156,6 +166,7 @@ impl Backend {
         runtime.spawn(async move {
             let listener = tokio::net::TcpListener::from_std(listener).unwrap();
             let r = tonic::transport::Server::builder()
+                .max_concurrent_streams(streams)
                 .add_service(GreeterServer::new(svc))
                 .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
                     let _ = signal.await;

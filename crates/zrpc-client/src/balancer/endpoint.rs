@@ -46,6 +46,8 @@ pub(crate) struct Endpoint {
     ejection: Arc<EjectionLimit>,
     /// `wire.reads()` at the last stall check.
     reads_seen: AtomicU64,
+    /// How the probes connect: a connection of their own each (see [`Endpoint::probe`]).
+    probe_with: (tonic::transport::Endpoint, Connector),
 }
 
 impl AsRef<EndpointStats> for Endpoint {
@@ -118,11 +120,19 @@ impl Endpoint {
         // whose wrapper stays on the connection's every read and write: see `Connector`), watched
         // to prove a failed request was never written; tonic wraps connect errors in
         // `ConnectError`
-        let channel = ep.connect_with_connector_lazy(Connector {
+        let connector = Connector {
             wire: wire.clone(),
             connect_timeout: opts.connect_timeout,
             plaintext: opts.tls.is_none(),
-        });
+        };
+        let probe_with = (
+            ep.clone(),
+            Connector {
+                wire: Arc::new(Wire::default()),
+                ..connector.clone()
+            },
+        );
+        let channel = ep.connect_with_connector_lazy(connector);
         Ok(Endpoint {
             addr: Arc::from(addr),
             stats: EndpointStats::new(),
@@ -131,6 +141,7 @@ impl Endpoint {
             wire,
             ejection: Arc::clone(&opts.ejection),
             reads_seen: AtomicU64::new(0),
+            probe_with,
         })
     }
 
@@ -310,9 +321,15 @@ impl Endpoint {
         }
     }
 
-    /// Sends the probe on the endpoint's channel: true when the server answered anything (a
-    /// server without the health service answers `Unimplemented`, which is an answer).
+    /// Sends the probe on a connection of its own: true when the server answered anything (a
+    /// server without the health service answers `Unimplemented`, which is an answer). Not on
+    /// the calls' connection: there the probe would wait behind the server's stream limit
+    /// when long calls fill it, and find nothing wrong with a server that only runs them.
     async fn probe(&self) -> bool {
+        let (endpoint, connector) = &self.probe_with;
+        let Ok(channel) = endpoint.connect_with_connector(connector.clone()).await else {
+            return false;
+        };
         let mut req = http::Request::new(Body::new(http_body_util::Full::new(
             bytes::Bytes::from_static(&[0, 0, 0, 0, 0]),
         )));
@@ -324,17 +341,15 @@ impl Endpoint {
             http::HeaderValue::from_static("application/grpc"),
         );
         headers.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
-        tower::ServiceExt::oneshot(self.channel.clone(), req)
-            .await
-            .is_ok()
+        tower::ServiceExt::oneshot(channel, req).await.is_ok()
     }
 }
 
 /// Probes a suspect endpoint until it answers (or is dropped): one probe at a time, each given
 /// [`PROBE_TIMEOUT`], paused 100 ms doubling to 1 s between them. A probe that timed out while
-/// no byte came in on any connection of the endpoint found connections that carry nothing: they
-/// are closed, so that the calls stuck on them fail now (and a retry policy can send them
-/// elsewhere) rather than at their deadlines, and the next probe connects anew.
+/// no byte came in on any connection of the calls found a server that answers neither a new
+/// connection nor the old ones: those are closed, so that the calls stuck on them fail now (and
+/// a retry policy can send them elsewhere) rather than at their deadlines.
 async fn probe_until_answered(endpoint: std::sync::Weak<Endpoint>, clock: Clock) {
     let mut pause = PROBE_PAUSES.0;
     loop {
