@@ -244,11 +244,7 @@ fn wrap(
         ConnIo::Tls(s) => s.get_ref().0.local_addr(),
     };
     let addrs = local.ok().map(|local| (local, peer));
-    let entry = settings
-        .table
-        .as_ref()
-        .zip(addrs)
-        .map(|(table, addrs)| table.register(addrs));
+    let entry = settings.table.as_ref().map(|table| table.register());
     let io = AuthorityFix::new(io, addrs, settings.authority_repair);
     let peer = Peer {
         ip: peer.ip(),

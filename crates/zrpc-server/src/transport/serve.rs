@@ -32,8 +32,8 @@ use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use http::{Request, Response};
 use hyper::body::Incoming;
+use hyper::server::conn::http2::{Builder, Connection};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto::Builder;
 use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
@@ -103,13 +103,15 @@ where
                 }
                 None => break,
             };
-            let conn = ConnService {
+            let svc = ConnService {
                 inner: svc.clone(),
                 info: Arc::new(io.connect_info()),
             };
+            // Made here and boxed, so that the task holds one copy of the connection: an async
+            // fn keeps its arguments apart from its locals, and the connection (the IO
+            // wrappers, h2's state, the service) pinned inside it would be stored twice.
+            let conn = Box::pin(builder.serve_connection(TokioIo::new(io), svc));
             tokio::spawn(serve_connection(
-                builder.clone(),
-                io,
                 conn,
                 stop_rx.clone(),
                 http2.max_connection_age,
@@ -122,14 +124,14 @@ where
     Ok(())
 }
 
-/// hyper's connection builder: HTTP/2 only, every limit set here on purpose. In hyper's and
+/// hyper's HTTP/2 connection builder (HTTP/1 is refused: its request is not a preface),
+/// every limit set here on purpose. In hyper's and
 /// h2's builders `None` often means *no limit* rather than "the default" (tonic 0.14 passes
 /// `None` for the local-error resets, which turns off h2's MadeYouReset guard), so each is
 /// given a value, and `docs/security.md` tables them beside tonic's and grpc-go's.
 fn builder(http2: &Http2) -> Builder<TokioExecutor> {
-    let mut builder = Builder::new(TokioExecutor::new()).http2_only();
+    let mut builder = Builder::new(TokioExecutor::new());
     builder
-        .http2()
         .timer(TokioTimer::new())
         // Streams open at once per connection; more are refused (REFUSED_STREAM).
         .max_concurrent_streams(http2.max_concurrent_streams)
@@ -156,11 +158,12 @@ fn builder(http2: &Http2) -> Builder<TokioExecutor> {
     builder
 }
 
+/// hyper's HTTP/2 connection serving the chain on `IO`.
+type Conn<IO, S> = Connection<TokioIo<IO>, ConnService<S>, TokioExecutor>;
+
 /// One connection until it ends; a GOAWAY at `max_age` or when `stop` changes.
 async fn serve_connection<S, B, IO>(
-    builder: Builder<TokioExecutor>,
-    io: IO,
-    svc: ConnService<S>,
+    mut conn: Pin<Box<Conn<IO, S>>>,
     mut stop: tokio::sync::watch::Receiver<()>,
     max_age: Option<Duration>,
 ) where
@@ -171,7 +174,6 @@ async fn serve_connection<S, B, IO>(
     B::Error: Into<BoxError>,
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let mut conn = pin!(builder.serve_connection(TokioIo::new(io), svc));
     let mut aged = pin!(async {
         match max_age {
             Some(age) => tokio::time::sleep(age).await,

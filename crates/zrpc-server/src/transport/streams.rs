@@ -2,25 +2,20 @@
 //! request messages per connection, for `Transport.MaxConnectionBufferedRequestBytes`.
 //!
 //! The chain's [`Front`](super::front::Front) takes the request's connection state from the connect
-//! info tonic puts in every request (the connection registered it in the server's
+//! info tonic puts in every request (the connection got it from the server's
 //! [`ConnTable`]), counts the call open until its response body ([`CountedBody`]) is finished
 //! or dropped, and notes when the count falls to zero;
 //! the connection's [`Guarded`](super::conn::Guarded) reads that to close it after the idle time.
 //! Without `MaxConnectionIdle` the layer does no lookup (and without a per-connection byte
 //! budget either, the table is absent).
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
-use parking_lot::Mutex;
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
-
-type ConnAddrs = (SocketAddr, SocketAddr);
 
 /// One connection's open calls and the time the last one ended.
 #[derive(Debug)]
@@ -69,27 +64,20 @@ impl Drop for CallGuard {
     }
 }
 
-/// The server's live connections by (local, remote) address.
+/// Hands each accepted connection its [`ConnState`] when the server keeps them (its presence
+/// says so). Nothing looks a connection up: each request carries its connection's state in its
+/// connect info, so no table of live connections is kept (a map entry per connection, and a
+/// lock taken at every accept and close).
 #[derive(Debug, Default)]
-pub(crate) struct ConnTable {
-    conns: Mutex<HashMap<ConnAddrs, Arc<ConnState>>>,
-}
+pub(crate) struct ConnTable(());
 
 impl ConnTable {
-    /// Registers an accepted connection; the entry leaves the table when dropped.
-    pub(crate) fn register(self: &Arc<Self>, addrs: ConnAddrs) -> ConnEntry {
-        let state = Arc::new(ConnState::new());
-        self.conns.lock().insert(addrs, state.clone());
+    /// The state of a connection just accepted; it lives as long as the connection or its
+    /// last call.
+    pub(crate) fn register(&self) -> ConnEntry {
         ConnEntry {
-            table: self.clone(),
-            addrs,
-            state,
+            state: Arc::new(ConnState::new()),
         }
-    }
-
-    #[cfg(test)]
-    fn find(&self, addrs: ConnAddrs) -> Option<Arc<ConnState>> {
-        self.conns.lock().get(&addrs).cloned()
     }
 
     /// The connection `req` arrived on, from the connect info in its extensions (the serve
@@ -100,11 +88,9 @@ impl ConnTable {
     }
 }
 
-/// A connection's place in the [`ConnTable`].
+/// A connection's state, held by its [`Guarded`](super::conn::Guarded).
 #[derive(Debug)]
 pub(crate) struct ConnEntry {
-    table: Arc<ConnTable>,
-    addrs: ConnAddrs,
     state: Arc<ConnState>,
 }
 
@@ -117,18 +103,6 @@ impl ConnEntry {
     /// See [`ConnState::idle_since`].
     pub(crate) fn idle_since(&self) -> Option<Instant> {
         self.state.idle_since()
-    }
-}
-
-impl Drop for ConnEntry {
-    fn drop(&mut self) {
-        let mut conns = self.table.conns.lock();
-        if conns
-            .get(&self.addrs)
-            .is_some_and(|s| Arc::ptr_eq(s, &self.state))
-        {
-            conns.remove(&self.addrs);
-        }
     }
 }
 
@@ -187,24 +161,14 @@ impl<B: http_body::Body> http_body::Body for CountedBody<B> {
 mod tests {
     use super::*;
 
-    fn addrs() -> ConnAddrs {
-        (
-            "127.0.0.1:1".parse().unwrap(),
-            "127.0.0.1:2".parse().unwrap(),
-        )
-    }
-
     #[tokio::test(start_paused = true)]
     async fn a_connection_is_idle_only_while_no_call_is_open() {
-        let table = Arc::new(ConnTable::default());
-        let entry = table.register(addrs());
+        let entry = ConnTable::default().register();
         assert!(entry.idle_since().is_some());
-        let call = table.find(addrs()).unwrap().start();
+        let call = entry.state().start();
         assert_eq!(entry.idle_since(), None);
         tokio::time::advance(std::time::Duration::from_secs(3)).await;
         drop(call);
         assert_eq!(entry.idle_since(), Some(Instant::now()));
-        drop(entry);
-        assert!(table.find(addrs()).is_none());
     }
 }
