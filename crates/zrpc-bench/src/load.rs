@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use tonic::transport::Channel;
-use zrpc_tests::pb::HelloRequest;
 use zrpc_tests::pb::greeter_client::GreeterClient;
+use zrpc_tests::pb::{HelloRequest, HelloStreamRequest};
 
 use crate::stats::{DROPPED, Summary, code_name, percentile};
 
@@ -61,6 +61,22 @@ pub(crate) struct LoadArgs {
     /// Retry the first call until it succeeds or this passes, ms (discovery lag).
     #[arg(long, default_value_t = 10_000)]
     wait_ms: u64,
+    /// Each call is a server stream of this many messages (`SayHelloStream`, read to its end)
+    /// instead of a unary `SayHello` (0).
+    #[arg(long, default_value_t = 0)]
+    stream: u32,
+    /// The request's name field has this many octets (0: `bench`).
+    #[arg(long, default_value_t = 0)]
+    payload_bytes: usize,
+}
+
+/// What each call sends.
+#[derive(Debug, Clone)]
+struct Shape {
+    timeout: Option<Duration>,
+    /// Messages per server stream; 0 for a unary call.
+    stream: u32,
+    name: String,
 }
 
 #[derive(Debug, Clone)]
@@ -70,11 +86,14 @@ enum Caller {
 }
 
 /// One call: (code, server). Code [`DROPPED`] when the client's breaker refused it.
-async fn call(c: &mut Caller, timeout: Option<Duration>) -> (u32, Option<String>) {
+async fn call(c: &mut Caller, shape: &Shape) -> (u32, Option<String>) {
+    if shape.stream > 0 {
+        return stream(c, shape).await;
+    }
     let mut req = tonic::Request::new(HelloRequest {
-        name: "bench".into(),
+        name: shape.name.clone(),
     });
-    if let Some(t) = timeout {
+    if let Some(t) = shape.timeout {
         req.set_timeout(t);
     }
     let res = match c {
@@ -91,6 +110,35 @@ async fn call(c: &mut Caller, timeout: Option<Duration>) -> (u32, Option<String>
         ),
         Err(st) if st.message().contains("circuit breaker is open") => (DROPPED, None),
         Err(st) => (st.code() as u32, None),
+    }
+}
+
+/// A server stream of `shape.stream` messages, read to its end; OK only when every message came.
+async fn stream(c: &mut Caller, shape: &Shape) -> (u32, Option<String>) {
+    let mut req = tonic::Request::new(HelloStreamRequest {
+        name: shape.name.clone(),
+        count: shape.stream,
+        interval_ms: 0,
+    });
+    if let Some(t) = shape.timeout {
+        req.set_timeout(t);
+    }
+    let res = match c {
+        Caller::Tonic(g) => g.say_hello_stream(req).await,
+        Caller::Zrpc(g) => g.say_hello_stream(req).await,
+    };
+    let mut body = match res {
+        Ok(resp) => resp.into_inner(),
+        Err(st) => return (st.code() as u32, None),
+    };
+    let mut got = 0u32;
+    loop {
+        match body.message().await {
+            Ok(Some(_)) => got += 1,
+            Ok(None) if got == shape.stream => return (0, None),
+            Ok(None) => return (tonic::Code::DataLoss as u32, None),
+            Err(st) => return (st.code() as u32, None),
+        }
     }
 }
 
@@ -159,12 +207,20 @@ async fn connect(args: &LoadArgs) -> Result<Caller> {
 
 async fn load(args: LoadArgs) -> Result<Summary> {
     let mut caller = connect(&args).await?;
-    let timeout = (args.timeout_ms > 0 && args.client == "tonic")
-        .then(|| Duration::from_millis(args.timeout_ms));
+    let shape = Arc::new(Shape {
+        timeout: (args.timeout_ms > 0 && args.client == "tonic")
+            .then(|| Duration::from_millis(args.timeout_ms)),
+        stream: args.stream,
+        name: if args.payload_bytes > 0 {
+            "x".repeat(args.payload_bytes)
+        } else {
+            "bench".into()
+        },
+    });
     // The first call: wait for discovery and the connection.
     let deadline = Instant::now() + Duration::from_millis(args.wait_ms);
     loop {
-        let (code, _) = call(&mut caller, timeout).await;
+        let (code, _) = call(&mut caller, &shape).await;
         if code == 0 || code == 13 || Instant::now() >= deadline {
             break;
         }
@@ -176,7 +232,7 @@ async fn load(args: LoadArgs) -> Result<Summary> {
             args.concurrency,
             args.warmup,
             None,
-            timeout,
+            &shape,
             Instant::now(),
         )
         .await;
@@ -192,12 +248,12 @@ async fn load(args: LoadArgs) -> Result<Summary> {
             &caller,
             args.rate,
             duration.unwrap_or(Duration::from_secs(5)),
-            timeout,
+            &shape,
             t0,
         )
         .await
     } else {
-        closed(&caller, args.concurrency, args.calls, duration, timeout, t0).await
+        closed(&caller, args.concurrency, args.calls, duration, &shape, t0).await
     };
     let elapsed = t0.elapsed();
     let cpu = zrpc_tests::bench::cpu_ns().saturating_sub(cpu0);
@@ -220,6 +276,7 @@ async fn load(args: LoadArgs) -> Result<Summary> {
     }
     let mut summary = summarize(&recs, elapsed, cpu);
     summary.t0_unix_ms = t0_unix_ms;
+    summary.messages = summary.ok * u64::from(args.stream);
     Ok(summary)
 }
 
@@ -272,7 +329,7 @@ async fn closed(
     workers: usize,
     calls: u64,
     duration: Option<Duration>,
-    timeout: Option<Duration>,
+    shape: &Arc<Shape>,
     t0: Instant,
 ) -> Vec<Rec> {
     let workers = workers.max(1);
@@ -281,6 +338,7 @@ async fn closed(
     let tasks: Vec<_> = (0..workers)
         .map(|_| {
             let mut c = caller.clone();
+            let shape = Arc::clone(shape);
             tokio::spawn(async move {
                 let mut out = Vec::with_capacity(if end.is_some() { 1024 } else { per as usize });
                 let mut i = 0u64;
@@ -292,7 +350,7 @@ async fn closed(
                     }
                     i += 1;
                     let start = Instant::now();
-                    let (code, server) = call(&mut c, timeout).await;
+                    let (code, server) = call(&mut c, &shape).await;
                     out.push(Rec {
                         start: start.duration_since(t0),
                         latency: start.elapsed(),
@@ -317,7 +375,7 @@ async fn open(
     caller: &Caller,
     rate: f64,
     duration: Duration,
-    timeout: Option<Duration>,
+    shape: &Arc<Shape>,
     t0: Instant,
 ) -> Vec<Rec> {
     let recs = Arc::new(Mutex::new(Vec::new()));
@@ -330,9 +388,10 @@ async fn open(
         tick.tick().await;
         let mut c = caller.clone();
         let recs = recs.clone();
+        let shape = Arc::clone(shape);
         tasks.spawn(async move {
             let start = Instant::now();
-            let (code, server) = call(&mut c, timeout).await;
+            let (code, server) = call(&mut c, &shape).await;
             let rec = Rec {
                 start: start.duration_since(t0),
                 latency: start.elapsed(),

@@ -6,6 +6,7 @@
 //! cargo run --release -p zrpc-bench -- all                 # docs/benchmarks.md + docs/benchmarks/*.svg
 //! cargo run --release -p zrpc-bench -- --quick --out /tmp/b/report.md all   # smoke run, < 2 min
 //! cargo run --release -p zrpc-bench -- overhead            # one scenario
+//! cargo run --release -p zrpc-bench -- --merge memory      # one scenario's section replaced
 //! cargo run --release -p zrpc-bench -- --out /tmp/b2.md all  # a second run, then:
 //! cargo run --release -p zrpc-bench -- compare docs/benchmarks.md /tmp/b2.md  # ratios within 10%?
 //! cargo run --release -p zrpc-bench -- --round-secs 3 overhead  # longer timing-based rounds
@@ -73,6 +74,10 @@ struct Cli {
     /// `balance`: only these clients, comma-separated (`p2c_ewma`, `round_robin`, `go-zero`).
     #[arg(long, global = true, value_delimiter = ',')]
     balance_clients: Vec<String>,
+    /// Replace only the sections of this run in the existing `--out` report, keeping its other
+    /// sections and its header; each replaced section names its own command, date and commit.
+    #[arg(long, global = true)]
+    merge: bool,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -93,6 +98,10 @@ enum Cmd {
     Shed,
     /// One of three servers killed / stopped / drained under load.
     Failover,
+    /// Server RSS per idle HTTP/2 connection.
+    Memory,
+    /// Server streaming messages/s and unary calls with a 256 KiB request.
+    Payloads,
     /// Checks that a report is well formed (every section, table and chart): the smoke test.
     CheckReport {
         /// The report.
@@ -133,6 +142,8 @@ fn main() -> ExitCode {
                 Cmd::Breaker => &[scenarios::Kind::Breaker],
                 Cmd::Shed => &[scenarios::Kind::Shed],
                 Cmd::Failover => &[scenarios::Kind::Failover],
+                Cmd::Memory => &[scenarios::Kind::Memory],
+                Cmd::Payloads => &[scenarios::Kind::Payloads],
                 Cmd::Serve(_) | Cmd::Load(_) | Cmd::CheckReport { .. } | Cmd::Compare { .. } => {
                     unreachable!("handled above")
                 }
@@ -163,6 +174,7 @@ fn main() -> ExitCode {
                 out: cli.out,
                 balance_secs: cli.balance_secs,
                 balance_clients: cli.balance_clients,
+                merge: cli.merge,
             };
             let r = scenarios::run(which, &opts);
             proc::kill_all();

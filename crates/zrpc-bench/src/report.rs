@@ -211,44 +211,10 @@ pub(crate) fn write(
             .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
             .unwrap_or_default()
     );
-    md.push_str("Contents:");
+    let titles: Vec<&str> = sections.iter().map(|s| s.title.as_str()).collect();
+    md.push_str(&contents(&titles));
     for s in sections {
-        let anchor = s
-            .title
-            .to_lowercase()
-            .chars()
-            .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-')
-            .collect::<String>()
-            .replace(' ', "-");
-        let _ = write!(md, " [{}](#{anchor}) ·", s.title);
-    }
-    md.pop();
-    md.push_str("\n\n");
-    for s in sections {
-        let _ = writeln!(md, "## {}\n", s.title);
-        if !s.intro.is_empty() {
-            let _ = writeln!(md, "{}\n", s.intro.trim_end());
-        }
-        for t in &s.tables {
-            if !t.caption.is_empty() {
-                let _ = writeln!(md, "**{}**\n", t.caption);
-            }
-            let _ = writeln!(md, "| {} |", t.headers.join(" | "));
-            let _ = writeln!(md, "|{}", "---|".repeat(t.headers.len()));
-            for r in &t.rows {
-                let _ = writeln!(md, "| {} |", r.join(" | "));
-            }
-            md.push('\n');
-        }
-        for (alt, file) in &s.charts {
-            let _ = writeln!(md, "![{alt}]({charts_dir_name}/{file})\n");
-        }
-        for n in &s.notes {
-            let _ = writeln!(md, "- {n}");
-        }
-        if !s.notes.is_empty() {
-            md.push('\n');
-        }
+        md.push_str(&section_md(s, charts_dir_name, None));
     }
     if let Some(dir) = out.parent()
         && !dir.as_os_str().is_empty()
@@ -258,9 +224,160 @@ pub(crate) fn write(
     std::fs::write(out, md).with_context(|| format!("cannot write {}", out.display()))
 }
 
+/// The `Contents:` line for these section titles.
+fn contents(titles: &[&str]) -> String {
+    let mut md = String::from("Contents:");
+    for t in titles {
+        let anchor = t
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-')
+            .collect::<String>()
+            .replace(' ', "-");
+        let _ = write!(md, " [{t}](#{anchor}) ·");
+    }
+    md.pop();
+    md.push_str("\n\n");
+    md
+}
+
+/// One section as Markdown, from its `## ` line; `measured`: a line naming the run that
+/// produced it (a merged section, whose run is not the header's).
+fn section_md(s: &Section, charts_dir_name: &str, measured: Option<&str>) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "## {}\n", s.title);
+    if let Some(m) = measured {
+        let _ = writeln!(md, "{m}\n");
+    }
+    if !s.intro.is_empty() {
+        let _ = writeln!(md, "{}\n", s.intro.trim_end());
+    }
+    for t in &s.tables {
+        if !t.caption.is_empty() {
+            let _ = writeln!(md, "**{}**\n", t.caption);
+        }
+        let _ = writeln!(md, "| {} |", t.headers.join(" | "));
+        let _ = writeln!(md, "|{}", "---|".repeat(t.headers.len()));
+        for r in &t.rows {
+            let _ = writeln!(md, "| {} |", r.join(" | "));
+        }
+        md.push('\n');
+    }
+    for (alt, file) in &s.charts {
+        let _ = writeln!(md, "![{alt}]({charts_dir_name}/{file})\n");
+    }
+    for n in &s.notes {
+        let _ = writeln!(md, "- {n}");
+    }
+    if !s.notes.is_empty() {
+        md.push('\n');
+    }
+    md
+}
+
+/// Replaces `sections` in the report at `out` (adding those it lacks, in `order`), keeping its
+/// header and its other sections. Each replaced section starts with the command, date and
+/// commit of this run, since the header's facts are another run's.
+pub(crate) fn merge(
+    out: &Path,
+    charts_dir_name: &str,
+    env: &Env,
+    command: &str,
+    order: &[&str],
+    sections: &[Section],
+) -> Result<()> {
+    let text = std::fs::read_to_string(out)
+        .with_context(|| format!("--merge: cannot read the report {}", out.display()))?;
+    let fact = |k: &str| {
+        env.facts
+            .iter()
+            .find(|(key, _)| key == k)
+            .map_or("?", |(_, v)| v.as_str())
+    };
+    let measured = format!(
+        "Measured {} UTC at commit {} with `{command}` (merged into this report; the header's \
+         facts are the full run's).",
+        fact("date (UTC)"),
+        fact("commit")
+    );
+    Ok(std::fs::write(
+        out,
+        merged(&text, charts_dir_name, &measured, order, sections),
+    )?)
+}
+
+/// [`merge`] on the report's text.
+fn merged(
+    text: &str,
+    charts_dir_name: &str,
+    measured: &str,
+    order: &[&str],
+    sections: &[Section],
+) -> String {
+    let mut parts = text.split("\n## ");
+    let header = parts.next().unwrap_or_default();
+    let mut kept: Vec<(String, String)> = parts
+        .map(|p| {
+            let title = p.lines().next().unwrap_or_default().to_owned();
+            (title, format!("## {p}"))
+        })
+        .collect();
+    for s in sections {
+        let md = section_md(s, charts_dir_name, Some(measured));
+        match kept.iter_mut().find(|(t, _)| *t == s.title) {
+            Some(slot) => slot.1 = md,
+            None => kept.push((s.title.clone(), md)),
+        }
+    }
+    let rank = |t: &str| order.iter().position(|o| *o == t).unwrap_or(order.len());
+    kept.sort_by_key(|(t, _)| rank(t));
+    let titles: Vec<&str> = kept.iter().map(|(t, _)| t.as_str()).collect();
+    let mut md = String::new();
+    for line in format!("{header}\n").split_inclusive('\n') {
+        if line.starts_with("Contents:") {
+            md.push_str(contents(&titles).trim_end());
+            md.push('\n');
+        } else {
+            md.push_str(line);
+        }
+    }
+    for (_, body) in &kept {
+        let body = body.trim_end();
+        md.push_str(body);
+        md.push_str("\n\n");
+    }
+    md.truncate(md.trim_end().len());
+    md.push('\n');
+    md
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_merge_replaces_its_sections_and_keeps_the_others() {
+        let report =
+            "# zrpc benchmarks\n\nContents: [A](#a) · [B](#b)\n\n## A\n\nold a\n\n## B\n\nold b\n";
+        let new = |title: &str, intro: &str| Section {
+            title: title.into(),
+            intro: intro.into(),
+            ..Section::default()
+        };
+        let out = merged(
+            report,
+            "benchmarks",
+            "Measured now.",
+            &["A", "B", "C"],
+            &[new("C", "new c"), new("A", "new a")],
+        );
+        assert_eq!(
+            out,
+            "# zrpc benchmarks\n\nContents: [A](#a) · [B](#b) · [C](#c)\n\n\
+             ## A\n\nMeasured now.\n\nnew a\n\n## B\n\nold b\n\n\
+             ## C\n\nMeasured now.\n\nnew c\n"
+        );
+    }
 
     #[test]
     fn round_ratio_is_the_median_of_per_round_ratios_with_its_spread() {

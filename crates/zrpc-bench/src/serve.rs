@@ -41,6 +41,9 @@ pub(crate) struct ServeArgs {
     /// Tokio worker threads (0: one per CPU).
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// zrpc only: turn the `:authority` repair off (to see what its inspection costs).
+    #[arg(long)]
+    no_authority_repair: bool,
 }
 
 #[derive(Debug)]
@@ -99,7 +102,7 @@ impl Greeter for BenchGreeter {
             tokio::time::sleep(s.delay).await;
         }
         let mut resp = Response::new(HelloReply {
-            message: format!("hello {}", req.into_inner().name),
+            message: greeting(&req.into_inner().name),
         });
         if let Ok(v) = s.name.parse() {
             resp.metadata_mut().insert("x-server", v);
@@ -110,17 +113,36 @@ impl Greeter for BenchGreeter {
     type SayHelloStreamStream =
         Pin<Box<dyn tokio_stream_shim::Stream<Item = Result<HelloReply, Status>> + Send>>;
 
+    /// `count` replies `hello <name> <i>`, as fast as the client reads them (the interval is
+    /// ignored: the harness measures messages per second).
     async fn say_hello_stream(
         &self,
-        _req: Request<HelloStreamRequest>,
+        req: Request<HelloStreamRequest>,
     ) -> Result<Response<Self::SayHelloStreamStream>, Status> {
-        Err(Status::unimplemented("the bench greeter does not stream"))
+        let req = req.into_inner();
+        let name = greeting(&req.name);
+        let replies = (0..req.count).map(move |i| {
+            Ok(HelloReply {
+                message: format!("{name} {i}"),
+            })
+        });
+        Ok(Response::new(Box::pin(tokio_stream_shim::iter(replies))))
+    }
+}
+
+/// `hello <name>`; a long name (a large request) is answered by its length, so that the reply
+/// stays small and the request's size is what is measured.
+fn greeting(name: &str) -> String {
+    if name.len() > 64 {
+        format!("hello <{} bytes>", name.len())
+    } else {
+        format!("hello {name}")
     }
 }
 
 /// The `Stream` trait tonic's generated code names (re-exported by tonic's codegen).
 mod tokio_stream_shim {
-    pub(crate) use tonic::codegen::tokio_stream::Stream;
+    pub(crate) use tonic::codegen::tokio_stream::{Stream, iter};
 }
 
 /// Wall-clock time, ms since the Unix epoch (the harness compares it with the time it started
@@ -180,6 +202,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         ("zrpc", Some(conf)) => {
             let _telemetry = zrpc::telemetry::init(&conf)?;
             zrpc::server(conf)?
+                .authority_repair(!args.no_authority_repair)
                 .add_service(svc)
                 .serve_with_listener(listener, zrpc::shutdown::signal())
                 .await?;

@@ -47,6 +47,9 @@ pub(crate) struct Summary {
     /// When the measured part started (records' time 0), ms since the Unix epoch.
     #[serde(default)]
     pub(crate) t0_unix_ms: f64,
+    /// Streamed messages received in completed streams (`load --stream`; 0 for unary calls).
+    #[serde(default)]
+    pub(crate) messages: u64,
 }
 
 impl Summary {

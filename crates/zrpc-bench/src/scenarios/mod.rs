@@ -7,7 +7,9 @@ mod breaker;
 mod failover;
 mod instructions;
 mod latency;
+mod memory;
 mod overhead;
+mod payloads;
 mod shed;
 
 use std::cell::Cell;
@@ -41,6 +43,8 @@ pub(crate) struct Opts {
     pub(crate) balance_secs: Option<u64>,
     /// `balance`: only these clients (all when empty).
     pub(crate) balance_clients: Vec<String>,
+    /// Replace only this run's sections in the existing report.
+    pub(crate) merge: bool,
 }
 
 /// A scenario.
@@ -58,16 +62,22 @@ pub(crate) enum Kind {
     Shed,
     /// Failover and registration.
     Failover,
+    /// Server memory per idle connection.
+    Memory,
+    /// Server streaming and large unary requests.
+    Payloads,
 }
 
 /// Every scenario, in report order.
-pub(crate) const ALL: [Kind; 6] = [
+pub(crate) const ALL: [Kind; 8] = [
     Kind::Overhead,
     Kind::Latency,
     Kind::Balance,
     Kind::Breaker,
     Kind::Shed,
     Kind::Failover,
+    Kind::Memory,
+    Kind::Payloads,
 ];
 
 impl Kind {
@@ -79,6 +89,8 @@ impl Kind {
             Kind::Breaker => "Breaker: a backend that fails, then heals",
             Kind::Shed => "Shedding: 2x overload of a CPU-bound handler",
             Kind::Failover => "Failover and registration",
+            Kind::Memory => "Memory per idle connection",
+            Kind::Payloads => "Server streaming and 256 KiB requests",
         }
     }
 }
@@ -120,6 +132,8 @@ pub(crate) fn run(which: &[Kind], opts: &Opts) -> Result<()> {
             Kind::Breaker => breaker::run(&ctx),
             Kind::Shed => shed::run(&ctx),
             Kind::Failover => failover::run(&ctx),
+            Kind::Memory => memory::run(&ctx),
+            Kind::Payloads => payloads::run(&ctx),
         };
         crate::proc::kill_all();
         let mut section = result.unwrap_or_else(|e| {
@@ -138,6 +152,12 @@ pub(crate) fn run(which: &[Kind], opts: &Opts) -> Result<()> {
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let command = format!("cargo run --release -p zrpc-bench -- {}", args.join(" "));
+    if opts.merge {
+        let order: Vec<&str> = ALL.iter().map(|k| k.title()).collect();
+        crate::report::merge(&opts.out, &stem, &env, &command, &order, &sections)?;
+        eprintln!("report: {} (sections replaced)", opts.out.display());
+        return Ok(());
+    }
     crate::report::write(
         &opts.out,
         &stem,
@@ -198,6 +218,8 @@ pub(crate) struct ServerSpec {
     pub(crate) etcd: Option<(String, String)>,
     /// Run under `valgrind --tool=callgrind`, writing its counts to this file (not pinned).
     pub(crate) callgrind: Option<PathBuf>,
+    /// zrpc with its `:authority` repair off.
+    pub(crate) no_authority_repair: bool,
 }
 
 /// A running server.
@@ -255,6 +277,10 @@ pub(crate) struct LoadSpec {
     pub(crate) threads: usize,
     /// Run the (Rust) load generator under callgrind, writing its counts here.
     pub(crate) callgrind: Option<PathBuf>,
+    /// Rust generator: each call is a server stream of this many messages (0: unary).
+    pub(crate) stream: u32,
+    /// Rust generator: octets of the request's name field (0: a short name).
+    pub(crate) payload_bytes: usize,
 }
 
 /// A load generator that is running.
@@ -329,6 +355,9 @@ impl Ctx<'_> {
                     .args(["--delay-ms", &spec.delay_ms.to_string()])
                     .args(["--spin-us", &spec.spin_us.to_string()])
                     .args(["--fail-ms", &spec.fail_ms.to_string()]);
+                if spec.no_authority_repair {
+                    cmd.arg("--no-authority-repair");
+                }
                 if spec.profile == Profile::Tonic {
                     cmd.args(["--kind", "tonic", "--listen", &listen]);
                 } else {
@@ -424,6 +453,13 @@ impl Ctx<'_> {
                 c
             }
         };
+        if spec.stream > 0 || spec.payload_bytes > 0 {
+            if client == Gen::GoZero {
+                bail!("gzbench load sends short unary calls only");
+            }
+            cmd.args(["--stream", &spec.stream.to_string()])
+                .args(["--payload-bytes", &spec.payload_bytes.to_string()]);
+        }
         cmd.args(["--endpoints", &spec.endpoints.join(",")])
             .args(["-c", &spec.concurrency.max(1).to_string()])
             .args(["-n", &spec.calls.to_string()])
