@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # zrpc's one test entry point: installs what is missing, builds the go-zero interop programs
 # (when Go is installed), then runs fmt check, clippy (-D warnings), the whole test suite
-# (including the go-zero interop tests) and the doc build.
+# (including the go-zero interop tests) and the doc build. The library crates are also linted
+# and unit-tested in each feature set a user can build (see "Cargo features" in the README).
 #
 #   scripts/test.sh            # everything
 #   ZRPC_TEST_ETCD_ENDPOINTS=127.0.0.1:2379 scripts/test.sh
@@ -75,6 +76,16 @@ export RUST_BACKTRACE=1
 # (enough to run a CI machine's shared disk out of space). Callers may still set it.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
+# The feature sets the library crates are built in besides the workspace build (which turns
+# every feature on: the integration tests and zrpcctl use them all): the facade's minimal,
+# default and full builds. The crates below the facade default to nothing (the facade chooses),
+# so their "default" set spells out the facade's defaults (crates/zrpc/Cargo.toml); the facade
+# itself is linted as a library only (its tests link the examples, which turn its defaults on).
+CRATES=(-p zrpc-core -p zrpc-server -p zrpc-client)
+SET_NAMES=("minimal" "default" "all features")
+FACADE_SETS=("--no-default-features" "" "--all-features")
+CRATE_SETS=("--no-default-features" "--features=zrpc-server/etcd,zrpc-server/devserver,zrpc-client/etcd" "--all-features")
+
 # --- 2. format --------------------------------------------------------------
 log "cargo fmt --check"
 cargo fmt --all --check
@@ -83,9 +94,13 @@ cargo fmt --all --check
 if cargo clippy --version >/dev/null 2>&1; then
   log "cargo clippy -D warnings"
   cargo clippy --workspace --all-targets --locked -- -D warnings
-  # The workspace build turns every optional part on (the integration tests use them all);
-  # the server is also linted and tested as a default build sees it.
-  cargo clippy -p zrpc-server --all-targets --locked -- -D warnings
+  # The workspace build turns every optional part on; the library crates are also linted as the
+  # minimal, the default and the full build of the facade see them (code behind a feature).
+  for i in 0 1 2; do
+    log "cargo clippy (library crates, ${SET_NAMES[$i]})"
+    cargo clippy -p zrpc-rs --lib --locked ${FACADE_SETS[$i]} -- -D warnings
+    cargo clippy "${CRATES[@]}" --all-targets --locked ${CRATE_SETS[$i]} -- -D warnings
+  done
 else
   echo "warning: clippy is not installed; skipping the lint step" >&2
 fi
@@ -93,8 +108,12 @@ fi
 # --- 4. tests ---------------------------------------------------------------
 log "cargo test"
 cargo test --workspace --all-targets --locked
-log "cargo test -p zrpc-server --lib (default features)"
-cargo test -p zrpc-server --lib --locked
+# The unit tests again in the minimal and the default set (the workspace run above is the full
+# set): the tests of a feature's absence (a config that needs it is refused, naming it) run here.
+for i in 0 1; do
+  log "cargo test --lib (library crates, ${SET_NAMES[$i]})"
+  cargo test "${CRATES[@]}" --lib --locked ${CRATE_SETS[$i]}
+done
 log "cargo test --doc"
 cargo test --workspace --doc --locked
 

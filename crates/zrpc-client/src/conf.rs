@@ -252,7 +252,26 @@ impl Validate for RpcClientConf {
             crate::resolver::Target::parse(&self.target)
                 .map_err(|e| ConfError::invalid("Target", e.to_string()))?;
         }
-        self.build_target()?;
+        let target = self.build_target()?;
+        if !cfg!(feature = "etcd")
+            && matches!(
+                crate::resolver::Target::parse(&target),
+                Ok(crate::resolver::Target::Etcd { .. })
+            )
+        {
+            // `Target` wins over `Etcd` (go-zero's priority), so the key in use is named.
+            let (key, value) = if self.target.is_empty() {
+                ("Etcd.Hosts", self.etcd.hosts.join(","))
+            } else {
+                ("Target", self.target.clone())
+            };
+            return Err(ConfError::feature_off(
+                key,
+                &value,
+                "discovery in etcd",
+                "etcd",
+            ));
+        }
         Ok(())
     }
 }
@@ -515,9 +534,8 @@ mod tests {
         RpcClientConf::target("dns:///greet:8080")
             .validate()
             .unwrap();
-        RpcClientConf::target("etcd:///h1:2379,h2:2379?key=greet.rpc")
-            .validate()
-            .unwrap();
+        let etcd = RpcClientConf::target("etcd:///h1:2379,h2:2379?key=greet.rpc").validate();
+        assert_eq!(etcd.is_ok(), cfg!(feature = "etcd"), "{etcd:?}");
     }
 
     #[test]
@@ -568,5 +586,39 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("P2c.MaxEjected"), "{e}");
+    }
+
+    #[test]
+    fn etcd_discovery_needs_the_etcd_feature() {
+        use zrpc_core::conf::{Format, from_str};
+        for (text, key, value) in [
+            (
+                "Etcd:\n  Hosts: [127.0.0.1:2379]\n  Key: greet.rpc\n",
+                "Etcd.Hosts",
+                "127.0.0.1:2379",
+            ),
+            (
+                "Target: etcd:///127.0.0.1:2379?key=greet.rpc\n",
+                "Target",
+                "etcd:///127.0.0.1:2379?key=greet.rpc",
+            ),
+        ] {
+            let r = from_str::<RpcClientConf>(text, Format::Yaml, "client.yaml");
+            if cfg!(feature = "etcd") {
+                r.unwrap();
+                continue;
+            }
+            let e = r.unwrap_err().to_string();
+            for part in [key, value, "`etcd` cargo feature"] {
+                assert!(e.contains(part), "{part:?} not in {e}");
+            }
+        }
+        // `Endpoints` wins over `Etcd` (go-zero's priority): no etcd is used, any build loads it
+        from_str::<RpcClientConf>(
+            "Endpoints: [127.0.0.1:8080]\nEtcd:\n  Hosts: [h:2379]\n  Key: k\n",
+            Format::Yaml,
+            "client.yaml",
+        )
+        .unwrap();
     }
 }

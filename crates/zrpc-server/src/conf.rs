@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use zrpc_core::conf::{ConfError, EtcdConf, Validate, duration};
 
+mod features;
 mod ignored;
 mod log;
 mod redis;
@@ -329,6 +330,7 @@ impl Validate for RpcServerConf {
         if let Some(p) = &self.profiling {
             p.validate()?;
         }
+        features::check(self)?;
         if let Some(d) = &self.dev_server
             && d.enabled
         {

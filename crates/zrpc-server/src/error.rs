@@ -33,6 +33,7 @@ pub enum Error {
     /// The etcd settings cannot work and retrying will not help (a malformed host, an
     /// unreadable TLS file): the server refuses to start instead of retrying forever.
     #[error("etcd registration: {0}")]
+    #[cfg(feature = "etcd")]
     Etcd(#[from] zrpc_core::etcd::EtcdError),
     /// A TLS file is missing, unreadable or does not fit (`Tls` block); the message names the
     /// key and the file.
@@ -47,9 +48,11 @@ impl From<Error> for tonic::Status {
     fn from(e: Error) -> Self {
         match e {
             Error::TokenStore(_) => tonic::Status::internal(e.to_string()),
-            Error::Conf(_) | Error::Reflection(_) | Error::Etcd(_) | Error::Tls(_) => {
+            Error::Conf(_) | Error::Reflection(_) | Error::Tls(_) => {
                 tonic::Status::failed_precondition(e.to_string())
             }
+            #[cfg(feature = "etcd")]
+            Error::Etcd(_) => tonic::Status::failed_precondition(e.to_string()),
             _ => tonic::Status::unavailable(e.to_string()),
         }
     }

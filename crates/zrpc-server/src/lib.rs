@@ -15,6 +15,7 @@ mod authority;
 pub mod conf;
 #[doc(hidden)]
 pub mod descriptors;
+#[cfg(feature = "devserver")]
 mod devserver;
 mod error;
 mod gauges;

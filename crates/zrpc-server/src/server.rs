@@ -575,31 +575,43 @@ impl DevServer {
         let Some(dev) = conf.dev_server.as_ref().filter(|d| d.enabled) else {
             return Ok(DevServer { stop, task: None });
         };
-        let bound = crate::devserver::bind(
-            dev,
-            parts.state.subscribe(),
-            format!("zrpc-{}", conf.listen_on),
-            async move {
-                let _ = stop_rx.await;
-            },
-        )
-        .await;
-        let task = match bound {
-            Ok((addr, fut)) => {
-                parts.state.send_modify(|s| s.dev_server_addr = Some(addr));
-                Some(tokio::spawn(fut))
-            }
-            Err(Error::Bind { addr, source }) if source.kind() == std::io::ErrorKind::AddrInUse => {
-                tracing::warn!(
-                    target: "zrpc::devserver",
-                    "dev server address {addr} is in use (another server of this process?); \
-                     continuing without a dev server for this one"
-                );
-                None
-            }
-            Err(e) => return Err(e),
-        };
-        Ok(DevServer { stop, task })
+        // Without the `devserver` feature a `DevServer` block with `Enabled` was refused at
+        // load (or by `Server::new`): nothing to start.
+        #[cfg(not(feature = "devserver"))]
+        {
+            let _ = (dev, parts, stop_rx);
+            Ok(DevServer { stop, task: None })
+        }
+        #[cfg(feature = "devserver")]
+        {
+            let bound = crate::devserver::bind(
+                dev,
+                parts.state.subscribe(),
+                format!("zrpc-{}", conf.listen_on),
+                async move {
+                    let _ = stop_rx.await;
+                },
+            )
+            .await;
+            let task = match bound {
+                Ok((addr, fut)) => {
+                    parts.state.send_modify(|s| s.dev_server_addr = Some(addr));
+                    Some(tokio::spawn(fut))
+                }
+                Err(Error::Bind { addr, source })
+                    if source.kind() == std::io::ErrorKind::AddrInUse =>
+                {
+                    tracing::warn!(
+                        target: "zrpc::devserver",
+                        "dev server address {addr} is in use (another server of this process?); \
+                         continuing without a dev server for this one"
+                    );
+                    None
+                }
+                Err(e) => return Err(e),
+            };
+            Ok(DevServer { stop, task })
+        }
     }
 
     /// Stops it, waiting up to 1 s for its task.
@@ -730,6 +742,7 @@ async fn set_health(
     }
 }
 
+#[cfg(feature = "reflection")]
 fn add_reflection(routes: &mut RoutesBuilder, descriptors: &[&'static [u8]]) -> Result<(), Error> {
     let builder = || {
         descriptors
@@ -752,6 +765,19 @@ fn add_reflection(routes: &mut RoutesBuilder, descriptors: &[&'static [u8]]) -> 
         .map_err(|e| Error::Reflection(e.to_string()))?;
     routes.add_service(v1);
     routes.add_service(v1alpha);
+    Ok(())
+}
+
+/// Without the `reflection` feature: `Reflection: true` was refused at load, so this is
+/// `Mode: dev` / `test`, which serves reflection only where the build has it (go-zero's dev
+/// mode is more than reflection, so the config is not refused).
+#[cfg(not(feature = "reflection"))]
+fn add_reflection(_: &mut RoutesBuilder, _: &[&'static [u8]]) -> Result<(), Error> {
+    tracing::warn!(
+        target: "zrpc::server",
+        "Mode dev/test serves gRPC reflection, which this build of zrpc leaves out: enable the \
+         `reflection` cargo feature of zrpc to serve it"
+    );
     Ok(())
 }
 
@@ -803,6 +829,7 @@ mod tests {
         assert!(streaming_from_descriptors(&[b"\xff\xff"]).is_err());
     }
 
+    #[cfg(feature = "reflection")]
     async fn list_v1(channel: tonic::transport::Channel) -> Vec<String> {
         use tonic_reflection::pb::v1::ServerReflectionRequest;
         use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
@@ -825,6 +852,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "reflection")]
     async fn list_v1alpha(channel: tonic::transport::Channel) -> Vec<String> {
         use tonic_reflection::pb::v1alpha::ServerReflectionRequest;
         use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient;
@@ -847,6 +875,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "reflection")]
     #[tokio::test]
     async fn serves_reflection_v1_and_v1alpha_when_switched_on() {
         let conf = RpcServerConf::new("refl.rpc", "127.0.0.1:0").with_reflection(true);
@@ -876,6 +905,7 @@ mod tests {
         assert_eq!(listen_addr("127.0.0.1:9"), "127.0.0.1:9");
     }
 
+    #[cfg(feature = "devserver")]
     #[tokio::test]
     async fn a_busy_dev_server_port_does_not_stop_the_second_server() {
         use crate::conf::DevServerConf;

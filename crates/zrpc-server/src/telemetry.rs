@@ -5,13 +5,16 @@
 //! (`ParentBased(TraceIdRatioBased(Sampler))`), `service.name` and `OtlpHeaders`. Without an
 //! endpoint, spans still exist (and appear in logs) but are not exported, as in go-zero.
 //! It does nothing when a global subscriber is already installed (by the application or a
-//! test harness).
+//! test harness). OTLP export needs the `otel` cargo feature: without it a config with
+//! `Telemetry.Endpoint` is refused at load, and spans only carry log lines.
 //!
 //! Log lines follow the `Log` block (go-zero `logx.SetUp`, `core/logx/logs.go`):
 //! - `Encoding`: JSON lines (default) or plain text; never with ANSI colour codes, so files and
 //!   log collectors get clean text.
 //! - `Level`: `debug`, `info`, `error` (and `severe` = error); `RUST_LOG` overrides it. h2's
-//!   own messages are kept to ERROR (zrpc summarises the connections it cuts).
+//!   own messages are kept to ERROR (zrpc summarises the connections it cuts). `RUST_LOG` takes
+//!   `target=level` directives (`info,zrpc=debug`); the `env-filter` cargo feature adds the rest
+//!   of tracing-subscriber's `EnvFilter` syntax (span and field filters, regexes).
 //! - `Mode`: `console` writes to stdout; `file` appends to `Path/access.log` (errors to
 //!   `Path/error.log`, as go-zero splits them); `volume` does the same under
 //!   `Path/<ServiceName>/<hostname>` (`ServiceName` defaults to `Name`). The directory is
@@ -21,16 +24,19 @@ use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+#[cfg(feature = "otel")]
 use opentelemetry::trace::TracerProvider as _;
+#[cfg(feature = "otel")]
 use opentelemetry_sdk::Resource;
+#[cfg(feature = "otel")]
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use tracing::{Level, Subscriber};
+use tracing_subscriber::Layer;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::fmt::writer::{BoxMakeWriter, MakeWriterExt};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::{EnvFilter, Layer};
 
 use crate::conf::{LogConf, RpcServerConf};
 use crate::error::Error;
@@ -42,9 +48,11 @@ const ERROR_LOG: &str = "error.log";
 /// Keeps the tracer provider alive; flushes spans when dropped (at shutdown).
 #[derive(Debug, Default)]
 pub struct TelemetryGuard {
+    #[cfg(feature = "otel")]
     provider: Option<SdkTracerProvider>,
 }
 
+#[cfg(feature = "otel")]
 impl Drop for TelemetryGuard {
     fn drop(&mut self) {
         if let Some(p) = self.provider.take()
@@ -66,6 +74,37 @@ fn level(conf: &RpcServerConf) -> &'static str {
     }
 }
 
+/// The log filter: `tracing-subscriber`'s `EnvFilter` with the `env-filter` feature (its full
+/// syntax, at the cost of a regex engine), else its `Targets` (`target=level` directives).
+#[cfg(feature = "env-filter")]
+type Filter = tracing_subscriber::EnvFilter;
+#[cfg(not(feature = "env-filter"))]
+type Filter = tracing_subscriber::filter::Targets;
+
+fn parse_filter(directives: &str) -> Result<Filter, String> {
+    #[cfg(feature = "env-filter")]
+    return Filter::try_new(directives).map_err(|e| e.to_string());
+    #[cfg(not(feature = "env-filter"))]
+    return directives.parse::<Filter>().map_err(|e| e.to_string());
+}
+
+/// `RUST_LOG` when set and valid, else the level of `Log.Level`. Logging is not set up yet, so
+/// an invalid `RUST_LOG` is reported on stderr.
+fn filter(conf: &RpcServerConf) -> Filter {
+    let env = std::env::var("RUST_LOG").unwrap_or_default();
+    if !env.trim().is_empty() {
+        match parse_filter(&env) {
+            Ok(f) => return f,
+            Err(e) => eprintln!(
+                "zrpc: RUST_LOG={env:?} is not a log filter this build reads ({e}); using \
+                 Log.Level. Without the `env-filter` cargo feature of zrpc, RUST_LOG takes \
+                 `target=level` directives only."
+            ),
+        }
+    }
+    parse_filter(level(conf)).unwrap_or_default()
+}
+
 /// The OTLP/gRPC tracer provider of `conf` (`None` when `Telemetry.Endpoint` is empty or
 /// `Telemetry.Disabled`). Build it inside a Tokio runtime (the exporter uses tonic).
 /// A loaded config refuses `Telemetry.Batcher` `zipkin` or `file` with an `Endpoint` (OTLP/gRPC
@@ -75,6 +114,7 @@ fn level(conf: &RpcServerConf) -> &'static str {
 /// # Errors
 ///
 /// [`Error::Telemetry`] when the exporter cannot be built or `OtlpHeaders` is not valid metadata.
+#[cfg(feature = "otel")]
 pub fn tracer_provider(conf: &RpcServerConf) -> Result<Option<SdkTracerProvider>, Error> {
     let Some(t) = conf
         .telemetry
@@ -190,8 +230,28 @@ where
 /// [`Error::Telemetry`] when the OTLP exporter cannot be built or, in the `file` and `volume`
 /// modes, when the log directory or files cannot be created.
 pub fn init(conf: &RpcServerConf) -> Result<TelemetryGuard, Error> {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level(conf)));
-    let fmt = fmt_layer(&conf.log, log_writer(conf)?);
+    let filter = filter(conf);
+    let writer = log_writer(conf)?;
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = tracing_subscriber::registry()
+            .with(filter)
+            .with(fmt_layer(&conf.log, writer))
+            .try_init();
+        Ok(TelemetryGuard::default())
+    }
+    #[cfg(feature = "otel")]
+    init_otel(conf, filter, writer)
+}
+
+/// [`init`] with the OTLP exporter of `conf`, if it has one.
+#[cfg(feature = "otel")]
+fn init_otel(
+    conf: &RpcServerConf,
+    filter: Filter,
+    writer: BoxMakeWriter,
+) -> Result<TelemetryGuard, Error> {
+    let fmt = fmt_layer(&conf.log, writer);
     let Some(provider) = tracer_provider(conf)? else {
         let _ = tracing_subscriber::registry()
             .with(filter)
@@ -214,26 +274,36 @@ pub fn init(conf: &RpcServerConf) -> Result<TelemetryGuard, Error> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    #[cfg(feature = "otel")]
     use std::time::Duration;
 
+    #[cfg(feature = "otel")]
     use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
         TraceService, TraceServiceServer,
     };
+    #[cfg(feature = "otel")]
     use opentelemetry_proto::tonic::collector::trace::v1::{
         ExportTraceServiceRequest, ExportTraceServiceResponse,
     };
+    #[cfg(feature = "otel")]
     use tokio::net::TcpListener;
+    #[cfg(feature = "otel")]
     use tokio::sync::mpsc;
+    #[cfg(feature = "otel")]
     use tonic_health::pb::HealthCheckRequest;
+    #[cfg(feature = "otel")]
     use tonic_health::pb::health_client::HealthClient;
 
     use super::*;
     use crate::conf::TelemetryConf;
+    #[cfg(feature = "otel")]
     use crate::{Server, ServerHandle};
 
+    #[cfg(feature = "otel")]
     /// A fake OTLP collector.
     struct Collector(mpsc::UnboundedSender<ExportTraceServiceRequest>);
 
+    #[cfg(feature = "otel")]
     #[tonic::async_trait]
     impl TraceService for Collector {
         async fn export(
@@ -245,6 +315,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "otel")]
     async fn start_server(conf: RpcServerConf) -> (ServerHandle, tokio::task::JoinHandle<()>) {
         let server = Server::new(conf).unwrap();
         let handle = server.handle();
@@ -287,7 +358,7 @@ mod tests {
     /// global one is never touched, so tests cannot race on it).
     fn log_lines_with(conf: &RpcServerConf, writer: BoxMakeWriter) {
         let subscriber = tracing_subscriber::registry()
-            .with(EnvFilter::new("info"))
+            .with(parse_filter("info").unwrap())
             .with(fmt_layer(&conf.log, writer));
         tracing::subscriber::with_default(subscriber, || {
             let span = tracing::info_span!("call", method = "/greet.Greeter/SayHello");
@@ -413,12 +484,14 @@ mod tests {
         assert_eq!(e.path(), Some("Telemetry.OtlpHeaders.bad name"));
     }
 
+    #[cfg(feature = "otel")]
     #[test]
     fn no_endpoint_no_exporter() {
         let conf = RpcServerConf::new("t", "127.0.0.1:0");
         assert!(tracer_provider(&conf).unwrap().is_none());
     }
 
+    #[cfg(feature = "otel")]
     #[tokio::test]
     async fn spans_reach_an_otlp_collector_with_the_callers_trace() {
         let (tx, mut rx) = mpsc::unbounded_channel();

@@ -6,15 +6,23 @@
 //! the request headers with the global propagator (set one with
 //! `opentelemetry::global::set_text_map_propagator`; without it nothing is injected). The final
 //! code is recorded as `rpc.grpc.status_code`, and `otel.status_code = ERROR` for failures.
+//!
+//! Injection needs the `otel` cargo feature (the span's OpenTelemetry context comes from
+//! tracing-opentelemetry); without it the span still gives log lines their context.
 
+#[cfg(feature = "otel")]
 use http::{HeaderName, HeaderValue};
+#[cfg(feature = "otel")]
 use opentelemetry::propagation::Injector;
+#[cfg(feature = "otel")]
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use zrpc_core::grpc::code;
 use zrpc_core::grpc::method::split;
 
+#[cfg(feature = "otel")]
 struct HeaderInjector<'a>(&'a mut http::HeaderMap);
 
+#[cfg(feature = "otel")]
 impl Injector for HeaderInjector<'_> {
     fn set(&mut self, key: &str, value: String) {
         if let (Ok(k), Ok(v)) = (
@@ -54,7 +62,11 @@ pub(crate) fn start(
     if span.is_disabled() {
         return None;
     }
+    #[cfg(not(feature = "otel"))]
+    let _ = headers;
+    #[cfg(feature = "otel")]
     let cx = span.context();
+    #[cfg(feature = "otel")]
     opentelemetry::global::get_text_map_propagator(|p| {
         p.inject_context(&cx, &mut HeaderInjector(headers));
     });
@@ -69,7 +81,7 @@ pub(crate) fn record(span: &tracing::Span, code: i32) {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "otel"))]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use std::sync::{Arc, Mutex};

@@ -19,6 +19,7 @@ use zrpc_core::conf::EtcdConf;
 use crate::Error;
 
 pub mod dns;
+#[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod k8s;
 pub mod subset;
@@ -138,7 +139,17 @@ pub fn resolve_with(target: &Target, etcd: &EtcdConf) -> Result<Resolution, Erro
             let mut conf = etcd.clone();
             conf.hosts.clone_from(hosts);
             conf.key.clone_from(key);
-            self::etcd::resolve(conf)
+            #[cfg(feature = "etcd")]
+            return self::etcd::resolve(conf);
+            // A loaded config with an etcd target was refused already; this is a target built
+            // in code.
+            #[cfg(not(feature = "etcd"))]
+            Err(Error::Config(zrpc_core::conf::ConfError::feature_off(
+                "Target",
+                &format!("etcd:///{}?key={}", conf.hosts.join(","), conf.key),
+                "discovery in etcd",
+                "etcd",
+            )))
         }
         Target::Dns { host, port } => dns::resolve(host, *port),
         Target::K8s {

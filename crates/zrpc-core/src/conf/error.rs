@@ -134,6 +134,19 @@ impl ConfError {
         }
     }
 
+    /// `path` set to `value` asks for `what`, which the cargo feature `feature` of zrpc adds and
+    /// this build leaves out: an [`Invalid`](ConfError::Invalid) error naming the key, the value
+    /// and the feature to enable, so a config is refused at load instead of silently ignored.
+    pub fn feature_off(path: impl Into<String>, value: &str, what: &str, feature: &str) -> Self {
+        ConfError::invalid(
+            path,
+            format!(
+                "{value:?} asks for {what}, which this build of zrpc leaves out: enable the \
+                 `{feature}` cargo feature of zrpc (zrpc = {{ ..., features = [\"{feature}\"] }})"
+            ),
+        )
+    }
+
     /// A missing required key at `path` (the file is filled in by the loader).
     pub fn missing(path: impl Into<String>) -> Self {
         ConfError::Missing {

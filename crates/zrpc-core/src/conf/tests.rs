@@ -200,6 +200,18 @@ fn json_and_toml() {
     )
     .unwrap();
     assert_eq!((c.name.as_str(), c.slow), ("j", Duration::from_secs(2)));
+    #[cfg(feature = "toml")]
+    toml_loads();
+    let e =
+        from_str_with_env::<Conf, _>("{\"Nme\": 1}", Format::Json, "a.json", no_env).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "config file a.json: unknown key `Nme` (did you mean `Name`?)"
+    );
+}
+
+#[cfg(feature = "toml")]
+fn toml_loads() {
     let c: Conf = from_str_with_env(
         "Name = \"t\"\nSlow = \"3s\"\n[Etcd]\nHosts = [\"h:1\"]\nKey = \"k\"\n[[List]]\nFullMethod = \"/a.B/C\"\nTimeout = \"1s\"\n",
         Format::Toml,
@@ -211,11 +223,19 @@ fn json_and_toml() {
         (c.name.as_str(), c.slow, c.list.len()),
         ("t", Duration::from_secs(3), 1)
     );
-    let e =
-        from_str_with_env::<Conf, _>("{\"Nme\": 1}", Format::Json, "a.json", no_env).unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        "config file a.json: unknown key `Nme` (did you mean `Name`?)"
+}
+
+#[cfg(not(feature = "toml"))]
+#[test]
+fn a_toml_file_without_the_toml_feature_names_it() {
+    let e = from_str_with_env::<Conf, _>("Name = \"t\"\n", Format::Toml, "a.toml", no_env)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("config file a.toml: ")
+            && e.contains(".toml")
+            && e.contains("`toml` cargo feature"),
+        "{e}"
     );
 }
 
@@ -232,8 +252,11 @@ fn syntax_errors_and_empty_files() {
     assert_eq!(yaml("# only a comment\n").unwrap(), Conf::default());
     let e = from_str_with_env::<Conf, _>("{", Format::Json, "a.json", no_env).unwrap_err();
     assert!(matches!(e, ConfError::Syntax { .. }));
-    let e = from_str_with_env::<Conf, _>("x = ", Format::Toml, "a.toml", no_env).unwrap_err();
-    assert!(matches!(e, ConfError::Syntax { .. }));
+    #[cfg(feature = "toml")]
+    {
+        let e = from_str_with_env::<Conf, _>("x = ", Format::Toml, "a.toml", no_env).unwrap_err();
+        assert!(matches!(e, ConfError::Syntax { .. }));
+    }
     let e = yaml("- just\n- a list\n").unwrap_err();
     assert_eq!(e.path(), Some("<top level>"));
 }

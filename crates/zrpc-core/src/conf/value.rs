@@ -81,10 +81,19 @@ pub(crate) fn parse(text: &str, format: Format, origin: &str) -> Result<Value, C
                 serde_json::from_str(text).map_err(|e| syntax(e.to_string()))?;
             Ok(from_json(v))
         }
+        #[cfg(feature = "toml")]
         Format::Toml => {
             let v: toml::Table =
                 toml::from_str(text).map_err(|e| syntax(e.to_string().trim_end().to_owned()))?;
             Ok(from_toml(toml::Value::Table(v)))
+        }
+        // The TOML parser is 6 crates that few go-zero services need (goctl writes YAML).
+        #[cfg(not(feature = "toml"))]
+        Format::Toml => {
+            Err(
+                ConfError::feature_off("<file type>", ".toml", "a TOML config file", "toml")
+                    .with_file(origin),
+            )
         }
     }
 }
@@ -133,6 +142,7 @@ fn from_json(v: serde_json::Value) -> Value {
     }
 }
 
+#[cfg(feature = "toml")]
 fn from_toml(v: toml::Value) -> Value {
     use toml::Value as T;
     match v {

@@ -150,7 +150,8 @@ fn log_keys(log: &LogConf, push: &mut impl FnMut(bool, &'static str, &'static st
     );
 }
 
-#[cfg(test)]
+// The test loads `DevServer` blocks, which need the `devserver` feature.
+#[cfg(all(test, feature = "devserver"))]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::RpcServerConf;

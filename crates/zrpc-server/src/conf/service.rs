@@ -400,6 +400,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "otel")]
     #[test]
     fn a_batcher_that_exports_nothing_or_otlp_loads() {
         // nothing is exported: no endpoint, or disabled

@@ -1,6 +1,8 @@
 use std::time::Duration;
 
-use zrpc_core::conf::{EtcdConf, Validate};
+#[cfg(feature = "etcd")]
+use zrpc_core::conf::EtcdConf;
+use zrpc_core::conf::Validate;
 
 use super::*;
 
@@ -96,6 +98,7 @@ fn method_timeouts_need_full_method_shape() {
     }
 }
 
+#[cfg(feature = "etcd")]
 #[test]
 fn etcd_checked_only_when_configured() {
     let mut c = RpcServerConf::new("a", ":1");
@@ -185,6 +188,7 @@ fn yaml(text: &str) -> Result<RpcServerConf, zrpc_core::conf::ConfError> {
     zrpc_core::conf::from_str_with_env(text, zrpc_core::conf::Format::Yaml, "greet.yaml", |_| None)
 }
 
+#[cfg(feature = "etcd")]
 #[test]
 fn loads_goctl_yaml() {
     let c = yaml("Name: greet.rpc\nListenOn: 0.0.0.0:8080\nEtcd:\n  Hosts:\n  - 127.0.0.1:2379\n  Key: greet.rpc\n").unwrap();
@@ -210,6 +214,7 @@ fn stat_conf_sits_in_middlewares() {
     assert_eq!(e.path(), Some("Middlewares.Tiemout"));
 }
 
+#[cfg(feature = "otel")]
 #[test]
 fn accepts_go_zero_service_conf_keys() {
     let text = "Name: a\nListenOn: :1\nMode: dev\nMetricsUrl: http://m\n\
@@ -300,6 +305,7 @@ fn accepts_go_zero_v1_10_3_redis_keys() {
     assert_eq!(e.path(), Some("Redis.Protocol"));
 }
 
+#[cfg(feature = "devserver")]
 #[test]
 fn defaults_ignore_nothing_and_console_mode_ignores_file_keys() {
     // go-zero applies KeepDays, Rotation, ... only to files; in console mode they do nothing
@@ -372,6 +378,7 @@ fn otlp_headers_must_be_valid_metadata() {
     assert_eq!(e.path(), Some("Telemetry.OtlpHeaders.a b"));
 }
 
+#[cfg(all(feature = "etcd", feature = "devserver"))]
 #[test]
 fn serialized_config_loads_back_equal() {
     let mut c = RpcServerConf::new("a", "127.0.0.1:1")

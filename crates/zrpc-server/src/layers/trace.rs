@@ -7,25 +7,37 @@
 //! TraceContext + Baggage propagators, as go-zero's global propagator). The span stays open
 //! until the final status, so it covers a whole stream. Spans reach an OTLP collector only
 //! when `Telemetry.Endpoint` is set (see [`telemetry`](crate::telemetry)).
+//!
+//! The parent context and the final status need the `otel` cargo feature (OpenTelemetry); without
+//! it the span still gives log lines their `rpc{...}` context.
 
 use std::future::Future;
 use std::pin::Pin;
+#[cfg(feature = "otel")]
 use std::sync::OnceLock;
 use std::task::{Context, Poll};
 
-use http::{HeaderMap, Request, Response};
+#[cfg(feature = "otel")]
+use http::HeaderMap;
+use http::{Request, Response};
+#[cfg(feature = "otel")]
 use opentelemetry::propagation::{Extractor, TextMapCompositePropagator, TextMapPropagator};
+#[cfg(feature = "otel")]
 use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
 use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
 use tracing::Span;
+#[cfg(feature = "otel")]
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use zrpc_core::grpc::{OnStatus, method};
 
 use super::observe::{ObserveFuture, ObservedBody};
-use super::util::{BAGGAGE, TRACEPARENT, find, peer_addr};
+use super::util::peer_addr;
+#[cfg(feature = "otel")]
+use super::util::{BAGGAGE, TRACEPARENT, find};
 
+#[cfg(feature = "otel")]
 fn propagator() -> &'static TextMapCompositePropagator {
     static P: OnceLock<TextMapCompositePropagator> = OnceLock::new();
     P.get_or_init(|| {
@@ -37,8 +49,10 @@ fn propagator() -> &'static TextMapCompositePropagator {
 }
 
 /// Reads propagation fields from HTTP/2 headers (gRPC metadata).
+#[cfg(feature = "otel")]
 struct HeaderExtractor<'a>(&'a HeaderMap);
 
+#[cfg(feature = "otel")]
 impl Extractor for HeaderExtractor<'_> {
     fn get(&self, key: &str) -> Option<&str> {
         self.0.get(key).and_then(|v| v.to_str().ok())
@@ -49,6 +63,7 @@ impl Extractor for HeaderExtractor<'_> {
 }
 
 /// The parent context carried by a request's metadata, if any.
+#[cfg(feature = "otel")]
 pub fn extract_context(headers: &HeaderMap) -> Option<opentelemetry::Context> {
     let carries = find(headers, &TRACEPARENT).is_some() || find(headers, &BAGGAGE).is_some();
     carries.then(|| propagator().extract(&HeaderExtractor(headers)))
@@ -105,6 +120,13 @@ impl TraceRecord {
 }
 
 impl OnStatus for TraceRecord {
+    #[cfg(not(feature = "otel"))]
+    fn on_status(self, _code: i32) {
+        // Without OpenTelemetry nothing exports the span: the code would be recorded for no one.
+        let _ = self.span;
+    }
+
+    #[cfg(feature = "otel")]
     fn on_status(self, code: i32) {
         // Straight to the OpenTelemetry span (a no-op without the OTel layer): `record` would
         // make the fmt layer re-serialize the span's fields, ~5 us per call with JSON logs.
@@ -140,6 +162,7 @@ pub(crate) fn rpc_span<B>(req: &Request<B>) -> Span {
         net.peer.ip = %peer().map_or(std::net::IpAddr::from([127, 0, 0, 1]), |p| p.ip()),
         net.peer.port = peer().map_or(0, |p| p.port()),
     );
+    #[cfg(feature = "otel")]
     if !span.is_disabled()
         && let Some(parent) = extract_context(req.headers())
     {
@@ -221,12 +244,14 @@ where
 mod tests {
     use std::convert::Infallible;
 
+    #[cfg(feature = "otel")]
     use opentelemetry::trace::TraceContextExt;
     use tower::ServiceExt;
 
     use super::*;
     use crate::layers::test_util::{capture_logs, final_code, ok_response};
 
+    #[cfg(feature = "otel")]
     #[test]
     fn extracts_w3c_trace_context_and_baggage() {
         let mut h = HeaderMap::new();

@@ -11,8 +11,10 @@ use tonic::transport::server::TcpConnectInfo;
 // Header names the layers look up on every call, prebuilt: a lookup by `&str` parses and
 // validates the name each time (`http`'s `parse_hdr`).
 /// W3C `traceparent`.
+#[cfg(feature = "otel")]
 pub(crate) const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 /// W3C `baggage`.
+#[cfg(feature = "otel")]
 pub(crate) const BAGGAGE: HeaderName = HeaderName::from_static("baggage");
 /// `grpc-timeout`.
 pub(crate) use zrpc_core::grpc::timeout::GRPC_TIMEOUT_HEADER as GRPC_TIMEOUT;

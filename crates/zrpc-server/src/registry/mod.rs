@@ -8,20 +8,50 @@
 //! The server calls these in its lifecycle: bind -> serve -> health SERVING -> [`Publisher::spawn`];
 //! on shutdown [`Publisher::stop`] (the key is gone at once) before draining.
 
+//!
+//! Registration needs the `etcd` cargo feature; without it a config with `Etcd` is refused at
+//! load and only [`advertise_addr`] is here.
+
 mod advertise;
+#[cfg(feature = "etcd")]
 mod publisher;
 
 pub use advertise::{POD_IP_ENV, advertise_addr};
+#[cfg(feature = "etcd")]
 pub use publisher::{Publisher, RETRY_INTERVAL, RegistrationState, STOP_TIMEOUT, TIME_TO_LIVE};
+
+/// Without the `etcd` feature nothing registers, so no publisher ever exists.
+#[cfg(not(feature = "etcd"))]
+#[derive(Debug)]
+pub(crate) enum Publisher {}
+
+#[cfg(not(feature = "etcd"))]
+impl Publisher {
+    pub(crate) async fn stop(self) {
+        match self {}
+    }
+}
 
 /// Checks the etcd settings of `conf` for what retrying cannot heal (malformed hosts, unreadable
 /// TLS files), so the server fails at start; reachability is retried by [`Publisher`].
 ///
 /// # Errors
 /// [`crate::Error::Etcd`] naming the host or file.
+/// Without the `etcd` feature, `Etcd` in a config built in code is [`crate::Error::Conf`]
+/// naming the feature (a loaded config was refused already).
 pub fn check(conf: &crate::conf::RpcServerConf) -> Result<(), crate::Error> {
+    #[cfg(feature = "etcd")]
     if conf.etcd.has_etcd() {
         zrpc_core::etcd::check(&conf.etcd)?;
+    }
+    #[cfg(not(feature = "etcd"))]
+    if conf.etcd.is_configured() {
+        return Err(crate::Error::Conf(zrpc_core::conf::ConfError::feature_off(
+            "Etcd.Hosts",
+            &conf.etcd.hosts.join(","),
+            "registration in etcd",
+            "etcd",
+        )));
     }
     Ok(())
 }
@@ -29,6 +59,7 @@ pub fn check(conf: &crate::conf::RpcServerConf) -> Result<(), crate::Error> {
 /// Starts the registration of a server bound to `bound` when its config has `Etcd.Hosts` and
 /// `Etcd.Key` (the lifecycle calls this once health is SERVING). The published value is
 /// [`advertise_addr`]`(ListenOn, bound, AdvertiseAddr)`.
+#[cfg(feature = "etcd")]
 pub fn register(
     conf: &crate::conf::RpcServerConf,
     bound: std::net::SocketAddr,
@@ -41,7 +72,16 @@ pub fn register(
     Some(Publisher::spawn(conf.etcd.clone(), value))
 }
 
-#[cfg(test)]
+/// Without the `etcd` feature: nothing to register.
+#[cfg(not(feature = "etcd"))]
+pub(crate) fn register(
+    _conf: &crate::conf::RpcServerConf,
+    _bound: std::net::SocketAddr,
+) -> Option<Publisher> {
+    None
+}
+
+#[cfg(all(test, feature = "etcd"))]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use zrpc_core::conf::EtcdConf;

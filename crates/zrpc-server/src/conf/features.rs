@@ -1,0 +1,132 @@
+//! Keys that need an optional part of zrpc (a cargo feature): a build without it refuses the
+//! config at load, naming the key, its value and the feature, instead of ignoring the key.
+
+use zrpc_core::conf::ConfError;
+
+use super::RpcServerConf;
+
+/// The first key of `conf` that asks for a cargo feature this build leaves out.
+pub(super) fn check(conf: &RpcServerConf) -> Result<(), ConfError> {
+    if !cfg!(feature = "otel")
+        && let Some(t) = conf
+            .telemetry
+            .as_ref()
+            .filter(|t| !t.endpoint.is_empty() && !t.disabled)
+    {
+        return Err(ConfError::feature_off(
+            "Telemetry.Endpoint",
+            &t.endpoint,
+            "OTLP trace export",
+            "otel",
+        ));
+    }
+    if !cfg!(feature = "etcd") && conf.etcd.is_configured() {
+        return Err(ConfError::feature_off(
+            "Etcd.Hosts",
+            &conf.etcd.hosts.join(","),
+            "registration in etcd",
+            "etcd",
+        ));
+    }
+    if !cfg!(feature = "reflection") && conf.reflection {
+        return Err(ConfError::feature_off(
+            "Reflection",
+            "true",
+            "gRPC reflection",
+            "reflection",
+        ));
+    }
+    if !cfg!(feature = "devserver") && conf.dev_server.as_ref().is_some_and(|d| d.enabled) {
+        return Err(ConfError::feature_off(
+            "DevServer.Enabled",
+            "true",
+            "the DevServer (/metrics, /healthz)",
+            "devserver",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use zrpc_core::conf::{EtcdConf, Format, Validate, from_str_with_env};
+
+    use crate::conf::RpcServerConf;
+
+    const BASE: &str = "Name: a.rpc\nListenOn: 127.0.0.1:0\n";
+
+    /// Loads `BASE` + `extra`: `Ok` with `feature` on, else the error, which must name `key`,
+    /// `value` and `feature`.
+    fn loads_only_with(on: bool, extra: &str, key: &str, value: &str, feature: &str) {
+        let text = format!("{BASE}{extra}");
+        let r = from_str_with_env::<RpcServerConf, _>(&text, Format::Yaml, "a.yaml", |_| None);
+        if on {
+            r.unwrap();
+            return;
+        }
+        let e = r.unwrap_err().to_string();
+        for part in [key, value, &format!("`{feature}` cargo feature")] {
+            assert!(e.contains(part), "{part:?} not in {e}");
+        }
+    }
+
+    #[test]
+    fn telemetry_endpoint_needs_otel() {
+        loads_only_with(
+            cfg!(feature = "otel"),
+            "Telemetry:\n  Endpoint: otel-collector:4317\n",
+            "Telemetry.Endpoint",
+            "otel-collector:4317",
+            "otel",
+        );
+        // no endpoint, or export disabled: nothing to export, any build loads it
+        let mut c = RpcServerConf::new("a", "127.0.0.1:0");
+        c.telemetry = Some(Default::default());
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn etcd_needs_etcd() {
+        loads_only_with(
+            cfg!(feature = "etcd"),
+            "Etcd:\n  Hosts: [127.0.0.1:2379]\n  Key: a.rpc\n",
+            "Etcd.Hosts",
+            "127.0.0.1:2379",
+            "etcd",
+        );
+        let c = RpcServerConf::new("a", "127.0.0.1:0").with_etcd(EtcdConf::new(["e:2379"], "k"));
+        assert_eq!(c.validate().is_ok(), cfg!(feature = "etcd"));
+    }
+
+    #[test]
+    fn reflection_needs_reflection() {
+        loads_only_with(
+            cfg!(feature = "reflection"),
+            "Reflection: true\n",
+            "Reflection",
+            "true",
+            "reflection",
+        );
+        // dev mode turns reflection on where the build has it; it loads in any build
+        from_str_with_env::<RpcServerConf, _>(
+            &format!("{BASE}Mode: dev\n"),
+            Format::Yaml,
+            "a.yaml",
+            |_| None,
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn dev_server_needs_devserver() {
+        loads_only_with(
+            cfg!(feature = "devserver"),
+            "DevServer:\n  Enabled: true\n",
+            "DevServer.Enabled",
+            "true",
+            "devserver",
+        );
+        loads_only_with(true, "DevServer:\n  Enabled: false\n", "", "", "");
+    }
+}
