@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use zrpc_core::conf::{ConfError, EtcdConf, Validate, duration};
 
-mod features;
+pub(crate) mod features;
 mod ignored;
 mod log;
 mod redis;

@@ -10,9 +10,13 @@ use crate::conf::RpcServerConf;
 /// each naming its key and file: `Etcd` settings, the `Tls` files (readable, valid PEM, a key
 /// matching the certificate, the client CA), a `Log.Path` that cannot be a directory, and with
 /// `Auth` the `Redis` options the token store refuses. Empty when there is none. `conf` is
-/// assumed loaded (so validated) by [`conf::load`](zrpc_core::conf::load).
+/// assumed loaded (so validated) by [`conf::load`](zrpc_core::conf::load); a key that needs a
+/// cargo feature this build leaves out is reported all the same (a config built in code).
 pub fn preflight(conf: &RpcServerConf) -> Vec<Error> {
     let mut errors = Vec::new();
+    if let Err(e) = crate::conf::features::check(conf) {
+        errors.push(e.into());
+    }
     if let Err(e) = crate::registry::check(conf) {
         errors.push(e);
     }
@@ -101,5 +105,21 @@ mod tests {
             "{errors:#?}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_key_that_needs_a_feature_left_out_is_reported() {
+        let mut conf = RpcServerConf::new("a", "127.0.0.1:0");
+        conf.etcd = zrpc_core::conf::EtcdConf::new(["127.0.0.1:2379"], "a.rpc");
+        let errors: Vec<String> = preflight(&conf).iter().map(ToString::to_string).collect();
+        if cfg!(feature = "etcd") {
+            assert!(errors.is_empty(), "{errors:#?}");
+        } else {
+            assert_eq!(errors.len(), 1, "{errors:#?}");
+            assert!(
+                errors[0].contains("Etcd.Hosts") && errors[0].contains("`etcd` cargo feature"),
+                "{errors:#?}"
+            );
+        }
     }
 }

@@ -6,7 +6,7 @@ use zrpc_core::conf::ConfError;
 use super::RpcServerConf;
 
 /// The first key of `conf` that asks for a cargo feature this build leaves out.
-pub(super) fn check(conf: &RpcServerConf) -> Result<(), ConfError> {
+pub(crate) fn check(conf: &RpcServerConf) -> Result<(), ConfError> {
     if !cfg!(feature = "otel")
         && let Some(t) = conf
             .telemetry
