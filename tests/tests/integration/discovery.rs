@@ -527,9 +527,12 @@ impl Load {
     }
 }
 
+/// The shedder is off in these servers (`CpuThreshold: 0`): it reads the whole machine's CPU,
+/// which other jobs on a shared machine can fill, and these tests are not about it.
 fn registered_conf(name: &str, etcd: &EtcdServer, key: &str) -> zrpc_server::RpcServerConf {
     // WrapUpTime 1 s (go-zero's default): clients have a second to see the deregistration.
     test_conf(name)
+        .with_cpu_threshold(0)
         .with_etcd(conf(etcd.endpoints(), key))
         .with_shutdown(ShutdownConf::new(
             Duration::from_secs(1),
@@ -662,8 +665,16 @@ async fn keys_written_in_go_zero_layout_are_discovered() {
     let etcd = EtcdServer::start().await;
     let key = unique_key("disco-e2e-gozero");
     // Servers that do not register themselves (like go-zero servers, seen only through their keys).
-    let s1 = start_server(test_conf("disco-gz1"), TestGreeter::new()).await;
-    let s2 = start_server(test_conf("disco-gz2"), TestGreeter::new()).await;
+    let s1 = start_server(
+        test_conf("disco-gz1").with_cpu_threshold(0),
+        TestGreeter::new(),
+    )
+    .await;
+    let s2 = start_server(
+        test_conf("disco-gz2").with_cpu_threshold(0),
+        TestGreeter::new(),
+    )
+    .await;
     let mut kv = etcd.client().await;
     // go-zero: Key/<lease id in decimal> -> host:port (plain puts, with a lease like a go-zero server).
     let lease = kv.lease_grant(10, None).await.unwrap().id();
@@ -716,7 +727,11 @@ async fn etcd_down_15s_under_load_loses_no_call_and_changes_after_restart_are_pi
     let a = start_server(registered_conf("disco-oa", &etcd, &key), TestGreeter::new()).await;
     wait_registered(&etcd, &key, &a).await;
     // C is registered by a plain put (no lease): it will be deleted right after etcd returns.
-    let c = start_server(test_conf("disco-oc"), TestGreeter::new()).await;
+    let c = start_server(
+        test_conf("disco-oc").with_cpu_threshold(0),
+        TestGreeter::new(),
+    )
+    .await;
     let mut kv = etcd.client().await;
     kv.put(format!("{key}/c"), c.addr.to_string(), None)
         .await
@@ -769,7 +784,11 @@ async fn etcd_down_15s_under_load_loses_no_call_and_changes_after_restart_are_pi
 async fn registration_to_first_request_latency() {
     let etcd = EtcdServer::start().await;
     let key = unique_key("disco-latency");
-    let base = start_server(test_conf("disco-lat-base"), TestGreeter::new()).await;
+    let base = start_server(
+        test_conf("disco-lat-base").with_cpu_threshold(0),
+        TestGreeter::new(),
+    )
+    .await;
     let mut kv = etcd.client().await;
     kv.put(format!("{key}/base"), base.addr.to_string(), None)
         .await
@@ -784,7 +803,11 @@ async fn registration_to_first_request_latency() {
     let mut to_update = Vec::with_capacity(50);
     let mut put_rtt = Vec::with_capacity(50);
     for i in 0..50 {
-        let s = start_server(test_conf("disco-lat"), TestGreeter::new()).await;
+        let s = start_server(
+            test_conf("disco-lat").with_cpu_threshold(0),
+            TestGreeter::new(),
+        )
+        .await;
         let addr = s.addr.to_string();
         rx.borrow_and_update();
         let put_at = Instant::now();
@@ -848,7 +871,11 @@ async fn wait_traffic_since(server: &TestServer, since: Instant, within: Duratio
 
 #[tokio::test]
 async fn dns_target_reaches_a_server() {
-    let s = start_server(test_conf("disco-dns"), TestGreeter::new()).await;
+    let s = start_server(
+        test_conf("disco-dns").with_cpu_threshold(0),
+        TestGreeter::new(),
+    )
+    .await;
     let target = format!("dns:///localhost:{}", s.addr.port());
     let client = Client::new(RpcClientConf::target(target.clone()))
         .await
@@ -870,7 +897,11 @@ async fn client_subset_is_32_and_one_change_moves_at_most_one_member() {
     let mut kv = etcd.client().await;
     let mut servers = Vec::new();
     for i in 0..45 {
-        let s = start_server(test_conf("disco-subset"), TestGreeter::new()).await;
+        let s = start_server(
+            test_conf("disco-subset").with_cpu_threshold(0),
+            TestGreeter::new(),
+        )
+        .await;
         if i < 40 {
             kv.put(format!("{key}/{i}"), s.addr.to_string(), None)
                 .await

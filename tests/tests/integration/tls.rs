@@ -58,7 +58,7 @@ struct TlsServer {
 
 impl TlsServer {
     async fn start(tls: Option<ServerTlsConf>) -> TlsServer {
-        let mut conf = test_conf("tls.rpc");
+        let mut conf = test_conf("tls.rpc").with_cpu_threshold(0);
         if let Some(tls) = tls {
             conf = conf.with_tls(tls);
         }
@@ -411,7 +411,7 @@ async fn tls_start_errors_name_the_file() {
     let missing_s = missing.display().to_string();
 
     async fn start_err(tls: ServerTlsConf) -> String {
-        let server = Server::new(test_conf("tls.rpc").with_tls(tls)).unwrap();
+        let server = Server::new(test_conf("tls.rpc").with_cpu_threshold(0).with_tls(tls)).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         server
             .serve_with_listener(listener, std::future::pending())
@@ -899,7 +899,8 @@ async fn tls_allowed_clients_file_start_errors_name_the_file() {
             .with_client_ca_file(ca.files.cert_str())
             .with_allowed_clients_file(file);
         async move {
-            let server = Server::new(test_conf("tls.rpc").with_tls(tls)).unwrap();
+            let server =
+                Server::new(test_conf("tls.rpc").with_cpu_threshold(0).with_tls(tls)).unwrap();
             let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
             server
                 .serve_with_listener(listener, std::future::pending())
