@@ -32,6 +32,10 @@
 //!   timeouts) eject an endpoint for 1 s doubling to 30 s, then one trial call at a time until one
 //!   succeeds; an ejected endpoint is used only when every other one is ejected or down (the whole
 //!   set is never ejected);
+//! - **peak**: while calls are in flight, the time since the endpoint last answered counts as its
+//!   latency when longer, so an endpoint that stops answering loses its pairs at once;
+//! - endpoints that are suspect (calls stalled or ran into their deadline, see
+//!   [`EndpointStats::is_stalled`]) count as down until an out-of-band probe is answered;
 //! - cold endpoints keep their one-probe-at-a-time rule.
 //!
 //! Time is passed in and the random source is a parameter, so every pick is reproducible (the
