@@ -356,7 +356,9 @@ impl EndpointStats {
     /// The v2 cost at `now` (ns): PeakEwma's `latency * (inflight + 1)` (latency in µs), linear in
     /// the latency where go-zero takes its square root (with the square root a 100x slower endpoint
     /// beats a fast one as soon as the fast one has 10 calls in flight), and:
-    /// - `f64::INFINITY` while down (transport back-off) or ejected;
+    /// - with calls in flight, the latency is at least the time since the endpoint last answered
+    ///   (or since those calls began), so one that stops answering grows dear at once;
+    /// - `f64::INFINITY` while down (transport back-off, suspect) or ejected;
     /// - cold, recovering from a transport failure or on trial after an ejection: 0 with nothing
     ///   in flight (send it the probe), else the penalty (`1e12 + inflight`: one probe at a time).
     ///
