@@ -72,8 +72,8 @@
 //!
 //! # What is where
 //!
-//! - [`conf`]: every config type and the loader ([`conf::load`]: YAML, JSON or TOML by
-//!   extension, `${VAR}` expansion, case-insensitive keys, unknown keys are errors).
+//! - [`conf`]: every config type and the loader ([`conf::load`]: YAML, JSON or TOML (`toml`
+//!   feature) by extension, `${VAR}` expansion, case-insensitive keys, unknown keys are errors).
 //! - [`server()`] / [`Server`]: the server, its [`ServerHandle`] and graceful [`shutdown`].
 //! - [`client()`] / [`Client`]: the balanced, governed channel.
 //! - [`layers`]: the middleware of both chains, for users who assemble their own stacks;
@@ -82,6 +82,15 @@
 //! - [`Error`]: one error type for everything the facade does; the crate errors
 //!   ([`ServerError`], [`ClientError`], [`ConfError`](conf::ConfError)) convert into it;
 //!   [`BreakerOpen`] and [`Overloaded`] mark local rejections.
+//!
+//! # Cargo features
+//!
+//! On by default: `etcd` (registration and discovery in etcd) and `devserver` (`/metrics`,
+//! `/healthz`). Opt-in: `otel` (OTLP trace export and W3C trace-context propagation),
+//! `reflection`, `env-filter` (`RUST_LOG`'s full syntax), `toml` (`.toml` configs) and
+//! `redis-auth` (go-zero's Redis token store). A config key that needs a feature the build
+//! leaves out is refused at load, naming the key, its value and the feature. Each feature's cost
+//! in crates: the "Cargo features" section of `docs/configuration.md`.
 //!
 //! Longer guides live in the repository's `docs/`: `streaming.md` (how the server learns which
 //! methods stream, and what that changes), `configuration.md` (every key and default),

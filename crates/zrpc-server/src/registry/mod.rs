@@ -7,10 +7,13 @@
 //!
 //! The server calls these in its lifecycle: bind -> serve -> health SERVING -> [`Publisher::spawn`];
 //! on shutdown [`Publisher::stop`] (the key is gone at once) before draining.
-
 //!
 //! Registration needs the `etcd` cargo feature; without it a config with `Etcd` is refused at
-//! load and only [`advertise_addr`] is here.
+//! load and only [`advertise_addr`] is here (the links above then lead nowhere).
+#![cfg_attr(
+    not(feature = "etcd"),
+    allow(rustdoc::broken_intra_doc_links, rustdoc::private_intra_doc_links)
+)]
 
 mod advertise;
 #[cfg(feature = "etcd")]
