@@ -121,6 +121,12 @@ impl<T: AsyncRead + Unpin> AsyncRead for AuthorityFix<T> {
             // Read more into the spare capacity (no zeroing), then judge what is held.
             state.buf.reserve(READ_CHUNK);
             match tokio_util::io::poll_read_buf(Pin::new(&mut this.inner), cx, &mut state.buf) {
+                // Nothing held: the buffer goes until more comes, so that a client that stays
+                // silent after its preface (before any header block) holds no read buffer.
+                Poll::Pending if state.buf.is_empty() => {
+                    state.buf = BytesMut::new();
+                    return Poll::Pending;
+                }
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Ready(Ok(0)) => {
