@@ -23,3 +23,4 @@ mod server_shedding;
 mod server_timeout;
 mod server_transport;
 mod tls;
+mod trace_propagation;

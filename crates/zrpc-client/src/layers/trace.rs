@@ -7,8 +7,11 @@
 //! `opentelemetry::global::set_text_map_propagator`; without it nothing is injected). The final
 //! code is recorded as `rpc.grpc.status_code`, and `otel.status_code = ERROR` for failures.
 //!
-//! Injection needs the `otel` cargo feature (the span's OpenTelemetry context comes from
-//! tracing-opentelemetry); without it the span still gives log lines their context.
+//! Injection from the span needs the `otel` cargo feature (the span's OpenTelemetry context comes
+//! from tracing-opentelemetry). Before it, in every build, a call made while a zrpc server handles
+//! a call gets that call's `traceparent`, `tracestate` and `baggage` unchanged
+//! (`zrpc_core::grpc::trace_context`), whether or not a subscriber wants the span; an
+//! OpenTelemetry context, when the span has one, overwrites them.
 
 #[cfg(feature = "otel")]
 use http::{HeaderName, HeaderValue};
@@ -46,6 +49,7 @@ pub(crate) fn start(
     path: &str,
     headers: &mut http::HeaderMap,
 ) -> Option<tracing::Span> {
+    zrpc_core::grpc::trace_context::inject_current(headers);
     // The field values are computed only for an enabled span: splitting the path up front
     // would cost every call something even while tracing is off.
     let span = tracing::info_span!(
@@ -62,8 +66,6 @@ pub(crate) fn start(
     if span.is_disabled() {
         return None;
     }
-    #[cfg(not(feature = "otel"))]
-    let _ = headers;
     #[cfg(feature = "otel")]
     let cx = span.context();
     #[cfg(feature = "otel")]
@@ -169,5 +171,32 @@ mod tests {
             .to_str()
             .unwrap();
         assert!(baggage.contains("tenant=t1"), "{baggage}");
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod passthrough_tests {
+    use zrpc_core::grpc::trace_context::TraceContext;
+
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn a_call_made_while_a_server_handles_one_carries_its_trace_context() {
+        let mut incoming = http::HeaderMap::new();
+        incoming.insert("traceparent", TP.parse().unwrap());
+        incoming.insert("tracestate", "go=1".parse().unwrap());
+        let cx = TraceContext::extract(&incoming).unwrap();
+        // no subscriber: the span is not opened, the context is passed on all the same
+        let mut headers = http::HeaderMap::new();
+        let span = cx
+            .in_scope(|| super::start("direct:///a:1", "/greeter.Greeter/SayHello", &mut headers));
+        assert!(span.is_none());
+        assert_eq!(headers["traceparent"], TP);
+        assert_eq!(headers["tracestate"], "go=1");
+        // outside a server's call: nothing
+        let mut headers = http::HeaderMap::new();
+        super::start("direct:///a:1", "/greeter.Greeter/SayHello", &mut headers);
+        assert!(headers.is_empty(), "{headers:?}");
     }
 }

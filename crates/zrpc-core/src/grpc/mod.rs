@@ -13,11 +13,13 @@
 //! - [`StatusGuard`]: the same "exactly once, Cancelled on drop" callback for response futures;
 //! - [`timeout`]: the `grpc-timeout` header (parse and format);
 //! - [`method`]: the full method (`/pkg.Service/Method`) from a request path;
-//! - [`status_response`]: a trailers-only error response with an empty body.
+//! - [`status_response`]: a trailers-only error response with an empty body;
+//! - [`trace_context`]: W3C trace-context pass-through for builds without OpenTelemetry.
 
 pub mod code;
 pub mod method;
 pub mod timeout;
+pub mod trace_context;
 
 mod body;
 mod guard;

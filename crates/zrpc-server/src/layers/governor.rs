@@ -44,6 +44,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 use tracing::Span;
 use zrpc_core::breaker::BreakerRegistry;
+use zrpc_core::grpc::trace_context::TraceContext;
 use zrpc_core::grpc::{OnStatus, StatusGuard, code, status_from_headers, status_response};
 use zrpc_core::shedder::Queued;
 
@@ -56,7 +57,7 @@ use super::recover::{RecoverLayer, guarded_if, mark_panicked, panic_response, pa
 use super::shedding::{self, SheddingLayer, SheddingRecord};
 use super::stat::{StatLayer, StatRecord, StatSettings};
 use super::timeout::{self, Compiled, TimeoutLayer, Timer, caller_deadline};
-use super::trace::{TraceLayer, TraceRecord, rpc_span};
+use super::trace::{TraceLayer, TraceRecord, in_scope, rpc_span};
 use super::util::{is_infra, method_of, peer_addr};
 use crate::transport::front::Arrival;
 
@@ -457,6 +458,13 @@ where
         } else {
             (Some(TraceRecord::new(span.clone())), span)
         };
+        // The caller's trace context, current while the handler runs, for zrpc's client to pass
+        // on (see `trace`); whether or not a subscriber wants the span.
+        let context = if g.trace {
+            TraceContext::extract(req.headers())
+        } else {
+            None
+        };
         // One clock read for both durations, the breaker's and the shedder's admission and
         // the timeout's deadline.
         let mut now = None;
@@ -493,7 +501,9 @@ where
                 now,
                 queued,
             };
-            shared.start(inner, req, entry, &mut guard, &mut timer)
+            in_scope(&context, || {
+                shared.start(inner, req, entry, &mut guard, &mut timer)
+            })
         }) {
             Ok(state) => state,
             Err((r, caught)) => {
@@ -508,6 +518,7 @@ where
             recover,
             timer,
             span,
+            context,
         }
     }
 }
@@ -581,6 +592,8 @@ pin_project! {
         recover: Option<Recovering>,
         timer: Timer,
         span: Span,
+        // the caller's trace context, current while the handler is polled
+        context: Option<TraceContext>,
     }
 }
 
@@ -607,7 +620,9 @@ where
             // Recover covers each step: the handler's future, a token store's lookup and
             // the inner `call` after it.
             let step = match guarded_if(this.recover.as_ref(), || {
-                step(this.state.as_mut(), this.guard, this.timer, cx)
+                in_scope(this.context, || {
+                    step(this.state.as_mut(), this.guard, this.timer, cx)
+                })
             }) {
                 Ok(step) => step,
                 Err((r, caught)) => {

@@ -9,7 +9,10 @@
 //! when `Telemetry.Endpoint` is set (see [`telemetry`](crate::telemetry)).
 //!
 //! The parent context and the final status need the `otel` cargo feature (OpenTelemetry); without
-//! it the span still gives log lines their `rpc{...}` context.
+//! it the span still gives log lines their `rpc{...}` context. In every build a valid
+//! `traceparent` (with `tracestate` and `baggage`) is kept while the handler runs, for zrpc's
+//! client to pass on unchanged when it has no OpenTelemetry context of its own
+//! (`zrpc_core::grpc::trace_context`): the trace goes on through this service.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -30,6 +33,7 @@ use tower_service::Service;
 use tracing::Span;
 #[cfg(feature = "otel")]
 use tracing_opentelemetry::OpenTelemetrySpanExt;
+use zrpc_core::grpc::trace_context::TraceContext;
 use zrpc_core::grpc::{OnStatus, method};
 
 use super::observe::{ObserveFuture, ObservedBody};
@@ -189,8 +193,12 @@ where
             return ResponseFuture {
                 inner: ObserveFuture::passthrough(self.inner.call(req)),
                 span: Span::none(),
+                context: None,
             };
         }
+        // The caller's trace context, for zrpc's client to pass on as it came whether or not a
+        // subscriber wants the span (an OpenTelemetry span context, when there is one, wins).
+        let context = TraceContext::extract(req.headers());
         let span = rpc_span(&req);
         if span.is_disabled() {
             // No subscriber records the span (no OTel exporter, log level above info): the
@@ -199,18 +207,20 @@ where
             // `Span::none()`, whose enter on each poll costs nothing (entering a disabled span
             // that still carries its metadata does not).
             return ResponseFuture {
-                inner: ObserveFuture::passthrough(self.inner.call(req)),
+                inner: ObserveFuture::passthrough(in_scope(&context, || self.inner.call(req))),
                 span: Span::none(),
+                context,
             };
         }
         let fut = {
             let _enter = span.enter();
-            self.inner.call(req)
+            in_scope(&context, || self.inner.call(req))
         };
         let record = TraceRecord { span: span.clone() };
         ResponseFuture {
             inner: ObserveFuture::new(fut, record),
             span,
+            context,
         }
     }
 }
@@ -222,6 +232,16 @@ pin_project! {
         #[pin]
         inner: ObserveFuture<F, TraceRecord>,
         span: Span,
+        // the caller's trace context, current while the handler is polled
+        context: Option<TraceContext>,
+    }
+}
+
+/// `f()` with `context` current, if there is one.
+pub(crate) fn in_scope<R>(context: &Option<TraceContext>, f: impl FnOnce() -> R) -> R {
+    match context {
+        Some(cx) => cx.in_scope(f),
+        None => f(),
     }
 }
 
@@ -235,7 +255,8 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let _enter = this.span.enter();
-        this.inner.poll(cx)
+        let inner = this.inner;
+        in_scope(this.context, || inner.poll(cx))
     }
 }
 
@@ -275,6 +296,31 @@ mod tests {
             cx.baggage().get("user").map(|v| v.as_str().to_owned()),
             Some("alice".to_owned())
         );
+    }
+
+    #[tokio::test]
+    async fn the_callers_trace_context_is_current_in_the_handler() {
+        const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        // no subscriber at all: the context passes through all the same
+        let svc = TraceLayer::new(true).layer(tower::service_fn(|_req: Request<()>| async {
+            tokio::task::yield_now().await;
+            let mut outgoing = http::HeaderMap::new();
+            zrpc_core::grpc::trace_context::inject_current(&mut outgoing);
+            assert_eq!(outgoing["traceparent"], TP);
+            assert_eq!(outgoing["baggage"], "user=alice");
+            Ok::<_, Infallible>(ok_response())
+        }));
+        let req = Request::builder()
+            .uri("/greeter.Greeter/SayHello")
+            .header("traceparent", TP)
+            .header("baggage", "user=alice")
+            .body(())
+            .unwrap();
+        let resp = svc.oneshot(req).await.unwrap();
+        assert_eq!(final_code(resp).await, Some(0));
+        let mut after = http::HeaderMap::new();
+        zrpc_core::grpc::trace_context::inject_current(&mut after);
+        assert!(after.is_empty(), "{after:?}");
     }
 
     #[tokio::test]
