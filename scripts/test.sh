@@ -90,6 +90,11 @@ CRATE_SETS=("--no-default-features" "--features=zrpc-server/etcd,zrpc-server/dev
 log "cargo fmt --check"
 cargo fmt --all --check
 
+# --- 2b. module structure -------------------------------------------------------
+# No module of the library crates imports back into a module that imports it.
+log "module cycles"
+python3 scripts/module_cycles.py crates/zrpc-core crates/zrpc-server crates/zrpc-client crates/zrpc
+
 # --- 3. clippy --------------------------------------------------------------
 if cargo clippy --version >/dev/null 2>&1; then
   log "cargo clippy -D warnings"
