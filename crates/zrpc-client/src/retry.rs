@@ -28,7 +28,7 @@ use http::HeaderValue;
 use prometheus::{IntCounterVec, Opts};
 use tonic::body::Body;
 use tower::BoxError;
-use zrpc_core::breaker::BreakerRegistry;
+use zrpc_core::breaker::{BreakerPromise, BreakerRegistry};
 use zrpc_core::grpc::status_from_headers;
 use zrpc_core::grpc::timeout::{GRPC_TIMEOUT_HEADER, format as format_timeout};
 use zrpc_core::retry::{PREVIOUS_ATTEMPTS_HEADER, Pushback, RetryBudget, backoff};
@@ -131,23 +131,38 @@ impl Retries {
         self.budget.deposit(self.nanos(now));
     }
 
-    /// Whether one more attempt of the call to `path` may go at `now`: the budget has one and
-    /// the method's breaker admits it (recording the failed attempt before it).
-    fn admit(&self, path: &str, now: Instant) -> bool {
+    /// Admits one more attempt of the call to `path` at `now`: the budget has one and the
+    /// method's breaker allows it. `Err` when either refuses; `Ok` with the breaker's promise for
+    /// the attempt (`None` without a breaker), which the caller resolves.
+    fn admit(&self, path: &str, now: Instant) -> Result<Option<BreakerPromise>, ()> {
         if !self.budget.try_withdraw(self.nanos(now)) {
             if let Some(m) = self.metrics {
                 m.exhausted.with_label_values(&[path]).inc();
             }
-            return false;
+            return Err(());
         }
-        if let Some(registry) = &self.breakers {
-            let breaker = registry.get(&format!("{}{path}", self.target));
-            match breaker.allow(now) {
-                Ok(promise) => promise.reject(now),
-                Err(_open) => return false,
+        match &self.breakers {
+            Some(registry) => registry
+                .get(&format!("{}{path}", self.target))
+                .allow(now)
+                .map(Some)
+                .map_err(|_open| ()),
+            None => Ok(None),
+        }
+    }
+
+    /// Admits a retry: its breaker promise records the failed attempt before it (the call's own
+    /// promise records how the last attempt ends).
+    fn admit_retry(&self, path: &str, now: Instant) -> bool {
+        match self.admit(path, now) {
+            Ok(promise) => {
+                if let Some(p) = promise {
+                    p.reject(now);
+                }
+                true
             }
+            Err(()) => false,
         }
-        true
     }
 
     fn count(&self, path: &str, kind: &str) {
@@ -195,6 +210,30 @@ impl RetryMetrics {
                 exhausted,
             }
         })
+    }
+}
+
+/// The breaker's record of a hedged call's extra copies: one promise per copy after the first
+/// (the call's own promise records how the call ends). When the call ends, a promise stands
+/// for each failed copy first (rejected), then for the copies that did not fail (accepted: a
+/// copy cancelled because another answered first is no failure of its server).
+#[derive(Default)]
+struct Copies {
+    promises: Vec<BreakerPromise>,
+    failed: usize,
+}
+
+impl Drop for Copies {
+    fn drop(&mut self) {
+        let now = Instant::now();
+        for p in self.promises.drain(..) {
+            if self.failed > 0 {
+                self.failed -= 1;
+                p.reject(now);
+            } else {
+                p.accept(now);
+            }
+        }
     }
 }
 
@@ -339,7 +378,7 @@ async fn retry(
             }
         };
         let now = Instant::now();
-        if deadline.is_some_and(|d| now + delay >= d) || !retries.admit(path, now) {
+        if deadline.is_some_and(|d| now + delay >= d) || !retries.admit_retry(path, now) {
             return result;
         }
         drop(result);
@@ -366,6 +405,7 @@ async fn hedge(
         timeout,
     } = *call;
     let non_fatal = |c: i32| policy.non_fatal_status_codes.contains(c);
+    let mut copies = Copies::default();
     let mut in_use: Vec<Arc<Endpoint>> = Vec::new();
     let mut pending = FuturesUnordered::new();
     let (endpoint, attempt) = shared.start_avoiding(first, deadline, timeout, &[], true)?;
@@ -382,6 +422,7 @@ async fn hedge(
             Some(result) = pending.next() => match classify(result, non_fatal) {
                 Ended::Final(result) => return result,
                 Ended::Retryable(result, pushback) => {
+                    copies.failed += 1;
                     last = Some(result);
                     match pushback {
                         Pushback::Stop => {
@@ -401,7 +442,13 @@ async fn hedge(
         };
         if send_now && !stopped && sent < policy.max_attempts {
             let now = Instant::now();
-            if deadline.is_none_or(|d| now < d) && retries.admit(path, now) {
+            let admitted = if deadline.is_none_or(|d| now < d) {
+                retries.admit(path, now).ok()
+            } else {
+                None
+            };
+            if let Some(promise) = admitted {
+                copies.promises.extend(promise);
                 sent += 1;
                 retries.count(path, "hedge");
                 let req = again(replay, sent, deadline, now);

@@ -4,12 +4,15 @@
 
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
 use tonic::Code;
-use zrpc_client::Client;
+
 use zrpc_client::conf::{
     BalancerName, HedgingPolicyConf, MethodConf, MethodName, RetryBudgetConf, RetryPolicyConf,
     RpcClientConf,
 };
+use zrpc_client::{Client, ClientHandles};
+use zrpc_core::breaker::{BreakerConfig, BreakerRegistry};
 use zrpc_tests::pb::HelloRequest;
 use zrpc_tests::pb::greeter_client::GreeterClient;
 
@@ -302,9 +305,17 @@ async fn hedging_cuts_the_tail_of_a_stalling_server_for_few_extra_requests() {
                 .with_delay(Duration::from_millis(20)),
         ))
         .with_retry_budget(RetryBudgetConf::new(0.1, 10, Duration::from_secs(10)));
-    let hedged = Client::new(conf).await.unwrap();
+    // with its breaker, in a registry of its own: the breaker sees every copy
+    let mut conf = conf;
+    conf.middlewares.breaker = true;
+    let breakers = Arc::new(BreakerRegistry::new(BreakerConfig::default()));
+    let hedged = Client::with_handles(conf, ClientHandles::default().breakers(breakers.clone()))
+        .await
+        .unwrap();
     let (_, failed, lat) = run(&hedged, CALLS, 4).await;
     assert_eq!(failed, 0);
+    let name = format!("{}/{GREETER}/SayHello", hedged.target());
+    let stats = breakers.find(&name).unwrap().stats(Instant::now());
     let (hedged_slow, hedged_p99, hedged_p999) =
         (slow(&lat), quantile(&lat, 990), quantile(&lat, 999));
     let sent = a.hits() + b.hits() + c.hits() - hits_before;
@@ -320,6 +331,24 @@ async fn hedging_cuts_the_tail_of_a_stalling_server_for_few_extra_requests() {
         "hedging left the stalls to the callers: {hedged_slow} slow calls"
     );
     assert!(extra <= 0.05, "{extra} extra requests per call");
+    // a copy that lost the race is no failure of its server: no failure, a request per copy
+    // (`rpc_client_attempts_total` counts the copies sent; a server may not see one that was
+    // cancelled on its way)
+    let hedges: u64 = zrpc_server::metrics::render()
+        .lines()
+        .filter(|l| {
+            l.starts_with("rpc_client_attempts_total{")
+                && l.contains("method=\"/greeter.Greeter/SayHello\"")
+                && l.contains("kind=\"hedge\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(stats.failures, 0, "{stats:?}");
+    assert_eq!(stats.total, CALLS as u64 + hedges, "{stats:?}");
+    assert!(
+        hedges >= sent - CALLS as u64,
+        "{hedges} copies, {sent} requests"
+    );
 }
 
 /// A server busy with long silent calls that fill its stream limit is not taken for a frozen
