@@ -256,7 +256,7 @@ impl EndpointStats {
         self.probing.load(Ordering::Relaxed)
     }
 
-    /// In transport-failure back-off at `now` (ns), or suspect (see [`EndpointStats::suspect`]).
+    /// In transport-failure back-off at `now` (ns), or suspect (see [`EndpointStats::is_suspect`]).
     #[inline]
     #[must_use]
     pub fn is_down(&self, now: u64) -> bool {
