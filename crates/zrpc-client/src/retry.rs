@@ -328,19 +328,19 @@ struct Attempts<'a> {
     timeout: Option<Duration>,
 }
 
+impl<'a> Attempts<'a> {
+    fn parts(&self) -> (&'a Arc<Shared>, &'a Retries, &'a str, &'a Replay) {
+        (self.shared, self.retries, self.path, self.replay)
+    }
+}
+
 async fn retry(
     call: &Attempts<'_>,
     policy: &RetryPolicyConf,
     first: http::Request<Body>,
 ) -> Result<http::Response<Body>, BoxError> {
-    let Attempts {
-        shared,
-        retries,
-        path,
-        replay,
-        deadline,
-        timeout,
-    } = *call;
+    let (shared, retries, path, replay) = call.parts();
+    let (deadline, timeout) = (call.deadline, call.timeout);
     let mut tried: Vec<Arc<Endpoint>> = Vec::new();
     let mut req = Some(first);
     let mut n: u32 = 1;
@@ -396,14 +396,8 @@ async fn hedge(
     policy: &HedgingPolicyConf,
     first: http::Request<Body>,
 ) -> Result<http::Response<Body>, BoxError> {
-    let Attempts {
-        shared,
-        retries,
-        path,
-        replay,
-        deadline,
-        timeout,
-    } = *call;
+    let (shared, retries, path, replay) = call.parts();
+    let (deadline, timeout) = (call.deadline, call.timeout);
     let non_fatal = |c: i32| policy.non_fatal_status_codes.contains(c);
     let mut copies = Copies::default();
     let mut in_use: Vec<Arc<Endpoint>> = Vec::new();
