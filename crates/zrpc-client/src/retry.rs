@@ -373,7 +373,7 @@ async fn retry(
                     policy.max_backoff,
                     policy.backoff_multiplier,
                     backoffs,
-                    rand::random::<f64>(),
+                    crate::balancer::rng::unit(),
                 )
             }
         };

@@ -31,3 +31,14 @@ pub mod retry;
 pub mod shedder;
 mod stamp;
 pub mod window;
+
+/// A random seed from the standard library's per-process hash keys (seeded from the OS once per
+/// thread by std; each call gives another value): for the breakers' and the balancers'
+/// non-cryptographic generators and for jitter, without a random-number crate's OS source.
+#[must_use]
+pub fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0x5eed);
+    h.finish()
+}

@@ -9,7 +9,7 @@
 pub(crate) mod endpoint;
 mod p2c;
 pub(crate) mod replay;
-mod rng;
+pub(crate) mod rng;
 mod round_robin;
 pub(crate) mod service;
 pub(crate) mod stats;

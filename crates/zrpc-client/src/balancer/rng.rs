@@ -8,7 +8,6 @@
 //! `rand` releases and platforms, which `rand` does not promise for `SmallRng`.
 
 use std::cell::RefCell;
-use std::hash::{BuildHasher, Hasher};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -73,12 +72,12 @@ thread_local! {
     static THREAD_RNG: RefCell<SmallRng> = RefCell::new(SmallRng::seed_from_u64(random_seed()));
 }
 
-/// A random seed from the standard library's per-process hash keys (no extra dependency).
-#[must_use]
-pub fn random_seed() -> u64 {
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(0x5eed);
-    h.finish()
+pub use zrpc_core::random_seed;
+
+/// A uniform draw in `[0, 1)` from the per-thread generator (for jitter).
+pub(crate) fn unit() -> f64 {
+    // the top 53 bits: every f64 in [0, 1) with that spacing, equally likely
+    (ThreadRng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// The per-thread generator used by the client (no lock, no allocation).

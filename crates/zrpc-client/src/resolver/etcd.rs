@@ -22,7 +22,6 @@ use std::time::Duration;
 use etcd_client::{EventType, GetOptions, WatchOptions, WatchResponse};
 use futures_util::{FutureExt, StreamExt};
 use parking_lot::Mutex;
-use rand::RngExt;
 use tokio::sync::watch;
 use zrpc_core::conf::{EtcdConf, Validate};
 
@@ -297,7 +296,7 @@ fn set_empty_status(status: &ResolverStatus, set: &EndpointSet, key: &str, hosts
 /// ~`BACKOFF` with ±20 % jitter, growing slowly (up to 2x) while failures repeat.
 fn backoff(failures: u32) -> Duration {
     let factor = 1.0 + 0.25 * f64::from(failures.saturating_sub(1).min(4));
-    BACKOFF.mul_f64(factor * rand::rng().random_range(0.8..1.2))
+    BACKOFF.mul_f64(factor * (0.8 + 0.4 * crate::balancer::rng::unit()))
 }
 
 /// What ended a watch.

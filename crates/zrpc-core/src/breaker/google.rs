@@ -112,7 +112,7 @@ impl GoogleBreaker {
     /// Creates a breaker with a random seed.
     #[must_use]
     pub fn new(config: BreakerConfig) -> Self {
-        Self::with_seed(config, rand::random())
+        Self::with_seed(config, crate::random_seed())
     }
 
     /// Creates a breaker whose drop decisions come from a generator seeded with `seed`, so a

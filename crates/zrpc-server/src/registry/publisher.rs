@@ -7,7 +7,8 @@ use etcd_client::{
     Client, Compare, CompareOp, EventType, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn,
     TxnOp, WatchFilterType, WatchOptions, WatchStream,
 };
-use rand::RngExt;
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -130,7 +131,9 @@ impl Drop for Publisher {
 /// Jittered retry pause, `RETRY_INTERVAL` ±20 %.
 fn retry_pause() -> Duration {
     let base = RETRY_INTERVAL.as_millis() as u64;
-    Duration::from_millis(rand::rng().random_range(base * 4 / 5..=base * 6 / 5))
+    Duration::from_millis(
+        SmallRng::seed_from_u64(zrpc_core::random_seed()).random_range(base * 4 / 5..=base * 6 / 5),
+    )
 }
 
 /// Log a failure once per distinct reason (repeats go to debug).

@@ -31,7 +31,6 @@ use std::time::{Duration, Instant};
 use http::StatusCode;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use rand::RngExt;
 use tokio::sync::watch;
 
 use super::{K8sPort, Resolution, ResolverStatus};
@@ -225,7 +224,7 @@ impl Watcher {
         self.status.set(Some(problem));
         let exp = BACKOFF.saturating_mul(1 << failures.min(5).saturating_sub(1));
         let base = exp.min(MAX_BACKOFF);
-        let jitter = rand::rng().random_range(0.8..1.2);
+        let jitter = 0.8 + 0.4 * crate::balancer::rng::unit();
         tokio::time::sleep(base.mul_f64(jitter)).await;
     }
 
