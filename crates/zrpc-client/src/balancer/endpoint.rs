@@ -588,7 +588,8 @@ impl Done {
         endpoint
             .stats
             .on_done_limited(self.start, self.clock.nanos(now), c, &endpoint.ejection);
-        if c == code::DEADLINE_EXCEEDED {
+        if c == code::DEADLINE_EXCEEDED && !endpoint.stats.recently_verified(self.clock.nanos(now))
+        {
             endpoint.suspect(self.clock);
         }
     }

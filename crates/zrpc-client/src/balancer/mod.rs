@@ -26,5 +26,5 @@ pub use service::MAX_ATTEMPTS;
 pub(crate) use service::is_no_endpoint;
 pub use stats::{
     BACKOFF_BASE, BACKOFF_MAX, Clock, DECAY_TIME, EJECT_AFTER, EJECT_BASE, EJECT_MAX,
-    EndpointStats, FAILED_PROBE_LAG, INIT_SUCCESS, STALL_MIN, THROTTLE_SUCCESS,
+    EndpointStats, FAILED_PROBE_LAG, INIT_SUCCESS, PROBE_COOLDOWN, STALL_MIN, THROTTLE_SUCCESS,
 };

@@ -29,6 +29,9 @@ pub const EJECT_AFTER: u32 = 3;
 pub const EJECT_BASE: Duration = Duration::from_secs(1);
 /// v2: the longest ejection.
 pub const EJECT_MAX: Duration = Duration::from_secs(30);
+/// After an answered probe, calls that reach their deadline make the endpoint suspect again only
+/// once this has passed.
+pub const PROBE_COOLDOWN: Duration = Duration::from_secs(1);
 /// Calls in flight and no answer for this long (and for ten latencies) make an endpoint
 /// suspect: probed out of band before any of its calls reaches its deadline.
 pub const STALL_MIN: Duration = Duration::from_millis(250);
@@ -168,6 +171,8 @@ pub struct EndpointStats {
     /// Probes answered in the current busy period: each doubles the stall limit, so that a
     /// long silent call is not probed over and over (reset by a completed call).
     stall_k: AtomicU32,
+    /// Time (ns) of the last answered probe (0 = never).
+    verified: AtomicU64,
 }
 
 impl Default for EndpointStats {
@@ -201,6 +206,7 @@ impl EndpointStats {
             suspect: AtomicBool::new(false),
             heard: AtomicU64::new(0),
             stall_k: AtomicU32::new(0),
+            verified: AtomicU64::new(0),
         }
     }
 
@@ -280,11 +286,21 @@ impl EndpointStats {
     /// at a time).
     pub(crate) fn clear_suspect(&self, now: u64) {
         self.heard(now);
+        self.verified.store(now.max(1), Ordering::Relaxed);
         let k = self.stall_k.load(Ordering::Relaxed);
         self.stall_k
             .store(k.saturating_add(1).min(16), Ordering::Relaxed);
         self.probing.store(true, Ordering::Relaxed);
         self.suspect.store(false, Ordering::Relaxed);
+    }
+
+    /// A probe was answered less than [`PROBE_COOLDOWN`] before `now` (ns): a call that runs
+    /// into its deadline then says the server is slow, not gone, and asks for no new probe (a
+    /// server whose calls keep timing out would otherwise be probed after each of them).
+    #[must_use]
+    pub fn recently_verified(&self, now: u64) -> bool {
+        let at = self.verified.load(Ordering::Relaxed);
+        at != 0 && now.saturating_sub(at) < PROBE_COOLDOWN.as_nanos() as u64
     }
 
     /// The endpoint was heard from at `now` (ns): bytes came in on its connections.

@@ -724,3 +724,13 @@ fn a_slow_endpoint_stalls_after_ten_of_its_latencies() {
     assert!(!s.is_stalled(1900 * MS));
     assert!(s.is_stalled(2001 * MS));
 }
+
+#[test]
+fn a_probe_answered_within_a_second_keeps_deadlines_from_asking_for_another() {
+    let s = EndpointStats::new();
+    assert!(!s.recently_verified(5000 * MS), "never probed");
+    assert!(s.suspect());
+    s.clear_suspect(5000 * MS);
+    assert!(s.recently_verified(5999 * MS));
+    assert!(!s.recently_verified(6001 * MS));
+}
