@@ -220,18 +220,24 @@ impl Client {
                 .clone()
                 .unwrap_or_else(BreakerRegistry::shared)
         });
-        let retries =
-            Retries::new(&conf, target_name.clone(), breakers.clone(), m.prometheus).map(Arc::new);
+        let metrics = m.prometheus.then(|| {
+            handles
+                .metrics
+                .clone()
+                .unwrap_or_else(|| crate::metrics::client_metrics().clone())
+        });
+        let retries = Retries::new(
+            &conf,
+            target_name.clone(),
+            breakers.clone(),
+            metrics.clone(),
+        )
+        .map(Arc::new);
         let observe = (m.trace || m.duration || m.prometheus || m.breaker).then(|| {
             ObserveLayer::builder(&target_name)
                 .trace(m.trace)
                 .duration_log(m.duration.then_some(SLOW_THRESHOLD))
-                .metrics(m.prometheus.then(|| {
-                    handles
-                        .metrics
-                        .clone()
-                        .unwrap_or_else(|| crate::metrics::client_metrics().clone())
-                }))
+                .metrics(metrics)
                 .breakers(breakers)
                 .build()
         });
@@ -558,7 +564,13 @@ mod tests {
         let handles = ClientHandles::default()
             .breakers(breakers.clone())
             .metrics(metrics.clone());
-        let conf = RpcClientConf::direct([format!("127.0.0.1:{port}")]);
+        // with a retry policy: its attempts are counted in the given registry too
+        let conf = RpcClientConf::direct([format!("127.0.0.1:{port}")]).with_method_config(
+            crate::conf::MethodConf::retry(
+                [crate::conf::MethodName::new("p.S", "")],
+                crate::conf::RetryPolicyConf::default(),
+            ),
+        );
         let client = Client::with_handles(conf, handles).await.unwrap();
         let req = http::Request::builder()
             .uri(format!("http://127.0.0.1:{port}/p.S/M"))
@@ -580,7 +592,15 @@ mod tests {
                     .map(|m| m.get_counter().get_value() as u64)
             })
             .sum();
-        assert_eq!(codes, 1);
+        assert_eq!(codes, 1, "one call, however many attempts");
+        let attempts = |kind: &str| {
+            metrics
+                .attempts_total
+                .with_label_values(&["/p.S/M", kind])
+                .get()
+        };
+        assert_eq!(attempts("first"), 1);
+        assert!(attempts("retry") >= 1, "the refused call was retried");
         assert_eq!(
             breakers.names(),
             vec![format!("direct:///127.0.0.1:{port}/p.S/M")]

@@ -62,6 +62,12 @@ pub struct ClientMetrics {
     pub stream_duration_ms: HistogramVec,
     /// `rpc_client_streams_code_total{method,code}` (zrpc addition).
     pub stream_code_total: IntCounterVec,
+    /// `rpc_client_attempts_total{method,kind}` (zrpc addition): attempts of calls with a retry
+    /// or hedging policy, `kind` one of `first`, `retry`, `hedge`.
+    pub attempts_total: IntCounterVec,
+    /// `rpc_client_retry_budget_exhausted_total{method}` (zrpc addition): retries and hedges
+    /// not made because the client's retry budget was spent.
+    pub retry_budget_exhausted_total: IntCounterVec,
 }
 
 /// Why a call was failed locally, without being sent (the `reason` label of
@@ -131,17 +137,35 @@ impl ClientMetrics {
             ),
             &["method", "code"],
         )?;
+        let attempts_total = IntCounterVec::new(
+            Opts::new(
+                "rpc_client_attempts_total",
+                "attempts of calls with a retry or hedging policy, by kind (first, retry, hedge)",
+            ),
+            &["method", "kind"],
+        )?;
+        let retry_budget_exhausted_total = IntCounterVec::new(
+            Opts::new(
+                "rpc_client_retry_budget_exhausted_total",
+                "retries or hedges not made because the client's retry budget was spent",
+            ),
+            &["method"],
+        )?;
         registry.register(Box::new(duration_ms.clone()))?;
         registry.register(Box::new(code_total.clone()))?;
         registry.register(Box::new(dropped_total.clone()))?;
         registry.register(Box::new(stream_duration_ms.clone()))?;
         registry.register(Box::new(stream_code_total.clone()))?;
+        registry.register(Box::new(attempts_total.clone()))?;
+        registry.register(Box::new(retry_budget_exhausted_total.clone()))?;
         Ok(ClientMetrics {
             duration_ms,
             code_total,
             dropped_total,
             stream_duration_ms,
             stream_code_total,
+            attempts_total,
+            retry_budget_exhausted_total,
         })
     }
 }

@@ -19,13 +19,12 @@
 //!   one attempt.
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use http::HeaderValue;
-use prometheus::{IntCounterVec, Opts};
 use tonic::body::Body;
 use tower::BoxError;
 use zrpc_core::breaker::{BreakerPromise, BreakerRegistry};
@@ -38,6 +37,7 @@ use crate::balancer::replay::{self, Replay};
 use crate::balancer::service::Shared;
 use crate::conf::{HedgingPolicyConf, RetryPolicyConf, RpcClientConf};
 use crate::layers::code_of_error;
+use crate::metrics::ClientMetrics;
 
 /// The policy of one method.
 #[derive(Debug)]
@@ -57,7 +57,7 @@ pub(crate) struct Retries {
     epoch: Instant,
     target: Arc<str>,
     breakers: Option<Arc<BreakerRegistry>>,
-    metrics: Option<&'static RetryMetrics>,
+    metrics: Option<ClientMetrics>,
 }
 
 impl Retries {
@@ -66,7 +66,7 @@ impl Retries {
         conf: &RpcClientConf,
         target: Arc<str>,
         breakers: Option<Arc<BreakerRegistry>>,
-        metrics: bool,
+        metrics: Option<ClientMetrics>,
     ) -> Option<Retries> {
         if conf.method_config.is_empty() {
             return None;
@@ -102,7 +102,7 @@ impl Retries {
             epoch: Instant::now(),
             target,
             breakers,
-            metrics: metrics.then(RetryMetrics::global),
+            metrics,
         })
     }
 
@@ -136,8 +136,10 @@ impl Retries {
     /// the attempt (`None` without a breaker), which the caller resolves.
     fn admit(&self, path: &str, now: Instant) -> Result<Option<BreakerPromise>, ()> {
         if !self.budget.try_withdraw(self.nanos(now)) {
-            if let Some(m) = self.metrics {
-                m.exhausted.with_label_values(&[path]).inc();
+            if let Some(m) = &self.metrics {
+                m.retry_budget_exhausted_total
+                    .with_label_values(&[path])
+                    .inc();
             }
             return Err(());
         }
@@ -166,50 +168,9 @@ impl Retries {
     }
 
     fn count(&self, path: &str, kind: &str) {
-        if let Some(m) = self.metrics {
-            m.attempts.with_label_values(&[path, kind]).inc();
+        if let Some(m) = &self.metrics {
+            m.attempts_total.with_label_values(&[path, kind]).inc();
         }
-    }
-}
-
-/// The retry families: `rpc_client_attempts_total{method,kind}` (`first`, `retry`, `hedge`) and
-/// `rpc_client_retry_budget_exhausted_total{method}`, for methods with a policy, in the default
-/// registry.
-#[derive(Debug)]
-pub(crate) struct RetryMetrics {
-    attempts: IntCounterVec,
-    exhausted: IntCounterVec,
-}
-
-impl RetryMetrics {
-    fn global() -> &'static RetryMetrics {
-        static METRICS: OnceLock<RetryMetrics> = OnceLock::new();
-        METRICS.get_or_init(|| {
-            let attempts = IntCounterVec::new(
-                Opts::new(
-                    "rpc_client_attempts_total",
-                    "attempts of calls with a retry or hedging policy, by kind (first, retry, hedge)",
-                ),
-                &["method", "kind"],
-            )
-            .unwrap_or_else(|e| unreachable!("static metric options: {e}"));
-            let exhausted = IntCounterVec::new(
-                Opts::new(
-                    "rpc_client_retry_budget_exhausted_total",
-                    "retries or hedges not made because the client's retry budget was spent",
-                ),
-                &["method"],
-            )
-            .unwrap_or_else(|e| unreachable!("static metric options: {e}"));
-            let r = prometheus::default_registry();
-            // registered once per process; a registry that refuses it only loses the families
-            let _ = r.register(Box::new(attempts.clone()));
-            let _ = r.register(Box::new(exhausted.clone()));
-            RetryMetrics {
-                attempts,
-                exhausted,
-            }
-        })
     }
 }
 
