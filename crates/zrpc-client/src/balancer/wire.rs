@@ -64,9 +64,9 @@ pub(crate) struct Wire {
     /// Reads that returned bytes, on every connection: a probe that waited while this stood
     /// still saw a connection that carries nothing (see [`Wire::reads`]).
     reads: AtomicU64,
-    /// A descriptor of each established connection, to close it ([`Wire::close_all`]).
-    sockets: parking_lot::Mutex<Vec<(u64, std::net::TcpStream)>>,
-    next_id: AtomicU64,
+    /// The second descriptor of each established connection (the one [`Watched`] peeks with),
+    /// to close it ([`Wire::close_all`]).
+    sockets: parking_lot::Mutex<Vec<Arc<std::net::TcpStream>>>,
     /// Times [`Wire::close_all`] closed connections.
     closings: AtomicU64,
 }
@@ -143,7 +143,7 @@ impl Wire {
         if !sockets.is_empty() {
             self.closings.fetch_add(1, Ordering::Relaxed);
         }
-        for (_, s) in sockets.iter() {
+        for s in sockets.iter() {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
         sockets.len()
@@ -220,19 +220,16 @@ impl tower::Service<http::Uri> for Connector {
             // a second descriptor of the same socket (already non-blocking) to peek at it without
             // going through tokio's cached readiness
             let std = tcp.into_std()?;
-            let peek = std.try_clone()?;
-            let closer = std.try_clone()?;
+            let peek = Arc::new(std.try_clone()?);
             let tcp = TcpStream::from_std(std)?;
             wire.live.fetch_add(1, Ordering::Relaxed);
-            let id = wire.next_id.fetch_add(1, Ordering::Relaxed);
-            wire.sockets.lock().push((id, closer));
+            wire.sockets.lock().push(Arc::clone(&peek));
             Ok(TokioIo::new(Watched {
                 tcp,
                 peek,
                 wire,
                 live: true,
                 sniff,
-                id,
             }))
         })
     }
@@ -242,20 +239,19 @@ impl tower::Service<http::Uri> for Connector {
 #[derive(Debug)]
 pub(crate) struct Watched {
     tcp: TcpStream,
-    peek: std::net::TcpStream,
+    peek: Arc<std::net::TcpStream>,
     wire: Arc<Wire>,
     /// Counted in `wire.live` (until its first loss or its drop).
     live: bool,
     /// The first bytes read are still to be checked for a TLS record (plaintext only).
     sniff: bool,
-    /// Its entry in `wire.sockets`.
-    id: u64,
 }
 
 impl Drop for Watched {
     fn drop(&mut self) {
         self.not_live();
-        self.wire.sockets.lock().retain(|(id, _)| *id != self.id);
+        let peek = &self.peek;
+        self.wire.sockets.lock().retain(|s| !Arc::ptr_eq(s, peek));
     }
 }
 
