@@ -41,5 +41,5 @@ pub use preflight::preflight;
 /// For the facade (`zrpc::client`): not public API.
 #[doc(hidden)]
 pub use server::linked_streaming_methods;
-pub use server::{Server, WrapUpHook};
+pub use server::{Server, ServerChain, WrapUpHook};
 pub use tls::{PeerIdentity, TlsError};

@@ -6,16 +6,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::future::Either;
 use http::{Request, Response};
 use prost::Message;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tonic::body::Body;
 use tonic::server::NamedService;
+use tonic::transport::server::Connected;
 use tonic::service::{Routes, RoutesBuilder};
 use tonic_health::ServingStatus;
-use tower::ServiceBuilder;
+use tower::util::BoxCloneService;
+use tower::{ServiceBuilder, ServiceExt};
 use tower_layer::{Identity, Layer, Stack};
 use tower_service::Service;
 use zrpc_core::breaker::BreakerRegistry;
@@ -26,10 +28,11 @@ use crate::error::Error;
 use crate::handle::{HandleParts, Phase, ServerHandle};
 use crate::layers::{
     AuthLayer, BreakerLayer, DrainLayer, DrainSignal, GovernorLayer, MetricsLayer, RecoverLayer,
-    Stages, StatLayer, StatSettings, StreamingMethods, TimeoutLayer, TimeoutSettings, TokenStore,
-    TraceLayer,
+    SheddingLayer, Stages, StatLayer, StatSettings, StreamingMethods, TimeoutLayer,
+    TimeoutSettings, TokenStore, TraceLayer,
 };
 use crate::shutdown;
+use crate::transport::io::ConnInfo;
 
 use tower::BoxError;
 
@@ -68,6 +71,8 @@ pub struct Server<L = Identity> {
     wrap_up: Vec<WrapUpHook>,
     authority_repair: bool,
     parts: HandleParts,
+    /// Layers around the whole chain, the first added outermost.
+    outer: Vec<OuterLayer>,
 }
 
 impl<L> std::fmt::Debug for Server<L> {
@@ -109,6 +114,7 @@ impl Server {
             wrap_up: Vec::new(),
             authority_repair: true,
             parts: HandleParts::new(),
+            outer: Vec::new(),
         })
     }
 }
@@ -132,9 +138,11 @@ impl<L> Server<L> {
         self
     }
 
-    /// Adds a user tower layer, innermost: it runs after auth, just before the services
-    /// (go-zero `AddUnaryInterceptors`). Layers added first are outermost among user layers.
-    /// Its responses must keep a body that is `Default` (tonic's `Body` is).
+    /// Adds a user tower layer, innermost: it runs after every governing stage (auth, the
+    /// breaker, the shedder, the timeout), just before the services (go-zero
+    /// `AddUnaryInterceptors`), so it sees only the calls they admitted. Layers added first are
+    /// outermost among these. Its responses must keep a body that is `Default` (tonic's `Body`
+    /// is). [`outer_layer`](Self::outer_layer) wraps the whole chain instead.
     #[must_use]
     pub fn layer<NL>(self, layer: NL) -> Server<Stack<NL, L>> {
         Server {
@@ -150,7 +158,30 @@ impl<L> Server<L> {
             wrap_up: self.wrap_up,
             authority_repair: self.authority_repair,
             parts: self.parts,
+            outer: self.outer,
         }
+    }
+
+    /// Adds a user tower layer around the whole chain: it sees every call before any of
+    /// zrpc's stages, also the calls they reject (a request that is not gRPC, a client
+    /// missing from `Tls.AllowedClients`, a failed auth check, an open breaker, a shed call),
+    /// and every response as the client gets it. Layers added first are outermost. The
+    /// chain it wraps is a [`ServerChain`] (boxed: with an outer layer each call costs one
+    /// allocation more), and its responses may have any body (they are boxed as tonic's).
+    ///
+    /// [`layer`](Self::layer) adds a layer inside the chain instead, next to the services.
+    #[must_use]
+    pub fn outer_layer<NL, RB>(mut self, layer: NL) -> Self
+    where
+        NL: Layer<ServerChain> + Send + 'static,
+        NL::Service: Service<Request<Body>, Response = Response<RB>> + Clone + Send + 'static,
+        <NL::Service as Service<Request<Body>>>::Future: Send + 'static,
+        <NL::Service as Service<Request<Body>>>::Error: Into<BoxError>,
+        RB: http_body::Body<Data = Bytes> + Send + 'static,
+        RB::Error: Into<BoxError>,
+    {
+        self.outer.push(Box::new(move |chain| boxed(layer.layer(chain))));
+        self
     }
 
     /// Replaces the auth token store (default: the `AuthTokens` map). Has effect only with
@@ -343,6 +374,7 @@ where
             wrap_up,
             authority_repair,
             parts,
+            outer,
         } = self;
         let local = listener.local_addr().map_err(Error::LocalAddr)?;
         parts.state.send_modify(|s| s.local_addr = Some(local));
@@ -374,44 +406,6 @@ where
             t.watch()
         });
 
-        // The chain, go-zero order (outer -> inner) but for auth, which runs before the
-        // breaker and the shedder so unauthenticated callers cannot move them; `facts` tells
-        // them which failures the caller caused (`layers/mod.rs`, docs/middleware.md).
-        // Outside it all, `transport::Front`: per-connection call counting, 415 for non-gRPC
-        // requests and the request-bytes budget, which read the connection's state from its
-        // `ConnInfo`, then the peer's extensions and the TLS allow-list.
-        let mw = &conf.middlewares;
-        let facts = mw.breaker || shedder.is_some();
-        let timeout = TimeoutLayer::new(timeout_settings(&conf, &services.streaming));
-        let drain_layer = DrainLayer::new(
-            drain.clone(),
-            drain_infra.clone(),
-            services.streaming.clone(),
-        );
-        // With every governing stage off, the chain is built without them: each would only
-        // pass the call through, moving its future and body. The two chains are two serve
-        // loops (one runs), not one service choosing per call: an enum of the two would make
-        // the lean chain's response future as large as the governed one's, and everything
-        // outside would move the larger future on every request.
-        let governed = mw.trace
-            || mw.recover
-            || mw.stat
-            || mw.prometheus
-            || mw.breaker
-            || shedder.is_some()
-            || token_store.is_some()
-            || timeout.is_on();
-        // The shedder counts a call from the moment its stream is accepted (in `Front`), so
-        // that calls waiting for a worker thread count as in flight (`layers/shedding.rs`).
-        let shedding = crate::shedding_glue::shedding_layer(shedder.as_ref(), &services.streaming);
-        let outer = ServiceBuilder::new().layer(crate::transport::front_layer(
-            &accept,
-            &conf.transport,
-            facts,
-            tls.as_ref().and_then(|t| t.allowed.clone()),
-            shedding.shared(),
-        ));
-
         let dev = DevServer::start(&conf, &parts).await?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         // zrpc's accept loop (`crate::transport`): back-off on accept errors, the connection
@@ -419,45 +413,41 @@ where
         // grpc-go's multi-host targets (`crate::authority`, innermost; it steps aside after the
         // first header block of any client that does not need it) and under the handshake,
         // idle and age deadlines.
+        let allowed = tls.as_ref().and_then(|t| t.allowed.clone());
+        let front = crate::transport::front_layer(&accept, allowed);
+        let facts = conf.middlewares.breaker || shedder.is_some();
+        let shedding = crate::shedding_glue::shedding_layer(shedder.as_ref(), &services.streaming);
+        let intake = crate::transport::intake(&accept, &conf.transport, facts, shedding.shared());
         let incoming = crate::transport::incoming(listener, accept);
         let http2 = crate::transport::http2(&conf.transport);
         let stopped = async move {
             let _ = stop_rx.await;
         };
-        let server = if governed {
-            // facts -> trace -> recover -> stat -> metrics -> auth -> breaker -> shedding ->
-            // timeout, as one stage (`layers::governor`).
-            let stages = Stages {
-                facts,
-                trace: TraceLayer::new(mw.trace),
-                recover: RecoverLayer::new(mw.recover),
-                stat: StatLayer::new(stat_settings(&conf)),
-                metrics: MetricsLayer::new(mw.prometheus).streaming(services.streaming.clone()),
-                auth: AuthLayer::new(token_store, conf.strict_control),
-                breaker: BreakerLayer::with_registry(mw.breaker, breakers),
-                shedding,
-                timeout,
-            };
-            let chain = outer
-                .layer(GovernorLayer::new(&stages))
-                .layer(drain_layer)
-                .layer(layer)
-                .into_inner();
-            Either::Left(crate::transport::serve::serve(
-                ServiceBuilder::new().layer(chain).service(services.routes),
-                incoming,
-                http2,
-                stopped,
-            ))
-        } else {
-            let chain = outer.layer(drain_layer).layer(layer).into_inner();
-            Either::Right(crate::transport::serve::serve(
-                ServiceBuilder::new().layer(chain).service(services.routes),
-                incoming,
-                http2,
-                stopped,
-            ))
+        let chain = Chain {
+            conf: &conf,
+            front,
+            facts,
+            shedding,
+            token_store,
+            breakers,
+            drain: DrainLayer::new(
+                drain.clone(),
+                drain_infra.clone(),
+                services.streaming.clone(),
+            ),
+            streaming: &services.streaming,
+            layer,
+            outer,
         };
+        let server = chain.serve(
+            services.routes,
+            Serving {
+                intake,
+                incoming,
+                http2,
+                stopped,
+            },
+        );
         let mut server = std::pin::pin!(server);
 
         if let Some(h) = &services.health {
@@ -495,6 +485,139 @@ where
         tracing::info!(target: "zrpc::server", "{} stopped", conf.name);
         res
     }
+}
+
+/// The serve loop's future, whichever chain it runs.
+type ServeFuture =
+    std::pin::Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>>;
+
+/// A layer added with [`Server::outer_layer`], applied to the chain it wraps.
+type OuterLayer = Box<dyn FnOnce(ServerChain) -> ServerChain + Send>;
+
+/// The whole chain as [`Server::outer_layer`]'s layers see it: a cloneable boxed service.
+pub type ServerChain = BoxCloneService<Request<Body>, Response<Body>, BoxError>;
+
+/// Phase 2: the chain, outer to inner (`docs/middleware.md`):
+///
+/// `outer layers -> Front -> Governor -> Drain -> layers -> services`
+///
+/// `Front` (`transport::front`): calls per connection, 415 for non-gRPC requests,
+/// `Tls.AllowedClients`. `Governor` (`layers::governor`): facts, trace, recover, stat,
+/// metrics, auth, breaker, shedding and timeout, go-zero's order but for auth, which runs
+/// before the breaker and the shedder so that unauthenticated callers cannot move them.
+/// `Drain` ends the streams still open at the shutdown deadline.
+struct Chain<'a, L> {
+    conf: &'a RpcServerConf,
+    front: crate::transport::FrontLayer,
+    /// Whether the governor keeps each call's facts (the breaker or the shedder is on).
+    facts: bool,
+    shedding: SheddingLayer,
+    token_store: Option<Arc<dyn TokenStore>>,
+    breakers: Arc<BreakerRegistry>,
+    drain: DrainLayer,
+    streaming: &'a StreamingMethods,
+    layer: L,
+    outer: Vec<OuterLayer>,
+}
+
+impl<L, UB> Chain<'_, L>
+where
+    L: Layer<Routes> + Send + 'static,
+    L::Service: Service<Request<Body>, Response = Response<UB>> + Clone + Send + 'static,
+    <L::Service as Service<Request<Body>>>::Future: Send + 'static,
+    <L::Service as Service<Request<Body>>>::Error: Into<BoxError> + Send + 'static,
+    UB: http_body::Body<Data = Bytes> + Default + Send + 'static,
+    UB::Error: Into<BoxError>,
+{
+    /// The serve loop over this chain and `routes`.
+    fn serve<I, IO, IE, F>(self, routes: Routes, serving: Serving<I, F>) -> ServeFuture
+    where
+        I: futures_util::Stream<Item = Result<IO, IE>> + Send + 'static,
+        IO: AsyncRead + AsyncWrite + Connected<ConnectInfo = ConnInfo> + Unpin + Send + 'static,
+        IE: std::fmt::Display + Send + 'static,
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let conf = self.conf;
+        let mw = &conf.middlewares;
+        let timeout = TimeoutLayer::new(timeout_settings(conf, self.streaming));
+        let stages = Stages {
+            facts: self.facts,
+            trace: TraceLayer::new(mw.trace),
+            recover: RecoverLayer::new(mw.recover),
+            stat: StatLayer::new(stat_settings(conf)),
+            metrics: MetricsLayer::new(mw.prometheus).streaming(self.streaming.clone()),
+            auth: AuthLayer::new(self.token_store, conf.strict_control),
+            breaker: BreakerLayer::with_registry(mw.breaker, self.breakers),
+            shedding: self.shedding,
+            timeout,
+        };
+        let inner = ServiceBuilder::new()
+            .layer(self.drain)
+            .layer(self.layer)
+            .service(routes);
+        // With every governing stage off, the chain is built without the governor, which
+        // would only pass calls through, moving their futures and bodies. The two chains are
+        // two serve loops (one runs) rather than one service choosing per call: an enum of the
+        // two would make the lean chain's response future as large as the governed one's.
+        match (stages.is_on(), self.outer.is_empty()) {
+            (true, true) => run(serving, self.front.layer(GovernorLayer::new(&stages).layer(inner))),
+            (false, true) => run(serving, self.front.layer(inner)),
+            (governed, false) => {
+                let chain = if governed {
+                    boxed(self.front.layer(GovernorLayer::new(&stages).layer(inner)))
+                } else {
+                    boxed(self.front.layer(inner))
+                };
+                // The layer added first is outermost.
+                let chain = self.outer.into_iter().rev().fold(chain, |chain, outer| outer(chain));
+                run(serving, chain)
+            }
+        }
+    }
+}
+
+/// `svc` as a [`ServerChain`].
+fn boxed<S, B>(svc: S) -> ServerChain
+where
+    S: Service<Request<Body>, Response = Response<B>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    BoxCloneService::new(svc.map_response(|r| r.map(Body::new)).map_err(Into::into))
+}
+
+/// What the serve loop needs besides its chain.
+struct Serving<I, F> {
+    intake: crate::transport::serve::Intake,
+    incoming: I,
+    http2: crate::transport::serve::Http2,
+    stopped: F,
+}
+
+/// The serve loop over `chain`.
+fn run<S, B, I, IO, IE, F>(serving: Serving<I, F>, chain: S) -> ServeFuture
+where
+    S: Service<Request<Body>, Response = Response<B>> + Clone + Send + 'static,
+    S::Error: Into<BoxError> + Send + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body<Data = Bytes> + Default + Send + 'static,
+    B::Error: Into<BoxError>,
+    I: futures_util::Stream<Item = Result<IO, IE>> + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Connected<ConnectInfo = ConnInfo> + Unpin + Send + 'static,
+    IE: std::fmt::Display + Send + 'static,
+    F: Future<Output = ()> + Send + 'static,
+{
+    let Serving {
+        intake,
+        incoming,
+        http2,
+        stopped,
+    } = serving;
+    Box::pin(crate::transport::serve::serve(
+        chain, intake, incoming, http2, stopped,
+    ))
 }
 
 /// The services a server routes to, ready to serve.

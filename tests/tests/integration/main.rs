@@ -16,6 +16,7 @@ mod server_auth_redis;
 mod server_breaker;
 mod server_breaker_poisoning;
 mod server_h2_attacks;
+mod server_layers;
 mod server_lifecycle;
 mod server_metrics;
 mod server_recover;

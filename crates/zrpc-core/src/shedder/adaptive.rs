@@ -347,6 +347,14 @@ pub struct Queued {
     shedder: Arc<AdaptiveShedder>,
 }
 
+/// A clone is one more count, dropped on its own, so that a `Queued` can travel in a
+/// request's extensions (which must be `Clone`).
+impl Clone for Queued {
+    fn clone(&self) -> Self {
+        self.shedder.queue()
+    }
+}
+
 impl Drop for Queued {
     fn drop(&mut self) {
         self.shedder.queued.fetch_sub(1, Ordering::AcqRel);

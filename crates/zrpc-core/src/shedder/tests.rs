@@ -313,3 +313,18 @@ fn a_request_queued_on_another_shedder_asks_as_an_unqueued_one() {
     drop(promise);
     assert_eq!(b.flying(), 0);
 }
+
+#[test]
+fn a_cloned_queued_count_is_one_more_request_until_it_drops() {
+    let s = shedder(900, Arc::new(FixedCpu::new(0)));
+    let q = s.queue();
+    let copy = q.clone();
+    assert_eq!(s.flying(), 2);
+    drop(q);
+    assert_eq!(s.flying(), 1);
+    // The copy asks as the queued request it counts.
+    let promise = s.allow_queued(copy, Instant::now()).unwrap();
+    assert_eq!(s.flying(), 1);
+    drop(promise);
+    assert_eq!(s.flying(), 0);
+}

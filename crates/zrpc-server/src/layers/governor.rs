@@ -59,7 +59,6 @@ use super::stat::{StatLayer, StatRecord, StatSettings};
 use super::timeout::{self, Compiled, TimeoutLayer, Timer, caller_deadline};
 use super::trace::{TraceLayer, TraceRecord, in_scope, rpc_span};
 use super::util::{is_infra, method_of, peer_addr};
-use crate::transport::front::Arrival;
 
 /// The stages' settings, as their layers were configured.
 #[derive(Debug)]
@@ -73,6 +72,20 @@ pub(crate) struct Stages {
     pub(crate) breaker: BreakerLayer,
     pub(crate) shedding: SheddingLayer,
     pub(crate) timeout: TimeoutLayer,
+}
+
+impl Stages {
+    /// Whether any stage is on (with none, the server builds its chain without the governor).
+    pub(crate) fn is_on(&self) -> bool {
+        self.trace.is_on()
+            || self.recover.is_on()
+            || self.stat.enabled_settings().is_some()
+            || self.metrics.state().is_some()
+            || self.auth.parts().0.is_some()
+            || self.breaker.registry().is_some()
+            || self.shedding.shared().is_some()
+            || self.timeout.is_on()
+    }
 }
 
 /// What every [`Governor`] reads, behind one `Arc`.
@@ -389,39 +402,34 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<Body>) -> Self::Future {
-        let req = if self.shared.facts {
-            with_facts(req)
-        } else {
-            req
-        };
-        let arrival = Arrival {
-            facts: facts_of(&req),
-            peer: peer_addr(&req),
-            caller_deadline: caller_deadline(req.headers()),
-            queued: None,
-        };
-        self.call_with(req, arrival)
-    }
-}
-
-impl<S, B> crate::transport::front::Inner for Governor<S>
-where
-    S: Service<Request<Body>, Response = Response<B>> + Clone,
-    B: Default,
-{
+    /// Reads what the serve loop put in the request's extensions: the call's facts (made
+    /// here when the request budget did not make them), the peer's address, and the call's
+    /// count in the shedder's flight since its stream was accepted.
     #[inline(always)]
-    fn call_front(&mut self, req: Request<Body>, mut arrival: Arrival) -> Self::Future {
-        // No request budget, whose body records the facts: they are made as on the tower
-        // path.
-        let req = if arrival.facts.is_none() && self.shared.facts {
-            let req = with_facts(req);
-            arrival.facts = facts_of(&req);
-            req
+    fn call(&mut self, mut req: Request<Body>) -> Self::Future {
+        let facts = if self.shared.facts {
+            match facts_of(&req) {
+                Some(facts) => Some(facts),
+                None => {
+                    req = with_facts(req);
+                    facts_of(&req)
+                }
+            }
         } else {
-            req
+            None
         };
-        self.call_with(req, arrival)
+        let queued = self
+            .shared
+            .shedding
+            .as_ref()
+            .and_then(|_| req.extensions_mut().remove::<Queued>());
+        let entry = Entry {
+            facts,
+            caller: caller_deadline(req.headers()),
+            now: None,
+            queued,
+        };
+        self.call_with(req, entry)
     }
 }
 
@@ -430,21 +438,15 @@ where
     S: Service<Request<Body>, Response = Response<B>> + Clone,
     B: Default,
 {
-    /// The call of `req`, which arrived as `arrival` says.
+    /// The call of `req`, admitted as `entry` says.
     #[inline(always)]
-    fn call_with(&mut self, req: Request<Body>, arrival: Arrival) -> ResponseFuture<S, B> {
-        let Arrival {
-            facts,
-            peer,
-            caller_deadline: caller,
-            queued,
-        } = arrival;
+    fn call_with(&mut self, req: Request<Body>, entry: Entry) -> ResponseFuture<S, B> {
         let g = &*self.shared;
         // Recover's method (for the log line) and the facts it marks on a panic, which the
         // breaker and the shedder read too.
         let recover = g.recover.then(|| Recovering {
             method: method_of(&req),
-            facts: facts.clone(),
+            facts: entry.facts.clone(),
         });
         let span = if g.trace {
             rpc_span(&req)
@@ -467,13 +469,13 @@ where
         };
         // One clock read for both durations, the breaker's and the shedder's admission and
         // the timeout's deadline.
-        let mut now = None;
+        let mut entry = entry;
         let recorders = if g.stat.is_some() || g.metrics.is_some() {
-            let start = *now.insert(tokio::time::Instant::now());
+            let start = *entry.now.insert(tokio::time::Instant::now());
             Some(RecordersRecord::new(
                 g.stat
                     .as_ref()
-                    .map(|s| StatRecord::start(s, &req, peer, start)),
+                    .map(|s| StatRecord::start(s, &req, peer_addr(&req), start)),
                 g.metrics.as_ref().map(|m| m.start(&req, start)),
             ))
         } else {
@@ -495,12 +497,6 @@ where
         // Recover covers what runs inside it in the nested chain: a token store's lookup, the
         // inner layers' and the handler's `call`.
         let state = match guarded_if(recover.as_ref(), || {
-            let entry = Entry {
-                facts,
-                caller,
-                now,
-                queued,
-            };
             in_scope(&context, || {
                 shared.start(inner, req, entry, &mut guard, &mut timer)
             })

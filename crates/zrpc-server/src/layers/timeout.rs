@@ -217,6 +217,7 @@ impl Timer {
     }
 
     /// The deadline.
+    #[cfg(test)]
     pub(crate) fn deadline(&self) -> Option<Instant> {
         self.deadline
     }

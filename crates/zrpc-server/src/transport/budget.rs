@@ -5,7 +5,7 @@
 //! tonic keeps the octets of a message in its decode buffer until the message is complete
 //! (up to the 4 MiB message limit), for unary and streaming calls alike. A caller that starts
 //! large messages and never finishes them on many streams holds that memory for as long as it
-//! likes. [`RequestBudgetLayer`] follows the gRPC framing (1-octet flag, 4-octet length) of
+//! likes. [`RequestBudget`] follows the gRPC framing (1-octet flag, 4-octet length) of
 //! each request body, charges the octets of the incomplete message to a per-server budget and
 //! to its connection's share, and ends the call with `ResourceExhausted` when either is spent
 //! or when a started message has not arrived whole within the timeout. The connection's share
@@ -105,9 +105,10 @@ impl Budget {
     }
 }
 
-/// Wraps each request body in a [`BudgetedBody`]; absent when no limit is set.
+/// Wraps each request body in a [`BudgetedBody`] (the serve loop's `Intake`); passes it
+/// through when no limit is set.
 #[derive(Debug, Clone)]
-pub(crate) struct RequestBudgetLayer {
+pub(crate) struct RequestBudget {
     budget: Option<Arc<Budget>>,
     /// The server's connections, where the per-connection share is counted.
     conns: Option<Arc<ConnTable>>,
@@ -116,12 +117,12 @@ pub(crate) struct RequestBudgetLayer {
     facts: bool,
 }
 
-impl RequestBudgetLayer {
+impl RequestBudget {
     /// Charges to `budget` and, when it has a per-connection share, to the request's
     /// connection in `conns`; `None` leaves request bodies untouched.
     pub(crate) fn new(budget: Option<Arc<Budget>>, conns: Option<Arc<ConnTable>>) -> Self {
         let conns = conns.filter(|_| budget.as_ref().is_some_and(|b| b.conn_max.is_some()));
-        RequestBudgetLayer {
+        RequestBudget {
             budget,
             conns,
             facts: false,
@@ -135,16 +136,13 @@ impl RequestBudgetLayer {
     }
 }
 
-impl RequestBudgetLayer {
-    /// `req` with its body under the budget (untouched when no limit is set), for
-    /// [`Front`](super::front::Front), on the body as hyper gave it: boxed once, here, as
-    /// tonic's `Body` (boxing hyper's body and then the budgeted one would cost an allocation
-    /// and a layer of dynamic calls per frame). `conn`: the state of the request's connection,
-    /// charged when the budget has a per-connection share. The call's [`CallFacts`] (made when
-    /// the chain keeps them) go to the stage inside `Front` rather than through the request's
-    /// extensions.
+impl RequestBudget {
+    /// `req` with its body under the budget (untouched when no limit is set), on the body as
+    /// hyper gave it: boxed once, here, as tonic's `Body`. `conn`: the state of the request's
+    /// connection, charged when the budget has a per-connection share. Also the call's
+    /// [`CallFacts`] when the chain keeps them, which this body records.
     #[inline]
-    pub(crate) fn apply_front<RB>(
+    pub(crate) fn apply<RB>(
         &self,
         req: Request<RB>,
         conn: Option<&Arc<ConnState>>,

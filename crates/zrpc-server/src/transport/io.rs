@@ -1,12 +1,11 @@
 //! The connection under `AuthorityFix`: plain TCP or TLS over TCP, and what it tells the serve
-//! loop about its peer (through tonic's `Connected` trait), which [`into_extensions`] puts in
-//! each request for handlers and layers.
+//! loop about its peer (through tonic's `Connected` trait), which the serve loop puts in
+//! each request's extensions for handlers and layers.
 
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use http::Request;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
@@ -24,8 +23,9 @@ pub(crate) enum ConnIo {
     Tls(Box<TlsStream<TcpStream>>),
 }
 
-/// The connect info of a [`ConnIo`]; [`Front`](super::front::Front) turns it into
-/// `TcpConnectInfo` (for `Request::remote_addr`) and [`PeerIdentity`] extensions.
+/// The connect info of a [`ConnIo`]: one `Arc` of it per connection travels in every
+/// request's extensions, next to its `TcpConnectInfo` (for `Request::remote_addr`) and
+/// [`PeerIdentity`].
 #[derive(Debug, Clone)]
 pub(crate) struct ConnInfo {
     pub(crate) tcp: TcpConnectInfo,
@@ -115,16 +115,5 @@ impl AsyncWrite for ConnIo {
             ConnIo::Plain(s) => Pin::new(s).poll_shutdown(cx),
             ConnIo::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
-    }
-}
-
-/// Puts the connection's `TcpConnectInfo` and [`PeerIdentity`] from `info` in `req`'s
-/// extensions (what tonic's `Request::remote_addr` and handlers read). `ConnInfo` itself is
-/// not left there: with the call's facts and the router's URL params a request then holds
-/// three extensions, which fit the map's first allocation.
-pub(crate) fn into_extensions<B>(req: &mut Request<B>, info: &ConnInfo) {
-    req.extensions_mut().insert(info.tcp.clone());
-    if let Some(id) = &info.peer {
-        req.extensions_mut().insert(id.clone());
     }
 }

@@ -4,14 +4,14 @@
 //! - [`incoming`]: zrpc's accept loop (back-off on accept errors, connection cap, TCP_NODELAY,
 //!   `AuthorityFix` innermost, then [`Guarded`](conn::Guarded));
 //! - [`Guarded`](conn::Guarded): handshake timeout, idle timeout, hard end of a connection's age grace;
-//! - [`Front`](front::Front), the chain's outermost stage: calls open per connection, for
-//!   the idle timeout ([`streams`]); HTTP 415 for requests that are not gRPC
-//!   ([`content_type`]); bytes of incomplete request messages per server and per connection,
-//!   and the time a started message may take to arrive ([`budget`]); the peer's extensions
-//!   and `Tls.AllowedClients`;
 //! - [`serve`]: zrpc's serve loop over hyper, with every HTTP/2 limit set explicitly (streams
 //!   per connection, header list, resets, windows, keepalive) and a GOAWAY at the maximum
-//!   connection age.
+//!   connection age. Before the chain sees a request, it puts its body under the budget of
+//!   incomplete request messages per server and per connection and the time a started message
+//!   may take to arrive ([`budget`]), and the connection's facts in its extensions;
+//! - [`Front`](front::Front), the chain's first stage: calls open per connection, for the idle
+//!   timeout ([`streams`]); HTTP 415 for requests that are not gRPC ([`content_type`]);
+//!   `Tls.AllowedClients`.
 //!
 //! hyper 1 / h2 0.4 offer no minimum interval for the client's pings (grpc-go's
 //! `EnforcementPolicy`, GOAWAY `too_many_pings`) and no limit on control frames or on streams
@@ -33,7 +33,7 @@ mod streams;
 use std::sync::Arc;
 
 pub(crate) use accept::{AcceptSettings, incoming};
-pub(crate) use budget::{Budget, RequestBudgetLayer};
+pub(crate) use budget::{Budget, RequestBudget};
 pub(crate) use conn::ConnLimits;
 pub(crate) use front::FrontLayer;
 pub(crate) use streams::{ConnState, ConnTable};
@@ -77,29 +77,34 @@ pub(crate) fn http2(conf: &TransportConf) -> serve::Http2 {
     }
 }
 
-/// The chain's outermost stage ([`Front`](front::Front)): call counting per connection, 415
-/// for non-gRPC requests, the request-bytes budget (outside tracing, metrics and every other
-/// layer, health and reflection included), the peer's extensions and `allowed`
-/// (`Tls.AllowedClients`).
-/// `facts`: the chain's `FactsLayer` is on (the budgeted body then records the call's facts).
+/// The chain's first stage ([`Front`](front::Front)): call counting per connection (for the
+/// idle timeout), 415 for non-gRPC requests, and `allowed` (`Tls.AllowedClients`).
 pub(crate) fn front_layer(
+    settings: &AcceptSettings,
+    allowed: Option<Arc<crate::tls::allow::AllowList>>,
+) -> FrontLayer {
+    FrontLayer::new(
+        settings.limits.idle.is_some() && settings.table.is_some(),
+        allowed,
+    )
+}
+
+/// What the serve loop does to each request before the chain ([`serve::Intake`]): the
+/// request-bytes budget, whose body records the call's facts when `facts` (the governing
+/// stage keeps them), and the count of accepted calls in `shedding`'s flight.
+pub(crate) fn intake(
     settings: &AcceptSettings,
     conf: &TransportConf,
     facts: bool,
-    allowed: Option<Arc<crate::tls::allow::AllowList>>,
     shedding: Option<Arc<crate::layers::shedding::Shared>>,
-) -> FrontLayer {
+) -> serve::Intake {
     let max = conf.max_buffered_request_bytes();
     let conn_max = conf.max_connection_buffered_request_bytes();
     let timeout = conf.message_receive_timeout();
     let budget = (max.is_some() || conn_max.is_some() || timeout.is_some())
         .then(|| Arc::new(Budget::new(max, timeout).with_conn_max(conn_max)));
-    // Calls are counted per connection only for the idle timeout.
-    let counted = settings.limits.idle.and(settings.table.clone());
-    FrontLayer::new(
-        counted,
-        RequestBudgetLayer::new(budget, settings.table.clone()).with_facts(facts),
-        allowed,
+    serve::Intake {
+        budget: RequestBudget::new(budget, settings.table.clone()).with_facts(facts),
         shedding,
-    )
+    }
 }

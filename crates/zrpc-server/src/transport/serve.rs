@@ -1,26 +1,23 @@
 //! zrpc's HTTP/2 serve loop, in place of tonic's `Server::serve_with_incoming_shutdown`.
 //!
-//! tonic serves each connection through hyper-util's `TowerToHyperService` (a boxed clone of
-//! the whole chain and a `Oneshot` per request), boxes each request's body, puts the
-//! connection's info in its extensions, and wraps the chain in `RecoverError` and
-//! `GrpcTimeout`, each one more wrapper per response. zrpc's chain reads the caller's deadline
-//! itself, so here one future per request does what those wrappers did, and the body is boxed
-//! once. What they did is kept:
-//! - **the caller's deadline** (`grpc-timeout`) bounds every call until its response head
-//!   (streams, health and reflection included), as `GrpcTimeout` did; the timer is armed only
-//!   when the chain is still pending after a poll, so a unary call answered at its first poll
-//!   registers none. An expired call is answered `DeadlineExceeded` (tonic answered
-//!   `Cancelled "Timeout expired"`; grpc-go and zrpc's own timeout stage answer
-//!   `DeadlineExceeded`);
-//! - **an error of the chain that is a `Status`** becomes that status's response; any other
-//!   error resets the stream, as `RecoverError` did;
-//! - HTTP/1 is refused; every HTTP/2 limit is set in [`builder`]; a connection past
-//!   `MaxConnectionAge` gets a GOAWAY, and on shutdown every connection gets a GOAWAY and the
-//!   loop returns when all are closed.
+//! Each connection is served by hyper with every HTTP/2 limit set in [`builder`] (HTTP/1 is
+//! refused); a connection past `MaxConnectionAge` gets a GOAWAY, and on shutdown every
+//! connection gets one and the loop returns when all are closed. Each request is given to the
+//! chain, an ordinary `tower::Service<Request<Body>>`, by one future ([`Dispatch`]) that does
+//! what tonic's serve loop and its `RecoverError` and `GrpcTimeout` wrappers did:
 //!
-//! The chain is called at the first poll of the stream's task, as tonic did: calling it when
+//! - the body boxed once (under the request-bytes budget) and the connection's facts put in
+//!   the request's extensions ([`Intake`]);
+//! - **the caller's deadline** (`grpc-timeout`) bounds every call until its response head
+//!   (streams, health and reflection included). The timer is armed only when the chain is
+//!   still pending after a poll. An expired call is answered `DeadlineExceeded`, as grpc-go
+//!   and zrpc's timeout stage answer (tonic answers `Cancelled "Timeout expired"`);
+//! - **an error of the chain that is a `Status`** becomes that status's response; any other
+//!   error resets the stream.
+//!
+//! The chain is called at the first poll of the stream's task, as tonic does: calling it when
 //! hyper accepts the stream (in the connection's task) keeps more calls' allocations alive at
-//! once, which measured slower.
+//! once.
 
 use std::future::Future;
 use std::pin::{Pin, pin};
@@ -36,14 +33,14 @@ use hyper::server::conn::http2::{Builder, Connection};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::time::Instant;
 use tonic::Status;
 use tonic::body::Body;
 use tonic::transport::server::Connected;
 use tower_service::Service;
 
-use super::front::{Front, Inner};
+use super::budget::RequestBudget;
 use super::io::ConnInfo;
+use crate::layers::shedding;
 use crate::layers::timeout::{Timer, caller_deadline};
 
 use tower::BoxError;
@@ -63,17 +60,65 @@ pub(crate) struct Http2 {
     pub(crate) max_connection_age: Option<Duration>,
 }
 
-/// Serves `incoming` with `svc` until `signal`, then sends every connection a GOAWAY and
+/// What the serve loop does to every request before the chain sees it: the body under the
+/// request-bytes budget (boxed once, as tonic's `Body`), the call counted in the shedder's
+/// flight from the moment its stream is accepted, and the connection's facts in the request's
+/// extensions (see [`Intake::prepare`]).
+#[derive(Debug)]
+pub(crate) struct Intake {
+    pub(crate) budget: RequestBudget,
+    /// The chain's shedder, which counts calls from the moment their stream is accepted.
+    pub(crate) shedding: Option<Arc<shedding::Shared>>,
+}
+
+impl Intake {
+    /// Counts a call in the shedder's flight as hyper accepts its stream (in the connection's
+    /// task), so that calls waiting for a worker thread count too: with handlers that keep
+    /// their thread busy, they are most of the calls in the server (see
+    /// [`AdaptiveShedder::queue`](zrpc_core::shedder::AdaptiveShedder::queue)).
+    fn queue<RB>(&self, req: &Request<RB>) -> Option<Queued> {
+        self.shedding.as_ref().and_then(|s| s.queue(req.uri().path()))
+    }
+
+    /// `req` as the chain gets it: its body under the budget, and in its extensions the
+    /// connection's [`ConnInfo`] (one `Arc` per connection), tonic's `TcpConnectInfo` (for
+    /// `Request::remote_addr`), the client's [`PeerIdentity`](crate::PeerIdentity) under
+    /// mTLS, the call's [`CallFacts`](crate::layers::CallFacts) when the chain keeps them and
+    /// its [`Queued`] count.
+    fn prepare<RB>(&self, req: Request<RB>, conn: Arc<ConnInfo>, queued: Option<Queued>) -> Request<Body>
+    where
+        RB: http_body::Body<Data = Bytes> + Send + 'static,
+        RB::Error: Into<BoxError>,
+    {
+        let (mut req, facts) = self.budget.apply(req, conn.conn.as_ref());
+        let ext = req.extensions_mut();
+        ext.insert(conn.tcp.clone());
+        if let Some(id) = &conn.peer {
+            ext.insert(id.clone());
+        }
+        if let Some(facts) = facts {
+            ext.insert(facts);
+        }
+        if let Some(queued) = queued {
+            ext.insert(queued);
+        }
+        ext.insert(conn);
+        req
+    }
+}
+
+/// Serves `incoming` with `chain` until `signal`, then sends every connection a GOAWAY and
 /// returns when all are closed. It does not fail (the result has the type the server's
 /// shutdown expects of a tonic server): zrpc's accept loop retries accept errors itself.
 pub(crate) async fn serve<S, B, I, IO, IE, F>(
-    svc: S,
+    chain: S,
+    intake: Intake,
     incoming: I,
     http2: Http2,
     signal: F,
 ) -> Result<(), tonic::transport::Error>
 where
-    S: ConnCall<Response = Response<B>> + Clone + Send + 'static,
+    S: Service<Request<Body>, Response = Response<B>> + Clone + Send + 'static,
     S::Error: Into<BoxError> + Send + 'static,
     S::Future: Send + 'static,
     B: http_body::Body<Data = Bytes> + Default + Send + 'static,
@@ -84,6 +129,7 @@ where
     F: Future<Output = ()>,
 {
     let builder = builder(&http2);
+    let intake = Arc::new(intake);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(());
     {
         // Dropped when the loop ends: the listening socket closes at once.
@@ -104,8 +150,9 @@ where
                 None => break,
             };
             let svc = ConnService {
-                inner: svc.clone(),
-                info: Arc::new(io.connect_info()),
+                chain: chain.clone(),
+                conn: Arc::new(io.connect_info()),
+                intake: Arc::clone(&intake),
             };
             // Made here and boxed, so that the task holds one copy of the connection: an async
             // fn keeps its arguments apart from its locals, and the connection (the IO
@@ -167,7 +214,7 @@ async fn serve_connection<S, B, IO>(
     mut stop: tokio::sync::watch::Receiver<()>,
     max_age: Option<Duration>,
 ) where
-    S: ConnCall<Response = Response<B>> + Clone + Send + 'static,
+    S: Service<Request<Body>, Response = Response<B>> + Clone + Send + 'static,
     S::Error: Into<BoxError> + Send + 'static,
     S::Future: Send + 'static,
     B: http_body::Body<Data = Bytes> + Default + Send + 'static,
@@ -201,61 +248,17 @@ async fn serve_connection<S, B, IO>(
     }
 }
 
-/// The chain as the serve loop calls it: with the connection's info passed along, where
-/// tonic put a clone of it in every request's extensions (an allocation, a hash insert and,
-/// in [`Front`], a removal per call).
-pub(crate) trait ConnCall<RB = Incoming>: Service<Request<Body>> {
-    /// Counts `req` in the shedder's flight as hyper accepts its stream, before its task
-    /// first runs (see [`Front::queue`]).
-    fn queue(&self, _req: &Request<RB>) -> Option<Queued> {
-        None
-    }
-
-    /// `call` for a request that came on the connection described by `info`, under the
-    /// deadline its caller set; `queued`: what [`queue`](Self::queue) gave.
-    fn call_on(
-        &mut self,
-        req: Request<RB>,
-        info: &ConnInfo,
-        caller_deadline: Option<Instant>,
-        queued: Option<Queued>,
-    ) -> Self::Future;
-}
-
-impl<S, B, RB> ConnCall<RB> for Front<S>
-where
-    S: Inner<Response = Response<B>>,
-    B: Default,
-    RB: http_body::Body<Data = Bytes> + Send + 'static,
-    RB::Error: Into<BoxError>,
-{
-    #[inline]
-    fn queue(&self, req: &Request<RB>) -> Option<Queued> {
-        Front::queue(self, req)
-    }
-
-    #[inline(always)]
-    fn call_on(
-        &mut self,
-        req: Request<RB>,
-        info: &ConnInfo,
-        caller_deadline: Option<Instant>,
-        queued: Option<Queued>,
-    ) -> Self::Future {
-        self.call_conn(req, Some(info), caller_deadline, queued)
-    }
-}
-
 /// One connection's view of the chain.
 #[derive(Debug, Clone)]
 struct ConnService<S> {
-    inner: S,
-    info: Arc<ConnInfo>,
+    chain: S,
+    conn: Arc<ConnInfo>,
+    intake: Arc<Intake>,
 }
 
 impl<S, B> hyper::service::Service<Request<Incoming>> for ConnService<S>
 where
-    S: ConnCall<Response = Response<B>> + Clone,
+    S: Service<Request<Body>, Response = Response<B>> + Clone,
     S::Error: Into<BoxError>,
     B: Default,
 {
@@ -264,21 +267,34 @@ where
     type Future = Dispatch<S, Incoming>;
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
-        // The body is boxed (as tonic's `Body`) by `Front`, once.
-        let queued = self.inner.queue(&req);
-        Dispatch::new(self.inner.clone(), req, Arc::clone(&self.info), queued)
+        let queued = self.intake.queue(&req);
+        let start = Start {
+            chain: self.chain.clone(),
+            req,
+            conn: Arc::clone(&self.conn),
+            intake: Arc::clone(&self.intake),
+            queued,
+        };
+        Dispatch::new(start)
     }
 }
 
-impl<S: ConnCall<RB>, RB> Dispatch<S, RB> {
-    /// `req` for `svc` on the connection `info` describes, under the caller's deadline if its
-    /// `grpc-timeout` sets one; `queued`: its count in the shedder's flight.
-    fn new(svc: S, req: Request<RB>, info: Arc<ConnInfo>, queued: Option<Queued>) -> Self {
-        let deadline = caller_deadline(req.headers());
+/// What a call needs until the chain is called, at the first poll of its stream's task.
+struct Start<S, RB> {
+    chain: S,
+    req: Request<RB>,
+    conn: Arc<ConnInfo>,
+    intake: Arc<Intake>,
+    // Its count in the shedder's flight until then.
+    queued: Option<Queued>,
+}
+
+impl<S: Service<Request<Body>>, RB> Dispatch<S, RB> {
+    /// The call of `start`, under the caller's deadline if its `grpc-timeout` sets one.
+    fn new(start: Start<S, RB>) -> Self {
+        let deadline = caller_deadline(start.req.headers());
         Dispatch {
-            state: State::Start {
-                start: Some((svc, req, info, queued)),
-            },
+            state: State::Start { start: Some(start) },
             deadline: Timer::new(deadline),
         }
     }
@@ -286,7 +302,7 @@ impl<S: ConnCall<RB>, RB> Dispatch<S, RB> {
 
 pin_project! {
     /// The response future of [`ConnService`]: the chain's, under the caller's deadline.
-    pub(crate) struct Dispatch<S: ConnCall<RB>, RB> {
+    pub(crate) struct Dispatch<S: Service<Request<Body>>, RB> {
         #[pin]
         state: State<S, RB>,
         // The caller's deadline. Its timer is armed (boxed) only when the chain is still
@@ -297,25 +313,26 @@ pin_project! {
 
 pin_project! {
     #[project = StateProj]
-    enum State<S: ConnCall<RB>, RB> {
-        // The chain is called at the task's first poll (see the module docs); until then the
-        // call counts in the shedder's flight through its `Queued`.
-        Start { start: Option<(S, Request<RB>, Arc<ConnInfo>, Option<Queued>)> },
+    enum State<S: Service<Request<Body>>, RB> {
+        // The chain is called at the task's first poll (see the module docs).
+        Start { start: Option<Start<S, RB>> },
         Called { #[pin] fut: S::Future },
     }
 }
 
 impl<S, B, RB> Future for Dispatch<S, RB>
 where
-    S: ConnCall<RB, Response = Response<B>>,
+    S: Service<Request<Body>, Response = Response<B>>,
     S::Error: Into<BoxError>,
     B: Default,
+    RB: http_body::Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
 {
     type Output = Result<Response<B>, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        match poll_chain(this.state.as_mut(), this.deadline.deadline(), cx) {
+        match poll_chain(this.state.as_mut(), cx) {
             Poll::Ready(out) => Poll::Ready(out),
             Poll::Pending if this.deadline.expired(cx) => {
                 this.state.set(State::Start { start: None });
@@ -330,27 +347,35 @@ where
 #[inline(always)]
 fn poll_chain<S, B, RB>(
     mut state: Pin<&mut State<S, RB>>,
-    caller_deadline: Option<Instant>,
     cx: &mut Context<'_>,
 ) -> Poll<Result<Response<B>, BoxError>>
 where
-    S: ConnCall<RB, Response = Response<B>>,
+    S: Service<Request<Body>, Response = Response<B>>,
     S::Error: Into<BoxError>,
     B: Default,
+    RB: http_body::Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
 {
     loop {
         match state.as_mut().project() {
             StateProj::Start { start } => {
-                let Some((svc, ..)) = start.as_mut() else {
+                let Some(Start { chain, .. }) = start.as_mut() else {
                     return Poll::Pending;
                 };
-                if let Err(e) = ready!(svc.poll_ready(cx)) {
+                if let Err(e) = ready!(chain.poll_ready(cx)) {
                     return Poll::Ready(recover(e));
                 }
-                let Some((mut svc, req, info, queued)) = start.take() else {
+                let Some(Start {
+                    mut chain,
+                    req,
+                    conn,
+                    intake,
+                    queued,
+                }) = start.take()
+                else {
                     return Poll::Pending;
                 };
-                let fut = svc.call_on(req, &info, caller_deadline, queued);
+                let fut = chain.call(intake.prepare(req, conn, queued));
                 state.set(State::Called { fut });
             }
             StateProj::Called { fut } => {
@@ -381,39 +406,10 @@ mod tests {
 
     use super::*;
 
-    /// A service as the serve loop calls it, ignoring the connection's info.
-    #[derive(Clone)]
-    struct Plain<S>(S);
-
-    impl<S: Service<Request<Body>>> Service<Request<Body>> for Plain<S> {
-        type Response = S::Response;
-        type Error = S::Error;
-        type Future = S::Future;
-
-        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-            self.0.poll_ready(cx)
-        }
-
-        fn call(&mut self, req: Request<Body>) -> Self::Future {
-            self.0.call(req)
-        }
-    }
-
-    impl<S: Service<Request<Body>>> ConnCall<Body> for Plain<S> {
-        fn call_on(
-            &mut self,
-            req: Request<Body>,
-            _info: &ConnInfo,
-            _caller_deadline: Option<Instant>,
-            _queued: Option<Queued>,
-        ) -> Self::Future {
-            self.0.call(req)
-        }
-    }
-
-    /// `Dispatch` of `req` for `svc` on a connection the tests know nothing about.
-    fn dispatch<S: Service<Request<Body>>>(svc: S, req: Request<Body>) -> Dispatch<Plain<S>, Body> {
-        let info = ConnInfo {
+    /// `Dispatch` of `req` for `svc` on a connection the tests know nothing about, with no
+    /// request budget and no shedder.
+    fn dispatch<S: Service<Request<Body>>>(svc: S, req: Request<Body>) -> Dispatch<S, Body> {
+        let conn = ConnInfo {
             tcp: TcpConnectInfo {
                 local_addr: None,
                 remote_addr: None,
@@ -421,7 +417,17 @@ mod tests {
             peer: None,
             conn: None,
         };
-        Dispatch::new(Plain(svc), req, Arc::new(info), None)
+        let intake = Intake {
+            budget: RequestBudget::new(None, None),
+            shedding: None,
+        };
+        Dispatch::new(Start {
+            chain: svc,
+            req,
+            conn: Arc::new(conn),
+            intake: Arc::new(intake),
+            queued: None,
+        })
     }
 
     /// Sets its flag when dropped.

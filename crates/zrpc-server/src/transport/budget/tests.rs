@@ -141,7 +141,7 @@ async fn the_budgeted_body_records_the_call_facts_in_place_of_facts_body() {
     let budget = Arc::new(Budget::new(Some(1000), None));
     let svc = |budget: Arc<Budget>| {
         tower::ServiceBuilder::new()
-            .layer(RequestBudgetLayer::new(Some(budget), None).with_facts(true))
+            .layer(RequestBudget::new(Some(budget), None).with_facts(true))
             .layer(FactsLayer::new(true))
             .service(tower::service_fn(|req: Request<Body>| async move {
                 let facts = req.extensions().get::<CallFacts>().cloned().unwrap();
@@ -168,14 +168,15 @@ async fn the_budgeted_body_records_the_call_facts_in_place_of_facts_body() {
     assert_eq!(budget.used(), 0);
 }
 
-// The budget as a tower layer of its own, for these tests (the server applies it in
-// `Front`, through `apply_front`).
+// The budget as a tower layer of its own, for these tests (the serve loop applies it to each
+// request, `serve::Intake`).
 
-impl RequestBudgetLayer {
-    /// `req` with its body under the budget (untouched when no limit is set). `conn`: the
-    /// state of the request's connection, charged when the budget has a per-connection share.
-    fn apply(&self, req: Request<Body>, conn: Option<&Arc<ConnState>>) -> Request<Body> {
-        let (mut req, facts) = self.apply_front(req, conn);
+impl RequestBudget {
+    /// `req` with its body under the budget (untouched when no limit is set) and its facts
+    /// in its extensions. `conn`: the state of the request's connection, charged when the
+    /// budget has a per-connection share.
+    fn apply_ext(&self, req: Request<Body>, conn: Option<&Arc<ConnState>>) -> Request<Body> {
+        let (mut req, facts) = self.apply(req, conn);
         if let Some(facts) = facts {
             req.extensions_mut().insert(facts);
         }
@@ -183,25 +184,25 @@ impl RequestBudgetLayer {
     }
 }
 
-impl<S> Layer<S> for RequestBudgetLayer {
-    type Service = RequestBudget<S>;
+impl<S> Layer<S> for RequestBudget {
+    type Service = Budgeted<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RequestBudget {
+        Budgeted {
             inner,
             settings: self.clone(),
         }
     }
 }
 
-/// The service of [`RequestBudgetLayer`].
+/// The budget as a service, for these tests.
 #[derive(Debug, Clone)]
-pub(crate) struct RequestBudget<S> {
+pub(crate) struct Budgeted<S> {
     inner: S,
-    settings: RequestBudgetLayer,
+    settings: RequestBudget,
 }
 
-impl<S> Service<Request<Body>> for RequestBudget<S>
+impl<S> Service<Request<Body>> for Budgeted<S>
 where
     S: Service<Request<Body>>,
 {
@@ -219,7 +220,7 @@ where
             .conns
             .as_ref()
             .and_then(|t| t.of_request(&req));
-        let req = self.settings.apply(req, conn.as_ref());
+        let req = self.settings.apply_ext(req, conn.as_ref());
         self.inner.call(req)
     }
 }
