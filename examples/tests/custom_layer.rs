@@ -1,5 +1,6 @@
 //! The custom-layer example of `docs/middleware.md`, compiled and run: the same tower layer on
-//! the server (`Server::layer`, innermost) and around the client (outermost).
+//! the server, inside the chain (`Server::layer`) and around it (`Server::outer_layer`), and
+//! around the client.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -75,9 +76,10 @@ async fn a_user_layer_on_both_sides() {
     let conf = zrpc::RpcServerConf::new("greeter.layer", addr.clone()).with_shutdown(
         zrpc::ShutdownConf::new(Duration::ZERO, Duration::from_secs(5)),
     );
-    let server_layer = LogLayer::default();
+    let (server_layer, outer_layer) = (LogLayer::default(), LogLayer::default());
     let server = zrpc::server(conf)
         .unwrap()
+        .outer_layer(outer_layer.clone())
         .layer(server_layer.clone())
         .add_service(Greeter::new(&addr, Duration::ZERO).into_service());
     let handle = server.handle();
@@ -101,6 +103,7 @@ async fn a_user_layer_on_both_sides() {
     }
     assert_eq!(client_layer.calls.load(Ordering::Relaxed), 3);
     assert_eq!(server_layer.calls.load(Ordering::Relaxed), 3);
+    assert_eq!(outer_layer.calls.load(Ordering::Relaxed), 3);
 
     handle.shutdown();
     serving.await.unwrap().unwrap();

@@ -382,8 +382,10 @@ where
         for ignored in conf.ignored_keys() {
             tracing::warn!(target: "zrpc::server", "{ignored}");
         }
+        // Phase 1: the services, health and reflection.
         let services = prepare_services(&conf, routes, &names, descriptors, streaming).await?;
 
+        // Phase 2: the chain and the transport, not yet accepting calls.
         if conf.middlewares.breaker {
             crate::gauges::register_breakers(&breakers);
         }
@@ -450,6 +452,7 @@ where
         );
         let mut server = std::pin::pin!(server);
 
+        // Phase 3: serving and registered, until the shutdown signal (or a transport error).
         if let Some(h) = &services.health {
             set_health(h, &names, ServingStatus::Serving).await;
         }
@@ -457,7 +460,6 @@ where
         tracing::info!(target: "zrpc::server", "{} serving on {local}", conf.name);
         let registration = crate::shutdown::start_registration(&conf, local);
 
-        // Serve until the shutdown signal (or a transport error).
         let mut shutdown = std::pin::pin!(shutdown);
         tokio::select! {
             res = &mut server => {
@@ -470,6 +472,7 @@ where
             () = &mut shutdown => {}
             () = parts.shutdown_requested() => {}
         }
+        // Phase 4: wrap up, then drain.
         let stopping = Stopping {
             conf: &conf,
             parts: &parts,
@@ -497,7 +500,7 @@ type OuterLayer = Box<dyn FnOnce(ServerChain) -> ServerChain + Send>;
 /// The whole chain as [`Server::outer_layer`]'s layers see it: a cloneable boxed service.
 pub type ServerChain = BoxCloneService<Request<Body>, Response<Body>, BoxError>;
 
-/// Phase 2: the chain, outer to inner (`docs/middleware.md`):
+/// Phase 2 of serving: the chain, outer to inner (`docs/middleware.md`):
 ///
 /// `outer layers -> Front -> Governor -> Drain -> layers -> services`
 ///
@@ -629,7 +632,8 @@ struct Services {
     streaming: StreamingMethods,
 }
 
-/// Phase 1: the user's services plus health and reflection, and the streaming methods.
+/// Phase 1 of serving: the user's services plus health and reflection, and the streaming
+/// methods.
 async fn prepare_services(
     conf: &RpcServerConf,
     mut routes: RoutesBuilder,
@@ -746,7 +750,7 @@ impl DevServer {
     }
 }
 
-/// Phases 2-3 of the shutdown, once the signal came: wrap-up, then drain.
+/// Phase 4 of serving, once the shutdown signal came: wrap-up, then drain.
 struct Stopping<'a> {
     conf: &'a RpcServerConf,
     parts: &'a HandleParts,
