@@ -1,13 +1,7 @@
 //! Policies on the client's HTTP/2 frames that h2 offers no hook for, applied below h2 by
 //! following the frame headers in both directions (in [`Guarded`](super::conn::Guarded)):
 //!
-//! - **Ping floods**: grpc-go's keepalive `EnforcementPolicy` (`MinTime`, default 5 min). A
-//!   PING from the client sooner than `MinTime` after the previous one is a strike, unless
-//!   the server has sent DATA or HEADERS since (grpc-go resets its strikes then: BDP pings
-//!   follow the server's data); the third strike ends the connection with GOAWAY
-//!   `ENHANCE_YOUR_CALM` `too_many_pings`, as grpc-go does. grpc-go applies 2 hours instead
-//!   of `MinTime` while no call is open; zrpc applies `MinTime` always (more lenient to idle
-//!   pingers, never stricter).
+//! - **Ping floods**: grpc-go's keepalive `EnforcementPolicy` ([`pings`](super::pings)).
 //! - **Control-frame and reset floods**: SETTINGS, WINDOW_UPDATE and PRIORITY frames cost the
 //!   server work but move no call forward, and a stream the client resets (RST_STREAM) costs
 //!   the work of accepting it; h2 answers them all (its own rapid-reset guard only counts
@@ -30,6 +24,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::pings::PingPolicy;
+
 /// HTTP/2 frame header (RFC 9113 §4.1).
 const FRAME_HEADER_LEN: usize = 9;
 /// Client connection preface (RFC 9113 §3.4), skipped by the read side.
@@ -49,9 +45,6 @@ const FLAG_END_STREAM: u8 = 0x1;
 /// Credits a connection starts with, and the most it can hold (see the module docs): room
 /// for a burst of a thousand cancelled calls or control frames before any work is done.
 pub(crate) const FLOOD_CREDITS: u32 = 1000;
-
-/// grpc-go's `maxPingStrikes`: the connection ends when strikes exceed it.
-const MAX_PING_STRIKES: u8 = 2;
 
 /// A frame header, as [`FrameScanner`] reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,45 +122,6 @@ impl FrameScanner {
                 payload,
             );
         }
-    }
-}
-
-/// grpc-go's ping strikes for one connection.
-#[derive(Debug, Clone)]
-pub(crate) struct PingPolicy {
-    min_time: Duration,
-    last_ping: Option<Instant>,
-    strikes: u8,
-    /// The server sent DATA or HEADERS since the last PING.
-    reset: bool,
-}
-
-impl PingPolicy {
-    pub(crate) fn new(min_time: Duration) -> Self {
-        PingPolicy {
-            min_time,
-            last_ping: None,
-            strikes: 0,
-            reset: false,
-        }
-    }
-
-    /// The server wrote DATA or HEADERS.
-    pub(crate) fn server_sent_data(&mut self) {
-        self.reset = true;
-    }
-
-    /// A PING (not an ACK) from the client at `now`; true when it is one too many.
-    pub(crate) fn on_ping(&mut self, now: Instant) -> bool {
-        let last = self.last_ping.replace(now);
-        if std::mem::take(&mut self.reset) {
-            self.strikes = 0;
-            return false;
-        }
-        if last.is_some_and(|l| now < l + self.min_time) {
-            self.strikes += 1;
-        }
-        self.strikes > MAX_PING_STRIKES
     }
 }
 
@@ -417,37 +371,6 @@ mod tests {
         let mut s = FrameScanner::new(0);
         s.feed(&frame(DATA, 0, 1, 10)[..12], |_, _| {});
         assert!(!s.at_boundary());
-    }
-
-    #[test]
-    fn the_third_strike_within_min_time_violates_as_in_grpc_go() {
-        let t0 = Instant::now();
-        let min = Duration::from_secs(300);
-        let mut p = PingPolicy::new(min);
-        assert!(!p.on_ping(t0)); // first ping: never a strike
-        assert!(!p.on_ping(t0 + Duration::from_secs(1))); // strike 1
-        assert!(!p.on_ping(t0 + Duration::from_secs(2))); // strike 2
-        assert!(p.on_ping(t0 + Duration::from_secs(3))); // strike 3 > 2
-
-        // pings MinTime apart never strike
-        let mut p = PingPolicy::new(min);
-        for i in 0..10 {
-            assert!(!p.on_ping(t0 + min * i));
-        }
-    }
-
-    #[test]
-    fn server_data_between_pings_resets_the_strikes() {
-        let t0 = Instant::now();
-        let mut p = PingPolicy::new(Duration::from_secs(300));
-        for i in 0..100 {
-            p.server_sent_data();
-            assert!(!p.on_ping(t0 + Duration::from_millis(i)), "ping {i}");
-        }
-        // without data in between, three quick pings after that are too many
-        assert!(!p.on_ping(t0 + Duration::from_millis(101)));
-        assert!(!p.on_ping(t0 + Duration::from_millis(102)));
-        assert!(p.on_ping(t0 + Duration::from_millis(103)));
     }
 
     #[tokio::test(start_paused = true)]

@@ -27,6 +27,7 @@ mod cuts;
 mod frames;
 pub(crate) mod front;
 pub(crate) mod io;
+mod pings;
 pub(crate) mod serve;
 mod streams;
 
