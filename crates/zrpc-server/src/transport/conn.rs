@@ -33,11 +33,6 @@ use super::frames::{FrameGuard, Violation};
 use super::io::ConnInfo;
 use super::streams::ConnEntry;
 
-/// Client connection preface (RFC 9113 §3.4).
-const PREFACE_LEN: usize = 24;
-/// HTTP/2 frame header.
-const FRAME_HEADER_LEN: usize = 9;
-
 /// Deadlines and limits applied to every accepted connection.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct ConnLimits {
@@ -54,9 +49,10 @@ pub(crate) struct ConnLimits {
 #[derive(Debug)]
 pub(crate) struct Guarded<T> {
     inner: T,
-    handshake: Option<Handshake>,
+    /// Until the preface and first frame are in.
+    handshake: Option<Deadline>,
     hard_deadline: Option<Pin<Box<Sleep>>>,
-    idle: Option<Idle>,
+    idle: Option<Deadline>,
     frames: FrameGuard,
     /// The client's address, for the log of a cut and the hold.
     peer: Option<Peer>,
@@ -70,42 +66,20 @@ pub(crate) struct Guarded<T> {
     _permit: Option<OwnedSemaphorePermit>,
 }
 
+/// A timeout and its timer.
 #[derive(Debug)]
-struct Handshake {
+struct Deadline {
     timeout: Duration,
     sleep: Pin<Box<Sleep>>,
-    seen: usize,
-    header: [u8; FRAME_HEADER_LEN],
-    /// Octets the preface plus the first frame take, once its header is known.
-    needed: Option<usize>,
 }
 
-impl Handshake {
-    /// Feeds octets read; true once the preface and the first frame are complete.
-    fn feed(&mut self, data: &[u8]) -> bool {
-        for &b in data {
-            let at = self.seen;
-            self.seen += 1;
-            if (PREFACE_LEN..PREFACE_LEN + FRAME_HEADER_LEN).contains(&at) {
-                self.header[at - PREFACE_LEN] = b;
-                if at + 1 == PREFACE_LEN + FRAME_HEADER_LEN {
-                    let len =
-                        u32::from_be_bytes([0, self.header[0], self.header[1], self.header[2]]);
-                    self.needed = Some(PREFACE_LEN + FRAME_HEADER_LEN + len as usize);
-                }
-            }
-            if self.needed.is_some_and(|n| self.seen >= n) {
-                return true;
-            }
+impl Deadline {
+    fn after(now: Instant, timeout: Duration) -> Self {
+        Deadline {
+            timeout,
+            sleep: Box::pin(tokio::time::sleep_until(now + timeout)),
         }
-        false
     }
-}
-
-#[derive(Debug)]
-struct Idle {
-    timeout: Duration,
-    sleep: Pin<Box<Sleep>>,
 }
 
 impl<T> Guarded<T> {
@@ -120,20 +94,14 @@ impl<T> Guarded<T> {
         let now = Instant::now();
         Guarded {
             inner,
-            handshake: limits.handshake_timeout.map(|timeout| Handshake {
-                timeout,
-                sleep: Box::pin(tokio::time::sleep_until(now + timeout)),
-                seen: 0,
-                header: [0; FRAME_HEADER_LEN],
-                needed: None,
-            }),
+            handshake: limits.handshake_timeout.map(|t| Deadline::after(now, t)),
             hard_deadline: limits
                 .hard_age
                 .map(|age| Box::pin(tokio::time::sleep_until(now + age))),
-            idle: limits.idle.filter(|_| entry.is_some()).map(|timeout| Idle {
-                timeout,
-                sleep: Box::pin(tokio::time::sleep_until(now + timeout)),
-            }),
+            idle: limits
+                .idle
+                .filter(|_| entry.is_some())
+                .map(|t| Deadline::after(now, t)),
             frames: FrameGuard::new(limits.ping_min_time),
             hold: peer
                 .as_ref()
@@ -211,13 +179,11 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for Guarded<T> {
         let before = buf.filled().len();
         let res = Pin::new(&mut this.inner).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = &res {
-            let read = &buf.filled()[before..];
-            if let Some(h) = &mut this.handshake
-                && h.feed(read)
-            {
+            let violated = this.frames.read(&buf.filled()[before..]);
+            if this.handshake.is_some() && this.frames.handshaken() {
                 this.handshake = None;
             }
-            if let Some(violation) = this.frames.read(read) {
+            if let Some(violation) = violated {
                 let err = cut(&mut this.inner, &this.frames, violation, cx);
                 this.cut = true;
                 if let Some(peer) = &this.peer {
@@ -325,37 +291,6 @@ impl<T: Connected<ConnectInfo = ConnInfo>> Connected for Guarded<T> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    fn handshake() -> Handshake {
-        Handshake {
-            timeout: Duration::from_secs(1),
-            sleep: Box::pin(tokio::time::sleep(Duration::from_secs(1))),
-            seen: 0,
-            header: [0; FRAME_HEADER_LEN],
-            needed: None,
-        }
-    }
-
-    #[tokio::test]
-    async fn handshake_completes_after_preface_and_first_frame_octet_by_octet() {
-        let mut wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-        wire.extend_from_slice(&[0, 0, 6, 4, 0, 0, 0, 0, 0]);
-        wire.extend_from_slice(&[0, 3, 0, 0, 0, 100]);
-        let mut h = handshake();
-        let (last, rest) = wire.split_last().unwrap();
-        for b in rest {
-            assert!(!h.feed(std::slice::from_ref(b)));
-        }
-        assert!(h.feed(std::slice::from_ref(last)));
-    }
-
-    #[tokio::test]
-    async fn handshake_with_empty_settings_completes_in_one_read() {
-        let mut wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-        wire.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
-        assert!(handshake().feed(&wire));
-        assert!(!handshake().feed(&wire[..wire.len() - 1]));
-    }
 
     #[tokio::test(start_paused = true)]
     async fn a_silent_connection_fails_its_read_at_the_handshake_timeout() {

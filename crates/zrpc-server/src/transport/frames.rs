@@ -1,5 +1,7 @@
 //! Policies on the client's HTTP/2 frames that h2 offers no hook for, applied below h2 by
-//! following the frame headers in both directions (in [`Guarded`](super::conn::Guarded)):
+//! following the frame headers in both directions (in [`Guarded`](super::conn::Guarded)). The
+//! same scan of the client's octets tells the handshake deadline when the preface and a whole
+//! first frame are in ([`FrameGuard::handshaken`]).
 //!
 //! - **Ping floods**: grpc-go's keepalive `EnforcementPolicy` ([`pings`](super::pings)).
 //! - **Control-frame and reset floods**: SETTINGS, WINDOW_UPDATE and PRIORITY frames cost the
@@ -195,6 +197,16 @@ impl Violation {
 pub(crate) struct FrameGuard {
     read: FrameScanner,
     write: FrameScanner,
+    policy: Policy,
+    /// The first GOAWAY with an error code h2 wrote: (code, debug data as far as seen).
+    h2_goaway: Option<(u32, Vec<u8>)>,
+}
+
+/// What the policies keep of the frames read.
+#[derive(Debug, Clone)]
+struct Policy {
+    /// Frame headers read, counted up to 2 (for the handshake).
+    heads: u8,
     /// `KeepaliveMinTime`'s strikes; `None` when it is 0 (every PING answered).
     pings: Option<PingPolicy>,
     flood: FloodBudget,
@@ -202,8 +214,34 @@ pub(crate) struct FrameGuard {
     last_stream: u32,
     /// Set once a policy is violated.
     violated: Option<Violation>,
-    /// The first GOAWAY with an error code h2 wrote: (code, debug data as far as seen).
-    h2_goaway: Option<(u32, Vec<u8>)>,
+}
+
+impl Policy {
+    /// A frame header read from the client.
+    #[inline]
+    fn on_read(&mut self, f: FrameHead) {
+        self.heads = (self.heads + 1).min(2);
+        let broke = match f.kind {
+            HEADERS => {
+                self.last_stream = self.last_stream.max(f.stream);
+                None
+            }
+            PING if f.flags & FLAG_ACK == 0 => self
+                .pings
+                .as_mut()
+                .is_some_and(|p| p.on_ping(Instant::now()))
+                .then_some(Violation::Pings),
+            RST_STREAM => (!self.flood.spend()).then_some(Violation::Resets),
+            SETTINGS if f.flags & FLAG_ACK == 0 => {
+                (!self.flood.spend()).then_some(Violation::ControlFrames)
+            }
+            WINDOW_UPDATE | PRIORITY => (!self.flood.spend()).then_some(Violation::ControlFrames),
+            _ => None,
+        };
+        if self.violated.is_none() {
+            self.violated = broke;
+        }
+    }
 }
 
 impl FrameGuard {
@@ -212,54 +250,35 @@ impl FrameGuard {
         FrameGuard {
             read: FrameScanner::new(PREFACE_LEN),
             write: FrameScanner::new(0),
-            pings: ping_min_time.map(PingPolicy::new),
-            flood: FloodBudget::default(),
-            last_stream: 0,
-            violated: None,
+            policy: Policy {
+                heads: 0,
+                pings: ping_min_time.map(PingPolicy::new),
+                flood: FloodBudget::default(),
+                last_stream: 0,
+                violated: None,
+            },
             h2_goaway: None,
         }
     }
 
     /// Octets read from the client; the violation once a policy is violated.
+    #[inline]
     pub(crate) fn read(&mut self, data: &[u8]) -> Option<Violation> {
-        let FrameGuard {
-            read,
-            pings,
-            flood,
-            last_stream,
-            violated,
-            ..
-        } = self;
-        read.feed(data, |f, _| {
-            let broke = match f.kind {
-                HEADERS => {
-                    *last_stream = (*last_stream).max(f.stream);
-                    None
-                }
-                PING if f.flags & FLAG_ACK == 0 => pings
-                    .as_mut()
-                    .is_some_and(|p| p.on_ping(Instant::now()))
-                    .then_some(Violation::Pings),
-                RST_STREAM => (!flood.spend()).then_some(Violation::Resets),
-                SETTINGS if f.flags & FLAG_ACK == 0 => {
-                    (!flood.spend()).then_some(Violation::ControlFrames)
-                }
-                WINDOW_UPDATE | PRIORITY => (!flood.spend()).then_some(Violation::ControlFrames),
-                _ => None,
-            };
-            if violated.is_none() {
-                *violated = broke;
-            }
-        });
-        *violated
+        let FrameGuard { read, policy, .. } = self;
+        read.feed(data, |f, _| policy.on_read(f));
+        policy.violated
+    }
+
+    /// True once the client's preface and a whole first frame (its SETTINGS) have been read.
+    pub(crate) fn handshaken(&self) -> bool {
+        self.policy.heads > 1 || (self.policy.heads == 1 && self.read.skip == 0)
     }
 
     /// Octets h2 wrote to the client.
     pub(crate) fn wrote(&mut self, data: &[u8]) {
         let FrameGuard {
             write,
-            pings,
-            flood,
+            policy,
             h2_goaway,
             ..
         } = self;
@@ -275,12 +294,12 @@ impl FrameGuard {
                 }
             }
             if matches!(f.kind, DATA | HEADERS) {
-                if let Some(p) = pings.as_mut() {
+                if let Some(p) = policy.pings.as_mut() {
                     p.server_sent_data();
                 }
                 // A DATA frame sent earns 1; a call finished (END_STREAM) earns 2.
                 let earned = u32::from(f.kind == DATA) + 2 * u32::from(f.flags & FLAG_END_STREAM);
-                flood.earn(earned);
+                policy.flood.earn(earned);
             }
         });
     }
@@ -297,7 +316,7 @@ impl FrameGuard {
 
     /// GOAWAY(last stream, ENHANCE_YOUR_CALM, the violation's name).
     pub(crate) fn goaway(&self, violation: Violation) -> Vec<u8> {
-        goaway_frame(self.last_stream, violation.as_str().as_bytes())
+        goaway_frame(self.policy.last_stream, violation.as_str().as_bytes())
     }
 }
 
@@ -505,5 +524,32 @@ mod tests {
             g.wrote(&frame(DATA, 0, 1, 16));
             assert_eq!(g.read(&frame(WINDOW_UPDATE, 0, 1, 4)), None);
         }
+    }
+
+    #[test]
+    fn handshake_completes_after_preface_and_first_frame_octet_by_octet() {
+        let mut wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        wire.extend_from_slice(&[0, 0, 6, 4, 0, 0, 0, 0, 0]);
+        wire.extend_from_slice(&[0, 3, 0, 0, 0, 100]);
+        let mut g = FrameGuard::new(None);
+        let (rest, last) = wire.split_at(wire.len() - 1);
+        for b in rest {
+            g.read(std::slice::from_ref(b));
+            assert!(!g.handshaken());
+        }
+        g.read(last);
+        assert!(g.handshaken());
+    }
+
+    #[test]
+    fn handshake_with_empty_settings_completes_in_one_read() {
+        let mut wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        wire.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+        let mut g = FrameGuard::new(None);
+        g.read(&wire);
+        assert!(g.handshaken());
+        let mut g = FrameGuard::new(None);
+        g.read(&wire[..wire.len() - 1]);
+        assert!(!g.handshaken());
     }
 }
