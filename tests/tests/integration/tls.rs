@@ -615,7 +615,7 @@ fn tls_example_files_load() {
 }
 
 /// grpc-go's multi-host `:authority` (`h1:port,h2:port`) is repaired over TLS too: the repair
-/// reads the decrypted HTTP/2 octets (`TcpStream -> TlsStream -> AuthorityFix`).
+/// reads the decrypted HTTP/2 octets (`TcpStream -> TlsStream -> Guarded`).
 #[tokio::test]
 async fn tls_multi_host_authority_is_repaired_under_tls() {
     use rustls::pki_types::ServerName;

@@ -13,33 +13,36 @@
 //!
 //! # The fix
 //!
-//! Every accepted connection is read through an adapter below `h2` ([`AuthorityFix`]). It reads
-//! HTTP/2 frames as they arrive (split anywhere across reads), holds back each header block
-//! (HEADERS + CONTINUATION, padding and priority skipped) until it is complete, follows the
-//! client's HPACK dynamic table, and rewrites an `:authority` that `http::uri::Authority`
-//! rejects **in place, to a valid value of the same length whose characters have the same
-//! Huffman code lengths**: every `:` but the last (and any other character that cannot stand in
-//! an authority) becomes a plain one, e.g. `127.0.0.1:2379,127.0.0.1:2380` ->
-//! `127.0.0.1x2379,127.0.0.1:2380`. The frame lengths stay as they are, and the entry that both
-//! the client's encoder and `h2`'s decoder add to their dynamic tables keeps its size, so the
-//! two tables stay in step and later requests that refer to the entry by index get the repaired
-//! value.
+//! Every accepted connection's octets are read once, below `h2`, by the connection's frame
+//! scanner ([`FrameGuard`](crate::transport::frames::FrameGuard), in the connection wrapper
+//! `Guarded`), which also serves the handshake deadline and the frame policies. While the
+//! connection's [`Repair`] watches it, the scan stops before each header block (HEADERS +
+//! CONTINUATION); the block is held until it is complete (split anywhere across reads), its
+//! fragments found (padding and priority skipped, [`block`]), and the client's HPACK dynamic
+//! table followed. An `:authority` that `http::uri::Authority` rejects is rewritten **in place,
+//! to a valid value of the same length whose characters have the same Huffman code lengths**:
+//! every `:` but the last (and any other character that cannot stand in an authority) becomes a
+//! plain one, e.g. `127.0.0.1:2379,127.0.0.1:2380` -> `127.0.0.1x2379,127.0.0.1:2380`. The
+//! frame lengths stay as they are, and the entry that both the client's encoder and `h2`'s
+//! decoder add to their dynamic tables keeps its size, so the two tables stay in step and later
+//! requests that refer to the entry by index get the repaired value.
 //!
 //! Cost: a connection whose first header block carries a valid authority (every client but
-//! these) is inspected only up to that block, then passes straight through. A connection that
-//! needed a repair stays inspected: each header block is walked (no allocation per header,
-//! Huffman decoding only for new table entries), other frames pass at once. At most one header
-//! block (up to 64 KiB) is held per connection; a larger block, an HPACK error or a non-HTTP/2
-//! preface ends inspection and leaves the verdict to `h2`.
+//! these) is watched only up to that block, then scanned like any other (frame headers only).
+//! Before that block nothing is allocated for it. A connection that needed a repair stays
+//! watched: each header block is walked (no allocation per header, Huffman decoding only for
+//! new table entries), other frames pass at once. Octets are held back only while a header
+//! block is incomplete, at most one block (up to 64 KiB) per connection; a larger block, an
+//! HPACK error or a non-HTTP/2 preface ends the repair and leaves the verdict to `h2`.
 //!
 //! A repair is logged once per connection at DEBUG (target `zrpc::server::authority`), and
 //! what the client sent stays available to handlers through [`original_authority`].
 
-mod frames;
+mod block;
 mod hpack;
 mod huffman;
 mod huffman_table;
-mod io;
+mod repair;
 #[cfg(test)]
 mod tests;
 
@@ -50,7 +53,7 @@ use std::sync::{Arc, LazyLock};
 use parking_lot::Mutex;
 use tonic::transport::server::TcpConnectInfo;
 
-pub(crate) use io::AuthorityFix;
+pub(crate) use repair::Repair;
 
 /// What clients sent on connections whose `:authority` was repaired, by (local, remote)
 /// address. Touched only when a connection needs a repair and when it closes.

@@ -1,5 +1,5 @@
-//! Tests of the `:authority` repair: HPACK walking against a small test encoder, the frame reader
-//! split at every point, and the real `h2` server reading through the adapter.
+//! Tests of the `:authority` repair: HPACK walking against a small test encoder, the connection's
+//! reads split at every point, and the real `h2` server reading through the connection wrapper.
 
 #![allow(clippy::unwrap_used)]
 
@@ -10,10 +10,13 @@ use std::task::{Context, Poll};
 use proptest::prelude::*;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 
-use super::frames::{Inspector, MAX_BLOCK, Verdict};
+use super::Repair;
+use super::block::MAX_BLOCK;
 use super::hpack::{Walker, is_valid, repair};
 use super::huffman;
-use super::io::AuthorityFix;
+use crate::transport::ConnLimits;
+use crate::transport::conn::Guarded;
+use crate::transport::frames::FrameGuard;
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const BAD: &str = "127.0.0.1:23790,127.0.0.1:23791";
@@ -235,6 +238,36 @@ impl AsyncRead for Chunks {
     }
 }
 
+impl tokio::io::AsyncWrite for Chunks {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// `io` as the server reads an accepted connection, with the repair on and no other limit.
+fn repairing<T>(io: T) -> Guarded<T> {
+    Guarded::new(
+        io,
+        None,
+        ConnLimits::default(),
+        None,
+        None,
+        Repair::new(true, None),
+    )
+}
+
 fn split(input: &[u8], cuts: &[usize]) -> VecDeque<Vec<u8>> {
     let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (input.len() + 1)).collect();
     cuts.sort_unstable();
@@ -254,19 +287,19 @@ fn read_through(chunks: VecDeque<Vec<u8>>) -> Vec<u8> {
         .build()
         .unwrap();
     rt.block_on(async {
-        let mut fix = AuthorityFix::new(Chunks(chunks), None, true);
+        let mut fix = repairing(Chunks(chunks));
         let mut out = Vec::new();
         fix.read_to_end(&mut out).await.unwrap();
         out
     })
 }
 
-/// Whether an inspector would still repair something in `stream` (after a repair: never).
+/// Whether a repair would still repair something in `stream` (after a repair: never).
 fn repairs_needed(stream: &[u8]) -> bool {
     let mut copy = stream.to_vec();
-    let mut inspector = Inspector::default();
-    let _ = inspector.process(&mut copy);
-    inspector.first_repair.is_some()
+    let mut repair = Repair::new(true, None);
+    let _ = repair.scan(&mut FrameGuard::new(None), &mut copy);
+    repair.repaired()
 }
 
 // ---- tests ----------------------------------------------------------------------------------------
@@ -396,10 +429,10 @@ fn still_inspecting(input: &[u8]) -> bool {
         .build()
         .unwrap();
     rt.block_on(async {
-        let mut fix = AuthorityFix::new(Chunks(VecDeque::from([input.to_vec()])), None, true);
+        let mut fix = repairing(Chunks(VecDeque::from([input.to_vec()])));
         let mut out = vec![0; input.len()];
         fix.read_exact(&mut out).await.unwrap();
-        fix.is_inspecting()
+        fix.repair().is_inspecting()
     })
 }
 
@@ -409,10 +442,10 @@ fn a_valid_client_passes_untouched_and_stops_the_inspection() {
     assert_eq!(read_through(VecDeque::from([input.clone()])), input);
     assert!(!still_inspecting(&input));
     assert!(still_inspecting(&grpc_go_connection(BAD, 3, 1)));
-    let mut insp = Inspector::default();
+    let mut repair = Repair::new(true, None);
     let mut buf = input.clone();
-    let (released, verdict) = insp.process(&mut buf);
-    assert_eq!((released, verdict), (input.len(), Verdict::PassThrough));
+    let released = repair.scan(&mut FrameGuard::new(None), &mut buf);
+    assert_eq!((released, repair.is_inspecting()), (Ok(input.len()), false));
 }
 
 #[test]
@@ -444,7 +477,7 @@ async fn h2_accepts_every_request_through_the_adapter_and_rejects_them_without()
         let accepted = tokio::spawn(async move {
             let mut seen = Vec::new();
             let io: Pin<Box<dyn AsyncIo>> = if fix {
-                Box::pin(AuthorityFix::new(server, None, true))
+                Box::pin(repairing(server))
             } else {
                 Box::pin(server)
             };

@@ -4,12 +4,12 @@
 //!   once per second, instead of being retried in a hot loop;
 //! - errors of one aborted connection (ECONNABORTED, ECONNRESET) are skipped at once;
 //! - over `MaxConnections` a connection is accepted and closed at once (logged once per second);
-//! - TCP_NODELAY on, TCP keepalive probes (`Transport.TcpKeepalive`), then `AuthorityFix`
-//!   (innermost) and [`Guarded`] around the stream;
+//! - TCP_NODELAY on, TCP keepalive probes (`Transport.TcpKeepalive`), then [`Guarded`] (with
+//!   the connection's `:authority` repair) around the stream;
 //! - with `Tls`, the TLS handshake runs in a task per connection (under
 //!   `Transport.HandshakeTimeout`) so a slow handshake never holds up the accept loop; the
-//!   order is `TcpStream -> TlsStream -> AuthorityFix -> Guarded` (`AuthorityFix` reads the
-//!   decrypted HTTP/2 octets).
+//!   order is `TcpStream -> TlsStream -> Guarded` (`Guarded` reads the decrypted HTTP/2
+//!   octets).
 
 use std::io;
 use std::sync::Arc;
@@ -25,7 +25,7 @@ use super::conn::{ConnLimits, Guarded};
 use super::cuts::{CutLog, Peer};
 use super::io::ConnIo;
 use super::streams::ConnTable;
-use crate::authority::AuthorityFix;
+use crate::authority::Repair;
 
 /// What the accept loop needs to know.
 #[derive(Debug, Clone)]
@@ -44,7 +44,7 @@ pub(crate) struct AcceptSettings {
 }
 
 /// A connection as tonic receives it.
-pub(crate) type Accepted = Guarded<AuthorityFix<ConnIo>>;
+pub(crate) type Accepted = Guarded<ConnIo>;
 
 struct Acceptor {
     listener: TcpListener,
@@ -245,12 +245,12 @@ fn wrap(
     };
     let addrs = local.ok().map(|local| (local, peer));
     let entry = settings.table.as_ref().map(|table| table.register());
-    let io = AuthorityFix::new(io, addrs, settings.authority_repair);
+    let repair = Repair::new(settings.authority_repair, addrs);
     let peer = Peer {
         ip: peer.ip(),
         cuts: Arc::clone(&settings.cuts),
     };
-    Guarded::new(io, Some(peer), settings.limits, permit, entry)
+    Guarded::new(io, Some(peer), settings.limits, permit, entry, repair)
 }
 
 #[cfg(test)]

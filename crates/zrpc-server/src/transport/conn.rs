@@ -1,5 +1,6 @@
-//! [`Guarded`]: an accepted connection with its deadlines, outside the `:authority` repair
-//! (`AuthorityFix` stays the innermost wrapper around the `TcpStream`).
+//! [`Guarded`]: an accepted connection as h2 reads and writes it: its deadlines, and the one
+//! scan of the client's octets ([`FrameGuard`]) that serves the handshake deadline, the frame
+//! policies and the `:authority` repair ([`Repair`]).
 //!
 //! h2 always has a read pending on a live connection, so the deadlines are checked in
 //! `poll_read`: when one passes, the read fails and hyper drops the connection.
@@ -14,15 +15,20 @@
 //! - **Frame policies** below h2 ([`frames`](super::frames)): ping floods
 //!   (`KeepaliveMinTime`, grpc-go's enforcement policy, GOAWAY `too_many_pings`) and floods of
 //!   resets and control frames; a cut is counted and logged by [`cuts`](super::cuts).
+//! - **`:authority` repair** ([`authority`](crate::authority)): octets are read into h2's own
+//!   buffer and scanned there; only an incomplete header block that the repair holds is kept
+//!   aside ([`Held`]) until the rest of it arrives.
 //! - **Hold**: a new connection from an address cut again and again is not read for a while
 //!   ([`Peer::hold`](super::cuts::Peer::hold)), so that reconnecting after every cut does not buy
 //!   an attacker a fresh allowance at once.
 
+use std::future::Future as _;
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
@@ -32,6 +38,7 @@ use super::cuts::Peer;
 use super::frames::{FrameGuard, Violation};
 use super::io::ConnInfo;
 use super::streams::ConnEntry;
+use crate::authority::Repair;
 
 /// Deadlines and limits applied to every accepted connection.
 #[derive(Debug, Clone, Copy, Default)]
@@ -53,7 +60,10 @@ pub(crate) struct Guarded<T> {
     handshake: Option<Deadline>,
     hard_deadline: Option<Pin<Box<Sleep>>>,
     idle: Option<Deadline>,
+    /// The scan of both directions' frames and the policies on them.
     frames: FrameGuard,
+    repair: Repair,
+    held: Held,
     /// The client's address, for the log of a cut and the hold.
     peer: Option<Peer>,
     /// zrpc cut the connection itself (counted then).
@@ -83,13 +93,15 @@ impl Deadline {
 }
 
 impl<T> Guarded<T> {
-    /// Wraps `inner` (a connection from `peer`), starting its clocks now.
+    /// Wraps `inner` (a connection from `peer`, its `:authority` under `repair`), starting
+    /// its clocks now.
     pub(crate) fn new(
         inner: T,
         peer: Option<Peer>,
         limits: ConnLimits,
         permit: Option<OwnedSemaphorePermit>,
         entry: Option<ConnEntry>,
+        repair: Repair,
     ) -> Self {
         let now = Instant::now();
         Guarded {
@@ -103,6 +115,8 @@ impl<T> Guarded<T> {
                 .filter(|_| entry.is_some())
                 .map(|t| Deadline::after(now, t)),
             frames: FrameGuard::new(limits.ping_min_time),
+            repair,
+            held: Held::default(),
             hold: peer
                 .as_ref()
                 .and_then(Peer::hold)
@@ -112,6 +126,12 @@ impl<T> Guarded<T> {
             entry,
             _permit: permit,
         }
+    }
+
+    /// The connection's `:authority` repair (for tests).
+    #[cfg(test)]
+    pub(crate) fn repair(&self) -> &Repair {
+        &self.repair
     }
 
     /// Checks every deadline; `Err` once one has passed.
@@ -157,8 +177,6 @@ impl<T> Guarded<T> {
     }
 }
 
-use std::future::Future as _;
-
 impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for Guarded<T> {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -176,23 +194,104 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for Guarded<T> {
             }
             this.hold = None;
         }
-        let before = buf.filled().len();
-        let res = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = &res {
-            let violated = this.frames.read(&buf.filled()[before..]);
-            if this.handshake.is_some() && this.frames.handshaken() {
-                this.handshake = None;
-            }
-            if let Some(violation) = violated {
+        let Guarded {
+            inner,
+            frames,
+            repair,
+            held,
+            ..
+        } = this;
+        let res = held.poll_read(inner, cx, buf, |data| repair.scan(frames, data));
+        if this.handshake.is_some() && this.frames.handshaken() {
+            this.handshake = None;
+        }
+        match res {
+            Poll::Ready(Err(Failed::Cut(violation))) => {
                 let err = cut(&mut this.inner, &this.frames, violation, cx);
                 this.cut = true;
                 if let Some(peer) = &this.peer {
                     peer.cut(violation.as_str(), violation.describe());
                 }
-                return Poll::Ready(Err(err));
+                Poll::Ready(Err(err))
+            }
+            Poll::Ready(Err(Failed::Io(e))) => Poll::Ready(Err(e)),
+            Poll::Ready(Ok(())) => Poll::Ready(Ok(())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// Why a read failed.
+enum Failed {
+    Io(io::Error),
+    Cut(Violation),
+}
+
+/// Octets read from the client that h2 has not had yet: an incomplete header block that the
+/// `:authority` repair holds (and whatever came after it), or octets already scanned that did
+/// not fit h2's buffer. Empty, and without a buffer, on nearly every connection.
+#[derive(Debug, Default)]
+struct Held {
+    /// Consumed from the front; dropped when empty.
+    buf: BytesMut,
+    /// The first `ready` octets of `buf` are scanned and wait for h2.
+    ready: usize,
+}
+
+impl Held {
+    /// Reads from `io` into `out` (h2's buffer), what is held first. `scan` gets the octets not
+    /// scanned yet, from where it last stopped, and says how many of them may go to h2 now.
+    fn poll_read<T: AsyncRead + Unpin>(
+        &mut self,
+        io: &mut T,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+        mut scan: impl FnMut(&mut [u8]) -> Result<usize, Violation>,
+    ) -> Poll<Result<(), Failed>> {
+        loop {
+            if self.ready > 0 {
+                let n = out.remaining().min(self.ready);
+                out.put_slice(&self.buf[..n]);
+                self.buf.advance(n);
+                self.ready -= n;
+                if self.buf.is_empty() {
+                    self.buf = BytesMut::new();
+                }
+                return Poll::Ready(Ok(()));
+            }
+            // Read into h2's buffer.
+            let before = out.filled().len();
+            if out.remaining() == 0 {
+                return Poll::Ready(Ok(()));
+            }
+            ready!(Pin::new(&mut *io).poll_read(cx, out)).map_err(Failed::Io)?;
+            let read = out.filled().len() - before;
+            if self.buf.is_empty() {
+                // Nothing held: scan in place.
+                let released = match read {
+                    0 => return Poll::Ready(Ok(())),
+                    _ => scan(&mut out.filled_mut()[before..]).map_err(Failed::Cut)?,
+                };
+                if released < read {
+                    // An incomplete header block: kept here until the rest of it arrives.
+                    self.buf
+                        .extend_from_slice(&out.filled()[before + released..]);
+                    out.set_filled(before + released);
+                }
+                if released > 0 {
+                    return Poll::Ready(Ok(()));
+                }
+            } else {
+                // Behind the held block: scan it again with what came.
+                self.buf.extend_from_slice(&out.filled()[before..]);
+                out.set_filled(before);
+                self.ready = match read {
+                    // EOF: hand on what is held; h2 sees the EOF on the next read.
+                    0 => self.buf.len(),
+                    _ => scan(&mut self.buf[..]).map_err(Failed::Cut)?,
+                };
             }
         }
-        res
     }
 }
 
@@ -300,12 +399,44 @@ mod tests {
             handshake_timeout: Some(Duration::from_secs(10)),
             ..ConnLimits::default()
         };
-        let mut g = Guarded::new(server, None, limits, None, None);
+        let mut g = Guarded::new(server, None, limits, None, None, Repair::new(true, None));
         let started = Instant::now();
         let mut buf = [0u8; 8];
         let err = g.read(&mut buf).await.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
         assert_eq!(started.elapsed(), Duration::from_secs(10));
         drop(client);
+    }
+
+    #[tokio::test]
+    async fn an_incomplete_header_block_is_held_at_its_own_size_until_complete() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let repair = Repair::new(true, None);
+        let mut g = Guarded::new(server, None, ConnLimits::default(), None, None, repair);
+        let mut wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        wire.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]); // SETTINGS
+        let settled = wire.len();
+        // HEADERS (END_STREAM | END_HEADERS, stream 1): GET, http, /, :authority a:1
+        let block = [0x82, 0x86, 0x84, 0x41, 3, b'a', b':', b'1'];
+        wire.extend_from_slice(&[0, 0, block.len() as u8, 1, 5, 0, 0, 0, 1]);
+        wire.extend_from_slice(&block);
+        wire.extend_from_slice(&[0, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]); // PING
+        let cut = settled + 9 + 2;
+        client.write_all(&wire[..cut]).await.unwrap();
+        let mut buf = vec![0; 4096];
+        let n = g.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], &wire[..settled]);
+        assert!(g.frames.handshaken());
+        assert_eq!(g.held.buf.len(), cut - settled);
+        assert!(g.held.buf.capacity() < 1024, "{}", g.held.buf.capacity());
+        client.write_all(&wire[cut..]).await.unwrap();
+        let n = g.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], &wire[settled..]);
+        assert_eq!(g.held.buf.capacity(), 0);
+        assert!(
+            !g.repair.is_inspecting(),
+            "a valid authority ends the repair"
+        );
     }
 }

@@ -1,7 +1,19 @@
-//! Policies on the client's HTTP/2 frames that h2 offers no hook for, applied below h2 by
-//! following the frame headers in both directions (in [`Guarded`](super::conn::Guarded)). The
-//! same scan of the client's octets tells the handshake deadline when the preface and a whole
-//! first frame are in ([`FrameGuard::handshaken`]).
+//! The one reader of the client's HTTP/2 frames below h2, and the frame policies h2 offers no
+//! hook for.
+//!
+//! [`FrameScanner`] follows the frame headers of one direction of a connection, octets fed in
+//! any split, payloads skipped unread. [`FrameGuard`] runs one over what the client sends and
+//! one over what h2 writes back, in [`Guarded`](super::conn::Guarded). The client's octets are
+//! scanned once, as they are read, for three users:
+//!
+//! - the **handshake deadline**: [`FrameGuard::handshaken`] once the preface and a whole first
+//!   frame are in;
+//! - the **frame policies** below;
+//! - the **`:authority` repair** ([`Repair`](crate::authority::Repair)): while it watches the
+//!   connection, [`FrameGuard::read_to_block`] stops before each header block, which the repair
+//!   holds until complete, repairs in place and hands back to [`FrameGuard::read`].
+//!
+//! The policies:
 //!
 //! - **Ping floods**: grpc-go's keepalive `EnforcementPolicy` ([`pings`](super::pings)).
 //! - **Control-frame and reset floods**: SETTINGS, WINDOW_UPDATE and PRIORITY frames cost the
@@ -22,6 +34,7 @@
 //! it. Cost: a few comparisons per frame header read or written; nothing per octet of
 //! payload.
 
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -29,18 +42,19 @@ use tokio::time::Instant;
 use super::pings::PingPolicy;
 
 /// HTTP/2 frame header (RFC 9113 §4.1).
-const FRAME_HEADER_LEN: usize = 9;
+pub(crate) const FRAME_HEADER_LEN: usize = 9;
 /// Client connection preface (RFC 9113 §3.4), skipped by the read side.
 pub(crate) const PREFACE_LEN: u32 = 24;
 
 const DATA: u8 = 0x0;
-const HEADERS: u8 = 0x1;
+pub(crate) const HEADERS: u8 = 0x1;
 const PRIORITY: u8 = 0x2;
 const RST_STREAM: u8 = 0x3;
 const SETTINGS: u8 = 0x4;
 const PING: u8 = 0x6;
 const GOAWAY: u8 = 0x7;
 const WINDOW_UPDATE: u8 = 0x8;
+pub(crate) const CONTINUATION: u8 = 0x9;
 const FLAG_ACK: u8 = 0x1;
 const FLAG_END_STREAM: u8 = 0x1;
 
@@ -48,12 +62,30 @@ const FLAG_END_STREAM: u8 = 0x1;
 /// for a burst of a thousand cancelled calls or control frames before any work is done.
 pub(crate) const FLOOD_CREDITS: u32 = 1000;
 
-/// A frame header, as [`FrameScanner`] reports it.
+/// A frame header (RFC 9113 §4.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FrameHead {
+    /// Payload length.
+    pub(crate) len: u32,
     pub(crate) kind: u8,
     pub(crate) flags: u8,
     pub(crate) stream: u32,
+}
+
+impl FrameHead {
+    /// The frame header at the start of `buf`, if it is whole there.
+    pub(crate) fn parse(buf: &[u8]) -> Option<FrameHead> {
+        buf.first_chunk().map(FrameHead::from_bytes)
+    }
+
+    fn from_bytes(h: &[u8; FRAME_HEADER_LEN]) -> FrameHead {
+        FrameHead {
+            len: u32::from_be_bytes([0, h[0], h[1], h[2]]),
+            kind: h[3],
+            flags: h[4],
+            stream: u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff,
+        }
+    }
 }
 
 /// Follows the frame headers of one direction of an HTTP/2 connection, octets fed in any
@@ -61,7 +93,7 @@ pub(crate) struct FrameHead {
 #[derive(Debug, Clone)]
 pub(crate) struct FrameScanner {
     header: [u8; FRAME_HEADER_LEN],
-    have: usize,
+    have: u8,
     /// Payload octets still to skip.
     skip: u32,
 }
@@ -84,45 +116,67 @@ impl FrameScanner {
     /// Feeds octets; calls `on_frame` for each frame header completed by them, with the part
     /// of its payload that is in `data` (possibly less than all of it).
     #[inline]
-    pub(crate) fn feed(&mut self, mut data: &[u8], mut on_frame: impl FnMut(FrameHead, &[u8])) {
+    pub(crate) fn feed(&mut self, data: &[u8], mut on_frame: impl FnMut(FrameHead, &[u8])) {
+        self.scan(data, false, |f, payload| {
+            on_frame(f, payload);
+            ControlFlow::Continue(())
+        });
+    }
+
+    /// Like [`feed`](Self::feed), but stops before a frame whose header `on_frame` breaks on,
+    /// and before a frame header that is not whole in `data` (never keeping part of one);
+    /// returns how many octets were consumed. The octets from there on are the caller's to
+    /// feed again. Only for a scanner that [`feed`](Self::feed) has not left inside a header.
+    #[inline]
+    pub(crate) fn feed_whole(
+        &mut self,
+        data: &[u8],
+        on_frame: impl FnMut(FrameHead, &[u8]) -> ControlFlow<()>,
+    ) -> usize {
+        debug_assert_eq!(self.have, 0, "feed_whole inside a frame header");
+        self.scan(data, true, on_frame)
+    }
+
+    #[inline]
+    fn scan(
+        &mut self,
+        data: &[u8],
+        whole: bool,
+        mut on_frame: impl FnMut(FrameHead, &[u8]) -> ControlFlow<()>,
+    ) -> usize {
+        let mut rest = data;
         loop {
             if self.skip > 0 {
-                if data.len() <= self.skip as usize {
-                    self.skip -= data.len() as u32;
-                    return;
+                if rest.len() <= self.skip as usize {
+                    self.skip -= rest.len() as u32;
+                    return data.len();
                 }
-                data = &data[self.skip as usize..];
+                rest = &rest[self.skip as usize..];
                 self.skip = 0;
             }
             // Fast path: a whole header in `data` (nearly always), read in place.
-            let h = match (self.have, data.split_first_chunk::<FRAME_HEADER_LEN>()) {
-                (0, Some((h, rest))) => {
-                    data = rest;
-                    *h
-                }
-                _ if data.is_empty() => return,
+            let (h, after) = match (self.have, rest.split_first_chunk::<FRAME_HEADER_LEN>()) {
+                (0, Some((h, after))) => (*h, after),
+                _ if rest.is_empty() || whole => return data.len() - rest.len(),
                 _ => {
-                    let n = (FRAME_HEADER_LEN - self.have).min(data.len());
-                    self.header[self.have..self.have + n].copy_from_slice(&data[..n]);
-                    self.have += n;
-                    data = &data[n..];
-                    if self.have < FRAME_HEADER_LEN {
-                        return;
+                    let have = usize::from(self.have);
+                    let n = (FRAME_HEADER_LEN - have).min(rest.len());
+                    self.header[have..have + n].copy_from_slice(&rest[..n]);
+                    if have + n < FRAME_HEADER_LEN {
+                        self.have = (have + n) as u8;
+                        return data.len();
                     }
                     self.have = 0;
-                    self.header
+                    (self.header, &rest[n..])
                 }
             };
-            self.skip = u32::from_be_bytes([0, h[0], h[1], h[2]]);
-            let payload = &data[..data.len().min(self.skip as usize)];
-            on_frame(
-                FrameHead {
-                    kind: h[3],
-                    flags: h[4],
-                    stream: u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff,
-                },
-                payload,
-            );
+            let head = FrameHead::from_bytes(&h);
+            let payload = &after[..after.len().min(head.len as usize)];
+            if on_frame(head, payload).is_break() {
+                return data.len() - rest.len();
+            }
+            rest = after;
+            self.skip = head.len;
         }
     }
 }
@@ -269,6 +323,23 @@ impl FrameGuard {
         policy.violated
     }
 
+    /// Like [`read`](Self::read), but stops before a header block (a HEADERS or CONTINUATION
+    /// frame) and before a frame header that is not whole in `data`; returns how many octets
+    /// were read, the rest being the caller's to read again. For the `:authority` repair,
+    /// which holds header blocks until they are complete: only while every earlier octet went
+    /// through this method or through [`read`](Self::read) a whole header block at a time.
+    pub(crate) fn read_to_block(&mut self, data: &[u8]) -> Result<usize, Violation> {
+        let FrameGuard { read, policy, .. } = self;
+        let n = read.feed_whole(data, |f, _| {
+            if matches!(f.kind, HEADERS | CONTINUATION) {
+                return ControlFlow::Break(());
+            }
+            policy.on_read(f);
+            ControlFlow::Continue(())
+        });
+        policy.violated.map_or(Ok(n), Err)
+    }
+
     /// True once the client's preface and a whole first frame (its SETTINGS) have been read.
     pub(crate) fn handshaken(&self) -> bool {
         self.policy.heads > 1 || (self.policy.heads == 1 && self.read.skip == 0)
@@ -358,21 +429,25 @@ mod tests {
         wire.extend(frame(PING, 0, 0, 8));
         let expect = vec![
             FrameHead {
+                len: 6,
                 kind: 0x4,
                 flags: 0,
                 stream: 0,
             },
             FrameHead {
+                len: 40,
                 kind: HEADERS,
                 flags: 0x4,
                 stream: 1,
             },
             FrameHead {
+                len: 1000,
                 kind: DATA,
                 flags: 0x1,
                 stream: 1,
             },
             FrameHead {
+                len: 8,
                 kind: PING,
                 flags: 0,
                 stream: 0,
@@ -551,5 +626,28 @@ mod tests {
         let mut g = FrameGuard::new(None);
         g.read(&wire[..wire.len() - 1]);
         assert!(!g.handshaken());
+    }
+
+    #[test]
+    fn read_to_block_stops_before_header_blocks_and_split_headers() {
+        let mut wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        wire.extend(frame(SETTINGS, 0, 0, 6));
+        wire.extend(frame(PING, 0, 0, 8));
+        let block = wire.len();
+        wire.extend(frame(HEADERS, 0, 1, 10));
+        wire.extend(frame(CONTINUATION, 0x4, 1, 10));
+        wire.extend(frame(RST_STREAM, 0, 1, 4));
+        let ping = 24 + 9 + 6;
+        let mut g = guard(None);
+        assert_eq!(g.read_to_block(&wire[24..ping + 5]), Ok(ping - 24));
+        assert!(g.handshaken());
+        // the held-back PING header, again with the rest: stops before HEADERS
+        assert_eq!(g.read_to_block(&wire[ping..]), Ok(block - ping));
+        // the block read whole, then the frame after it
+        let end = block + 2 * (9 + 10);
+        assert_eq!(g.read(&wire[block..end]), None);
+        assert_eq!(g.read_to_block(&wire[end..]), Ok(13));
+        assert_eq!(g.policy.last_stream, 1);
+        assert_eq!(g.policy.flood.credits, FLOOD_CREDITS - 2);
     }
 }

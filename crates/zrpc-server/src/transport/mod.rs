@@ -2,8 +2,10 @@
 //! (`Transport:` config block, `docs/security.md`).
 //!
 //! - [`incoming`]: zrpc's accept loop (back-off on accept errors, connection cap, TCP_NODELAY,
-//!   `AuthorityFix` innermost, then [`Guarded`](conn::Guarded));
-//! - [`Guarded`](conn::Guarded): handshake timeout, idle timeout, hard end of a connection's age grace;
+//!   then [`Guarded`](conn::Guarded) around the stream);
+//! - [`Guarded`](conn::Guarded): handshake timeout, idle timeout, hard end of a connection's age
+//!   grace, and the one scan of the client's frames ([`frames`]) for the handshake, the frame
+//!   policies and the `:authority` repair;
 //! - [`serve`]: zrpc's serve loop over hyper, with every HTTP/2 limit set explicitly (streams
 //!   per connection, header list, resets, windows, keepalive) and a GOAWAY at the maximum
 //!   connection age. Before the chain sees a request, it puts its body under the budget of
@@ -21,10 +23,10 @@
 mod accept;
 mod backoff;
 mod budget;
-mod conn;
+pub(crate) mod conn;
 mod content_type;
 mod cuts;
-mod frames;
+pub(crate) mod frames;
 pub(crate) mod front;
 pub(crate) mod io;
 mod pings;
