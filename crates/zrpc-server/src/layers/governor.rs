@@ -59,6 +59,7 @@ use super::stat::{StatLayer, StatRecord, StatSettings};
 use super::timeout::{self, Compiled, TimeoutLayer, Timer, caller_deadline};
 use super::trace::{TraceLayer, TraceRecord, in_scope, rpc_span};
 use super::util::{is_infra, method_of, peer_addr};
+use crate::transport::serve::Arrival;
 
 /// The stages' settings, as their layers were configured.
 #[derive(Debug)]
@@ -402,34 +403,30 @@ where
         self.inner.poll_ready(cx)
     }
 
-    /// Reads what the serve loop put in the request's extensions: the call's facts (made
-    /// here when the request budget did not make them), the peer's address, and the call's
-    /// count in the shedder's flight since its stream was accepted.
+    /// Reads what the serve loop put in the request's extensions (its `Arrival`): the
+    /// call's facts (made here when the request budget did not make them), the peer's
+    /// address and the call's count in the shedder's flight since its stream was accepted.
     #[inline(always)]
     fn call(&mut self, mut req: Request<Body>) -> Self::Future {
-        let facts = if self.shared.facts {
-            match facts_of(&req) {
-                Some(facts) => Some(facts),
-                None => {
-                    req = with_facts(req);
-                    facts_of(&req)
-                }
-            }
-        } else {
-            None
+        let (facts, queued, peer) = match req.extensions_mut().get_mut::<Arrival>() {
+            Some(a) => (a.facts.take(), a.queued.take(), a.conn.tcp.remote_addr),
+            None => (None, None, peer_addr(&req)),
         };
-        let queued = self
-            .shared
-            .shedding
-            .as_ref()
-            .and_then(|_| req.extensions_mut().remove::<Queued>());
+        let facts = match facts {
+            Some(facts) => Some(facts),
+            None if self.shared.facts => {
+                req = with_facts(req);
+                facts_of(&req)
+            }
+            None => None,
+        };
         let entry = Entry {
             facts,
             caller: caller_deadline(req.headers()),
             now: None,
             queued,
         };
-        self.call_with(req, entry)
+        self.call_with(req, entry, peer)
     }
 }
 
@@ -438,9 +435,14 @@ where
     S: Service<Request<Body>, Response = Response<B>> + Clone,
     B: Default,
 {
-    /// The call of `req`, admitted as `entry` says.
+    /// The call of `req` from `peer`, admitted as `entry` says.
     #[inline(always)]
-    fn call_with(&mut self, req: Request<Body>, entry: Entry) -> ResponseFuture<S, B> {
+    fn call_with(
+        &mut self,
+        req: Request<Body>,
+        entry: Entry,
+        peer: Option<std::net::SocketAddr>,
+    ) -> ResponseFuture<S, B> {
         let g = &*self.shared;
         // Recover's method (for the log line) and the facts it marks on a panic, which the
         // breaker and the shedder read too.
@@ -475,7 +477,7 @@ where
             Some(RecordersRecord::new(
                 g.stat
                     .as_ref()
-                    .map(|s| StatRecord::start(s, &req, peer_addr(&req), start)),
+                    .map(|s| StatRecord::start(s, &req, peer, start)),
                 g.metrics.as_ref().map(|m| m.start(&req, start)),
             ))
         } else {

@@ -6,7 +6,7 @@
 //! 2. answers HTTP 415 to a request that is not gRPC ([`content_type`](super::content_type));
 //! 3. answers `PermissionDenied` to a client missing from `Tls.AllowedClients`.
 //!
-//! It reads the connection from the [`ConnInfo`] the serve loop puts in every request's
+//! It reads the connection from the [`Arrival`] the serve loop puts in every request's
 //! extensions. One service rather than one per step: each would pass nearly every call
 //! through, and a layer costs every call a clone of its service and a move of its future.
 
@@ -22,7 +22,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::content_type::{is_grpc, unsupported};
-use super::io::ConnInfo;
+use super::serve::Arrival;
 use super::streams::{CallGuard, CountedBody};
 use crate::tls::allow::AllowList;
 use crate::tls::allow::denied;
@@ -84,7 +84,7 @@ where
 
     fn call(&mut self, req: Request<Body>) -> Self::Future {
         let settings = &*self.settings;
-        let conn = req.extensions().get::<Arc<ConnInfo>>();
+        let conn = req.extensions().get::<Arrival>().map(|a| &*a.conn);
         let guard = conn
             .and_then(|c| c.conn.as_ref())
             .filter(|_| settings.counted)

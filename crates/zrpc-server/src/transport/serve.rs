@@ -40,6 +40,7 @@ use tower_service::Service;
 
 use super::budget::RequestBudget;
 use super::io::ConnInfo;
+use crate::layers::facts::CallFacts;
 use crate::layers::shedding;
 use crate::layers::timeout::{Timer, caller_deadline};
 
@@ -62,8 +63,8 @@ pub(crate) struct Http2 {
 
 /// What the serve loop does to every request before the chain sees it: the body under the
 /// request-bytes budget (boxed once, as tonic's `Body`), the call counted in the shedder's
-/// flight from the moment its stream is accepted, and the connection's facts in the request's
-/// extensions (see [`Intake::prepare`]).
+/// flight from the moment its stream is accepted, and what the transport knows of the call in
+/// the request's extensions (see [`Intake::prepare`]).
 #[derive(Debug)]
 pub(crate) struct Intake {
     pub(crate) budget: RequestBudget,
@@ -80,12 +81,15 @@ impl Intake {
         self.shedding.as_ref().and_then(|s| s.queue(req.uri().path()))
     }
 
-    /// `req` as the chain gets it: its body under the budget, and in its extensions the
-    /// connection's [`ConnInfo`] (one `Arc` per connection), tonic's `TcpConnectInfo` (for
-    /// `Request::remote_addr`), the client's [`PeerIdentity`](crate::PeerIdentity) under
-    /// mTLS, the call's [`CallFacts`](crate::layers::CallFacts) when the chain keeps them and
-    /// its [`Queued`] count.
-    fn prepare<RB>(&self, req: Request<RB>, conn: Arc<ConnInfo>, queued: Option<Queued>) -> Request<Body>
+    /// `req` as the chain gets it: its body under the budget, and in its extensions tonic's
+    /// `TcpConnectInfo` (for `Request::remote_addr`), the client's
+    /// [`PeerIdentity`](crate::PeerIdentity) under mTLS, and the call's [`Arrival`].
+    fn prepare<RB>(
+        &self,
+        req: Request<RB>,
+        conn: Arc<ConnInfo>,
+        queued: Option<Queued>,
+    ) -> Request<Body>
     where
         RB: http_body::Body<Data = Bytes> + Send + 'static,
         RB::Error: Into<BoxError>,
@@ -96,15 +100,27 @@ impl Intake {
         if let Some(id) = &conn.peer {
             ext.insert(id.clone());
         }
-        if let Some(facts) = facts {
-            ext.insert(facts);
-        }
-        if let Some(queued) = queued {
-            ext.insert(queued);
-        }
-        ext.insert(conn);
+        ext.insert(Arrival {
+            conn,
+            facts,
+            queued,
+        });
         req
     }
+}
+
+/// What the transport knows of a call, in its request's extensions for the chain's stages
+/// ([`Front`](super::front::Front) and the governor): one extension, so that with tonic's
+/// `TcpConnectInfo` and the router's parameters a request's extensions fit their first
+/// allocation.
+#[derive(Debug, Clone)]
+pub(crate) struct Arrival {
+    /// The connection's facts, one `Arc` per connection.
+    pub(crate) conn: Arc<ConnInfo>,
+    /// The call's facts, recorded by the budgeted request body (when the chain keeps them).
+    pub(crate) facts: Option<CallFacts>,
+    /// The call's count in the shedder's flight since its stream was accepted.
+    pub(crate) queued: Option<Queued>,
 }
 
 /// Serves `incoming` with `chain` until `signal`, then sends every connection a GOAWAY and
