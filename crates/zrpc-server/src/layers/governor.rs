@@ -405,12 +405,18 @@ where
 
     /// Reads what the serve loop put in the request's extensions (its `Arrival`): the
     /// call's facts (made here when the request budget did not make them), the peer's
-    /// address and the call's count in the shedder's flight since its stream was accepted.
+    /// address, the call's count in the shedder's flight since its stream was accepted and
+    /// the caller's deadline.
     #[inline(always)]
     fn call(&mut self, mut req: Request<Body>) -> Self::Future {
-        let (facts, queued, peer) = match req.extensions_mut().get_mut::<Arrival>() {
-            Some(a) => (a.facts.take(), a.queued.take(), a.conn.tcp.remote_addr),
-            None => (None, None, peer_addr(&req)),
+        let (facts, queued, peer, caller) = match req.extensions_mut().get_mut::<Arrival>() {
+            Some(a) => (
+                a.facts.take(),
+                a.queued.take(),
+                a.conn.tcp.remote_addr,
+                a.caller_deadline,
+            ),
+            None => (None, None, peer_addr(&req), caller_deadline(req.headers())),
         };
         let facts = match facts {
             Some(facts) => Some(facts),
@@ -422,7 +428,7 @@ where
         };
         let entry = Entry {
             facts,
-            caller: caller_deadline(req.headers()),
+            caller,
             now: None,
             queued,
         };

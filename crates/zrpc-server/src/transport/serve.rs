@@ -33,6 +33,7 @@ use hyper::server::conn::http2::{Builder, Connection};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::time::Instant;
 use tonic::Status;
 use tonic::body::Body;
 use tonic::transport::server::Connected;
@@ -89,6 +90,7 @@ impl Intake {
         req: Request<RB>,
         conn: Arc<ConnInfo>,
         queued: Option<Queued>,
+        caller_deadline: Option<Instant>,
     ) -> Request<Body>
     where
         RB: http_body::Body<Data = Bytes> + Send + 'static,
@@ -104,6 +106,7 @@ impl Intake {
             conn,
             facts,
             queued,
+            caller_deadline,
         });
         req
     }
@@ -121,6 +124,8 @@ pub(crate) struct Arrival {
     pub(crate) facts: Option<CallFacts>,
     /// The call's count in the shedder's flight since its stream was accepted.
     pub(crate) queued: Option<Queued>,
+    /// The deadline the caller's `grpc-timeout` set when the request arrived.
+    pub(crate) caller_deadline: Option<Instant>,
 }
 
 /// Serves `incoming` with `chain` until `signal`, then sends every connection a GOAWAY and
@@ -284,12 +289,14 @@ where
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
         let queued = self.intake.queue(&req);
+        let deadline = caller_deadline(req.headers());
         let start = Start {
             chain: self.chain.clone(),
             req,
             conn: Arc::clone(&self.conn),
             intake: Arc::clone(&self.intake),
             queued,
+            deadline,
         };
         Dispatch::new(start)
     }
@@ -303,12 +310,14 @@ struct Start<S, RB> {
     intake: Arc<Intake>,
     // Its count in the shedder's flight until then.
     queued: Option<Queued>,
+    // The deadline its caller set.
+    deadline: Option<Instant>,
 }
 
 impl<S: Service<Request<Body>>, RB> Dispatch<S, RB> {
     /// The call of `start`, under the caller's deadline if its `grpc-timeout` sets one.
     fn new(start: Start<S, RB>) -> Self {
-        let deadline = caller_deadline(start.req.headers());
+        let deadline = start.deadline;
         Dispatch {
             state: State::Start { start: Some(start) },
             deadline: Timer::new(deadline),
@@ -387,11 +396,12 @@ where
                     conn,
                     intake,
                     queued,
+                    deadline,
                 }) = start.take()
                 else {
                     return Poll::Pending;
                 };
-                let fut = chain.call(intake.prepare(req, conn, queued));
+                let fut = chain.call(intake.prepare(req, conn, queued, deadline));
                 state.set(State::Called { fut });
             }
             StateProj::Called { fut } => {
@@ -437,10 +447,12 @@ mod tests {
             budget: RequestBudget::new(None, None),
             shedding: None,
         };
+        let deadline = caller_deadline(req.headers());
         Dispatch::new(Start {
             chain: svc,
             req,
             conn: Arc::new(conn),
+            deadline,
             intake: Arc::new(intake),
             queued: None,
         })
