@@ -4,9 +4,12 @@
 //! [`RpcServerConf`] it serves your tonic services over its own HTTP/2 serve loop (hyper,
 //! HTTP/2 only, with connection limits, optional TLS and the `:authority` repair for go-zero
 //! clients) and runs each call through tracing, panic recovery, slow-call logs, Prometheus
-//! metrics, auth, a per-method breaker, adaptive shedding and timeouts, in that order. That is
-//! go-zero's order except for auth, which go-zero runs last: zrpc checks credentials before
-//! the breaker and the shedder, so unauthenticated callers cannot move them (see [`layers`]).
+//! metrics, auth, a per-method breaker, adaptive shedding and timeouts, in that order, as one
+//! stage (each switched by the config). That is go-zero's order except for auth, which go-zero
+//! runs last: zrpc checks credentials before the breaker and the shedder, so unauthenticated
+//! callers cannot move them (the repository's `docs/middleware.md`). Auth checks go-zero's
+//! `app`/`token` metadata against a [`TokenStore`]: [`StaticTokens`] from the config,
+//! `RedisTokens` (feature `redis-auth`), or your own.
 //! It also serves the gRPC health service, optional reflection and the DevServer
 //! (`/metrics`, `/healthz`), registers in etcd and shuts down gracefully.
 
@@ -20,7 +23,7 @@ mod devserver;
 mod error;
 mod gauges;
 mod handle;
-pub mod layers;
+mod layers;
 pub mod metrics;
 mod preflight;
 pub mod registry;
@@ -37,6 +40,7 @@ pub use authority::original_authority;
 pub use conf::RpcServerConf;
 pub use error::Error;
 pub use handle::{Phase, ServerHandle};
+pub use layers::{Lookup, StaticTokens, TokenFuture, TokenStore};
 pub use preflight::preflight;
 /// For the facade (`zrpc::client`): not public API.
 #[doc(hidden)]

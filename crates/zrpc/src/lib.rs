@@ -75,9 +75,12 @@
 //! - [`conf`]: every config type and the loader ([`conf::load`]: YAML, JSON or TOML (`toml`
 //!   feature) by extension, `${VAR}` expansion, case-insensitive keys, unknown keys are errors).
 //! - [`server()`] / [`Server`]: the server, its [`ServerHandle`] and graceful [`shutdown`].
-//! - [`client()`] / [`Client`]: the balanced, governed channel.
-//! - [`layers`]: the middleware of both chains, for users who assemble their own stacks;
-//!   [`metrics`]: their Prometheus families.
+//! - [`client()`] / [`Client`]: the balanced, governed channel; [`CallTimeout`] sets one
+//!   call's deadline.
+//! - [`metrics`]: the Prometheus families of both middleware chains (the chains themselves run
+//!   inside [`Server`] and [`Client`], switched by the config; `docs/middleware.md`).
+//! - [`TokenStore`]: where the server's auth finds each app's token ([`StaticTokens`] from the
+//!   config, or your own, given to [`Server::token_store`]).
 //! - [`registry`] (server side, etcd registration) and [`resolver`] (client side, discovery).
 //! - [`Error`]: one error type for everything the facade does; the crate errors
 //!   ([`ServerError`], [`ClientError`], [`ConfError`](conf::ConfError)) convert into it;
@@ -101,7 +104,6 @@ pub mod codegen;
 pub mod conf;
 mod constructors;
 mod error;
-pub mod layers;
 pub mod metrics;
 
 pub use constructors::{client, server};
@@ -115,7 +117,8 @@ pub use conf::{
 
 pub use zrpc_client::{CallTimeout, Client, EndpointInfo};
 pub use zrpc_server::{
-    PeerIdentity, Phase, Server, ServerHandle, TlsError, original_authority, preflight,
+    Lookup, PeerIdentity, Phase, Server, ServerHandle, StaticTokens, TlsError, TokenFuture,
+    TokenStore, original_authority, preflight,
 };
 
 /// Local rejections, as marker errors: the breaker is open (`Unavailable "circuit breaker is

@@ -17,15 +17,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll, ready};
 use std::time::Instant;
 
-use http::{Request, Response};
-use pin_project_lite::pin_project;
+use http::Request;
 use subtle::ConstantTimeEq;
-use tower_layer::Layer;
-use tower_service::Service;
-use zrpc_core::grpc::{code, status_response};
+use zrpc_core::grpc::code;
 
 use super::util::{APP, TOKEN, find, is_infra};
 use crate::Error;
@@ -44,7 +40,9 @@ pub enum Lookup {
 
 /// Where the expected token of an app comes from (go-zero uses a Redis hash).
 ///
-/// Implement it for custom stores; [`StaticTokens`] is the built-in map from `AuthTokens`.
+/// Implement it for custom stores and hand it to
+/// [`Server::token_store`](crate::Server::token_store); [`StaticTokens`] is the built-in map
+/// from `AuthTokens`.
 pub trait TokenStore: Send + Sync + fmt::Debug + 'static {
     /// The expected token of `app`.
     fn lookup(&self, app: &str) -> Lookup;
@@ -86,9 +84,9 @@ impl TokenStore for StaticTokens {
     }
 }
 
-/// Adds [`Auth`].
+/// The auth stage's settings: the token store (`None`: auth off) and the policy.
 #[derive(Debug, Clone)]
-pub struct AuthLayer {
+pub(crate) struct AuthLayer {
     store: Option<Arc<dyn TokenStore>>,
     policy: Arc<Policy>,
 }
@@ -125,8 +123,8 @@ impl Policy {
 }
 
 impl AuthLayer {
-    /// An auth layer checking against `store`; `None` = auth off.
-    pub fn new(store: Option<Arc<dyn TokenStore>>, strict: bool) -> Self {
+    /// An auth stage checking against `store`; `None` = auth off.
+    pub(crate) fn new(store: Option<Arc<dyn TokenStore>>, strict: bool) -> Self {
         Self {
             store,
             policy: Arc::new(Policy {
@@ -137,71 +135,17 @@ impl AuthLayer {
             }),
         }
     }
-}
 
-impl AuthLayer {
-    /// The store (`None`: auth off) and the policy, for the server's fused stage.
+    /// The store (`None`: auth off) and the policy, for the governor.
     pub(crate) fn parts(&self) -> (Option<Arc<dyn TokenStore>>, Arc<Policy>) {
         (self.store.clone(), Arc::clone(&self.policy))
     }
-}
-
-impl<S> Layer<S> for AuthLayer {
-    type Service = Auth<S>;
-    fn layer(&self, inner: S) -> Auth<S> {
-        Auth {
-            inner,
-            store: self.store.clone(),
-            policy: Arc::clone(&self.policy),
-        }
-    }
-}
-
-/// Checks app/token metadata.
-#[derive(Debug, Clone)]
-pub struct Auth<S> {
-    inner: S,
-    store: Option<Arc<dyn TokenStore>>,
-    policy: Arc<Policy>,
 }
 
 fn header<'a, B>(req: &'a Request<B>, name: &http::HeaderName) -> Option<&'a [u8]> {
     find(req.headers(), name)
         .map(http::HeaderValue::as_bytes)
         .filter(|v| !v.is_empty())
-}
-
-impl<S, ReqB, B> Service<Request<ReqB>> for Auth<S>
-where
-    S: Service<Request<ReqB>, Response = Response<B>> + Clone,
-    B: Default,
-{
-    type Response = Response<B>;
-    type Error = S::Error;
-    type Future = ResponseFuture<S, Request<ReqB>, B>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    #[inline(always)]
-    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        match check(self.store.as_ref(), &self.policy, &req) {
-            Check::Pass => ResponseFuture::call(self.inner.call(req)),
-            Check::Reject(c, m) => ResponseFuture::reject(c, &m),
-            Check::Pending(lookup, token) => {
-                let clone = self.inner.clone();
-                let inner = std::mem::replace(&mut self.inner, clone);
-                ResponseFuture {
-                    state: State::Lookup {
-                        lookup,
-                        pending: Some(Box::new((inner, req, token))),
-                        policy: Arc::clone(&self.policy),
-                    },
-                }
-            }
-        }
-    }
 }
 
 /// What the credentials of a call decide, before any I/O.
@@ -266,89 +210,161 @@ pub(crate) fn decide(
     }
 }
 
-pin_project! {
-    /// Response future of [`Auth`].
-    pub struct ResponseFuture<S: Service<R>, R, B> {
-        #[pin]
-        state: State<S, R, B>,
-    }
-}
+#[cfg(test)]
+mod nested {
+    //! The auth stage as a tower layer of its own, for the differential test and the unit
+    //! tests (the server runs it in the governor).
 
-pin_project! {
-    #[project = StateProj]
-    // The lookup's service and request, and a rejection's response, are boxed: inline they
-    // would make every call's future (auth on or off) several hundred bytes larger, and each
-    // outer layer moves that future; both are off the common path.
-    enum State<S: Service<R>, R, B> {
-        Lookup { lookup: TokenFuture, pending: Option<Box<(S, R, Vec<u8>)>>, policy: Arc<Policy> },
-        Call { #[pin] fut: S::Future },
-        Rejected { resp: Option<Box<Response<B>>> },
-    }
-}
+    use std::fmt;
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use std::task::{Context, Poll, ready};
 
-impl<S: Service<R>, R, B> fmt::Debug for ResponseFuture<S, R, B> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("auth::ResponseFuture")
-            .finish_non_exhaustive()
-    }
-}
+    use http::{Request, Response};
+    use pin_project_lite::pin_project;
+    use tower_layer::Layer;
+    use tower_service::Service;
+    use zrpc_core::grpc::status_response;
 
-impl<S: Service<R>, R, B> ResponseFuture<S, R, B> {
-    fn call(fut: S::Future) -> Self {
-        Self {
-            state: State::Call { fut },
+    use super::{AuthLayer, Check, Policy, TokenFuture, TokenStore, check, decide};
+
+    impl<S> Layer<S> for AuthLayer {
+        type Service = Auth<S>;
+        fn layer(&self, inner: S) -> Auth<S> {
+            Auth {
+                inner,
+                store: self.store.clone(),
+                policy: Arc::clone(&self.policy),
+            }
         }
     }
 
-    fn reject(c: i32, msg: &str) -> Self
+    /// Checks app/token metadata.
+    #[derive(Debug, Clone)]
+    pub(crate) struct Auth<S> {
+        inner: S,
+        store: Option<Arc<dyn TokenStore>>,
+        policy: Arc<Policy>,
+    }
+
+    impl<S, ReqB, B> Service<Request<ReqB>> for Auth<S>
     where
+        S: Service<Request<ReqB>, Response = Response<B>> + Clone,
         B: Default,
     {
-        Self {
-            state: State::Rejected {
-                resp: Some(Box::new(status_response(c, msg))),
-            },
+        type Response = Response<B>;
+        type Error = S::Error;
+        type Future = ResponseFuture<S, Request<ReqB>, B>;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            self.inner.poll_ready(cx)
+        }
+
+        #[inline(always)]
+        fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+            match check(self.store.as_ref(), &self.policy, &req) {
+                Check::Pass => ResponseFuture::call(self.inner.call(req)),
+                Check::Reject(c, m) => ResponseFuture::reject(c, &m),
+                Check::Pending(lookup, token) => {
+                    let clone = self.inner.clone();
+                    let inner = std::mem::replace(&mut self.inner, clone);
+                    ResponseFuture {
+                        state: State::Lookup {
+                            lookup,
+                            pending: Some(Box::new((inner, req, token))),
+                            policy: Arc::clone(&self.policy),
+                        },
+                    }
+                }
+            }
         }
     }
-}
 
-impl<S, R, B> Future for ResponseFuture<S, R, B>
-where
-    S: Service<R, Response = Response<B>>,
-    B: Default,
-{
-    type Output = Result<Response<B>, S::Error>;
+    pin_project! {
+        /// Response future of [`Auth`].
+        pub(crate) struct ResponseFuture<S: Service<R>, R, B> {
+            #[pin]
+            state: State<S, R, B>,
+        }
+    }
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        loop {
-            let mut this = self.as_mut().project();
-            match this.state.as_mut().project() {
-                StateProj::Call { fut } => return fut.poll(cx),
-                StateProj::Rejected { resp } => {
-                    return match resp.take() {
-                        Some(r) => Poll::Ready(Ok(*r)),
-                        None => Poll::Pending,
-                    };
-                }
-                StateProj::Lookup {
-                    lookup,
-                    pending,
-                    policy,
-                } => {
-                    let found = ready!(lookup.as_mut().poll(cx));
-                    let Some(taken) = pending.take() else {
-                        return Poll::Pending;
-                    };
-                    let (mut inner, req, token) = *taken;
-                    let next = match decide(found, &token, policy) {
-                        Check::Reject(c, m) => State::Rejected {
-                            resp: Some(Box::new(status_response(c, &m))),
-                        },
-                        _ => State::Call {
-                            fut: inner.call(req),
-                        },
-                    };
-                    this.state.set(next);
+    pin_project! {
+        #[project = StateProj]
+        // The lookup's service and request, and a rejection's response, are boxed: inline they
+        // would make every call's future (auth on or off) several hundred bytes larger, and each
+        // outer layer moves that future; both are off the common path.
+        enum State<S: Service<R>, R, B> {
+            Lookup { lookup: TokenFuture, pending: Option<Box<(S, R, Vec<u8>)>>, policy: Arc<Policy> },
+            Call { #[pin] fut: S::Future },
+            Rejected { resp: Option<Box<Response<B>>> },
+        }
+    }
+
+    impl<S: Service<R>, R, B> fmt::Debug for ResponseFuture<S, R, B> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("auth::ResponseFuture")
+                .finish_non_exhaustive()
+        }
+    }
+
+    impl<S: Service<R>, R, B> ResponseFuture<S, R, B> {
+        fn call(fut: S::Future) -> Self {
+            Self {
+                state: State::Call { fut },
+            }
+        }
+
+        fn reject(c: i32, msg: &str) -> Self
+        where
+            B: Default,
+        {
+            Self {
+                state: State::Rejected {
+                    resp: Some(Box::new(status_response(c, msg))),
+                },
+            }
+        }
+    }
+
+    impl<S, R, B> Future for ResponseFuture<S, R, B>
+    where
+        S: Service<R, Response = Response<B>>,
+        B: Default,
+    {
+        type Output = Result<Response<B>, S::Error>;
+
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+            loop {
+                let mut this = self.as_mut().project();
+                match this.state.as_mut().project() {
+                    StateProj::Call { fut } => return fut.poll(cx),
+                    StateProj::Rejected { resp } => {
+                        return match resp.take() {
+                            Some(r) => Poll::Ready(Ok(*r)),
+                            None => Poll::Pending,
+                        };
+                    }
+                    StateProj::Lookup {
+                        lookup,
+                        pending,
+                        policy,
+                    } => {
+                        let found = ready!(lookup.as_mut().poll(cx));
+                        let Some(taken) = pending.take() else {
+                            return Poll::Pending;
+                        };
+                        let (mut inner, req, token) = *taken;
+                        let next = match decide(found, &token, policy) {
+                            Check::Reject(c, m) => State::Rejected {
+                                resp: Some(Box::new(status_response(c, &m))),
+                            },
+                            _ => State::Call {
+                                fut: inner.call(req),
+                            },
+                        };
+                        this.state.set(next);
+                    }
                 }
             }
         }
@@ -360,7 +376,8 @@ where
 mod tests {
     use std::convert::Infallible;
 
-    use tower::ServiceExt;
+    use http::Response;
+    use tower::{Layer, Service, ServiceExt};
     use zrpc_core::grpc::status_message_from_headers;
 
     use super::*;

@@ -13,8 +13,8 @@
 //! Unlike go-zero, only failures the **server** produced count (see [`facts`](super::facts)):
 //! a failure whose request body never arrived whole (undecodable, truncated, still missing at
 //! the deadline) or failed (the caller reset the stream) is recorded as acceptable, and a
-//! handler panic is a failure even though the recover layer drops the handler as a
-//! cancellation. Auth runs before this layer, so unauthenticated calls never reach it. A
+//! handler panic is a failure even though the recover stage drops the handler as a
+//! cancellation. Auth runs before this stage, so unauthenticated calls never reach it. A
 //! hostile caller therefore cannot open the breaker for everyone else.
 //!
 //! Nor can it grow the registry: a method gets its breaker only once a call to it has
@@ -24,68 +24,47 @@
 //! any interceptor runs, so go-zero's breaker never sees them either.)
 
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Instant;
 
-use http::{Request, Response};
-use tower_layer::Layer;
-use tower_service::Service;
+use http::Response;
 use zrpc_core::breaker::{BreakerPromise, BreakerRegistry};
 use zrpc_core::grpc::{OnStatus, code, status_response};
 
-use super::facts::{Blame, CallFacts, blame, facts_of};
-use super::observe::{ObserveFuture, ObserveOrReject, ObservedBody};
-use super::util::is_infra;
+use super::facts::{Blame, CallFacts, blame};
 use crate::metrics::{DropReason, count_drop};
 
 /// The message of a breaker rejection (go-zero's).
-pub const BREAKER_OPEN_MESSAGE: &str = "circuit breaker is open";
+pub(crate) const BREAKER_OPEN_MESSAGE: &str = "circuit breaker is open";
 
-/// Adds [`Breaker`]; `enabled` is `Middlewares.Breaker`.
+/// The breaker stage's settings: the registry when `Middlewares.Breaker` is on.
 #[derive(Debug, Clone)]
-pub struct BreakerLayer {
+pub(crate) struct BreakerLayer {
     registry: Option<Arc<BreakerRegistry>>,
 }
 
 impl BreakerLayer {
-    /// A breaker layer over the process-wide registry ([`BreakerRegistry::shared`]).
-    pub fn new(enabled: bool) -> Self {
+    /// A breaker stage over the process-wide registry ([`BreakerRegistry::shared`]).
+    #[cfg(test)]
+    pub(crate) fn new(enabled: bool) -> Self {
         Self::with_registry(enabled, BreakerRegistry::shared())
     }
 
-    /// A breaker layer over `registry`, an owned handle (a server of its own, or tests).
-    pub fn with_registry(enabled: bool, registry: Arc<BreakerRegistry>) -> Self {
+    /// A breaker stage over `registry`, an owned handle (a server of its own, or tests).
+    pub(crate) fn with_registry(enabled: bool, registry: Arc<BreakerRegistry>) -> Self {
         Self {
             registry: enabled.then_some(registry),
         }
     }
 
-    /// The registry, when the layer is on.
+    /// The registry, when the stage is on.
     pub(crate) fn registry(&self) -> Option<Arc<BreakerRegistry>> {
         self.registry.clone()
     }
 }
 
-impl<S> Layer<S> for BreakerLayer {
-    type Service = Breaker<S>;
-    fn layer(&self, inner: S) -> Breaker<S> {
-        Breaker {
-            inner,
-            registry: self.registry.clone(),
-        }
-    }
-}
-
-/// Guards each method with its breaker.
-#[derive(Debug, Clone)]
-pub struct Breaker<S> {
-    inner: S,
-    registry: Option<Arc<BreakerRegistry>>,
-}
-
 /// Reports the call's outcome to its breaker.
 #[derive(Debug)]
-pub struct BreakerRecord(Record);
+pub(crate) struct BreakerRecord(Record);
 
 #[derive(Debug)]
 enum Record {
@@ -123,33 +102,6 @@ impl BreakerRecord {
                     let _ = registry.get(&method);
                 }
             }
-        }
-    }
-}
-
-impl<S, ReqB, B> Service<Request<ReqB>> for Breaker<S>
-where
-    S: Service<Request<ReqB>, Response = Response<B>>,
-    B: Default,
-{
-    type Response = Response<ObservedBody<B, BreakerRecord>>;
-    type Error = S::Error;
-    type Future = ResponseFuture<S::Future, B>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        let path = req.uri().path();
-        let Some(registry) = self.registry.as_ref().filter(|_| !is_infra(path)) else {
-            return ResponseFuture::observe(ObserveFuture::passthrough(self.inner.call(req)));
-        };
-        match BreakerRecord::admit(registry, path, || facts_of(&req), Instant::now()) {
-            Some(record) => {
-                ResponseFuture::observe(ObserveFuture::new(self.inner.call(req), record))
-            }
-            None => ResponseFuture::rejected(rejection()),
         }
     }
 }
@@ -198,15 +150,80 @@ fn dropped(path: &str) {
     tracing::debug!(target: "zrpc::breaker", method = path, "{BREAKER_OPEN_MESSAGE}");
 }
 
-/// Response future of the layer's service: the observed call, or the local rejection.
-pub type ResponseFuture<F, B> = ObserveOrReject<F, B, BreakerRecord>;
+#[cfg(test)]
+mod nested {
+    //! The breaker stage as a tower layer of its own, for the differential test and the unit
+    //! tests (the server runs it in the governor).
+
+    use std::sync::Arc;
+    use std::task::{Context, Poll};
+    use std::time::Instant;
+
+    use http::{Request, Response};
+    use tower_layer::Layer;
+    use tower_service::Service;
+    use zrpc_core::breaker::BreakerRegistry;
+
+    use super::{BreakerLayer, BreakerRecord, rejection};
+    use crate::layers::facts::facts_of;
+    use crate::layers::observe::{ObserveFuture, ObserveOrReject, ObservedBody};
+    use crate::layers::util::is_infra;
+
+    impl<S> Layer<S> for BreakerLayer {
+        type Service = Breaker<S>;
+        fn layer(&self, inner: S) -> Breaker<S> {
+            Breaker {
+                inner,
+                registry: self.registry.clone(),
+            }
+        }
+    }
+
+    /// Guards each method with its breaker.
+    #[derive(Debug, Clone)]
+    pub(crate) struct Breaker<S> {
+        inner: S,
+        registry: Option<Arc<BreakerRegistry>>,
+    }
+
+    impl<S, ReqB, B> Service<Request<ReqB>> for Breaker<S>
+    where
+        S: Service<Request<ReqB>, Response = Response<B>>,
+        B: Default,
+    {
+        type Response = Response<ObservedBody<B, BreakerRecord>>;
+        type Error = S::Error;
+        type Future = ResponseFuture<S::Future, B>;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            self.inner.poll_ready(cx)
+        }
+
+        fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+            let path = req.uri().path();
+            let Some(registry) = self.registry.as_ref().filter(|_| !is_infra(path)) else {
+                return ResponseFuture::observe(ObserveFuture::passthrough(self.inner.call(req)));
+            };
+            match BreakerRecord::admit(registry, path, || facts_of(&req), Instant::now()) {
+                Some(record) => {
+                    ResponseFuture::observe(ObserveFuture::new(self.inner.call(req), record))
+                }
+                None => ResponseFuture::rejected(rejection()),
+            }
+        }
+    }
+
+    /// Response future of the layer's service: the observed call, or the local rejection.
+    pub(crate) type ResponseFuture<F, B> = ObserveOrReject<F, B, BreakerRecord>;
+}
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use std::convert::Infallible;
 
-    use tower::ServiceExt;
+    use http::Request;
+    use tower::{Layer, ServiceExt};
     use zrpc_core::breaker::BreakerConfig;
     use zrpc_core::grpc::status_message_from_headers;
 

@@ -3,9 +3,11 @@
 //!
 //! A final gRPC code alone cannot say whose fault a failure was: `Internal` is what tonic
 //! answers to an undecodable request *and* what a failing handler returns; `DeadlineExceeded`
-//! is a slow handler *or* a request body that never arrived. [`FactsLayer`] (outermost in the
-//! chain) gives each call a [`CallFacts`] in its request extensions and wraps the request body
-//! to record whether it was read **to its end**. The layers that learn from outcomes read it:
+//! is a slow handler *or* a request body that never arrived. When the breaker or the shedder is
+//! on, each call gets a [`CallFacts`] in its request extensions and its request body is watched
+//! to record whether it was read **to its end** (by the transport's request budget when it wraps
+//! the body, else by the governor with [`FactsBody`]). The stages that learn from outcomes read
+//! it:
 //!
 //! - **The request was never read to its end**: the handler of a unary or server-streaming
 //!   method never ran, because tonic reads the whole request body (message, then trailers: its
@@ -17,8 +19,8 @@
 //!   frame is `"Unexpected EOF decoding stream."`, an absent one `"Missing request message."`).
 //!   It also covers the decode error raised while reading trailing messages, and any codec.
 //! - **The request body failed** (the client reset the stream): the caller went away.
-//! - **A handler panicked** ([`RecoverLayer`](super::RecoverLayer) marks it before it drops the
-//!   handler's future, which would otherwise look like a cancellation): the server failed.
+//! - **A handler panicked** (the recover stage marks it before it drops the handler's future,
+//!   which would otherwise look like a cancellation): the server failed.
 //!
 //! For client- and bidi-streaming methods the handler reads the body itself, so a failure it
 //! returns before the caller finished sending is not attributed to the server either (the
@@ -33,21 +35,19 @@ use bytes::Bytes;
 use http::Request;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
-use tower_layer::Layer;
-use tower_service::Service;
 use zrpc_core::grpc::code;
 
 const REQUEST_ENDED: u8 = 1;
 const REQUEST_FAILED: u8 = 2;
 const PANICKED: u8 = 4;
 
-/// What the transport saw of one call; shared by the layers through the request extensions.
+/// What the transport saw of one call; shared by the stages through the request extensions.
 #[derive(Debug, Clone, Default)]
-pub struct CallFacts(Arc<AtomicU8>);
+pub(crate) struct CallFacts(Arc<AtomicU8>);
 
 /// Whose fault a call's final code is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Blame {
+pub(crate) enum Blame {
     /// The call succeeded or failed acceptably (go-zero's acceptable codes).
     None,
     /// The server failed: the handler returned a failure code, timed out or panicked.
@@ -66,22 +66,24 @@ impl CallFacts {
     }
 
     /// The request body was read to its end (so a unary handler got its request).
-    pub fn request_ended(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn request_ended(&self) -> bool {
         self.has(REQUEST_ENDED)
     }
 
     /// Records that the handler panicked.
-    pub fn mark_panicked(&self) {
+    pub(crate) fn mark_panicked(&self) {
         self.set(PANICKED);
     }
 
     /// Records that the request body was read to its end (the body wrapper does this).
-    pub fn mark_request_ended(&self) {
+    #[cfg(test)]
+    pub(crate) fn mark_request_ended(&self) {
         self.set(REQUEST_ENDED);
     }
 
     /// Whose fault the final `code` is.
-    pub fn blame(&self, code: i32) -> Blame {
+    pub(crate) fn blame(&self, code: i32) -> Blame {
         if self.has(PANICKED) {
             return Blame::Server;
         }
@@ -95,8 +97,8 @@ impl CallFacts {
     }
 }
 
-/// Whose fault `code` is for a call with `facts` (`None`: no [`FactsLayer`] in the chain, the
-/// code alone decides). A record dropped while the thread unwinds is a panic in the handler.
+/// Whose fault `code` is for a call with `facts` (`None`: the chain keeps no facts, the code
+/// alone decides). A record dropped while the thread unwinds is a panic in the handler.
 pub(crate) fn blame(facts: Option<&CallFacts>, code: i32) -> Blame {
     if std::thread::panicking() {
         return Blame::Server;
@@ -108,62 +110,9 @@ pub(crate) fn blame(facts: Option<&CallFacts>, code: i32) -> Blame {
     }
 }
 
-/// The facts of a request, if [`FactsLayer`] ran.
+/// The facts of a request, if the chain keeps them.
 pub(crate) fn facts_of<B>(req: &Request<B>) -> Option<CallFacts> {
     req.extensions().get::<CallFacts>().cloned()
-}
-
-/// Adds [`Facts`]; `enabled` when a stage that learns from outcomes (breaker, shedding) is on.
-#[derive(Debug, Clone, Copy)]
-pub struct FactsLayer {
-    enabled: bool,
-}
-
-impl FactsLayer {
-    /// A facts layer.
-    pub fn new(enabled: bool) -> Self {
-        Self { enabled }
-    }
-}
-
-impl<S> Layer<S> for FactsLayer {
-    type Service = Facts<S>;
-    fn layer(&self, inner: S) -> Facts<S> {
-        Facts {
-            inner,
-            enabled: self.enabled,
-        }
-    }
-}
-
-/// Gives each call its [`CallFacts`] and watches its request body.
-#[derive(Debug, Clone)]
-pub struct Facts<S> {
-    inner: S,
-    enabled: bool,
-}
-
-impl<S> Service<Request<tonic::body::Body>> for Facts<S>
-where
-    S: Service<Request<tonic::body::Body>>,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    #[inline(always)]
-    fn call(&mut self, req: Request<tonic::body::Body>) -> Self::Future {
-        // The transport's request budget watches the body itself when it wraps it (one body
-        // wrapper and one box per call fewer: `transport::RequestBudgetLayer`).
-        if !self.enabled {
-            return self.inner.call(req);
-        }
-        self.inner.call(with_facts(req))
-    }
 }
 
 /// `req` with its [`CallFacts`] in its extensions and its body watched for them, unless it
@@ -178,10 +127,7 @@ pub(crate) fn with_facts(req: Request<tonic::body::Body>) -> Request<tonic::body
     parts.extensions.insert(facts.clone());
     // A request without a body (END_STREAM on its headers) stays "not ended": no handler
     // of a unary method runs without a message.
-    let body = tonic::body::Body::new(FactsBody {
-        inner: body,
-        facts: Some(facts),
-    });
+    let body = tonic::body::Body::new(FactsBody::new(body, facts));
     Request::from_parts(parts, body)
 }
 
@@ -205,7 +151,7 @@ pub(crate) fn record_frame<D, E>(
 pin_project! {
     /// A request body that records in [`CallFacts`] whether it was read to its end or failed.
     #[derive(Debug)]
-    pub struct FactsBody<B> {
+    pub(crate) struct FactsBody<B> {
         #[pin]
         inner: B,
         // `None` once the outcome is recorded.
@@ -215,7 +161,7 @@ pin_project! {
 
 impl<B> FactsBody<B> {
     /// Watches `inner` for `facts`.
-    pub fn new(inner: B, facts: CallFacts) -> Self {
+    pub(crate) fn new(inner: B, facts: CallFacts) -> Self {
         Self {
             inner,
             facts: Some(facts),
@@ -250,13 +196,82 @@ where
 }
 
 #[cfg(test)]
+pub(crate) mod nested {
+    //! The facts stage as a tower layer of its own, for the differential test and the unit
+    //! tests (the server makes the facts in the transport's request budget or the governor).
+
+    use std::task::{Context, Poll};
+
+    use http::Request;
+    use tower_layer::Layer;
+    use tower_service::Service;
+
+    use super::with_facts;
+
+    /// Adds [`Facts`]; `enabled` when a stage that learns from outcomes (breaker, shedding) is on.
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct FactsLayer {
+        enabled: bool,
+    }
+
+    impl FactsLayer {
+        /// A facts layer.
+        pub(crate) fn new(enabled: bool) -> Self {
+            Self { enabled }
+        }
+    }
+
+    impl<S> Layer<S> for FactsLayer {
+        type Service = Facts<S>;
+        fn layer(&self, inner: S) -> Facts<S> {
+            Facts {
+                inner,
+                enabled: self.enabled,
+            }
+        }
+    }
+
+    /// Gives each call its [`CallFacts`] and watches its request body.
+    #[derive(Debug, Clone)]
+    pub(crate) struct Facts<S> {
+        inner: S,
+        enabled: bool,
+    }
+
+    impl<S> Service<Request<tonic::body::Body>> for Facts<S>
+    where
+        S: Service<Request<tonic::body::Body>>,
+    {
+        type Response = S::Response;
+        type Error = S::Error;
+        type Future = S::Future;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            self.inner.poll_ready(cx)
+        }
+
+        #[inline(always)]
+        fn call(&mut self, req: Request<tonic::body::Body>) -> Self::Future {
+            // The transport's request budget watches the body itself when it wraps it (one body
+            // wrapper and one box per call fewer: `transport::RequestBudgetLayer`).
+            if !self.enabled {
+                return self.inner.call(req);
+            }
+            self.inner.call(with_facts(req))
+        }
+    }
+}
+
+#[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use std::convert::Infallible;
 
     use http_body_util::{BodyExt, StreamBody};
+    use tower_layer::Layer;
     use zrpc_core::grpc::code;
 
+    use super::nested::FactsLayer;
     use super::*;
 
     fn body(

@@ -5,36 +5,32 @@
 //! go-zero does. Streaming methods the server knows ([`StreamingMethods`]) are recorded in
 //! zrpc's own `rpc_server_streams_duration_ms` / `rpc_server_streams_code_total` (their duration
 //! is the stream's lifetime), so go-zero's families mean the same on Go and Rust servers.
-//! Unlike go-zero, metrics are always recorded when the layer is on (go-zero records only when a
+//! Unlike go-zero, metrics are always recorded when the stage is on (go-zero records only when a
 //! Prometheus endpoint is enabled).
 
 use std::sync::{Arc, OnceLock};
-use std::task::{Context, Poll};
 use tokio::time::Instant;
 
+use http::Request;
 use http::uri::PathAndQuery;
-use http::{Request, Response};
-use tower_layer::Layer;
-use tower_service::Service;
-use zrpc_core::grpc::{OnStatus, code};
+use zrpc_core::grpc::code;
 
 use parking_lot::RwLock;
 use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec};
 
-use super::observe::{ObserveFuture, ObservedBody};
 use super::util::{StreamingMethods, method_of};
 use crate::metrics::{ServerMetrics, server_metrics};
 
-/// Adds [`Metrics`]; `enabled` is `Middlewares.Prometheus`.
+/// The metrics stage's settings; `enabled` is `Middlewares.Prometheus`.
 #[derive(Debug, Clone)]
-pub struct MetricsLayer {
+pub(crate) struct MetricsLayer {
     enabled: bool,
     streaming: StreamingMethods,
 }
 
 impl MetricsLayer {
-    /// A metrics layer (no streaming method known: every call counts as unary).
-    pub fn new(enabled: bool) -> Self {
+    /// A metrics stage (no streaming method known: every call counts as unary).
+    pub(crate) fn new(enabled: bool) -> Self {
         Self {
             enabled,
             streaming: StreamingMethods::default(),
@@ -44,14 +40,12 @@ impl MetricsLayer {
     /// The streaming methods, recorded in the `rpc_server_streams_*` families instead of
     /// go-zero's (default: none).
     #[must_use]
-    pub fn streaming(mut self, streaming: StreamingMethods) -> Self {
+    pub(crate) fn streaming(mut self, streaming: StreamingMethods) -> Self {
         self.streaming = streaming;
         self
     }
-}
 
-impl MetricsLayer {
-    /// A new state for a service of this layer, when the layer is on.
+    /// A new state for the stage, when it is on.
     pub(crate) fn state(&self) -> Option<Arc<State>> {
         self.enabled.then(|| {
             Arc::new(State {
@@ -63,27 +57,10 @@ impl MetricsLayer {
     }
 }
 
-impl<S> Layer<S> for MetricsLayer {
-    type Service = Metrics<S>;
-    fn layer(&self, inner: S) -> Metrics<S> {
-        Metrics {
-            inner,
-            state: self.state(),
-        }
-    }
-}
-
-/// Records duration and code per method.
-#[derive(Debug, Clone)]
-pub struct Metrics<S> {
-    inner: S,
-    state: Option<Arc<State>>,
-}
-
 /// Methods whose metric handles are kept (see [`State::methods`]).
 const CACHED_METHODS: usize = 64;
 
-/// A layer's metric families and the handles of the methods it has seen.
+/// The stage's metric families and the handles of the methods it has seen.
 #[derive(Debug)]
 pub(crate) struct State {
     metrics: &'static ServerMetrics,
@@ -176,9 +153,9 @@ impl MethodHandles {
     }
 }
 
-/// What [`Metrics`] remembers about a call until its final status.
+/// What the metrics stage remembers about a call until its final status.
 #[derive(Debug)]
-pub struct MetricsRecord {
+pub(crate) struct MetricsRecord {
     start: Instant,
     method: Method,
 }
@@ -187,13 +164,6 @@ pub struct MetricsRecord {
 enum Method {
     Cached(Arc<MethodHandles>),
     Uncached(PathAndQuery, Arc<State>),
-}
-
-impl OnStatus for MetricsRecord {
-    fn on_status(self, c: i32) {
-        let elapsed = self.start.elapsed();
-        self.report(elapsed, c);
-    }
 }
 
 impl MetricsRecord {
@@ -212,24 +182,66 @@ impl MetricsRecord {
     }
 }
 
-impl<S, ReqB, B> Service<Request<ReqB>> for Metrics<S>
-where
-    S: Service<Request<ReqB>, Response = Response<B>>,
-{
-    type Response = Response<ObservedBody<B, MetricsRecord>>;
-    type Error = S::Error;
-    type Future = ObserveFuture<S::Future, MetricsRecord>;
+#[cfg(test)]
+mod nested {
+    //! The metrics stage as a tower layer of its own, for the differential test and the unit
+    //! tests (the server runs it in the governor).
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+    use std::sync::Arc;
+    use std::task::{Context, Poll};
+
+    use http::{Request, Response};
+    use tokio::time::Instant;
+    use tower_layer::Layer;
+    use tower_service::Service;
+    use zrpc_core::grpc::OnStatus;
+
+    use super::{MetricsLayer, MetricsRecord, State};
+    use crate::layers::observe::{ObserveFuture, ObservedBody};
+
+    impl<S> Layer<S> for MetricsLayer {
+        type Service = Metrics<S>;
+        fn layer(&self, inner: S) -> Metrics<S> {
+            Metrics {
+                inner,
+                state: self.state(),
+            }
+        }
     }
 
-    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        let Some(state) = &self.state else {
-            return ObserveFuture::passthrough(self.inner.call(req));
-        };
-        let record = state.start(&req, Instant::now());
-        ObserveFuture::new(self.inner.call(req), record)
+    /// Records duration and code per method.
+    #[derive(Debug, Clone)]
+    pub(crate) struct Metrics<S> {
+        inner: S,
+        pub(super) state: Option<Arc<State>>,
+    }
+
+    impl OnStatus for MetricsRecord {
+        fn on_status(self, c: i32) {
+            let elapsed = self.start.elapsed();
+            self.report(elapsed, c);
+        }
+    }
+
+    impl<S, ReqB, B> Service<Request<ReqB>> for Metrics<S>
+    where
+        S: Service<Request<ReqB>, Response = Response<B>>,
+    {
+        type Response = Response<ObservedBody<B, MetricsRecord>>;
+        type Error = S::Error;
+        type Future = ObserveFuture<S::Future, MetricsRecord>;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            self.inner.poll_ready(cx)
+        }
+
+        fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+            let Some(state) = &self.state else {
+                return ObserveFuture::passthrough(self.inner.call(req));
+            };
+            let record = state.start(&req, Instant::now());
+            ObserveFuture::new(self.inner.call(req), record)
+        }
     }
 }
 
@@ -238,7 +250,7 @@ where
 mod tests {
     use std::convert::Infallible;
 
-    use tower::ServiceExt;
+    use tower::{Layer, ServiceExt};
 
     use super::*;
     use crate::layers::test_util::{final_code, response_with_code};

@@ -1,5 +1,6 @@
-//! [`ObserveFuture`]: the response future shared by the layers that need the final status
-//! (stat, metrics, breaker, shedding, tracing).
+//! [`ObserveFuture`]: the response future shared by the stages that need the final status
+//! (stat, metrics, breaker, shedding, tracing) when they run as tower layers of their own, in
+//! tests (the server runs them in the governor, whose one body wrapper reports to them all).
 //!
 //! It holds the layer's record (an [`OnStatus`]) in a [`StatusGuard`] while the handler
 //! runs, then moves it into an [`ObservedBody`] around the response body, so the record sees
@@ -19,12 +20,12 @@ use zrpc_core::grpc::{OnStatus, StatusBody, StatusGuard, code};
 
 /// The body the observing layers return: core's [`StatusBody`], which reads no trailers
 /// when nobody listens and parses `grpc-status` on a fast path.
-pub type ObservedBody<B, R> = StatusBody<B, R>;
+pub(crate) type ObservedBody<B, R> = StatusBody<B, R>;
 
 pin_project! {
     /// Wraps a response future; see the module docs.
     #[derive(Debug)]
-    pub struct ObserveFuture<F, R: OnStatus> {
+    pub(crate) struct ObserveFuture<F, R: OnStatus> {
         #[pin]
         fut: F,
         guard: StatusGuard<R>,
@@ -77,7 +78,7 @@ pin_project! {
     /// An [`ObserveFuture`], or a call rejected locally (breaker open, overloaded) whose
     /// trailers-only response already carries the layer's record in its [`ObservedBody`].
     #[derive(Debug)]
-    pub struct ObserveOrReject<F, B, R: OnStatus> {
+    pub(crate) struct ObserveOrReject<F, B, R: OnStatus> {
         #[pin]
         state: State<F, B, R>,
     }

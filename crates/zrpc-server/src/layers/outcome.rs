@@ -1,13 +1,7 @@
 //! One read of the final status for several observers: [`Both`] feeds two records in the
 //! order two nested bodies would report, and [`RecordersRecord`] is stat's and metrics' pair,
-//! which share one clock read at the end of the call.
-//!
-//! Each observing stage, as its own layer ([`StatLayer`](super::StatLayer),
-//! [`MetricsLayer`](super::MetricsLayer), [`BreakerLayer`](super::BreakerLayer),
-//! [`SheddingLayer`](super::SheddingLayer), [`TraceLayer`](super::TraceLayer)), wraps the
-//! response body in a [`StatusBody`](zrpc_core::grpc::StatusBody) and parses `grpc-status`
-//! itself. The server's chain runs them in one stage (`governor`) whose
-//! single body wrapper reports to all of them through these records.
+//! which share one clock read at the end of the call. The governor's single body wrapper
+//! reports to every observing stage (stat, metrics, breaker, shedding, trace) through these.
 
 use zrpc_core::grpc::OnStatus;
 
@@ -62,15 +56,7 @@ impl RecordersRecord {
             inner: metrics,
         })
     }
-}
 
-impl OnStatus for RecordersRecord {
-    fn on_status(self, c: i32) {
-        self.finish(c, tokio::time::Instant::now());
-    }
-}
-
-impl RecordersRecord {
     /// Reports the final code `c`, the call having ended at `now`.
     pub(crate) fn finish(self, c: i32, now: tokio::time::Instant) {
         let Both { outer, inner } = self.0;

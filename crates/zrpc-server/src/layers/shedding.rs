@@ -11,34 +11,30 @@
 //! arrived whole, or the caller reset it) is reported as failed, never as passed: its response
 //! time says nothing about the server, and a flood of instant decode errors would otherwise
 //! drag the shedder's minimum response time (and so its flight limit) down. Auth runs before
-//! this layer, so unauthenticated calls never reach it.
+//! this stage, so unauthenticated calls never reach it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
 use std::time::Instant;
 
-use http::{Request, Response};
-use tower_layer::Layer;
-use tower_service::Service;
-use zrpc_core::grpc::{OnStatus, code, status_response};
+use http::Response;
+use zrpc_core::grpc::{code, status_response};
 use zrpc_core::shedder::{AdaptiveShedder, Queued, ShedderPromise};
 
-use super::facts::{Blame, CallFacts, blame, facts_of};
-use super::observe::{ObserveFuture, ObserveOrReject, ObservedBody};
+use super::facts::{Blame, CallFacts, blame};
 use super::util::{StreamingMethods, is_infra};
 use crate::metrics::{DropReason, count_drop};
 
 /// The message of a shedding rejection (go-zero's).
-pub const OVERLOADED_MESSAGE: &str = "service overloaded";
+pub(crate) const OVERLOADED_MESSAGE: &str = "service overloaded";
 
-/// Settings of [`Shedding`].
+/// Settings of the shedding stage.
 #[derive(Debug, Clone)]
-pub struct SheddingSettings {
+pub(crate) struct SheddingSettings {
     /// The server's shedder.
-    pub shedder: Arc<AdaptiveShedder>,
+    pub(crate) shedder: Arc<AdaptiveShedder>,
     /// Methods never shed.
-    pub streaming: StreamingMethods,
+    pub(crate) streaming: StreamingMethods,
 }
 
 #[derive(Debug)]
@@ -111,15 +107,15 @@ impl Shared {
     }
 }
 
-/// Adds [`Shedding`]; `None` = off (`CpuThreshold: 0`).
+/// The shedding stage's settings; `None` = off (`CpuThreshold: 0`).
 #[derive(Debug, Clone)]
-pub struct SheddingLayer {
+pub(crate) struct SheddingLayer {
     shared: Option<Arc<Shared>>,
 }
 
 impl SheddingLayer {
-    /// A shedding layer.
-    pub fn new(settings: Option<SheddingSettings>) -> Self {
+    /// A shedding stage.
+    pub(crate) fn new(settings: Option<SheddingSettings>) -> Self {
         Self {
             shared: settings.map(|settings| {
                 Arc::new(Shared {
@@ -131,43 +127,18 @@ impl SheddingLayer {
             }),
         }
     }
-}
 
-impl SheddingLayer {
-    /// The shedder and its settings, when the layer is on.
+    /// The shedder and its settings, when the stage is on.
     pub(crate) fn shared(&self) -> Option<Arc<Shared>> {
         self.shared.clone()
     }
 }
 
-impl<S> Layer<S> for SheddingLayer {
-    type Service = Shedding<S>;
-    fn layer(&self, inner: S) -> Shedding<S> {
-        Shedding {
-            inner,
-            shared: self.shared.clone(),
-        }
-    }
-}
-
-/// Sheds calls when the CPU is hot and the server is saturated.
-#[derive(Debug, Clone)]
-pub struct Shedding<S> {
-    inner: S,
-    shared: Option<Arc<Shared>>,
-}
-
 /// Reports the call's outcome to the shedder.
 #[derive(Debug)]
-pub struct SheddingRecord {
+pub(crate) struct SheddingRecord {
     promise: ShedderPromise,
     facts: Option<CallFacts>,
-}
-
-impl OnStatus for SheddingRecord {
-    fn on_status(self, c: i32) {
-        self.finish(c, Instant::now());
-    }
 }
 
 impl SheddingRecord {
@@ -181,33 +152,6 @@ impl SheddingRecord {
     }
 }
 
-impl<S, ReqB, B> Service<Request<ReqB>> for Shedding<S>
-where
-    S: Service<Request<ReqB>, Response = Response<B>>,
-    B: Default,
-{
-    type Response = Response<ObservedBody<B, SheddingRecord>>;
-    type Error = S::Error;
-    type Future = ResponseFuture<S::Future, B>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        let path = req.uri().path();
-        let Some(shared) = self.shared.as_ref().filter(|s| s.watches(path)) else {
-            return ResponseFuture::observe(ObserveFuture::passthrough(self.inner.call(req)));
-        };
-        match shared.admit(path, || facts_of(&req), Instant::now(), None) {
-            Some(record) => {
-                ResponseFuture::observe(ObserveFuture::new(self.inner.call(req), record))
-            }
-            None => ResponseFuture::rejected(rejection()),
-        }
-    }
-}
-
 /// The answer to a call that is shed.
 #[cold]
 #[inline(never)]
@@ -215,16 +159,86 @@ pub(crate) fn rejection<B: Default>() -> Response<B> {
     status_response(code::RESOURCE_EXHAUSTED, OVERLOADED_MESSAGE)
 }
 
-/// Response future of the layer's service: the observed call, or the local rejection.
-pub type ResponseFuture<F, B> = ObserveOrReject<F, B, SheddingRecord>;
+#[cfg(test)]
+mod nested {
+    //! The shedding stage as a tower layer of its own, for the differential test and the unit
+    //! tests (the server runs it in the governor).
+
+    use std::sync::Arc;
+    use std::task::{Context, Poll};
+    use std::time::Instant;
+
+    use http::{Request, Response};
+    use tower_layer::Layer;
+    use tower_service::Service;
+    use zrpc_core::grpc::OnStatus;
+
+    use super::{Shared, SheddingLayer, SheddingRecord, rejection};
+    use crate::layers::facts::facts_of;
+    use crate::layers::observe::{ObserveFuture, ObserveOrReject, ObservedBody};
+
+    impl<S> Layer<S> for SheddingLayer {
+        type Service = Shedding<S>;
+        fn layer(&self, inner: S) -> Shedding<S> {
+            Shedding {
+                inner,
+                shared: self.shared.clone(),
+            }
+        }
+    }
+
+    /// Sheds calls when the CPU is hot and the server is saturated.
+    #[derive(Debug, Clone)]
+    pub(crate) struct Shedding<S> {
+        inner: S,
+        shared: Option<Arc<Shared>>,
+    }
+
+    impl OnStatus for SheddingRecord {
+        fn on_status(self, c: i32) {
+            self.finish(c, Instant::now());
+        }
+    }
+
+    impl<S, ReqB, B> Service<Request<ReqB>> for Shedding<S>
+    where
+        S: Service<Request<ReqB>, Response = Response<B>>,
+        B: Default,
+    {
+        type Response = Response<ObservedBody<B, SheddingRecord>>;
+        type Error = S::Error;
+        type Future = ResponseFuture<S::Future, B>;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            self.inner.poll_ready(cx)
+        }
+
+        fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+            let path = req.uri().path();
+            let Some(shared) = self.shared.as_ref().filter(|s| s.watches(path)) else {
+                return ResponseFuture::observe(ObserveFuture::passthrough(self.inner.call(req)));
+            };
+            match shared.admit(path, || facts_of(&req), Instant::now(), None) {
+                Some(record) => {
+                    ResponseFuture::observe(ObserveFuture::new(self.inner.call(req), record))
+                }
+                None => ResponseFuture::rejected(rejection()),
+            }
+        }
+    }
+
+    /// Response future of the layer's service: the observed call, or the local rejection.
+    pub(crate) type ResponseFuture<F, B> = ObserveOrReject<F, B, SheddingRecord>;
+}
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use std::convert::Infallible;
 
+    use http::Request;
     use tokio::sync::Semaphore;
-    use tower::ServiceExt;
+    use tower::{Layer, ServiceExt};
     use zrpc_core::cpu::FixedCpu;
     use zrpc_core::grpc::status_message_from_headers;
     use zrpc_core::shedder::ShedderConfig;

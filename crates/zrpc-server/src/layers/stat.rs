@@ -9,31 +9,26 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use http::Request;
 use http::uri::PathAndQuery;
-use http::{Request, Response};
-use tower_layer::Layer;
-use tower_service::Service;
-use zrpc_core::grpc::OnStatus;
 
-use super::observe::{ObserveFuture, ObservedBody};
-use super::util::{method_of, peer_addr};
+use super::util::method_of;
 
-/// Settings of [`Stat`].
+/// Settings of the stat stage.
 #[derive(Debug, Clone)]
-pub struct StatSettings {
+pub(crate) struct StatSettings {
     /// On/off (`Middlewares.Stat`).
-    pub enabled: bool,
+    pub(crate) enabled: bool,
     /// Calls slower than this are logged (`StatConf.SlowThreshold`, default 500 ms).
-    pub slow_threshold: Duration,
+    pub(crate) slow_threshold: Duration,
     /// Log one line per call (`StatConf.LogRequestContent`, default false).
-    pub log_requests: bool,
+    pub(crate) log_requests: bool,
     /// Methods never logged per call (`StatConf.IgnoreContentMethods`).
-    pub ignore_content_methods: HashSet<String>,
+    pub(crate) ignore_content_methods: HashSet<String>,
 }
 
 impl Default for StatSettings {
@@ -47,48 +42,29 @@ impl Default for StatSettings {
     }
 }
 
-/// Adds [`Stat`].
+/// The stat stage's settings.
 #[derive(Debug, Clone)]
-pub struct StatLayer {
+pub(crate) struct StatLayer {
     settings: Arc<StatSettings>,
 }
 
 impl StatLayer {
-    /// A stat layer.
-    pub fn new(settings: StatSettings) -> Self {
+    /// A stat stage.
+    pub(crate) fn new(settings: StatSettings) -> Self {
         Self {
             settings: Arc::new(settings),
         }
     }
-}
 
-impl StatLayer {
-    /// The settings, when the layer is on.
+    /// The settings, when the stage is on.
     pub(crate) fn enabled_settings(&self) -> Option<Arc<StatSettings>> {
         self.settings.enabled.then(|| self.settings.clone())
     }
 }
 
-impl<S> Layer<S> for StatLayer {
-    type Service = Stat<S>;
-    fn layer(&self, inner: S) -> Stat<S> {
-        Stat {
-            inner,
-            settings: self.settings.clone(),
-        }
-    }
-}
-
-/// Logs slow calls.
-#[derive(Debug, Clone)]
-pub struct Stat<S> {
-    inner: S,
-    settings: Arc<StatSettings>,
-}
-
-/// What [`Stat`] remembers about a call until its final status.
+/// What the stat stage remembers about a call until its final status.
 #[derive(Debug)]
-pub struct StatRecord {
+pub(crate) struct StatRecord {
     start: Instant,
     method: PathAndQuery,
     peer: Option<SocketAddr>,
@@ -122,16 +98,7 @@ impl StatRecord {
             settings: settings.clone(),
         }
     }
-}
 
-impl OnStatus for StatRecord {
-    fn on_status(self, code: i32) {
-        let elapsed = self.start.elapsed();
-        self.report(elapsed, code);
-    }
-}
-
-impl StatRecord {
     /// When the call started.
     pub(crate) fn started(&self) -> Instant {
         self.start
@@ -159,24 +126,67 @@ impl StatRecord {
     }
 }
 
-impl<S, ReqB, B> Service<Request<ReqB>> for Stat<S>
-where
-    S: Service<Request<ReqB>, Response = Response<B>>,
-{
-    type Response = Response<ObservedBody<B, StatRecord>>;
-    type Error = S::Error;
-    type Future = ObserveFuture<S::Future, StatRecord>;
+#[cfg(test)]
+mod nested {
+    //! The stat stage as a tower layer of its own, for the differential test and the unit
+    //! tests (the server runs it in the governor).
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+    use std::sync::Arc;
+    use std::task::{Context, Poll};
+
+    use http::{Request, Response};
+    use tokio::time::Instant;
+    use tower_layer::Layer;
+    use tower_service::Service;
+    use zrpc_core::grpc::OnStatus;
+
+    use super::{StatLayer, StatRecord, StatSettings};
+    use crate::layers::observe::{ObserveFuture, ObservedBody};
+    use crate::layers::util::peer_addr;
+
+    impl<S> Layer<S> for StatLayer {
+        type Service = Stat<S>;
+        fn layer(&self, inner: S) -> Stat<S> {
+            Stat {
+                inner,
+                settings: self.settings.clone(),
+            }
+        }
     }
 
-    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        if !self.settings.enabled {
-            return ObserveFuture::passthrough(self.inner.call(req));
+    /// Logs slow calls.
+    #[derive(Debug, Clone)]
+    pub(crate) struct Stat<S> {
+        inner: S,
+        settings: Arc<StatSettings>,
+    }
+
+    impl OnStatus for StatRecord {
+        fn on_status(self, code: i32) {
+            let elapsed = self.start.elapsed();
+            self.report(elapsed, code);
         }
-        let record = StatRecord::start(&self.settings, &req, peer_addr(&req), Instant::now());
-        ObserveFuture::new(self.inner.call(req), record)
+    }
+
+    impl<S, ReqB, B> Service<Request<ReqB>> for Stat<S>
+    where
+        S: Service<Request<ReqB>, Response = Response<B>>,
+    {
+        type Response = Response<ObservedBody<B, StatRecord>>;
+        type Error = S::Error;
+        type Future = ObserveFuture<S::Future, StatRecord>;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            self.inner.poll_ready(cx)
+        }
+
+        fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+            if !self.settings.enabled {
+                return ObserveFuture::passthrough(self.inner.call(req));
+            }
+            let record = StatRecord::start(&self.settings, &req, peer_addr(&req), Instant::now());
+            ObserveFuture::new(self.inner.call(req), record)
+        }
     }
 }
 
@@ -185,7 +195,7 @@ where
 mod tests {
     use std::convert::Infallible;
 
-    use tower::ServiceExt;
+    use tower::{Layer, ServiceExt};
 
     use super::*;
     use crate::layers::test_util::{capture_logs, final_code, ok_response};

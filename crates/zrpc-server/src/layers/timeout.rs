@@ -17,38 +17,24 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::Context;
 use std::time::Duration;
 
 use http::{HeaderValue, Request, Response};
-use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
-use tower_layer::Layer;
-use tower_service::Service;
 use zrpc_core::grpc::{code, status_response, timeout as grpc_timeout};
 
 use super::util::{GRPC_TIMEOUT, StreamingMethods, is_infra};
 
-/// Settings of [`Timeout`].
+/// Settings of the timeout stage.
 #[derive(Debug, Clone, Default)]
-pub struct TimeoutSettings {
+pub(crate) struct TimeoutSettings {
     /// The default timeout (`Timeout`; `None` = 0 = none).
-    pub default: Option<Duration>,
+    pub(crate) default: Option<Duration>,
     /// Per-method overrides (`MethodTimeouts`; a zero duration means no timeout).
-    pub per_method: HashMap<String, Duration>,
+    pub(crate) per_method: HashMap<String, Duration>,
     /// Methods never timed out.
-    pub streaming: StreamingMethods,
-}
-
-impl TimeoutSettings {
-    /// The server-side timeout of `full_method`, before the caller's deadline.
-    pub fn timeout_for(&self, full_method: &str) -> Option<Duration> {
-        match self.per_method.get(full_method) {
-            Some(d) if d.is_zero() => None,
-            Some(d) => Some(*d),
-            None => self.default,
-        }
-    }
+    pub(crate) streaming: StreamingMethods,
 }
 
 /// A server timeout with its `grpc-timeout` header value, formatted once.
@@ -76,15 +62,15 @@ impl Compiled {
     }
 }
 
-/// Adds [`Timeout`].
+/// The timeout stage's settings, compiled for the hot path.
 #[derive(Debug, Clone)]
-pub struct TimeoutLayer {
+pub(crate) struct TimeoutLayer {
     settings: Option<Arc<Compiled>>,
 }
 
 impl TimeoutLayer {
-    /// A timeout layer. It is off when there is neither a default nor a per-method timeout.
-    pub fn new(settings: TimeoutSettings) -> Self {
+    /// A timeout stage. It is off when there is neither a default nor a per-method timeout.
+    pub(crate) fn new(settings: TimeoutSettings) -> Self {
         let on = settings.default.is_some() || !settings.per_method.is_empty();
         Self {
             settings: on.then(|| {
@@ -100,60 +86,15 @@ impl TimeoutLayer {
             }),
         }
     }
-}
 
-impl TimeoutLayer {
-    /// The compiled settings (`None`: off), for the server's fused stage.
+    /// The compiled settings (`None`: off), for the governor.
     pub(crate) fn compiled(&self) -> Option<Arc<Compiled>> {
         self.settings.clone()
     }
 
     /// Whether any call can be timed out (a default or a per-method timeout is set).
-    pub fn is_on(&self) -> bool {
+    pub(crate) fn is_on(&self) -> bool {
         self.settings.is_some()
-    }
-}
-
-impl<S> Layer<S> for TimeoutLayer {
-    type Service = Timeout<S>;
-    fn layer(&self, inner: S) -> Timeout<S> {
-        Timeout {
-            inner,
-            settings: self.settings.clone(),
-        }
-    }
-}
-
-/// Bounds each call by its timeout.
-#[derive(Debug, Clone)]
-pub struct Timeout<S> {
-    inner: S,
-    settings: Option<Arc<Compiled>>,
-}
-
-impl<S, ReqB, B> Service<Request<ReqB>> for Timeout<S>
-where
-    S: Service<Request<ReqB>, Response = Response<B>>,
-    B: Default,
-{
-    type Response = Response<B>;
-    type Error = S::Error;
-    type Future = ResponseFuture<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    #[inline(always)]
-    fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
-        let deadline = self.settings.as_ref().and_then(|s| {
-            let caller = caller_deadline(req.headers());
-            s.deadline(&mut req, caller, Instant::now)
-        });
-        ResponseFuture {
-            fut: self.inner.call(req),
-            timer: Timer::new(deadline),
-        }
     }
 }
 
@@ -200,8 +141,8 @@ pub(crate) fn caller_deadline(headers: &http::HeaderMap) -> Option<Instant> {
 ///
 /// The timer is armed only when the handler is still pending after a poll: most unary
 /// handlers answer at their first poll, and a tokio `Sleep` made for each call (a clock
-/// read, a runtime handle clone, ~100 bytes that every outer layer then moves) cost them
-/// for nothing. Armed, it is boxed, so the future stays small.
+/// read, a runtime handle clone, ~100 bytes more in the call's future) cost them for
+/// nothing. Armed, it is boxed, so the future stays small.
 #[derive(Debug)]
 pub(crate) struct Timer {
     deadline: Option<Instant>,
@@ -243,33 +184,95 @@ pub(crate) fn expired<B: Default>() -> Response<B> {
     status_response(code::DEADLINE_EXCEEDED, "context deadline exceeded")
 }
 
-pin_project! {
-    /// Response future of [`Timeout`] (the timer: [`Timer`]).
-    #[derive(Debug)]
-    pub struct ResponseFuture<F> {
-        #[pin]
-        fut: F,
-        timer: Timer,
+#[cfg(test)]
+mod nested {
+    //! The timeout stage as a tower layer of its own, for the differential test and the unit
+    //! tests (the server runs it in the governor).
+
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use std::task::{Context, Poll};
+
+    use http::{Request, Response};
+    use pin_project_lite::pin_project;
+    use tokio::time::Instant;
+    use tower_layer::Layer;
+    use tower_service::Service;
+
+    use super::{Compiled, TimeoutLayer, Timer, caller_deadline, expired};
+
+    impl<S> Layer<S> for TimeoutLayer {
+        type Service = Timeout<S>;
+        fn layer(&self, inner: S) -> Timeout<S> {
+            Timeout {
+                inner,
+                settings: self.settings.clone(),
+            }
+        }
     }
-}
 
-impl<F, B, E> Future for ResponseFuture<F>
-where
-    F: Future<Output = Result<Response<B>, E>>,
-    B: Default,
-{
-    type Output = Result<Response<B>, E>;
+    /// Bounds each call by its timeout.
+    #[derive(Debug, Clone)]
+    pub(crate) struct Timeout<S> {
+        inner: S,
+        settings: Option<Arc<Compiled>>,
+    }
 
-    #[inline(always)]
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        if let Poll::Ready(out) = this.fut.poll(cx) {
-            return Poll::Ready(out);
+    impl<S, ReqB, B> Service<Request<ReqB>> for Timeout<S>
+    where
+        S: Service<Request<ReqB>, Response = Response<B>>,
+        B: Default,
+    {
+        type Response = Response<B>;
+        type Error = S::Error;
+        type Future = ResponseFuture<S::Future>;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            self.inner.poll_ready(cx)
         }
-        if this.timer.expired(cx) {
-            return Poll::Ready(Ok(expired()));
+
+        #[inline(always)]
+        fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
+            let deadline = self.settings.as_ref().and_then(|s| {
+                let caller = caller_deadline(req.headers());
+                s.deadline(&mut req, caller, Instant::now)
+            });
+            ResponseFuture {
+                fut: self.inner.call(req),
+                timer: Timer::new(deadline),
+            }
         }
-        Poll::Pending
+    }
+
+    pin_project! {
+        /// Response future of [`Timeout`] (the timer: [`Timer`]).
+        #[derive(Debug)]
+        pub(crate) struct ResponseFuture<F> {
+            #[pin]
+            fut: F,
+            timer: Timer,
+        }
+    }
+
+    impl<F, B, E> Future for ResponseFuture<F>
+    where
+        F: Future<Output = Result<Response<B>, E>>,
+        B: Default,
+    {
+        type Output = Result<Response<B>, E>;
+
+        #[inline(always)]
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+            let this = self.project();
+            if let Poll::Ready(out) = this.fut.poll(cx) {
+                return Poll::Ready(out);
+            }
+            if this.timer.expired(cx) {
+                return Poll::Ready(Ok(expired()));
+            }
+            Poll::Pending
+        }
     }
 }
 
@@ -279,7 +282,7 @@ mod tests {
     use std::convert::Infallible;
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    use tower::ServiceExt;
+    use tower::{Layer, Service, ServiceExt};
 
     use super::*;
     use crate::layers::test_util::{TestBody, final_code, ok_response};

@@ -14,29 +14,22 @@
 //! client to pass on unchanged when it has no OpenTelemetry context of its own
 //! (`zrpc_core::grpc::trace_context`): the trace goes on through this service.
 
-use std::future::Future;
-use std::pin::Pin;
 #[cfg(feature = "otel")]
 use std::sync::OnceLock;
-use std::task::{Context, Poll};
 
 #[cfg(feature = "otel")]
 use http::HeaderMap;
-use http::{Request, Response};
+use http::Request;
 #[cfg(feature = "otel")]
 use opentelemetry::propagation::{Extractor, TextMapCompositePropagator, TextMapPropagator};
 #[cfg(feature = "otel")]
 use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
-use pin_project_lite::pin_project;
-use tower_layer::Layer;
-use tower_service::Service;
 use tracing::Span;
 #[cfg(feature = "otel")]
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use zrpc_core::grpc::trace_context::TraceContext;
 use zrpc_core::grpc::{OnStatus, method};
 
-use super::observe::{ObserveFuture, ObservedBody};
 use super::util::peer_addr;
 #[cfg(feature = "otel")]
 use super::util::{BAGGAGE, TRACEPARENT, find};
@@ -68,51 +61,32 @@ impl Extractor for HeaderExtractor<'_> {
 
 /// The parent context carried by a request's metadata, if any.
 #[cfg(feature = "otel")]
-pub fn extract_context(headers: &HeaderMap) -> Option<opentelemetry::Context> {
+pub(crate) fn extract_context(headers: &HeaderMap) -> Option<opentelemetry::Context> {
     let carries = find(headers, &TRACEPARENT).is_some() || find(headers, &BAGGAGE).is_some();
     carries.then(|| propagator().extract(&HeaderExtractor(headers)))
 }
 
-/// Adds [`Trace`]; `enabled` is `Middlewares.Trace`.
+/// The trace stage's settings; `enabled` is `Middlewares.Trace`.
 #[derive(Debug, Clone, Copy)]
-pub struct TraceLayer {
+pub(crate) struct TraceLayer {
     enabled: bool,
 }
 
 impl TraceLayer {
-    /// A tracing layer.
-    pub fn new(enabled: bool) -> Self {
+    /// A trace stage.
+    pub(crate) fn new(enabled: bool) -> Self {
         Self { enabled }
     }
-}
 
-impl TraceLayer {
     /// Whether calls get a span (`Middlewares.Trace`).
     pub(crate) fn is_on(&self) -> bool {
         self.enabled
     }
 }
 
-impl<S> Layer<S> for TraceLayer {
-    type Service = Trace<S>;
-    fn layer(&self, inner: S) -> Trace<S> {
-        Trace {
-            inner,
-            enabled: self.enabled,
-        }
-    }
-}
-
-/// Opens a span per RPC.
-#[derive(Debug, Clone)]
-pub struct Trace<S> {
-    inner: S,
-    enabled: bool,
-}
-
 /// Ends the span with the final code.
 #[derive(Debug)]
-pub struct TraceRecord {
+pub(crate) struct TraceRecord {
     span: Span,
 }
 
@@ -175,68 +149,6 @@ pub(crate) fn rpc_span<B>(req: &Request<B>) -> Span {
     span
 }
 
-impl<S, ReqB, B> Service<Request<ReqB>> for Trace<S>
-where
-    S: Service<Request<ReqB>, Response = Response<B>>,
-{
-    type Response = Response<ObservedBody<B, TraceRecord>>;
-    type Error = S::Error;
-    type Future = ResponseFuture<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    #[inline(always)]
-    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        if !self.enabled {
-            return ResponseFuture {
-                inner: ObserveFuture::passthrough(self.inner.call(req)),
-                span: Span::none(),
-                context: None,
-            };
-        }
-        // The caller's trace context, for zrpc's client to pass on as it came whether or not a
-        // subscriber wants the span (an OpenTelemetry span context, when there is one, wins).
-        let context = TraceContext::extract(req.headers());
-        let span = rpc_span(&req);
-        if span.is_disabled() {
-            // No subscriber records the span (no OTel exporter, log level above info): the
-            // status code would be set on nothing, so the body is not observed (one
-            // `grpc-status` parse and one armed guard fewer per call), and the future holds
-            // `Span::none()`, whose enter on each poll costs nothing (entering a disabled span
-            // that still carries its metadata does not).
-            return ResponseFuture {
-                inner: ObserveFuture::passthrough(in_scope(&context, || self.inner.call(req))),
-                span: Span::none(),
-                context,
-            };
-        }
-        let fut = {
-            let _enter = span.enter();
-            in_scope(&context, || self.inner.call(req))
-        };
-        let record = TraceRecord { span: span.clone() };
-        ResponseFuture {
-            inner: ObserveFuture::new(fut, record),
-            span,
-            context,
-        }
-    }
-}
-
-pin_project! {
-    /// Response future of [`Trace`]: polls the handler inside the span.
-    #[derive(Debug)]
-    pub struct ResponseFuture<F> {
-        #[pin]
-        inner: ObserveFuture<F, TraceRecord>,
-        span: Span,
-        // the caller's trace context, current while the handler is polled
-        context: Option<TraceContext>,
-    }
-}
-
 /// `f()` with `context` current, if there is one.
 pub(crate) fn in_scope<R>(context: &Option<TraceContext>, f: impl FnOnce() -> R) -> R {
     match context {
@@ -245,18 +157,117 @@ pub(crate) fn in_scope<R>(context: &Option<TraceContext>, f: impl FnOnce() -> R)
     }
 }
 
-impl<F, B, E> Future for ResponseFuture<F>
-where
-    F: Future<Output = Result<Response<B>, E>>,
-{
-    type Output = Result<Response<ObservedBody<B, TraceRecord>>, E>;
+#[cfg(test)]
+mod nested {
+    //! The trace stage as a tower layer of its own, for the differential test and the unit
+    //! tests (the server runs it in the governor).
 
-    #[inline(always)]
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let _enter = this.span.enter();
-        let inner = this.inner;
-        in_scope(this.context, || inner.poll(cx))
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use http::{Request, Response};
+    use pin_project_lite::pin_project;
+    use tower_layer::Layer;
+    use tower_service::Service;
+    use tracing::Span;
+    use zrpc_core::grpc::trace_context::TraceContext;
+
+    use super::{TraceLayer, TraceRecord, in_scope, rpc_span};
+    use crate::layers::observe::{ObserveFuture, ObservedBody};
+
+    impl<S> Layer<S> for TraceLayer {
+        type Service = Trace<S>;
+        fn layer(&self, inner: S) -> Trace<S> {
+            Trace {
+                inner,
+                enabled: self.enabled,
+            }
+        }
+    }
+
+    /// Opens a span per RPC.
+    #[derive(Debug, Clone)]
+    pub(crate) struct Trace<S> {
+        inner: S,
+        enabled: bool,
+    }
+
+    impl<S, ReqB, B> Service<Request<ReqB>> for Trace<S>
+    where
+        S: Service<Request<ReqB>, Response = Response<B>>,
+    {
+        type Response = Response<ObservedBody<B, TraceRecord>>;
+        type Error = S::Error;
+        type Future = ResponseFuture<S::Future>;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            self.inner.poll_ready(cx)
+        }
+
+        #[inline(always)]
+        fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+            if !self.enabled {
+                return ResponseFuture {
+                    inner: ObserveFuture::passthrough(self.inner.call(req)),
+                    span: Span::none(),
+                    context: None,
+                };
+            }
+            // The caller's trace context, for zrpc's client to pass on as it came whether or not a
+            // subscriber wants the span (an OpenTelemetry span context, when there is one, wins).
+            let context = TraceContext::extract(req.headers());
+            let span = rpc_span(&req);
+            if span.is_disabled() {
+                // No subscriber records the span (no OTel exporter, log level above info): the
+                // status code would be set on nothing, so the body is not observed (one
+                // `grpc-status` parse and one armed guard fewer per call), and the future holds
+                // `Span::none()`, whose enter on each poll costs nothing (entering a disabled span
+                // that still carries its metadata does not).
+                return ResponseFuture {
+                    inner: ObserveFuture::passthrough(in_scope(&context, || self.inner.call(req))),
+                    span: Span::none(),
+                    context,
+                };
+            }
+            let fut = {
+                let _enter = span.enter();
+                in_scope(&context, || self.inner.call(req))
+            };
+            let record = TraceRecord { span: span.clone() };
+            ResponseFuture {
+                inner: ObserveFuture::new(fut, record),
+                span,
+                context,
+            }
+        }
+    }
+
+    pin_project! {
+        /// Response future of [`Trace`]: polls the handler inside the span.
+        #[derive(Debug)]
+        pub(crate) struct ResponseFuture<F> {
+            #[pin]
+            inner: ObserveFuture<F, TraceRecord>,
+            span: Span,
+            // the caller's trace context, current while the handler is polled
+            context: Option<TraceContext>,
+        }
+    }
+
+    impl<F, B, E> Future for ResponseFuture<F>
+    where
+        F: Future<Output = Result<Response<B>, E>>,
+    {
+        type Output = Result<Response<ObservedBody<B, TraceRecord>>, E>;
+
+        #[inline(always)]
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+            let this = self.project();
+            let _enter = this.span.enter();
+            let inner = this.inner;
+            in_scope(this.context, || inner.poll(cx))
+        }
     }
 }
 
@@ -267,7 +278,7 @@ mod tests {
 
     #[cfg(feature = "otel")]
     use opentelemetry::trace::TraceContextExt;
-    use tower::ServiceExt;
+    use tower::{Layer, ServiceExt};
 
     use super::*;
     use crate::layers::test_util::{capture_logs, final_code, ok_response};

@@ -1,4 +1,4 @@
-//! Small helpers shared by the layers.
+//! Small helpers shared by the stages.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -8,7 +8,7 @@ use http::uri::PathAndQuery;
 use http::{HeaderName, Request};
 use tonic::transport::server::TcpConnectInfo;
 
-// Header names the layers look up on every call, prebuilt: a lookup by `&str` parses and
+// Header names the stages look up on every call, prebuilt: a lookup by `&str` parses and
 // validates the name each time (`http`'s `parse_hdr`).
 /// W3C `traceparent`.
 #[cfg(feature = "otel")]
@@ -52,9 +52,9 @@ pub(crate) fn method_of<B>(req: &Request<B>) -> PathAndQuery {
 /// shed and not timed out. Filled from the reflection descriptor sets and from
 /// [`Server::streaming_method`](crate::Server::streaming_method).
 #[derive(Debug, Clone, Default)]
-pub struct StreamingMethods(Arc<Methods>);
+pub(crate) struct StreamingMethods(Arc<Methods>);
 
-/// Up to [`SCAN_MAX`] names are scanned (a length compare, then a short `memcmp`): four layers
+/// Up to [`SCAN_MAX`] names are scanned (a length compare, then a short `memcmp`): four stages
 /// ask per call, and hashing the path with SipHash costs several times a scan of a typical
 /// service's few methods.
 #[derive(Debug, Default)]
@@ -69,7 +69,7 @@ const SCAN_MAX: usize = 16;
 
 impl StreamingMethods {
     /// A set from full method names.
-    pub fn new<I: IntoIterator<Item = String>>(methods: I) -> Self {
+    pub(crate) fn new<I: IntoIterator<Item = String>>(methods: I) -> Self {
         let set: HashSet<String> = methods.into_iter().collect();
         Self(Arc::new(match set.len() {
             0 => Methods::None,
@@ -79,7 +79,7 @@ impl StreamingMethods {
     }
 
     /// Whether `full_method` is a known streaming method.
-    pub fn contains(&self, full_method: &str) -> bool {
+    pub(crate) fn contains(&self, full_method: &str) -> bool {
         match &*self.0 {
             Methods::None => false,
             Methods::Few(names) => names.iter().any(|n| n == full_method),
@@ -88,7 +88,8 @@ impl StreamingMethods {
     }
 
     /// Number of known streaming methods.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         match &*self.0 {
             Methods::None => 0,
             Methods::Few(names) => names.len(),
@@ -97,7 +98,8 @@ impl StreamingMethods {
     }
 
     /// Whether no streaming method is known.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }

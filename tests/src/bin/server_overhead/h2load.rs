@@ -146,49 +146,6 @@ async fn zrpc(minimal: bool, plumbing_off: Option<&str>) -> TestServer {
     .await
 }
 
-/// Bare tonic (its own `TcpIncoming`) behind zrpc's public middleware layers, all switched
-/// `on` or off as in the default chain (shedding excepted): the layers' cost without zrpc's
-/// accept loop, connection wrappers and transport layers.
-fn tonic_with_layers(listener: TcpListener, on: bool) {
-    use zrpc_server::layers::{
-        AuthLayer, BreakerLayer, DrainLayer, DrainSignal, FactsLayer, MetricsLayer, RecoverLayer,
-        StatLayer, StatSettings, StreamingMethods, TimeoutLayer, TimeoutSettings, TraceLayer,
-    };
-    let registry = std::sync::Arc::new(zrpc_core::breaker::BreakerRegistry::default());
-    let streaming = StreamingMethods::new(Vec::new());
-    let stat = StatSettings {
-        enabled: on,
-        ..StatSettings::default()
-    };
-    let timeout = TimeoutSettings {
-        default: on.then_some(Duration::from_secs(2)),
-        ..TimeoutSettings::default()
-    };
-    let chain = tower::ServiceBuilder::new()
-        .layer(FactsLayer::new(on))
-        .layer(TraceLayer::new(on))
-        .layer(RecoverLayer::new(on))
-        .layer(StatLayer::new(stat))
-        .layer(MetricsLayer::new(on).streaming(streaming.clone()))
-        .layer(AuthLayer::new(None, false))
-        .layer(BreakerLayer::with_registry(on, registry))
-        .layer(TimeoutLayer::new(timeout))
-        .layer(DrainLayer::new(
-            DrainSignal::new(),
-            DrainSignal::new(),
-            streaming,
-        ))
-        .into_inner();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .layer(chain)
-            .add_service(TestGreeter::new().into_service())
-            .serve_with_incoming(
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            ),
-    );
-}
-
 pub(crate) async fn run() {
     let rounds: usize = arg("--rounds").map_or(5, |r| r.parse().unwrap());
     let requests: u64 = arg("--requests").map_or(100_000, |s| s.parse().unwrap());
@@ -224,18 +181,6 @@ pub(crate) async fn run() {
         let name: &'static str = Box::leak(format!("minimal w/o {list}").into_boxed_str());
         targets.push((name, Target::InProcess(server.url())));
         extra.push(server);
-    }
-    // `--layers-on-tonic`: bare tonic behind zrpc's middleware layers (off, and on).
-    if std::env::args().any(|a| a == "--layers-on-tonic") {
-        for (name, on) in [
-            ("tonic + zrpc layers off", false),
-            ("tonic + zrpc layers on", true),
-        ] {
-            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let addr = listener.local_addr().unwrap();
-            tonic_with_layers(listener, on);
-            targets.push((name, Target::InProcess(format!("http://{addr}"))));
-        }
     }
     let first_ext = targets.len();
     let args: Vec<String> = std::env::args().collect();
