@@ -23,11 +23,11 @@ use crate::balancer::service::Balancer;
 use crate::balancer::service::{Call, call_deadline};
 use crate::balancer::stats::EjectionLimit;
 use crate::conf::RpcClientConf;
-use crate::layers::credentials::CredentialsLayer;
+use crate::layers::credentials::Credentials;
 use crate::layers::duration::SLOW_THRESHOLD;
-use crate::layers::observe::{Detail, Outcome};
-use crate::layers::timeout::{Bound, TimeoutLayer};
-use crate::layers::{ObserveLayer, Response, code_of_error};
+use crate::layers::observe::{Detail, Observe, Outcome};
+use crate::layers::timeout::{Bound, Timeout};
+use crate::layers::{Response, code_of_error};
 use crate::metrics::ClientMetrics;
 use crate::resolver::{self, Target};
 use crate::retry::Retries;
@@ -56,9 +56,9 @@ pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 #[derive(Clone)]
 pub struct Client {
     /// The chain's stages, each `None` when switched off (see [`Client::call`]).
-    observe: Option<ObserveLayer>,
-    timeout: Option<TimeoutLayer>,
-    credentials: Option<CredentialsLayer>,
+    observe: Option<Observe>,
+    timeout: Option<Timeout>,
+    credentials: Option<Credentials>,
     /// Retry and hedging policies (`MethodConfig`), `None` without any.
     retries: Option<Arc<Retries>>,
     balancer: Balancer,
@@ -207,7 +207,7 @@ impl Client {
         crate::metrics::track(&balancer.shared);
         let credentials = if conf.has_credential() {
             Some(
-                CredentialsLayer::new(&conf.app, &conf.token)
+                Credentials::new(&conf.app, &conf.token)
                     .map_err(|e| Error::Config(ConfError::invalid("App/Token", e.to_string())))?,
             )
         } else {
@@ -234,7 +234,7 @@ impl Client {
         )
         .map(Arc::new);
         let observe = (m.trace || m.duration || m.prometheus || m.breaker).then(|| {
-            ObserveLayer::builder(&target_name)
+            Observe::builder(&target_name)
                 .trace(m.trace)
                 .duration_log(m.duration.then_some(SLOW_THRESHOLD))
                 .metrics(metrics)
@@ -244,9 +244,7 @@ impl Client {
         let client = Client {
             observe,
             // the balancer enforces the deadline (one timer per call, see `layers::timeout`)
-            timeout: m
-                .timeout
-                .then(|| TimeoutLayer::new(conf.timeout_duration()).enforced_below()),
+            timeout: m.timeout.then(|| Timeout::new(conf.timeout_duration())),
             credentials,
             retries,
             balancer,
@@ -402,20 +400,30 @@ impl Future for ResponseFuture {
                         .map(tracing::Span::enter);
                     ready!(call.poll(cx))
                 };
-                Poll::Ready(match answer {
-                    Ok(Answer { resp, done }) => Ok(finish(resp, done, outcome.take())),
-                    Err(err) => {
-                        let err = match bound {
-                            Some(b) => b.error(err),
-                            None => err,
-                        };
-                        if let Some(o) = outcome.take() {
-                            o.record(code_of_error(&*err), Detail::Error(&err));
-                        }
-                        Err(err)
-                    }
-                })
+                Poll::Ready(end(answer, *bound, outcome.take()))
             }
+        }
+    }
+}
+
+/// The end of a call: its answer wired to the endpoint and the recorders ([`finish`]), or its
+/// error (past the deadline, as the timeout stage says) recorded.
+pub(crate) fn end(
+    answer: Result<Answer, BoxError>,
+    bound: Option<Bound>,
+    outcome: Option<Outcome>,
+) -> Result<Response, BoxError> {
+    match answer {
+        Ok(Answer { resp, done }) => Ok(finish(resp, done, outcome)),
+        Err(err) => {
+            let err = match bound {
+                Some(b) => b.error(err),
+                None => err,
+            };
+            if let Some(o) = outcome {
+                o.record(code_of_error(&*err), Detail::Error(&err));
+            }
+            Err(err)
         }
     }
 }
@@ -475,9 +483,8 @@ impl tower::Service<http::Request<Body>> for Client {
     /// go-zero's chain in one step, stage by stage (outer to inner): observe (its span, the
     /// breaker), timeout, credentials, then the balancer's pick and first attempt, or, for a
     /// method with a retry or hedging policy, its attempts under the retry budget. The stages
-    /// exist as tower layers too ([`crate::layers`]); composed here they share the call's start
-    /// instant and its deadline without request extensions, and its final status is read once,
-    /// for the endpoint and the recorders together.
+    /// share the call's start instant and its deadline without request extensions, and its
+    /// final status is read once, for the endpoint and the recorders together.
     fn call(&mut self, mut req: http::Request<Body>) -> Self::Future {
         let start = Instant::now();
         let outcome = match &self.observe {
@@ -492,8 +499,8 @@ impl tower::Service<http::Request<Body>> for Client {
             None => StatusGuard::disarmed(),
         };
         let (bound, deadline, timeout) = match &self.timeout {
-            Some(layer) => {
-                let bound = layer.apply(&mut req);
+            Some(stage) => {
+                let bound = stage.apply(&mut req);
                 let deadline = bound.map(|b| b.deadline.into_std());
                 (bound, deadline, bound.map(|b| b.timeout))
             }
@@ -618,7 +625,7 @@ mod tests {
 
         let registry = prometheus::Registry::new();
         let metrics = ClientMetrics::register(&registry).unwrap();
-        let observe = ObserveLayer::builder("direct:///x:1")
+        let observe = Observe::builder("direct:///x:1")
             .metrics(Some(metrics.clone()))
             .build();
         // never connected: only its statistics are used

@@ -2,16 +2,17 @@
 //!
 //! A [`Client`] is a `tower::Service` over `http::Request<tonic::body::Body>`, so generated tonic
 //! clients use it directly (`GreeterClient::new(client.clone())`). Each call runs go-zero's client
-//! chain ([`layers`]: tracing, duration log, metrics, breaker, timeout, then `app`/`token`
-//! credentials), then the lock-free P2C+EWMA balancer's pick ([`balancer`]) and the chosen
-//! endpoint's connection. A [`resolver`] (direct, etcd, DNS, Kubernetes) keeps the balancer's
+//! chain, as one stage of [`Client`] switched by the config (tracing, duration log, metrics,
+//! breaker, timeout, then `app`/`token` credentials; [`CallTimeout`] sets one call's timeout),
+//! then the lock-free P2C+EWMA balancer's pick ([`balancer`]) and the chosen endpoint's
+//! connection. A [`resolver`] (direct, etcd, DNS, Kubernetes) keeps the balancer's
 //! endpoint set current beside the calls.
 
 pub mod balancer;
 mod client;
 pub mod conf;
 mod error;
-pub mod layers;
+mod layers;
 pub mod metrics;
 pub mod resolver;
 mod retry;

@@ -6,10 +6,10 @@
 //! `Unavailable "circuit breaker is open"` as a gRPC status (go-zero returns a raw error that shows
 //! up as `Unknown`). Outcomes use go-zero's acceptable codes: DeadlineExceeded, Internal,
 //! Unavailable, DataLoss, Unimplemented and ResourceExhausted are failures.
-//! Switched on with [`ObserveBuilder::breakers`](super::ObserveBuilder::breakers).
+//! Switched on with [`ObserveBuilder::breakers`](super::observe::ObserveBuilder::breakers).
 
 /// The message of a local breaker rejection.
-pub const BREAKER_OPEN: &str = "circuit breaker is open";
+pub(crate) const BREAKER_OPEN: &str = "circuit breaker is open";
 
 /// The status of a local breaker rejection.
 pub(crate) fn open() -> tonic::Status {
@@ -22,30 +22,29 @@ mod tests {
     use std::sync::Arc;
 
     use tonic::body::Body;
-    use tower::{BoxError, Layer, Service, ServiceExt};
+    use tower::BoxError;
     use zrpc_core::breaker::{BreakerConfig, BreakerRegistry};
     use zrpc_core::grpc::{code, status_response};
 
     use super::*;
-    use crate::layers::ObserveLayer;
+    use crate::layers::observe::{Observe, observed_call};
 
     #[tokio::test]
     async fn rejects_locally_with_an_unavailable_status_once_failures_pile_up() {
         let registry = Arc::new(BreakerRegistry::new(BreakerConfig::default()));
-        let inner = tower::service_fn(|_req: http::Request<Body>| async {
+        let mut inner = tower::service_fn(|_req: http::Request<Body>| async {
             Ok::<_, BoxError>(status_response::<Body>(code::UNAVAILABLE, "down"))
         });
-        let mut svc = ObserveLayer::builder("direct:///x:1")
+        let observe = Observe::builder("direct:///x:1")
             .breakers(Some(registry.clone()))
-            .build()
-            .layer(inner);
+            .build();
         let mut local = 0;
         for _ in 0..300 {
             let req = http::Request::builder()
                 .uri("/greeter.Greeter/SayHello")
                 .body(Body::empty())
                 .unwrap();
-            match svc.ready().await.unwrap().call(req).await {
+            match observed_call(&observe, &mut inner, req).await {
                 Ok(resp) => assert_eq!(
                     zrpc_core::grpc::status_from_headers(resp.headers()),
                     Some(code::UNAVAILABLE)

@@ -1,7 +1,7 @@
 //! Error and slow-call logging (go-zero `DurationInterceptor`): every failed call is logged at
 //! error level (`fail - <target><method> - <code> - <message>`), a successful call slower than
 //! 500 ms (go-zero's `slowThreshold`) at warn level (`slowcall`). No per-call info log.
-//! Switched on with [`ObserveBuilder::duration_log`](super::ObserveBuilder::duration_log).
+//! Switched on with [`ObserveBuilder::duration_log`](super::observe::ObserveBuilder::duration_log).
 
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use tower::BoxError;
 use zrpc_core::grpc::{code, status_message_from_headers};
 
 /// go-zero's default slow-call threshold.
-pub const SLOW_THRESHOLD: Duration = Duration::from_millis(500);
+pub(crate) const SLOW_THRESHOLD: Duration = Duration::from_millis(500);
 
 /// A call that failed without a response (local rejection, transport error, timeout).
 pub(crate) fn log_error(name: &str, err: &BoxError, elapsed: Duration) {

@@ -6,8 +6,10 @@
 //! comes from the error of a failed call, the `grpc-status` header of a trailers-only response, or
 //! the trailers at the end of the body (a call dropped before that is `Cancelled`), and one
 //! `Outcome` hands it to every recorder switched on, with one clock read. The per-method state
-//! (breaker, metric handles, log name) is resolved once per client (`layers::method`); the
-//! response future is named and the body is wrapped once.
+//! (breaker, metric handles, log name) is resolved once per client (`layers::method`).
+//! `Client::call` starts each call's record with [`Observe::begin`] and ends it with the
+//! answer: from a trailers-only response's headers at once, or from the trailers at the end of
+//! the body, read by the one body wrapper that also reports to the endpoint.
 //!
 //! Recorders, in go-zero's order (outer to inner), each switched by `Middlewares`:
 //! - trace: the `rpc.client` span, entered while the call runs, with the trace context injected
@@ -20,25 +22,21 @@
 //! - breaker: one Google-SRE breaker per target and method; an open breaker fails the call locally
 //!   with `Unavailable "circuit breaker is open"`, which the outer recorders see ([`super::breaker`]).
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
-use pin_project_lite::pin_project;
 use tonic::body::Body;
 use tower::BoxError;
 use zrpc_core::breaker::{BreakerPromise, BreakerRegistry};
-use zrpc_core::grpc::{OnStatus, StatusBody, StatusGuard, code, status_from_headers};
+use zrpc_core::grpc::{OnStatus, code};
 
 use super::method::{MethodState, Methods};
-use super::{Response, breaker, code_of_error, duration, trace};
+use super::{breaker, code_of_error, duration, trace};
 use crate::metrics::{ClientMetrics, DropReason};
 
 /// The observing stage (see the module docs). Clones share the per-method states.
 #[derive(Debug, Clone)]
-pub struct ObserveLayer {
+pub(crate) struct Observe {
     shared: Arc<Shared>,
 }
 
@@ -50,10 +48,10 @@ struct Shared {
     slow: Option<Duration>,
 }
 
-/// Builds an [`ObserveLayer`]; every recorder starts off.
+/// Builds an [`Observe`]; every recorder starts off.
 #[derive(Debug)]
 #[must_use]
-pub struct ObserveBuilder {
+pub(crate) struct ObserveBuilder {
     target: Arc<str>,
     trace: bool,
     slow: Option<Duration>,
@@ -63,34 +61,34 @@ pub struct ObserveBuilder {
 
 impl ObserveBuilder {
     /// Turns the client span and trace-context injection on (default off).
-    pub fn trace(mut self, on: bool) -> Self {
+    pub(crate) fn trace(mut self, on: bool) -> Self {
         self.trace = on;
         self
     }
 
     /// Logs failed calls, and successful calls slower than `slow` (go-zero: 500 ms,
     /// [`duration::SLOW_THRESHOLD`]); default off.
-    pub fn duration_log(mut self, slow: Option<Duration>) -> Self {
+    pub(crate) fn duration_log(mut self, slow: Option<Duration>) -> Self {
         self.slow = slow;
         self
     }
 
     /// Records the client metric families `metrics` (default off).
-    pub fn metrics(mut self, metrics: Option<ClientMetrics>) -> Self {
+    pub(crate) fn metrics(mut self, metrics: Option<ClientMetrics>) -> Self {
         self.metrics = metrics;
         self
     }
 
     /// Guards calls with the breakers of `registry`, named `<target><method>` (default off).
-    pub fn breakers(mut self, registry: Option<Arc<BreakerRegistry>>) -> Self {
+    pub(crate) fn breakers(mut self, registry: Option<Arc<BreakerRegistry>>) -> Self {
         self.breakers = registry;
         self
     }
 
-    /// The layer.
+    /// The stage.
     #[must_use]
-    pub fn build(self) -> ObserveLayer {
-        ObserveLayer {
+    pub(crate) fn build(self) -> Observe {
+        Observe {
             shared: Arc::new(Shared {
                 methods: Methods::new(self.target, self.breakers, self.metrics),
                 trace: self.trace,
@@ -100,9 +98,9 @@ impl ObserveBuilder {
     }
 }
 
-impl ObserveLayer {
+impl Observe {
     /// A builder for calls to `target` (named in logs, spans and breaker names).
-    pub fn builder(target: &str) -> ObserveBuilder {
+    pub(crate) fn builder(target: &str) -> ObserveBuilder {
         ObserveBuilder {
             target: Arc::from(target),
             trace: false,
@@ -111,23 +109,6 @@ impl ObserveLayer {
             breakers: None,
         }
     }
-}
-
-impl<S> tower::Layer<S> for ObserveLayer {
-    type Service = Observe<S>;
-    fn layer(&self, inner: S) -> Observe<S> {
-        Observe {
-            inner,
-            layer: self.clone(),
-        }
-    }
-}
-
-/// The service of [`ObserveLayer`].
-#[derive(Debug, Clone)]
-pub struct Observe<S> {
-    inner: S,
-    layer: ObserveLayer,
 }
 
 /// One call's recorders: fed once with the final code.
@@ -198,7 +179,7 @@ impl Outcome {
     }
 }
 
-impl ObserveLayer {
+impl Observe {
     /// Starts observing a call that starts at `start`: resolves its method, opens its span
     /// (injecting the trace context into `req`), asks the breaker. An open breaker's rejection
     /// is recorded here and returned as the call's error.
@@ -243,109 +224,24 @@ fn rejected(outcome: Outcome) -> BoxError {
     err
 }
 
-impl<S> tower::Service<http::Request<Body>> for Observe<S>
+/// Tests: one call to `inner` observed as `Client::call` observes it: [`Observe::begin`], the
+/// call, then its answer or error ended by `client::end` (the body wrapped for its final status).
+#[cfg(test)]
+pub(crate) async fn observed_call<S>(
+    observe: &Observe,
+    inner: &mut S,
+    mut req: http::Request<Body>,
+) -> Result<super::Response, BoxError>
 where
-    S: tower::Service<http::Request<Body>, Response = Response, Error = BoxError>,
+    S: tower::Service<http::Request<Body>, Response = super::Response, Error = BoxError>,
 {
-    type Response = Response;
-    type Error = BoxError;
-    type Future = ResponseFuture<S::Future>;
+    use tower::ServiceExt;
+    use zrpc_core::grpc::StatusGuard;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: http::Request<Body>) -> Self::Future {
-        let outcome = match self.layer.begin(&mut req, Instant::now()) {
-            Ok(outcome) => outcome,
-            Err(err) => {
-                return ResponseFuture {
-                    state: State::Rejected { err: Some(err) },
-                };
-            }
-        };
-        let fut = match &outcome.span {
-            Some(span) => {
-                let _enter = span.enter();
-                self.inner.call(req)
-            }
-            None => self.inner.call(req),
-        };
-        ResponseFuture {
-            state: State::Called {
-                fut,
-                outcome: StatusGuard::new(outcome),
-            },
-        }
-    }
-}
-
-pin_project! {
-    /// The response future of [`Observe`].
-    pub struct ResponseFuture<F> {
-        #[pin]
-        state: State<F>,
-    }
-}
-
-pin_project! {
-    #[project = StateProj]
-    enum State<F> {
-        Called { #[pin] fut: F, outcome: StatusGuard<Outcome> },
-        Rejected { err: Option<BoxError> },
-    }
-}
-
-impl<F> std::fmt::Debug for ResponseFuture<F> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResponseFuture").finish_non_exhaustive()
-    }
-}
-
-impl<F> Future for ResponseFuture<F>
-where
-    F: Future<Output = Result<Response, BoxError>>,
-{
-    type Output = Result<Response, BoxError>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().state.project() {
-            StateProj::Rejected { err } => {
-                Poll::Ready(Err(err.take().unwrap_or_else(|| breaker::open().into())))
-            }
-            StateProj::Called { fut, outcome } => {
-                let result = {
-                    let _enter = outcome_span(outcome).map(tracing::Span::enter);
-                    ready!(fut.poll(cx))
-                };
-                let Some(rec) = outcome.take() else {
-                    return Poll::Ready(result);
-                };
-                Poll::Ready(match result {
-                    Ok(resp) => {
-                        let (parts, body) = resp.into_parts();
-                        let body = match status_from_headers(&parts.headers) {
-                            // trailers-only: the status is known now
-                            Some(c) => {
-                                rec.record(c, Detail::Message(&parts.headers));
-                                body
-                            }
-                            None => Body::new(StatusBody::new(body, rec)),
-                        };
-                        Ok(http::Response::from_parts(parts, body))
-                    }
-                    Err(err) => {
-                        rec.record(code_of_error(&*err), Detail::Error(&err));
-                        Err(err)
-                    }
-                })
-            }
-        }
-    }
-}
-
-fn outcome_span(guard: &StatusGuard<Outcome>) -> Option<&tracing::Span> {
-    guard.get().and_then(|o| o.span.as_ref())
+    let mut outcome = StatusGuard::new(observe.begin(&mut req, Instant::now())?);
+    let answer = inner.ready().await?.call(req).await;
+    let answer = answer.map(|resp| crate::balancer::endpoint::Answer { resp, done: None });
+    crate::client::end(answer, None, outcome.take())
 }
 
 #[cfg(test)]
@@ -353,10 +249,10 @@ fn outcome_span(guard: &StatusGuard<Outcome>) -> Option<&tracing::Span> {
 mod tests {
     use bytes::Bytes;
     use http_body_util::BodyExt;
-    use tower::{Layer, Service, ServiceExt};
     use zrpc_core::breaker::BreakerConfig;
 
     use super::*;
+    use crate::layers::Response;
 
     /// A response whose status comes in its trailers.
     fn trailed(c: &'static str) -> Response {
@@ -386,12 +282,12 @@ mod tests {
         let registry = prometheus::Registry::new();
         let metrics = ClientMetrics::register(&registry).unwrap();
         let breakers = Arc::new(BreakerRegistry::new(BreakerConfig::default()));
-        let layer = ObserveLayer::builder("direct:///x:1")
+        let observe = Observe::builder("direct:///x:1")
             .duration_log(Some(duration::SLOW_THRESHOLD))
             .metrics(Some(metrics.clone()))
             .breakers(Some(breakers.clone()))
             .build();
-        let mut svc = layer.layer(tower::service_fn(|req: http::Request<Body>| async move {
+        let mut svc = tower::service_fn(|req: http::Request<Body>| async move {
             match req.headers().get("x-case").map(|v| v.as_bytes().to_vec()) {
                 Some(c) if c == b"error" => {
                     Err::<Response, BoxError>(tonic::Status::deadline_exceeded("too late").into())
@@ -399,12 +295,12 @@ mod tests {
                 Some(c) if c == b"internal" => Ok(trailed("13")),
                 _ => Ok(trailed("0")),
             }
-        }));
+        });
         let breaker = breakers.get("direct:///x:1/greeter.Greeter/SayHello");
         let t0 = Instant::now();
 
         // OK in the trailers: nothing is recorded before the body ends
-        let resp = svc.ready().await.unwrap().call(request()).await.unwrap();
+        let resp = observed_call(&observe, &mut svc, request()).await.unwrap();
         assert_eq!(count(&metrics, "0"), 0, "recorded at the end of the body");
         resp.into_body().collect().await.unwrap();
         assert_eq!(count(&metrics, "0"), 1);
@@ -413,18 +309,18 @@ mod tests {
         let mut req = request();
         req.headers_mut()
             .insert("x-case", "internal".parse().unwrap());
-        let resp = svc.ready().await.unwrap().call(req).await.unwrap();
+        let resp = observed_call(&observe, &mut svc, req).await.unwrap();
         resp.into_body().collect().await.unwrap();
         assert_eq!(count(&metrics, "13"), 1);
 
         // a local error
         let mut req = request();
         req.headers_mut().insert("x-case", "error".parse().unwrap());
-        assert!(svc.ready().await.unwrap().call(req).await.is_err());
+        assert!(observed_call(&observe, &mut svc, req).await.is_err());
         assert_eq!(count(&metrics, "4"), 1);
 
         // a body dropped before its trailers: Cancelled
-        let resp = svc.ready().await.unwrap().call(request()).await.unwrap();
+        let resp = observed_call(&observe, &mut svc, request()).await.unwrap();
         drop(resp);
         assert_eq!(count(&metrics, "1"), 1);
 
@@ -443,18 +339,18 @@ mod tests {
         let registry = prometheus::Registry::new();
         let metrics = ClientMetrics::register(&registry).unwrap();
         crate::metrics::declare_streaming_methods(["/observe.S/Stream"]);
-        let layer = ObserveLayer::builder("direct:///x:1")
+        let observe = Observe::builder("direct:///x:1")
             .metrics(Some(metrics.clone()))
             .build();
-        let mut svc = layer.layer(tower::service_fn(|_req: http::Request<Body>| async {
+        let mut svc = tower::service_fn(|_req: http::Request<Body>| async {
             Ok::<_, BoxError>(trailed("0"))
-        }));
+        });
         for path in ["/observe.S/Stream", "/observe.S/Unary"] {
             let req = http::Request::builder()
                 .uri(path)
                 .body(Body::empty())
                 .unwrap();
-            let resp = svc.ready().await.unwrap().call(req).await.unwrap();
+            let resp = observed_call(&observe, &mut svc, req).await.unwrap();
             resp.into_body().collect().await.unwrap();
         }
         let codes =
@@ -483,7 +379,7 @@ mod tests {
         let registry = prometheus::Registry::new();
         let metrics = ClientMetrics::register(&registry).unwrap();
         let breakers = Arc::new(BreakerRegistry::new(BreakerConfig::default()));
-        let layer = ObserveLayer::builder("direct:///x:1")
+        let observe = Observe::builder("direct:///x:1")
             .metrics(Some(metrics.clone()))
             .breakers(Some(breakers))
             .build();
@@ -496,7 +392,7 @@ mod tests {
             ConnectOptions::default(),
             1,
         );
-        let mut svc = layer.layer(balancer);
+        let mut svc = balancer;
         let dropped = |reason: &str| {
             metrics
                 .dropped_total
@@ -506,11 +402,7 @@ mod tests {
         // the failures open the breaker: count both kinds of local rejection as they come
         let (mut no_endpoint, mut breaker) = (0, 0);
         for _ in 0..2_000 {
-            let err = svc
-                .ready()
-                .await
-                .unwrap()
-                .call(request())
+            let err = observed_call(&observe, &mut svc, request())
                 .await
                 .unwrap_err();
             let status = err.downcast::<tonic::Status>().unwrap();

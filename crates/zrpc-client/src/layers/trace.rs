@@ -93,7 +93,7 @@ mod tests {
     use opentelemetry::propagation::TextMapCompositePropagator;
     use opentelemetry::trace::TracerProvider;
     use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
-    use tower::{BoxError, Layer, Service, ServiceExt};
+    use tower::BoxError;
     use tracing_subscriber::layer::SubscriberExt;
 
     use tonic::body::Body;
@@ -142,22 +142,23 @@ mod tests {
             opentelemetry::Context::current_with_baggage([KeyValue::new("tenant", "t1")]).attach();
 
         let seen: Arc<Mutex<Option<http::HeaderMap>>> = Arc::default();
-        let inner = {
+        let mut inner = {
             let seen = seen.clone();
             tower::service_fn(move |req: http::Request<Body>| {
                 *seen.lock().unwrap() = Some(req.headers().clone());
                 async { Ok::<_, BoxError>(http::Response::new(Body::empty())) }
             })
         };
-        let mut svc = crate::layers::ObserveLayer::builder("direct:///a:1")
+        let observe = crate::layers::observe::Observe::builder("direct:///a:1")
             .trace(true)
-            .build()
-            .layer(inner);
+            .build();
         let req = http::Request::builder()
             .uri("/greeter.Greeter/SayHello")
             .body(Body::empty())
             .unwrap();
-        svc.ready().await.unwrap().call(req).await.unwrap();
+        crate::layers::observe::observed_call(&observe, &mut inner, req)
+            .await
+            .unwrap();
         let headers = seen.lock().unwrap().take().unwrap();
         let tp = headers
             .get("traceparent")
