@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-use super::certs::TlsError;
+use super::TlsError;
 use super::identity::PeerIdentity;
 use super::watch::WatchedFile;
 use crate::conf::ServerTlsConf;

@@ -14,7 +14,8 @@ use rustls::crypto::CryptoProvider;
 use rustls::server::WebPkiClientVerifier;
 use rustls::server::danger::ClientCertVerifier;
 
-use super::certs::{TlsError, roots_from_pem};
+use super::TlsError;
+use super::certs::roots_from_pem;
 use super::reload::ReloadingCert;
 use super::watch::WatchedFile;
 use crate::conf::{ClientAuth, ServerTlsConf};

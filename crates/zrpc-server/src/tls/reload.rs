@@ -15,7 +15,8 @@ use rustls::crypto::CryptoProvider;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
-use super::certs::{TlsError, load_certified_key};
+use super::TlsError;
+use super::certs::load_certified_key;
 use crate::conf::ServerTlsConf;
 
 /// The current server certificate (rustls `ResolvesServerCert`).

@@ -7,7 +7,8 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::ServerTls;
-use super::certs::{TlsError, read};
+use super::TlsError;
+use super::certs::read;
 
 /// A file whose bytes are compared with those of the last try (loaded or refused), so that
 /// a reload acts on changes only and a broken file is logged once, not at every tick.
