@@ -233,6 +233,9 @@ impl Validate for RpcClientConf {
     fn validate(&self) -> Result<(), ConfError> {
         if let Some(t) = &self.tls {
             t.validate()?;
+            if !cfg!(feature = "tls") {
+                return Err(crate::tls::tls_off(t));
+            }
         }
         self.p2c.validate()?;
         retry::validate_methods(&self.method_config)?;
@@ -271,6 +274,14 @@ impl Validate for RpcClientConf {
                 "discovery in etcd",
                 "etcd",
             ));
+        }
+        if !cfg!(feature = "tls")
+            && matches!(
+                crate::resolver::Target::parse(&target),
+                Ok(crate::resolver::Target::K8s { .. })
+            )
+        {
+            return Err(crate::resolver::k8s_off(&target));
         }
         Ok(())
     }
@@ -620,5 +631,40 @@ mod tests {
             "client.yaml",
         )
         .unwrap();
+    }
+
+    #[test]
+    fn k8s_targets_and_etcd_tls_need_the_tls_feature() {
+        use zrpc_core::conf::{Format, from_str};
+        let etcd_tls = "Etcd:\n  Hosts: [127.0.0.1:2379]\n  Key: greet.rpc\n  CertFile: c.pem\n  \
+                        CertKeyFile: k.pem\n  CACertFile: ca.pem\n";
+        for (text, key, value, loads) in [
+            (
+                "Target: k8s://prod/greet:8080\n",
+                "Target",
+                "k8s://prod/greet:8080",
+                cfg!(feature = "tls"),
+            ),
+            (
+                etcd_tls,
+                "Etcd.CertFile",
+                "c.pem",
+                cfg!(feature = "tls") && cfg!(feature = "etcd"),
+            ),
+        ] {
+            let r = from_str::<RpcClientConf>(text, Format::Yaml, "client.yaml");
+            if loads {
+                r.unwrap();
+                continue;
+            }
+            if cfg!(feature = "tls") {
+                // etcd TLS with the `etcd` feature off: refused for etcd (the test above)
+                continue;
+            }
+            let e = r.unwrap_err().to_string();
+            for part in [key, value, "`tls` cargo feature"] {
+                assert!(e.contains(part), "{part:?} not in {e}");
+            }
+        }
     }
 }

@@ -1,13 +1,57 @@
 //! Client TLS (`Tls:` block of `RpcClientConf`, a zrpc addition): tonic's rustls connector
-//! (ring provider, the one etcd-client's TLS uses) over zrpc's watched TCP connection.
+//! (ring provider, the one etcd-client's TLS uses) over zrpc's watched TCP connection, with
+//! the `tls` cargo feature. Without it the block still parses, and is refused when the config
+//! is validated, naming the feature.
+
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+#[cfg(feature = "tls")]
 use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 use zrpc_core::conf::{ConfError, Validate};
 
 use crate::error::Error;
 
-/// The client's TLS settings (`Tls:` block). Absent = plaintext (default).
+/// The endpoints' TLS config: tonic's.
+#[cfg(feature = "tls")]
+pub(crate) type TlsConfig = ClientTlsConfig;
+
+/// The endpoints' TLS config: without the `tls` feature, none (the type has no value).
+#[cfg(not(feature = "tls"))]
+#[derive(Debug, Clone)]
+pub(crate) enum TlsConfig {}
+
+/// `ep` over TLS with `tls`; the handshake gets `timeout` too.
+#[cfg(feature = "tls")]
+pub(crate) fn configure(
+    ep: tonic::transport::Endpoint,
+    tls: &TlsConfig,
+    timeout: Option<Duration>,
+) -> Result<tonic::transport::Endpoint, tonic::transport::Error> {
+    let tls = match timeout {
+        Some(t) => tls.clone().timeout(t),
+        None => tls.clone(),
+    };
+    ep.tls_config(tls)
+}
+
+/// Never called: there is no `TlsConfig` without the `tls` feature.
+#[cfg(not(feature = "tls"))]
+pub(crate) fn configure(
+    _: tonic::transport::Endpoint,
+    tls: &TlsConfig,
+    _: Option<Duration>,
+) -> Result<tonic::transport::Endpoint, tonic::transport::Error> {
+    match *tls {}
+}
+
+/// The error for a `Tls` block in a build without the `tls` feature.
+pub(crate) fn tls_off(tls: &ClientTlsConf) -> ConfError {
+    ConfError::feature_off("Tls.CaFile", &tls.ca_file, "TLS to the servers", "tls")
+}
+
+/// The client's TLS settings (`Tls:` block). Absent = plaintext (default). Needs the `tls`
+/// cargo feature: without it a config with this block is refused when validated, naming it.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
 #[non_exhaustive]
@@ -51,8 +95,15 @@ impl ClientTlsConf {
         self
     }
 
+    /// Without the `tls` feature: the error the config's validation gives.
+    #[cfg(not(feature = "tls"))]
+    pub(crate) fn build(&self) -> Result<TlsConfig, Error> {
+        Err(Error::Config(tls_off(self)))
+    }
+
     /// Reads the files and builds tonic's TLS config; errors name the key and the file.
-    pub(crate) fn build(&self) -> Result<ClientTlsConfig, Error> {
+    #[cfg(feature = "tls")]
+    pub(crate) fn build(&self) -> Result<TlsConfig, Error> {
         use rustls::pki_types::pem::PemObject;
         use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -110,6 +161,7 @@ impl ClientTlsConf {
     }
 }
 
+#[cfg(feature = "tls")]
 fn source_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = Vec::new();
     let mut cur = e.source();
@@ -147,12 +199,25 @@ mod tests {
 
     #[test]
     fn tls_block_loads_and_is_checked() {
-        let c = yaml("Endpoints: [a:1]\nTls:\n  CaFile: ca.pem\n  ServerName: greet\n").unwrap();
-        let t = c.tls.unwrap();
-        assert_eq!(
-            (t.ca_file.as_str(), t.server_name.as_str()),
-            ("ca.pem", "greet")
-        );
+        let c = yaml("Endpoints: [a:1]\nTls:\n  CaFile: ca.pem\n  ServerName: greet\n");
+        if cfg!(feature = "tls") {
+            let t = c.unwrap().tls.unwrap();
+            assert_eq!(
+                (t.ca_file.as_str(), t.server_name.as_str()),
+                ("ca.pem", "greet")
+            );
+        } else {
+            let e = c.unwrap_err().to_string();
+            for part in [
+                "Tls.CaFile",
+                "\"ca.pem\"",
+                "`tls` cargo feature",
+                "features = [\"tls\"]",
+            ] {
+                assert!(e.contains(part), "{part:?} not in {e}");
+            }
+        }
+        // a block that is wrong in itself is named as such in any build
         let e = yaml("Endpoints: [a:1]\nTls:\n  ServerName: x\n").unwrap_err();
         assert!(e.to_string().contains("Tls.CaFile"), "{e}");
         let e = yaml("Endpoints: [a:1]\nTls:\n  CaFile: c\n  CertFile: x\n").unwrap_err();
@@ -160,6 +225,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "tls")]
     fn build_names_the_missing_file() {
         let e = ClientTlsConf::new("/nonexistent/ca.pem")
             .build()
@@ -167,6 +233,19 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "Tls.CaFile \"/nonexistent/ca.pem\": cannot read: No such file or directory (os error 2)"
+        );
+    }
+
+    #[test]
+    #[cfg(not(feature = "tls"))]
+    fn build_without_the_feature_names_it() {
+        let e = ClientTlsConf::new("ca.pem")
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("Tls.CaFile") && e.contains("`tls` cargo feature"),
+            "{e}"
         );
     }
 }

@@ -12,12 +12,15 @@
 //! - the connection is verified with a `Status` call, so a wrong host fails here with the hosts named;
 //! - with `User`/`Pass`, an expired or invalidated token (`etcdserver: invalid auth token`, e.g. after
 //!   an etcd restart) is refreshed and the call retried (etcd-client's auto token refresh);
-//! - TLS (`CertFile`, `CertKeyFile`, `CACertFile`) uses rustls; `InsecureSkipVerify` is refused with
-//!   a clear error because tonic's TLS has no switch for it.
+//! - TLS (`CertFile`, `CertKeyFile`, `CACertFile`) uses rustls (feature `tls`; without it a TLS
+//!   config is an error naming the feature); `InsecureSkipVerify` is refused with a clear error
+//!   because tonic's TLS has no switch for it.
 
 use std::time::Duration;
 
-use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+#[cfg(feature = "tls")]
+use etcd_client::{Certificate, Identity, TlsOptions};
+use etcd_client::{Client, ConnectOptions};
 
 use crate::conf::EtcdConf;
 
@@ -65,7 +68,8 @@ pub enum EtcdError {
 /// The client options [`connect`] uses for `conf` (timeouts, keepalive, account, TLS).
 ///
 /// # Errors
-/// [`EtcdError::Tls`] when a TLS file cannot be read or `InsecureSkipVerify` is set with TLS.
+/// [`EtcdError::Tls`] when a TLS file cannot be read, `InsecureSkipVerify` is set with TLS, or
+/// TLS is set in a build without the `tls` feature.
 pub fn connect_options(conf: &EtcdConf) -> Result<ConnectOptions, EtcdError> {
     let mut options = ConnectOptions::new()
         .with_connect_timeout(DIAL_TIMEOUT)
@@ -78,11 +82,28 @@ pub fn connect_options(conf: &EtcdConf) -> Result<ConnectOptions, EtcdError> {
             .with_auto_token_refresh(true);
     }
     if conf.has_tls() {
-        options = options.with_tls(tls_options(conf)?);
+        options = with_tls(options, conf)?;
     }
     Ok(options)
 }
 
+/// `options` with the TLS files of `conf`.
+#[cfg(feature = "tls")]
+fn with_tls(options: ConnectOptions, conf: &EtcdConf) -> Result<ConnectOptions, EtcdError> {
+    Ok(options.with_tls(tls_options(conf)?))
+}
+
+/// Without the `tls` feature: the error `EtcdConf`'s validation gives at load (this is a
+/// config built in code, or not validated).
+#[cfg(not(feature = "tls"))]
+fn with_tls(_: ConnectOptions, conf: &EtcdConf) -> Result<ConnectOptions, EtcdError> {
+    Err(EtcdError::Tls(
+        crate::conf::ConfError::feature_off("Etcd.CertFile", &conf.cert_file, "TLS to etcd", "tls")
+            .to_string(),
+    ))
+}
+
+#[cfg(feature = "tls")]
 fn tls_options(conf: &EtcdConf) -> Result<TlsOptions, EtcdError> {
     if conf.insecure_skip_verify {
         return Err(EtcdError::Tls(
@@ -355,6 +376,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "tls")]
     fn insecure_skip_verify_is_a_clear_error() {
         let mut conf = EtcdConf::new(["127.0.0.1:2379"], "k");
         conf.cert_file = "c.pem".into();
@@ -374,6 +396,20 @@ mod tests {
         let e = connect_options(&conf).unwrap_err().to_string();
         assert!(
             e.contains("Etcd.CertFile") && e.contains("zrpc-cert.pem"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    #[cfg(not(feature = "tls"))]
+    fn tls_without_the_feature_names_it() {
+        let mut conf = EtcdConf::new(["127.0.0.1:2379"], "k");
+        conf.cert_file = "c.pem".into();
+        conf.cert_key_file = "k.pem".into();
+        conf.ca_cert_file = "ca.pem".into();
+        let e = connect_options(&conf).unwrap_err().to_string();
+        assert!(
+            e.contains("Etcd.CertFile") && e.contains("`tls` cargo feature"),
             "{e}"
         );
     }

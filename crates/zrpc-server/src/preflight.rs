@@ -20,7 +20,9 @@ pub fn preflight(conf: &RpcServerConf) -> Vec<Error> {
     if let Err(e) = crate::registry::check(conf) {
         errors.push(e);
     }
-    if let Some(tls) = &conf.tls
+    // Without the `tls` feature the feature check above has named the `Tls` block.
+    if cfg!(feature = "tls")
+        && let Some(tls) = &conf.tls
         && let Err(e) = crate::tls::ServerTls::load(tls)
     {
         errors.push(e.into());
@@ -94,8 +96,16 @@ mod tests {
         ));
         let errors: Vec<String> = preflight(&conf).iter().map(ToString::to_string).collect();
         assert_eq!(errors.len(), 2, "{errors:#?}");
+        // the missing file, or without the `tls` feature the block itself (named once)
+        let tls = if cfg!(feature = "tls") {
+            "missing.pem\": cannot read"
+        } else {
+            "`tls` cargo feature"
+        };
         assert!(
-            errors.iter().any(|e| e.contains("Tls.CertFile")),
+            errors
+                .iter()
+                .any(|e| e.contains("Tls.CertFile") && e.contains(tls)),
             "{errors:#?}"
         );
         assert!(

@@ -27,7 +27,7 @@ pub(crate) struct ConnectOptions {
     /// TCP connect timeout (applied by `wire::Connector`), and the TLS handshake's.
     pub(crate) connect_timeout: Option<Duration>,
     /// TLS (`Tls` block), `None` = plaintext.
-    pub(crate) tls: Option<tonic::transport::ClientTlsConfig>,
+    pub(crate) tls: Option<crate::tls::TlsConfig>,
     /// The cap on ejected endpoints, shared by the balancer's set (`P2c.MaxEjectedPercent`).
     pub(crate) ejection: Arc<EjectionLimit>,
 }
@@ -86,11 +86,7 @@ impl Endpoint {
         if let Some(tls) = &opts.tls {
             // tonic's rustls connector runs over `Connector`'s watched TCP stream; the handshake
             // gets the connect timeout too (the TCP connect has its own, in `Connector`)
-            let tls = match opts.connect_timeout {
-                Some(t) => tls.clone().timeout(t),
-                None => tls.clone(),
-            };
-            ep = ep.tls_config(tls)?;
+            ep = crate::tls::configure(ep, tls, opts.connect_timeout)?;
         }
         // Every HTTP/2 limit of the connection set here on purpose (in tonic's and hyper's
         // builders `None` often means no limit); docs/security.md tables them.

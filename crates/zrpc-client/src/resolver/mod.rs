@@ -1,5 +1,6 @@
 //! Endpoint-set sources: direct (here), etcd, DNS and Kubernetes (`etcd.rs`, `dns.rs`, `k8s/`), and
-//! the stable subset.
+//! the stable subset. etcd needs the `etcd` cargo feature and Kubernetes the `tls` one (its API
+//! server speaks HTTPS); without them such a target is refused, naming the feature.
 //!
 //! A resolver publishes the endpoint set of a [`Target`] on a `tokio::sync::watch` channel
 //! ([`EndpointUpdates`]): `None` until the first resolution, then `Some(set)` on every change. The
@@ -21,6 +22,7 @@ use crate::Error;
 pub mod dns;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(feature = "tls")]
 pub mod k8s;
 pub mod subset;
 mod target;
@@ -152,10 +154,25 @@ pub fn resolve_with(target: &Target, etcd: &EtcdConf) -> Result<Resolution, Erro
             )))
         }
         Target::Dns { host, port } => dns::resolve(host, *port),
+        #[cfg(feature = "tls")]
         Target::K8s {
             namespace,
             service,
             port,
         } => k8s::resolve(namespace, service, port.clone()),
+        // A loaded config with a k8s target was refused already; this is a target built in code.
+        #[cfg(not(feature = "tls"))]
+        Target::K8s { .. } => Err(Error::Config(k8s_off(&target.to_string()))),
     }
+}
+
+/// The error for a `k8s://` target in a build without the `tls` feature: the resolver speaks
+/// HTTPS to the Kubernetes API server.
+pub(crate) fn k8s_off(target: &str) -> zrpc_core::conf::ConfError {
+    zrpc_core::conf::ConfError::feature_off(
+        "Target",
+        target,
+        "the Kubernetes resolver (HTTPS to the API server)",
+        "tls",
+    )
 }

@@ -13,7 +13,7 @@ use super::{ConfError, Validate};
 /// | `Key` | string | `""` | required when the block is used; the registration prefix |
 /// | `ID` | int | `0` | if > 0 the server registers `Key/ID` instead of `Key/<lease id>` |
 /// | `User`, `Pass` | string | `""` | used only when both are set |
-/// | `CertFile`, `CertKeyFile`, `CACertFile` | string | `""` | TLS, used only when all three are set |
+/// | `CertFile`, `CertKeyFile`, `CACertFile` | string | `""` | TLS, used only when all three are set; needs the `tls` cargo feature |
 /// | `InsecureSkipVerify` | bool | `false` | skip server certificate verification |
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
@@ -80,7 +80,8 @@ impl EtcdConf {
 
 impl Validate for EtcdConf {
     /// go-zero's checks (`empty etcd hosts`, `empty etcd key`), plus: a partial account
-    /// (`User` without `Pass` or the reverse) or a partial TLS set is an error naming what is missing.
+    /// (`User` without `Pass` or the reverse) or a partial TLS set is an error naming what is missing,
+    /// and a TLS set in a build without the `tls` cargo feature is refused naming it.
     fn validate(&self) -> Result<(), ConfError> {
         if self.hosts.is_empty() || self.hosts.iter().any(|h| h.trim().is_empty()) {
             return Err(ConfError::invalid("Etcd.Hosts", "empty etcd hosts"));
@@ -135,6 +136,14 @@ impl Validate for EtcdConf {
                 ),
             ));
         }
+        if self.has_tls() && !cfg!(feature = "tls") {
+            return Err(ConfError::feature_off(
+                "Etcd.CertFile",
+                &self.cert_file,
+                "TLS to etcd",
+                "tls",
+            ));
+        }
         Ok(())
     }
 }
@@ -172,8 +181,31 @@ mod tests {
         assert!(!c.has_tls());
         c.cert_key_file = "k.pem".into();
         c.ca_cert_file = "ca.pem".into();
-        c.validate().unwrap();
+        assert_eq!(c.validate().is_ok(), cfg!(feature = "tls"));
         assert!(c.has_tls());
+    }
+
+    #[test]
+    fn tls_needs_the_tls_feature() {
+        let mut c = EtcdConf::new(["h:2379"], "k");
+        c.cert_file = "c.pem".into();
+        c.cert_key_file = "k.pem".into();
+        c.ca_cert_file = "ca.pem".into();
+        if cfg!(feature = "tls") {
+            c.validate().unwrap();
+            return;
+        }
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.path(), Some("Etcd.CertFile"));
+        let msg = e.to_string();
+        for part in [
+            "\"c.pem\"",
+            "TLS to etcd",
+            "`tls` cargo feature",
+            "features = [\"tls\"]",
+        ] {
+            assert!(msg.contains(part), "{part:?} not in {msg}");
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use zrpc_core::conf::ConfError;
 
-use super::RpcServerConf;
+use super::{RpcServerConf, ServerTlsConf};
 
 /// The first key of `conf` that asks for a cargo feature this build leaves out.
 pub(crate) fn check(conf: &RpcServerConf) -> Result<(), ConfError> {
@@ -36,6 +36,11 @@ pub(crate) fn check(conf: &RpcServerConf) -> Result<(), ConfError> {
             "reflection",
         ));
     }
+    if !cfg!(feature = "tls")
+        && let Some(tls) = &conf.tls
+    {
+        return Err(tls_off(tls));
+    }
     if !cfg!(feature = "devserver") && conf.dev_server.as_ref().is_some_and(|d| d.enabled) {
         return Err(ConfError::feature_off(
             "DevServer.Enabled",
@@ -45,6 +50,11 @@ pub(crate) fn check(conf: &RpcServerConf) -> Result<(), ConfError> {
         ));
     }
     Ok(())
+}
+
+/// The error for a `Tls` block in a build without the `tls` feature.
+pub(crate) fn tls_off(tls: &ServerTlsConf) -> ConfError {
+    ConfError::feature_off("Tls.CertFile", &tls.cert_file, "TLS", "tls")
 }
 
 #[cfg(test)]
@@ -116,6 +126,41 @@ mod tests {
             |_| None,
         )
         .unwrap();
+    }
+
+    #[test]
+    fn tls_needs_tls() {
+        loads_only_with(
+            cfg!(feature = "tls"),
+            "Tls:\n  CertFile: /etc/zrpc/server.pem\n  KeyFile: /etc/zrpc/server.key\n",
+            "Tls.CertFile",
+            "/etc/zrpc/server.pem",
+            "tls",
+        );
+        // a config built in code is refused by its validation too (Server::new validates)
+        let c = RpcServerConf::new("a", "127.0.0.1:0")
+            .with_tls(crate::conf::ServerTlsConf::new("s.pem", "s.key"));
+        assert_eq!(c.validate().is_ok(), cfg!(feature = "tls"));
+    }
+
+    #[test]
+    fn etcd_tls_needs_tls() {
+        let mut etcd = EtcdConf::new(["e:2379"], "k");
+        etcd.cert_file = "/etc/zrpc/etcd.pem".into();
+        etcd.cert_key_file = "/etc/zrpc/etcd.key".into();
+        etcd.ca_cert_file = "/etc/zrpc/ca.pem".into();
+        let e = RpcServerConf::new("a", "127.0.0.1:0")
+            .with_etcd(etcd)
+            .validate()
+            .map_err(|e| e.to_string());
+        if cfg!(feature = "tls") && cfg!(feature = "etcd") {
+            e.unwrap();
+        } else if !cfg!(feature = "tls") {
+            let e = e.unwrap_err();
+            for part in ["Etcd.CertFile", "/etc/zrpc/etcd.pem", "`tls` cargo feature"] {
+                assert!(e.contains(part), "{part:?} not in {e}");
+            }
+        }
     }
 
     #[test]

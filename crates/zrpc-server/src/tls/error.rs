@@ -1,4 +1,6 @@
-//! [`TlsError`]: what is wrong with a `Tls` block's files, naming the key and the file.
+//! [`TlsError`]: what is wrong with a `Tls` block's files, naming the key and the file. In
+//! every build (it is public API and a variant of the server's error); without the `tls`
+//! feature a `Tls` block is refused when the config is validated, before any file is read.
 
 /// A TLS set-up error (server start, or a certificate reload that was refused).
 #[derive(Debug, thiserror::Error)]

@@ -3,15 +3,22 @@
 //! The subject CN and the SAN DNS names, URIs and IP addresses are read from the leaf
 //! certificate with a minimal DER walk (the certificate was already verified by rustls
 //! against `Tls.ClientCaFile`; a field that cannot be read is left out).
+//!
+//! Without the `tls` feature no connection carries a certificate and nothing builds a
+//! `PeerIdentity`; the type stays (public API, read from request extensions) without
+//! `certificates()`, and its DER walk is unused.
+#![cfg_attr(not(feature = "tls"), allow(dead_code))]
 
 use std::net::IpAddr;
 use std::sync::Arc;
 
+#[cfg(feature = "tls")]
 use rustls::pki_types::CertificateDer;
 
 /// The verified client certificate of an mTLS connection, in every request's extensions.
 ///
-/// Present only on TLS connections whose client sent a certificate (`Tls.ClientCaFile` set).
+/// Present only on TLS connections whose client sent a certificate (`Tls.ClientCaFile` set;
+/// the `tls` cargo feature).
 ///
 /// # Examples
 ///
@@ -35,11 +42,13 @@ struct Inner {
     dns_names: Vec<String>,
     uris: Vec<String>,
     ip_addresses: Vec<IpAddr>,
+    #[cfg(feature = "tls")]
     chain: Vec<CertificateDer<'static>>,
 }
 
 impl PeerIdentity {
     /// Reads the leaf (first) certificate of `chain`; `None` for an empty chain.
+    #[cfg(feature = "tls")]
     pub(crate) fn from_chain(chain: Vec<CertificateDer<'static>>) -> Option<PeerIdentity> {
         let leaf = chain.first()?;
         let mut inner = Inner {
@@ -77,6 +86,7 @@ impl PeerIdentity {
     }
 
     /// The certificate chain the client sent, leaf first (DER).
+    #[cfg(feature = "tls")]
     pub fn certificates(&self) -> &[CertificateDer<'static>] {
         &self.inner.chain
     }
@@ -216,7 +226,7 @@ fn parse_extensions(wrapped: &[u8], out: &mut Inner) -> Option<()> {
     Some(())
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "tls"))]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use rustls::pki_types::pem::PemObject;

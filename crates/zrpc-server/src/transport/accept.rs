@@ -6,7 +6,7 @@
 //! - over `MaxConnections` a connection is accepted and closed at once (logged once per second);
 //! - TCP_NODELAY on, TCP keepalive probes (`Transport.TcpKeepalive`), then [`Guarded`] (with
 //!   the connection's `:authority` repair) around the stream;
-//! - with `Tls`, the TLS handshake runs in a task per connection (under
+//! - with `Tls` (the `tls` feature), the TLS handshake runs in a task per connection (under
 //!   `Transport.HandshakeTimeout`) so a slow handshake never holds up the accept loop; the
 //!   order is `TcpStream -> TlsStream -> Guarded` (`Guarded` reads the decrypted HTTP/2
 //!   octets).
@@ -15,7 +15,9 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::{Stream, StreamExt};
+use futures_util::Stream;
+#[cfg(feature = "tls")]
+use futures_util::StreamExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -35,7 +37,8 @@ pub(crate) struct AcceptSettings {
     pub(crate) authority_repair: bool,
     /// Present when `MaxConnectionIdle` is set.
     pub(crate) table: Option<Arc<ConnTable>>,
-    /// Present when `Tls` is set; its current config is taken for each connection.
+    /// Present when `Tls` is set; its current config is taken for each connection. Always
+    /// `None` without the `tls` feature (the type then has no value).
     pub(crate) tls: Option<Arc<crate::tls::config::ReloadingConfig>>,
     /// `Transport.TcpKeepalive`: idle time before the first probe and between probes.
     pub(crate) tcp_keepalive: Option<Duration>,
@@ -71,21 +74,35 @@ pub(crate) fn incoming(
         error_log: LogGate::new(Duration::from_secs(1)),
         cap_log: LogGate::new(Duration::from_secs(1)),
     };
-    match acceptor.settings.tls.clone() {
-        None => futures_util::stream::unfold(acceptor, |mut a| async move {
-            let (stream, peer, permit) = a.next().await;
-            Some((
-                Ok(wrap(&a.settings, ConnIo::Plain(stream), peer, permit)),
-                a,
-            ))
-        })
-        .left_stream(),
+    #[cfg(feature = "tls")]
+    return match acceptor.settings.tls.clone() {
+        None => plain_incoming(acceptor).left_stream(),
         Some(tls) => tls_incoming(acceptor, tls).right_stream(),
+    };
+    #[cfg(not(feature = "tls"))]
+    {
+        // Without the `tls` feature there is no TLS config (its type has no value).
+        if let Some(tls) = &acceptor.settings.tls {
+            match **tls {}
+        }
+        plain_incoming(acceptor)
     }
+}
+
+/// The accept loop of a plaintext server.
+fn plain_incoming(acceptor: Acceptor) -> impl Stream<Item = Result<Accepted, io::Error>> + Send {
+    futures_util::stream::unfold(acceptor, |mut a| async move {
+        let (stream, peer, permit) = a.next().await;
+        Some((
+            Ok(wrap(&a.settings, ConnIo::Plain(stream), peer, permit)),
+            a,
+        ))
+    })
 }
 
 /// The accept loop in its own task; each TLS handshake in a task of its own, its connection
 /// handed over when done. The loop stops when the returned stream is dropped.
+#[cfg(feature = "tls")]
 fn tls_incoming(
     mut a: Acceptor,
     tls: Arc<crate::tls::config::ReloadingConfig>,
@@ -241,6 +258,7 @@ fn wrap(
 ) -> Accepted {
     let local = match &io {
         ConnIo::Plain(s) => s.local_addr(),
+        #[cfg(feature = "tls")]
         ConnIo::Tls(s) => s.get_ref().0.local_addr(),
     };
     let addrs = local.ok().map(|local| (local, peer));

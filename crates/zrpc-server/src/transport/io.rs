@@ -8,6 +8,7 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+#[cfg(feature = "tls")]
 use tokio_rustls::server::TlsStream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
@@ -20,6 +21,7 @@ pub(crate) enum ConnIo {
     /// Plaintext.
     Plain(TcpStream),
     /// TLS, handshake done.
+    #[cfg(feature = "tls")]
     Tls(Box<TlsStream<TcpStream>>),
 }
 
@@ -46,6 +48,7 @@ impl Connected for ConnIo {
                 peer: None,
                 conn: None,
             },
+            #[cfg(feature = "tls")]
             ConnIo::Tls(tls) => {
                 let (tcp, session) = tls.get_ref();
                 ConnInfo {
@@ -68,6 +71,7 @@ impl AsyncRead for ConnIo {
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
             ConnIo::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            #[cfg(feature = "tls")]
             ConnIo::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
@@ -81,6 +85,7 @@ impl AsyncWrite for ConnIo {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             ConnIo::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            #[cfg(feature = "tls")]
             ConnIo::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
@@ -92,6 +97,7 @@ impl AsyncWrite for ConnIo {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             ConnIo::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            #[cfg(feature = "tls")]
             ConnIo::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
         }
     }
@@ -99,6 +105,7 @@ impl AsyncWrite for ConnIo {
     fn is_write_vectored(&self) -> bool {
         match self {
             ConnIo::Plain(s) => s.is_write_vectored(),
+            #[cfg(feature = "tls")]
             ConnIo::Tls(s) => s.is_write_vectored(),
         }
     }
@@ -106,6 +113,7 @@ impl AsyncWrite for ConnIo {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             ConnIo::Plain(s) => Pin::new(s).poll_flush(cx),
+            #[cfg(feature = "tls")]
             ConnIo::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
@@ -113,6 +121,7 @@ impl AsyncWrite for ConnIo {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             ConnIo::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            #[cfg(feature = "tls")]
             ConnIo::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
