@@ -90,8 +90,9 @@
 //!
 //! On by default: `etcd` (registration and discovery in etcd) and `devserver` (`/metrics`,
 //! `/healthz`). Opt-in: `otel` (OTLP trace export and W3C trace-context propagation),
-//! `reflection`, `env-filter` (`RUST_LOG`'s full syntax), `toml` (`.toml` configs) and
-//! `redis-auth` (go-zero's Redis token store). A config key that needs a feature the build
+//! `reflection`, `env-filter` (`RUST_LOG`'s full syntax), `toml` (`.toml` configs),
+//! `redis-auth` (go-zero's Redis token store) and `tls` (`Tls` blocks, TLS to etcd and `k8s://`
+//! targets: rustls with the ring provider). A config key that needs a feature the build
 //! leaves out is refused at load, naming the key, its value and the feature. Each feature's cost
 //! in crates: the "Cargo features" section of `docs/configuration.md`.
 //!
