@@ -78,13 +78,16 @@ export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 # The feature sets the library crates are built in besides the workspace build, which is their
 # full set (the integration tests and zrpcctl turn every feature on): the facade's minimal and
-# default builds. The crates below the facade default to nothing (the facade chooses), so their
-# "default" set spells out the facade's defaults (crates/zrpc/Cargo.toml); the facade itself is
-# linted as a library only (its tests link the examples, which turn its defaults on).
+# default builds, both without TLS (no rustls: the `tls` stand-ins and the refusals of `Tls`
+# blocks, etcd TLS and `k8s://` targets are built and tested there), and, linted only, `tls`
+# alone (TLS code that must not lean on `etcd`). The crates below the facade default to nothing
+# (the facade chooses), so their sets spell out the facade's features (crates/zrpc/Cargo.toml);
+# the facade itself is linted as a library only (its tests link the examples, which turn `tls`
+# and its defaults on).
 CRATES=(-p zrpc-core -p zrpc-server -p zrpc-client)
-SET_NAMES=("minimal" "default")
-FACADE_SETS=("--no-default-features" "")
-CRATE_SETS=("--no-default-features" "--features=zrpc-server/etcd,zrpc-server/devserver,zrpc-client/etcd")
+SET_NAMES=("minimal" "default" "tls only")
+FACADE_SETS=("--no-default-features" "" "--no-default-features --features=tls")
+CRATE_SETS=("--no-default-features" "--features=zrpc-server/etcd,zrpc-server/devserver,zrpc-client/etcd" "--no-default-features --features=zrpc-server/tls,zrpc-client/tls,zrpc-core/tls")
 
 # --- 2. format --------------------------------------------------------------
 log "cargo fmt --check"
@@ -100,8 +103,8 @@ if cargo clippy --version >/dev/null 2>&1; then
   log "cargo clippy -D warnings"
   cargo clippy --workspace --all-targets --locked -- -D warnings
   # The workspace build turns every optional part on; the library crates are also linted as the
-  # minimal and the default build of the facade see them (code behind a feature).
-  for i in 0 1; do
+  # minimal, the default and the TLS-only build of the facade see them (code behind a feature).
+  for i in 0 1 2; do
     log "cargo clippy (library crates, ${SET_NAMES[$i]})"
     cargo clippy -p zrpc-rs --lib --locked ${FACADE_SETS[$i]} -- -D warnings
     cargo clippy "${CRATES[@]}" --all-targets --locked ${CRATE_SETS[$i]} -- -D warnings
