@@ -13,8 +13,8 @@ use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tonic::body::Body;
 use tonic::server::NamedService;
-use tonic::transport::server::Connected;
 use tonic::service::{Routes, RoutesBuilder};
+use tonic::transport::server::Connected;
 use tonic_health::ServingStatus;
 use tower::util::BoxCloneService;
 use tower::{ServiceBuilder, ServiceExt};
@@ -180,7 +180,8 @@ impl<L> Server<L> {
         RB: http_body::Body<Data = Bytes> + Send + 'static,
         RB::Error: Into<BoxError>,
     {
-        self.outer.push(Box::new(move |chain| boxed(layer.layer(chain))));
+        self.outer
+            .push(Box::new(move |chain| boxed(layer.layer(chain))));
         self
     }
 
@@ -563,7 +564,10 @@ where
         // two serve loops (one runs) rather than one service choosing per call: an enum of the
         // two would make the lean chain's response future as large as the governed one's.
         match (stages.is_on(), self.outer.is_empty()) {
-            (true, true) => run(serving, self.front.layer(GovernorLayer::new(&stages).layer(inner))),
+            (true, true) => run(
+                serving,
+                self.front.layer(GovernorLayer::new(&stages).layer(inner)),
+            ),
             (false, true) => run(serving, self.front.layer(inner)),
             (governed, false) => {
                 let chain = if governed {
@@ -572,7 +576,11 @@ where
                     boxed(self.front.layer(inner))
                 };
                 // The layer added first is outermost.
-                let chain = self.outer.into_iter().rev().fold(chain, |chain, outer| outer(chain));
+                let chain = self
+                    .outer
+                    .into_iter()
+                    .rev()
+                    .fold(chain, |chain, outer| outer(chain));
                 run(serving, chain)
             }
         }

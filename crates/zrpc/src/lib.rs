@@ -118,8 +118,8 @@ pub use conf::{
 
 pub use zrpc_client::{CallTimeout, Client, EndpointInfo};
 pub use zrpc_server::{
-    Lookup, PeerIdentity, Phase, Server, ServerHandle, StaticTokens, TlsError, TokenFuture,
-    TokenStore, original_authority, preflight,
+    Lookup, PeerIdentity, Phase, Server, ServerChain, ServerHandle, StaticTokens, TlsError,
+    TokenFuture, TokenStore, original_authority, preflight,
 };
 
 /// Local rejections, as marker errors: the breaker is open (`Unavailable "circuit breaker is

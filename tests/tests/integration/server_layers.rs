@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use tonic::{Code, Request};
-use zrpc_tests::greeter::{SAY_HELLO, TestGreeter, start_server_with, test_conf};
+use zrpc_tests::greeter::{SAY_HELLO, TestGreeter, test_conf};
 use zrpc_tests::pb::HelloRequest;
 
 /// What a layer saw of one call: its path, the HTTP status and the `grpc-status` of the
@@ -91,34 +91,37 @@ async fn an_outer_layer_sees_every_call_and_an_inner_layer_only_the_admitted_one
         .with_auth_tokens([("billing", "s3cret")])
         .with_cpu_threshold(0);
     conf.strict_control = true;
-    let (o, i) = (outer.clone(), inner.clone());
-    let srv = start_server_with(conf, TestGreeter::new(), move |s| {
-        s.outer_layer(o).layer(i)
-    })
-    .await;
+    let greeter = TestGreeter::new();
+    let server = zrpc_server::Server::new(conf)
+        .unwrap()
+        .add_service(greeter.clone().into_service())
+        .breaker_registry(Arc::new(zrpc_core::breaker::BreakerRegistry::default()))
+        .outer_layer(outer.clone())
+        .layer(inner.clone());
+    let handle = server.handle();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let serving = tokio::spawn(server.serve_with_listener(listener, std::future::pending()));
+    let addr = handle.serving().await.unwrap();
 
     // Admitted and answered.
-    let mut c = srv.client().await;
+    let mut c = zrpc_tests::pb::greeter_client::GreeterClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
     c.say_hello(hello(Some("s3cret"))).await.unwrap();
     // Rejected by auth, inside the chain.
     let e = c.say_hello(hello(None)).await.unwrap_err();
     assert_eq!(e.code(), Code::Unauthenticated);
     // Rejected by the transport's first stage: not a gRPC request.
-    let sock = tokio::net::TcpStream::connect(srv.addr).await.unwrap();
+    let sock = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (send, conn) = h2::client::handshake(sock).await.unwrap();
     tokio::spawn(conn);
     let req = http::Request::builder()
         .method("POST")
-        .uri(format!("http://{}{SAY_HELLO}", srv.addr))
+        .uri(format!("http://{addr}{SAY_HELLO}"))
         .header("content-type", "application/json")
         .body(())
         .unwrap();
-    let (res, _) = send
-        .ready()
-        .await
-        .unwrap()
-        .send_request(req, true)
-        .unwrap();
+    let (res, _) = send.ready().await.unwrap().send_request(req, true).unwrap();
     assert_eq!(res.await.unwrap().status(), 415);
 
     let unauthenticated = (Code::Unauthenticated as i32).to_string();
@@ -137,6 +140,7 @@ async fn an_outer_layer_sees_every_call_and_an_inner_layer_only_the_admitted_one
         vec![(SAY_HELLO.to_owned(), 200, None)],
         "the inner layer sees only the call the stages admitted"
     );
-    assert_eq!(srv.greeter.started(), 1);
-    srv.shutdown().await.unwrap();
+    assert_eq!(greeter.started(), 1);
+    handle.shutdown();
+    serving.await.unwrap().unwrap();
 }

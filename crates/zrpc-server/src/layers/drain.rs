@@ -29,23 +29,23 @@ use super::util::{StreamingMethods, is_infra};
 type Cut = Pin<Box<OwnedNotified>>;
 
 /// The status message of a stream cut at the end of the shutdown.
-pub const SHUTTING_DOWN_MESSAGE: &str = "server is shutting down";
+pub(crate) const SHUTTING_DOWN_MESSAGE: &str = "server is shutting down";
 
 /// Tells the open streams to end (once, at the shutdown deadline).
 #[derive(Debug, Default)]
-pub struct DrainSignal {
+pub(crate) struct DrainSignal {
     cut: AtomicBool,
     notify: Arc<Notify>,
 }
 
 impl DrainSignal {
     /// A new signal.
-    pub fn new() -> Arc<Self> {
+    pub(crate) fn new() -> Arc<Self> {
         Arc::new(Self::default())
     }
 
     /// Ends every watched stream and pending streaming call.
-    pub fn cut(&self) {
+    pub(crate) fn cut(&self) {
         self.cut.store(true, Ordering::SeqCst);
         self.notify.notify_waiters();
     }
@@ -64,7 +64,7 @@ impl DrainSignal {
 
 /// Adds [`Drain`].
 #[derive(Debug, Clone)]
-pub struct DrainLayer {
+pub(crate) struct DrainLayer {
     shared: Arc<Shared>,
 }
 
@@ -81,7 +81,7 @@ impl DrainLayer {
     /// A drain layer: `streaming` methods end at `signal`; the health `Watch` and
     /// reflection streams end at `infra` (when draining starts: they would otherwise hold
     /// their connection open until the deadline).
-    pub fn new(
+    pub(crate) fn new(
         signal: Arc<DrainSignal>,
         infra: Arc<DrainSignal>,
         streaming: StreamingMethods,
@@ -108,7 +108,7 @@ impl<S> Layer<S> for DrainLayer {
 
 /// Ends streams at the shutdown deadline.
 #[derive(Debug, Clone)]
-pub struct Drain<S> {
+pub(crate) struct Drain<S> {
     inner: S,
     shared: Arc<Shared>,
 }
@@ -161,7 +161,7 @@ pin_project! {
     /// outside but the transport's) an unboxed variant saved nothing measurable, so both
     /// chains share this one.
     #[derive(Debug)]
-    pub struct ResponseFuture<F> {
+    pub(crate) struct ResponseFuture<F> {
         #[pin]
         fut: F,
         cut: Option<Cut>,
@@ -198,7 +198,7 @@ where
 pin_project! {
     /// A body that ends with `Unavailable "server is shutting down"` when the drain is cut.
     #[derive(Debug)]
-    pub struct DrainBody<B> {
+    pub(crate) struct DrainBody<B> {
         #[pin]
         inner: B,
         cut: Option<Cut>,

@@ -11,8 +11,8 @@
 //! one future carries the call, one body wrapper reads the final status once and hands it to
 //! every record, and the settings sit behind one `Arc`.
 //!
-//! The behaviour is the nested chain's, stage by stage (the layers stay, for users who
-//! compose their own chain, and share their code with this one):
+//! The behaviour is the nested chain's, stage by stage (each stage's module keeps its tower
+//! form for the tests only, and shares its code with this one):
 //!
 //! - A call rejected by a stage is seen by the stages outside it only: auth's rejection by
 //!   trace, stat and metrics; the breaker's also; a shed call by the breaker too (as the
@@ -202,7 +202,7 @@ pin_project! {
     /// (as [`StatusBody`](zrpc_core::grpc::StatusBody) reads it: from the trailers, `Unknown`
     /// when it ends or fails without them, `Cancelled` when dropped before), and with recover
     /// on, a panic while polling it answered with `Internal "panic: ..."` trailers (as
-    /// [`RecoverBody`](super::recover::RecoverBody) does). One wrapper for both, so that every
+    /// recover's nested `RecoverBody` does). One wrapper for both, so that every
     /// frame goes through one `poll_frame` and one `Poll` mapping instead of two.
     pub(crate) struct GovernedBody<B> {
         #[pin]

@@ -34,8 +34,6 @@
 
 pub(crate) mod auth;
 pub(crate) mod breaker;
-// Its items are still declared `pub`, though nothing outside the crate reaches them.
-#[allow(unreachable_pub)]
 pub(crate) mod drain;
 pub(crate) mod facts;
 pub(crate) mod governor;

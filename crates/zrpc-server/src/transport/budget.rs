@@ -112,8 +112,8 @@ pub(crate) struct RequestBudget {
     budget: Option<Arc<Budget>>,
     /// The server's connections, where the per-connection share is counted.
     conns: Option<Arc<ConnTable>>,
-    /// Whether the chain's `FactsLayer` is on: the budgeted body then gives the call its
-    /// [`CallFacts`] and records them, so `FactsLayer` adds no second body wrapper.
+    /// Whether the governor keeps each call's facts: the budgeted body then gives the call
+    /// its [`CallFacts`] and records them, so the governor adds no second body wrapper.
     facts: bool,
 }
 
@@ -129,7 +129,7 @@ impl RequestBudget {
         }
     }
 
-    /// Also records each call's [`CallFacts`] (see [`FactsLayer`](crate::layers::FactsLayer)).
+    /// Also records each call's [`CallFacts`] (`layers::facts`).
     pub(crate) fn with_facts(mut self, facts: bool) -> Self {
         self.facts = facts;
         self

@@ -1,4 +1,4 @@
-//! The connection under `AuthorityFix`: plain TCP or TLS over TCP, and what it tells the serve
+//! The connection under `Guarded`: plain TCP or TLS over TCP, and what it tells the serve
 //! loop about its peer (through tonic's `Connected` trait), which the serve loop puts in
 //! each request's extensions for handlers and layers.
 

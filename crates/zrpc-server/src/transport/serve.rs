@@ -79,7 +79,9 @@ impl Intake {
     /// their thread busy, they are most of the calls in the server (see
     /// [`AdaptiveShedder::queue`](zrpc_core::shedder::AdaptiveShedder::queue)).
     fn queue<RB>(&self, req: &Request<RB>) -> Option<Queued> {
-        self.shedding.as_ref().and_then(|s| s.queue(req.uri().path()))
+        self.shedding
+            .as_ref()
+            .and_then(|s| s.queue(req.uri().path()))
     }
 
     /// `req` as the chain gets it: its body under the budget, and in its extensions tonic's
