@@ -8,7 +8,7 @@ re-exporting its children and a child using its parent's items are how Rust modu
 a cycle. What is left must be acyclic; each strongly connected component of two or more modules
 is printed with the references that tie it, and the exit status is 1.
 
-Text-based (comments and strings are stripped first, `#[cfg(test)]` modules are skipped), so it
+Text-based (comments and strings are stripped first, items under `#[cfg(test)]` are skipped), so it
 errs on the side of seeing an edge; it needs no build.
 """
 
@@ -33,13 +33,20 @@ def strip(code: str) -> str:
 
 
 def without_test_modules(code: str) -> str:
-    """Drops `#[cfg(test)] mod x { ... }` blocks (tests may use anything)."""
+    """Drops every item under `#[cfg(test)]` or `#[cfg(all(test, ...))]`: a `mod x { ... }`, a
+    function, an impl, a `use` (tests may use anything), whatever attributes come between."""
     out, i = [], 0
-    for m in re.finditer(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*\{", code):
+    for m in re.finditer(r"#\[cfg\((?:all\()?test\b[^\]]*\]", code):
         if m.start() < i:
             continue
         out.append(code[i : m.start()])
-        depth, j = 1, m.end()
+        j = m.end()
+        # the item ends at its first `;` (a declaration) or with the block its first `{` opens
+        semi, brace = code.find(";", j), code.find("{", j)
+        if brace < 0 or (0 <= semi < brace):
+            i = len(code) if semi < 0 else semi + 1
+            continue
+        depth, j = 1, brace + 1
         while j < len(code) and depth:
             depth += {"{": 1, "}": -1}.get(code[j], 0)
             j += 1

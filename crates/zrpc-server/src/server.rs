@@ -417,7 +417,7 @@ where
         // first header block of any client that does not need it) and under the handshake,
         // idle and age deadlines.
         let allowed = tls.as_ref().and_then(|t| t.allowed.clone());
-        let front = crate::transport::front_layer(&accept, allowed);
+        let front = crate::transport::front_layer(&conf.transport, allowed);
         let facts = conf.middlewares.breaker || shedder.is_some();
         let shedding = crate::shedding_glue::shedding_layer(shedder.as_ref(), &services.streaming);
         let intake = crate::transport::intake(&accept, &conf.transport, facts, shedding.shared());

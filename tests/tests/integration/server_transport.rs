@@ -14,7 +14,7 @@ use tokio::net::TcpStream;
 use zrpc_server::conf::TransportConf;
 use zrpc_tests::bench::{rss_kb, rss_serial};
 use zrpc_tests::greeter::{TestGreeter, TestServer, start_server, test_conf};
-use zrpc_tests::h2raw::{PREFACE, frame, grpc_headers, raw_h2, read_frame};
+use zrpc_tests::h2raw::{PREFACE, frame, grpc_headers, kind, raw_h2, read_frame};
 use zrpc_tests::pb::{HelloRequest, HelloStreamRequest};
 
 /// A test server with `edit` applied to its `Transport` block. Shedding is off: the suite
@@ -350,6 +350,50 @@ async fn idle_http2_connections_are_closed_after_max_idle_but_not_while_a_call_i
     }
     println!("20 idle HTTP/2 connections, MaxConnectionIdle {idle:?}: closed by {latest:?}");
     assert!(latest < idle * 3);
+    served(&server, 10).await;
+    server.shutdown().await.unwrap();
+}
+
+/// An idle connection is sent a GOAWAY (NO_ERROR) before it is closed, so that a request
+/// racing the close is not lost; a client that never answers the GOAWAY's PING is dropped
+/// after `KeepaliveTimeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_gets_a_goaway_and_a_silent_one_is_then_dropped() {
+    let idle = Duration::from_millis(500);
+    let grace = Duration::from_millis(700);
+    let server = server_with("transport-idle-goaway", |t| {
+        t.max_connection_idle = idle;
+        t.keepalive_timeout = grace;
+    })
+    .await;
+    let mut sock = raw_h2(server.addr).await;
+    let started = Instant::now();
+    let mut goaway = None;
+    let mut pinged = false;
+    // Read without answering anything: the server's SETTINGS ack, then its GOAWAY and PING.
+    while let Some((k, flags, _, payload)) = read_frame(&mut sock).await {
+        match k {
+            kind::GOAWAY if goaway.is_none() => {
+                let code = u32::from_be_bytes([payload[4], payload[5], payload[6], payload[7]]);
+                goaway = Some((started.elapsed(), code));
+            }
+            kind::PING if flags & 1 == 0 => pinged = true,
+            _ => {}
+        }
+    }
+    let closed = started.elapsed();
+    let (at, code) = goaway.expect("a GOAWAY before the close");
+    println!("idle GOAWAY after {at:?}, connection dropped after {closed:?}");
+    assert_eq!(code, 0, "NO_ERROR");
+    assert!(
+        at >= idle - Duration::from_millis(50),
+        "GOAWAY early: {at:?}"
+    );
+    assert!(pinged, "the GOAWAY comes with a PING");
+    assert!(
+        closed >= at + grace - Duration::from_millis(50) && closed < at + grace * 3,
+        "dropped {closed:?} after the GOAWAY at {at:?}, not about KeepaliveTimeout later"
+    );
     served(&server, 10).await;
     server.shutdown().await.unwrap();
 }

@@ -8,8 +8,6 @@
 //! - **Handshake**: until the client has sent the 24-octet preface and a whole first frame
 //!   (its SETTINGS), the connection must make it by `HandshakeTimeout`. This closes idle
 //!   TCP connections and slowloris preface senders, which h2 would otherwise hold forever.
-//! - **Idle** (`MaxConnectionIdle`): no call open for that long (the count is kept by
-//!   [`Front`](super::front::Front)).
 //! - **Age grace**: `MaxConnectionAge + MaxConnectionAgeGrace` after accept, whatever is
 //!   still open. (The GOAWAY at `MaxConnectionAge` itself is the serve loop's.)
 //! - **Frame policies** below h2 ([`frames`](super::frames)): ping floods
@@ -44,7 +42,6 @@ use crate::authority::Repair;
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct ConnLimits {
     pub(crate) handshake_timeout: Option<Duration>,
-    pub(crate) idle: Option<Duration>,
     /// `MaxConnectionAge + MaxConnectionAgeGrace`.
     pub(crate) hard_age: Option<Duration>,
     /// `KeepaliveMinTime`: the client's PINGs may not come more often.
@@ -59,7 +56,6 @@ pub(crate) struct Guarded<T> {
     /// Until the preface and first frame are in.
     handshake: Option<Deadline>,
     hard_deadline: Option<Pin<Box<Sleep>>>,
-    idle: Option<Deadline>,
     /// The scan of both directions' frames and the policies on them.
     frames: FrameGuard,
     repair: Repair,
@@ -71,7 +67,8 @@ pub(crate) struct Guarded<T> {
     /// Until this passes, the connection is not read: its address was cut again and again
     /// ([`Peer::hold`]).
     hold: Option<Pin<Box<Sleep>>>,
-    /// The connection's place in the server's `ConnTable` (idle time, per-connection budget).
+    /// The connection's place in the server's `ConnTable` (the call count the serve loop's
+    /// idle timeout reads, the per-connection budget).
     entry: Option<ConnEntry>,
     _permit: Option<OwnedSemaphorePermit>,
 }
@@ -110,10 +107,6 @@ impl<T> Guarded<T> {
             hard_deadline: limits
                 .hard_age
                 .map(|age| Box::pin(tokio::time::sleep_until(now + age))),
-            idle: limits
-                .idle
-                .filter(|_| entry.is_some())
-                .map(|t| Deadline::after(now, t)),
             frames: FrameGuard::new(limits.ping_min_time),
             repair,
             held: Held::default(),
@@ -154,24 +147,6 @@ impl<T> Guarded<T> {
                 io::ErrorKind::TimedOut,
                 "Transport.MaxConnectionAge + MaxConnectionAgeGrace reached",
             ));
-        }
-        if let (Some(idle), Some(entry)) = (&mut self.idle, &self.entry) {
-            while idle.sleep.as_mut().poll(cx).is_ready() {
-                let now = Instant::now();
-                match entry.idle_since() {
-                    Some(since) if now.saturating_duration_since(since) >= idle.timeout => {
-                        return Err(io::Error::new(
-                            io::ErrorKind::TimedOut,
-                            format!(
-                                "no call for Transport.MaxConnectionIdle ({:?})",
-                                idle.timeout
-                            ),
-                        ));
-                    }
-                    Some(since) => idle.sleep.as_mut().reset(since + idle.timeout),
-                    None => idle.sleep.as_mut().reset(now + idle.timeout),
-                }
-            }
         }
         Ok(())
     }

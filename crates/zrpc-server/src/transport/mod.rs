@@ -48,7 +48,6 @@ pub(crate) fn accept_settings(conf: &TransportConf, authority_repair: bool) -> A
     AcceptSettings {
         limits: ConnLimits {
             handshake_timeout: conf.handshake_timeout(),
-            idle: conf.max_connection_idle(),
             hard_age: conf
                 .max_connection_age()
                 .zip(conf.max_connection_age_grace())
@@ -77,19 +76,17 @@ pub(crate) fn http2(conf: &TransportConf) -> serve::Http2 {
         keepalive_interval: conf.keepalive_time(),
         keepalive_timeout: conf.keepalive_timeout,
         max_connection_age: conf.max_connection_age(),
+        max_connection_idle: conf.max_connection_idle(),
     }
 }
 
 /// The chain's first stage ([`Front`](front::Front)): call counting per connection (for the
 /// idle timeout), 415 for non-gRPC requests, and `allowed` (`Tls.AllowedClients`).
 pub(crate) fn front_layer(
-    settings: &AcceptSettings,
+    conf: &TransportConf,
     allowed: Option<Arc<crate::tls::allow::AllowList>>,
 ) -> FrontLayer {
-    FrontLayer::new(
-        settings.limits.idle.is_some() && settings.table.is_some(),
-        allowed,
-    )
+    FrontLayer::new(conf.max_connection_idle().is_some(), allowed)
 }
 
 /// What the serve loop does to each request before the chain ([`serve::Intake`]): the

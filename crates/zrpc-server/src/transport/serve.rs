@@ -41,6 +41,7 @@ use tower_service::Service;
 
 use super::budget::RequestBudget;
 use super::io::ConnInfo;
+use super::streams::ConnState;
 use crate::layers::facts::CallFacts;
 use crate::layers::shedding;
 use crate::layers::timeout::{Timer, caller_deadline};
@@ -60,6 +61,8 @@ pub(crate) struct Http2 {
     pub(crate) keepalive_timeout: Duration,
     /// A graceful GOAWAY at this age (the hard close after the grace is `Guarded`'s).
     pub(crate) max_connection_age: Option<Duration>,
+    /// A graceful GOAWAY once no call has been open for this long.
+    pub(crate) max_connection_idle: Option<Duration>,
 }
 
 /// What the serve loop does to every request before the chain sees it: the body under the
@@ -172,9 +175,14 @@ where
                 }
                 None => break,
             };
+            let conn = Arc::new(io.connect_info());
+            let idle = http2
+                .max_connection_idle
+                .zip(conn.conn.clone())
+                .map(|(timeout, state)| Idle { timeout, state });
             let svc = ConnService {
                 chain: chain.clone(),
-                conn: Arc::new(io.connect_info()),
+                conn,
                 intake: Arc::clone(&intake),
             };
             // Made here and boxed, so that the task holds one copy of the connection: an async
@@ -185,6 +193,8 @@ where
                 conn,
                 stop_rx.clone(),
                 http2.max_connection_age,
+                idle,
+                http2.keepalive_timeout,
             ));
         }
     }
@@ -231,11 +241,36 @@ fn builder(http2: &Http2) -> Builder<TokioExecutor> {
 /// hyper's HTTP/2 connection serving the chain on `IO`.
 type Conn<IO, S> = Connection<TokioIo<IO>, ConnService<S>, TokioExecutor>;
 
-/// One connection until it ends; a GOAWAY at `max_age` or when `stop` changes.
+/// `Transport.MaxConnectionIdle` for one connection: its call count.
+struct Idle {
+    timeout: Duration,
+    state: Arc<ConnState>,
+}
+
+impl Idle {
+    /// Resolves once no call has been open on the connection for `timeout`.
+    async fn passed(&self) {
+        loop {
+            let now = Instant::now();
+            let wake = match self.state.idle_since() {
+                Some(since) if now.saturating_duration_since(since) >= self.timeout => return,
+                Some(since) => since + self.timeout,
+                None => now + self.timeout,
+            };
+            tokio::time::sleep_until(wake).await;
+        }
+    }
+}
+
+/// One connection until it ends. A GOAWAY at `max_age`, when `stop` changes, or when `idle`
+/// passes; after an idle GOAWAY, a client that has not let the connection close within
+/// `grace` (the time it has to answer the GOAWAY's PING: `KeepaliveTimeout`) is dropped.
 async fn serve_connection<S, B, IO>(
     mut conn: Pin<Box<Conn<IO, S>>>,
     mut stop: tokio::sync::watch::Receiver<()>,
     max_age: Option<Duration>,
+    idle: Option<Idle>,
+    grace: Duration,
 ) where
     S: Service<Request<Body>, Response = Response<B>> + Clone + Send + 'static,
     S::Error: Into<BoxError> + Send + 'static,
@@ -250,6 +285,14 @@ async fn serve_connection<S, B, IO>(
             None => std::future::pending().await,
         }
     });
+    let mut idled = pin!(async {
+        match &idle {
+            Some(idle) => idle.passed().await,
+            None => std::future::pending().await,
+        }
+    });
+    // When a client that was sent an idle GOAWAY is dropped.
+    let mut drop_at: Option<Instant> = None;
     let mut closing = false;
     loop {
         tokio::select! {
@@ -262,6 +305,22 @@ async fn serve_connection<S, B, IO>(
             () = &mut aged, if !closing => {
                 closing = true;
                 conn.as_mut().graceful_shutdown();
+            }
+            () = &mut idled, if !closing => {
+                tracing::debug!(
+                    target: "zrpc::server",
+                    "no call for Transport.MaxConnectionIdle: closing the connection (GOAWAY)"
+                );
+                closing = true;
+                conn.as_mut().graceful_shutdown();
+                drop_at = Some(Instant::now() + grace);
+            }
+            () = tokio::time::sleep_until(drop_at.unwrap_or_else(Instant::now)), if drop_at.is_some() => {
+                tracing::debug!(
+                    target: "zrpc::server",
+                    "the client did not close its idle connection after the GOAWAY: dropped"
+                );
+                return;
             }
             _ = stop.changed(), if !closing => {
                 closing = true;

@@ -1,13 +1,12 @@
 //! Calls open per connection, for `Transport.MaxConnectionIdle`, and octets of incomplete
 //! request messages per connection, for `Transport.MaxConnectionBufferedRequestBytes`.
 //!
-//! The chain's [`Front`](super::front::Front) takes the request's connection state from the connect
-//! info tonic puts in every request (the connection got it from the server's
-//! [`ConnTable`]), counts the call open until its response body ([`CountedBody`]) is finished
-//! or dropped, and notes when the count falls to zero;
-//! the connection's [`Guarded`](super::conn::Guarded) reads that to close it after the idle time.
-//! Without `MaxConnectionIdle` the layer does no lookup (and without a per-connection byte
-//! budget either, the table is absent).
+//! The chain's [`Front`](super::front::Front) takes the request's connection state from the
+//! connection facts the serve loop puts in every request (the connection got it from the
+//! server's [`ConnTable`]), counts the call open until its response body ([`CountedBody`]) is
+//! finished or dropped, and notes when the count falls to zero; the serve loop reads that to
+//! send the connection a GOAWAY after the idle time. Without `MaxConnectionIdle` nothing is
+//! counted (and without a per-connection byte budget either, the table is absent).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -101,6 +100,7 @@ impl ConnEntry {
     }
 
     /// See [`ConnState::idle_since`].
+    #[cfg(test)]
     pub(crate) fn idle_since(&self) -> Option<Instant> {
         self.state.idle_since()
     }
