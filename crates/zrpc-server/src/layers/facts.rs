@@ -253,7 +253,7 @@ pub(crate) mod nested {
         #[inline(always)]
         fn call(&mut self, req: Request<tonic::body::Body>) -> Self::Future {
             // The transport's request budget watches the body itself when it wraps it (one body
-            // wrapper and one box per call fewer: `transport::RequestBudgetLayer`).
+            // wrapper and one box per call fewer: `transport::RequestBudget`).
             if !self.enabled {
                 return self.inner.call(req);
             }
