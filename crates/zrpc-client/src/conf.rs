@@ -8,7 +8,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use zrpc_core::conf::{ConfError, EtcdConf, Validate, duration};
+use zrpc_core::conf::{ConfError, EtcdConf, Validate, duration, feature_on};
 
 pub use crate::tls::ClientTlsConf;
 pub use retry::{
@@ -233,7 +233,7 @@ impl Validate for RpcClientConf {
     fn validate(&self) -> Result<(), ConfError> {
         if let Some(t) = &self.tls {
             t.validate()?;
-            if !cfg!(feature = "tls") {
+            if !feature_on("tls", cfg!(feature = "tls")) {
                 return Err(crate::tls::tls_off(t));
             }
         }
@@ -256,7 +256,7 @@ impl Validate for RpcClientConf {
                 .map_err(|e| ConfError::invalid("Target", e.to_string()))?;
         }
         let target = self.build_target()?;
-        if !cfg!(feature = "etcd")
+        if !feature_on("etcd", cfg!(feature = "etcd"))
             && matches!(
                 crate::resolver::Target::parse(&target),
                 Ok(crate::resolver::Target::Etcd { .. })
@@ -275,7 +275,7 @@ impl Validate for RpcClientConf {
                 "etcd",
             ));
         }
-        if !cfg!(feature = "tls")
+        if !feature_on("tls", cfg!(feature = "tls"))
             && matches!(
                 crate::resolver::Target::parse(&target),
                 Ok(crate::resolver::Target::K8s { .. })

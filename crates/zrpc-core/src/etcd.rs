@@ -90,6 +90,10 @@ pub fn connect_options(conf: &EtcdConf) -> Result<ConnectOptions, EtcdError> {
 /// `options` with the TLS files of `conf`.
 #[cfg(feature = "tls")]
 fn with_tls(options: ConnectOptions, conf: &EtcdConf) -> Result<ConnectOptions, EtcdError> {
+    // off only when checked as a build without `tls` (`zrpcctl conf check`)
+    if !crate::conf::feature_on("tls", true) {
+        return Err(tls_off(conf));
+    }
     Ok(options.with_tls(tls_options(conf)?))
 }
 
@@ -97,10 +101,15 @@ fn with_tls(options: ConnectOptions, conf: &EtcdConf) -> Result<ConnectOptions, 
 /// config built in code, or not validated).
 #[cfg(not(feature = "tls"))]
 fn with_tls(_: ConnectOptions, conf: &EtcdConf) -> Result<ConnectOptions, EtcdError> {
-    Err(EtcdError::Tls(
+    Err(tls_off(conf))
+}
+
+/// The error for etcd TLS settings in a build without the `tls` feature.
+fn tls_off(conf: &EtcdConf) -> EtcdError {
+    EtcdError::Tls(
         crate::conf::ConfError::feature_off("Etcd.CertFile", &conf.cert_file, "TLS to etcd", "tls")
             .to_string(),
-    ))
+    )
 }
 
 #[cfg(feature = "tls")]

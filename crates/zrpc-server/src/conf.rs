@@ -323,7 +323,10 @@ impl Validate for RpcServerConf {
         }
         if let Some(r) = &self.redis {
             r.validate()?;
-            if self.auth && !r.host.is_empty() && !cfg!(feature = "redis-auth") {
+            if self.auth
+                && !r.host.is_empty()
+                && !zrpc_core::conf::feature_on("redis-auth", cfg!(feature = "redis-auth"))
+            {
                 return Err(redis::redis_auth_off(&r.host));
             }
         }

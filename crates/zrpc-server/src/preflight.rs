@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use zrpc_core::conf::feature_on;
+
 use crate::Error;
 use crate::conf::RpcServerConf;
 
@@ -21,7 +23,7 @@ pub fn preflight(conf: &RpcServerConf) -> Vec<Error> {
         errors.push(e);
     }
     // Without the `tls` feature the feature check above has named the `Tls` block.
-    if cfg!(feature = "tls")
+    if feature_on("tls", cfg!(feature = "tls"))
         && let Some(tls) = &conf.tls
         && let Err(e) = crate::tls::ServerTls::load(tls)
     {
@@ -36,7 +38,7 @@ pub fn preflight(conf: &RpcServerConf) -> Vec<Error> {
     if let Some(redis) = conf
         .redis
         .as_ref()
-        .filter(|r| conf.auth && !r.host.is_empty())
+        .filter(|r| conf.auth && !r.host.is_empty() && feature_on("redis-auth", true))
         && let Err(e) = crate::auth::connection_info(redis)
     {
         errors.push(e);

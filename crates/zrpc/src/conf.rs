@@ -21,3 +21,31 @@ pub use zrpc_server::conf::{
     ProfileTypeConf, ProfilingConf, PrometheusConf, RedisKeyConf, RpcServerConf,
     ServerMiddlewaresConf, ServerTlsConf, ServiceMode, ShutdownConf, StatConf, TelemetryConf,
 };
+
+/// Checking a config as a build with other features would (`zrpcctl conf check --features`):
+/// not a stable API.
+#[doc(hidden)]
+pub use zrpc_core::conf::{DEFAULT_FEATURES, FEATURES, FeatureSet, UnknownFeature, with_features};
+
+/// The features this build of zrpc has: an override by [`with_features`] can only turn these
+/// off. Not a stable API.
+#[doc(hidden)]
+pub fn compiled_features() -> FeatureSet {
+    let mut set = FeatureSet::none();
+    for (name, on) in [
+        ("etcd", cfg!(feature = "etcd")),
+        ("devserver", cfg!(feature = "devserver")),
+        ("otel", cfg!(feature = "otel")),
+        ("reflection", cfg!(feature = "reflection")),
+        ("env-filter", cfg!(feature = "env-filter")),
+        ("toml", cfg!(feature = "toml")),
+        ("redis-auth", cfg!(feature = "redis-auth")),
+        ("tls", cfg!(feature = "tls")),
+    ] {
+        if on {
+            // every name is one of FEATURES (zrpcctl's tests compare them with Cargo.toml)
+            let _ = set.insert(name);
+        }
+    }
+    set
+}

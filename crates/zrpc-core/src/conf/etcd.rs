@@ -136,7 +136,7 @@ impl Validate for EtcdConf {
                 ),
             ));
         }
-        if self.has_tls() && !cfg!(feature = "tls") {
+        if self.has_tls() && !super::feature_on("tls", cfg!(feature = "tls")) {
             return Err(ConfError::feature_off(
                 "Etcd.CertFile",
                 &self.cert_file,

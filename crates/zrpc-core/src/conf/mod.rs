@@ -20,6 +20,7 @@ mod embed;
 mod env;
 mod error;
 mod etcd;
+mod features;
 mod suggest;
 mod value;
 
@@ -33,6 +34,10 @@ pub use error::ConfError;
 #[doc(hidden)]
 pub use error::debug_report;
 pub use etcd::EtcdConf;
+#[doc(hidden)]
+pub use features::{
+    DEFAULT_FEATURES, FEATURES, FeatureSet, UnknownFeature, feature_on, with_features,
+};
 
 /// A config file format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -82,13 +82,12 @@ pub(crate) fn parse(text: &str, format: Format, origin: &str) -> Result<Value, C
             Ok(from_json(v))
         }
         #[cfg(feature = "toml")]
-        Format::Toml => {
+        Format::Toml if super::feature_on("toml", true) => {
             let v: toml::Table =
                 toml::from_str(text).map_err(|e| syntax(e.to_string().trim_end().to_owned()))?;
             Ok(from_toml(toml::Value::Table(v)))
         }
         // The TOML parser is 6 crates that few go-zero services need (goctl writes YAML).
-        #[cfg(not(feature = "toml"))]
         Format::Toml => {
             Err(
                 ConfError::feature_off("<file type>", ".toml", "a TOML config file", "toml")

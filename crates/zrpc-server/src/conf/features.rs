@@ -1,13 +1,14 @@
 //! Keys that need an optional part of zrpc (a cargo feature): a build without it refuses the
 //! config at load, naming the key, its value and the feature, instead of ignoring the key.
 
-use zrpc_core::conf::ConfError;
+use zrpc_core::conf::{ConfError, feature_on};
 
 use super::{RpcServerConf, ServerTlsConf};
 
-/// The first key of `conf` that asks for a cargo feature this build leaves out.
+/// The first key of `conf` that asks for a cargo feature this build leaves out (or that
+/// [`with_features`](zrpc_core::conf::with_features) leaves out).
 pub(crate) fn check(conf: &RpcServerConf) -> Result<(), ConfError> {
-    if !cfg!(feature = "otel")
+    if !feature_on("otel", cfg!(feature = "otel"))
         && let Some(t) = conf
             .telemetry
             .as_ref()
@@ -20,7 +21,7 @@ pub(crate) fn check(conf: &RpcServerConf) -> Result<(), ConfError> {
             "otel",
         ));
     }
-    if !cfg!(feature = "etcd") && conf.etcd.is_configured() {
+    if !feature_on("etcd", cfg!(feature = "etcd")) && conf.etcd.is_configured() {
         return Err(ConfError::feature_off(
             "Etcd.Hosts",
             &conf.etcd.hosts.join(","),
@@ -28,7 +29,7 @@ pub(crate) fn check(conf: &RpcServerConf) -> Result<(), ConfError> {
             "etcd",
         ));
     }
-    if !cfg!(feature = "reflection") && conf.reflection {
+    if !feature_on("reflection", cfg!(feature = "reflection")) && conf.reflection {
         return Err(ConfError::feature_off(
             "Reflection",
             "true",
@@ -36,12 +37,14 @@ pub(crate) fn check(conf: &RpcServerConf) -> Result<(), ConfError> {
             "reflection",
         ));
     }
-    if !cfg!(feature = "tls")
+    if !feature_on("tls", cfg!(feature = "tls"))
         && let Some(tls) = &conf.tls
     {
         return Err(tls_off(tls));
     }
-    if !cfg!(feature = "devserver") && conf.dev_server.as_ref().is_some_and(|d| d.enabled) {
+    if !feature_on("devserver", cfg!(feature = "devserver"))
+        && conf.dev_server.as_ref().is_some_and(|d| d.enabled)
+    {
         return Err(ConfError::feature_off(
             "DevServer.Enabled",
             "true",

@@ -44,7 +44,7 @@ impl Publisher {
 /// `Etcd`, naming the feature.
 pub fn check(conf: &crate::conf::RpcServerConf) -> Result<(), crate::Error> {
     #[cfg(feature = "etcd")]
-    if conf.etcd.has_etcd() {
+    if conf.etcd.has_etcd() && zrpc_core::conf::feature_on("etcd", true) {
         zrpc_core::etcd::check(&conf.etcd)?;
     }
     #[cfg(not(feature = "etcd"))]
