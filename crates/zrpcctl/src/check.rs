@@ -7,12 +7,19 @@
 //! go-zero's embedded `zrpc.RpcServerConf`, a scaffold's `src/config.rs`). Those are checked as
 //! the service's binary loads them, `conf::Embed<RpcServerConf, _>`: zrpc's keys fully, and each
 //! of the others named, with the zrpc key it may be a typo of.
+//!
+//! zrpcctl is built with every zrpc feature, but a service's build may leave some out, and a
+//! key that needs a feature the build leaves out is refused at its start (`Tls`,
+//! `Reflection: true`, `Telemetry.Endpoint`, ...). So the file is checked as a build with the
+//! features given as cargo takes them (`--features`, `--no-default-features`,
+//! `--all-features`; zrpc's default features when none is given), through
+//! `zrpc::conf::with_features`, which only turns off what zrpcctl has.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::de::IgnoredAny;
-use zrpc::conf::{ConfError, Embed, Format, Validate};
+use zrpc::conf::{ConfError, Embed, FeatureSet, Format, Validate};
 
 use crate::{Result, fail};
 
@@ -34,8 +41,74 @@ pub(crate) fn guess(text: &str) -> Kind {
     }
 }
 
-/// Checks `path`; returns the lines to print (warnings for keys accepted but not acted on).
-pub(crate) fn check(path: &Path, kind: Option<Kind>) -> Result<(Kind, Vec<String>)> {
+/// The zrpc features to check as, from cargo's flags: `features` (names separated by commas
+/// or spaces, `default` allowed) on top of zrpc's default features, or of none with
+/// `no_default`; every feature with `all`.
+///
+/// # Errors
+/// A name that is not a zrpc feature (listing those that are), or one this zrpcctl was built
+/// without.
+pub(crate) fn feature_set(features: &[String], no_default: bool, all: bool) -> Result<FeatureSet> {
+    let mut set = if all {
+        FeatureSet::all()
+    } else if no_default {
+        FeatureSet::none()
+    } else {
+        FeatureSet::defaults()
+    };
+    for name in features
+        .iter()
+        .flat_map(|f| f.split([',', ' ']))
+        .filter(|f| !f.is_empty())
+    {
+        if name == "default" {
+            for d in zrpc::conf::DEFAULT_FEATURES {
+                set.insert(d)?;
+            }
+        } else {
+            set.insert(name)?;
+        }
+    }
+    let compiled = zrpc::conf::compiled_features();
+    if let Some(missing) = set.names().into_iter().find(|f| !compiled.contains(f)) {
+        return Err(fail(format!(
+            "this zrpcctl was built without zrpc's `{missing}` feature, so it cannot check as a \
+             build with it (reinstall zrpcctl with every zrpc feature, as its Cargo.toml has)"
+        )));
+    }
+    Ok(set)
+}
+
+/// The line saying which features a file was checked as.
+pub(crate) fn checked_as(features: &FeatureSet) -> String {
+    let names = features.names();
+    let which = if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
+    };
+    let default = if *features == FeatureSet::defaults() {
+        " (zrpc's defaults; change with --features, --no-default-features, --all-features)"
+    } else {
+        ""
+    };
+    format!("checked as a build with zrpc features: {which}{default}")
+}
+
+/// Checks `path` as a build with the zrpc `features` would load and start it; returns the lines
+/// to print (warnings for keys accepted but not acted on). An error ends with the features it
+/// was checked as.
+pub(crate) fn check(
+    path: &Path,
+    kind: Option<Kind>,
+    features: &FeatureSet,
+) -> Result<(Kind, Vec<String>)> {
+    zrpc::conf::with_features(features, || check_as_built(path, kind))
+        .map_err(|e| fail(format!("{e}\nnote: {}", checked_as(features))))
+}
+
+/// [`check`] inside the feature override.
+fn check_as_built(path: &Path, kind: Option<Kind>) -> Result<(Kind, Vec<String>)> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| fail(format!("{}: cannot read the file: {e}", path.display())))?;
     let kind = kind.unwrap_or_else(|| guess(&text));
@@ -127,7 +200,7 @@ mod tests {
         let file = dir.path().join("shop.yaml");
         let base = "Name: shop.rpc\nListenOn: 127.0.0.1:8080\n";
         std::fs::write(&file, format!("{base}DataSource: db\nTimout: 100\n"))?;
-        let (kind, notes) = check(&file, None)?;
+        let (kind, notes) = check(&file, None, &FeatureSet::defaults())?;
         assert_eq!(kind, Kind::Server);
         assert_eq!(notes.len(), 2, "{notes:?}");
         assert!(
@@ -137,7 +210,9 @@ mod tests {
         assert!(notes[1].contains("did you mean `Timeout`?"), "{notes:?}");
         // zrpc's own keys are still checked in full.
         std::fs::write(&file, format!("{base}DataSource: db\nTimeout: soon\n"))?;
-        let e = check(&file, None).err().ok_or("a bad Timeout passed")?;
+        let e = check(&file, None, &FeatureSet::defaults())
+            .err()
+            .ok_or("a bad Timeout passed")?;
         assert!(e.to_string().contains("Timeout"), "{e}");
         Ok(())
     }

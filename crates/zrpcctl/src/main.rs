@@ -11,8 +11,9 @@
 //!   module);
 //! - `zrpcctl etcd ls [--etcd hosts] [prefix]` / `zrpcctl etcd watch <key>`: registered services,
 //!   endpoints and lease TTLs (zrpc and go-zero share the key layout), and live changes;
-//! - `zrpcctl conf check <file>`: validates a server or client config with the errors the
-//!   server and client give at start.
+//! - `zrpcctl conf check <file> [--features a,b] [--no-default-features] [--all-features]`:
+//!   validates a server or client config with the errors the server and client give at start,
+//!   as a build with zrpc's default features (or the ones given, as cargo takes them) would.
 //!
 //! Install with `cargo install --path crates/zrpcctl` (`cargo install zrpcctl` once published).
 
@@ -131,6 +132,12 @@ enum EtcdCommand {
 #[derive(Debug, Subcommand)]
 enum ConfCommand {
     /// Validates a server or client config (YAML, JSON or TOML) as at start.
+    ///
+    /// The file is checked as a build of the service with zrpc's default features (etcd,
+    /// devserver) would check it, as `zrpcctl new` scaffolds: a key that needs a feature such a
+    /// build leaves out (`Tls`, `Reflection: true`, `Telemetry.Endpoint`, ...) is refused,
+    /// naming the feature. Give the features of the service's `zrpc` dependency as cargo takes
+    /// them.
     Check {
         /// The config file.
         file: PathBuf,
@@ -140,6 +147,17 @@ enum ConfCommand {
         /// Check as a client config.
         #[arg(long)]
         client: bool,
+        /// zrpc features the service's build enables, on top of the defaults unless
+        /// --no-default-features (comma-separated, repeatable: etcd, devserver, otel,
+        /// reflection, env-filter, toml, redis-auth, tls).
+        #[arg(long, short = 'F', value_name = "FEATURES")]
+        features: Vec<String>,
+        /// Check as a build without zrpc's default features (etcd, devserver).
+        #[arg(long)]
+        no_default_features: bool,
+        /// Check as a build with every zrpc feature.
+        #[arg(long)]
+        all_features: bool,
     },
 }
 
@@ -209,6 +227,9 @@ fn run(cli: Cli) -> Result<()> {
                     file,
                     server,
                     client,
+                    features,
+                    no_default_features,
+                    all_features,
                 },
         } => {
             let kind = match (server, client) {
@@ -216,11 +237,13 @@ fn run(cli: Cli) -> Result<()> {
                 (_, true) => Some(check::Kind::Client),
                 _ => None,
             };
-            let (kind, notes) = check::check(&file, kind)?;
+            let features = check::feature_set(&features, no_default_features, all_features)?;
+            let (kind, notes) = check::check(&file, kind, &features)?;
             for n in notes {
                 println!("{n}");
             }
             println!("{}: ok ({kind:?} config)", file.display());
+            println!("{}", check::checked_as(&features));
             Ok(())
         }
     }
