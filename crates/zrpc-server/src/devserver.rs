@@ -1,54 +1,99 @@
-//! The DevServer (go-zero `internal/devserver`): an HTTP port for operators, served with axum.
+//! The DevServer (go-zero `internal/devserver`): an HTTP/1.1 port for operators.
 //!
 //! Routes: `/` (JSON array of the routes), `HealthPath` (default `/healthz`: 200 with
 //! `HealthResponse` while the gRPC server serves; 503 before and during shutdown, which
 //! go-zero never does) and `MetricsPath` (default `/metrics`: Prometheus text) when
-//! `EnableMetrics`.
+//! `EnableMetrics`. Other paths get 404, other methods than GET and HEAD 405.
+//!
+//! Served by hyper's HTTP/1 connection directly rather than a router: three fixed routes do
+//! not need one, and HTTP/1.1 alone is what go-zero's port speaks (Go's plaintext server has no
+//! HTTP/2) and what Prometheus and Kubernetes probes use, so no second HTTP/2 server with its
+//! own limits is compiled in. Limits: a request's headers must arrive within 10 s, at most
+//! 128 connections at once (more are closed on accept), and connections end gracefully on stop.
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
-use axum::Router;
-use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
-use axum::routing::get;
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 
 use crate::conf::DevServerConf;
 use crate::error::Error;
 use crate::handle::{Phase, State as ServerState};
 
-#[derive(Clone)]
-struct DevState {
+/// How long a client may take to send a request's headers.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections served at once; an operator port needs few.
+const MAX_CONNECTIONS: usize = 128;
+
+/// What the routes answer from.
+struct Routes {
     server: watch::Receiver<ServerState>,
     probe: String,
+    health_path: String,
     health_response: String,
+    /// `Some(path)` when metrics are served.
+    metrics_path: Option<String>,
+    /// The JSON listing served at `/`.
+    listing: String,
 }
 
-async fn healthz(State(st): State<DevState>) -> impl IntoResponse {
-    let phase = st.server.borrow().phase;
-    if phase == Phase::Serving {
-        (StatusCode::OK, st.health_response.clone())
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("Service Unavailable\n{} is not ready\n", st.probe),
-        )
+impl Routes {
+    fn answer(&self, req: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+        if req.method() != Method::GET && req.method() != Method::HEAD {
+            return Response::builder()
+                .status(StatusCode::METHOD_NOT_ALLOWED)
+                .header(header::ALLOW, "GET, HEAD")
+                .body(Full::default())
+                .unwrap_or_default();
+        }
+        let path = req.uri().path();
+        let (status, content_type, body) = if path == self.health_path {
+            if self.server.borrow().phase == Phase::Serving {
+                (
+                    StatusCode::OK,
+                    "text/plain; charset=utf-8",
+                    self.health_response.clone(),
+                )
+            } else {
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain; charset=utf-8",
+                    format!("Service Unavailable\n{} is not ready\n", self.probe),
+                )
+            }
+        } else if self.metrics_path.as_deref() == Some(path) {
+            (
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                crate::metrics::render(),
+            )
+        } else if path == "/" {
+            (StatusCode::OK, "application/json", self.listing.clone())
+        } else {
+            (
+                StatusCode::NOT_FOUND,
+                "text/plain; charset=utf-8",
+                String::new(),
+            )
+        };
+        Response::builder()
+            .status(status)
+            .header(header::CONTENT_TYPE, content_type)
+            .body(Full::new(Bytes::from(body)))
+            .unwrap_or_default()
     }
 }
 
-async fn metrics() -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        crate::metrics::render(),
-    )
-}
-
-/// Binds the DevServer; returns its address and the serving future.
+/// Binds the DevServer; returns its address and the serving future, which ends once
+/// `shutdown` resolved and the connections open then have finished their requests.
 pub(crate) async fn bind(
     conf: &DevServerConf,
     server: watch::Receiver<ServerState>,
@@ -69,38 +114,217 @@ pub(crate) async fn bind(
             source,
         })?;
     let local = listener.local_addr().map_err(Error::LocalAddr)?;
-    let mut routes = vec!["/".to_owned(), conf.health_path.clone()];
-    let state = DevState {
-        server,
-        probe,
-        health_response: conf.health_response.clone(),
-    };
-    let mut router = Router::new().route(&conf.health_path, get(healthz));
+    let mut paths = vec!["/".to_owned(), conf.health_path.clone()];
     if conf.enable_metrics {
-        router = router.route(&conf.metrics_path, get(metrics));
-        routes.push(conf.metrics_path.clone());
+        paths.push(conf.metrics_path.clone());
     }
     let listing = format!(
         "[{}]\n",
-        routes
+        paths
             .iter()
             .map(|r| format!("{r:?}"))
             .collect::<Vec<_>>()
             .join(",")
     );
-    router = router.route(
-        "/",
-        get(move || async move { ([(header::CONTENT_TYPE, "application/json")], listing) }),
-    );
-    let app = router.with_state(state);
-    let fut = async move {
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
-            tracing::error!(target: "zrpc::devserver", "dev server on {local} failed: {e}");
-        }
-    };
+    let routes = Arc::new(Routes {
+        server,
+        probe,
+        health_path: conf.health_path.clone(),
+        health_response: conf.health_response.clone(),
+        metrics_path: conf.enable_metrics.then(|| conf.metrics_path.clone()),
+        listing,
+    });
     tracing::info!(target: "zrpc::devserver", "dev server listening on {local}");
-    Ok((local, fut))
+    Ok((local, serve(listener, routes, shutdown)))
+}
+
+/// The accept loop: each connection on its own task until `shutdown`, then a graceful end of
+/// every connection (the one request in progress is answered) before this returns.
+async fn serve(
+    listener: TcpListener,
+    routes: Arc<Routes>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let (stop_tx, stop_rx) = watch::channel(());
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of descriptors or the like: wait rather than spin.
+                    tracing::warn!(target: "zrpc::devserver", "dev server accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            continue; // dropped: closed at once
+        };
+        let routes = Arc::clone(&routes);
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            let svc = hyper::service::service_fn(move |req| {
+                let res = routes.answer(&req);
+                async move { Ok::<_, Infallible>(res) }
+            });
+            let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), svc);
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => return,
+                _ = stop.changed() => {}
+            }
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        });
+    }
+    drop(listener);
+    drop(stop_tx);
+    // Every connection task holds a slot: all of them back means all ended.
+    let _ = slots.acquire_many(MAX_CONNECTIONS as u32).await;
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    use super::*;
+
+    /// A DevServer on a free port; the sender moves its phase, the oneshot stops it.
+    async fn start() -> (
+        SocketAddr,
+        watch::Sender<ServerState>,
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let (state, rx) = watch::channel(ServerState {
+            phase: Phase::Starting,
+            local_addr: None,
+            dev_server_addr: None,
+        });
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let conf = DevServerConf::new("127.0.0.1", 0);
+        let (addr, fut) = bind(&conf, rx, "zrpc-test".to_owned(), async move {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap();
+        (addr, state, stop, tokio::spawn(fut))
+    }
+
+    /// Sends `request` raw and reads until the server closes the connection.
+    async fn exchange(addr: SocketAddr, request: &str) -> String {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(request.as_bytes()).await.unwrap();
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).await.unwrap();
+        String::from_utf8_lossy(&raw).into_owned()
+    }
+
+    fn get(path: &str) -> String {
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    }
+
+    #[tokio::test]
+    async fn answers_its_routes_and_refuses_other_paths_and_methods() {
+        let (addr, state, _stop, _task) = start().await;
+        let r = exchange(addr, &get("/healthz")).await;
+        assert!(r.starts_with("HTTP/1.1 503"), "{r}");
+        assert!(r.contains("zrpc-test is not ready"), "{r}");
+        state.send_modify(|s| s.phase = Phase::Serving);
+        let r = exchange(addr, &get("/healthz")).await;
+        assert!(r.starts_with("HTTP/1.1 200") && r.ends_with("OK"), "{r}");
+        let r = exchange(addr, &get("/metrics")).await;
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+        assert!(r.contains("text/plain; version=0.0.4"), "{r}");
+        let r = exchange(addr, &get("/")).await;
+        assert!(r.ends_with("[\"/\",\"/healthz\",\"/metrics\"]\n"), "{r}");
+        let r = exchange(addr, &get("/nope")).await;
+        assert!(r.starts_with("HTTP/1.1 404"), "{r}");
+        let post =
+            "POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+        let r = exchange(addr, post).await;
+        assert!(r.starts_with("HTTP/1.1 405"), "{r}");
+        assert!(r.to_ascii_lowercase().contains("allow: get, head"), "{r}");
+        let head = "HEAD /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        let r = exchange(addr, head).await;
+        assert!(
+            r.starts_with("HTTP/1.1 200") && r.ends_with("\r\n\r\n"),
+            "{r}"
+        );
+    }
+
+    // Paused: the runtime moves the clock on to the server's timer while nothing else runs.
+    #[tokio::test(start_paused = true)]
+    async fn a_client_slow_to_send_its_headers_is_closed() {
+        let (addr, _state, _stop, _task) = start().await;
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        let started = tokio::time::Instant::now();
+        let mut raw = Vec::new();
+        let read = tokio::time::timeout(
+            HEADER_READ_TIMEOUT + Duration::from_secs(5),
+            s.read_to_end(&mut raw),
+        )
+        .await;
+        assert!(read.is_ok(), "still open after {:?}", started.elapsed());
+        assert!(started.elapsed() >= HEADER_READ_TIMEOUT - Duration::from_millis(100));
+    }
+
+    #[tokio::test]
+    async fn stops_once_its_open_connections_end() {
+        let (addr, _state, stop, task) = start().await;
+        // An idle keep-alive connection, after one answered request.
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 512];
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 503"));
+        stop.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(2), task)
+            .await
+            .expect("the idle connection held the stop")
+            .unwrap();
+        // The connection was closed, and nothing accepts any more.
+        assert_eq!(s.read(&mut buf).await.unwrap(), 0);
+        assert!(TcpStream::connect(addr).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn connections_over_the_cap_are_closed_at_once() {
+        let (addr, state, _stop, _task) = start().await;
+        state.send_modify(|s| s.phase = Phase::Serving);
+        let mut held = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            held.push(TcpStream::connect(addr).await.unwrap());
+        }
+        // Served in order: once the last one held is answered, every slot is taken.
+        let last = held.last_mut().unwrap();
+        last.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 256];
+        assert!(last.read(&mut buf).await.unwrap() > 0);
+        let mut extra = TcpStream::connect(addr).await.unwrap();
+        let closed = tokio::time::timeout(Duration::from_secs(2), extra.read(&mut buf)).await;
+        assert!(matches!(closed, Ok(Ok(0)) | Ok(Err(_))), "{closed:?}");
+        // A slot freed is a connection served again.
+        held.clear();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let r = exchange(addr, &get("/healthz")).await;
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    }
 }
