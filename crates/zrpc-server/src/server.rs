@@ -8,13 +8,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response};
 use prost::Message;
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tonic::body::Body;
 use tonic::server::NamedService;
 use tonic::service::{Routes, RoutesBuilder};
-use tonic::transport::server::Connected;
 use tonic_health::ServingStatus;
 use tower::util::BoxCloneService;
 use tower::{ServiceBuilder, ServiceExt};
@@ -32,7 +30,6 @@ use crate::layers::{
     TimeoutSettings, TokenStore, TraceLayer,
 };
 use crate::shutdown;
-use crate::transport::io::ConnInfo;
 
 use tower::BoxError;
 
@@ -58,10 +55,16 @@ pub type WrapUpHook =
 /// # }
 /// ```
 pub struct Server<L = Identity> {
+    base: Base,
+    layer: L,
+}
+
+/// Everything of a [`Server`] but its inner layers: what serving needs that does not depend
+/// on the layers' type, so that it is compiled once, in this crate.
+struct Base {
     conf: RpcServerConf,
     routes: RoutesBuilder,
     names: Vec<&'static str>,
-    layer: L,
     token_store: Option<Arc<dyn TokenStore>>,
     /// The shedder's CPU source; `None` = the process-wide sampler.
     cpu: Option<Arc<dyn zrpc_core::cpu::CpuUsage>>,
@@ -78,9 +81,9 @@ pub struct Server<L = Identity> {
 impl<L> std::fmt::Debug for Server<L> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server")
-            .field("name", &self.conf.name)
-            .field("listen_on", &self.conf.listen_on)
-            .field("services", &self.names)
+            .field("name", &self.base.conf.name)
+            .field("listen_on", &self.base.conf.listen_on)
+            .field("services", &self.base.names)
             .finish_non_exhaustive()
     }
 }
@@ -102,19 +105,21 @@ impl Server {
         crate::registry::check(&conf)?;
         let token_store = crate::auth::store_from_conf(&conf)?;
         Ok(Server {
-            conf,
-            routes: RoutesBuilder::default(),
-            names: Vec::new(),
+            base: Base {
+                conf,
+                routes: RoutesBuilder::default(),
+                names: Vec::new(),
+                token_store,
+                cpu: None,
+                breakers: BreakerRegistry::shared(),
+                descriptors: Vec::new(),
+                streaming: Vec::new(),
+                wrap_up: Vec::new(),
+                authority_repair: true,
+                parts: HandleParts::new(),
+                outer: Vec::new(),
+            },
             layer: Identity::new(),
-            token_store,
-            cpu: None,
-            breakers: BreakerRegistry::shared(),
-            descriptors: Vec::new(),
-            streaming: Vec::new(),
-            wrap_up: Vec::new(),
-            authority_repair: true,
-            parts: HandleParts::new(),
-            outer: Vec::new(),
         })
     }
 }
@@ -133,8 +138,8 @@ impl<L> Server<L> {
         S::Response: axum::response::IntoResponse,
         S::Future: Send + 'static,
     {
-        self.names.push(S::NAME);
-        self.routes.add_service(svc);
+        self.base.names.push(S::NAME);
+        self.base.routes.add_service(svc);
         self
     }
 
@@ -146,19 +151,8 @@ impl<L> Server<L> {
     #[must_use]
     pub fn layer<NL>(self, layer: NL) -> Server<Stack<NL, L>> {
         Server {
-            conf: self.conf,
-            routes: self.routes,
-            names: self.names,
+            base: self.base,
             layer: Stack::new(layer, self.layer),
-            token_store: self.token_store,
-            cpu: self.cpu,
-            breakers: self.breakers,
-            descriptors: self.descriptors,
-            streaming: self.streaming,
-            wrap_up: self.wrap_up,
-            authority_repair: self.authority_repair,
-            parts: self.parts,
-            outer: self.outer,
         }
     }
 
@@ -180,7 +174,8 @@ impl<L> Server<L> {
         RB: http_body::Body<Data = Bytes> + Send + 'static,
         RB::Error: Into<BoxError>,
     {
-        self.outer
+        self.base
+            .outer
             .push(Box::new(move |chain| boxed(layer.layer(chain))));
         self
     }
@@ -189,8 +184,8 @@ impl<L> Server<L> {
     /// `Auth: true`.
     #[must_use]
     pub fn token_store(mut self, store: Arc<dyn TokenStore>) -> Self {
-        if self.conf.auth {
-            self.token_store = Some(store);
+        if self.base.conf.auth {
+            self.base.token_store = Some(store);
         }
         self
     }
@@ -200,7 +195,7 @@ impl<L> Server<L> {
     /// dev/test) and used to learn which methods stream (never shed nor timed out).
     #[must_use]
     pub fn reflection_descriptor(mut self, encoded: &'static [u8]) -> Self {
-        self.descriptors.push(encoded);
+        self.base.descriptors.push(encoded);
         self
     }
 
@@ -208,7 +203,7 @@ impl<L> Server<L> {
     /// out, when no descriptor set is registered.
     #[must_use]
     pub fn streaming_method(mut self, full_method: impl Into<String>) -> Self {
-        self.streaming.push(full_method.into());
+        self.base.streaming.push(full_method.into());
         self
     }
 
@@ -216,7 +211,7 @@ impl<L> Server<L> {
     /// cgroup-aware). Tests inject a `zrpc_core::cpu::FixedCpu`.
     #[must_use]
     pub fn cpu_usage(mut self, cpu: Arc<dyn zrpc_core::cpu::CpuUsage>) -> Self {
-        self.cpu = Some(cpu);
+        self.base.cpu = Some(cpu);
         self
     }
 
@@ -226,7 +221,7 @@ impl<L> Server<L> {
     /// process give each its own.
     #[must_use]
     pub fn breaker_registry(mut self, registry: Arc<BreakerRegistry>) -> Self {
-        self.breakers = registry;
+        self.base.breakers = registry;
         self
     }
 
@@ -237,7 +232,7 @@ impl<L> Server<L> {
         F: FnOnce() -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        self.wrap_up.push(Box::new(move || Box::pin(hook())));
+        self.base.wrap_up.push(Box::new(move || Box::pin(hook())));
         self
     }
 
@@ -247,18 +242,18 @@ impl<L> Server<L> {
     /// `zrpc_server::original_authority` gives handlers what the client sent.
     #[must_use]
     pub fn authority_repair(mut self, on: bool) -> Self {
-        self.authority_repair = on;
+        self.base.authority_repair = on;
         self
     }
 
     /// A handle to watch the server and shut it down.
     pub fn handle(&self) -> ServerHandle {
-        self.parts.handle()
+        self.base.parts.handle()
     }
 
     /// The config.
     pub fn conf(&self) -> &RpcServerConf {
-        &self.conf
+        &self.base.conf
     }
 }
 
@@ -332,12 +327,8 @@ where
     ///
     /// Config, bind or transport errors.
     pub async fn serve(self) -> Result<(), Error> {
-        let _telemetry = crate::telemetry::init(&self.conf)?;
-        let addr = listen_addr(&self.conf.listen_on);
-        let listener = TcpListener::bind(&addr)
-            .await
-            .map_err(|source| Error::Bind { addr, source })?;
-        self.serve_with_listener(listener, shutdown::signal()).await
+        let (base, chain) = self.split();
+        base.serve(None, chain).await
     }
 
     /// Serves on `listener` until `shutdown` resolves (or [`ServerHandle::shutdown`] is
@@ -362,11 +353,63 @@ where
     where
         F: Future<Output = ()> + Send,
     {
-        let Server {
+        let (base, chain) = self.split();
+        base.serve(Some((listener, Box::pin(shutdown))), chain)
+            .await
+    }
+
+    /// The layer-independent part of the server, and the function that builds the chain.
+    fn split(self) -> (Base, ChainFn) {
+        let Server { base, layer } = self;
+        let chain: ChainFn =
+            Box::new(move |chain, routes, serving| chain.serve(layer, routes, serving));
+        (base, chain)
+    }
+}
+
+/// Builds the serve loop over the chain, given the inner layers (the one part of serving
+/// that depends on their type).
+type ChainFn = Box<dyn for<'a> FnOnce(Chain<'a>, Routes, Serving) -> ServeFuture + Send>;
+
+/// A shutdown signal given by the caller.
+type Shutdown<'a> = std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
+impl Base {
+    /// [`Server::serve`] with `bound` `None`, else [`Server::serve_with_listener`]. Boxed
+    /// here, so that the state machine of serving is compiled once, in this crate, rather
+    /// than in each codegen unit of the application that awaits it.
+    fn serve<'a>(
+        self,
+        bound: Option<(TcpListener, Shutdown<'a>)>,
+        chain: ChainFn,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>> {
+        Box::pin(async move {
+            match bound {
+                Some((listener, shutdown)) => self.serve_phases(listener, shutdown, chain).await,
+                None => {
+                    let _telemetry = crate::telemetry::init(&self.conf)?;
+                    let addr = listen_addr(&self.conf.listen_on);
+                    let listener = TcpListener::bind(&addr)
+                        .await
+                        .map_err(|source| Error::Bind { addr, source })?;
+                    let shutdown = Box::pin(shutdown::signal());
+                    self.serve_phases(listener, shutdown, chain).await
+                }
+            }
+        })
+    }
+
+    /// Serving in its four phases.
+    async fn serve_phases(
+        self,
+        listener: TcpListener,
+        shutdown: Shutdown<'_>,
+        chain: ChainFn,
+    ) -> Result<(), Error> {
+        let Base {
             conf,
             routes,
             names,
-            layer,
             token_store,
             cpu,
             breakers,
@@ -423,9 +466,10 @@ where
         let intake = crate::transport::intake(&accept, &conf.transport, facts, shedding.shared());
         let incoming = crate::transport::incoming(listener, accept);
         let http2 = crate::transport::http2(&conf.transport);
-        let stopped = async move {
+        let stopped = Box::pin(async move {
             let _ = stop_rx.await;
-        };
+        });
+        let make_chain = chain;
         let chain = Chain {
             conf: &conf,
             front,
@@ -439,10 +483,10 @@ where
                 services.streaming.clone(),
             ),
             streaming: &services.streaming,
-            layer,
             outer,
         };
-        let server = chain.serve(
+        let server = make_chain(
+            chain,
             services.routes,
             Serving {
                 intake,
@@ -461,7 +505,7 @@ where
         tracing::info!(target: "zrpc::server", "{} serving on {local}", conf.name);
         let registration = crate::shutdown::start_registration(&conf, local);
 
-        let mut shutdown = std::pin::pin!(shutdown);
+        let mut shutdown = shutdown;
         tokio::select! {
             res = &mut server => {
                 // The transport failed: deregister before reporting it.
@@ -510,7 +554,7 @@ pub type ServerChain = BoxCloneService<Request<Body>, Response<Body>, BoxError>;
 /// metrics, auth, breaker, shedding and timeout, go-zero's order but for auth, which runs
 /// before the breaker and the shedder so that unauthenticated callers cannot move them.
 /// `Drain` ends the streams still open at the shutdown deadline.
-struct Chain<'a, L> {
+struct Chain<'a> {
     conf: &'a RpcServerConf,
     front: crate::transport::FrontLayer,
     /// Whether the governor keeps each call's facts (the breaker or the shedder is on).
@@ -520,26 +564,19 @@ struct Chain<'a, L> {
     breakers: Arc<BreakerRegistry>,
     drain: DrainLayer,
     streaming: &'a StreamingMethods,
-    layer: L,
     outer: Vec<OuterLayer>,
 }
 
-impl<L, UB> Chain<'_, L>
-where
-    L: Layer<Routes> + Send + 'static,
-    L::Service: Service<Request<Body>, Response = Response<UB>> + Clone + Send + 'static,
-    <L::Service as Service<Request<Body>>>::Future: Send + 'static,
-    <L::Service as Service<Request<Body>>>::Error: Into<BoxError> + Send + 'static,
-    UB: http_body::Body<Data = Bytes> + Default + Send + 'static,
-    UB::Error: Into<BoxError>,
-{
-    /// The serve loop over this chain and `routes`.
-    fn serve<I, IO, IE, F>(self, routes: Routes, serving: Serving<I, F>) -> ServeFuture
+impl Chain<'_> {
+    /// The serve loop over this chain, the inner layers `layer` and `routes`.
+    fn serve<L, UB>(self, layer: L, routes: Routes, serving: Serving) -> ServeFuture
     where
-        I: futures_util::Stream<Item = Result<IO, IE>> + Send + 'static,
-        IO: AsyncRead + AsyncWrite + Connected<ConnectInfo = ConnInfo> + Unpin + Send + 'static,
-        IE: std::fmt::Display + Send + 'static,
-        F: Future<Output = ()> + Send + 'static,
+        L: Layer<Routes> + Send + 'static,
+        L::Service: Service<Request<Body>, Response = Response<UB>> + Clone + Send + 'static,
+        <L::Service as Service<Request<Body>>>::Future: Send + 'static,
+        <L::Service as Service<Request<Body>>>::Error: Into<BoxError> + Send + 'static,
+        UB: http_body::Body<Data = Bytes> + Default + Send + 'static,
+        UB::Error: Into<BoxError>,
     {
         let conf = self.conf;
         let mw = &conf.middlewares;
@@ -557,33 +594,32 @@ where
         };
         let inner = ServiceBuilder::new()
             .layer(self.drain)
-            .layer(self.layer)
+            .layer(layer)
             .service(routes);
-        // With every governing stage off, the chain is built without the governor, which
-        // would only pass calls through, moving their futures and bodies. The two chains are
-        // two serve loops (one runs) rather than one service choosing per call: an enum of the
-        // two would make the lean chain's response future as large as the governed one's.
-        match (stages.is_on(), self.outer.is_empty()) {
-            (true, true) => run(
+        let governed = stages.is_on();
+        if governed && self.outer.is_empty() {
+            return run(
                 serving,
                 self.front.layer(GovernorLayer::new(&stages).layer(inner)),
-            ),
-            (false, true) => run(serving, self.front.layer(inner)),
-            (governed, false) => {
-                let chain = if governed {
-                    boxed(self.front.layer(GovernorLayer::new(&stages).layer(inner)))
-                } else {
-                    boxed(self.front.layer(inner))
-                };
-                // The layer added first is outermost.
-                let chain = self
-                    .outer
-                    .into_iter()
-                    .rev()
-                    .fold(chain, |chain, outer| outer(chain));
-                run(serving, chain)
-            }
+            );
         }
+        // With every governing stage off the chain is built without the governor, which
+        // would only pass calls through, moving their futures and bodies. It then runs as a
+        // boxed service, in the serve loop that outer layers need anyway: one allocation per
+        // call costs that rare setup less than the governor would, and a third serve loop
+        // would cost every binary its code.
+        let chain = if governed {
+            boxed(self.front.layer(GovernorLayer::new(&stages).layer(inner)))
+        } else {
+            boxed(self.front.layer(inner))
+        };
+        // The layer added first is outermost.
+        let chain = self
+            .outer
+            .into_iter()
+            .rev()
+            .fold(chain, |chain, outer| outer(chain));
+        run(serving, chain)
     }
 }
 
@@ -600,25 +636,22 @@ where
 }
 
 /// What the serve loop needs besides its chain.
-struct Serving<I, F> {
+struct Serving {
     intake: crate::transport::serve::Intake,
-    incoming: I,
+    incoming: crate::transport::Incoming,
     http2: crate::transport::serve::Http2,
-    stopped: F,
+    /// Resolves when the listener is to close.
+    stopped: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
 }
 
 /// The serve loop over `chain`.
-fn run<S, B, I, IO, IE, F>(serving: Serving<I, F>, chain: S) -> ServeFuture
+fn run<S, B>(serving: Serving, chain: S) -> ServeFuture
 where
     S: Service<Request<Body>, Response = Response<B>> + Clone + Send + 'static,
     S::Error: Into<BoxError> + Send + 'static,
     S::Future: Send + 'static,
     B: http_body::Body<Data = Bytes> + Default + Send + 'static,
     B::Error: Into<BoxError>,
-    I: futures_util::Stream<Item = Result<IO, IE>> + Send + 'static,
-    IO: AsyncRead + AsyncWrite + Connected<ConnectInfo = ConnInfo> + Unpin + Send + 'static,
-    IE: std::fmt::Display + Send + 'static,
-    F: Future<Output = ()> + Send + 'static,
 {
     let Serving {
         intake,

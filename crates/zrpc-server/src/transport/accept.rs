@@ -58,12 +58,14 @@ struct Acceptor {
     cap_log: LogGate,
 }
 
+/// The connections a server accepts, boxed: the code serving them is then not generic over
+/// how they were accepted (plaintext or TLS).
+pub(crate) type Incoming =
+    std::pin::Pin<Box<dyn Stream<Item = Result<Accepted, io::Error>> + Send>>;
+
 /// The connections accepted on `listener`; the listener closes when the stream is dropped.
 /// The stream never yields an error: accept errors are handled here.
-pub(crate) fn incoming(
-    listener: TcpListener,
-    settings: AcceptSettings,
-) -> impl Stream<Item = Result<Accepted, io::Error>> + Send {
+pub(crate) fn incoming(listener: TcpListener, settings: AcceptSettings) -> Incoming {
     let acceptor = Acceptor {
         listener,
         cap: settings
@@ -76,8 +78,8 @@ pub(crate) fn incoming(
     };
     #[cfg(feature = "tls")]
     return match acceptor.settings.tls.clone() {
-        None => plain_incoming(acceptor).left_stream(),
-        Some(tls) => tls_incoming(acceptor, tls).right_stream(),
+        None => Box::pin(plain_incoming(acceptor)),
+        Some(tls) => Box::pin(tls_incoming(acceptor, tls)),
     };
     #[cfg(not(feature = "tls"))]
     {
@@ -85,7 +87,7 @@ pub(crate) fn incoming(
         if let Some(tls) = &acceptor.settings.tls {
             match **tls {}
         }
-        plain_incoming(acceptor)
+        Box::pin(plain_incoming(acceptor))
     }
 }
 

@@ -35,7 +35,7 @@ mod streams;
 
 use std::sync::Arc;
 
-pub(crate) use accept::{AcceptSettings, incoming};
+pub(crate) use accept::{AcceptSettings, Incoming, incoming};
 pub(crate) use budget::{Budget, RequestBudget};
 pub(crate) use conn::ConnLimits;
 pub(crate) use front::FrontLayer;
