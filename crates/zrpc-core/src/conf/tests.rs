@@ -321,6 +321,9 @@ fn never_panics_on_odd_yaml() {
     }
     let c = yaml("Inner: {<<: {Trace: true}}\n").unwrap();
     assert!(c.inner.trace, "merge keys apply");
+    // A sequence or mapping as a key is an unknown key, named in flow style.
+    let e = yaml("? [a, {b: 1}]\n: 1\n").unwrap_err().to_string();
+    assert!(e.contains("[a, {b: 1}]"), "{e}");
 }
 
 #[derive(Debug, Default, Deserialize, PartialEq)]

@@ -114,6 +114,9 @@ fn from_yaml(v: serde_yaml_ng::Value) -> Value {
     }
 }
 
+/// A key as text. A sequence or mapping used as a key (it matches no field, so it only ever
+/// appears in an unknown-key error) is written in YAML's flow style here rather than by the
+/// YAML emitter, which nothing else needs and every binary would carry.
 fn yaml_key(k: serde_yaml_ng::Value) -> String {
     use serde_yaml_ng::Value as Y;
     match k {
@@ -122,10 +125,17 @@ fn yaml_key(k: serde_yaml_ng::Value) -> String {
         Y::Number(n) => n.to_string(),
         Y::Null => "null".to_owned(),
         Y::Tagged(t) => yaml_key(t.value),
-        other => serde_yaml_ng::to_string(&other)
-            .unwrap_or_default()
-            .trim()
-            .to_owned(),
+        Y::Sequence(seq) => {
+            let items: Vec<String> = seq.into_iter().map(yaml_key).collect();
+            format!("[{}]", items.join(", "))
+        }
+        Y::Mapping(map) => {
+            let entries: Vec<String> = map
+                .into_iter()
+                .map(|(k, v)| format!("{}: {}", yaml_key(k), yaml_key(v)))
+                .collect();
+            format!("{{{}}}", entries.join(", "))
+        }
     }
 }
 
