@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use super::{Ctx, Gen, H2Amount, LoadSpec, Profile, ServerSpec, Side, h2load};
+use super::{Ctx, Gen, H2Amount, LoadSpec, Profile, ServerSpec, Side, h2load_body, hello_request};
 use crate::report::{Table, f, ratio};
 
 /// The callgrind table for `servers` (go-zero rows say why they are skipped).
@@ -135,14 +135,75 @@ pub(super) fn client_table(ctx: &Ctx<'_>, clients: &[Gen]) -> Table {
     t
 }
 
+/// The callgrind table of unary calls with a `len`-octet request: bare tonic and zrpc's full
+/// chain (the `payloads` scenario's noise-free column).
+pub(super) fn large_request_table(ctx: &Ctx<'_>, len: usize) -> Table {
+    let (n1, n2) = ctx.size((5, 15), (50, 550));
+    let load = Load {
+        conns: 4,
+        streams: 1,
+        body: hello_request(len),
+    };
+    let mut t = Table::new(
+        &format!(
+            "Instructions per call with a {} KiB request under callgrind (h2load -c 4 -m 1, \
+             (Ir({n2}) - Ir({n1})) / {}; one server thread; noise-free)",
+            len >> 10,
+            n2 - n1
+        ),
+        &["server", "instructions/call", "vs bare tonic"],
+    );
+    if let Err(e) = &ctx.env.valgrind {
+        t.skipped_row("all", e);
+        return t;
+    }
+    let mut bare = 0.0;
+    for (i, (profile, name)) in [
+        (Profile::Tonic, "bare tonic"),
+        (Profile::Quiet, "zrpc full chain"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        match per_call(ctx, profile, n1, n2, &load) {
+            Ok(ir) => {
+                if i == 0 {
+                    bare = ir;
+                }
+                t.row(vec![name.into(), f(ir, 0), ratio(ir, bare)]);
+            }
+            Err(e) => t.skipped_row(name, format!("callgrind run failed: {e:#}")),
+        }
+    }
+    t
+}
+
+/// What h2load sends a server under callgrind.
+struct Load {
+    conns: u64,
+    streams: u64,
+    /// The gRPC frame of every request.
+    body: Vec<u8>,
+}
+
 fn per_request(ctx: &Ctx<'_>, profile: Profile, n1: u64, n2: u64) -> Result<f64> {
-    let a = count(ctx, profile, n1)?;
-    let b = count(ctx, profile, n2)?;
+    let load = Load {
+        conns: 10,
+        streams: 50,
+        // HelloRequest{name: "world"}, as every other h2load run.
+        body: b"\x00\x00\x00\x00\x07\x0a\x05world".to_vec(),
+    };
+    per_call(ctx, profile, n1, n2, &load)
+}
+
+fn per_call(ctx: &Ctx<'_>, profile: Profile, n1: u64, n2: u64, load: &Load) -> Result<f64> {
+    let a = count(ctx, profile, n1, load)?;
+    let b = count(ctx, profile, n2, load)?;
     Ok((b - a) / (n2 - n1) as f64)
 }
 
 /// Instructions a server executed from its start to its exit, `n` calls served.
-fn count(ctx: &Ctx<'_>, profile: Profile, n: u64) -> Result<f64> {
+fn count(ctx: &Ctx<'_>, profile: Profile, n: u64, load: &Load) -> Result<f64> {
     let out = ctx.file("callgrind.out");
     let spec = ServerSpec {
         profile,
@@ -151,7 +212,14 @@ fn count(ctx: &Ctx<'_>, profile: Profile, n: u64) -> Result<f64> {
         ..ServerSpec::default()
     };
     let mut server = ctx.server(Side::Rust, &spec)?;
-    h2load(ctx, &server.addr, (10, 50, H2Amount::Requests(n), 1), None)?;
+    h2load_body(
+        ctx,
+        &server.addr,
+        (load.conns, load.streams, H2Amount::Requests(n), 1),
+        None,
+        None,
+        &load.body,
+    )?;
     // callgrind writes its counts at exit: a graceful stop (zrpc's wrap-up is 1 s, slower
     // under valgrind), never SIGKILL.
     server.proc.stop(Duration::from_secs(60));

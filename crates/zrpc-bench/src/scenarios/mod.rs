@@ -737,14 +737,50 @@ pub(crate) fn h2load_sampled(
     cpu: Option<usize>,
     server: Option<i32>,
 ) -> Result<H2Run> {
+    // gRPC frame of HelloRequest{name: "world"}.
+    h2load_body(
+        ctx,
+        addr,
+        (conns, streams, amount, threads),
+        cpu,
+        server,
+        b"\x00\x00\x00\x00\x07\x0a\x05world",
+    )
+}
+
+/// A gRPC frame of `HelloRequest { name }` with a name of `len` octets.
+pub(crate) fn hello_request(len: usize) -> Vec<u8> {
+    let mut msg = vec![0x0a];
+    let mut n = len;
+    while n >= 0x80 {
+        msg.push((n as u8 & 0x7f) | 0x80);
+        n >>= 7;
+    }
+    msg.push(n as u8);
+    msg.resize(msg.len() + len, b'a');
+    let mut frame = vec![0];
+    frame.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&msg);
+    frame
+}
+
+/// [`h2load_sampled`] sending `body` (a gRPC frame) in every request.
+pub(crate) fn h2load_body(
+    ctx: &Ctx<'_>,
+    addr: &str,
+    (conns, streams, amount, threads): (u64, u64, H2Amount, u64),
+    cpu: Option<usize>,
+    server: Option<i32>,
+    body: &[u8],
+) -> Result<H2Run> {
     let h2 = ctx
         .env
         .h2load
         .as_ref()
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let body = ctx.file("hello.bin");
-    // gRPC frame of HelloRequest{name: "world"}.
-    std::fs::write(&body, b"\x00\x00\x00\x00\x07\x0a\x05world")?;
+    let request = body;
+    let body = ctx.file("request.bin");
+    std::fs::write(&body, request)?;
     let log = ctx.file("h2load.log");
     // h2load takes whole units: milliseconds.
     let ms = |s: f64| format!("{}ms", (s * 1000.0).round().max(1.0));
@@ -851,6 +887,15 @@ pub(crate) fn h2load_sampled(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hello_request_is_a_grpc_frame_of_the_message() {
+        let frame = hello_request(300);
+        // Tag 1 (length-delimited), varint 300 = 0xac 0x02, then the name.
+        assert_eq!(&frame[..8], &[0, 0, 0, 1, 47, 0x0a, 0xac, 0x02]);
+        assert_eq!(frame.len(), 5 + 3 + 300);
+        assert_eq!(hello_request(5).len(), 5 + 2 + 5);
+    }
 
     #[test]
     fn a_window_gives_cpu_per_request_and_the_share_spent_waiting() {

@@ -149,6 +149,7 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
         }
         tables.push(t);
     }
+    tables.push(super::instructions::large_request_table(ctx, LARGE));
     let mut notes = vec![format!(
         "Noise monitor: a run lost {:.1}% of the machine to other processes and steal (median \
          over the runs; worst {:.1}%).",
