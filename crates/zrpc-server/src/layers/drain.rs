@@ -157,9 +157,7 @@ pin_project! {
     ///
     /// [`Drain`] boxes the inner future (user layers, router, handler): the layers outside
     /// move their futures through every `call` and `poll`, and a few hundred bytes of handler
-    /// state moved a dozen times cost more than one allocation. In the lean chain (no stage
-    /// outside but the transport's) an unboxed variant saved nothing measurable, so both
-    /// chains share this one.
+    /// state moved a dozen times cost more than one allocation.
     #[derive(Debug)]
     pub(crate) struct ResponseFuture<F> {
         #[pin]
