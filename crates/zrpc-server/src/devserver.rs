@@ -8,8 +8,9 @@
 //! Served by hyper's HTTP/1 connection directly rather than a router: three fixed routes do
 //! not need one, and HTTP/1.1 alone is what go-zero's port speaks (Go's plaintext server has no
 //! HTTP/2) and what Prometheus and Kubernetes probes use, so no second HTTP/2 server with its
-//! own limits is compiled in. Limits: a request's headers must arrive within 10 s, at most
-//! 128 connections at once (more are closed on accept), and connections end gracefully on stop.
+//! own limits is compiled in. Limits: a request's headers must arrive within 10 s (hyper counts
+//! a kept-alive connection's wait for its next request in them), at most 128 connections at once
+//! (more are closed on accept), and connections end gracefully on stop.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -326,5 +327,29 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let r = exchange(addr, &get("/healthz")).await;
         assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_connection_after_a_request_is_closed() {
+        let (addr, _state, _stop, _task) = start().await;
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 512];
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 503"));
+        // No second request: the connection must not hold its slot for ever.
+        let started = tokio::time::Instant::now();
+        let end = tokio::time::timeout(
+            HEADER_READ_TIMEOUT + Duration::from_secs(5),
+            s.read(&mut buf),
+        )
+        .await;
+        assert!(
+            matches!(end, Ok(Ok(0)) | Ok(Err(_))),
+            "{end:?} after {:?}",
+            started.elapsed()
+        );
     }
 }
