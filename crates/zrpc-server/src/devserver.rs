@@ -231,6 +231,27 @@ mod tests {
         String::from_utf8_lossy(&raw).into_owned()
     }
 
+    /// A kept-alive connection to `addr` that has had one `/healthz` answer, which began with
+    /// `status`; a buffer to read on.
+    async fn answered_kept_alive(addr: SocketAddr, status: &[u8]) -> (TcpStream, [u8; 512]) {
+        answered_kept_alive_on(TcpStream::connect(addr).await.unwrap(), status).await
+    }
+
+    /// `s` after one kept-alive `/healthz` request and its answer, which began with `status`.
+    async fn answered_kept_alive_on(mut s: TcpStream, status: &[u8]) -> (TcpStream, [u8; 512]) {
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 512];
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(
+            buf[..n].starts_with(status),
+            "{:?}",
+            String::from_utf8_lossy(&buf[..n])
+        );
+        (s, buf)
+    }
+
     fn get(path: &str) -> String {
         format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     }
@@ -287,13 +308,7 @@ mod tests {
     async fn stops_once_its_open_connections_end() {
         let (addr, _state, stop, task) = start().await;
         // An idle keep-alive connection, after one answered request.
-        let mut s = TcpStream::connect(addr).await.unwrap();
-        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            .await
-            .unwrap();
-        let mut buf = [0u8; 512];
-        let n = s.read(&mut buf).await.unwrap();
-        assert!(buf[..n].starts_with(b"HTTP/1.1 503"));
+        let (mut s, mut buf) = answered_kept_alive(addr, b"HTTP/1.1 503").await;
         stop.send(()).unwrap();
         tokio::time::timeout(Duration::from_secs(2), task)
             .await
@@ -313,12 +328,9 @@ mod tests {
             held.push(TcpStream::connect(addr).await.unwrap());
         }
         // Served in order: once the last one held is answered, every slot is taken.
-        let last = held.last_mut().unwrap();
-        last.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            .await
-            .unwrap();
-        let mut buf = [0u8; 256];
-        assert!(last.read(&mut buf).await.unwrap() > 0);
+        let last = held.pop().unwrap();
+        let (last, mut buf) = answered_kept_alive_on(last, b"HTTP/1.1 200").await;
+        held.push(last);
         let mut extra = TcpStream::connect(addr).await.unwrap();
         let closed = tokio::time::timeout(Duration::from_secs(2), extra.read(&mut buf)).await;
         assert!(matches!(closed, Ok(Ok(0)) | Ok(Err(_))), "{closed:?}");
@@ -332,13 +344,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_idle_connection_after_a_request_is_closed() {
         let (addr, _state, _stop, _task) = start().await;
-        let mut s = TcpStream::connect(addr).await.unwrap();
-        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            .await
-            .unwrap();
-        let mut buf = [0u8; 512];
-        let n = s.read(&mut buf).await.unwrap();
-        assert!(buf[..n].starts_with(b"HTTP/1.1 503"));
+        let (mut s, mut buf) = answered_kept_alive(addr, b"HTTP/1.1 503").await;
         // No second request: the connection must not hold its slot for ever.
         let started = tokio::time::Instant::now();
         let end = tokio::time::timeout(
