@@ -1,7 +1,7 @@
 //! The sample configs in `examples/etc/` (go-zero format) load through `zrpc::conf::load` and mean
 //! what their comments say.
 
-#![allow(clippy::unwrap_used, missing_docs)]
+#![allow(missing_docs)]
 
 use std::path::PathBuf;
 

@@ -2,7 +2,7 @@
 //! the server, inside the chain (`Server::layer`) and around it (`Server::outer_layer`), and
 //! around the client.
 
-#![allow(clippy::unwrap_used, missing_docs)]
+#![allow(missing_docs)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

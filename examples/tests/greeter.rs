@@ -1,7 +1,7 @@
 //! The example greeter through `zrpc::server` and `zrpc::client` in one process: unary and
 //! server-streaming calls, and the `x-server` metadata the example clients count by.
 
-#![allow(clippy::unwrap_used, missing_docs)]
+#![allow(missing_docs)]
 
 use std::time::Duration;
 

@@ -5,7 +5,8 @@
 //!
 //! etcd comes from the test harness (`zrpc_tests::etcd`): a local `etcd` binary on free loopback
 //! ports, or the cluster named by `ZRPC_TEST_ETCD_ENDPOINTS`.
-
+// clippy.toml lets tests unwrap, but only inside `#[test]` fns and `cfg(test)` modules: a test
+// crate's helpers are test code too.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::io::{BufRead, BufReader};

@@ -554,7 +554,6 @@ mod tests {
     );
 
     #[tokio::test]
-    #[allow(clippy::unwrap_used)]
     async fn a_client_records_into_the_registries_it_is_given() {
         use tower::ServiceExt;
         use zrpc_core::breaker::BreakerConfig;
@@ -618,7 +617,6 @@ mod tests {
     /// stage's recorders: from the headers of a trailers-only answer at once, from the trailers
     /// at the end of the body, and as `Cancelled` for a body dropped before them.
     #[tokio::test]
-    #[allow(clippy::unwrap_used)]
     async fn one_status_read_feeds_the_endpoint_and_the_recorders() {
         use crate::balancer::endpoint::{ConnectOptions, Endpoint};
         use http_body_util::BodyExt;

@@ -469,7 +469,6 @@ impl<'de> Deserialize<'de> for BalancerName {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -189,7 +189,6 @@ impl Validate for ClientTlsConf {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::conf::RpcClientConf;
 

@@ -349,7 +349,6 @@ pub async fn connect(conf: &EtcdConf) -> Result<Client, EtcdError> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -532,5 +532,4 @@ fn one_of(path: &str, value: &str, options: &[&str]) -> Result<(), ConfError> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests;

@@ -77,7 +77,6 @@ fn creatable_dir(dir: &Path) -> Result<(), String> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::conf::ServerTlsConf;

@@ -950,7 +950,6 @@ fn add_reflection(_: &mut RoutesBuilder, _: &[&'static [u8]]) -> Result<(), Erro
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use prost_types::{
         DescriptorProto, FileDescriptorProto, FileDescriptorSet, MethodDescriptorProto,

@@ -272,7 +272,6 @@ fn init_otel(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     #[cfg(feature = "otel")]
     use std::time::Duration;

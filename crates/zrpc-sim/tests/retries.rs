@@ -1,5 +1,4 @@
 //! Retry storms and the retry budget: the bounds `docs/retries.md` reports, over several seeds.
-#![allow(clippy::unwrap_used)]
 
 use zrpc_sim::retries::{BUDGET_MIN_PER_SEC, BUDGET_WINDOW, OUTAGE, floor_share};
 use zrpc_sim::{RetryClient, RetryScenario, simulate_retries};

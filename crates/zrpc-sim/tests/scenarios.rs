@@ -2,7 +2,6 @@
 //! `docs/balancing.md` reports).
 //! Each test runs minutes of simulated traffic in well under a second (release) or a few
 //! seconds (debug).
-#![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
 

@@ -31,7 +31,6 @@ impl std::fmt::Debug for Error {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::Error;
     use crate::conf::{self, Format};

@@ -379,7 +379,6 @@ pub(crate) fn file_stem(ident: &str) -> &str {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

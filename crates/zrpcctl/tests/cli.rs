@@ -2,8 +2,6 @@
 //! call longer than `Timeout`), `proto` keeps user logic, `etcd ls`/`watch` read a real etcd
 //! with a zrpc and a go-zero server registered, `conf check` gives the start-up errors.
 
-#![allow(clippy::unwrap_used)]
-
 mod common;
 
 use std::path::{Path, PathBuf};

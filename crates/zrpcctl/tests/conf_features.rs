@@ -1,8 +1,9 @@
 //! `zrpcctl conf check` checks a config as a build with given zrpc features would load and
 //! start it: zrpc's default features unless `--features`, `--no-default-features` or
 //! `--all-features` say otherwise, though zrpcctl itself is built with every feature.
-
-#![allow(clippy::unwrap_used)]
+// clippy.toml lets tests unwrap, but only inside `#[test]` fns and `cfg(test)` modules: a test
+// crate's helpers are test code too.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -9,8 +9,9 @@
 //! The crate builds `--offline` against this checkout with the workspace's lock file and target
 //! dir, so only the scaffold itself is compiled. Where that cannot work (no protoc, no rustfmt,
 //! crates missing from the local registry) the test says so loudly and skips.
-
-#![allow(clippy::unwrap_used)]
+// clippy.toml lets tests unwrap, but only inside `#[test]` fns and `cfg(test)` modules: a test
+// crate's helpers are test code too.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

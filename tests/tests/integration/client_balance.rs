@@ -2,7 +2,6 @@
 //!
 //! The servers sleep 5 ms and 250 ms: with smaller delays the loopback and debug-build overhead
 //! (about 1 ms per call here) would make the "fast" servers much less than 50x faster.
-#![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,6 +1,5 @@
 //! Client breaker: a server that always answers Unavailable makes the client reject locally;
 //! it recovers once the server heals.
-#![allow(clippy::unwrap_used)]
 
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,4 @@
 //! Client behaviour on single calls: metadata, timeouts, blocking dial, streaming accounting.
-#![allow(clippy::unwrap_used)]
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,6 @@
 //! Client errors name their cause: etcd unreachable, wrong etcd password, TLS against
 //! a plain etcd, an unresolvable `dns:///` host, an empty key, and a blocking dial that names the
 //! resolver's state instead of blaming the service.
-#![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
 

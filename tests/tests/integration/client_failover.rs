@@ -1,6 +1,5 @@
 //! Failover: a server killed mid-run costs only the calls in flight on it; a dead endpoint is
 //! skipped by transparent retry.
-#![allow(clippy::unwrap_used)]
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -1,6 +1,5 @@
 //! Retries and hedging under the retry budget, against real servers: what a policy recovers,
 //! what the budget caps, and what is never retried.
-#![allow(clippy::unwrap_used)]
 
 use std::time::{Duration, Instant};
 

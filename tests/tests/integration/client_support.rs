@@ -1,7 +1,6 @@
 //! Harness of the client tests: plain tonic greeter servers on `127.0.0.1:0`, each in its own
 //! runtime so that [`Backend::kill`] can make it vanish at once (every connection closed, port
 //! refused), with a switchable failure code and a hit counter.
-#![allow(clippy::unwrap_used)]
 
 use std::net::SocketAddr;
 use std::pin::Pin;

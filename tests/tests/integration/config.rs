@@ -1,6 +1,5 @@
 //! Config loading: go-zero sample files (YAML as goctl writes them, JSON and TOML equivalents),
 //! `${VAR}` expansion, case-insensitive keys, and the error messages for bad files.
-#![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -1,7 +1,6 @@
 //! Discovery against a real etcd: the etcd resolver's endpoint stream (go-zero key layout, duplicates,
 //! coalescing, outage, restart, compaction, shared watch lifetime), then end to end with zrpc servers
 //! registering themselves and a zrpc `Client` discovering them under load.
-#![allow(clippy::unwrap_used)]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

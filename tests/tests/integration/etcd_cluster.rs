@@ -4,7 +4,6 @@
 //! for 20 s. Checked all along: no failed call, exactly one key per server whenever etcd can
 //! be read, every registration healthy within 2 s of the quorum coming back, and the client's
 //! watch resumed without a reload storm. The fault table is printed (`--nocapture`).
-#![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

@@ -1,6 +1,5 @@
 //! The `k8s://` resolver against the fake Kubernetes API of `zrpc_tests::k8s` (list + watch of
 //! EndpointSlices over real HTTP on loopback), then end to end with real zrpc servers.
-#![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

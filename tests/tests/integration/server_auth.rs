@@ -1,5 +1,4 @@
 //! Server auth: app/token metadata against the configured tokens.
-#![allow(clippy::unwrap_used)]
 
 use tonic::{Code, Request};
 use zrpc_tests::greeter::{TestGreeter, start_server, test_conf};

@@ -2,7 +2,6 @@
 //! expected token with `HGET <Redis.Key> <app>` from a real `redis-server`, caches it for 5
 //! minutes, and treats a Redis error or a missing app as go-zero does (`Internal` with
 //! `StrictControl`, allowed without it).
-#![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 use std::time::Duration;

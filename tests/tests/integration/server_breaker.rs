@@ -1,5 +1,4 @@
 //! Server breaker: a method that keeps failing opens its breaker.
-#![allow(clippy::unwrap_used)]
 
 use tonic::Code;
 use zrpc_tests::greeter::{TestGreeter, start_server, test_conf};

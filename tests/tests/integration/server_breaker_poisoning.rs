@@ -1,7 +1,6 @@
 //! Server breaker poisoning: failures a caller causes (undecodable requests, request
 //! bodies that never arrive, missing credentials) never open the server breaker for others; a
 //! failing handler still does (the control).
-#![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
 

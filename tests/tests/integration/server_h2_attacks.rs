@@ -2,7 +2,6 @@
 //! well-behaved client keeps calling: for each attack the attacker's connection is cut with
 //! the expected GOAWAY, within a bounded number of streams, the server's memory stays
 //! bounded and the other client is served throughout (`docs/security.md`).
-#![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

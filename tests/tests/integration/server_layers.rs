@@ -1,7 +1,6 @@
 //! User layers on the server: `Server::outer_layer` wraps the whole chain and sees every call,
 //! the ones zrpc's stages reject included; `Server::layer` sits next to the services and sees
 //! only the calls the stages admitted.
-#![allow(clippy::unwrap_used)]
 
 use std::future::Future;
 use std::pin::Pin;

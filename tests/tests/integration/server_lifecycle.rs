@@ -1,6 +1,5 @@
 //! Server lifecycle: health SERVING then NOT_SERVING during shutdown, the listener
 //! closes, and a shutdown with 20 in-flight slow calls completes all 20.
-#![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
 

@@ -1,6 +1,5 @@
 //! Server metrics: the DevServer's `/metrics` has go-zero's names, labels and counts;
 //! `/healthz` and `/` answer.
-#![allow(clippy::unwrap_used)]
 
 use zrpc_server::conf::DevServerConf;
 use zrpc_tests::greeter::{SAY_HELLO, TestGreeter, http_get, start_server, test_conf};

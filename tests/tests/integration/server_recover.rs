@@ -1,6 +1,5 @@
 //! Server recover: a handler panic becomes `Internal "panic: <msg>"`, the server
 //! and the connection live on.
-#![allow(clippy::unwrap_used)]
 
 use tonic::Code;
 use zrpc_tests::greeter::{TestGreeter, start_server, test_conf};

@@ -1,6 +1,5 @@
 //! Server shedding: with a (fake) hot CPU and a saturated server, calls are shed
 //! with `ResourceExhausted "service overloaded"`.
-#![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 use std::time::Duration;

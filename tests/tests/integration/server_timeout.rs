@@ -1,6 +1,5 @@
 //! Server timeouts: `Timeout`, `MethodTimeouts` overrides, the handler is dropped
 //! on expiry, streams are not timed out.
-#![allow(clippy::unwrap_used)]
 
 use std::time::{Duration, Instant};
 

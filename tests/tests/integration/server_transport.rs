@@ -3,7 +3,6 @@
 //! closed at the handshake timeout, idle HTTP/2 connections closed after `MaxConnectionIdle`,
 //! GOAWAY at `MaxConnectionAge`, the connection cap, 415 for non-gRPC requests. Each test
 //! checks that the server stays up and another client keeps being served.
-#![allow(clippy::unwrap_used)]
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -1,6 +1,5 @@
 //! TLS and mTLS: certificates made by `openssl` in the test (`zrpc_tests::certs`).
 //! Each failure case prints its error text (`--nocapture`) for the docs' test matrix.
-#![allow(clippy::unwrap_used)]
 
 use std::pin::Pin;
 use std::sync::Arc;

@@ -1,7 +1,6 @@
 //! W3C trace context through a zrpc service: a caller's `traceparent` reaches the service its
 //! handler calls with zrpc's client, so a go-zero trace goes on through Rust (go-zero services
 //! propagate it on every call). A service with no OpenTelemetry exporter passes it unchanged.
-#![allow(clippy::unwrap_used)]
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};

@@ -7,6 +7,9 @@
 //! with `CI=true` a missing Go fails them.
 //!
 //! `cargo test -p zrpc-tests --test interop -- --nocapture` shows the figures.
+// clippy.toml lets tests unwrap, but only inside `#[test]` fns and `cfg(test)` modules: a test
+// crate's helpers are test code too.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 mod auth_redis;
 mod gozero_client;
 mod lifecycle;

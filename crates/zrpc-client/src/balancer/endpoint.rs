@@ -713,7 +713,6 @@ mod tests {
     }
 
     #[tokio::test]
-    #[allow(clippy::unwrap_used)]
     async fn an_attempt_waits_for_room_in_a_full_channel_and_its_deadline_ends_it() {
         // A server that completes the TCP handshake (the backlog) but never answers: the
         // channel's worker waits on the connection, its one-request buffer fills, and the

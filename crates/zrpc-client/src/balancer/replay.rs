@@ -195,7 +195,6 @@ impl http_body::Body for Prefixed {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use http_body_util::Full;
 

@@ -372,7 +372,6 @@ impl AsyncWrite for Watched {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

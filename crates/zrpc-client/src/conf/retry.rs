@@ -444,7 +444,6 @@ pub(crate) fn validate_methods(list: &[MethodConf]) -> Result<(), ConfError> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::conf::RpcClientConf;

@@ -17,7 +17,6 @@ pub(crate) fn open() -> tonic::Status {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use std::sync::Arc;
 

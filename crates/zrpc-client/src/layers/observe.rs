@@ -245,7 +245,6 @@ where
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use bytes::Bytes;
     use http_body_util::BodyExt;

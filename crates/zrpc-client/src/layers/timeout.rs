@@ -170,7 +170,6 @@ mod tests {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod stage_tests {
     use tower::ServiceExt;
 

@@ -84,7 +84,6 @@ pub(crate) fn record(span: &tracing::Span, code: i32) {
 }
 
 #[cfg(all(test, feature = "otel"))]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use std::sync::{Arc, Mutex};
 
@@ -176,7 +175,6 @@ mod tests {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod passthrough_tests {
     use zrpc_core::grpc::trace_context::TraceContext;
 

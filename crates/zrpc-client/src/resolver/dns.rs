@@ -129,7 +129,6 @@ async fn run<F, Fut>(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::collections::VecDeque;

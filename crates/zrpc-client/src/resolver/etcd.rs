@@ -562,7 +562,6 @@ fn apply(set: &mut EndpointSet, resp: &WatchResponse, pos: &mut Position) -> boo
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -1,6 +1,5 @@
 //! Ports of go-zero's `googlebreaker_test.go` / `breakers_test.go` with explicit time, plus
 //! behaviour and property tests.
-#![allow(clippy::unwrap_used)]
 
 mod sim;
 

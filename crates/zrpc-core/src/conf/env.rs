@@ -226,5 +226,4 @@ fn shell_name(s: &str) -> (&str, usize) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests;

@@ -149,7 +149,6 @@ impl Validate for EtcdConf {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -135,7 +135,6 @@ pub fn feature_on(name: &str, compiled: bool) -> bool {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

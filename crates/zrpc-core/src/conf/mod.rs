@@ -213,5 +213,4 @@ pub trait Validate {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests;

@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used)]
-
 use std::fs;
 use std::path::Path;
 

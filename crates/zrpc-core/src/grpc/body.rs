@@ -118,7 +118,6 @@ impl<B: fmt::Debug, F: OnStatus> fmt::Debug for StatusBody<B, F> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use std::collections::VecDeque;
     use std::sync::{Arc, Mutex};

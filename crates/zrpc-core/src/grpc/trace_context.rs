@@ -111,7 +111,6 @@ fn is_valid_traceparent(t: &[u8]) -> bool {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -1,5 +1,4 @@
 //! Ports of go-zero's `adaptiveshedder_test.go` with explicit time, plus behaviour tests.
-#![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -65,7 +65,6 @@ pub(crate) fn store_from_conf(conf: &RpcServerConf) -> Result<Option<Arc<dyn Tok
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::conf::RedisKeyConf;

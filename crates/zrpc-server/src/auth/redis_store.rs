@@ -264,7 +264,6 @@ fn split_host_port(s: &str) -> Option<(&str, u16)> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

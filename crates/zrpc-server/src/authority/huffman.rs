@@ -108,7 +108,6 @@ pub(crate) fn encode_into(input: &[u8], out: &mut [u8]) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use proptest::prelude::*;
 

@@ -1,8 +1,6 @@
 //! Tests of the `:authority` repair: HPACK walking against a small test encoder, the connection's
 //! reads split at every point, and the real `h2` server reading through the connection wrapper.
 
-#![allow(clippy::unwrap_used)]
-
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::task::{Context, Poll};

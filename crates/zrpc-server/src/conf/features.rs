@@ -61,7 +61,6 @@ pub(crate) fn tls_off(tls: &ServerTlsConf) -> ConfError {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use zrpc_core::conf::{EtcdConf, Format, Validate, from_str_with_env};
 

@@ -89,7 +89,6 @@ pub(crate) fn redis_auth_off(host: &str) -> zrpc_core::conf::ConfError {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -367,7 +367,6 @@ impl Default for ProfileTypeConf {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use zrpc_core::conf::{Format, from_str_with_env};
 

@@ -163,7 +163,6 @@ impl Validate for ServerTlsConf {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::conf::RpcServerConf;
 

@@ -241,7 +241,6 @@ impl Validate for TransportConf {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::conf::RpcServerConf;

@@ -218,7 +218,6 @@ mod nested {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use std::convert::Infallible;
 

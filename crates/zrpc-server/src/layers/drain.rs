@@ -267,7 +267,6 @@ impl<B: Body> Body for DrainBody<B> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use std::convert::Infallible;
 

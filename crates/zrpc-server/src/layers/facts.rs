@@ -263,7 +263,6 @@ pub(crate) mod nested {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use std::convert::Infallible;
 

@@ -715,9 +715,7 @@ where
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests;
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod differential;

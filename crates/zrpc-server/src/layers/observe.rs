@@ -131,7 +131,6 @@ where
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use http::{HeaderMap, HeaderValue};
 

@@ -1,5 +1,4 @@
 //! Test helpers for the layer unit tests.
-#![allow(clippy::unwrap_used)]
 
 use std::collections::VecDeque;
 use std::convert::Infallible;

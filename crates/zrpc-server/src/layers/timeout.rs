@@ -277,7 +277,6 @@ mod nested {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use std::convert::Infallible;
     use std::sync::atomic::{AtomicBool, Ordering};

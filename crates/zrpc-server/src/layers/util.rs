@@ -105,7 +105,6 @@ impl StreamingMethods {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

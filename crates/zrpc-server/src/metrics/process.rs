@@ -224,7 +224,6 @@ fn parse_auxv(bytes: &[u8]) -> (u64, u64) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -127,7 +127,6 @@ pub(crate) fn local_ipv4s_from_fib_trie(trie: &str) -> Vec<Ipv4Addr> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

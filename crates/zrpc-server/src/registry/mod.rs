@@ -78,7 +78,6 @@ pub(crate) fn register(
 }
 
 #[cfg(all(test, feature = "etcd"))]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use zrpc_core::conf::EtcdConf;
 

@@ -131,7 +131,6 @@ pub(crate) fn denied(allowed: Option<&AllowList>, peer: Option<&PeerIdentity>) -
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

@@ -228,7 +228,6 @@ fn parse_extensions(wrapped: &[u8], out: &mut Inner) -> Option<()> {
 
 #[cfg(all(test, feature = "tls"))]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use rustls::pki_types::pem::PemObject;
 
     use super::*;

@@ -70,7 +70,6 @@ impl LogGate {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -368,5 +368,4 @@ where
 use std::future::Future as _;
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests;

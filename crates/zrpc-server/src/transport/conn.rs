@@ -362,7 +362,6 @@ impl<T: Connected<ConnectInfo = ConnInfo>> Connected for Guarded<T> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -221,7 +221,6 @@ pub(crate) fn h2_describe(reason: &str) -> &'static str {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

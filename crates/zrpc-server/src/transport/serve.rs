@@ -484,7 +484,6 @@ fn recover<B: Default>(e: impl Into<BoxError>) -> Result<Response<B>, BoxError> 
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use std::convert::Infallible;
     use std::sync::atomic::{AtomicBool, Ordering};

@@ -157,7 +157,6 @@ impl<B: http_body::Body> http_body::Body for CountedBody<B> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used)]
-
 use super::*;
 
 fn rust_type(p: &proto::Proto, ty: &str) -> String {

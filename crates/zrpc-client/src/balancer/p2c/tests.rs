@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::float_cmp)]
+#![allow(clippy::float_cmp)]
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};

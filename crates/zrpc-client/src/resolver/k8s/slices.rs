@@ -247,7 +247,6 @@ fn describe(ports: &[EndpointPort]) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;
