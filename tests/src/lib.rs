@@ -1,11 +1,14 @@
 //! Shared harness of zrpc's integration tests: a real etcd, greeter servers on loopback, and
-//! real go-zero programs for the interop tests.
+//! real go-zero programs for the interop tests, and gRPC's interop programs (grpc-go's and
+//! zrpc's).
 
 pub mod bench;
 pub mod certs;
 pub mod etcd;
+pub mod gobuild;
 pub mod gozero;
 pub mod greeter;
+pub mod grpcgo;
 pub mod h2raw;
 pub mod k8s;
 pub mod redis;

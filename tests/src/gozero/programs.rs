@@ -1,9 +1,9 @@
 //! Locating and building the Go programs of `interop/gozero/`, and skipping without Go.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
 use std::sync::OnceLock;
-use std::time::{Instant, SystemTime};
+
+pub use crate::gobuild::repo_root;
 
 /// The built Go programs.
 #[derive(Debug, Clone)]
@@ -12,12 +12,6 @@ pub struct Programs {
     pub server: PathBuf,
     /// `interop/gozero/bin/gz-client`.
     pub client: PathBuf,
-}
-
-/// The repository root (the parent of the `tests` crate).
-pub fn repo_root() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest.parent().unwrap_or(manifest).to_path_buf()
 }
 
 /// `interop/gozero/` in the repository.
@@ -51,16 +45,6 @@ pub fn programs() -> Option<&'static Programs> {
     p
 }
 
-fn go_available() -> bool {
-    Command::new("go")
-        .arg("version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
-}
-
 fn build_programs() -> Option<Programs> {
     let dir = gozero_dir();
     let bin = dir.join("bin");
@@ -68,88 +52,6 @@ fn build_programs() -> Option<Programs> {
         server: bin.join("gz-server"),
         client: bin.join("gz-client"),
     };
-    let built = programs.server.is_file() && programs.client.is_file();
-    if !go_available() {
-        let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-        if built && !ci {
-            eprintln!(
-                "note: go not found; using the go-zero programs already built in {}",
-                bin.display()
-            );
-            return Some(programs);
-        }
-        if ci {
-            panic!(
-                "go not found and CI=true: the go-zero interop tests must run in CI \
-                 (install Go >= 1.24 and run `bash interop/gozero/build.sh`)"
-            );
-        }
-        eprintln!(
-            "\n==================================================================\n\
-             SKIPPED: go not found, go-zero interop tests not run\n\
-             (install Go and run `bash interop/gozero/build.sh` to run them)\n\
-             ==================================================================\n"
-        );
-        return None;
-    }
-    if built && fresh(&dir, &programs) {
-        return Some(programs);
-    }
-    let started = Instant::now();
-    eprintln!("building the go-zero programs (bash interop/gozero/build.sh)...");
-    let out = Command::new("bash")
-        .arg(dir.join("build.sh"))
-        .current_dir(&dir)
-        .output()
-        .unwrap_or_else(|e| panic!("run bash {}/build.sh: {e}", dir.display()));
-    assert!(
-        out.status.success(),
-        "interop/gozero/build.sh failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    eprintln!(
-        "built the go-zero programs in {:.1?}: {}",
-        started.elapsed(),
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-    assert!(
-        programs.server.is_file() && programs.client.is_file(),
-        "build.sh did not produce {} and {}",
-        programs.server.display(),
-        programs.client.display()
-    );
-    Some(programs)
-}
-
-/// True when both binaries are newer than every source file (`bin/` and `.bin/` excluded).
-fn fresh(dir: &Path, programs: &Programs) -> bool {
-    fn mtime(p: &Path) -> Option<SystemTime> {
-        std::fs::metadata(p).and_then(|m| m.modified()).ok()
-    }
-    fn newest(dir: &Path, skip: &[&str]) -> Option<SystemTime> {
-        let mut best = None;
-        for entry in std::fs::read_dir(dir).ok()?.flatten() {
-            let path = entry.path();
-            let name = entry.file_name();
-            if skip.iter().any(|s| name == *s) {
-                continue;
-            }
-            let t = if path.is_dir() {
-                newest(&path, &[])
-            } else {
-                mtime(&path)
-            };
-            best = best.max(t);
-        }
-        best
-    }
-    let (Some(s), Some(c)) = (mtime(&programs.server), mtime(&programs.client)) else {
-        return false;
-    };
-    match newest(dir, &["bin", ".bin"]) {
-        Some(src) => s.min(c) >= src,
-        None => false,
-    }
+    let bins = [programs.server.clone(), programs.client.clone()];
+    crate::gobuild::build("go-zero", &dir, &bins).then_some(programs)
 }

@@ -1,0 +1,126 @@
+//! client_streaming, server_streaming, ping_pong and empty_stream.
+
+use anyhow::Context as _;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::{Runner, failed, show};
+use crate::payload;
+use crate::pb::{
+    PayloadType, ResponseParameters, StreamingInputCallRequest, StreamingOutputCallRequest,
+};
+
+/// The request sizes of client_streaming and ping_pong.
+const REQUEST_SIZES: [usize; 4] = [27_182, 8, 1_828, 45_904];
+/// The response sizes of server_streaming and ping_pong.
+const RESPONSE_SIZES: [usize; 4] = [31_415, 9, 2_653, 58_979];
+
+pub(super) async fn client_streaming(r: &Runner) -> anyhow::Result<()> {
+    let requests = REQUEST_SIZES.map(|n| StreamingInputCallRequest {
+        payload: Some(payload::zeros(n)),
+        ..StreamingInputCallRequest::default()
+    });
+    let reply = r
+        .stub()
+        .streaming_input_call(tokio_stream::iter(requests))
+        .await
+        .map_err(failed("StreamingInputCall"))?
+        .into_inner();
+    let want: usize = REQUEST_SIZES.iter().sum();
+    anyhow::ensure!(
+        usize::try_from(reply.aggregated_payload_size).ok() == Some(want),
+        "aggregated_payload_size is {}, want {want}",
+        reply.aggregated_payload_size
+    );
+    Ok(())
+}
+
+pub(super) async fn server_streaming(r: &Runner) -> anyhow::Result<()> {
+    let request = StreamingOutputCallRequest {
+        response_type: PayloadType::Compressable.into(),
+        response_parameters: RESPONSE_SIZES.iter().map(|n| params(*n)).collect(),
+        ..StreamingOutputCallRequest::default()
+    };
+    let mut stream = r
+        .stub()
+        .streaming_output_call(request)
+        .await
+        .map_err(failed("StreamingOutputCall"))?
+        .into_inner();
+    for (i, want) in RESPONSE_SIZES.iter().enumerate() {
+        let reply = stream
+            .message()
+            .await
+            .map_err(|s| anyhow::anyhow!("response {i} failed with {}", show(&s)))?
+            .with_context(|| format!("the stream ended after {i} responses, want 4"))?;
+        payload::check(reply.payload.as_ref(), *want).with_context(|| format!("response {i}"))?;
+    }
+    end_ok(&mut stream, 4).await
+}
+
+pub(super) async fn ping_pong(r: &Runner) -> anyhow::Result<()> {
+    let request = |i: usize| StreamingOutputCallRequest {
+        response_type: PayloadType::Compressable.into(),
+        response_parameters: vec![params(RESPONSE_SIZES[i])],
+        payload: Some(payload::zeros(REQUEST_SIZES[i])),
+        ..StreamingOutputCallRequest::default()
+    };
+    let (tx, rx) = mpsc::channel(1);
+    // the first request goes out with the call: a server may hold its response headers until
+    // it answers one (grpc-go does)
+    tx.send(request(0)).await?;
+    let mut stream = r
+        .stub()
+        .full_duplex_call(ReceiverStream::new(rx))
+        .await
+        .map_err(failed("FullDuplexCall"))?
+        .into_inner();
+    for (i, want) in RESPONSE_SIZES.iter().enumerate() {
+        if i > 0 {
+            tx.send(request(i))
+                .await
+                .with_context(|| format!("send request {i}: the call is over"))?;
+        }
+        let reply = stream
+            .message()
+            .await
+            .map_err(|s| anyhow::anyhow!("response {i} failed with {}", show(&s)))?
+            .with_context(|| format!("the stream ended after {i} responses, want 4"))?;
+        payload::check(reply.payload.as_ref(), *want).with_context(|| format!("response {i}"))?;
+    }
+    drop(tx); // half-close
+    end_ok(&mut stream, 4).await
+}
+
+pub(super) async fn empty_stream(r: &Runner) -> anyhow::Result<()> {
+    let mut stream = r
+        .stub()
+        .full_duplex_call(tokio_stream::empty())
+        .await
+        .map_err(failed("FullDuplexCall"))?
+        .into_inner();
+    end_ok(&mut stream, 0).await
+}
+
+/// Checks that the stream ends with OK and no more messages after `seen`.
+pub(super) async fn end_ok<T>(
+    stream: &mut zrpc::tonic::Streaming<T>,
+    seen: usize,
+) -> anyhow::Result<()>
+where
+    T: Send + 'static,
+{
+    match stream.message().await {
+        Ok(None) => Ok(()),
+        Ok(Some(_)) => anyhow::bail!("a response after the {seen} expected"),
+        Err(s) => anyhow::bail!("the stream ended with {}, want OK", show(&s)),
+    }
+}
+
+/// One response of `size` bytes.
+pub(super) fn params(size: usize) -> ResponseParameters {
+    ResponseParameters {
+        size: i32::try_from(size).unwrap_or(i32::MAX),
+        ..ResponseParameters::default()
+    }
+}

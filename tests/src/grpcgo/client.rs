@@ -1,0 +1,86 @@
+//! One run of grpc-go's stock interop client: [`run_grpcgo_client`].
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use super::{GrpcGoPrograms, InteropCerts, SERVER_NAME};
+
+/// How long one client run may take (its own cases end within seconds).
+const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How a `grpc-go-client` run ended.
+#[derive(Debug)]
+pub struct ClientRun {
+    /// Exit code (None: killed, or timed out).
+    pub code: Option<i32>,
+    /// Its stdout and stderr (grpc-go logs its verdict on stderr).
+    pub output: String,
+}
+
+impl ClientRun {
+    /// The run passed (exit 0).
+    pub fn passed(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+/// Runs `grpc-go-client --test_case=<case>` against `127.0.0.1:<port>`, over TLS verifying the
+/// server as [`SERVER_NAME`] when `certs` is given, with `extra` flags. A run past 60 s is killed
+/// and reported with `code: None`.
+///
+/// # Panics
+/// When the program cannot be started.
+pub async fn run_grpcgo_client(
+    p: &GrpcGoPrograms,
+    case: &str,
+    port: u16,
+    certs: Option<&InteropCerts>,
+    extra: &[&str],
+) -> ClientRun {
+    let mut cmd = Command::new(&p.client);
+    cmd.arg("--server_host=127.0.0.1")
+        .arg(format!("--server_port={port}"))
+        .arg(format!("--test_case={case}"))
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(c) = certs {
+        cmd.arg("--use_tls=true")
+            .arg("--use_test_ca=true")
+            .arg(format!("--ca_file={}", c.ca.cert_str()))
+            .arg(format!("--server_host_override={SERVER_NAME}"));
+    }
+    let child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", p.client.display()));
+    let pid = child.id();
+    let wait = tokio::task::spawn_blocking(move || child.wait_with_output());
+    match tokio::time::timeout(RUN_TIMEOUT, wait).await {
+        Ok(Ok(Ok(out))) => ClientRun {
+            code: out.status.code(),
+            output: format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        },
+        Ok(result) => ClientRun {
+            code: None,
+            output: format!("waiting for grpc-go-client failed: {result:?}"),
+        },
+        Err(_) => {
+            // our own child, by its PID: the blocking wait then returns and the thread ends
+            if let Ok(pid) = i32::try_from(pid) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            ClientRun {
+                code: None,
+                output: format!("grpc-go-client did not finish within {RUN_TIMEOUT:?} (killed)"),
+            }
+        }
+    }
+}

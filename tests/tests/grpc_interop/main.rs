@@ -1,0 +1,68 @@
+//! gRPC's official interop cases between grpc-go v1.80.0 and zrpc, both ways, and zrpc to
+//! zrpc, in plaintext and over TLS: one test per case, direction and transport, named
+//! `<direction>::<transport>::<case>`:
+//!
+//! - `grpcgo_to_zrpc`: grpc-go's own interop client (`interop/grpc-go`) against zrpc's
+//!   `TestService` (`zrpc-interop`, on `zrpc::server` with its default chain);
+//! - `zrpc_to_grpcgo`: zrpc's interop client (on `zrpc::client`) against grpc-go's own interop
+//!   server;
+//! - `zrpc_to_zrpc`: zrpc's client against zrpc's server.
+//!
+//! `protos` checks the repository's `grpc.testing` protos against grpc-go's compiled
+//! descriptors. `sleeping_server` (ignored: run it by name) measures timeout_on_sleeping_server
+//! over many runs per direction, plain tonic included. Without Go the grpc-go tests print
+//! `SKIPPED` and pass; with `CI=true` a missing Go fails them. `docs/interop.md` has the matrix.
+//!
+//! `cargo test -p zrpc-tests --test grpc_interop`
+// clippy.toml lets tests unwrap, but only inside `#[test]` fns and `cfg(test)` modules: a test
+// crate's helpers are test code too.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod matrix;
+mod protos;
+mod sleeping_server;
+
+/// One test per case for each direction and transport.
+macro_rules! matrix {
+    ($($case:ident),* $(,)?) => {
+        matrix!(@direction grpcgo_to_zrpc; $($case),*);
+        matrix!(@direction zrpc_to_grpcgo; $($case),*);
+        matrix!(@direction zrpc_to_zrpc; $($case),*);
+    };
+    (@direction $direction:ident; $($case:ident),*) => {
+        mod $direction {
+            mod plaintext {
+                $(matrix!(@cell $direction, Plaintext, $case);)*
+            }
+            mod tls {
+                $(matrix!(@cell $direction, Tls, $case);)*
+            }
+        }
+    };
+    (@cell $direction:ident, $transport:ident, $case:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $case() {
+            crate::matrix::$direction(stringify!($case), crate::matrix::Transport::$transport)
+                .await;
+        }
+    };
+}
+
+matrix!(
+    empty_unary,
+    large_unary,
+    client_streaming,
+    server_streaming,
+    ping_pong,
+    empty_stream,
+    custom_metadata,
+    status_code_and_message,
+    special_status_message,
+    unimplemented_method,
+    unimplemented_service,
+    cancel_after_begin,
+    cancel_after_first_response,
+    timeout_on_sleeping_server,
+    rpc_soak,
+    channel_soak,
+);

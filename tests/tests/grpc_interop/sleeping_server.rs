@@ -1,0 +1,170 @@
+//! timeout_on_sleeping_server, many times in each direction (100 by default,
+//! `ZRPC_SLEEPING_RUNS` to change): a 1 ms deadline on a full-duplex call the server never
+//! answers must end with `DeadlineExceeded`, every time. Ignored in the suite (it takes tens of
+//! seconds, minutes when calls hang); run it by name:
+//!
+//! `cargo test -p zrpc-tests --test grpc_interop sleeping_server -- --ignored --nocapture --test-threads 1`
+//!
+//! Each run is bounded to 2 s: a call with a 1 ms deadline still open then counts as hung. The
+//! figures (passed, and each other outcome with its count) go to stderr; each test fails unless
+//! every run passed.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tokio_stream::wrappers::ReceiverStream;
+use zrpc::tonic;
+use zrpc_interop::Case;
+use zrpc_interop::pb::test_service_client::TestServiceClient;
+use zrpc_interop::pb::{Payload, StreamingOutputCallRequest};
+use zrpc_tests::grpcgo::{GrpcGoServer, ZrpcInteropServer, run_grpcgo_client, zrpc_runner};
+
+const BOUND: Duration = Duration::from_secs(2);
+
+fn runs() -> u32 {
+    std::env::var("ZRPC_SLEEPING_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100)
+}
+
+/// Counts outcomes; "passed" is the one wanted.
+#[derive(Default)]
+struct Tally(BTreeMap<String, u32>);
+
+impl Tally {
+    fn add(&mut self, outcome: impl Into<String>) {
+        *self.0.entry(outcome.into()).or_default() += 1;
+    }
+
+    fn report(&self, direction: &str, runs: u32) {
+        let passed = self.0.get("passed").copied().unwrap_or(0);
+        eprintln!("timeout_on_sleeping_server, {direction}: {passed} of {runs} passed");
+        for (outcome, n) in self.0.iter().filter(|(o, _)| *o != "passed") {
+            eprintln!("  {n} x {outcome}");
+        }
+        assert_eq!(passed, runs, "{direction}: {:?}", self.0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run it by name"]
+async fn sleeping_server_grpcgo_to_zrpc() {
+    let p = zrpc_tests::grpcgo_or_skip!();
+    let server = ZrpcInteropServer::start(None).await;
+    let mut tally = Tally::default();
+    for _ in 0..runs() {
+        let run =
+            run_grpcgo_client(p, "timeout_on_sleeping_server", server.port(), None, &[]).await;
+        if run.passed() {
+            tally.add("passed");
+        } else {
+            tally.add(last_line(&run.output));
+        }
+    }
+    tally.report("grpc-go client -> zrpc server", runs());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run it by name"]
+async fn sleeping_server_zrpc_to_grpcgo() {
+    let p = zrpc_tests::grpcgo_or_skip!();
+    let server = GrpcGoServer::start(p, None).await;
+    let runner = zrpc_runner(server.port, None)
+        .await
+        .with_case_timeout(BOUND);
+    let mut tally = Tally::default();
+    for _ in 0..runs() {
+        match runner.run(Case::TimeoutOnSleepingServer).await {
+            Ok(()) => tally.add("passed"),
+            Err(e) => tally.add(format!("{e:#}")),
+        }
+    }
+    tally.report("zrpc client -> grpc-go server", runs());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run it by name"]
+async fn sleeping_server_zrpc_to_zrpc() {
+    let server = ZrpcInteropServer::start(None).await;
+    let runner = zrpc_runner(server.port(), None)
+        .await
+        .with_case_timeout(BOUND);
+    let mut tally = Tally::default();
+    for _ in 0..runs() {
+        match runner.run(Case::TimeoutOnSleepingServer).await {
+            Ok(()) => tally.add("passed"),
+            Err(e) => tally.add(format!("{e:#}")),
+        }
+    }
+    tally.report("zrpc client -> zrpc server", runs());
+}
+
+/// A plain tonic client (no zrpc) with a 1 ms `grpc-timeout`. tonic's own timer covers the wait
+/// for the response headers only, and says `Cancelled` when it fires; a server that resets the
+/// stream at the deadline (`RST_STREAM CANCEL`, as grpc-go's does) reaches tonic as `Cancelled`
+/// too. So for tonic, "passed" is the call ending within the bound with `DeadlineExceeded` or
+/// `Cancelled`; the tally keeps the two apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run it by name"]
+async fn sleeping_server_tonic_to_zrpc() {
+    let server = ZrpcInteropServer::start(None).await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let mut tally = Tally::default();
+    let mut codes = BTreeMap::<String, u32>::new();
+    for _ in 0..runs() {
+        match tonic_sleeping_call(channel.clone()).await {
+            Ok(code @ (tonic::Code::DeadlineExceeded | tonic::Code::Cancelled)) => {
+                tally.add("passed");
+                *codes.entry(format!("{code:?}")).or_default() += 1;
+            }
+            Ok(code) => tally.add(format!("ended with {code:?}")),
+            Err(outcome) => tally.add(outcome),
+        }
+    }
+    eprintln!("plain tonic client -> zrpc server: codes of the ended calls {codes:?}");
+    tally.report("plain tonic client -> zrpc server", runs());
+}
+
+/// The case by hand on a tonic channel: the code it ended with, or why it did not end.
+async fn tonic_sleeping_call(channel: tonic::transport::Channel) -> Result<tonic::Code, String> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tx.send(StreamingOutputCallRequest {
+        payload: Some(Payload {
+            r#type: 0,
+            body: vec![0; 27_182],
+        }),
+        ..StreamingOutputCallRequest::default()
+    })
+    .await
+    .expect("queue the request");
+    let mut request = tonic::Request::new(ReceiverStream::new(rx));
+    request.set_timeout(Duration::from_millis(1));
+    let call = async {
+        let mut stream = TestServiceClient::new(channel)
+            .full_duplex_call(request)
+            .await?
+            .into_inner();
+        stream.message().await.map(|_| ())
+    };
+    let outcome = tokio::time::timeout(BOUND, call).await;
+    drop(tx);
+    match outcome {
+        Err(_) => Err(format!("hung: no end within {BOUND:?}")),
+        Ok(Ok(())) => Err("ended OK or with a message".to_owned()),
+        Ok(Err(status)) => Ok(status.code()),
+    }
+}
+
+fn last_line(output: &str) -> String {
+    output
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("(no output)")
+        .to_owned()
+}
