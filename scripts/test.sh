@@ -47,14 +47,19 @@ if ! python3 -c 'import jsonschema, yaml' >/dev/null 2>&1; then
   python3 -m pip install -q jsonschema pyyaml >/dev/null 2>&1 || echo "warning: could not install jsonschema; compose validation will be skipped" >&2
 fi
 
-# --- 1b. go-zero interop programs (tests/tests/interop) ---------------------
-# Real go-zero v1.10.3 programs (interop/gozero) that the interop tests run next to zrpc.
+# --- 1b. Go interop programs (tests/tests/interop, tests/tests/grpc_interop) --
+# Real go-zero v1.10.3 programs (interop/gozero) that the interop tests run next to zrpc, and
+# grpc-go v1.80.0's own gRPC interop client and server (interop/grpc-go) for the interop matrix.
 # Without Go the interop tests skip themselves loudly; in CI a missing Go is an error.
 if command -v go >/dev/null 2>&1; then
   log "building the go-zero interop programs ($(go version | awk '{print $3}'))"
   go_start=$(date +%s)
   bash interop/gozero/build.sh
   echo "go-zero programs ready in $(( $(date +%s) - go_start ))s (a cold module cache downloads ~57 modules)"
+  log "building grpc-go's interop programs"
+  go_start=$(date +%s)
+  bash interop/grpc-go/build.sh
+  echo "grpc-go programs ready in $(( $(date +%s) - go_start ))s (a cold module cache downloads ~20 more modules)"
 elif [ "${CI:-}" = "true" ]; then
   echo "error: CI=true but go is not on PATH: the go-zero interop tests must run in CI." >&2
   echo "       Install Go >= 1.24 and re-run." >&2

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds grpc-go v1.80.0's own interop programs (google.golang.org/grpc/interop/client and
 # interop/server, as bin/grpc-go-client and bin/grpc-go-server) and this directory's programs
-# (bin/testing-descriptors). go.mod/go.sum are committed: the build never edits them
+# (bin/testing-descriptors, bin/gzip-interop). go.mod/go.sum are committed: the build never edits them
 # (-mod=readonly) and never fetches a toolchain (GOTOOLCHAIN=local). A cold module cache downloads
 # grpc-go and the modules its interop client links (xDS, ALTS, Google credentials: ~20 module
 # zips) from the Go proxy.
@@ -14,4 +14,4 @@ go build -trimpath -buildvcs=false -o bin/grpc-go-client google.golang.org/grpc/
 go build -trimpath -buildvcs=false -o bin/grpc-go-server google.golang.org/grpc/interop/server
 go build -trimpath -buildvcs=false -o bin/ ./cmd/...
 end=$EPOCHREALTIME
-awk -v s="$start" -v e="$end" 'BEGIN { printf "built bin/grpc-go-client bin/grpc-go-server bin/testing-descriptors in %.1fs\n", e - s }' >&2
+awk -v s="$start" -v e="$end" 'BEGIN { printf "built bin/grpc-go-client bin/grpc-go-server bin/testing-descriptors bin/gzip-interop in %.1fs\n", e - s }' >&2

@@ -56,3 +56,32 @@ pub(crate) fn check(payload: Option<&Payload>, want: usize) -> anyhow::Result<()
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_server_refuses_payloads_it_cannot_make() {
+        assert_eq!(response(0, 3).unwrap().body, vec![0; 3]);
+        for (kind, size) in [(1, 3), (0, -1), (0, MAX_RESPONSE_BODY + 1)] {
+            let status = response(kind, size).unwrap_err();
+            assert_eq!(
+                status.code(),
+                zrpc::tonic::Code::InvalidArgument,
+                "{kind} {size}"
+            );
+        }
+        assert_eq!(response(0, MAX_RESPONSE_BODY).unwrap().body.len(), 4 << 20);
+    }
+
+    #[test]
+    fn the_client_checks_type_size_and_zeros() {
+        assert!(check(Some(&zeros(5)), 5).is_ok());
+        assert!(check(None, 5).is_err());
+        assert!(check(Some(&zeros(4)), 5).is_err());
+        let mut p = zeros(5);
+        p.body[2] = 1;
+        assert!(check(Some(&p), 5).is_err());
+    }
+}

@@ -226,3 +226,17 @@ fn failed(what: &'static str) -> impl Fn(Status) -> anyhow::Error {
 fn show(s: &Status) -> String {
     format!("{:?} {:?}", s.code(), s.message())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Case;
+
+    #[test]
+    fn every_case_is_found_by_its_name() {
+        for case in Case::ALL {
+            assert_eq!(case.name().parse::<Case>().unwrap(), case);
+        }
+        let err = "orca_oob".parse::<Case>().unwrap_err().to_string();
+        assert!(err.contains("unknown test case \"orca_oob\""), "{err}");
+    }
+}
