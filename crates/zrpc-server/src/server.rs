@@ -461,9 +461,11 @@ impl Base {
         // idle and age deadlines.
         let allowed = tls.as_ref().and_then(|t| t.allowed.clone());
         let front = crate::transport::front_layer(&conf.transport, allowed);
-        let facts = conf.middlewares.breaker || shedder.is_some();
         let shedding = crate::shedding_glue::shedding_layer(shedder.as_ref(), &services.streaming);
-        let intake = crate::transport::intake(&accept, &conf.transport, facts, shedding.shared());
+        let in_flight = shedding
+            .shared()
+            .map(|s| s as Arc<dyn crate::call::InFlight>);
+        let intake = crate::transport::intake(&accept, &conf.transport, in_flight);
         let incoming = crate::transport::incoming(listener, accept);
         let http2 = crate::transport::http2(&conf.transport);
         let stopped = Box::pin(async move {
@@ -473,7 +475,6 @@ impl Base {
         let chain = Chain {
             conf: &conf,
             front,
-            facts,
             shedding,
             token_store,
             breakers,
@@ -550,15 +551,14 @@ pub type ServerChain = BoxCloneService<Request<Body>, Response<Body>, BoxError>;
 /// `outer layers -> Front -> Governor -> Drain -> layers -> services`
 ///
 /// `Front` (`transport::front`): calls per connection, 415 for non-gRPC requests,
-/// `Tls.AllowedClients`. `Governor` (`layers::governor`): facts, trace, recover, stat,
-/// metrics, auth, breaker, shedding and timeout, go-zero's order but for auth, which runs
-/// before the breaker and the shedder so that unauthenticated callers cannot move them.
+/// `Tls.AllowedClients`. `Governor` (`layers::governor`): trace, recover, stat, metrics, auth,
+/// breaker, shedding and timeout (the caller's deadline always), go-zero's order but for auth,
+/// which runs before the breaker and the shedder so that unauthenticated callers cannot move
+/// them.
 /// `Drain` ends the streams still open at the shutdown deadline.
 struct Chain<'a> {
     conf: &'a RpcServerConf,
     front: crate::transport::FrontLayer,
-    /// Whether the governor keeps each call's facts (the breaker or the shedder is on).
-    facts: bool,
     shedding: SheddingLayer,
     token_store: Option<Arc<dyn TokenStore>>,
     breakers: Arc<BreakerRegistry>,
@@ -582,7 +582,6 @@ impl Chain<'_> {
         let mw = &conf.middlewares;
         let timeout = TimeoutLayer::new(timeout_settings(conf, self.streaming));
         let stages = Stages {
-            facts: self.facts,
             trace: TraceLayer::new(mw.trace),
             recover: RecoverLayer::new(mw.recover),
             stat: StatLayer::new(stat_settings(conf)),
@@ -596,23 +595,13 @@ impl Chain<'_> {
             .layer(self.drain)
             .layer(layer)
             .service(routes);
-        let governed = stages.is_on();
-        if governed && self.outer.is_empty() {
-            return run(
-                serving,
-                self.front.layer(GovernorLayer::new(&stages).layer(inner)),
-            );
+        // The governor is always on: it enforces the caller's deadline whatever else the
+        // config switches off.
+        let chain = self.front.layer(GovernorLayer::new(&stages).layer(inner));
+        if self.outer.is_empty() {
+            return run(serving, chain);
         }
-        // With every governing stage off the chain is built without the governor, which
-        // would only pass calls through, moving their futures and bodies. It then runs as a
-        // boxed service, in the serve loop that outer layers need anyway: one allocation per
-        // call costs that rare setup less than the governor would, and a third serve loop
-        // would cost every binary its code.
-        let chain = if governed {
-            boxed(self.front.layer(GovernorLayer::new(&stages).layer(inner)))
-        } else {
-            boxed(self.front.layer(inner))
-        };
+        let chain = boxed(chain);
         // The layer added first is outermost.
         let chain = self
             .outer

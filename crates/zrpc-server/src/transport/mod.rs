@@ -39,7 +39,7 @@ pub(crate) use accept::{AcceptSettings, Incoming, incoming};
 pub(crate) use budget::{Budget, RequestBudget};
 pub(crate) use conn::ConnLimits;
 pub(crate) use front::FrontLayer;
-pub(crate) use streams::{ConnState, ConnTable};
+pub(crate) use streams::ConnTable;
 
 use crate::conf::TransportConf;
 
@@ -90,13 +90,12 @@ pub(crate) fn front_layer(
 }
 
 /// What the serve loop does to each request before the chain ([`serve::Intake`]): the
-/// request-bytes budget, whose body records the call's facts when `facts` (the governing
-/// stage keeps them), and the count of accepted calls in `shedding`'s flight.
+/// request-bytes budget, whose body records the call's facts, and the count of accepted calls
+/// in flight for the stage that owns it (`in_flight`).
 pub(crate) fn intake(
     settings: &AcceptSettings,
     conf: &TransportConf,
-    facts: bool,
-    shedding: Option<Arc<crate::layers::shedding::Shared>>,
+    in_flight: Option<Arc<dyn crate::call::InFlight>>,
 ) -> serve::Intake {
     let max = conf.max_buffered_request_bytes();
     let conn_max = conf.max_connection_buffered_request_bytes();
@@ -104,7 +103,7 @@ pub(crate) fn intake(
     let budget = (max.is_some() || conn_max.is_some() || timeout.is_some())
         .then(|| Arc::new(Budget::new(max, timeout).with_conn_max(conn_max)));
     serve::Intake {
-        budget: RequestBudget::new(budget, settings.table.clone()).with_facts(facts),
-        shedding,
+        budget: RequestBudget::new(budget, settings.table.clone()),
+        in_flight,
     }
 }
