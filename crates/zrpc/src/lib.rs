@@ -119,7 +119,7 @@ pub use conf::{
 pub use zrpc_client::{CallTimeout, Client, EndpointInfo};
 pub use zrpc_server::{
     Lookup, PeerIdentity, Phase, Server, ServerChain, ServerHandle, StaticTokens, TlsError,
-    TokenFuture, TokenStore, original_authority, preflight,
+    TokenFuture, TokenStore, Trailers, original_authority, preflight,
 };
 
 /// Local rejections, as marker errors: the breaker is open (`Unavailable "circuit breaker is

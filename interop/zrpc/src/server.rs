@@ -18,7 +18,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use zrpc::tonic::metadata::{BinaryMetadataValue, MetadataMap, MetadataValue};
+use zrpc::Trailers;
+use zrpc::tonic::metadata::{MetadataMap, MetadataValue};
 use zrpc::tonic::{self, Request, Response, Status, Streaming};
 
 use crate::payload;
@@ -28,7 +29,6 @@ use crate::pb::{
     StreamingInputCallRequest, StreamingInputCallResponse, StreamingOutputCallRequest,
     StreamingOutputCallResponse,
 };
-use shim::Trailers; // TEMP
 
 /// The header echoed back in the response headers.
 pub const ECHO_INITIAL: &str = "x-grpc-test-echo-initial";
@@ -227,49 +227,32 @@ fn echo_status(status: Option<&EchoStatus>) -> Result<(), Status> {
     }
 }
 
-/// The echo-metadata feature: what the request asked to have echoed, taken before the request
-/// is consumed.
+/// The echo-metadata feature, taken from the request before it is consumed: the trailing value
+/// is set for the call's trailers at once (they carry it whether the call succeeds or ends with
+/// an echoed status, as grpc-go's server does), the initial one waits for the response.
 struct Echo {
     initial: Option<MetadataValue<tonic::metadata::Ascii>>,
-    trailing: Option<BinaryMetadataValue>,
-    trailers: Option<Trailers>,
 }
 
 impl Echo {
     fn take<T>(request: &Request<T>) -> Echo {
         let md = request.metadata();
+        if let (Some(v), Some(trailers)) = (md.get_bin(ECHO_TRAILING), Trailers::of(request)) {
+            let mut echoed = MetadataMap::new();
+            echoed.insert_bin(ECHO_TRAILING, v.clone());
+            trailers.merge(echoed);
+        }
         Echo {
             initial: md.get(ECHO_INITIAL).cloned(),
-            trailing: md.get_bin(ECHO_TRAILING).cloned(),
-            trailers: Trailers::of(request),
         }
     }
 
-    /// `message` as the response, with the initial value in its headers and the trailing one
-    /// set for the trailers of the call's successful end.
+    /// `message` as the response, with the initial value in its headers.
     fn respond<M>(self, message: M) -> Response<M> {
         let mut response = Response::new(message);
         if let Some(v) = self.initial {
             response.metadata_mut().insert(ECHO_INITIAL, v);
         }
-        if let (Some(v), Some(trailers)) = (self.trailing, self.trailers) {
-            let mut md = MetadataMap::new();
-            md.insert_bin(ECHO_TRAILING, v);
-            trailers.merge(md);
-        }
         response
-    }
-}
-
-// TEMP: stands in for zrpc::Trailers until it lands.
-mod shim {
-    use zrpc::tonic::Request;
-    use zrpc::tonic::metadata::MetadataMap;
-    pub(super) struct Trailers;
-    impl Trailers {
-        pub(super) fn of<T>(_: &Request<T>) -> Option<Trailers> {
-            None
-        }
-        pub(super) fn merge(&self, _: MetadataMap) {}
     }
 }
