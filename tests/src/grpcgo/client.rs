@@ -1,5 +1,7 @@
-//! One run of grpc-go's stock interop client: [`run_grpcgo_client`].
+//! One run of grpc-go's stock interop client ([`run_grpcgo_client`]) or of `gzip-interop`'s
+//! ([`run_gzip_client`]).
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -37,7 +39,35 @@ pub async fn run_grpcgo_client(
     certs: Option<&InteropCerts>,
     extra: &[&str],
 ) -> ClientRun {
-    let mut cmd = Command::new(&p.client);
+    run(&p.client, case, port, certs, extra).await
+}
+
+/// Runs `gzip-interop --mode=client --test_case=<case>` (a compression case) as
+/// [`run_grpcgo_client`] runs grpc-go's client.
+///
+/// # Panics
+/// When the program cannot be started.
+pub async fn run_gzip_client(
+    p: &GrpcGoPrograms,
+    case: &str,
+    port: u16,
+    certs: Option<&InteropCerts>,
+) -> ClientRun {
+    run(&p.gzip, case, port, certs, &["--mode=client"]).await
+}
+
+async fn run(
+    program: &Path,
+    case: &str,
+    port: u16,
+    certs: Option<&InteropCerts>,
+    extra: &[&str],
+) -> ClientRun {
+    let name = program
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut cmd = Command::new(program);
     cmd.arg("--server_host=127.0.0.1")
         .arg(format!("--server_port={port}"))
         .arg(format!("--test_case={case}"))
@@ -53,7 +83,7 @@ pub async fn run_grpcgo_client(
     }
     let child = cmd
         .spawn()
-        .unwrap_or_else(|e| panic!("start {}: {e}", p.client.display()));
+        .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
     let pid = child.id();
     let wait = tokio::task::spawn_blocking(move || child.wait_with_output());
     match tokio::time::timeout(RUN_TIMEOUT, wait).await {
@@ -67,7 +97,7 @@ pub async fn run_grpcgo_client(
         },
         Ok(result) => ClientRun {
             code: None,
-            output: format!("waiting for grpc-go-client failed: {result:?}"),
+            output: format!("waiting for {name} failed: {result:?}"),
         },
         Err(_) => {
             // our own child, by its PID: the blocking wait then returns and the thread ends
@@ -79,7 +109,7 @@ pub async fn run_grpcgo_client(
             }
             ClientRun {
                 code: None,
-                output: format!("grpc-go-client did not finish within {RUN_TIMEOUT:?} (killed)"),
+                output: format!("{name} did not finish within {RUN_TIMEOUT:?} (killed)"),
             }
         }
     }

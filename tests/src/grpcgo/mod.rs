@@ -12,6 +12,8 @@
 //! - [`GrpcGoServer`]: `grpc-go-server --port=0`, grpc-go's stock interop server (it listens on
 //!   every interface, as grpc-go wrote it; its port is read from its log line).
 //! - [`run_grpcgo_client`]: one `grpc-go-client --test_case=...` run, bounded in time.
+//! - `gzip-interop`: grpc-go with gzip registered, for the compression cases
+//!   ([`GrpcGoServer::start_gzip`], [`run_gzip_client`]).
 //! - `testing-descriptors`: grpc-go's compiled `grpc.testing` descriptors, for the proto check.
 //!
 //! # The zrpc side
@@ -29,7 +31,7 @@ mod zrpc;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-pub use client::{ClientRun, run_grpcgo_client};
+pub use client::{ClientRun, run_grpcgo_client, run_gzip_client};
 pub use server::GrpcGoServer;
 pub use zrpc::{InteropCerts, SERVER_NAME, ZrpcInteropServer, zrpc_runner};
 
@@ -42,6 +44,8 @@ pub struct GrpcGoPrograms {
     pub server: PathBuf,
     /// `bin/testing-descriptors`: grpc-go's `grpc.testing` descriptor set on stdout.
     pub descriptors: PathBuf,
+    /// `bin/gzip-interop`: TestService with gzip, server and client of the compression cases.
+    pub gzip: PathBuf,
 }
 
 /// `interop/grpc-go/` in the repository.
@@ -76,8 +80,14 @@ pub fn programs() -> Option<&'static GrpcGoPrograms> {
                 client: bin.join("grpc-go-client"),
                 server: bin.join("grpc-go-server"),
                 descriptors: bin.join("testing-descriptors"),
+                gzip: bin.join("gzip-interop"),
             };
-            let bins = [p.client.clone(), p.server.clone(), p.descriptors.clone()];
+            let bins = [
+                p.client.clone(),
+                p.server.clone(),
+                p.descriptors.clone(),
+                p.gzip.clone(),
+            ];
             crate::gobuild::build("grpc-go", &dir, &bins).then_some(p)
         })
         .as_ref();

@@ -1,6 +1,7 @@
-//! grpc-go's stock interop server as a child process: [`GrpcGoServer`].
+//! grpc-go's stock interop server, or `gzip-interop`'s, as a child process: [`GrpcGoServer`].
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -26,8 +27,21 @@ impl GrpcGoServer {
     /// # Panics
     /// When it cannot start, exits, or does not log its port within 20 s.
     pub async fn start(p: &GrpcGoPrograms, certs: Option<&InteropCerts>) -> GrpcGoServer {
-        let mut cmd = Command::new(&p.server);
-        cmd.arg("--port=0")
+        Self::spawn(&p.server, &[], certs).await
+    }
+
+    /// Starts `gzip-interop --mode=server --port=0` (on 127.0.0.1), as [`GrpcGoServer::start`].
+    ///
+    /// # Panics
+    /// As [`GrpcGoServer::start`].
+    pub async fn start_gzip(p: &GrpcGoPrograms, certs: Option<&InteropCerts>) -> GrpcGoServer {
+        Self::spawn(&p.gzip, &["--mode=server"], certs).await
+    }
+
+    async fn spawn(program: &Path, args: &[&str], certs: Option<&InteropCerts>) -> GrpcGoServer {
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .arg("--port=0")
             // its listening line is logged at INFO
             .env("GRPC_GO_LOG_SEVERITY_LEVEL", "info")
             .stdin(Stdio::null())
@@ -40,7 +54,7 @@ impl GrpcGoServer {
         }
         let mut child = cmd
             .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", p.server.display()));
+            .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
         let stderr = child.stderr.take().expect("piped stderr");
         let log = Arc::new(Mutex::new(Vec::new()));
         let (port_tx, port_rx) = tokio::sync::oneshot::channel();
@@ -64,7 +78,8 @@ impl GrpcGoServer {
                 let status = child.try_wait().ok().flatten();
                 let _ = child.kill();
                 panic!(
-                    "grpc-go-server did not log its port within {START_TIMEOUT:?} (exit: {status:?}); its log:\n{}",
+                    "{} did not log its port within {START_TIMEOUT:?} (exit: {status:?}); its log:\n{}",
+                    program.display(),
                     log.lock().unwrap_or_else(|e| e.into_inner()).join("\n")
                 )
             }

@@ -3,9 +3,10 @@
 // interop programs do not implement (grpc-go issue #1357).
 //
 //	gzip-interop --mode=server --port=0 [--use_tls --tls_cert_file=... --tls_key_file=...]
-//	gzip-interop --mode=client --server_port=N --test_case=CASE [--use_tls --ca_file=... --server_host_override=...]
+//	gzip-interop --mode=client --server_port=N --test_case=CASE [--use_tls --use_test_ca --ca_file=... --server_host_override=...]
 //
-// The server prints "listening on <address>" on stdout (it listens on 127.0.0.1). It implements
+// The server logs "interop server listening on <address>" on stderr, as grpc-go's interop server
+// does at INFO (it listens on 127.0.0.1). It implements
 // the CompressedRequest feature (a request with expect_compressed true that came uncompressed is
 // INVALID_ARGUMENT) and CompressedResponse: response_compressed true or false answers gzip or
 // identity. grpc-go chooses compression per call, not per message, so a StreamingOutputCall
@@ -57,6 +58,7 @@ var (
 	serverPort = flag.Int("server_port", 0, "client: the server's port")
 	override   = flag.String("server_host_override", "", "client: the name the server certificate must carry")
 	caFile     = flag.String("ca_file", "", "client: the CA certificate (PEM)")
+	_          = flag.Bool("use_test_ca", false, "client: accepted as grpc-go's client does; the CA is --ca_file")
 	testCase   = flag.String("test_case", "", "client: the case to run")
 )
 
@@ -207,7 +209,7 @@ func serve() error {
 	}
 	s := grpc.NewServer(opts...)
 	testgrpc.RegisterTestServiceServer(s, server{interop.NewTestServer()})
-	fmt.Printf("listening on %s\n", lis.Addr())
+	fmt.Fprintf(os.Stderr, "interop server listening on %s\n", lis.Addr())
 	return s.Serve(lis)
 }
 
