@@ -31,118 +31,124 @@ fn runs() -> u32 {
         .unwrap_or(100)
 }
 
-/// Counts outcomes; "passed" is the one wanted.
-#[derive(Default)]
-struct Tally(BTreeMap<String, u32>);
-
-impl Tally {
-    /// Counts `outcome`, its loopback ports blanked so that runs against different servers
-    /// count together.
-    fn add(&mut self, outcome: impl Into<String>) {
-        let outcome: String = outcome.into();
-        let mut key = String::with_capacity(outcome.len());
-        let mut rest = outcome.as_str();
-        while let Some(at) = rest.find("127.0.0.1:") {
-            let (head, tail) = rest.split_at(at + "127.0.0.1:".len());
-            key.push_str(head);
-            key.push_str("<port>");
-            rest = tail.trim_start_matches(|c: char| c.is_ascii_digit());
-        }
-        key.push_str(rest);
-        *self.0.entry(key).or_default() += 1;
+/// Runs `one` [`runs`] times and reports what each run gave: `Ok(())` passed, `Err(outcome)`
+/// anything else (loopback ports blanked, so that runs against different servers count
+/// together). Fails unless every run passed.
+async fn tally<F, Fut>(direction: &str, mut one: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
+    let runs = runs();
+    let mut outcomes = BTreeMap::<String, u32>::new();
+    for _ in 0..runs {
+        let outcome = match one().await {
+            Ok(()) => "passed".to_owned(),
+            Err(e) => blank_ports(&e),
+        };
+        *outcomes.entry(outcome).or_default() += 1;
     }
-
-    fn report(&self, direction: &str, runs: u32) {
-        let passed = self.0.get("passed").copied().unwrap_or(0);
-        eprintln!("timeout_on_sleeping_server, {direction}: {passed} of {runs} passed");
-        for (outcome, n) in self.0.iter().filter(|(o, _)| *o != "passed") {
-            eprintln!("  {n} x {outcome}");
-        }
-        assert_eq!(passed, runs, "{direction}: {:?}", self.0);
+    let passed = outcomes.get("passed").copied().unwrap_or(0);
+    eprintln!("timeout_on_sleeping_server, {direction}: {passed} of {runs} passed");
+    for (outcome, n) in outcomes.iter().filter(|(o, _)| *o != "passed") {
+        eprintln!("  {n} x {outcome}");
     }
+    assert_eq!(passed, runs, "{direction}: {outcomes:?}");
+}
+
+fn blank_ports(outcome: &str) -> String {
+    let mut key = String::with_capacity(outcome.len());
+    let mut rest = outcome;
+    while let Some(at) = rest.find("127.0.0.1:") {
+        let (head, tail) = rest.split_at(at + "127.0.0.1:".len());
+        key.push_str(head);
+        key.push_str("<port>");
+        rest = tail.trim_start_matches(|c: char| c.is_ascii_digit());
+    }
+    key.push_str(rest);
+    key
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement: run it by name"]
 async fn sleeping_server_grpcgo_to_zrpc() {
     let p = zrpc_tests::grpcgo_or_skip!();
-    let mut tally = Tally::default();
-    for _ in 0..runs() {
+    tally("grpc-go client -> zrpc server", || async {
         let server = ZrpcInteropServer::start(None).await;
         let run =
             run_grpcgo_client(p, "timeout_on_sleeping_server", server.port(), None, &[]).await;
         if run.passed() {
-            tally.add("passed");
+            Ok(())
         } else {
-            tally.add(last_line(&run.output));
+            Err(last_line(&run.output))
         }
-    }
-    tally.report("grpc-go client -> zrpc server", runs());
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement: run it by name"]
 async fn sleeping_server_zrpc_to_grpcgo() {
     let p = zrpc_tests::grpcgo_or_skip!();
-    let mut tally = Tally::default();
-    for _ in 0..runs() {
+    tally("zrpc client -> grpc-go server", || async {
         let server = GrpcGoServer::start(p, None).await;
-        let runner = zrpc_runner(server.port, None)
-            .await
-            .with_case_timeout(BOUND);
-        match runner.run(Case::TimeoutOnSleepingServer).await {
-            Ok(()) => tally.add("passed"),
-            Err(e) => tally.add(format!("{e:#}")),
-        }
-    }
-    tally.report("zrpc client -> grpc-go server", runs());
+        zrpc_case(server.port).await
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement: run it by name"]
 async fn sleeping_server_zrpc_to_zrpc() {
-    let mut tally = Tally::default();
-    for _ in 0..runs() {
+    tally("zrpc client -> zrpc server", || async {
         let server = ZrpcInteropServer::start(None).await;
-        let runner = zrpc_runner(server.port(), None)
-            .await
-            .with_case_timeout(BOUND);
-        match runner.run(Case::TimeoutOnSleepingServer).await {
-            Ok(()) => tally.add("passed"),
-            Err(e) => tally.add(format!("{e:#}")),
-        }
-    }
-    tally.report("zrpc client -> zrpc server", runs());
+        zrpc_case(server.port()).await
+    })
+    .await;
 }
 
 /// A plain tonic client (no zrpc) with a 1 ms `grpc-timeout`. tonic's own timer covers the wait
 /// for the response headers only, and says `Cancelled` when it fires; a server that resets the
 /// stream at the deadline (`RST_STREAM CANCEL`, as grpc-go's does) reaches tonic as `Cancelled`
 /// too. So for tonic, "passed" is the call ending within the bound with `DeadlineExceeded` or
-/// `Cancelled`; the tally keeps the two apart.
+/// `Cancelled`; a last line says how many of each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement: run it by name"]
 async fn sleeping_server_tonic_to_zrpc() {
-    let mut tally = Tally::default();
-    let mut codes = BTreeMap::<String, u32>::new();
-    for _ in 0..runs() {
+    let codes = std::sync::Mutex::new(BTreeMap::<String, u32>::new());
+    tally("plain tonic client -> zrpc server", || async {
         let server = ZrpcInteropServer::start(None).await;
         let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr))
             .expect("endpoint")
             .connect()
             .await
             .expect("connect");
-        match tonic_sleeping_call(channel).await {
-            Ok(code @ (tonic::Code::DeadlineExceeded | tonic::Code::Cancelled)) => {
-                tally.add("passed");
-                *codes.entry(format!("{code:?}")).or_default() += 1;
-            }
-            Ok(code) => tally.add(format!("ended with {code:?}")),
-            Err(outcome) => tally.add(outcome),
+        let code = tonic_sleeping_call(channel).await?;
+        *codes
+            .lock()
+            .unwrap()
+            .entry(format!("{code:?}"))
+            .or_default() += 1;
+        match code {
+            tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => Ok(()),
+            code => Err(format!("ended with {code:?}")),
         }
-    }
-    eprintln!("plain tonic client -> zrpc server: codes of the ended calls {codes:?}");
-    tally.report("plain tonic client -> zrpc server", runs());
+    })
+    .await;
+    eprintln!(
+        "plain tonic client -> zrpc server: codes of the ended calls {:?}",
+        codes.lock().unwrap()
+    );
+}
+
+/// zrpc's client case against `127.0.0.1:<port>`, bounded to [`BOUND`].
+async fn zrpc_case(port: u16) -> Result<(), String> {
+    zrpc_runner(port, None)
+        .await
+        .with_case_timeout(BOUND)
+        .run(Case::TimeoutOnSleepingServer)
+        .await
+        .map_err(|e| format!("{e:#}"))
 }
 
 /// The case by hand on a tonic channel: the code it ended with, or why it did not end.

@@ -9,7 +9,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use zrpc::CallTimeout;
 use zrpc::tonic::{Code, Request};
 
-use super::streaming::params;
+use super::streaming::{next_message, params};
 use super::{Runner, failed, show};
 use crate::payload;
 use crate::pb::{Empty, PayloadType, StreamingInputCallRequest, StreamingOutputCallRequest};
@@ -65,11 +65,7 @@ pub(super) async fn cancel_after_first_response(r: &Runner) -> anyhow::Result<()
         .await
         .map_err(failed("FullDuplexCall"))?
         .into_inner();
-    let first = stream
-        .message()
-        .await
-        .map_err(|s| anyhow::anyhow!("the first response failed with {}", show(&s)))?
-        .context("the stream ended without a response")?;
+    let first = next_message(&mut stream, "the first response").await?;
     payload::check(first.payload.as_ref(), 31_415).context("the first response")?;
     // cancel: the response stream first, so that no half-close goes out before it
     drop(stream);

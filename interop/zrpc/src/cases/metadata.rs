@@ -7,7 +7,7 @@ use zrpc::tonic::codegen::http::uri::PathAndQuery;
 use zrpc::tonic::metadata::{BinaryMetadataValue, MetadataMap, MetadataValue};
 use zrpc::tonic::{self, Request};
 
-use super::streaming::{end_ok, params};
+use super::streaming::{end_ok, next_message, params};
 use super::unary::{LARGE_REQUEST, LARGE_RESPONSE, large_request};
 use super::{Runner, failed, show};
 use crate::payload;
@@ -35,11 +35,7 @@ pub(super) async fn custom_metadata(r: &Runner) -> anyhow::Result<()> {
         .map_err(failed("UnaryCall"))?;
     check_initial("UnaryCall", response.metadata())?;
     let mut stream = response.into_inner();
-    let reply = stream
-        .message()
-        .await
-        .map_err(|s| anyhow::anyhow!("UnaryCall failed with {}", show(&s)))?
-        .context("UnaryCall answered no message")?;
+    let reply = next_message(&mut stream, "UnaryCall's response").await?;
     payload::check(reply.payload.as_ref(), LARGE_RESPONSE).context("UnaryCall")?;
     end_ok(&mut stream, 1).await.context("UnaryCall")?;
     check_trailing("UnaryCall", stream.trailers().await)?;
@@ -60,11 +56,7 @@ pub(super) async fn custom_metadata(r: &Runner) -> anyhow::Result<()> {
         .map_err(failed("FullDuplexCall"))?;
     check_initial("FullDuplexCall", response.metadata())?;
     let mut stream = response.into_inner();
-    let reply = stream
-        .message()
-        .await
-        .map_err(|s| anyhow::anyhow!("FullDuplexCall failed with {}", show(&s)))?
-        .context("FullDuplexCall answered no message")?;
+    let reply = next_message(&mut stream, "FullDuplexCall's response").await?;
     payload::check(reply.payload.as_ref(), LARGE_RESPONSE).context("FullDuplexCall")?;
     drop(tx); // half-close
     end_ok(&mut stream, 1).await.context("FullDuplexCall")?;

@@ -48,12 +48,9 @@ pub(super) async fn server_streaming(r: &Runner) -> anyhow::Result<()> {
         .map_err(failed("StreamingOutputCall"))?
         .into_inner();
     for (i, want) in RESPONSE_SIZES.iter().enumerate() {
-        let reply = stream
-            .message()
-            .await
-            .map_err(|s| anyhow::anyhow!("response {i} failed with {}", show(&s)))?
-            .with_context(|| format!("the stream ended after {i} responses, want 4"))?;
-        payload::check(reply.payload.as_ref(), *want).with_context(|| format!("response {i}"))?;
+        let what = format!("response {i} of 4");
+        let reply = next_message(&mut stream, &what).await?;
+        payload::check(reply.payload.as_ref(), *want).context(what)?;
     }
     end_ok(&mut stream, 4).await
 }
@@ -81,12 +78,9 @@ pub(super) async fn ping_pong(r: &Runner) -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("send request {i}: the call is over"))?;
         }
-        let reply = stream
-            .message()
-            .await
-            .map_err(|s| anyhow::anyhow!("response {i} failed with {}", show(&s)))?
-            .with_context(|| format!("the stream ended after {i} responses, want 4"))?;
-        payload::check(reply.payload.as_ref(), *want).with_context(|| format!("response {i}"))?;
+        let what = format!("response {i} of 4");
+        let reply = next_message(&mut stream, &what).await?;
+        payload::check(reply.payload.as_ref(), *want).context(what)?;
     }
     drop(tx); // half-close
     end_ok(&mut stream, 4).await
@@ -100,6 +94,21 @@ pub(super) async fn empty_stream(r: &Runner) -> anyhow::Result<()> {
         .map_err(failed("FullDuplexCall"))?
         .into_inner();
     end_ok(&mut stream, 0).await
+}
+
+/// The stream's next message; an error naming `what` when the call failed or the stream ended.
+pub(super) async fn next_message<T>(
+    stream: &mut zrpc::tonic::Streaming<T>,
+    what: &str,
+) -> anyhow::Result<T>
+where
+    T: Send + 'static,
+{
+    stream
+        .message()
+        .await
+        .map_err(|s| anyhow::anyhow!("{what} failed with {}", show(&s)))?
+        .with_context(|| format!("{what}: the stream ended without it"))
 }
 
 /// Checks that the stream ends with OK and no more messages after `seen`.
