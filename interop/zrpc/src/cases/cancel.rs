@@ -4,15 +4,14 @@ use std::task::Poll;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use tokio::sync::{Mutex, mpsc, oneshot};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::{Mutex, oneshot};
 use zrpc::CallTimeout;
 use zrpc::tonic::{Code, Request};
 
-use super::streaming::{next_message, params};
+use super::streaming::{duplex_request, next_message, queued};
 use super::{Runner, failed, show};
 use crate::payload;
-use crate::pb::{Empty, PayloadType, StreamingInputCallRequest, StreamingOutputCallRequest};
+use crate::pb::{Empty, StreamingInputCallRequest};
 
 const STREAMING_INPUT: &str = "/grpc.testing.TestService/StreamingInputCall";
 const FULL_DUPLEX: &str = "/grpc.testing.TestService/FullDuplexCall";
@@ -51,17 +50,10 @@ pub(super) async fn cancel_after_begin(r: &Runner) -> anyhow::Result<()> {
 pub(super) async fn cancel_after_first_response(r: &Runner) -> anyhow::Result<()> {
     let _one_at_a_time = CANCEL_RECORDS.lock().await;
     let before = cancelled(FULL_DUPLEX);
-    let (tx, rx) = mpsc::channel(1);
-    tx.send(StreamingOutputCallRequest {
-        response_type: PayloadType::Compressable.into(),
-        response_parameters: vec![params(31_415)],
-        payload: Some(payload::zeros(27_182)),
-        ..StreamingOutputCallRequest::default()
-    })
-    .await?;
+    let (tx, requests) = queued(duplex_request(27_182, &[31_415])).await?;
     let mut stream = r
         .stub()
-        .full_duplex_call(ReceiverStream::new(rx))
+        .full_duplex_call(requests)
         .await
         .map_err(failed("FullDuplexCall"))?
         .into_inner();
@@ -76,14 +68,8 @@ pub(super) async fn cancel_after_first_response(r: &Runner) -> anyhow::Result<()
 
 pub(super) async fn timeout_on_sleeping_server(r: &Runner) -> anyhow::Result<()> {
     let _one_at_a_time = CANCEL_RECORDS.lock().await;
-    let (tx, rx) = mpsc::channel(1);
-    tx.send(StreamingOutputCallRequest {
-        response_type: PayloadType::Compressable.into(),
-        payload: Some(payload::zeros(27_182)),
-        ..StreamingOutputCallRequest::default()
-    })
-    .await?;
-    let mut request = Request::new(ReceiverStream::new(rx));
+    let (tx, requests) = queued(duplex_request(27_182, &[])).await?;
+    let mut request = Request::new(requests);
     request
         .extensions_mut()
         .insert(CallTimeout(Duration::from_millis(1)));

@@ -1,17 +1,15 @@
 //! custom_metadata: an ASCII and a binary header echoed in the response headers and trailers.
 
 use anyhow::Context as _;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use zrpc::tonic::codegen::http::uri::PathAndQuery;
 use zrpc::tonic::metadata::{BinaryMetadataValue, MetadataMap, MetadataValue};
 use zrpc::tonic::{self, Request};
 
-use super::streaming::{end_ok, next_message, params};
+use super::streaming::{duplex_request, end_ok, next_message, queued};
 use super::unary::{LARGE_REQUEST, LARGE_RESPONSE, large_request};
 use super::{Runner, failed, show};
 use crate::payload;
-use crate::pb::{PayloadType, SimpleRequest, SimpleResponse, StreamingOutputCallRequest};
+use crate::pb::{SimpleRequest, SimpleResponse};
 use crate::server::{ECHO_INITIAL, ECHO_TRAILING};
 
 const INITIAL_VALUE: &str = "test_initial_metadata_value";
@@ -41,17 +39,10 @@ pub(super) async fn custom_metadata(r: &Runner) -> anyhow::Result<()> {
     check_trailing("UnaryCall", stream.trailers().await)?;
 
     // Full duplex.
-    let (tx, rx) = mpsc::channel(1);
-    tx.send(StreamingOutputCallRequest {
-        response_type: PayloadType::Compressable.into(),
-        response_parameters: vec![params(LARGE_RESPONSE)],
-        payload: Some(payload::zeros(LARGE_REQUEST)),
-        ..StreamingOutputCallRequest::default()
-    })
-    .await?;
+    let (tx, requests) = queued(duplex_request(LARGE_REQUEST, &[LARGE_RESPONSE])).await?;
     let response = r
         .stub()
-        .full_duplex_call(with_echo(ReceiverStream::new(rx)))
+        .full_duplex_call(with_echo(requests))
         .await
         .map_err(failed("FullDuplexCall"))?;
     check_initial("FullDuplexCall", response.metadata())?;

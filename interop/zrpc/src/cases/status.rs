@@ -1,10 +1,9 @@
 //! status_code_and_message, special_status_message, unimplemented_method and
 //! unimplemented_service.
 
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use zrpc::tonic::{Code, Status};
 
+use super::streaming::queued;
 use super::{Runner, show};
 use crate::pb::unimplemented_service_client::UnimplementedServiceClient;
 use crate::pb::{EchoStatus, Empty, SimpleRequest, StreamingOutputCallRequest};
@@ -27,15 +26,14 @@ pub(super) async fn status_code_and_message(r: &Runner) -> anyhow::Result<()> {
         .await;
     expect_status("UnaryCall", unary.err(), Code::Unknown, TEST_MESSAGE)?;
 
-    let (tx, rx) = mpsc::channel(1);
-    tx.send(StreamingOutputCallRequest {
+    let (tx, requests) = queued(StreamingOutputCallRequest {
         response_status: Some(echo),
         ..StreamingOutputCallRequest::default()
     })
     .await?;
     drop(tx); // half-close
     // the status may come as the call's answer (trailers only) or at the end of its stream
-    let end = match r.stub().full_duplex_call(ReceiverStream::new(rx)).await {
+    let end = match r.stub().full_duplex_call(requests).await {
         Err(s) => Some(s),
         Ok(response) => {
             let mut stream = response.into_inner();

@@ -56,19 +56,11 @@ pub(super) async fn server_streaming(r: &Runner) -> anyhow::Result<()> {
 }
 
 pub(super) async fn ping_pong(r: &Runner) -> anyhow::Result<()> {
-    let request = |i: usize| StreamingOutputCallRequest {
-        response_type: PayloadType::Compressable.into(),
-        response_parameters: vec![params(RESPONSE_SIZES[i])],
-        payload: Some(payload::zeros(REQUEST_SIZES[i])),
-        ..StreamingOutputCallRequest::default()
-    };
-    let (tx, rx) = mpsc::channel(1);
-    // the first request goes out with the call: a server may hold its response headers until
-    // it answers one (grpc-go does)
-    tx.send(request(0)).await?;
+    let request = |i: usize| duplex_request(REQUEST_SIZES[i], &[RESPONSE_SIZES[i]]);
+    let (tx, requests) = queued(request(0)).await?;
     let mut stream = r
         .stub()
-        .full_duplex_call(ReceiverStream::new(rx))
+        .full_duplex_call(requests)
         .await
         .map_err(failed("FullDuplexCall"))?
         .into_inner();
@@ -124,6 +116,30 @@ where
         Ok(Some(_)) => anyhow::bail!("a response after the {seen} expected"),
         Err(s) => anyhow::bail!("the stream ended with {}, want OK", show(&s)),
     }
+}
+
+/// A full-duplex request: `payload` zeros, asking for one response per size in `sizes`.
+pub(super) fn duplex_request(payload: usize, sizes: &[usize]) -> StreamingOutputCallRequest {
+    StreamingOutputCallRequest {
+        response_type: PayloadType::Compressable.into(),
+        response_parameters: sizes.iter().map(|n| params(*n)).collect(),
+        payload: Some(payload::zeros(payload)),
+        ..StreamingOutputCallRequest::default()
+    }
+}
+
+/// A request stream with `first` already in it, and its sender (dropping it half-closes). The
+/// first request goes out with the call: a server may hold its response headers until it
+/// answers one (grpc-go's does).
+pub(super) async fn queued(
+    first: StreamingOutputCallRequest,
+) -> anyhow::Result<(
+    mpsc::Sender<StreamingOutputCallRequest>,
+    ReceiverStream<StreamingOutputCallRequest>,
+)> {
+    let (tx, rx) = mpsc::channel(1);
+    tx.send(first).await?;
+    Ok((tx, ReceiverStream::new(rx)))
 }
 
 /// One response of `size` bytes.
