@@ -146,16 +146,14 @@ mod tests {
         // anyone else cannot. The check agrees with what a write actually does.
         let ro = tmp.join("ro");
         std::fs::create_dir_all(&ro).unwrap();
-        std::fs::set_permissions(&ro, std::os::unix::fs::PermissionsExt::from_mode(0o555))
-            .unwrap();
+        std::fs::set_permissions(&ro, std::os::unix::fs::PermissionsExt::from_mode(0o555)).unwrap();
         let writable = std::fs::create_dir(ro.join("probe")).is_ok();
         let _ = std::fs::remove_dir(ro.join("probe"));
         conf.log.path = ro.join("logs").to_string_lossy().into_owned();
         let errors: Vec<String> = preflight(&conf).iter().map(ToString::to_string).collect();
         assert_eq!(errors.is_empty(), writable, "{errors:#?}");
         assert!(!ro.join("logs").exists());
-        std::fs::set_permissions(&ro, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
+        std::fs::set_permissions(&ro, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         std::fs::remove_dir_all(&tmp).unwrap();
     }
 

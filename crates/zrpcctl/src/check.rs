@@ -318,7 +318,10 @@ mod tests {
             .err()
             .ok_or("ListnOn passed")?
             .to_string();
-        assert!(e.contains("unknown key `ListnOn` (did you mean `ListenOn`?)"), "{e}");
+        assert!(
+            e.contains("unknown key `ListnOn` (did you mean `ListenOn`?)"),
+            "{e}"
+        );
         Ok(())
     }
 
@@ -360,8 +363,10 @@ mod tests {
         std::fs::create_dir_all(krate.path().join("etc"))?;
         std::fs::write(
             krate.path().join("src/config.rs"),
-            crate::templates::config_rs("shop")
-                .replace("    // pub data_source: String,", "    pub data_source: String,"),
+            crate::templates::config_rs("shop").replace(
+                "    // pub data_source: String,",
+                "    pub data_source: String,",
+            ),
         )?;
         let file = krate.path().join("etc/shop.yaml");
         let base = "Name: shop.rpc\nListenOn: 127.0.0.1:8080\n";

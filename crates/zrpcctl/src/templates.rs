@@ -41,8 +41,9 @@ tokio = {{ version = "1", features = ["macros", "rt-multi-thread", "net", "sync"
 
 pub(crate) fn build_rs(proto: &str) -> String {
     format!(
-        "//! Compiles proto/{proto} (protoc must be installed, or PROTOC set). zrpc-build makes the\n\
-         //! generated code depend on zrpc only, and tells the server which methods stream.\n\n\
+        "//! Compiles proto/{proto} (with protoc when installed, else protox: nothing to install).\n\
+         //! zrpc-build makes the generated code depend on zrpc only, and tells the server which\n\
+         //! methods stream.\n\n\
          fn main() -> Result<(), Box<dyn std::error::Error>> {{\n    \
          zrpc_build::compile_protos(&[\"proto/{proto}\"], &[\"proto\"])?;\n    \
          Ok(())\n}}\n"
@@ -64,8 +65,6 @@ pub(crate) fn dockerfile(name: &str, proto: &str) -> String {
         "# Builds with zrpc from git or crates.io (a --zrpc-path checkout is outside the build\n\
          # context: point the zrpc dependencies in Cargo.toml at git before building this image).\n\
          FROM rust:1-bookworm AS build\n\
-         RUN apt-get update && apt-get install -y --no-install-recommends protobuf-compiler \\\n    \
-         && rm -rf /var/lib/apt/lists/*\n\
          WORKDIR /src\nCOPY . .\n\
          RUN cargo build --release --locked || cargo build --release\n\n\
          FROM debian:bookworm-slim\n\
