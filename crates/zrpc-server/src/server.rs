@@ -917,12 +917,13 @@ async fn set_health(
 
 #[cfg(feature = "reflection")]
 fn add_reflection(routes: &mut RoutesBuilder, descriptors: &[&'static [u8]]) -> Result<(), Error> {
+    // grpc.health.v1.Health is listed too, as grpc-go (and so go-zero) lists it.
     let builder = || {
-        descriptors
-            .iter()
-            .fold(tonic_reflection::server::Builder::configure(), |b, d| {
-                b.register_encoded_file_descriptor_set(d)
-            })
+        descriptors.iter().fold(
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET),
+            |b, d| b.register_encoded_file_descriptor_set(d),
+        )
     };
     if descriptors.is_empty() {
         tracing::warn!(
@@ -1065,6 +1066,11 @@ mod tests {
             .unwrap();
         for names in [list_v1(channel.clone()).await, list_v1alpha(channel).await] {
             assert!(names.contains(&"t.Svc".to_owned()), "{names:?}");
+            // as grpc-go lists it, so `grpcurl ... grpc.health.v1.Health/Check` resolves
+            assert!(
+                names.contains(&"grpc.health.v1.Health".to_owned()),
+                "{names:?}"
+            );
         }
         handle.shutdown();
         task.await.unwrap().unwrap();
