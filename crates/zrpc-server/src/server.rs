@@ -19,7 +19,7 @@ use tower::{ServiceBuilder, ServiceExt};
 use tower_layer::{Identity, Layer, Stack};
 use tower_service::Service;
 use zrpc_core::breaker::BreakerRegistry;
-use zrpc_core::conf::Validate;
+use zrpc_core::conf::{ConfError, Validate};
 
 use crate::conf::RpcServerConf;
 use crate::error::Error;
@@ -76,6 +76,8 @@ struct Base {
     parts: HandleParts,
     /// Layers around the whole chain, the first added outermost.
     outer: Vec<OuterLayer>,
+    /// A builder call the config makes pointless, refused when serving starts.
+    refused: Option<ConfError>,
 }
 
 impl<L> std::fmt::Debug for Server<L> {
@@ -118,6 +120,7 @@ impl Server {
                 authority_repair: true,
                 parts: HandleParts::new(),
                 outer: Vec::new(),
+                refused: None,
             },
             layer: Identity::new(),
         })
@@ -180,12 +183,21 @@ impl<L> Server<L> {
         self
     }
 
-    /// Replaces the auth token store (default: the `AuthTokens` map). Has effect only with
-    /// `Auth: true`.
+    /// Replaces the auth token store (default: the `AuthTokens` map, or Redis with
+    /// `Redis.Host`).
+    ///
+    /// Serving fails with [`Error::Conf`] when the config's `Auth` is false: no call would be
+    /// checked against the store.
     #[must_use]
     pub fn token_store(mut self, store: Arc<dyn TokenStore>) -> Self {
         if self.base.conf.auth {
             self.base.token_store = Some(store);
+        } else {
+            self.base.refused = Some(ConfError::invalid(
+                "Auth",
+                "a token store was given (`Server::token_store`) but `Auth` is false, so no \
+                 call would be checked against it: set `Auth: true`",
+            ));
         }
         self
     }
@@ -379,11 +391,14 @@ impl Base {
     /// here, so that the state machine of serving is compiled once, in this crate, rather
     /// than in each codegen unit of the application that awaits it.
     fn serve<'a>(
-        self,
+        mut self,
         bound: Option<(TcpListener, Shutdown<'a>)>,
         chain: ChainFn,
     ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>> {
         Box::pin(async move {
+            if let Some(refused) = self.refused.take() {
+                return Err(Error::Conf(refused));
+            }
             match bound {
                 Some((listener, shutdown)) => self.serve_phases(listener, shutdown, chain).await,
                 None => {
@@ -419,6 +434,7 @@ impl Base {
             authority_repair,
             parts,
             outer,
+            refused: _,
         } = self;
         let local = listener.local_addr().map_err(Error::LocalAddr)?;
         parts.state.send_modify(|s| s.local_addr = Some(local));
@@ -901,12 +917,13 @@ async fn set_health(
 
 #[cfg(feature = "reflection")]
 fn add_reflection(routes: &mut RoutesBuilder, descriptors: &[&'static [u8]]) -> Result<(), Error> {
+    // grpc.health.v1.Health is listed too, as grpc-go (and so go-zero) lists it.
     let builder = || {
-        descriptors
-            .iter()
-            .fold(tonic_reflection::server::Builder::configure(), |b, d| {
-                b.register_encoded_file_descriptor_set(d)
-            })
+        descriptors.iter().fold(
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET),
+            |b, d| b.register_encoded_file_descriptor_set(d),
+        )
     };
     if descriptors.is_empty() {
         tracing::warn!(
@@ -1049,6 +1066,11 @@ mod tests {
             .unwrap();
         for names in [list_v1(channel.clone()).await, list_v1alpha(channel).await] {
             assert!(names.contains(&"t.Svc".to_owned()), "{names:?}");
+            // as grpc-go lists it, so `grpcurl ... grpc.health.v1.Health/Check` resolves
+            assert!(
+                names.contains(&"grpc.health.v1.Health".to_owned()),
+                "{names:?}"
+            );
         }
         handle.shutdown();
         task.await.unwrap().unwrap();

@@ -4,11 +4,10 @@
 //!
 //! A final gRPC code alone cannot say whose fault a failure was: `Internal` is what tonic
 //! answers to an undecodable request *and* what a failing handler returns; `DeadlineExceeded`
-//! is a slow handler *or* a request body that never arrived. When the breaker or the shedder is
-//! on, each call gets a [`CallFacts`] in its request extensions and its request body is watched
-//! to record whether it was read **to its end** (by the transport's request budget when it wraps
-//! the body, else by the governor with [`FactsBody`]). The stages that learn from outcomes read
-//! it:
+//! is a slow handler *or* a request body that never arrived. Each call gets a [`CallFacts`] as it
+//! arrives (in its `Arrival`), and its request body is watched to record whether it was read **to
+//! its end**, by the transport's request body (its byte budget's when one is set, else
+//! [`FactsBody`]). The stages that learn from outcomes read it:
 //!
 //! - **The request was never read to its end**: the handler of a unary or server-streaming
 //!   method never ran, because tonic reads the whole request body (message, then trailers: its

@@ -11,7 +11,7 @@
 //! or when a started message has not arrived whole within the timeout. The connection's share
 //! (default half the server's) keeps one connection from taking the whole server budget and
 //! failing every other client's large messages. tonic then drops the call and its buffer. The
-//! error is a request-body error, so the breaker blames the caller (`layers/facts.rs`).
+//! error is a request-body error, so the breaker blames the caller (`call/facts.rs`).
 //! A call idle *between* messages (a quiet bidi stream) is not affected.
 
 use std::pin::Pin;
@@ -169,7 +169,7 @@ pin_project! {
         timer: Option<Pin<Box<Sleep>>>,
         timer_armed: bool,
         done: bool,
-        // What `FactsBody` would record around this body's output (`layers/facts.rs`).
+        // What `FactsBody` would record around this body's output (`call/facts.rs`).
         facts: Option<CallFacts>,
     }
 

@@ -3,14 +3,16 @@
 //!
 //! - [`incoming`]: zrpc's accept loop (back-off on accept errors, connection cap, TCP_NODELAY,
 //!   then [`Guarded`](conn::Guarded) around the stream);
-//! - [`Guarded`](conn::Guarded): handshake timeout, idle timeout, hard end of a connection's age
-//!   grace, and the one scan of the client's frames ([`frames`]) for the handshake, the frame
-//!   policies and the `:authority` repair;
+//! - [`Guarded`](conn::Guarded): handshake timeout, hard end of a connection's age grace, and
+//!   the one scan of the client's frames ([`frames`]) for the handshake, the frame policies and
+//!   the `:authority` repair;
 //! - [`serve`]: zrpc's serve loop over hyper, with every HTTP/2 limit set explicitly (streams
 //!   per connection, header list, resets, windows, keepalive) and a GOAWAY at the maximum
-//!   connection age. Before the chain sees a request, it puts its body under the budget of
-//!   incomplete request messages per server and per connection and the time a started message
-//!   may take to arrive ([`budget`]), and the connection's facts in its extensions;
+//!   connection age and after `MaxConnectionIdle`. Before the chain sees a request, it puts its
+//!   body under the budget of incomplete request messages per server and per connection and the
+//!   time a started message may take to arrive ([`budget`]), the body recording the call's
+//!   facts, and what it knows of the call in its extensions (`crate::call::Arrival`: the
+//!   connection, the facts, the call's count in flight, the caller's deadline);
 //! - [`Front`](front::Front), the chain's first stage: calls open per connection, for the idle
 //!   timeout ([`streams`]); HTTP 415 for requests that are not gRPC ([`content_type`]);
 //!   `Tls.AllowedClients`.
