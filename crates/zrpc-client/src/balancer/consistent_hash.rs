@@ -83,8 +83,10 @@ fn sum64(data: &[u8]) -> u64 {
 /// go-zero's hash ring over a list of addresses; node `i` is the `i`-th address.
 #[derive(Debug, Clone, Default)]
 pub struct HashRing {
-    /// (point, node), sorted by point; the nodes of a shared point follow in address order.
-    points: Box<[(u64, u32)]>,
+    /// The points, sorted (a shared point appears once per node that has it).
+    points: Box<[u64]>,
+    /// The node of each point; the nodes of a shared point follow in address order.
+    owners: Box<[u32]>,
     nodes: usize,
 }
 
@@ -111,7 +113,8 @@ impl HashRing {
         // it adds them in address order
         points.sort_unstable_by_key(|&(point, rank, _)| (point, rank));
         HashRing {
-            points: points.into_iter().map(|(p, _, n)| (p, n)).collect(),
+            owners: points.iter().map(|&(_, _, n)| n).collect(),
+            points: points.into_iter().map(|(p, _, _)| p).collect(),
             nodes: order.len(),
         }
     }
@@ -142,13 +145,15 @@ impl HashRing {
             return None;
         }
         let hash = sum64(key.as_bytes());
-        let start = self.points.partition_point(|&(p, _)| p < hash) % n;
+        let start = self.points.partition_point(|&p| p < hash) % n;
+        let node = |k: usize| self.owners[k] as usize;
         let mut i = start;
         loop {
             // the nodes sharing this point: [i, end)
-            let point = self.points[i].0;
-            let end = i + self.points[i..].partition_point(|&(p, _)| p == point);
-            let node = |k: usize| self.points[k].1 as usize;
+            let mut end = i + 1;
+            while end < n && self.points[end] == self.points[i] {
+                end += 1;
+            }
             if end - i == 1 {
                 if usable(node(i)) {
                     return Some(node(i));

@@ -83,8 +83,8 @@ fn owner<'a>(ring: &HashRing, addrs: &[&'a str], key: &str) -> &'a str {
 /// The ring point `key` lands on is shared by several addresses.
 fn on_shared_point(ring: &HashRing, key: &str) -> bool {
     let hash = sum64(key.as_bytes());
-    let i = ring.points.partition_point(|&(p, _)| p < hash) % ring.points.len();
-    ring.points.iter().filter(|x| x.0 == ring.points[i].0).count() > 1
+    let i = ring.points.partition_point(|&p| p < hash) % ring.points.len();
+    ring.points.iter().filter(|&&p| p == ring.points[i]).count() > 1
 }
 
 #[test]
