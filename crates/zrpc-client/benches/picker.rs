@@ -267,7 +267,9 @@ fn pick(c: &mut Criterion) {
 fn pick_consistent_hash(c: &mut Criterion) {
     let mut g = c.benchmark_group("pick");
     // keys as an application's: user ids, a different one each call
-    let keys: Vec<String> = (0..4096).map(|i| format!("user-{}", 100_000 + i * 7)).collect();
+    let keys: Vec<String> = (0..4096)
+        .map(|i| format!("user-{}", 100_000 + i * 7))
+        .collect();
     for n in [3usize, 100] {
         let set = endpoints(n);
         let addrs: Vec<String> = (0..n)
@@ -347,5 +349,12 @@ fn complete(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, pick, pick_consistent_hash, release, complete, clock);
+criterion_group!(
+    benches,
+    pick,
+    pick_consistent_hash,
+    release,
+    complete,
+    clock
+);
 criterion_main!(benches);

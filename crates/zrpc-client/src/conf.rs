@@ -577,7 +577,10 @@ mod tests {
         );
         assert_eq!(BalancerName::ConsistentHash.to_string(), "consistent_hash");
         let e = "p2c".parse::<BalancerName>().unwrap_err().to_string();
-        assert!(e.contains("supported: p2c_ewma, round_robin, consistent_hash"), "{e}");
+        assert!(
+            e.contains("supported: p2c_ewma, round_robin, consistent_hash"),
+            "{e}"
+        );
     }
 
     #[test]

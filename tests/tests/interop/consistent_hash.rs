@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use zrpc::balancer::HashRing;
 use zrpc::BalancerName;
+use zrpc::balancer::HashRing;
 use zrpc_tests::etcd::{EtcdCluster, unique_key};
 use zrpc_tests::gozero::{
     ClientYaml, Discovery, GzClient, SERVER_HEADER, ZrpcServer, eventually, go_zero_owners,
@@ -33,10 +33,23 @@ fn zrpcs_ring_gives_go_zeros_server_for_every_key() {
     let sets: [&[&str]; 3] = [
         &["127.0.0.1:41001", "127.0.0.1:41002", "127.0.0.1:41003"],
         // :80 and :801 share ten points, :8080 and :80801 ten more
-        &["10.0.0.1:80", "10.0.0.1:801", "10.0.0.1:8080", "10.0.0.1:80801"],
         &[
-            "10.1.0.1:9000", "10.1.0.2:9000", "10.1.0.3:9000", "10.1.0.4:9000", "10.1.0.5:9000",
-            "10.1.0.6:9000", "10.1.0.7:9000", "10.1.0.8:9000", "10.1.0.9:9000", "10.1.0.10:9000",
+            "10.0.0.1:80",
+            "10.0.0.1:801",
+            "10.0.0.1:8080",
+            "10.0.0.1:80801",
+        ],
+        &[
+            "10.1.0.1:9000",
+            "10.1.0.2:9000",
+            "10.1.0.3:9000",
+            "10.1.0.4:9000",
+            "10.1.0.5:9000",
+            "10.1.0.6:9000",
+            "10.1.0.7:9000",
+            "10.1.0.8:9000",
+            "10.1.0.9:9000",
+            "10.1.0.10:9000",
         ],
     ];
     let keys = keys(5000);
@@ -71,7 +84,12 @@ async fn zrpc_routes(client: &zrpc::Client, keys: &[String]) -> BTreeMap<String,
             .say_hello(req)
             .await
             .unwrap_or_else(|e| panic!("zrpc client, {key}: {e:?}"));
-        let server = resp.metadata().get(SERVER_HEADER).unwrap().to_str().unwrap();
+        let server = resp
+            .metadata()
+            .get(SERVER_HEADER)
+            .unwrap()
+            .to_str()
+            .unwrap();
         out.insert(key.clone(), server.to_owned());
     }
     out
@@ -93,10 +111,7 @@ async fn go_zero_routes(
         .run()
         .await;
     run.assert_all_ok("go-zero client, consistent_hash", Some(KEYS as u64));
-    run.calls
-        .into_iter()
-        .map(|c| (c.key, c.server))
-        .collect()
+    run.calls.into_iter().map(|c| (c.key, c.server)).collect()
 }
 
 fn same(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> usize {
@@ -177,7 +192,10 @@ async fn a_go_zero_and_a_zrpc_client_send_every_key_to_the_same_server() {
         .filter(|(_, s)| **s == gone_addr)
         .map(|(k, _)| k.clone())
         .collect();
-    let (zrpc_moved, go_moved) = (moved(&zrpc_before, &zrpc_after), moved(&go_before, &go_after));
+    let (zrpc_moved, go_moved) = (
+        moved(&zrpc_before, &zrpc_after),
+        moved(&go_before, &go_after),
+    );
     println!(
         "after {gone_addr} left: {same_after} of {KEYS} on the same server from both; keys moved: \
          zrpc {}, go-zero {}, of the {} it owned; shares go-zero {:?}, zrpc {:?}",

@@ -20,4 +20,5 @@ mod parity;
 mod same_yaml;
 mod support;
 mod tls;
+mod trace;
 mod zrpc_client;

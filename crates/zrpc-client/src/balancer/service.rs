@@ -15,9 +15,9 @@ use tokio::sync::watch;
 use tonic::body::Body;
 use tower::BoxError;
 
+use super::consistent_hash::{ConsistentHash, HashKey};
 use super::endpoint::{Answer, Attempt, ConnectOptions, Deadline, Endpoint};
 use super::replay::{self, Replay};
-use super::consistent_hash::{ConsistentHash, HashKey};
 use super::{P2cPicker, RoundRobin, ThreadRng};
 use crate::conf::BalancerName;
 use crate::resolver::{EndpointUpdates, ResolverStatus, subset};
@@ -261,7 +261,10 @@ impl Shared {
     ) -> Result<Arc<Endpoint>, tonic::Status> {
         let i = match self.kind {
             BalancerName::ConsistentHash => {
-                return self.ring.pick(key, set, now)?.ok_or_else(|| self.no_endpoint());
+                return self
+                    .ring
+                    .pick(key, set, now)?
+                    .ok_or_else(|| self.no_endpoint());
             }
             BalancerName::RoundRobin => self.rr.pick_at(set, now),
             _ => self.p2c.pick_at(set, now, &mut ThreadRng),

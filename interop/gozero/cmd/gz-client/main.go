@@ -4,7 +4,10 @@
 //	gz-client -f etc/gz-client.yaml [-n 10] [-c 1] [-gap 0] [-duration 0] [-wait 10s]
 //	          [-stream 0] [-name world] [-authority ""] [-call-timeout 0] [-v]
 //	          [-tls-ca ca.pem [-tls-cert c.pem -tls-key c.key] [-tls-server-name n]]
-//	          [-hash-keys N [-hash-peers M]]
+//	          [-hash-keys N [-hash-peers M]] [-baggage k=v,...]
+//
+// With -baggage every call's context carries that W3C baggage (go.opentelemetry.io/otel/baggage),
+// which go-zero's client interceptor sends as the `baggage` metadata.
 //
 // With -hash-keys N (for a client with BalancerName: consistent_hash) it makes one call per key
 // key-0 .. key-<N-1>, each with zrpc.SetHashKey, and adds "key" to the -v lines. -hash-peers M
@@ -55,6 +58,7 @@ import (
 	"github.com/zeromicro/go-zero/core/service"
 	"github.com/zeromicro/go-zero/core/trace"
 	"github.com/zeromicro/go-zero/zrpc"
+	"go.opentelemetry.io/otel/baggage"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
@@ -95,6 +99,10 @@ var (
 
 	hashKeys  = flag.Int("hash-keys", 0, "if > 0, one call per key key-0 .. key-<n-1> with zrpc.SetHashKey (ignores -n, -duration)")
 	hashPeers = flag.Int("hash-peers", 0, "with -hash-keys: first call (uncounted) until this many servers answered")
+	bags      = flag.String("baggage", "", "W3C baggage (k=v,...) in every call's context")
+
+	// the parsed -baggage
+	callBaggage baggage.Baggage
 )
 
 // result is one call's outcome; its JSON form is the -v line.
@@ -139,7 +147,7 @@ func printJSON(v any) {
 // call makes one call (unary or streaming) and describes it. reached tells whether the call got a
 // transport stream to some server (a peer is known).
 func call(cli greeter.GreeterClient, i int, key string) (r result, reached bool) {
-	ctx := context.Background()
+	ctx := baggage.ContextWithBaggage(context.Background(), callBaggage)
 	if key != "" {
 		ctx = zrpc.SetHashKey(ctx, key)
 		r.Key = key
@@ -308,6 +316,14 @@ func warmUp(cli greeter.GreeterClient, deadline time.Time) {
 
 func main() {
 	flag.Parse()
+	if *bags != "" {
+		b, err := baggage.Parse(*bags)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "gz-client: -baggage:", err)
+			os.Exit(2)
+		}
+		callBaggage = b
+	}
 	if *hashKeys > 0 {
 		*numCalls = *hashKeys
 		*duration = 0

@@ -129,7 +129,10 @@ fn addr_sets() -> impl Strategy<Value = Vec<String>> {
     prop::collection::btree_set(
         prop_oneof![
             (1u16..9999).prop_map(|p| format!("127.0.0.1:{p}")),
-            (0u16..12).prop_map(|p| format!("10.0.0.1:80{}", if p < 10 { p.to_string() } else { String::new() })),
+            (0u16..12).prop_map(|p| format!(
+                "10.0.0.1:80{}",
+                if p < 10 { p.to_string() } else { String::new() }
+            )),
         ],
         2..8,
     )
