@@ -232,3 +232,36 @@ fn hash_key_sets_the_extension() {
         Some("user-42")
     );
 }
+
+#[tokio::test]
+async fn a_retry_avoiding_the_keys_server_goes_to_its_next_on_the_ring() {
+    let addrs = ["127.0.0.1:8080", "127.0.0.1:8081", "127.0.0.1:8082"];
+    let eps: Vec<Arc<Endpoint>> = addrs
+        .iter()
+        .map(|a| Arc::new(Endpoint::new(a, &Default::default()).unwrap()))
+        .collect();
+    let ch = ConsistentHash::default();
+    ch.update(&eps);
+    let ring = HashRing::new(&addrs);
+    let key = HashKey::new("key-5");
+    let own = ch.pick(Some(&key), &eps, 0).unwrap().unwrap();
+    assert_eq!(&*own.addr, "127.0.0.1:8080");
+    // the pool a retry policy passes: the set less the endpoints already tried
+    let rest: Vec<Arc<Endpoint>> = eps
+        .iter()
+        .filter(|e| !Arc::ptr_eq(e, &own))
+        .cloned()
+        .collect();
+    let next = ch.pick(Some(&key), &rest, 0).unwrap().unwrap();
+    assert_eq!(
+        *next.addr,
+        *addrs[ring.get_where("key-5", |i| i != 0).unwrap()]
+    );
+    let last: Vec<Arc<Endpoint>> = rest
+        .iter()
+        .filter(|e| !Arc::ptr_eq(e, &next))
+        .cloned()
+        .collect();
+    let third = ch.pick(Some(&key), &last, 0).unwrap().unwrap();
+    assert!(!Arc::ptr_eq(&third, &own) && !Arc::ptr_eq(&third, &next));
+}
