@@ -554,24 +554,10 @@ mod tests {
         assert_eq!(log_dir(&conf), dir.0.join("greet").join(hostname()));
     }
 
-    /// A log sink in memory.
-    #[derive(Clone, Default)]
-    struct Buf(Arc<std::sync::Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
     #[test]
     fn json_lines_of_a_traced_call_carry_its_trace_id_under_go_zeros_key() {
         const ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
-        let buf = Buf::default();
+        let buf = crate::layers::test_util::LogBuf::default();
         let conf = RpcServerConf::new("greet.rpc", "127.0.0.1:0");
         let sink = buf.clone();
         let subscriber = tracing_subscriber::registry()
@@ -596,7 +582,7 @@ mod tests {
             root.in_scope(|| tracing::info!("a call of its own"));
             tracing::info!("outside any call");
         });
-        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        let text = buf.contents();
         let lines: Vec<serde_json::Value> = text
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
@@ -619,12 +605,12 @@ mod tests {
 
     #[test]
     fn plain_console_output_has_no_colour() {
-        let buf = Buf::default();
+        let buf = crate::layers::test_util::LogBuf::default();
         let mut conf = RpcServerConf::new("greet.rpc", "127.0.0.1:0");
         conf.log.encoding = "plain".into();
         let sink = buf.clone();
         log_lines_with(&conf, BoxMakeWriter::new(move || sink.clone()));
-        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        let text = buf.contents();
         assert!(text.contains("an error line"), "{text}");
         assert_no_ansi(&text);
     }

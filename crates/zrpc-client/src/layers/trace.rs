@@ -20,12 +20,9 @@
 //! span's `trace` field (go-zero's log field); inside one, the server's span carries it.
 
 #[cfg(feature = "otel")]
-use std::sync::OnceLock;
-
-#[cfg(feature = "otel")]
 use http::{HeaderName, HeaderValue};
 #[cfg(feature = "otel")]
-use opentelemetry::propagation::{Injector, TextMapCompositePropagator, TextMapPropagator};
+use opentelemetry::propagation::{Injector, TextMapPropagator};
 #[cfg(feature = "otel")]
 use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
 #[cfg(feature = "otel")]
@@ -53,28 +50,18 @@ impl Injector for HeaderInjector<'_> {
     }
 }
 
-/// W3C trace context and baggage: go-zero's global propagator, used while the application has
-/// set no global propagator of its own.
-#[cfg(feature = "otel")]
-fn w3c() -> &'static TextMapCompositePropagator {
-    static P: OnceLock<TextMapCompositePropagator> = OnceLock::new();
-    P.get_or_init(|| {
-        TextMapCompositePropagator::new(vec![
-            Box::new(TraceContextPropagator::new()),
-            Box::new(BaggagePropagator::new()),
-        ])
-    })
-}
-
-/// Injects `cx` with the global propagator, or [`w3c`] when the global one is OpenTelemetry's
-/// default (it names no field and injects nothing).
+/// Injects `cx` with the global propagator or, while that is OpenTelemetry's default (it names
+/// no field and injects nothing), with W3C trace context and baggage: go-zero's global
+/// propagator.
 #[cfg(feature = "otel")]
 fn inject(cx: &opentelemetry::Context, headers: &mut http::HeaderMap) {
     opentelemetry::global::get_text_map_propagator(|p| {
+        let mut injector = HeaderInjector(headers);
         if p.fields().next().is_some() {
-            p.inject_context(cx, &mut HeaderInjector(headers));
+            p.inject_context(cx, &mut injector);
         } else {
-            w3c().inject_context(cx, &mut HeaderInjector(headers));
+            TraceContextPropagator::new().inject_context(cx, &mut injector);
+            BaggagePropagator::new().inject_context(cx, &mut injector);
         }
     });
 }
