@@ -8,8 +8,9 @@
 //!   came, so the go-zero server's span is the child of the go-zero client's.
 //!
 //! Both ways the go-zero server receives the client's baggage merged with the relay's own
-//! (`user=alice` and `hop=relay`) beside the relay's own metadata, and the relay's log line of the
-//! call carries the trace id under go-zero's key, `trace`.
+//! (`user=alice` and `hop=relay`) beside the relay's own metadata, and the relay's log lines of
+//! the call (its handler's line and the stat line at its end) carry the trace id under go-zero's
+//! key, `trace`.
 
 use std::fs::File;
 use std::process::{Child, Command, Stdio};
@@ -48,7 +49,8 @@ impl Relay {
             &server,
             format!(
                 "Name: relay.rpc\nListenOn: {addr}\nCpuThreshold: 0\nLog:\n  Mode: console\n  \
-                 Level: info\nShutdown:\n  WrapUpTime: 0\n{}",
+                 Level: info\nShutdown:\n  WrapUpTime: 0s\nMiddlewares:\n  StatConf:\n    \
+                 LogRequestContent: true\n{}",
                 telemetry.unwrap_or_default()
             ),
         )
@@ -214,15 +216,21 @@ fn check_common(chain: &Chain) -> &SpanRecord {
     let mut members: Vec<&str> = baggage.split(',').map(str::trim).collect();
     members.sort_unstable();
     assert_eq!(members, ["hop=relay", "user=alice"], "{}", chain.meta);
-    // the relay's log line of the call carries the trace id under go-zero's key
-    let line = chain
-        .relay_log
-        .iter()
-        .find(|l| l.contains("relaying to the downstream greeter"))
-        .unwrap_or_else(|| panic!("no relay line: {:#?}", chain.relay_log));
-    let v: serde_json::Value = serde_json::from_str(line).unwrap();
-    assert_eq!(v["trace"], root.trace_id.as_str(), "{line}");
-    println!("  relay log line: {line}");
+    // the relay's log lines of the call (its handler's, and the call's stat line at its end)
+    // carry the trace id under go-zero's key
+    for what in [
+        "relaying to the downstream greeter",
+        "- /greeter.Greeter/SayHello",
+    ] {
+        let line = chain
+            .relay_log
+            .iter()
+            .find(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("no relay line with {what:?}: {:#?}", chain.relay_log));
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["trace"], root.trace_id.as_str(), "{line}");
+        println!("  relay log line: {line}");
+    }
     root
 }
 

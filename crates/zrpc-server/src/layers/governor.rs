@@ -188,6 +188,8 @@ impl OnStatus for Records {
                 breaker.finish(c, now.into_std());
             }
             if let Some(r) = recorders {
+                // inside the call's span: its end-of-call log lines carry the trace id
+                let _span = trace.as_ref().map(TraceRecord::enter);
                 r.finish(c, now);
             }
         }

@@ -100,6 +100,12 @@ impl TraceRecord {
     pub(crate) fn new(span: Span) -> Self {
         TraceRecord { span }
     }
+
+    /// Enters the call's span: a line logged at the call's end (the stat stage's) carries the
+    /// span's fields, its `trace` among them.
+    pub(crate) fn enter(&self) -> tracing::span::Entered<'_> {
+        self.span.enter()
+    }
 }
 
 impl OnStatus for TraceRecord {
