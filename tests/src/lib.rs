@@ -11,6 +11,7 @@ pub mod greeter;
 pub mod grpcgo;
 pub mod h2raw;
 pub mod k8s;
+pub mod otlp;
 pub mod redis;
 
 /// Generated from `proto/greeter.proto`.

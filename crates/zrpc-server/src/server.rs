@@ -402,13 +402,16 @@ impl Base {
             match bound {
                 Some((listener, shutdown)) => self.serve_phases(listener, shutdown, chain).await,
                 None => {
-                    let _telemetry = crate::telemetry::init(&self.conf)?;
+                    let telemetry = crate::telemetry::init(&self.conf)?;
                     let addr = listen_addr(&self.conf.listen_on);
                     let listener = TcpListener::bind(&addr)
                         .await
                         .map_err(|source| Error::Bind { addr, source })?;
                     let shutdown = Box::pin(shutdown::signal());
-                    self.serve_phases(listener, shutdown, chain).await
+                    let served = self.serve_phases(listener, shutdown, chain).await;
+                    // the last spans reach the collector before the process ends
+                    telemetry.shutdown().await;
+                    served
                 }
             }
         })

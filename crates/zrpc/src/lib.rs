@@ -118,7 +118,7 @@ pub use conf::{
     ServerMiddlewaresConf, ShutdownConf,
 };
 
-pub use zrpc_client::{CallTimeout, Client, EndpointInfo};
+pub use zrpc_client::{CallTimeout, Client, EndpointInfo, HashKey, hash_key};
 pub use zrpc_server::{
     Lookup, PeerIdentity, Phase, Server, ServerChain, ServerHandle, StaticTokens, TlsError,
     TokenFuture, TokenStore, Trailers, original_authority, preflight,

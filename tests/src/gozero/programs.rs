@@ -12,6 +12,8 @@ pub struct Programs {
     pub server: PathBuf,
     /// `interop/gozero/bin/gz-client`.
     pub client: PathBuf,
+    /// `interop/gozero/bin/gz-ring`: go-zero's `consistent_hash` ring, no network.
+    pub ring: PathBuf,
 }
 
 /// `interop/gozero/` in the repository.
@@ -51,7 +53,12 @@ fn build_programs() -> Option<Programs> {
     let programs = Programs {
         server: bin.join("gz-server"),
         client: bin.join("gz-client"),
+        ring: bin.join("gz-ring"),
     };
-    let bins = [programs.server.clone(), programs.client.clone()];
+    let bins = [
+        programs.server.clone(),
+        programs.client.clone(),
+        programs.ring.clone(),
+    ];
     crate::gobuild::build("go-zero", &dir, &bins).then_some(programs)
 }

@@ -11,6 +11,7 @@
 // crate's helpers are test code too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 mod auth_redis;
+mod consistent_hash;
 mod gozero_client;
 mod lifecycle;
 mod metrics;
@@ -19,4 +20,5 @@ mod parity;
 mod same_yaml;
 mod support;
 mod tls;
+mod trace;
 mod zrpc_client;
