@@ -131,8 +131,6 @@ pub use zrpc_client::Error as ClientError;
 #[doc(no_inline)]
 pub use zrpc_server::Error as ServerError;
 
-/// Client-side load balancing: the lock-free P2C+EWMA and round-robin pickers.
-pub use zrpc_client::balancer;
 /// Client-side discovery: targets and resolvers (direct, etcd, DNS, Kubernetes) and the stable
 /// subset.
 pub use zrpc_client::resolver;
