@@ -299,3 +299,272 @@ mod tests {
         assert_eq!(calls, 3, "one duration per call");
     }
 }
+
+/// How failures after the request went out are reported and recorded, against an HTTP/2 server
+/// (the `h2` crate) that resets or cuts: the caller's code, and the endpoint's record (a
+/// transport failure puts the endpoint in back-off: `down_until`).
+#[cfg(test)]
+mod edge_tests {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use bytes::Bytes;
+    use http_body_util::BodyExt;
+    use tokio::sync::oneshot;
+
+    use super::end;
+    use crate::balancer::endpoint::{ConnectOptions, Endpoint};
+    use crate::balancer::stats::Clock;
+
+    /// What the server does with its one stream.
+    #[derive(Clone, Copy, Debug)]
+    enum Server {
+        /// Reset it with `CANCEL` after `wait`, before any response head.
+        ResetBeforeHead { wait: Duration },
+        /// Send a response head, then reset it with `CANCEL` after `wait`.
+        ResetAfterHead { wait: Duration },
+        /// Send a response head and messages, through a proxy that closes the connection after
+        /// 1,000 bytes from the server.
+        CutAfterHead,
+    }
+
+    /// Serves one connection as `server` says; the receiver fires once it acted.
+    async fn serve(server: Server) -> (String, oneshot::Receiver<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (acted, rx) = oneshot::channel();
+        tokio::spawn(async move {
+            let (io, _) = listener.accept().await.unwrap();
+            let mut conn = h2::server::handshake(io).await.unwrap();
+            let (_req, mut respond) = conn.accept().await.unwrap().unwrap();
+            let head = || {
+                http::Response::builder()
+                    .header("content-type", "application/grpc")
+                    .body(())
+                    .unwrap()
+            };
+            tokio::spawn(async move { while conn.accept().await.is_some() {} });
+            match server {
+                Server::ResetBeforeHead { wait } => {
+                    tokio::time::sleep(wait).await;
+                    respond.send_reset(h2::Reason::CANCEL);
+                }
+                Server::ResetAfterHead { wait } => {
+                    let mut stream = respond.send_response(head(), false).unwrap();
+                    tokio::time::sleep(wait).await;
+                    stream.send_reset(h2::Reason::CANCEL);
+                }
+                Server::CutAfterHead => {
+                    let mut stream = respond.send_response(head(), false).unwrap();
+                    // messages until the connection is gone
+                    while stream
+                        .send_data(Bytes::from_static(b"\0\0\0\0\x02\x0a\0"), false)
+                        .is_ok()
+                    {
+                        tokio::task::yield_now().await;
+                    }
+                }
+            }
+            let _ = acted.send(());
+        });
+        let addr = match server {
+            Server::CutAfterHead => cutting_proxy(addr, 1_000).await,
+            _ => addr,
+        };
+        (addr, rx)
+    }
+
+    /// A TCP proxy to `upstream` that closes the connection once it passed `limit` bytes from
+    /// the server.
+    async fn cutting_proxy(upstream: String, limit: usize) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut client, _) = listener.accept().await.unwrap();
+            let mut server = tokio::net::TcpStream::connect(&upstream).await.unwrap();
+            let (mut cr, mut cw) = client.split();
+            let (mut sr, mut sw) = server.split();
+            let up = tokio::io::copy(&mut cr, &mut sw);
+            let down = async {
+                let mut passed = 0;
+                let mut buf = vec![0u8; 512];
+                while passed < limit {
+                    let n = sr.read(&mut buf).await?;
+                    if n == 0 {
+                        break;
+                    }
+                    let n = n.min(limit - passed);
+                    cw.write_all(&buf[..n]).await?;
+                    passed += n;
+                }
+                Ok::<_, std::io::Error>(())
+            };
+            tokio::select! {
+                _ = up => {}
+                _ = down => {}
+            }
+        });
+        addr
+    }
+
+    /// Sends one call to `addr` with `timeout`: its endpoint, deadline and attempt.
+    fn send(
+        addr: &str,
+        timeout: Duration,
+    ) -> (Arc<Endpoint>, Instant, crate::balancer::endpoint::Attempt) {
+        let ep = Arc::new(Endpoint::new(addr, &ConnectOptions::default()).unwrap());
+        let clock = Clock::new(Instant::now());
+        let deadline = Instant::now() + timeout;
+        let mut req = http::Request::builder()
+            .method("POST")
+            .uri(format!("http://{addr}/p.S/M"))
+            .header("content-type", "application/grpc")
+            .body(tonic::body::Body::empty())
+            .unwrap();
+        req.headers_mut().insert(
+            "grpc-timeout",
+            zrpc_core::grpc::timeout::format(timeout).parse().unwrap(),
+        );
+        ep.stats.on_pick();
+        let attempt = Arc::clone(&ep).send(
+            (clock, clock.nanos(Instant::now())),
+            Some(deadline),
+            Some(timeout),
+            req,
+            &Arc::from("direct:///test"),
+            true,
+        );
+        (ep, deadline, attempt)
+    }
+
+    fn code(e: &tonic::Status) -> tonic::Code {
+        e.code()
+    }
+
+    #[tokio::test]
+    async fn a_reset_at_the_deadline_before_the_head_is_deadline_exceeded_not_a_transport_failure()
+    {
+        let timeout = Duration::from_millis(100);
+        let (addr, acted) = serve(Server::ResetBeforeHead {
+            wait: timeout + Duration::from_millis(50),
+        })
+        .await;
+        let (ep, deadline, attempt) = send(&addr, timeout);
+        // not polled until the server reset the stream: the reset, not a timer, ends it
+        acted.await.unwrap();
+        let err = end(
+            attempt.await.map_err(|e| e.status.into()),
+            Some(deadline),
+            Some(timeout),
+            None,
+        )
+        .unwrap_err()
+        .downcast::<tonic::Status>()
+        .unwrap();
+        assert_eq!(code(&err), tonic::Code::DeadlineExceeded, "{err:?}");
+        assert_eq!(ep.stats.down_until(), 0, "no transport failure");
+        assert_eq!(ep.stats.inflight(), 0);
+        assert!(ep.stats.success() < 1000.0, "recorded as a deadline");
+    }
+
+    #[tokio::test]
+    async fn a_reset_at_the_deadline_after_the_head_is_deadline_exceeded_not_a_transport_failure() {
+        let timeout = Duration::from_millis(100);
+        let (addr, acted) = serve(Server::ResetAfterHead {
+            wait: timeout + Duration::from_millis(50),
+        })
+        .await;
+        let (ep, deadline, attempt) = send(&addr, timeout);
+        let resp = end(
+            attempt.await.map_err(|e| e.status.into()),
+            Some(deadline),
+            Some(timeout),
+            None,
+        )
+        .unwrap();
+        acted.await.unwrap();
+        let err = resp.into_body().frame().await.unwrap().unwrap_err();
+        assert_eq!(code(&err), tonic::Code::DeadlineExceeded, "{err:?}");
+        assert_eq!(ep.stats.down_until(), 0, "no transport failure");
+        assert_eq!(ep.stats.inflight(), 0);
+        assert!(ep.stats.success() < 1000.0, "recorded as a deadline");
+    }
+
+    #[tokio::test]
+    async fn a_cancel_before_the_deadline_is_cancelled_not_a_transport_failure() {
+        let timeout = Duration::from_secs(5);
+        // before the head
+        let (addr, _acted) = serve(Server::ResetBeforeHead {
+            wait: Duration::ZERO,
+        })
+        .await;
+        let (ep, deadline, attempt) = send(&addr, timeout);
+        let err = end(
+            attempt.await.map_err(|e| e.status.into()),
+            Some(deadline),
+            Some(timeout),
+            None,
+        )
+        .unwrap_err()
+        .downcast::<tonic::Status>()
+        .unwrap();
+        assert_eq!(code(&err), tonic::Code::Cancelled, "{err:?}");
+        assert!(
+            err.message()
+                .contains("stream terminated by RST_STREAM with error code: CANCEL"),
+            "{err:?}"
+        );
+        assert_eq!(ep.stats.down_until(), 0, "no transport failure");
+        assert_eq!(ep.stats.inflight(), 0);
+
+        // after the head
+        let (addr, _acted) = serve(Server::ResetAfterHead {
+            wait: Duration::from_millis(10),
+        })
+        .await;
+        let (ep, deadline, attempt) = send(&addr, timeout);
+        let resp = end(
+            attempt.await.map_err(|e| e.status.into()),
+            Some(deadline),
+            Some(timeout),
+            None,
+        )
+        .unwrap();
+        let err = resp.into_body().frame().await.unwrap().unwrap_err();
+        assert_eq!(code(&err), tonic::Code::Cancelled, "{err:?}");
+        assert_eq!(ep.stats.down_until(), 0, "no transport failure");
+        assert_eq!(ep.stats.inflight(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_connection_lost_in_the_middle_of_the_body_is_unavailable_and_a_transport_failure() {
+        let timeout = Duration::from_secs(5);
+        let (addr, _acted) = serve(Server::CutAfterHead).await;
+        let (ep, deadline, attempt) = send(&addr, timeout);
+        let resp = end(
+            attempt.await.map_err(|e| e.status.into()),
+            Some(deadline),
+            Some(timeout),
+            None,
+        )
+        .unwrap();
+        let mut body = resp.into_body();
+        let err = loop {
+            match body.frame().await {
+                Some(Ok(frame)) => assert!(frame.is_data()),
+                Some(Err(e)) => break e,
+                None => panic!("the body ended whole"),
+            }
+        };
+        assert_eq!(code(&err), tonic::Code::Unavailable, "{err:?}");
+        assert!(
+            err.message()
+                .contains("connection lost while receiving the response"),
+            "{err:?}"
+        );
+        assert!(ep.stats.down_until() > 0, "a transport failure");
+        assert_eq!(ep.stats.inflight(), 0);
+    }
+}

@@ -12,6 +12,8 @@ pub struct Programs {
     pub server: PathBuf,
     /// `interop/gozero/bin/gz-client`.
     pub client: PathBuf,
+    /// `interop/gozero/bin/grpc-edge`: a plain grpc-go server answering at gRPC's edges.
+    pub edge: PathBuf,
 }
 
 /// The repository root (the parent of the `tests` crate).
@@ -67,8 +69,9 @@ fn build_programs() -> Option<Programs> {
     let programs = Programs {
         server: bin.join("gz-server"),
         client: bin.join("gz-client"),
+        edge: bin.join("grpc-edge"),
     };
-    let built = programs.server.is_file() && programs.client.is_file();
+    let built = programs.server.is_file() && programs.client.is_file() && programs.edge.is_file();
     if !go_available() {
         let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
         if built && !ci {
@@ -115,15 +118,16 @@ fn build_programs() -> Option<Programs> {
         String::from_utf8_lossy(&out.stderr).trim()
     );
     assert!(
-        programs.server.is_file() && programs.client.is_file(),
-        "build.sh did not produce {} and {}",
+        programs.server.is_file() && programs.client.is_file() && programs.edge.is_file(),
+        "build.sh did not produce {}, {} and {}",
         programs.server.display(),
-        programs.client.display()
+        programs.client.display(),
+        programs.edge.display()
     );
     Some(programs)
 }
 
-/// True when both binaries are newer than every source file (`bin/` and `.bin/` excluded).
+/// True when the binaries are newer than every source file (`bin/` and `.bin/` excluded).
 fn fresh(dir: &Path, programs: &Programs) -> bool {
     fn mtime(p: &Path) -> Option<SystemTime> {
         std::fs::metadata(p).and_then(|m| m.modified()).ok()
@@ -145,11 +149,15 @@ fn fresh(dir: &Path, programs: &Programs) -> bool {
         }
         best
     }
-    let (Some(s), Some(c)) = (mtime(&programs.server), mtime(&programs.client)) else {
+    let (Some(s), Some(c), Some(e)) = (
+        mtime(&programs.server),
+        mtime(&programs.client),
+        mtime(&programs.edge),
+    ) else {
         return false;
     };
     match newest(dir, &["bin", ".bin"]) {
-        Some(src) => s.min(c) >= src,
+        Some(src) => s.min(c).min(e) >= src,
         None => false,
     }
 }
