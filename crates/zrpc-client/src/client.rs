@@ -101,13 +101,16 @@ pub struct ClientHandles {
 }
 
 impl ClientHandles {
-    /// Breakers from `registry` instead of the process-wide one.
+    /// Breakers from `registry` instead of the process-wide one (`Middlewares.Breaker` must be
+    /// on: [`Client::with_handles`] refuses a registry it would never use).
     pub fn breakers(mut self, registry: Arc<BreakerRegistry>) -> Self {
         self.breakers = Some(registry);
         self
     }
 
-    /// Metrics into `metrics` ([`ClientMetrics::register`]) instead of the global registry.
+    /// Metrics into `metrics` ([`ClientMetrics::register`]) instead of the global registry
+    /// (`Middlewares.Prometheus` must be on: [`Client::with_handles`] refuses a registry it
+    /// would never use).
     pub fn metrics(mut self, metrics: ClientMetrics) -> Self {
         self.metrics = Some(metrics);
         self
@@ -134,12 +137,29 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// As [`Client::new`].
+    /// As [`Client::new`]; and [`Error::Config`] when a registry is given for a stage the config
+    /// turns off (`Middlewares.Breaker` or `Middlewares.Prometheus` false), which would never
+    /// record into it.
     pub async fn with_handles(
         conf: RpcClientConf,
         handles: ClientHandles,
     ) -> Result<Client, Error> {
         conf.validate().map_err(Error::Config)?;
+        let unused = |key: &str, what: &str| {
+            Error::Config(ConfError::invalid(
+                key,
+                format!(
+                    "false, but {what} gives the client a registry it would never record into: \
+                     turn {key} on or leave the registry out"
+                ),
+            ))
+        };
+        if handles.breakers.is_some() && !conf.middlewares.breaker {
+            return Err(unused("Middlewares.Breaker", "ClientHandles::breakers"));
+        }
+        if handles.metrics.is_some() && !conf.middlewares.prometheus {
+            return Err(unused("Middlewares.Prometheus", "ClientHandles::metrics"));
+        }
         let target_str = conf.build_target().map_err(Error::Config)?;
         let target = Target::parse(&target_str)?;
         let resolution = resolver::resolve_with(&target, &conf.etcd)?;
@@ -153,19 +173,38 @@ impl Client {
         .await
     }
 
-    /// Builds a client over any endpoint-set source: `resolution` replaces the resolver of the
-    /// config's target (`Endpoints`, `Target` and `Etcd` are ignored); `name` names the target in
-    /// errors, logs, breakers and metrics. Use it for a custom discovery (publish `Some(set)` on the
-    /// watch channel on every change), or to drive endpoint-set updates in tests.
+    /// Builds a client over any endpoint-set source: `resolution` stands for the config's
+    /// target; `name` names the target in errors, logs, breakers and metrics. Use it for a
+    /// custom discovery (publish `Some(set)` on the watch channel on every change), or to drive
+    /// endpoint-set updates in tests.
     ///
     /// # Errors
     ///
-    /// As [`Client::new`], except for target errors.
+    /// As [`Client::new`]; and [`Error::Config`] when the config also names a target
+    /// (`Endpoints`, `Target` or `Etcd`), which the resolution would silently replace.
     pub async fn with_resolution(
         conf: RpcClientConf,
         name: &str,
         resolution: resolver::Resolution,
     ) -> Result<Client, Error> {
+        conf.validate_settings().map_err(Error::Config)?;
+        if let Ok(target) = conf.build_target() {
+            let key = if !conf.endpoints.is_empty() {
+                "Endpoints"
+            } else if !conf.target.is_empty() {
+                "Target"
+            } else {
+                "Etcd"
+            };
+            return Err(Error::Config(ConfError::invalid(
+                key,
+                format!(
+                    "the config names the target {target}, which the resolution given to \
+                     Client::with_resolution ({name}) replaces: leave Endpoints, Target and Etcd \
+                     empty"
+                ),
+            )));
+        }
         Client::build(
             conf,
             name.to_owned(),
@@ -193,10 +232,10 @@ impl Client {
         let balancer = Balancer::with_status(
             target_name.clone(),
             conf.balancer_name,
-            resolution.updates.clone(),
+            resolution.updates(),
             connect,
             random_seed(),
-            resolution.status.clone(),
+            resolution.status().clone(),
             // the timeout layer's deadline: the balancer anchors the timer wheel for it
             conf.middlewares
                 .timeout
@@ -246,7 +285,7 @@ impl Client {
             credentials,
             retry: Retry::new(balancer, policies),
             target: target_name,
-            _resolution: resolution.guard,
+            _resolution: resolution.into_source(),
         };
         if !conf.non_block {
             client.wait_usable(service_name).await?;
@@ -536,5 +575,57 @@ mod tests {
             breakers.names(),
             vec![format!("direct:///127.0.0.1:{port}/p.S/M")]
         );
+    }
+
+    #[tokio::test]
+    async fn a_registry_for_a_stage_that_is_off_is_refused() {
+        let mut conf = RpcClientConf::direct(["127.0.0.1:1"]);
+        conf.middlewares.breaker = false;
+        let breakers = Arc::new(BreakerRegistry::new(
+            zrpc_core::breaker::BreakerConfig::default(),
+        ));
+        let err = Client::with_handles(conf, ClientHandles::default().breakers(breakers))
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("Middlewares.Breaker") && text.contains("ClientHandles::breakers"),
+            "{text}"
+        );
+
+        let mut conf = RpcClientConf::direct(["127.0.0.1:1"]);
+        conf.middlewares.prometheus = false;
+        let metrics = ClientMetrics::register(&prometheus::Registry::new()).unwrap();
+        let err = Client::with_handles(conf, ClientHandles::default().metrics(metrics))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("Middlewares.Prometheus"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_resolution_refuses_a_config_that_names_a_target_and_checks_the_rest() {
+        let resolution = || resolver::Resolution::fixed(vec!["127.0.0.1:1".into()]);
+        let err = Client::with_resolution(
+            RpcClientConf::direct(["127.0.0.1:2"]),
+            "test:///r",
+            resolution(),
+        )
+        .await
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("Endpoints") && text.contains("direct:///127.0.0.1:2"),
+            "{text}"
+        );
+        // the rest of the config is checked as Client::new checks it
+        let bad = RpcClientConf::default()
+            .with_p2c(crate::conf::P2cConf::default().with_max_ejected_percent(101));
+        let err = Client::with_resolution(bad, "test:///r", resolution())
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("P2c.MaxEjectedPercent"), "{err}");
+        Client::with_resolution(RpcClientConf::default(), "test:///r", resolution())
+            .await
+            .unwrap();
     }
 }

@@ -316,16 +316,17 @@ mod edge_tests {
     use crate::balancer::endpoint::{ConnectOptions, Endpoint};
     use crate::balancer::stats::Clock;
 
-    /// What the server does with its one stream.
+    /// What the server does with its one stream: reset it (`BeforeHead`, `AfterHead`), or have
+    /// its connection cut (`Cut`).
     #[derive(Clone, Copy, Debug)]
     enum Server {
         /// Reset it with `CANCEL` after `wait`, before any response head.
-        ResetBeforeHead { wait: Duration },
+        BeforeHead { wait: Duration },
         /// Send a response head, then reset it with `CANCEL` after `wait`.
-        ResetAfterHead { wait: Duration },
+        AfterHead { wait: Duration },
         /// Send a response head and messages, through a proxy that closes the connection after
         /// 1,000 bytes from the server.
-        CutAfterHead,
+        Cut,
     }
 
     /// Serves one connection as `server` says; the receiver fires once it acted.
@@ -345,16 +346,16 @@ mod edge_tests {
             };
             tokio::spawn(async move { while conn.accept().await.is_some() {} });
             match server {
-                Server::ResetBeforeHead { wait } => {
+                Server::BeforeHead { wait } => {
                     tokio::time::sleep(wait).await;
                     respond.send_reset(h2::Reason::CANCEL);
                 }
-                Server::ResetAfterHead { wait } => {
+                Server::AfterHead { wait } => {
                     let mut stream = respond.send_response(head(), false).unwrap();
                     tokio::time::sleep(wait).await;
                     stream.send_reset(h2::Reason::CANCEL);
                 }
-                Server::CutAfterHead => {
+                Server::Cut => {
                     let mut stream = respond.send_response(head(), false).unwrap();
                     // messages until the connection is gone
                     while stream
@@ -368,7 +369,7 @@ mod edge_tests {
             let _ = acted.send(());
         });
         let addr = match server {
-            Server::CutAfterHead => cutting_proxy(addr, 1_000).await,
+            Server::Cut => cutting_proxy(addr, 1_000).await,
             _ => addr,
         };
         (addr, rx)
@@ -447,7 +448,7 @@ mod edge_tests {
     async fn a_reset_at_the_deadline_before_the_head_is_deadline_exceeded_not_a_transport_failure()
     {
         let timeout = Duration::from_millis(100);
-        let (addr, acted) = serve(Server::ResetBeforeHead {
+        let (addr, acted) = serve(Server::BeforeHead {
             wait: timeout + Duration::from_millis(50),
         })
         .await;
@@ -472,7 +473,7 @@ mod edge_tests {
     #[tokio::test]
     async fn a_reset_at_the_deadline_after_the_head_is_deadline_exceeded_not_a_transport_failure() {
         let timeout = Duration::from_millis(100);
-        let (addr, acted) = serve(Server::ResetAfterHead {
+        let (addr, acted) = serve(Server::AfterHead {
             wait: timeout + Duration::from_millis(50),
         })
         .await;
@@ -496,7 +497,7 @@ mod edge_tests {
     async fn a_cancel_before_the_deadline_is_cancelled_not_a_transport_failure() {
         let timeout = Duration::from_secs(5);
         // before the head
-        let (addr, _acted) = serve(Server::ResetBeforeHead {
+        let (addr, _acted) = serve(Server::BeforeHead {
             wait: Duration::ZERO,
         })
         .await;
@@ -520,7 +521,7 @@ mod edge_tests {
         assert_eq!(ep.stats.inflight(), 0);
 
         // after the head
-        let (addr, _acted) = serve(Server::ResetAfterHead {
+        let (addr, _acted) = serve(Server::AfterHead {
             wait: Duration::from_millis(10),
         })
         .await;
@@ -541,7 +542,7 @@ mod edge_tests {
     #[tokio::test]
     async fn a_connection_lost_in_the_middle_of_the_body_is_unavailable_and_a_transport_failure() {
         let timeout = Duration::from_secs(5);
-        let (addr, _acted) = serve(Server::CutAfterHead).await;
+        let (addr, _acted) = serve(Server::Cut).await;
         let (ep, deadline, attempt) = send(&addr, timeout);
         let resp = end(
             attempt.await.map_err(|e| e.status.into()),

@@ -131,8 +131,8 @@ pub use zrpc_client::Error as ClientError;
 #[doc(no_inline)]
 pub use zrpc_server::Error as ServerError;
 
-/// Client-side discovery: targets and resolvers (direct, etcd, DNS, Kubernetes) and the stable
-/// subset.
+/// Client-side discovery: targets and resolvers (direct, etcd, DNS, Kubernetes), and
+/// [`Resolution`](resolver::Resolution) for a discovery of your own.
 pub use zrpc_client::resolver;
 /// Server-side etcd registration: the self-healing [`Publisher`](registry::Publisher) and
 /// [`advertise_addr`](registry::advertise_addr).

@@ -236,17 +236,23 @@ pub(crate) fn judge(
             }
             _ => Verdict::Final(Err(e.status.into())),
         },
-        Ok(answer) => match (policy, status_from_headers(answer.resp.headers())) {
-            (Some(p), Some(code)) if p.again_after(code) => {
-                let pushback = Pushback::from_headers(answer.resp.headers());
-                let Answer { resp, done } = answer;
-                if let Some(d) = done {
-                    d.finish(code, Instant::now());
+        Ok(answer) => {
+            // a trailers-only answer's status (read only under a policy)
+            let again = policy.and_then(|p| {
+                status_from_headers(answer.resp.headers()).filter(|&c| p.again_after(c))
+            });
+            match again {
+                Some(code) => {
+                    let pushback = Pushback::from_headers(answer.resp.headers());
+                    let Answer { resp, done } = answer;
+                    if let Some(d) = done {
+                        d.finish(code, Instant::now());
+                    }
+                    Verdict::Again(Ok(Answer { resp, done: None }), pushback)
                 }
-                Verdict::Again(Ok(Answer { resp, done: None }), pushback)
+                None => Verdict::Final(Ok(answer)),
             }
-            _ => Verdict::Final(Ok(answer)),
-        },
+        }
     }
 }
 
