@@ -42,8 +42,8 @@ use crate::conf::{LogConf, RpcServerConf};
 use crate::error::Error;
 
 /// go-zero's file names (`core/logx/vars.go`).
-const ACCESS_LOG: &str = "access.log";
-const ERROR_LOG: &str = "error.log";
+pub(crate) const ACCESS_LOG: &str = "access.log";
+pub(crate) const ERROR_LOG: &str = "error.log";
 
 /// Keeps the tracer provider alive; flushes spans when dropped (at shutdown).
 #[derive(Debug, Default)]

@@ -52,7 +52,7 @@ impl Greeter for WhoGreeter {
 struct TlsServer {
     addr: std::net::SocketAddr,
     handle: ServerHandle,
-    join: tokio::task::JoinHandle<Result<(), zrpc::ServerError>>,
+    join: tokio::task::JoinHandle<Result<(), zrpc_server::Error>>,
 }
 
 impl TlsServer {
