@@ -294,7 +294,7 @@ impl EndpointStats {
         self.suspect.store(false, Ordering::Relaxed);
     }
 
-    /// A probe was answered less than [`PROBE_COOLDOWN`] before `now` (ns): a call that runs
+    /// A probe was answered less than `PROBE_COOLDOWN` before `now` (ns): a call that runs
     /// into its deadline then says the server is slow, not gone, and asks for no new probe (a
     /// server whose calls keep timing out would otherwise be probed after each of them).
     #[must_use]
@@ -309,7 +309,7 @@ impl EndpointStats {
     }
 
     /// Calls are in flight and nothing was heard from the endpoint (no answer, no byte, no
-    /// answered probe since the calls began) for [`STALL_MIN`] and ten times its latency (doubled
+    /// answered probe since the calls began) for `STALL_MIN` and ten times its latency (doubled
     /// by each probe answered while the same calls run): it may have stopped answering (frozen,
     /// a dead path), or it may only be running long silent calls; a probe tells which.
     #[must_use]
@@ -389,7 +389,7 @@ impl EndpointStats {
     }
 
     /// [`EndpointStats::cost`] times 1000 in integers, the form the v2 picker compares:
-    /// `(lag_ns + 1000) * (inflight + 1)` (capped below [`COST_PENALTY`]), `COST_PENALTY +
+    /// `(lag_ns + 1000) * (inflight + 1)` (capped below `COST_PENALTY`), `COST_PENALTY +
     /// inflight` for a probe already in flight, `u64::MAX` while down or ejected. Integer loads,
     /// one multiplication and integer compares: the float form's conversions and its
     /// multiply/min latency chain were a third of a pick's time (perf annotate of
