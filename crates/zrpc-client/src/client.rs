@@ -579,27 +579,26 @@ mod tests {
 
     #[tokio::test]
     async fn a_registry_for_a_stage_that_is_off_is_refused() {
-        let mut conf = RpcClientConf::direct(["127.0.0.1:1"]);
-        conf.middlewares.breaker = false;
+        let refused = |breaker: bool, handles: ClientHandles| async move {
+            let mut conf = RpcClientConf::direct(["127.0.0.1:1"]);
+            conf.middlewares.breaker = breaker;
+            conf.middlewares.prometheus = !breaker;
+            Client::with_handles(conf, handles)
+                .await
+                .unwrap_err()
+                .to_string()
+        };
         let breakers = Arc::new(BreakerRegistry::new(
             zrpc_core::breaker::BreakerConfig::default(),
         ));
-        let err = Client::with_handles(conf, ClientHandles::default().breakers(breakers))
-            .await
-            .unwrap_err();
-        let text = err.to_string();
+        let text = refused(false, ClientHandles::default().breakers(breakers)).await;
         assert!(
             text.contains("Middlewares.Breaker") && text.contains("ClientHandles::breakers"),
             "{text}"
         );
-
-        let mut conf = RpcClientConf::direct(["127.0.0.1:1"]);
-        conf.middlewares.prometheus = false;
         let metrics = ClientMetrics::register(&prometheus::Registry::new()).unwrap();
-        let err = Client::with_handles(conf, ClientHandles::default().metrics(metrics))
-            .await
-            .unwrap_err();
-        assert!(err.to_string().contains("Middlewares.Prometheus"), "{err}");
+        let text = refused(true, ClientHandles::default().metrics(metrics)).await;
+        assert!(text.contains("Middlewares.Prometheus"), "{text}");
     }
 
     #[tokio::test]

@@ -315,18 +315,15 @@ mod edge_tests {
     use super::end;
     use crate::balancer::endpoint::{ConnectOptions, Endpoint};
     use crate::balancer::stats::Clock;
+    use crate::layers::Response;
 
-    /// What the server does with its one stream: reset it (`BeforeHead`, `AfterHead`), or have
-    /// its connection cut (`Cut`).
-    #[derive(Clone, Copy, Debug)]
+    /// What the server does with its one stream: reset it (`BeforeHead`, `AfterHead`), or close
+    /// its connection after a response head and a message, when told (`Cut`).
+    #[derive(Debug)]
     enum Server {
-        /// Reset it with `CANCEL` after `wait`, before any response head.
         BeforeHead { wait: Duration },
-        /// Send a response head, then reset it with `CANCEL` after `wait`.
         AfterHead { wait: Duration },
-        /// Send a response head and messages, through a proxy that closes the connection after
-        /// 1,000 bytes from the server.
-        Cut,
+        Cut { when: oneshot::Receiver<()> },
     }
 
     /// Serves one connection as `server` says; the receiver fires once it acted.
@@ -338,83 +335,43 @@ mod edge_tests {
             let (io, _) = listener.accept().await.unwrap();
             let mut conn = h2::server::handshake(io).await.unwrap();
             let (_req, mut respond) = conn.accept().await.unwrap().unwrap();
-            let head = || {
-                http::Response::builder()
-                    .header("content-type", "application/grpc")
-                    .body(())
-                    .unwrap()
-            };
-            tokio::spawn(async move { while conn.accept().await.is_some() {} });
+            let driver = tokio::spawn(async move { while conn.accept().await.is_some() {} });
+            let head = http::Response::builder()
+                .header("content-type", "application/grpc")
+                .body(())
+                .unwrap();
             match server {
                 Server::BeforeHead { wait } => {
                     tokio::time::sleep(wait).await;
                     respond.send_reset(h2::Reason::CANCEL);
                 }
                 Server::AfterHead { wait } => {
-                    let mut stream = respond.send_response(head(), false).unwrap();
+                    let mut stream = respond.send_response(head, false).unwrap();
                     tokio::time::sleep(wait).await;
                     stream.send_reset(h2::Reason::CANCEL);
                 }
-                Server::Cut => {
-                    let mut stream = respond.send_response(head(), false).unwrap();
-                    // messages until the connection is gone
-                    while stream
-                        .send_data(Bytes::from_static(b"\0\0\0\0\x02\x0a\0"), false)
-                        .is_ok()
-                    {
-                        tokio::task::yield_now().await;
-                    }
+                Server::Cut { when } => {
+                    let mut stream = respond.send_response(head, false).unwrap();
+                    let message = Bytes::from_static(b"\0\0\0\0\x02\x0a\0");
+                    stream.send_data(message, false).unwrap();
+                    let _ = when.await;
+                    // the connection is dropped with the stream open: the socket closes
+                    driver.abort();
+                    let _ = driver.await;
                 }
             }
             let _ = acted.send(());
         });
-        let addr = match server {
-            Server::Cut => cutting_proxy(addr, 1_000).await,
-            _ => addr,
-        };
         (addr, rx)
     }
 
-    /// A TCP proxy to `upstream` that closes the connection once it passed `limit` bytes from
-    /// the server.
-    async fn cutting_proxy(upstream: String, limit: usize) -> String {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        tokio::spawn(async move {
-            let (mut client, _) = listener.accept().await.unwrap();
-            let mut server = tokio::net::TcpStream::connect(&upstream).await.unwrap();
-            let (mut cr, mut cw) = client.split();
-            let (mut sr, mut sw) = server.split();
-            let up = tokio::io::copy(&mut cr, &mut sw);
-            let down = async {
-                let mut passed = 0;
-                let mut buf = vec![0u8; 512];
-                while passed < limit {
-                    let n = sr.read(&mut buf).await?;
-                    if n == 0 {
-                        break;
-                    }
-                    let n = n.min(limit - passed);
-                    cw.write_all(&buf[..n]).await?;
-                    passed += n;
-                }
-                Ok::<_, std::io::Error>(())
-            };
-            tokio::select! {
-                _ = up => {}
-                _ = down => {}
-            }
-        });
-        addr
-    }
-
-    /// Sends one call to `addr` with `timeout`: its endpoint, deadline and attempt.
-    fn send(
+    /// Sends one call to `addr` with `timeout` and polls it once `first` is done: its endpoint,
+    /// and its end as the caller gets it.
+    async fn call(
         addr: &str,
         timeout: Duration,
-    ) -> (Arc<Endpoint>, Instant, crate::balancer::endpoint::Attempt) {
+        first: impl std::future::Future,
+    ) -> (Arc<Endpoint>, Result<Response, tonic::Status>) {
         let ep = Arc::new(Endpoint::new(addr, &ConnectOptions::default()).unwrap());
         let clock = Clock::new(Instant::now());
         let deadline = Instant::now() + timeout;
@@ -437,135 +394,104 @@ mod edge_tests {
             &Arc::from("direct:///test"),
             true,
         );
-        (ep, deadline, attempt)
-    }
-
-    fn code(e: &tonic::Status) -> tonic::Code {
-        e.code()
-    }
-
-    #[tokio::test]
-    async fn a_reset_at_the_deadline_before_the_head_is_deadline_exceeded_not_a_transport_failure()
-    {
-        let timeout = Duration::from_millis(100);
-        let (addr, acted) = serve(Server::BeforeHead {
-            wait: timeout + Duration::from_millis(50),
-        })
-        .await;
-        let (ep, deadline, attempt) = send(&addr, timeout);
-        // not polled until the server reset the stream: the reset, not a timer, ends it
-        acted.await.unwrap();
-        let err = end(
+        first.await;
+        let ended = end(
             attempt.await.map_err(|e| e.status.into()),
             Some(deadline),
             Some(timeout),
             None,
         )
-        .unwrap_err()
-        .downcast::<tonic::Status>()
-        .unwrap();
-        assert_eq!(code(&err), tonic::Code::DeadlineExceeded, "{err:?}");
-        assert_eq!(ep.stats.down_until(), 0, "no transport failure");
+        .map_err(|e| *e.downcast::<tonic::Status>().unwrap());
+        (ep, ended)
+    }
+
+    /// The error the body of `resp` ends with.
+    async fn body_error(resp: Response) -> tonic::Status {
+        let mut body = resp.into_body();
+        loop {
+            match body.frame().await {
+                Some(Ok(frame)) => assert!(frame.is_data()),
+                Some(Err(e)) => return e,
+                None => panic!("the body ended whole"),
+            }
+        }
+    }
+
+    /// Asserts what the endpoint recorded of its one call: a transport failure or not.
+    fn assert_record(ep: &Endpoint, transport_failure: bool) {
         assert_eq!(ep.stats.inflight(), 0);
+        assert_eq!(
+            ep.stats.down_until() > 0,
+            transport_failure,
+            "{:?}",
+            ep.stats
+        );
+    }
+
+    #[tokio::test]
+    async fn a_reset_at_the_deadline_is_deadline_exceeded_not_a_transport_failure() {
+        let timeout = Duration::from_millis(100);
+        let late = timeout + Duration::from_millis(50);
+
+        // before the head: the call is not polled until the server reset the stream, so the
+        // reset, not a timer, ends it (when it arrives first)
+        let (addr, acted) = serve(Server::BeforeHead { wait: late }).await;
+        let (ep, ended) = call(&addr, timeout, acted).await;
+        let err = ended.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{err:?}");
+        assert_record(&ep, false);
         assert!(ep.stats.success() < 1000.0, "recorded as a deadline");
-    }
 
-    #[tokio::test]
-    async fn a_reset_at_the_deadline_after_the_head_is_deadline_exceeded_not_a_transport_failure() {
-        let timeout = Duration::from_millis(100);
-        let (addr, acted) = serve(Server::AfterHead {
-            wait: timeout + Duration::from_millis(50),
-        })
-        .await;
-        let (ep, deadline, attempt) = send(&addr, timeout);
-        let resp = end(
-            attempt.await.map_err(|e| e.status.into()),
-            Some(deadline),
-            Some(timeout),
-            None,
-        )
-        .unwrap();
+        // after the head
+        let (addr, acted) = serve(Server::AfterHead { wait: late }).await;
+        let (ep, ended) = call(&addr, timeout, async {}).await;
         acted.await.unwrap();
-        let err = resp.into_body().frame().await.unwrap().unwrap_err();
-        assert_eq!(code(&err), tonic::Code::DeadlineExceeded, "{err:?}");
-        assert_eq!(ep.stats.down_until(), 0, "no transport failure");
-        assert_eq!(ep.stats.inflight(), 0);
+        let err = body_error(ended.unwrap()).await;
+        assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{err:?}");
+        assert_record(&ep, false);
         assert!(ep.stats.success() < 1000.0, "recorded as a deadline");
     }
 
     #[tokio::test]
     async fn a_cancel_before_the_deadline_is_cancelled_not_a_transport_failure() {
         let timeout = Duration::from_secs(5);
-        // before the head
         let (addr, _acted) = serve(Server::BeforeHead {
             wait: Duration::ZERO,
         })
         .await;
-        let (ep, deadline, attempt) = send(&addr, timeout);
-        let err = end(
-            attempt.await.map_err(|e| e.status.into()),
-            Some(deadline),
-            Some(timeout),
-            None,
-        )
-        .unwrap_err()
-        .downcast::<tonic::Status>()
-        .unwrap();
-        assert_eq!(code(&err), tonic::Code::Cancelled, "{err:?}");
+        let (ep, ended) = call(&addr, timeout, async {}).await;
+        let err = ended.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::Cancelled, "{err:?}");
         assert!(
             err.message()
                 .contains("stream terminated by RST_STREAM with error code: CANCEL"),
             "{err:?}"
         );
-        assert_eq!(ep.stats.down_until(), 0, "no transport failure");
-        assert_eq!(ep.stats.inflight(), 0);
+        assert_record(&ep, false);
 
-        // after the head
-        let (addr, _acted) = serve(Server::AfterHead {
-            wait: Duration::from_millis(10),
-        })
-        .await;
-        let (ep, deadline, attempt) = send(&addr, timeout);
-        let resp = end(
-            attempt.await.map_err(|e| e.status.into()),
-            Some(deadline),
-            Some(timeout),
-            None,
-        )
-        .unwrap();
-        let err = resp.into_body().frame().await.unwrap().unwrap_err();
-        assert_eq!(code(&err), tonic::Code::Cancelled, "{err:?}");
-        assert_eq!(ep.stats.down_until(), 0, "no transport failure");
-        assert_eq!(ep.stats.inflight(), 0);
+        let wait = Duration::from_millis(10);
+        let (addr, _acted) = serve(Server::AfterHead { wait }).await;
+        let (ep, ended) = call(&addr, timeout, async {}).await;
+        let err = body_error(ended.unwrap()).await;
+        assert_eq!(err.code(), tonic::Code::Cancelled, "{err:?}");
+        assert_record(&ep, false);
     }
 
     #[tokio::test]
     async fn a_connection_lost_in_the_middle_of_the_body_is_unavailable_and_a_transport_failure() {
-        let timeout = Duration::from_secs(5);
-        let (addr, _acted) = serve(Server::Cut).await;
-        let (ep, deadline, attempt) = send(&addr, timeout);
-        let resp = end(
-            attempt.await.map_err(|e| e.status.into()),
-            Some(deadline),
-            Some(timeout),
-            None,
-        )
-        .unwrap();
-        let mut body = resp.into_body();
-        let err = loop {
-            match body.frame().await {
-                Some(Ok(frame)) => assert!(frame.is_data()),
-                Some(Err(e)) => break e,
-                None => panic!("the body ended whole"),
-            }
-        };
-        assert_eq!(code(&err), tonic::Code::Unavailable, "{err:?}");
+        let (cut, when) = oneshot::channel();
+        let (addr, _acted) = serve(Server::Cut { when }).await;
+        let (ep, ended) = call(&addr, Duration::from_secs(5), async {}).await;
+        let mut body = ended.unwrap().into_body();
+        assert!(body.frame().await.unwrap().unwrap().is_data());
+        cut.send(()).unwrap();
+        let err = body.frame().await.unwrap().unwrap_err();
+        assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
         assert!(
             err.message()
                 .contains("connection lost while receiving the response"),
             "{err:?}"
         );
-        assert!(ep.stats.down_until() > 0, "a transport failure");
-        assert_eq!(ep.stats.inflight(), 0);
+        assert_record(&ep, true);
     }
 }

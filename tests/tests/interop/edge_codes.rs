@@ -97,6 +97,14 @@ async fn client(addr: &str, timeout: Duration) -> zrpc::Client {
     zrpc::client(conf(addr, timeout)).await.unwrap()
 }
 
+/// The error of a `SayHello` asking `name` of the grpc-go server at `addr` (5 s timeout).
+async fn failed_call(addr: &str, name: &str) -> tonic::Status {
+    GreeterClient::new(client(addr, Duration::from_secs(5)).await)
+        .say_hello(HelloRequest { name: name.into() })
+        .await
+        .unwrap_err()
+}
+
 #[tokio::test]
 async fn a_reset_at_the_callers_deadline_is_deadline_exceeded() {
     let p = gozero_or_skip!();
@@ -255,13 +263,7 @@ async fn a_connection_cut_in_the_middle_of_a_response_is_unavailable() {
 async fn a_message_the_client_cannot_decode_is_internal() {
     let p = gozero_or_skip!();
     let edge = Edge::start(&p.edge);
-    let mut greeter = GreeterClient::new(client(&edge.grpc, Duration::from_secs(5)).await);
-    let err = greeter
-        .say_hello(HelloRequest {
-            name: "bad-message".into(),
-        })
-        .await
-        .unwrap_err();
+    let err = failed_call(&edge.grpc, "bad-message").await;
     assert_eq!(err.code(), Code::Internal, "{err:?}");
 }
 
@@ -307,13 +309,7 @@ async fn status_details_binary_metadata_and_a_non_ascii_message_pass_unchanged()
 
     let p = gozero_or_skip!();
     let edge = Edge::start(&p.edge);
-    let mut greeter = GreeterClient::new(client(&edge.grpc, Duration::from_secs(5)).await);
-    let err = greeter
-        .say_hello(HelloRequest {
-            name: "details".into(),
-        })
-        .await
-        .unwrap_err();
+    let err = failed_call(&edge.grpc, "details").await;
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
     assert_eq!(err.message(), DETAILS_MESSAGE);
     let details = rpc::Status::decode(err.details()).unwrap();

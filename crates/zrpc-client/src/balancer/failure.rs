@@ -13,46 +13,40 @@ use std::error::Error as StdError;
 
 use zrpc_core::grpc::code;
 
-pub(crate) fn is_timeout(err: &(dyn StdError + 'static)) -> bool {
+/// The first error of type `T` in `err`'s source chain (`err` itself included).
+pub(crate) fn find<'a, T: StdError + 'static>(err: &'a (dyn StdError + 'static)) -> Option<&'a T> {
     let mut cur = Some(err);
     while let Some(e) = cur {
-        if e.is::<tonic::TimeoutExpired>() {
-            return true;
+        if let Some(t) = e.downcast_ref::<T>() {
+            return Some(t);
         }
         cur = e.source();
     }
-    false
+    None
+}
+
+/// True when tonic's `grpc-timeout` timer (or the attempt's own) ended the call.
+pub(crate) fn is_timeout(err: &(dyn StdError + 'static)) -> bool {
+    find::<tonic::TimeoutExpired>(err).is_some()
 }
 
 /// True when an HTTP/2 error (of the connection or the stream) is in the chain.
 pub(crate) fn is_h2_error(err: &(dyn StdError + 'static)) -> bool {
-    let mut cur = Some(err);
-    while let Some(e) = cur {
-        if e.is::<h2::Error>() {
-            return true;
-        }
-        cur = e.source();
-    }
-    false
+    find::<h2::Error>(err).is_some()
 }
 
 /// True for an I/O error of the connection (the peer closed or reset it, or a write to it failed):
-/// the request may or may not have been written; [`Wire::unsent_since`] tells.
+/// the request may or may not have been written; `Wire::unsent_since` tells.
 pub(crate) fn is_connection_loss(err: &(dyn StdError + 'static)) -> bool {
-    let mut cur = Some(err);
-    while let Some(e) = cur {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            return matches!(
-                io.kind(),
-                std::io::ErrorKind::BrokenPipe
-                    | std::io::ErrorKind::ConnectionReset
-                    | std::io::ErrorKind::ConnectionAborted
-                    | std::io::ErrorKind::UnexpectedEof
-            );
-        }
-        cur = e.source();
-    }
-    false
+    find::<std::io::Error>(err).is_some_and(|io| {
+        matches!(
+            io.kind(),
+            std::io::ErrorKind::BrokenPipe
+                | std::io::ErrorKind::ConnectionReset
+                | std::io::ErrorKind::ConnectionAborted
+                | std::io::ErrorKind::UnexpectedEof
+        )
+    })
 }
 
 /// True when the error proves the request was not processed by any server, so it may be sent to
@@ -87,16 +81,9 @@ pub(crate) fn never_reached_server(err: &(dyn StdError + 'static)) -> bool {
 /// The reason of a stream reset by the peer (`RST_STREAM` from the server), if that is what
 /// `err` is.
 pub(crate) fn remote_reset(err: &(dyn StdError + 'static)) -> Option<h2::Reason> {
-    let mut cur = Some(err);
-    while let Some(e) = cur {
-        if let Some(h2) = e.downcast_ref::<h2::Error>() {
-            return (h2.is_reset() && h2.is_remote())
-                .then(|| h2.reason())
-                .flatten();
-        }
-        cur = e.source();
-    }
-    None
+    find::<h2::Error>(err)
+        .filter(|h2| h2.is_reset() && h2.is_remote())
+        .and_then(h2::Error::reason)
 }
 
 /// The gRPC code of a stream reset with `reason` (grpc-go's `http2ErrConvTab`).

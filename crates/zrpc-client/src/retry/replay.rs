@@ -280,14 +280,22 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn pending_body_is_passed_through_and_not_kept() {
+    /// A client stream whose first message `a` is ready and whose next ones come on the sender.
+    async fn streaming() -> (
+        tokio::sync::mpsc::Sender<Result<Frame<Bytes>, tonic::Status>>,
+        Body,
+    ) {
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, tonic::Status>>(4);
         tx.send(Ok(Frame::data(Bytes::from_static(b"a"))))
             .await
             .unwrap();
         let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
-        let body = Body::new(http_body_util::StreamBody::new(stream));
+        (tx, Body::new(http_body_util::StreamBody::new(stream)))
+    }
+
+    #[tokio::test]
+    async fn pending_body_is_passed_through_and_not_kept() {
+        let (tx, body) = streaming().await;
         let (req, replay) = prepare(http::Request::new(body), true, None).unwrap();
         assert!(replay.is_none());
         tx.send(Ok(Frame::data(Bytes::from_static(b"b"))))
@@ -311,12 +319,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_body_still_streaming_at_the_deadline_ends_with_a_cancel() {
-        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, tonic::Status>>(4);
-        tx.send(Ok(Frame::data(Bytes::from_static(b"a"))))
-            .await
-            .unwrap();
-        let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
-        let body = Body::new(http_body_util::StreamBody::new(stream));
+        let (tx, body) = streaming().await;
         let deadline = Instant::now() + std::time::Duration::from_millis(100);
         let (req, _) = prepare(http::Request::new(body), false, Some(deadline)).unwrap();
         let mut body = req.into_body();
