@@ -14,6 +14,8 @@ pub struct Programs {
     pub client: PathBuf,
     /// `interop/gozero/bin/gz-ring`: go-zero's `consistent_hash` ring, no network.
     pub ring: PathBuf,
+    /// `interop/gozero/bin/grpc-edge`: a plain grpc-go server answering at gRPC's edges.
+    pub edge: PathBuf,
 }
 
 /// The repository root (the parent of the `tests` crate).
@@ -70,8 +72,16 @@ fn build_programs() -> Option<Programs> {
         server: bin.join("gz-server"),
         client: bin.join("gz-client"),
         ring: bin.join("gz-ring"),
+        edge: bin.join("grpc-edge"),
     };
-    let built = programs.server.is_file() && programs.client.is_file() && programs.ring.is_file();
+    let built = [
+        &programs.server,
+        &programs.client,
+        &programs.ring,
+        &programs.edge,
+    ]
+    .iter()
+    .all(|p| p.is_file());
     if !go_available() {
         let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
         if built && !ci {
@@ -118,16 +128,24 @@ fn build_programs() -> Option<Programs> {
         String::from_utf8_lossy(&out.stderr).trim()
     );
     assert!(
-        programs.server.is_file() && programs.client.is_file() && programs.ring.is_file(),
-        "build.sh did not produce {}, {} and {}",
+        [
+            &programs.server,
+            &programs.client,
+            &programs.ring,
+            &programs.edge
+        ]
+        .iter()
+        .all(|p| p.is_file()),
+        "build.sh did not produce {}, {}, {} and {}",
         programs.server.display(),
         programs.client.display(),
-        programs.ring.display()
+        programs.ring.display(),
+        programs.edge.display()
     );
     Some(programs)
 }
 
-/// True when both binaries are newer than every source file (`bin/` and `.bin/` excluded).
+/// True when the binaries are newer than every source file (`bin/` and `.bin/` excluded).
 fn fresh(dir: &Path, programs: &Programs) -> bool {
     fn mtime(p: &Path) -> Option<SystemTime> {
         std::fs::metadata(p).and_then(|m| m.modified()).ok()
@@ -149,15 +167,16 @@ fn fresh(dir: &Path, programs: &Programs) -> bool {
         }
         best
     }
-    let (Some(s), Some(c), Some(r)) = (
+    let (Some(s), Some(c), Some(r), Some(e)) = (
         mtime(&programs.server),
         mtime(&programs.client),
         mtime(&programs.ring),
+        mtime(&programs.edge),
     ) else {
         return false;
     };
     match newest(dir, &["bin", ".bin"]) {
-        Some(src) => s.min(c).min(r) >= src,
+        Some(src) => s.min(c).min(r).min(e) >= src,
         None => false,
     }
 }
