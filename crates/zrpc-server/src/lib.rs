@@ -15,6 +15,7 @@
 
 mod auth;
 mod authority;
+mod compression;
 pub mod conf;
 #[doc(hidden)]
 pub mod descriptors;

@@ -41,6 +41,9 @@ pub fn compiled_features() -> FeatureSet {
         ("toml", cfg!(feature = "toml")),
         ("redis-auth", cfg!(feature = "redis-auth")),
         ("tls", cfg!(feature = "tls")),
+        ("gzip", cfg!(feature = "gzip")),
+        ("deflate", cfg!(feature = "deflate")),
+        ("zstd", cfg!(feature = "zstd")),
     ] {
         if on {
             // every name is one of FEATURES (zrpcctl's tests compare them with Cargo.toml)

@@ -161,6 +161,52 @@ pub fn parse_setting(s: &str) -> Result<Option<Encoding>, UnknownEncoding> {
     }
 }
 
+/// Config values of type `Option<Encoding>` (`Compression: gzip`), for
+/// `#[serde(with = "zrpc_core::grpc::compression::setting")]`: an encoding's name, or
+/// `identity` / `none` / empty for none ([`parse_setting`]).
+pub mod setting {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::{Encoding, parse_setting};
+
+    /// Writes the encoding's name (`""` for none).
+    ///
+    /// # Errors
+    ///
+    /// The serializer's.
+    pub fn serialize<S: Serializer>(v: &Option<Encoding>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(v.map_or("", Encoding::name))
+    }
+
+    /// Reads a name.
+    ///
+    /// # Errors
+    ///
+    /// A value that is not an encoding's name (the options are in the message).
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Encoding>, D::Error> {
+        let s = String::deserialize(d)?;
+        parse_setting(&s).map_err(serde::de::Error::custom)
+    }
+
+    /// Checks that this build has `encoding` (its cargo feature, as
+    /// [`feature_on`](crate::conf::feature_on) reports it), for the config key `key`.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfError`](crate::conf::ConfError) naming the key, the value and the feature.
+    pub fn check_built(
+        key: &str,
+        encoding: Option<Encoding>,
+    ) -> Result<(), crate::conf::ConfError> {
+        match encoding {
+            Some(e) if !crate::conf::feature_on(e.feature(), e.is_built()) => Err(
+                crate::conf::ConfError::feature_off(key, e.name(), "this compression", e.feature()),
+            ),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// A set of [`Encoding`]s, as in `grpc-accept-encoding`.
 #[derive(Clone, Copy, Default, PartialEq, Eq)]
 pub struct Encodings(u8);
