@@ -61,6 +61,8 @@ pub struct Client {
     credentials: Option<Credentials>,
     /// Retry and hedging policies (`MethodConfig`), `None` without any.
     retries: Option<Arc<Retries>>,
+    /// Request and response compression (`crate::compression`).
+    compression: Arc<crate::compression::Compression>,
     balancer: Balancer,
     target: Arc<str>,
     /// Keeps the resolver running.
@@ -247,6 +249,7 @@ impl Client {
             timeout: m.timeout.then(|| Timeout::new(conf.timeout_duration())),
             credentials,
             retries,
+            compression: crate::compression::Compression::new(&conf),
             balancer,
             target: target_name,
             _resolution: resolution.guard,
@@ -368,6 +371,8 @@ pin_project! {
             outcome: StatusGuard<Outcome>,
             // the timeout stage's deadline
             bound: Option<Bound>,
+            // how the response is decompressed
+            inflate: crate::compression::Inflate,
         },
         // the breaker rejected the call (recorded already)
         Rejected { err: Option<BoxError> },
@@ -392,6 +397,7 @@ impl Future for ResponseFuture {
                 call,
                 outcome,
                 bound,
+                inflate,
             } => {
                 let answer = {
                     let _enter = outcome
@@ -400,7 +406,10 @@ impl Future for ResponseFuture {
                         .map(tracing::Span::enter);
                     ready!(call.poll(cx))
                 };
-                Poll::Ready(end(answer, *bound, outcome.take()))
+                Poll::Ready(
+                    end(answer, *bound, outcome.take())
+                        .and_then(|resp| std::mem::take(inflate).response(resp)),
+                )
             }
         }
     }
@@ -513,6 +522,7 @@ impl tower::Service<http::Request<Body>> for Client {
         if let Some(c) = &self.credentials {
             c.apply(&mut req);
         }
+        let inflate = self.compression.request(&mut req);
         let policy = self.retries.as_ref().and_then(|r| {
             r.deposit(start);
             r.policy(req.uri().path()).map(|p| (Arc::clone(r), p))
@@ -539,6 +549,7 @@ impl tower::Service<http::Request<Body>> for Client {
                 call,
                 outcome,
                 bound,
+                inflate,
             },
         }
     }

@@ -10,6 +10,7 @@
 
 pub mod balancer;
 mod client;
+mod compression;
 pub mod conf;
 mod error;
 mod layers;

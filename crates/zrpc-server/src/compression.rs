@@ -173,10 +173,7 @@ fn unsupported(value: &HeaderValue, accept_value: &HeaderValue) -> Refused {
 
 /// A decompressed request body's error, as tonic's codec takes it.
 fn into_status(e: DecompressError<Status>) -> Status {
-    match e {
-        DecompressError::Body(status) => status,
-        DecompressError::Codec(e) => Status::new(e.code().into(), e.message()),
-    }
+    e.or_codec(|c| Status::new(c.code().into(), c.message()))
 }
 
 #[derive(Debug)]

@@ -13,8 +13,8 @@ pub use zrpc_core::conf::{
 };
 
 pub use zrpc_client::conf::{
-    BalancerName, ClientMiddlewaresConf, ClientTlsConf, HedgingPolicyConf, MethodConf, MethodName,
-    RetryBudgetConf, RetryPolicyConf, RpcClientConf, StatusCodes,
+    BalancerName, ClientMiddlewaresConf, ClientTlsConf, HedgingPolicyConf, MethodCompressionConf,
+    MethodConf, MethodName, RetryBudgetConf, RetryPolicyConf, RpcClientConf, StatusCodes,
 };
 pub use zrpc_server::conf::{
     AuthTokenConf, ClientAuth, DevServerConf, IgnoredKey, LogConf, LogFieldKeys, MethodTimeoutConf,

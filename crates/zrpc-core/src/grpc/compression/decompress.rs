@@ -89,6 +89,17 @@ pub enum DecompressError<E> {
     Codec(CodecError),
 }
 
+impl<E> DecompressError<E> {
+    /// The inner body's error as it was, or a refused message's as `codec` makes it (the
+    /// caller's status type from [`CodecError::code`] and [`CodecError::message`]).
+    pub fn or_codec(self, codec: impl FnOnce(CodecError) -> E) -> E {
+        match self {
+            DecompressError::Body(e) => e,
+            DecompressError::Codec(c) => codec(c),
+        }
+    }
+}
+
 impl<E: fmt::Display> fmt::Display for DecompressError<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
