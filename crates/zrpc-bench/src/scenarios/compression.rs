@@ -7,7 +7,7 @@
 
 use anyhow::Result;
 
-use super::{Ctx, Gen, LoadSpec, Profile, ServerSpec, Side};
+use super::{Ctx, Gen, LoadSpec, Pinning, Profile, ServerSpec, Side};
 use crate::report::{MISSING, Section, Table, f, round_ratio};
 use crate::stats::median;
 
@@ -27,12 +27,8 @@ const SUBJECTS: [(&str, Profile, Gen, bool); 4] = [
 pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
     let rounds = ctx.opts.rounds;
     let secs = ctx.opts.round_secs;
-    let pinned = ctx.env.taskset && ctx.env.cpus >= 2;
-    let (srv_cpu, load_cpu, threads) = if pinned {
-        (Some(0), Some(1), 1)
-    } else {
-        (None, None, 0)
-    };
+    let pin = Pinning::of(ctx);
+    let (srv_cpu, load_cpu, threads) = (pin.server_cpu, pin.load_cpu, pin.threads);
     let running: Vec<_> = SUBJECTS
         .iter()
         .map(|&(_, profile, _, gzip)| {
@@ -137,24 +133,7 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
             f(median(p99[s].clone()), 2),
         ]);
     }
-    let mut notes = vec![format!(
-        "Noise monitor: a run lost {:.1}% of the machine to other processes and steal (median \
-         over the runs; worst {:.1}%).",
-        median(lost.clone()) * 100.0,
-        lost.iter().copied().fold(0.0, f64::max) * 100.0
-    )];
-    if reruns > 0 {
-        notes.push(format!(
-            "{reruns} runs completed nothing and were run again."
-        ));
-    }
-    if !pinned {
-        notes.push(
-            "unpinned: taskset or a second CPU is missing; servers and the client ran with \
-             their default threads."
-                .into(),
-        );
-    }
+    let notes = pin.notes(&lost, reruns);
     Ok(Section {
         intro: "Each client calls the server of its kind: a bare tonic channel a bare tonic \
                 server, a zrpc client a zrpc server (full chain), both with gzip on or both \

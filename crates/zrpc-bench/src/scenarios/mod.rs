@@ -951,3 +951,56 @@ mod tests {
         assert_eq!(empty.wait_share(), 0.0);
     }
 }
+
+/// Where a two-sided run goes: pinned (the server on CPU 0 with one runtime thread, the load
+/// generator on CPU 1 with one) when taskset and a second CPU are there, else unpinned with
+/// default threads.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pinning {
+    pub(crate) pinned: bool,
+    pub(crate) server_cpu: Option<usize>,
+    pub(crate) load_cpu: Option<usize>,
+    pub(crate) threads: usize,
+}
+
+impl Pinning {
+    pub(crate) fn of(ctx: &Ctx<'_>) -> Self {
+        let pinned = ctx.env.taskset && ctx.env.cpus >= 2;
+        let (server_cpu, load_cpu, threads) = if pinned {
+            (Some(0), Some(1), 1)
+        } else {
+            (None, None, 0)
+        };
+        Pinning {
+            pinned,
+            server_cpu,
+            load_cpu,
+            threads,
+        }
+    }
+
+    /// The notes of a run of alternating rounds: the noise monitor's figures over the runs
+    /// (`lost`: each run's share of the machine lost to others), the runs done again, and
+    /// whether it ran unpinned.
+    pub(crate) fn notes(self, lost: &[f64], reruns: u32) -> Vec<String> {
+        let mut notes = vec![format!(
+            "Noise monitor: a run lost {:.1}% of the machine to other processes and steal \
+             (median over the runs; worst {:.1}%).",
+            crate::stats::median(lost.to_vec()) * 100.0,
+            lost.iter().copied().fold(0.0, f64::max) * 100.0
+        )];
+        if reruns > 0 {
+            notes.push(format!(
+                "{reruns} runs completed nothing and were run again."
+            ));
+        }
+        if !self.pinned {
+            notes.push(
+                "unpinned: taskset or a second CPU is missing; servers and the client ran \
+                 with their default threads."
+                    .into(),
+            );
+        }
+        notes
+    }
+}
