@@ -25,6 +25,8 @@ use zrpc_core::grpc::compression::{
     CallCompression, Compress, Decompress, Encoding, Encodings, GRPC_ACCEPT_ENCODING, GRPC_ENCODING,
 };
 
+use zrpc_core::grpc::find_header;
+
 use crate::conf::RpcClientConf;
 
 /// The client's compression settings, shared by its clones.
@@ -73,7 +75,7 @@ impl Compression {
                 .unwrap_or(self.send),
         };
         if let Some(encoding) = choice.filter(|e| self.built.contains(*e))
-            && !req.headers().contains_key(GRPC_ENCODING)
+            && !req.headers().contains_key(&GRPC_ENCODING)
         {
             req.headers_mut()
                 .insert(GRPC_ENCODING, encoding.header_value());
@@ -110,7 +112,7 @@ impl Inflate {
         self,
         resp: http::Response<Body>,
     ) -> Result<http::Response<Body>, BoxError> {
-        let Some(value) = resp.headers().get(GRPC_ENCODING) else {
+        let Some(value) = find_header(resp.headers(), &GRPC_ENCODING) else {
             return Ok(resp);
         };
         if value.as_bytes() == b"identity" {
@@ -128,7 +130,7 @@ impl Inflate {
             .into());
         };
         let (mut parts, body) = resp.into_parts();
-        parts.headers.remove(GRPC_ENCODING);
+        parts.headers.remove(&GRPC_ENCODING);
         let call = self.call.unwrap_or_default();
         parts.extensions.insert(call.clone());
         let body = Decompress::new(body, encoding)

@@ -37,7 +37,7 @@ use zrpc_core::grpc::compression::{
     CallCompression, Compress, Decompress, DecompressError, Encoding, Encodings,
     GRPC_ACCEPT_ENCODING, GRPC_ENCODING,
 };
-use zrpc_core::grpc::{GRPC_STATUS, code, status_response};
+use zrpc_core::grpc::{GRPC_STATUS, code, find_header, status_response};
 
 use crate::conf::RpcServerConf;
 
@@ -109,7 +109,7 @@ where
 
     fn call(&mut self, mut req: Request<Body>) -> Self::Future {
         let s = &*self.settings;
-        let received = match req.headers().get(GRPC_ENCODING) {
+        let received = match find_header(req.headers(), &GRPC_ENCODING) {
             None => None,
             Some(v) if v.as_bytes() == b"identity" => None,
             Some(v) => {
@@ -130,7 +130,7 @@ where
         let call = CallCompression::new();
         req.extensions_mut().insert(call.clone());
         if let Some(encoding) = received {
-            req.headers_mut().remove(GRPC_ENCODING);
+            req.headers_mut().remove(&GRPC_ENCODING);
             let limit = s.limit;
             let recorded = Some(call.clone());
             req = req.map(|body| {
@@ -150,10 +150,8 @@ where
             settings: Arc::clone(&self.settings),
         };
         ResponseFuture {
-            state: State::Called {
-                inner: self.inner.call(req),
-                watch: Some(watch),
-            },
+            inner: Some(self.inner.call(req)),
+            extra: Some(Box::new(Extra::Watch(watch))),
         }
     }
 }
@@ -216,13 +214,15 @@ impl Watch {
             // trailers-only, or already compressed by the service itself (tonic's own)
             Some(e)
                 if !parts.headers.contains_key(GRPC_STATUS)
-                    && !parts.headers.contains_key(GRPC_ENCODING) =>
+                    && !parts.headers.contains_key(&GRPC_ENCODING) =>
             {
                 parts.headers.insert(GRPC_ENCODING, e.header_value());
                 ResponseBody::Compressed {
-                    body: Compress::new(body, e)
-                        .min_size(s.min_size)
-                        .choices(Some(self.call)),
+                    body: Box::pin(
+                        Compress::new(body, e)
+                            .min_size(s.min_size)
+                            .choices(Some(self.call)),
+                    ),
                 }
             }
             _ => ResponseBody::Plain { body },
@@ -231,39 +231,36 @@ impl Watch {
     }
 }
 
-pin_project! {
-    /// The response future of [`Compression`].
-    pub(crate) struct ResponseFuture<F> {
-        #[pin]
-        state: State<F>,
-    }
+/// What a call compressed either way, or refused, needs besides the inner future (boxed: a
+/// call compressed neither way carries none of it).
+#[derive(Debug)]
+enum Extra {
+    Watch(Watch),
+    Refused(Refused),
 }
 
 pin_project! {
-    #[project = StateProj]
-    enum State<F> {
-        Called {
-            #[pin]
-            inner: F,
-            // `None`: the call is not compressed either way
-            watch: Option<Watch>,
-        },
-        Refused { refused: Option<Refused> },
+    /// The response future of [`Compression`].
+    pub(crate) struct ResponseFuture<F> {
+        // `None`: refused before the service was called
+        #[pin]
+        inner: Option<F>,
+        extra: Option<Box<Extra>>,
     }
 }
 
 impl<F> ResponseFuture<F> {
     fn passed(inner: F) -> Self {
         ResponseFuture {
-            state: State::Called { inner, watch: None },
+            inner: Some(inner),
+            extra: None,
         }
     }
 
     fn refused(refused: Refused) -> Self {
         ResponseFuture {
-            state: State::Refused {
-                refused: Some(refused),
-            },
+            inner: None,
+            extra: Some(Box::new(Extra::Refused(refused))),
         }
     }
 }
@@ -275,38 +272,37 @@ where
 {
     type Output = Result<Response<ResponseBody<B>>, E>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().state.project() {
-            StateProj::Called { inner, watch } => {
-                let resp = ready!(inner.poll(cx))?;
-                Poll::Ready(Ok(match watch.take() {
-                    None => resp.map(|body| ResponseBody::Plain { body }),
-                    Some(w) => w.respond(resp),
-                }))
-            }
-            StateProj::Refused { refused } => {
-                let Refused {
-                    message,
-                    accept_value,
-                } = refused.take().unwrap_or_else(|| Refused {
-                    message: "polled after completion".to_owned(),
-                    accept_value: HeaderValue::from_static("identity"),
-                });
-                let mut resp = status_response(code::UNIMPLEMENTED, &message);
-                resp.headers_mut()
-                    .insert(GRPC_ACCEPT_ENCODING, accept_value);
-                Poll::Ready(Ok(resp))
-            }
+        let this = self.project();
+        if let Some(inner) = this.inner.as_pin_mut() {
+            let resp = ready!(inner.poll(cx))?;
+            return Poll::Ready(Ok(match this.extra.take().map(|b| *b) {
+                Some(Extra::Watch(w)) => w.respond(resp),
+                _ => resp.map(|body| ResponseBody::Plain { body }),
+            }));
         }
+        let (message, accept_value) = match this.extra.take().map(|b| *b) {
+            Some(Extra::Refused(r)) => (r.message, r.accept_value),
+            _ => (
+                "polled after completion".to_owned(),
+                HeaderValue::from_static("identity"),
+            ),
+        };
+        let mut resp = status_response(code::UNIMPLEMENTED, &message);
+        resp.headers_mut()
+            .insert(GRPC_ACCEPT_ENCODING, accept_value);
+        Poll::Ready(Ok(resp))
     }
 }
 
 pin_project! {
-    /// A response body of the stage: as the service gave it, or compressed.
+    /// A response body of the stage: as the service gave it, or compressed (boxed, so that
+    /// every other response's body stays the size of the service's).
     #[project = BodyProj]
     pub(crate) enum ResponseBody<B> {
         Plain { #[pin] body: B },
-        Compressed { #[pin] body: Compress<B> },
+        Compressed { body: Pin<Box<Compress<B>>> },
     }
 }
 
@@ -327,7 +323,7 @@ impl<B: http_body::Body<Data = Bytes>> http_body::Body for ResponseBody<B> {
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         match self.project() {
             BodyProj::Plain { body } => body.poll_frame(cx),
-            BodyProj::Compressed { body } => body.poll_frame(cx),
+            BodyProj::Compressed { body } => body.as_mut().poll_frame(cx),
         }
     }
 

@@ -29,7 +29,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue};
 use parking_lot::Mutex;
 
 mod codec;
@@ -40,10 +40,11 @@ mod frame;
 pub use compress::Compress;
 pub use decompress::{Decompress, DecompressError};
 
-/// The header naming the encoding of a call's compressed messages.
-pub const GRPC_ENCODING: &str = "grpc-encoding";
+/// The header naming the encoding of a call's compressed messages (a name, so that a lookup
+/// does not parse it).
+pub const GRPC_ENCODING: HeaderName = HeaderName::from_static("grpc-encoding");
 /// The header listing the encodings a peer can decompress.
-pub const GRPC_ACCEPT_ENCODING: &str = "grpc-accept-encoding";
+pub const GRPC_ACCEPT_ENCODING: HeaderName = HeaderName::from_static("grpc-accept-encoding");
 /// The default bound of one decompressed message: 4 MiB, the default receive limit of tonic
 /// (`max_decoding_message_size`) and of grpc-go (`MaxRecvMsgSize`).
 pub const DEFAULT_MAX_DECOMPRESSED_SIZE: usize = 4 * 1024 * 1024;
@@ -255,7 +256,7 @@ impl Encodings {
     #[must_use]
     pub fn from_accept_header(headers: &HeaderMap) -> Self {
         headers
-            .get_all(GRPC_ACCEPT_ENCODING)
+            .get_all(&GRPC_ACCEPT_ENCODING)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
