@@ -6,8 +6,10 @@
 //! - requests are compressed with `Compression` (or the method's `MethodCompression`, or the
 //!   call's [`CallCompression`]), messages below `CompressionMinSize` excepted, and sent with
 //!   `grpc-encoding`; a request that already has one (tonic's `send_compressed`) is left alone;
-//! - every request lists the encodings the client can decompress in `grpc-accept-encoding`, as
-//!   grpc-go's clients do, so that a server set to compress its responses can;
+//! - a call that uses compression (`Compression`, the method's `MethodCompression`, or a
+//!   [`CallCompression`] in the request) lists the encodings the client can decompress in
+//!   `grpc-accept-encoding`, so that a server set to compress its responses does; other calls
+//!   send no such header (it would cost every call its encoding on the wire);
 //! - a response with `grpc-encoding` is decompressed (each message bounded by
 //!   `MaxDecompressedSize`: `ResourceExhausted` past it) and reaches tonic without the header,
 //!   with a [`CallCompression`] in its extensions that tells how each message arrived; one in
@@ -36,6 +38,8 @@ pub(crate) struct Compression {
     send: Option<Encoding>,
     /// `MethodCompression`, by full method.
     methods: HashMap<Box<str>, Option<Encoding>, foldhash::fast::RandomState>,
+    /// Some `MethodCompression` entry names an encoding.
+    method_encodings: bool,
     built: Encodings,
     /// `grpc-accept-encoding`, `None` when the build has no encoding.
     accept_value: Option<HeaderValue>,
@@ -53,6 +57,10 @@ impl Compression {
                 .iter()
                 .map(|m| (m.full_method.as_str().into(), m.compression))
                 .collect(),
+            method_encodings: conf
+                .method_compression
+                .iter()
+                .any(|m| m.compression.is_some()),
             built,
             accept_value: (!built.is_empty()).then(|| built.header_value()),
             min_size: conf.compression_min_size,
@@ -65,6 +73,13 @@ impl Compression {
     #[inline]
     pub(crate) fn request(&self, req: &mut http::Request<Body>) -> Inflate {
         let call = req.extensions().get::<CallCompression>().cloned();
+        if call.is_none() && self.send.is_none() && !self.method_encodings {
+            // a call without compression: nothing to add
+            return Inflate {
+                call,
+                limit: self.limit,
+            };
+        }
         let choice = match call.as_ref().and_then(CallCompression::send_choice) {
             Some(choice) => choice,
             None if self.methods.is_empty() => self.send,
@@ -86,7 +101,12 @@ impl Compression {
                     .choices(call.clone()),
             );
         }
-        if let Some(accept) = &self.accept_value {
+        // the call uses compression: it asks for compressed responses too
+        if let Some(accept) = self
+            .accept_value
+            .as_ref()
+            .filter(|_| call.is_some() || choice.is_some())
+        {
             req.headers_mut()
                 .entry(GRPC_ACCEPT_ENCODING)
                 .or_insert_with(|| accept.clone());

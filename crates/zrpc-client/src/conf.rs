@@ -61,9 +61,9 @@ pub struct RpcClientConf {
     #[serde(skip_serializing_if = "RetryBudgetConf::is_default")]
     pub retry_budget: RetryBudgetConf,
     /// zrpc addition: the encoding of request messages (`gzip`, `deflate`, `zstd`); none (the
-    /// default) sends them uncompressed. Whatever this says, every call lists the encodings the
-    /// client can decompress in `grpc-accept-encoding` (as grpc-go's clients do), and
-    /// compressed responses are decompressed.
+    /// default) sends them uncompressed. Set, the client's calls also list the encodings it can
+    /// decompress in `grpc-accept-encoding` (asking for compressed responses). Compressed
+    /// responses are decompressed whatever this says.
     #[serde(with = "compression::setting", skip_serializing_if = "Option::is_none")]
     pub compression: Option<Encoding>,
     /// zrpc addition: `Compression` for single methods, over the client's.

@@ -7,8 +7,8 @@
 //!   accepted ones in `grpc-accept-encoding`. Responses are compressed with `Compression`
 //!   (none by default), and only for clients that list it in `grpc-accept-encoding`.
 //! - **Client**: requests are compressed with `Compression` or the method's
-//!   `MethodCompression` (none by default); every call lists the encodings the client can
-//!   decompress, and compressed responses are decompressed.
+//!   `MethodCompression` (none by default); such calls also list the encodings the client can
+//!   decompress, asking for compressed responses, and compressed responses are decompressed.
 //! - On both sides a compressed message may decompress to at most `MaxDecompressedSize`
 //!   octets (4 MiB by default); a larger one ends its call with `ResourceExhausted`.
 //!

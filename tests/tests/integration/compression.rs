@@ -422,7 +422,18 @@ async fn streams_and_limits_on_the_client() {
         c.compression_min_size = 0;
     })
     .await;
-    let client = zrpc_client(server.addr, |_| {}).await;
+    // a client without compression does not ask for it: answered plain
+    let plain = zrpc_client(server.addr, |_| {}).await;
+    let reply = GreeterClient::new(plain)
+        .say_hello(HelloRequest {
+            name: "p".repeat(3000),
+        })
+        .await
+        .unwrap();
+    assert!(reply.extensions().get::<CallCompression>().is_none());
+
+    // one with Compression: gzip asks, and gets every message compressed
+    let client = zrpc_client(server.addr, |c| c.compression = Some(Encoding::Gzip)).await;
     let stream = GreeterClient::new(client)
         .say_hello_stream(HelloStreamRequest {
             name: "s".into(),
@@ -445,7 +456,11 @@ async fn streams_and_limits_on_the_client() {
     assert!(stream.message().await.unwrap().is_none());
 
     // a response that decompresses past the client's MaxDecompressedSize
-    let small = zrpc_client(server.addr, |c| c.max_decompressed_size = 1000).await;
+    let small = zrpc_client(server.addr, |c| {
+        c.compression = Some(Encoding::Gzip);
+        c.max_decompressed_size = 1000;
+    })
+    .await;
     let err = GreeterClient::new(small)
         .say_hello(HelloRequest {
             name: "b".repeat(5000),
