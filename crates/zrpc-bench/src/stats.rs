@@ -54,9 +54,6 @@ pub(crate) struct Summary {
     /// the wire, TCP/IP headers aside), from `/proc/self/io`.
     #[serde(default)]
     pub(crate) sent_per_call: f64,
-    /// Octets it read per call (the responses on the wire).
-    #[serde(default)]
-    pub(crate) received_per_call: f64,
 }
 
 impl Summary {
