@@ -135,6 +135,14 @@ done
 log "cargo test --doc"
 cargo test --workspace --doc --locked
 
+# The README's commands with no protoc on PATH and a fresh target dir: a newcomer's machine
+# (crates/zrpcctl/tests/newcomer.rs hides protoc from a scaffold's build the same way, on the
+# shared target dir). Costs one debug build of zrpcctl's dependencies.
+log "README commands without protoc (fresh target dir)"
+readme_dir=$(mktemp -d)
+scripts/readme_without_protoc.sh "$readme_dir"
+rm -rf "$readme_dir"
+
 # --- 5. docker-compose.yml ---------------------------------------------------
 if [ -f docker-compose.yml ]; then
   log "validate docker-compose.yml"

@@ -48,6 +48,28 @@ pub const SAY_HELLO_STREAM: &str = "/greeter.Greeter/SayHelloStream";
 struct Counters {
     started: AtomicU64,
     finished: AtomicU64,
+    /// Unary calls whose handler was dropped before it finished.
+    dropped: AtomicU64,
+    /// Notified at every change of the counts, for [`TestGreeter::wait_for`].
+    changed: tokio::sync::Notify,
+}
+
+impl Counters {
+    fn add(&self, count: &AtomicU64) {
+        count.fetch_add(1, Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
+}
+
+/// Counts its handler as dropped unless it finished.
+struct Running(Arc<Counters>, bool);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.0.add(&self.0.dropped);
+        }
+    }
 }
 
 /// The test Greeter. Cheap to clone; clones share their counters.
@@ -136,6 +158,38 @@ impl TestGreeter {
         self.counters.finished.load(Ordering::SeqCst)
     }
 
+    /// Unary calls whose handler was dropped before it finished (a timeout, the caller gone).
+    pub fn dropped(&self) -> u64 {
+        self.counters.dropped.load(Ordering::SeqCst)
+    }
+
+    /// Waits until `done` holds of this greeter's counts (checked at each change of them).
+    ///
+    /// # Panics
+    ///
+    /// When it does not hold within 10 s.
+    pub async fn wait_for(&self, what: &str, done: impl Fn(&TestGreeter) -> bool) {
+        let wait = async {
+            loop {
+                let changed = self.counters.changed.notified();
+                if done(self) {
+                    return;
+                }
+                changed.await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), wait)
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "greeter: {what} not seen in 10 s (started {}, finished {}, dropped {})",
+                    self.started(),
+                    self.finished(),
+                    self.dropped()
+                )
+            });
+    }
+
     /// The tonic service.
     pub fn into_service(self) -> GreeterServer<TestGreeter> {
         GreeterServer::new(self)
@@ -145,7 +199,8 @@ impl TestGreeter {
 #[tonic::async_trait]
 impl Greeter for TestGreeter {
     async fn say_hello(&self, req: Request<HelloRequest>) -> Result<Response<HelloReply>, Status> {
-        self.counters.started.fetch_add(1, Ordering::SeqCst);
+        self.counters.add(&self.counters.started);
+        let mut running = Running(Arc::clone(&self.counters), false);
         let call = req.extensions().get::<CallCompression>().cloned();
         let name = req.into_inner().name;
         let d = directives(&name);
@@ -165,7 +220,8 @@ impl Greeter for TestGreeter {
         {
             panic!("{msg}");
         }
-        self.counters.finished.fetch_add(1, Ordering::SeqCst);
+        running.1 = true;
+        self.counters.add(&self.counters.finished);
         if let Some(code) = d.fail.or(self.failure) {
             return Err(Status::new(code, "failed on purpose"));
         }

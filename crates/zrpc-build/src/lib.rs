@@ -23,30 +23,54 @@
 //!   streaming call is never cut at `Timeout` nor shed) and serves reflection, with no
 //!   `reflection_descriptor` or `streaming_method` call.
 //!
-//! `protoc` must be on `PATH` (or named by the `PROTOC` environment variable), as for
-//! tonic-prost-build.
+//! The protos are read by the system's `protoc` when one is installed (`PROTOC`, else `protoc`
+//! on `PATH`, as for tonic-prost-build), else by [protox], a protobuf compiler written in Rust
+//! that zrpc-build carries (the default `protox` feature): a build needs nothing but cargo.
+//! `default-features = false` drops protox (10 crates fewer) and requires protoc.
+//!
+//! [protox]: https://docs.rs/protox
 //!
 //! [zrpc]: https://github.com/zrpc-rs/zrpc
 //! [`zrpc::Server`]: https://github.com/zrpc-rs/zrpc/blob/main/crates/zrpc-server/src/server.rs
 
+mod compiler;
 mod rewrite;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+
+use prost::Message;
+pub use prost_types::FileDescriptorSet;
+
+use compiler::Compiler;
 
 /// Compiles `protos` (searched in `includes`) with the default settings: client and server
 /// code, paths under `::zrpc`. See [`configure`] to change them.
 ///
 /// # Errors
 ///
-/// [`Error`] naming the step that failed: `OUT_DIR` unset (not run from `build.rs`), `protoc`
-/// missing or rejecting a file (its message names the file and line), or an I/O error on a
+/// [`Error`] naming the step that failed: `OUT_DIR` unset (not run from `build.rs`), the
+/// compiler rejecting a file (its message names the file and line), or an I/O error on a
 /// generated file.
 pub fn compile_protos(
     protos: &[impl AsRef<Path>],
     includes: &[impl AsRef<Path>],
 ) -> Result<(), Error> {
     configure().compile_protos(protos, includes)
+}
+
+/// Reads `protos` (searched in `includes`) into one descriptor set, with their imports and
+/// comments, as `protoc --include_imports --include_source_info -o` writes it, with the same
+/// compiler as [`compile_protos`] (the system's protoc, else protox). For a `build.rs` that runs
+/// tonic-prost-build itself: `tonic_prost_build::configure().compile_fds(set)`.
+///
+/// # Errors
+/// [`Error::Compile`] naming the file and line the compiler rejected.
+pub fn file_descriptor_set(
+    protos: &[impl AsRef<Path>],
+    includes: &[impl AsRef<Path>],
+) -> Result<FileDescriptorSet, Error> {
+    compiler::load(&Compiler::from_env(), &paths(protos), &paths(includes))
 }
 
 /// A [`Builder`] with the defaults: client and server code, generated paths under `::zrpc`.
@@ -99,8 +123,8 @@ impl Builder {
         self
     }
 
-    /// Compiles `protos`, searched in `includes`, and prints the `cargo:rerun-if-changed`
-    /// lines for them.
+    /// Compiles `protos`, searched in `includes` (the build script reruns when a file of the
+    /// crate changes, cargo's default).
     ///
     /// # Errors
     ///
@@ -126,6 +150,12 @@ impl Builder {
         let include_name = format!("{stem}.zrpc-include.rs");
         let zrpc = self.zrpc_path.trim_end_matches("::");
 
+        let set = file_descriptor_set(protos, includes)?;
+        let descriptor_path = out_dir.join(&descriptor_name);
+        std::fs::write(&descriptor_path, set.encode_to_vec()).map_err(|source| Error::Io {
+            path: descriptor_path,
+            source,
+        })?;
         let mut config = prost_build::Config::new();
         config.prost_path(format!("{zrpc}::codegen::prost"));
         config.prost_types_path(format!("{zrpc}::prost_types"));
@@ -135,9 +165,8 @@ impl Builder {
             .build_transport(false)
             .codec_path(format!("{zrpc}::codegen::tonic_prost::ProstCodec"))
             .out_dir(&out_dir)
-            .file_descriptor_set_path(out_dir.join(&descriptor_name))
             .include_file(&include_name)
-            .compile_with_config(config, &paths(protos), &paths(includes))
+            .compile_fds_with_config(set, config)
             .map_err(Error::Compile)?;
 
         // The include file lists every generated file (`include!("pkg.rs");`).
@@ -171,8 +200,12 @@ pub enum Error {
     NoOutDir,
     /// The list of protos is empty.
     NoProtos,
-    /// protoc or tonic-prost-build failed; the message names the file and line.
+    /// The compiler (protoc or protox) or tonic-prost-build failed; the message names the file
+    /// and line.
     Compile(std::io::Error),
+    /// No `protoc` is installed (`PROTOC` unset, none on `PATH`) and this zrpc-build was built
+    /// without its `protox` feature.
+    NoProtoc,
     /// A generated file could not be read or written.
     Io {
         /// The file.
@@ -189,9 +222,11 @@ impl fmt::Display for Error {
                 "zrpc-build: OUT_DIR is not set; call it from build.rs or set Builder::out_dir",
             ),
             Error::NoProtos => f.write_str("zrpc-build: no .proto file given"),
-            Error::Compile(e) => write!(
-                f,
-                "zrpc-build: compiling the protos failed: {e} (is protoc installed, or PROTOC set?)"
+            Error::Compile(e) => write!(f, "zrpc-build: compiling the protos failed: {e}"),
+            Error::NoProtoc => f.write_str(
+                "zrpc-build: no protoc found (PROTOC is unset and no protoc is on PATH), and \
+                 zrpc-build was built without its `protox` feature: install protoc \
+                 (`apt install protobuf-compiler`), set PROTOC, or enable the feature",
             ),
             Error::Io { path, source } => {
                 write!(f, "zrpc-build: {}: {source}", path.display())

@@ -526,6 +526,10 @@ pub enum BalancerName {
     P2cEwma,
     /// `round_robin`: the comparison baseline.
     RoundRobin,
+    /// `consistent_hash` (go-zero v1.9.3+): each call goes to the server that owns its key
+    /// ([`hash_key`](crate::hash_key)) on go-zero's ring; a call without a key fails with
+    /// `InvalidArgument`.
+    ConsistentHash,
 }
 
 impl BalancerName {
@@ -534,6 +538,7 @@ impl BalancerName {
         match self {
             BalancerName::P2cEwma => "p2c_ewma",
             BalancerName::RoundRobin => "round_robin",
+            BalancerName::ConsistentHash => "consistent_hash",
         }
     }
 }
@@ -556,11 +561,9 @@ impl FromStr for BalancerName {
         match s {
             "p2c_ewma" | "" => Ok(BalancerName::P2cEwma),
             "round_robin" => Ok(BalancerName::RoundRobin),
-            "consistent_hash" => Err(UnknownBalancer(
-                "balancer `consistent_hash` is not supported yet (supported: p2c_ewma, round_robin)".to_owned(),
-            )),
+            "consistent_hash" => Ok(BalancerName::ConsistentHash),
             other => Err(UnknownBalancer(format!(
-                "unknown balancer {other:?} (supported: p2c_ewma, round_robin)"
+                "unknown balancer {other:?} (supported: p2c_ewma, round_robin, consistent_hash)"
             ))),
         }
     }
@@ -679,12 +682,16 @@ mod tests {
             "round_robin".parse::<BalancerName>().unwrap(),
             BalancerName::RoundRobin
         );
-        let e = "consistent_hash"
-            .parse::<BalancerName>()
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("not supported yet"), "{e}");
-        assert!("p2c".parse::<BalancerName>().is_err());
+        assert_eq!(
+            "consistent_hash".parse::<BalancerName>().unwrap(),
+            BalancerName::ConsistentHash
+        );
+        assert_eq!(BalancerName::ConsistentHash.to_string(), "consistent_hash");
+        let e = "p2c".parse::<BalancerName>().unwrap_err().to_string();
+        assert!(
+            e.contains("supported: p2c_ewma, round_robin, consistent_hash"),
+            "{e}"
+        );
     }
 
     #[test]

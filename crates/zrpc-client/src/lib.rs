@@ -19,6 +19,7 @@ pub mod resolver;
 mod retry;
 mod tls;
 
+pub use balancer::{HashKey, hash_key};
 pub use client::{Client, ClientHandles, EndpointInfo, ResponseFuture};
 pub use error::Error;
 pub use layers::timeout::CallTimeout;

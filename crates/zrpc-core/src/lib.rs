@@ -1,7 +1,7 @@
 //! The governance math of zrpc, ported from go-zero's `core/` packages.
 //!
-//! Everything here is pure computation with time passed in as a parameter (`now: Instant`), so it is
-//! deterministic under test and has no networking:
+//! The math is pure computation with time passed in as a parameter (`now: Instant`), so it is
+//! deterministic under test and does no I/O:
 //!
 //! - [`ewma`]: the time-decayed EWMA weight behind the client's P2C balancer (go-zero `p2c.go`).
 //! - [`window`]: the rolling window of time buckets (go-zero `collection/rollingwindow.go`).
@@ -16,7 +16,8 @@
 //! - [`conf`]: go-zero-compatible config loading (YAML/JSON/TOML, `${VAR}`, case-insensitive keys,
 //!   unknown-key errors) and the shared `EtcdConf`.
 //! - [`grpc`]: http-level gRPC helpers (final status from headers or trailers, `grpc-timeout`).
-//! - `etcd` (feature `etcd`): the etcd client options used by registration and discovery.
+//! - `etcd` (feature `etcd`): the etcd client (connection options, TLS, endpoint checks) used by
+//!   registration and discovery: the one part of this crate that touches the network.
 //!
 //! Higher layers (`zrpc-server`, `zrpc-client`) wrap these in tower middleware.
 

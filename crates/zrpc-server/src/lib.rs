@@ -15,6 +15,7 @@
 
 mod auth;
 mod authority;
+mod call;
 mod compression;
 pub mod conf;
 #[doc(hidden)]
@@ -35,9 +36,14 @@ pub mod telemetry;
 mod tls;
 mod transport;
 
+// The governor against its stages nested as tower layers, fed as the serve loop feeds it.
+#[cfg(test)]
+mod differential;
+
 #[cfg(feature = "redis-auth")]
 pub use auth::RedisTokens;
 pub use authority::original_authority;
+pub use call::Trailers;
 pub use conf::RpcServerConf;
 pub use error::Error;
 pub use handle::{Phase, ServerHandle};

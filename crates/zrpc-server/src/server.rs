@@ -19,7 +19,7 @@ use tower::{ServiceBuilder, ServiceExt};
 use tower_layer::{Identity, Layer, Stack};
 use tower_service::Service;
 use zrpc_core::breaker::BreakerRegistry;
-use zrpc_core::conf::Validate;
+use zrpc_core::conf::{ConfError, Validate};
 
 use crate::conf::RpcServerConf;
 use crate::error::Error;
@@ -76,6 +76,8 @@ struct Base {
     parts: HandleParts,
     /// Layers around the whole chain, the first added outermost.
     outer: Vec<OuterLayer>,
+    /// A builder call the config makes pointless, refused when serving starts.
+    refused: Option<ConfError>,
 }
 
 impl<L> std::fmt::Debug for Server<L> {
@@ -118,6 +120,7 @@ impl Server {
                 authority_repair: true,
                 parts: HandleParts::new(),
                 outer: Vec::new(),
+                refused: None,
             },
             layer: Identity::new(),
         })
@@ -180,12 +183,21 @@ impl<L> Server<L> {
         self
     }
 
-    /// Replaces the auth token store (default: the `AuthTokens` map). Has effect only with
-    /// `Auth: true`.
+    /// Replaces the auth token store (default: the `AuthTokens` map, or Redis with
+    /// `Redis.Host`).
+    ///
+    /// Serving fails with [`Error::Conf`] when the config's `Auth` is false: no call would be
+    /// checked against the store.
     #[must_use]
     pub fn token_store(mut self, store: Arc<dyn TokenStore>) -> Self {
         if self.base.conf.auth {
             self.base.token_store = Some(store);
+        } else {
+            self.base.refused = Some(ConfError::invalid(
+                "Auth",
+                "a token store was given (`Server::token_store`) but `Auth` is false, so no \
+                 call would be checked against it: set `Auth: true`",
+            ));
         }
         self
     }
@@ -379,21 +391,27 @@ impl Base {
     /// here, so that the state machine of serving is compiled once, in this crate, rather
     /// than in each codegen unit of the application that awaits it.
     fn serve<'a>(
-        self,
+        mut self,
         bound: Option<(TcpListener, Shutdown<'a>)>,
         chain: ChainFn,
     ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>> {
         Box::pin(async move {
+            if let Some(refused) = self.refused.take() {
+                return Err(Error::Conf(refused));
+            }
             match bound {
                 Some((listener, shutdown)) => self.serve_phases(listener, shutdown, chain).await,
                 None => {
-                    let _telemetry = crate::telemetry::init(&self.conf)?;
+                    let telemetry = crate::telemetry::init(&self.conf)?;
                     let addr = listen_addr(&self.conf.listen_on);
                     let listener = TcpListener::bind(&addr)
                         .await
                         .map_err(|source| Error::Bind { addr, source })?;
                     let shutdown = Box::pin(shutdown::signal());
-                    self.serve_phases(listener, shutdown, chain).await
+                    let served = self.serve_phases(listener, shutdown, chain).await;
+                    // the last spans reach the collector before the process ends
+                    telemetry.shutdown().await;
+                    served
                 }
             }
         })
@@ -419,6 +437,7 @@ impl Base {
             authority_repair,
             parts,
             outer,
+            refused: _,
         } = self;
         let local = listener.local_addr().map_err(Error::LocalAddr)?;
         parts.state.send_modify(|s| s.local_addr = Some(local));
@@ -461,9 +480,11 @@ impl Base {
         // idle and age deadlines.
         let allowed = tls.as_ref().and_then(|t| t.allowed.clone());
         let front = crate::transport::front_layer(&conf.transport, allowed);
-        let facts = conf.middlewares.breaker || shedder.is_some();
         let shedding = crate::shedding_glue::shedding_layer(shedder.as_ref(), &services.streaming);
-        let intake = crate::transport::intake(&accept, &conf.transport, facts, shedding.shared());
+        let in_flight = shedding
+            .shared()
+            .map(|s| s as Arc<dyn crate::call::InFlight>);
+        let intake = crate::transport::intake(&accept, &conf.transport, in_flight);
         let incoming = crate::transport::incoming(listener, accept);
         let http2 = crate::transport::http2(&conf.transport);
         let stopped = Box::pin(async move {
@@ -473,7 +494,6 @@ impl Base {
         let chain = Chain {
             conf: &conf,
             front,
-            facts,
             shedding,
             token_store,
             breakers,
@@ -550,16 +570,15 @@ pub type ServerChain = BoxCloneService<Request<Body>, Response<Body>, BoxError>;
 /// `outer layers -> Front -> Governor -> Drain -> Compression -> layers -> services`
 ///
 /// `Front` (`transport::front`): calls per connection, 415 for non-gRPC requests,
-/// `Tls.AllowedClients`. `Governor` (`layers::governor`): facts, trace, recover, stat,
-/// metrics, auth, breaker, shedding and timeout, go-zero's order but for auth, which runs
-/// before the breaker and the shedder so that unauthenticated callers cannot move them.
+/// `Tls.AllowedClients`. `Governor` (`layers::governor`): trace, recover, stat, metrics, auth,
+/// breaker, shedding and timeout (the caller's deadline always), go-zero's order but for auth,
+/// which runs before the breaker and the shedder so that unauthenticated callers cannot move
+/// them.
 /// `Drain` ends the streams still open at the shutdown deadline. `Compression`
 /// (`crate::compression`) decompresses requests and compresses responses for every service.
 struct Chain<'a> {
     conf: &'a RpcServerConf,
     front: crate::transport::FrontLayer,
-    /// Whether the governor keeps each call's facts (the breaker or the shedder is on).
-    facts: bool,
     shedding: SheddingLayer,
     token_store: Option<Arc<dyn TokenStore>>,
     breakers: Arc<BreakerRegistry>,
@@ -583,7 +602,6 @@ impl Chain<'_> {
         let mw = &conf.middlewares;
         let timeout = TimeoutLayer::new(timeout_settings(conf, self.streaming));
         let stages = Stages {
-            facts: self.facts,
             trace: TraceLayer::new(mw.trace),
             recover: RecoverLayer::new(mw.recover),
             stat: StatLayer::new(stat_settings(conf)),
@@ -598,23 +616,13 @@ impl Chain<'_> {
             .layer(crate::compression::CompressionLayer::new(conf))
             .layer(layer)
             .service(routes);
-        let governed = stages.is_on();
-        if governed && self.outer.is_empty() {
-            return run(
-                serving,
-                self.front.layer(GovernorLayer::new(&stages).layer(inner)),
-            );
+        // The governor is always on: it enforces the caller's deadline whatever else the
+        // config switches off.
+        let chain = self.front.layer(GovernorLayer::new(&stages).layer(inner));
+        if self.outer.is_empty() {
+            return run(serving, chain);
         }
-        // With every governing stage off the chain is built without the governor, which
-        // would only pass calls through, moving their futures and bodies. It then runs as a
-        // boxed service, in the serve loop that outer layers need anyway: one allocation per
-        // call costs that rare setup less than the governor would, and a third serve loop
-        // would cost every binary its code.
-        let chain = if governed {
-            boxed(self.front.layer(GovernorLayer::new(&stages).layer(inner)))
-        } else {
-            boxed(self.front.layer(inner))
-        };
+        let chain = boxed(chain);
         // The layer added first is outermost.
         let chain = self
             .outer
@@ -914,12 +922,13 @@ async fn set_health(
 
 #[cfg(feature = "reflection")]
 fn add_reflection(routes: &mut RoutesBuilder, descriptors: &[&'static [u8]]) -> Result<(), Error> {
+    // grpc.health.v1.Health is listed too, as grpc-go (and so go-zero) lists it.
     let builder = || {
-        descriptors
-            .iter()
-            .fold(tonic_reflection::server::Builder::configure(), |b, d| {
-                b.register_encoded_file_descriptor_set(d)
-            })
+        descriptors.iter().fold(
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET),
+            |b, d| b.register_encoded_file_descriptor_set(d),
+        )
     };
     if descriptors.is_empty() {
         tracing::warn!(
@@ -1062,6 +1071,11 @@ mod tests {
             .unwrap();
         for names in [list_v1(channel.clone()).await, list_v1alpha(channel).await] {
             assert!(names.contains(&"t.Svc".to_owned()), "{names:?}");
+            // as grpc-go lists it, so `grpcurl ... grpc.health.v1.Health/Check` resolves
+            assert!(
+                names.contains(&"grpc.health.v1.Health".to_owned()),
+                "{names:?}"
+            );
         }
         handle.shutdown();
         task.await.unwrap().unwrap();

@@ -84,9 +84,11 @@
 //! - [`TokenStore`]: where the server's auth finds each app's token ([`StaticTokens`] from the
 //!   config, or your own, given to [`Server::token_store`]).
 //! - [`registry`] (server side, etcd registration) and [`resolver`] (client side, discovery).
-//! - [`Error`]: one error type for everything the facade does; the crate errors
-//!   ([`ServerError`], [`ClientError`], [`ConfError`](conf::ConfError)) convert into it;
-//!   [`BreakerOpen`] and [`Overloaded`] mark local rejections.
+//! - [`Error`]: one error type for everything the facade does (a config, a server, a client,
+//!   a socket), its message naming what and where; [`BreakerOpen`] and [`Overloaded`] mark
+//!   local rejections.
+//! - [`Trailers`]: response trailers a handler adds, as go-zero handlers do with
+//!   `grpc.SetTrailer`.
 //!
 //! # Cargo features
 //!
@@ -120,20 +122,15 @@ pub use conf::{
     ServerMiddlewaresConf, ShutdownConf,
 };
 
-pub use zrpc_client::{CallTimeout, Client, EndpointInfo};
+pub use zrpc_client::{CallTimeout, Client, EndpointInfo, HashKey, hash_key};
 pub use zrpc_server::{
     Lookup, PeerIdentity, Phase, Server, ServerChain, ServerHandle, StaticTokens, TlsError,
-    TokenFuture, TokenStore, original_authority, preflight,
+    TokenFuture, TokenStore, Trailers, original_authority, preflight,
 };
 
 /// Local rejections, as marker errors: the breaker is open (`Unavailable "circuit breaker is
 /// open"` on the wire) and the shedder dropped the call (`ResourceExhausted "service overloaded"`).
 pub use zrpc_core::{breaker::BreakerOpen, shedder::Overloaded};
-
-#[doc(no_inline)]
-pub use zrpc_client::Error as ClientError;
-#[doc(no_inline)]
-pub use zrpc_server::Error as ServerError;
 
 /// Client-side load balancing: the lock-free P2C+EWMA and round-robin pickers.
 pub use zrpc_client::balancer;

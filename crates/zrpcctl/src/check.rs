@@ -32,9 +32,11 @@ pub(crate) enum Kind {
     Client,
 }
 
-/// The kind a file most likely holds: a server config has `ListenOn`.
-pub(crate) fn guess(text: &str) -> Kind {
-    if text.to_ascii_lowercase().contains("listenon") {
+/// The kind a file most likely holds: a server config has `ListenOn`, or a top-level key that
+/// is a typo of it (`ListnOn`, which the start reports as such).
+pub(crate) fn guess(text: &str, top_keys: &[String]) -> Kind {
+    let listen_on = |k: &String| zrpc_suggestion(k).as_deref() == Some("ListenOn");
+    if text.to_ascii_lowercase().contains("listenon") || top_keys.iter().any(listen_on) {
         Kind::Server
     } else {
         Kind::Client
@@ -111,16 +113,24 @@ pub(crate) fn check(
 fn check_as_built(path: &Path, kind: Option<Kind>) -> Result<(Kind, Vec<String>)> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| fail(format!("{}: cannot read the file: {e}", path.display())))?;
-    let kind = kind.unwrap_or_else(|| guess(&text));
+    let top_keys: Vec<String> = zrpc::conf::load::<OtherKeys>(path)
+        .map(|k| k.0.into_keys().collect())
+        .unwrap_or_default();
+    let kind = kind.unwrap_or_else(|| guess(&text, &top_keys));
     let mut notes = Vec::new();
     match kind {
         Kind::Server => {
             let conf = match zrpc::conf::load::<zrpc::RpcServerConf>(path) {
                 Ok(conf) => conf,
                 Err(ConfError::UnknownKey { path: key, .. }) if !key.contains(['.', '[']) => {
-                    let Embed { base, extra }: Embed<zrpc::RpcServerConf, OtherKeys> =
+                    // the keys first, as the service's load meets an unknown key before
+                    // validating anything
+                    let service = ServiceKeys::find(path);
+                    for key in &top_keys {
+                        notes.extend(service_key(path, key, service.as_ref())?);
+                    }
+                    let Embed { base, .. }: Embed<zrpc::RpcServerConf, OtherKeys> =
                         zrpc::conf::load(path)?;
-                    notes.extend(extra.0.keys().filter_map(|k| service_key_note(k)));
                     base
                 }
                 Err(e) => return Err(e.into()),
@@ -163,24 +173,125 @@ impl Validate for OtherKeys {
     }
 }
 
-/// A line about `key` when `RpcServerConf` does not know it (`None` for zrpc's own keys).
-fn service_key_note(key: &str) -> Option<String> {
+/// The zrpc server key `key` is a typo of, if it is not one itself (`None` for zrpc's own keys
+/// and for keys close to none).
+fn zrpc_suggestion(key: &str) -> Option<String> {
     let json = format!(
         "{{\"{}\": null}}",
         key.replace('\\', "\\\\").replace('"', "\\\"")
     );
     let probe =
         zrpc::conf::from_str_with_env::<zrpc::RpcServerConf, _>(&json, Format::Json, "", |_| None);
-    let Err(ConfError::UnknownKey { suggestion, .. }) = probe else {
-        return None;
-    };
-    let typo = suggestion
-        .map(|s| format!(" (or a typo: did you mean `{s}`?)"))
-        .unwrap_or_default();
-    Some(format!(
-        "note: `{key}` is not a zrpc server key: the service's own{typo}; it loads only if the \
-         service's Config has it (src/config.rs in a zrpcctl crate)"
-    ))
+    match probe {
+        Err(ConfError::UnknownKey { suggestion, .. }) => suggestion,
+        _ => None,
+    }
+}
+
+/// Whether `key` is one of zrpc's server keys.
+fn is_zrpc_key(key: &str) -> bool {
+    let json = format!("{{\"{}\": null}}", key.replace(['\\', '"'], ""));
+    !matches!(
+        zrpc::conf::from_str_with_env::<zrpc::RpcServerConf, _>(&json, Format::Json, "", |_| None),
+        Err(ConfError::UnknownKey { .. })
+    )
+}
+
+/// The fields of a zrpcctl crate's `Config` (its `src/config.rs`, found from the config file's
+/// directory upwards), as keys: what the service's own load accepts next to zrpc's.
+#[derive(Debug)]
+struct ServiceKeys {
+    source: std::path::PathBuf,
+    keys: Vec<String>,
+}
+
+impl ServiceKeys {
+    fn find(config: &Path) -> Option<Self> {
+        let dir = std::path::absolute(config).ok()?;
+        let source = dir
+            .ancestors()
+            .skip(1)
+            .map(|d| d.join("src/config.rs"))
+            .find(|p| p.is_file())?;
+        let text = std::fs::read_to_string(&source).ok()?;
+        let keys = config_fields(&text)?;
+        Some(ServiceKeys { source, keys })
+    }
+}
+
+/// The keys of `pub struct Config`'s fields in a scaffold's `src/config.rs` (`pub data_source:
+/// String` is `DataSource`; `#[serde(skip)]` fields are not keys). `None` when there is no such
+/// struct.
+fn config_fields(text: &str) -> Option<Vec<String>> {
+    let body = text.split("pub struct Config {").nth(1)?;
+    let mut keys = Vec::new();
+    let mut skip = false;
+    for line in body.lines().map(str::trim) {
+        if line.starts_with('}') {
+            break;
+        }
+        if line.starts_with("#[serde(skip") {
+            skip = true;
+            continue;
+        }
+        let Some((name, _)) = line.strip_prefix("pub ").and_then(|l| l.split_once(':')) else {
+            continue;
+        };
+        if !std::mem::take(&mut skip) {
+            keys.push(pascal(name.trim().trim_start_matches("r#")));
+        }
+    }
+    Some(keys)
+}
+
+/// `data_source` -> `DataSource` (serde's `rename_all = "PascalCase"`).
+fn pascal(snake: &str) -> String {
+    snake
+        .split('_')
+        .map(|w| {
+            let mut c = w.chars();
+            c.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// Judges a top-level `key` that `RpcServerConf` does not know as the service's own load does.
+/// With the crate's `Config` found, a key it lacks is an error (the start refuses it); without
+/// it, a key that is a typo of a zrpc key is an error (a service's own key would not be named
+/// so) and any other is a note.
+fn service_key(file: &Path, key: &str, service: Option<&ServiceKeys>) -> Result<Option<String>> {
+    if is_zrpc_key(key) {
+        return Ok(None);
+    }
+    let typo = zrpc_suggestion(key);
+    if let Some(service) = service {
+        if service.keys.iter().any(|k| k.eq_ignore_ascii_case(key)) {
+            return Ok(None);
+        }
+        let hint = typo
+            .map(|s| format!(" (did you mean `{s}`?)"))
+            .unwrap_or_default();
+        return Err(fail(format!(
+            "config file {}: unknown key `{key}`{hint}; neither zrpc's RpcServerConf nor the \
+             service's `Config` ({}) has it, so the service refuses it at start",
+            file.display(),
+            service.source.display()
+        )));
+    }
+    if let Some(s) = typo {
+        return Err(fail(format!(
+            "config file {}: unknown key `{key}` (did you mean `{s}`?); a start refuses it \
+             (a service's own key is a field of its Config, src/config.rs in a zrpcctl crate)",
+            file.display()
+        )));
+    }
+    Ok(Some(format!(
+        "note: `{key}` is not a zrpc server key: the service's own; it loads only if the \
+         service's Config has it (src/config.rs in a zrpcctl crate; none found above {})",
+        file.display()
+    )))
 }
 
 #[cfg(test)]
@@ -189,9 +300,29 @@ mod tests {
 
     #[test]
     fn guesses_the_kind_from_listen_on() {
-        assert_eq!(guess("Name: a\nListenOn: :8080\n"), Kind::Server);
-        assert_eq!(guess("{\"listenOn\": \":1\"}"), Kind::Server);
-        assert_eq!(guess("Target: direct:///127.0.0.1:1\n"), Kind::Client);
+        let none: &[String] = &[];
+        assert_eq!(guess("Name: a\nListenOn: :8080\n", none), Kind::Server);
+        assert_eq!(guess("{\"listenOn\": \":1\"}", none), Kind::Server);
+        assert_eq!(guess("Target: direct:///127.0.0.1:1\n", none), Kind::Client);
+        // a typo of ListenOn is a server config with a typo, as the start reports it
+        let keys = ["Name".to_owned(), "ListnOn".to_owned()];
+        assert_eq!(guess("Name: a\nListnOn: :8080\n", &keys), Kind::Server);
+    }
+
+    #[test]
+    fn a_typo_of_listen_on_is_reported_as_the_start_reports_it() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let file = dir.path().join("a.yaml");
+        std::fs::write(&file, "Name: a.rpc\nListnOn: 127.0.0.1:8080\n")?;
+        let e = check(&file, None, &FeatureSet::defaults())
+            .err()
+            .ok_or("ListnOn passed")?
+            .to_string();
+        assert!(
+            e.contains("unknown key `ListnOn` (did you mean `ListenOn`?)"),
+            "{e}"
+        );
+        Ok(())
     }
 
     #[test]
@@ -199,21 +330,59 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let file = dir.path().join("shop.yaml");
         let base = "Name: shop.rpc\nListenOn: 127.0.0.1:8080\n";
-        std::fs::write(&file, format!("{base}DataSource: db\nTimout: 100\n"))?;
+        std::fs::write(&file, format!("{base}DataSource: db\n"))?;
         let (kind, notes) = check(&file, None, &FeatureSet::defaults())?;
         assert_eq!(kind, Kind::Server);
-        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert_eq!(notes.len(), 1, "{notes:?}");
         assert!(
             notes[0].contains("`DataSource` is not a zrpc server key"),
             "{notes:?}"
         );
-        assert!(notes[1].contains("did you mean `Timeout`?"), "{notes:?}");
+        // A typo of a zrpc key is refused, as the start refuses it.
+        for (typo, meant) in [("Timout: 100", "Timeout"), ("DevSever: {}", "DevServer")] {
+            std::fs::write(&file, format!("{base}DataSource: db\n{typo}\n"))?;
+            let e = check(&file, None, &FeatureSet::defaults())
+                .err()
+                .ok_or("a typo passed")?
+                .to_string();
+            assert!(e.contains(&format!("did you mean `{meant}`?")), "{e}");
+        }
         // zrpc's own keys are still checked in full.
         std::fs::write(&file, format!("{base}DataSource: db\nTimeout: soon\n"))?;
         let e = check(&file, None, &FeatureSet::defaults())
             .err()
             .ok_or("a bad Timeout passed")?;
         assert!(e.to_string().contains("Timeout"), "{e}");
+        Ok(())
+    }
+
+    #[test]
+    fn a_scaffolded_config_is_judged_by_its_config_struct() -> Result<()> {
+        let krate = tempfile::tempdir()?;
+        std::fs::create_dir_all(krate.path().join("src"))?;
+        std::fs::create_dir_all(krate.path().join("etc"))?;
+        std::fs::write(
+            krate.path().join("src/config.rs"),
+            crate::templates::config_rs("shop").replace(
+                "    // pub data_source: String,",
+                "    pub data_source: String,",
+            ),
+        )?;
+        let file = krate.path().join("etc/shop.yaml");
+        let base = "Name: shop.rpc\nListenOn: 127.0.0.1:8080\n";
+        std::fs::write(&file, format!("{base}datasource: db\n"))?;
+        let (_, notes) = check(&file, None, &FeatureSet::defaults())?;
+        assert!(notes.is_empty(), "{notes:?}");
+        // `Cache` is neither zrpc's nor a field of this Config: the start refuses it
+        std::fs::write(&file, format!("{base}DataSource: db\nCache: []\n"))?;
+        let e = check(&file, None, &FeatureSet::defaults())
+            .err()
+            .ok_or("Cache passed")?
+            .to_string();
+        assert!(
+            e.contains("unknown key `Cache`") && e.contains("src/config.rs"),
+            "{e}"
+        );
         Ok(())
     }
 }

@@ -263,3 +263,16 @@ fn the_feature_names_are_the_zrpc_crates() {
         zrpc::conf::FeatureSet::all()
     );
 }
+
+/// A go-zero (v1.9.3+) client config routing by key, `BalancerName: consistent_hash`, is a
+/// client config zrpc runs: `conf check` accepts the file as it is.
+#[test]
+fn a_go_zero_consistent_hash_client_config_checks_clean() {
+    let fixture = workspace_root().join("tests/fixtures/conf/client-consistent-hash.yaml");
+    let tmp = tempfile::tempdir().unwrap();
+    let body = std::fs::read_to_string(fixture).unwrap();
+    assert!(body.contains("BalancerName: consistent_hash"), "{body}");
+    let out = check(tmp.path(), "user-client.yaml", &body, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(stdout(&out).contains("Client config"), "{}", text(&out));
+}

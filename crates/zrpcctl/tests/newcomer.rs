@@ -7,8 +7,11 @@
 //! config with the service's key.
 //!
 //! The crate builds `--offline` against this checkout with the workspace's lock file and target
-//! dir, so only the scaffold itself is compiled. Where that cannot work (no protoc, no rustfmt,
-//! crates missing from the local registry) the test says so loudly and skips.
+//! dir, so only the scaffold itself is compiled, with `protoc` hidden from its build (a PATH
+//! without it, `PROTOC` unset: `scripts/without_protoc.sh`), as on a machine that never installed
+//! it. Where that cannot work (no rustfmt, crates missing from the local registry) the test says
+//! so loudly and skips. `scripts/test.sh` runs the README's commands the same way on a fresh
+//! target dir.
 // clippy.toml lets tests unwrap, but only inside `#[test]` fns and `cfg(test)` modules: a test
 // crate's helpers are test code too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -41,9 +44,22 @@ fn cargo(args: &[&str], krate: &Path) -> Output {
         .args(args)
         .current_dir(krate)
         .env("CARGO_TARGET_DIR", target)
+        .env("PATH", path_without_protoc(krate))
+        .env_remove("PROTOC")
         .stdin(Stdio::null())
         .output()
         .unwrap()
+}
+
+/// This PATH less `protoc` (`scripts/without_protoc.sh`, links kept under `scratch`).
+fn path_without_protoc(scratch: &Path) -> String {
+    let out = Command::new("bash")
+        .arg(workspace_root().join("scripts/without_protoc.sh"))
+        .arg(scratch.join("target/no-protoc-path"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
 fn skip(why: &str) {
@@ -82,13 +98,6 @@ fn module_of(krate: &Path, rpc: &str) -> String {
 
 #[test]
 fn newcomer_scaffold_survives_proto_changes() {
-    let protoc = std::env::var_os("PROTOC").unwrap_or_else(|| "protoc".into());
-    if Command::new(&protoc).arg("--version").output().is_err() {
-        skip(
-            "protoc is not installed (nor PROTOC set): the scaffold's build.rs cannot compile its proto.",
-        );
-        return;
-    }
     let fmt = cargo(&["fmt", "--version"], Path::new(env!("CARGO_MANIFEST_DIR")));
     if !fmt.status.success() {
         skip("rustfmt is not installed: the scaffold's `cargo fmt --check` cannot run.");
@@ -141,6 +150,19 @@ fn newcomer_scaffold_survives_proto_changes() {
         krate.join("tests/implemented.rs"),
     )
     .unwrap();
+    // The first RPC, which the generated test calls with an empty request, validates its input
+    // and refuses it: the server answered, so the generated test still passes.
+    let ping = krate.join("src/logic/inventory_service_ping.rs");
+    let stub = std::fs::read_to_string(&ping).unwrap();
+    let body_at = stub.find("    let _ = (ctx, request);").unwrap();
+    std::fs::write(
+        &ping,
+        format!(
+            "{}    let _ = (ctx, request);\n    Err(zrpc::tonic::Status::invalid_argument(\"a ping needs a body\"))\n}}\n",
+            &stub[..body_at]
+        ),
+    )
+    .unwrap();
 
     // The service gets a key of its own next to zrpc's, as in a go-zero config: the field the
     // generated config.rs shows commented out, and the key in the YAML.
@@ -148,17 +170,37 @@ fn newcomer_scaffold_survives_proto_changes() {
     let example = "    // pub data_source: String,\n";
     let config_text = std::fs::read_to_string(&config_rs).unwrap();
     assert!(config_text.contains(example), "{config_text}");
-    let config_text = config_text.replace(example, "    pub data_source: String,\n");
+    // and a client of another service, checked as the generated comment says
+    let client = "    // pub user_rpc: zrpc::RpcClientConf,\n";
+    let check = "    fn validate(&self) -> Result<(), ConfError> {\n        Ok(())";
+    assert!(
+        config_text.contains(client) && config_text.contains(check),
+        "{config_text}"
+    );
+    let config_text = config_text
+        .replace(example, "    pub data_source: String,\n")
+        .replace(client, "    pub user_rpc: zrpc::RpcClientConf,\n")
+        .replace(
+            check,
+            "    fn validate(&self) -> Result<(), ConfError> {\n        self.user_rpc.validate_at(\"UserRpc\")",
+        );
     std::fs::write(&config_rs, &config_text).unwrap();
     let yaml = krate.join("etc/shop.yaml");
     let yaml_text = std::fs::read_to_string(&yaml).unwrap()
-        + "DataSource: root:secret@tcp(127.0.0.1:3306)/shop\n";
+        + "DataSource: root:secret@tcp(127.0.0.1:3306)/shop\n"
+        + "UserRpc:\n  Etcd:\n    Hosts: [127.0.0.1:2379]\n    Key: user.rpc\n";
     std::fs::write(&yaml, &yaml_text).unwrap();
-    let log = zrpcctl_ok(&["conf", "check", "etc/shop.yaml"], &krate);
+    // conf check reads the crate's Config: its keys pass, a key it lacks is refused
+    zrpcctl_ok(&["conf", "check", "etc/shop.yaml"], &krate);
+    let extra = krate.join("etc/extra.yaml");
+    std::fs::write(&extra, yaml_text.clone() + "Cache: []\n").unwrap();
+    let out = zrpcctl(&["conf", "check", "etc/extra.yaml"], &krate);
+    let log = text(&out);
     assert!(
-        log.contains("`DataSource` is not a zrpc server key"),
+        !out.status.success() && log.contains("unknown key `Cache`") && log.contains("config.rs"),
         "{log}"
     );
+    std::fs::remove_file(&extra).unwrap();
 
     // 3. RPCs added: one to InventoryService, and a service whose RPCs are named like the
     //    implemented `Get` and the shared `Ping`. Then `zrpcctl proto`.
@@ -229,7 +271,22 @@ fn newcomer_scaffold_survives_proto_changes() {
     assert!(!out.status.success(), "{log}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("DataSorce") && stderr.contains("DataSource"),
+        stderr.contains("DataSorce")
+            && stderr.contains("DataSource")
+            && stderr.contains("src/config.rs"),
+        "{log}"
+    );
+    // A nested client block without its key names the block's full path.
+    std::fs::write(&bad, yaml_text.replace("    Key: user.rpc\n", "")).unwrap();
+    let out = Command::new(target.join("debug/shop"))
+        .args(["-f", "etc/typo.yaml"])
+        .current_dir(&krate)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let log = text(&out);
+    assert!(
+        !out.status.success() && log.contains("`UserRpc.Etcd.Key`: empty etcd key"),
         "{log}"
     );
     println!(

@@ -96,6 +96,13 @@ impl GzClient {
         self.arg("-call-timeout", format!("{}ms", d.as_millis()))
     }
 
+    /// `-hash-keys n -hash-peers peers`: one call per key `key-0` .. `key-<n-1>`
+    /// (`zrpc.SetHashKey`), after warm-up calls until `peers` servers answered.
+    #[must_use]
+    pub fn hash_keys(self, n: u64, peers: u64) -> Self {
+        self.arg("-hash-keys", n).arg("-hash-peers", peers)
+    }
+
     /// `-v`: per-call lines.
     #[must_use]
     pub fn verbose(mut self) -> Self {

@@ -12,6 +12,8 @@ pub struct Programs {
     pub server: PathBuf,
     /// `interop/gozero/bin/gz-client`.
     pub client: PathBuf,
+    /// `interop/gozero/bin/gz-ring`: go-zero's `consistent_hash` ring, no network.
+    pub ring: PathBuf,
 }
 
 /// The repository root (the parent of the `tests` crate).
@@ -67,8 +69,9 @@ fn build_programs() -> Option<Programs> {
     let programs = Programs {
         server: bin.join("gz-server"),
         client: bin.join("gz-client"),
+        ring: bin.join("gz-ring"),
     };
-    let built = programs.server.is_file() && programs.client.is_file();
+    let built = programs.server.is_file() && programs.client.is_file() && programs.ring.is_file();
     if !go_available() {
         let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
         if built && !ci {
@@ -115,10 +118,11 @@ fn build_programs() -> Option<Programs> {
         String::from_utf8_lossy(&out.stderr).trim()
     );
     assert!(
-        programs.server.is_file() && programs.client.is_file(),
-        "build.sh did not produce {} and {}",
+        programs.server.is_file() && programs.client.is_file() && programs.ring.is_file(),
+        "build.sh did not produce {}, {} and {}",
         programs.server.display(),
-        programs.client.display()
+        programs.client.display(),
+        programs.ring.display()
     );
     Some(programs)
 }
@@ -145,11 +149,15 @@ fn fresh(dir: &Path, programs: &Programs) -> bool {
         }
         best
     }
-    let (Some(s), Some(c)) = (mtime(&programs.server), mtime(&programs.client)) else {
+    let (Some(s), Some(c), Some(r)) = (
+        mtime(&programs.server),
+        mtime(&programs.client),
+        mtime(&programs.ring),
+    ) else {
         return false;
     };
     match newest(dir, &["bin", ".bin"]) {
-        Some(src) => s.min(c) >= src,
+        Some(src) => s.min(c).min(r) >= src,
         None => false,
     }
 }

@@ -6,6 +6,7 @@
 mod client_balance;
 mod client_breaker;
 mod client_calls;
+mod client_consistent_hash;
 mod client_errors;
 mod client_failover;
 mod client_retry;

@@ -6,7 +6,10 @@ use std::time::{Duration, Instant};
 
 use etcd_client::Client;
 use zrpc_core::conf::EtcdConf;
-use zrpc_server::registry::{Publisher, RegistrationState, TIME_TO_LIVE};
+use zrpc_server::registry::{Publisher, RegistrationState};
+
+/// go-zero's lease time-to-live (`discov.TimeToLive`), which zrpc's registrations use.
+const TIME_TO_LIVE: i64 = 10;
 use zrpc_tests::etcd::{EtcdServer, TcpProxy, keys_under, unique_key};
 
 /// Polls `cond` every 10 ms until it holds; returns the time it took, or None after `limit`.

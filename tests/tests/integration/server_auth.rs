@@ -68,3 +68,26 @@ async fn server_auth_missing_wrong_and_right_tokens() {
     assert_eq!(status.into_inner().status, 1);
     srv.shutdown().await.expect("clean shutdown");
 }
+
+/// A token store given to a server whose `Auth` is off would check nothing: serving refuses
+/// it, naming the key to set, instead of serving every caller unchecked.
+#[tokio::test]
+async fn a_token_store_without_auth_is_refused() {
+    let conf = test_conf("auth-off.rpc");
+    assert!(!conf.auth);
+    let store = std::sync::Arc::new(zrpc_server::StaticTokens::new([("app", "secret")]));
+    let server = zrpc_server::Server::new(conf)
+        .unwrap()
+        .add_service(TestGreeter::new().into_service())
+        .token_store(store);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let err = server
+        .serve_with_listener(listener, std::future::pending())
+        .await
+        .unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("`Auth`") && message.contains("Auth: true"),
+        "{message}"
+    );
+}

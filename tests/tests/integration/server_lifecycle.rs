@@ -37,12 +37,26 @@ async fn server_health_serving_then_not_serving_during_shutdown() {
     assert_eq!(health(&mut h, "greeter.Greeter").await, 1, "SERVING");
     assert_eq!(http_get(dev, "/healthz").await.unwrap().0, 200);
 
+    // The health service's own stream says when the status changes.
+    let mut watch = h
+        .watch(HealthCheckRequest {
+            service: "greeter.Greeter".into(),
+        })
+        .await
+        .expect("health watch")
+        .into_inner();
+    assert_eq!(watch.next().await.unwrap().unwrap().status, 1, "SERVING");
+
     srv.begin_shutdown();
     assert_eq!(
         srv.handle.wait_for(Phase::WrappingUp).await,
         Phase::WrappingUp
     );
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        watch.next().await.unwrap().unwrap().status,
+        2,
+        "NOT_SERVING"
+    );
     // During WrapUpTime the server still answers, but says NOT_SERVING.
     assert_eq!(health(&mut h, "").await, 2, "NOT_SERVING");
     assert_eq!(health(&mut h, "greeter.Greeter").await, 2, "NOT_SERVING");

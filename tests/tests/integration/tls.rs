@@ -52,7 +52,7 @@ impl Greeter for WhoGreeter {
 struct TlsServer {
     addr: std::net::SocketAddr,
     handle: ServerHandle,
-    join: tokio::task::JoinHandle<Result<(), zrpc::ServerError>>,
+    join: tokio::task::JoinHandle<Result<(), zrpc_server::Error>>,
 }
 
 impl TlsServer {
@@ -501,6 +501,28 @@ fn der_of(files: &CertFiles) -> Vec<u8> {
     CertificateDer::from_pem_file(&files.cert).unwrap().to_vec()
 }
 
+/// Waits until the server has tried `cert` and refused it: its count in
+/// `rpc_server_tls_reloads_total{result="refused"}` (the file's path is this test's own).
+async fn refused_reload_of(cert: &std::path::Path) {
+    let series = format!(
+        "rpc_server_tls_reloads_total{{file=\"{}\",result=\"refused\"}} ",
+        cert.display()
+    );
+    let refused = || {
+        zrpc_server::metrics::render()
+            .lines()
+            .any(|l| l.strip_prefix(&series).is_some_and(|v| v.trim() != "0"))
+    };
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !refused() {
+            // the watcher reads the files every 100 ms
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the broken certificate was tried and refused within 10 s");
+}
+
 /// Replaces `dst` with `src` atomically (write aside, rename).
 fn replace(src: &std::path::Path, dst: &std::path::Path) {
     let tmp = dst.with_extension("tmp");
@@ -570,7 +592,7 @@ async fn tls_certificate_rotation_under_load_fails_no_call() {
     )
     .unwrap();
     std::fs::rename(live.cert.with_extension("tmp"), &live.cert).unwrap();
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    refused_reload_of(&live.cert).await;
     assert_eq!(
         served_cert(srv.addr, &ca.files).await,
         der_of(&v1),

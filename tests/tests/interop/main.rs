@@ -12,6 +12,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 mod auth_redis;
 mod compression;
+mod consistent_hash;
 mod gozero_client;
 mod lifecycle;
 mod metrics;
@@ -20,4 +21,5 @@ mod parity;
 mod same_yaml;
 mod support;
 mod tls;
+mod trace;
 mod zrpc_client;

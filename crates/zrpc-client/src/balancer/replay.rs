@@ -13,9 +13,9 @@
 //! What is kept costs little: the body `Bytes` (a reference count), the headers as one list of
 //! (name, value) pairs (one allocation: the names and values are reference-counted or static; a
 //! `HeaderMap` clone costs two, its index and its entries, and a retry is rare enough to rebuild
-//! the map then), and of the extensions only the call's [`Deadline`]: below the balancer only the
-//! endpoint's connection reads the request, and the only extension it reads is that one (copying
-//! the whole extension map cost four allocations per call).
+//! the map then), and of the extensions only the call's [`Deadline`] and [`HashKey`]: below the
+//! balancer only the picker (the key) and the endpoint's connection (the deadline) read the
+//! request (copying the whole extension map cost four allocations per call).
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -28,6 +28,7 @@ use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt;
 use tonic::body::Body;
 
+use super::consistent_hash::HashKey;
 use super::endpoint::Deadline;
 
 /// Bodies larger than this are not kept for a retry.
@@ -41,6 +42,7 @@ pub(crate) struct Replay {
     version: Version,
     headers: Vec<(HeaderName, HeaderValue)>,
     deadline: Option<Deadline>,
+    hash_key: Option<HashKey>,
     body: Bytes,
 }
 
@@ -58,6 +60,9 @@ impl Replay {
         *req.headers_mut() = headers;
         if let Some(d) = self.deadline {
             req.extensions_mut().insert(d);
+        }
+        if let Some(k) = &self.hash_key {
+            req.extensions_mut().insert(k.clone());
         }
         req
     }
@@ -128,6 +133,7 @@ pub(crate) fn prepare(
             v
         },
         deadline: parts.extensions.get::<Deadline>().copied(),
+        hash_key: parts.extensions.get::<HashKey>().cloned(),
         body: data.clone(),
     };
     let req = http::Request::from_parts(parts, Body::new(Once(Some(data))));

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use tonic::body::Body;
 use tower::BoxError;
 
+use super::consistent_hash::{ConsistentHash, HashKey};
 use super::endpoint::{Answer, Attempt, ConnectOptions, Deadline, Endpoint};
 use super::replay::{self, Replay};
 use super::{P2cPicker, RoundRobin, ThreadRng};
@@ -30,6 +31,7 @@ pub(crate) struct Shared {
     kind: BalancerName,
     p2c: P2cPicker,
     rr: RoundRobin,
+    ring: ConsistentHash,
     set: ArcSwap<Vec<Arc<Endpoint>>>,
     /// True once the first endpoint set has been applied.
     ready: watch::Sender<bool>,
@@ -85,6 +87,7 @@ impl Balancer {
             kind,
             p2c: P2cPicker::new(epoch),
             rr: RoundRobin::new(epoch),
+            ring: ConsistentHash::default(),
             set: ArcSwap::from_pointee(Vec::new()),
             ready: watch::channel(false).0,
             connect,
@@ -183,10 +186,16 @@ async fn apply_updates(
 }
 
 impl Shared {
-    /// Applies an endpoint set: subset of at most 32 ([`subset::DEFAULT_SUBSET_SIZE`]), existing
-    /// endpoints (and their stats and connections) kept by address, new ones created cold.
+    /// Applies an endpoint set: subset of at most 32 ([`subset::DEFAULT_SUBSET_SIZE`]; all of
+    /// them for `consistent_hash`, whose clients agree on a key's server only over one set),
+    /// existing endpoints (and their stats and connections) kept by address, new ones created
+    /// cold.
     pub(crate) fn apply(&self, addrs: &[String]) {
-        let chosen = subset::select(addrs, self.seed, subset::DEFAULT_SUBSET_SIZE);
+        let size = match self.kind {
+            BalancerName::ConsistentHash => addrs.len(),
+            _ => subset::DEFAULT_SUBSET_SIZE,
+        };
+        let chosen = subset::select(addrs, self.seed, size);
         let old = self.set.load();
         let by_addr: HashMap<&str, &Arc<Endpoint>> = old.iter().map(|e| (&*e.addr, e)).collect();
         let mut next = Vec::with_capacity(chosen.len());
@@ -211,6 +220,9 @@ impl Shared {
             e.wire.set_guarded(guarded);
         }
         tracing::info!(target = %self.target, endpoints = ?chosen, "endpoint set updated");
+        if self.kind == BalancerName::ConsistentHash {
+            self.ring.update(&next);
+        }
         self.set.store(Arc::new(next));
         self.ready.send_replace(true);
     }
@@ -235,13 +247,30 @@ impl Shared {
         *self.ready.borrow()
     }
 
-    /// Picks at `now` (ns since the picker's epoch: the attempt's start, [`super::Clock::nanos`]).
-    fn pick(&self, set: &[Arc<Endpoint>], now: u64) -> Option<Arc<Endpoint>> {
+    /// Picks at `now` (ns since the picker's epoch: the attempt's start, [`super::Clock::nanos`])
+    /// among `set`; `key` is the call's [`HashKey`] (read by `consistent_hash` alone).
+    ///
+    /// # Errors
+    ///
+    /// Unavailable when `set` is empty; `consistent_hash` without a key: InvalidArgument.
+    fn pick(
+        &self,
+        set: &[Arc<Endpoint>],
+        now: u64,
+        key: Option<&HashKey>,
+    ) -> Result<Arc<Endpoint>, tonic::Status> {
         let i = match self.kind {
+            BalancerName::ConsistentHash => {
+                return self
+                    .ring
+                    .pick(key, set, now)?
+                    .ok_or_else(|| self.no_endpoint());
+            }
             BalancerName::RoundRobin => self.rr.pick_at(set, now),
             _ => self.p2c.pick_at(set, now, &mut ThreadRng),
-        }?;
-        Some(Arc::clone(&set[i]))
+        };
+        i.map(|i| Arc::clone(&set[i]))
+            .ok_or_else(|| self.no_endpoint())
     }
 
     /// The resolver's current problem, if any (etcd unreachable, empty key, DNS failure...).
@@ -336,7 +365,7 @@ impl Shared {
         // one the latency needs.
         let clock = self.p2c.clock();
         let start = clock.nanos(now);
-        let ep = self.pick(&set, start).ok_or_else(|| self.no_endpoint())?;
+        let ep = self.pick(&set, start, req.extensions().get())?;
         let attempt =
             Arc::clone(&ep).send((clock, start), deadline, timeout, req, &self.target, true);
         Ok(First {
@@ -379,7 +408,7 @@ impl Shared {
         };
         let clock = self.p2c.clock();
         let start = clock.nanos(Instant::now());
-        let ep = self.pick(pool, start).ok_or_else(|| self.no_endpoint())?;
+        let ep = self.pick(pool, start, req.extensions().get())?;
         let attempt =
             Arc::clone(&ep).send((clock, start), deadline, timeout, req, &self.target, first);
         let call = Call {
@@ -411,7 +440,8 @@ impl Shared {
         let clock = self.p2c.clock();
         for attempt in 2..=MAX_ATTEMPTS {
             let now = clock.nanos(Instant::now());
-            let Some(ep) = self.pick(&self.set.load(), now) else {
+            let req = replay.clone_request();
+            let Ok(ep) = self.pick(&self.set.load(), now, req.extensions().get()) else {
                 break;
             };
             if Arc::ptr_eq(&ep, &failed.0) || ep.stats.is_down(now) {
@@ -420,7 +450,6 @@ impl Shared {
                 break;
             }
             tracing::debug!(target = %self.target, from = %failed.0.addr, to = %ep.addr, attempt, "transparent retry: {}", failed.1.message());
-            let req = replay.clone_request();
             match Arc::clone(&ep)
                 .send((clock, now), deadline, timeout, req, &self.target, false)
                 .await

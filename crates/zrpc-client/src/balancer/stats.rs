@@ -262,6 +262,15 @@ impl EndpointStats {
         self.probing.load(Ordering::Relaxed)
     }
 
+    /// In back-off after a transport failure (connection refused, reset, lost) at `now` (ns): the
+    /// one state in which the `consistent_hash` balancer passes the endpoint over, as go-zero's
+    /// passes over a connection that is not READY.
+    #[inline]
+    #[must_use]
+    pub fn is_unreachable(&self, now: u64) -> bool {
+        now < self.down_until.load(Ordering::Relaxed)
+    }
+
     /// In transport-failure back-off at `now` (ns), or suspect (see [`EndpointStats::is_suspect`]).
     #[inline]
     #[must_use]

@@ -98,4 +98,10 @@ impl<Base: Validate, Extra: Validate> Validate for Embed<Base, Extra> {
         self.base.validate()?;
         self.extra.validate()
     }
+
+    /// The application's note (`Extra`'s): it knows where its own keys go. `Base`'s note is
+    /// for a file loaded as `Base` alone.
+    fn unknown_key_note() -> Option<&'static str> {
+        Extra::unknown_key_note()
+    }
 }

@@ -181,6 +181,28 @@ impl ConfError {
         }
     }
 
+    /// The error of a block nested under `parent` in the file: its key path gains `parent` in
+    /// front (`Etcd.Key` under `UserRpc` is `UserRpc.Etcd.Key`). What
+    /// [`Validate::validate_at`](super::Validate::validate_at) returns.
+    #[must_use]
+    pub fn at(mut self, parent: &str) -> Self {
+        if let ConfError::UnknownKey { path, .. }
+        | ConfError::DuplicateKey { path, .. }
+        | ConfError::InvalidValue { path, .. }
+        | ConfError::Missing { path, .. }
+        | ConfError::Invalid { path, .. } = &mut self
+        {
+            *path = if path.is_empty() {
+                parent.to_owned()
+            } else if path.starts_with('[') {
+                format!("{parent}{path}")
+            } else {
+                format!("{parent}.{path}")
+            };
+        }
+        self
+    }
+
     /// Sets the file the error is about, unless one is already set.
     #[must_use]
     pub fn with_file(mut self, origin: &str) -> Self {

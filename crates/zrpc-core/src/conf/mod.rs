@@ -201,6 +201,17 @@ pub trait Validate {
     /// A [`ConfError`] naming the key path that is wrong.
     fn validate(&self) -> Result<(), ConfError>;
 
+    /// [`validate`](Validate::validate) for a block nested under the key `parent` of a bigger
+    /// config, whose errors name the full key path: a service's `Config` with a client block
+    /// checks it with `self.user_rpc.validate_at("UserRpc")?`, and a missing `Etcd.Key` in it
+    /// is reported as `UserRpc.Etcd.Key`, not as the server's own `Etcd.Key`.
+    ///
+    /// # Errors
+    /// As [`validate`](Validate::validate), with `parent` in front of the key path.
+    fn validate_at(&self, parent: &str) -> Result<(), ConfError> {
+        self.validate().map_err(|e| e.at(parent))
+    }
+
     /// A sentence the loader adds to an unknown-key error at the top level of a file loaded
     /// as this type (default: none). For a type that a file rarely holds alone: `RpcServerConf`
     /// says that a service's own keys go in its own struct, loaded with [`Embed`].

@@ -474,3 +474,65 @@ fn a_top_level_unknown_key_carries_the_types_note() {
         .unwrap_err();
     assert_eq!(e.to_string(), "unknown key `Zzzzzz`");
 }
+
+/// A service's config with a block of its own that embeds one of zrpc's (as `UserRpc:
+/// RpcClientConf` holds an `Etcd`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+struct Service {
+    user_rpc: Registry,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+struct Registry {
+    etcd: EtcdConf,
+}
+
+impl Validate for Registry {
+    fn validate(&self) -> Result<(), ConfError> {
+        self.etcd.validate()
+    }
+}
+
+impl Validate for Service {
+    fn validate(&self) -> Result<(), ConfError> {
+        self.user_rpc.validate_at("UserRpc")
+    }
+
+    fn unknown_key_note() -> Option<&'static str> {
+        Some("add a field to `Config` in src/config.rs")
+    }
+}
+
+#[test]
+fn a_nested_block_names_its_full_key_path() {
+    let text = "Etcd: {Hosts: [127.0.0.1:2379], Key: shop.rpc}\n\
+                UserRpc: {Etcd: {Hosts: [127.0.0.1:2379]}}\n";
+    let e = from_str_with_env::<Embed<Conf, Service>, _>(text, Format::Yaml, "shop.yaml", no_env)
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "config file shop.yaml: `UserRpc.Etcd.Key`: empty etcd key"
+    );
+    assert_eq!(ConfError::missing("").at("UserRpc").path(), Some("UserRpc"));
+    assert_eq!(
+        ConfError::invalid("[0].Key", "x").at("Hosts").path(),
+        Some("Hosts[0].Key")
+    );
+}
+
+#[test]
+fn an_embedding_config_gives_its_own_unknown_key_note() {
+    let e = from_str_with_env::<Embed<Conf, Service>, _>(
+        "DataSource: x\n",
+        Format::Yaml,
+        "shop.yaml",
+        no_env,
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "config file shop.yaml: unknown key `DataSource`; add a field to `Config` in src/config.rs"
+    );
+}

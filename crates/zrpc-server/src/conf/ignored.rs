@@ -117,9 +117,11 @@ fn log_keys(log: &LogConf, push: &mut impl FnMut(bool, &'static str, &'static st
     if !log.writes_files() {
         return;
     }
-    // go-zero rotates its files daily by default; zrpc appends to them and never rotates.
+    // go-zero rotates its files daily by default; zrpc appends to them and never rotates
+    // (docs/configuration.md says so). Only a `Rotation` other than go-zero's default is a key
+    // someone wrote to change something.
     push(
-        true,
+        log.rotation != LogConf::default().rotation,
         "Log.Rotation",
         "zrpc does not rotate its log files; rotate them with logrotate's copytruncate",
     );
@@ -166,6 +168,21 @@ mod tests {
         )
         .unwrap();
         c.ignored_keys().iter().map(|k| k.key).collect()
+    }
+
+    #[test]
+    fn file_logs_warn_about_rotation_only_when_the_file_asks_for_one() {
+        // nobody wrote `Rotation`: no warning about it
+        assert!(ignored("Log: {Mode: file}\n").is_empty());
+        assert!(ignored("Log: {Mode: file, Rotation: daily}\n").is_empty());
+        assert_eq!(
+            ignored("Log: {Mode: file, Rotation: size}\n"),
+            ["Log.Rotation"]
+        );
+        assert_eq!(
+            ignored("Log: {Mode: file, KeepDays: 7}\n"),
+            ["Log.KeepDays"]
+        );
     }
 
     #[test]

@@ -30,7 +30,7 @@ use http::Response;
 use zrpc_core::breaker::{BreakerPromise, BreakerRegistry};
 use zrpc_core::grpc::{OnStatus, code, status_response};
 
-use super::facts::{Blame, CallFacts, blame};
+use crate::call::{Blame, CallFacts, blame};
 use crate::metrics::{DropReason, count_drop};
 
 /// The message of a breaker rejection (go-zero's).
@@ -165,7 +165,7 @@ mod nested {
     use zrpc_core::breaker::BreakerRegistry;
 
     use super::{BreakerLayer, BreakerRecord, rejection};
-    use crate::layers::facts::facts_of;
+    use crate::call::facts_of;
     use crate::layers::observe::{ObserveFuture, ObserveOrReject, ObservedBody};
     use crate::layers::util::is_infra;
 
@@ -227,7 +227,7 @@ mod tests {
     use zrpc_core::grpc::status_message_from_headers;
 
     use super::*;
-    use crate::layers::facts::CallFacts;
+    use crate::call::CallFacts;
     use crate::layers::test_util::{final_code, response_with_code};
 
     #[tokio::test]

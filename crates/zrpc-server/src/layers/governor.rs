@@ -2,7 +2,11 @@
 //!
 //! The stages, outer to inner, and what each does here, as its own layer would:
 //!
-//! `facts -> trace -> recover -> stat -> metrics -> auth -> breaker -> shedding -> timeout`
+//! `trace -> recover -> stat -> metrics -> auth -> breaker -> shedding -> timeout`
+//!
+//! The governor reads what the transport learnt of the call as it arrived (`call::Arrival`:
+//! the call's facts, its count in flight, the caller's deadline) and is always on: the caller's
+//! deadline is enforced over the whole call whatever else the config switches off.
 //!
 //! As nested layers, every call would pay for the nesting itself, whatever each stage did:
 //! tower clones each service (an `Arc` each), the request is moved through every `call`, the
@@ -50,21 +54,20 @@ use zrpc_core::shedder::Queued;
 
 use super::auth::{self, AuthLayer, Check, Policy, TokenFuture, TokenStore};
 use super::breaker::{self, BreakerLayer, BreakerRecord};
-use super::facts::{CallFacts, facts_of, with_facts};
 use super::metrics::{self, MetricsLayer};
 use super::outcome::{Both, RecordersRecord};
 use super::recover::{RecoverLayer, guarded_if, mark_panicked, panic_response, panic_trailers};
 use super::shedding::{self, SheddingLayer, SheddingRecord};
 use super::stat::{StatLayer, StatRecord, StatSettings};
-use super::timeout::{self, Compiled, TimeoutLayer, Timer, caller_deadline};
+use super::timeout::{self, Compiled, TimeoutLayer};
 use super::trace::{TraceLayer, TraceRecord, in_scope, rpc_span};
 use super::util::{is_infra, method_of, peer_addr};
-use crate::transport::serve::Arrival;
+use crate::call::{Arrival, CallFacts, CallerDeadline, Timer};
+use tower::BoxError;
 
 /// The stages' settings, as their layers were configured.
 #[derive(Debug)]
 pub(crate) struct Stages {
-    pub(crate) facts: bool,
     pub(crate) trace: TraceLayer,
     pub(crate) recover: RecoverLayer,
     pub(crate) stat: StatLayer,
@@ -75,24 +78,9 @@ pub(crate) struct Stages {
     pub(crate) timeout: TimeoutLayer,
 }
 
-impl Stages {
-    /// Whether any stage is on (with none, the server builds its chain without the governor).
-    pub(crate) fn is_on(&self) -> bool {
-        self.trace.is_on()
-            || self.recover.is_on()
-            || self.stat.enabled_settings().is_some()
-            || self.metrics.state().is_some()
-            || self.auth.parts().0.is_some()
-            || self.breaker.registry().is_some()
-            || self.shedding.shared().is_some()
-            || self.timeout.is_on()
-    }
-}
-
 /// What every [`Governor`] reads, behind one `Arc`.
 #[derive(Debug)]
 struct Governance {
-    facts: bool,
     trace: bool,
     recover: bool,
     stat: Option<Arc<StatSettings>>,
@@ -115,7 +103,6 @@ impl GovernorLayer {
         let (auth, policy) = stages.auth.parts();
         GovernorLayer {
             shared: Arc::new(Governance {
-                facts: stages.facts,
                 trace: stages.trace.is_on(),
                 recover: stages.recover.is_on(),
                 stat: stages.stat.enabled_settings(),
@@ -161,6 +148,8 @@ struct RecordSet {
     guards: Both<BreakerRecord, SheddingRecord>,
     recorders: Option<RecordersRecord>,
     trace: Option<TraceRecord>,
+    /// The caller's deadline: a reset at it is the deadline passing (`call::CallerDeadline`).
+    caller: Option<CallerDeadline>,
 }
 
 impl RecordSet {
@@ -170,14 +159,22 @@ impl RecordSet {
 }
 
 impl OnStatus for Records {
-    fn on_status(self, c: i32) {
+    fn on_status(self, mut c: i32) {
         let RecordSet {
             guards,
             recorders,
             trace,
+            caller,
         } = *self.0;
         // One clock read for every record that wants the end of the call.
-        let now = (!guards.is_empty() || recorders.is_some()).then(tokio::time::Instant::now);
+        let now = (!guards.is_empty() || recorders.is_some() || caller.is_some())
+            .then(tokio::time::Instant::now);
+        if c == code::CANCELLED
+            && let (Some(caller), Some(now)) = (caller, now)
+            && caller.passed_for_reset(now)
+        {
+            c = code::DEADLINE_EXCEEDED;
+        }
         // Inner first, as nested bodies would report.
         if let Some(now) = now {
             let Both { outer, inner } = guards;
@@ -188,6 +185,8 @@ impl OnStatus for Records {
                 breaker.finish(c, now.into_std());
             }
             if let Some(r) = recorders {
+                // inside the call's span: its end-of-call log lines carry the trace id
+                let _span = trace.as_ref().map(TraceRecord::enter);
                 r.finish(c, now);
             }
         }
@@ -200,27 +199,41 @@ impl OnStatus for Records {
 pin_project! {
     /// The response body: the handler's, its final status read once for the call's records
     /// (as [`StatusBody`](zrpc_core::grpc::StatusBody) reads it: from the trailers, `Unknown`
-    /// when it ends or fails without them, `Cancelled` when dropped before), and with recover
+    /// when it ends or fails without them, `Cancelled` when dropped before), under the call's
+    /// deadline (past it: `DeadlineExceeded` for the records, `RST_STREAM CANCEL` on the wire),
+    /// with the trailers the handler added ([`Trailers`](crate::Trailers)), and with recover
     /// on, a panic while polling it answered with `Internal "panic: ..."` trailers (as
-    /// recover's nested `RecoverBody` does). One wrapper for both, so that every
-    /// frame goes through one `poll_frame` and one `Poll` mapping instead of two.
+    /// recover's nested `RecoverBody` does). One wrapper for all, so that every frame goes
+    /// through one `poll_frame` and one `Poll` mapping.
     pub(crate) struct GovernedBody<B> {
         #[pin]
         inner: B,
         guard: StatusGuard<Records>,
         // `Some` when guarded.
         recover: Option<Recovering>,
-        // A panic ended the body.
+        // The call's deadline (armed only when the body is pending).
+        timer: Timer,
+        // Where the handler's trailers are.
+        facts: Option<CallFacts>,
+        // A panic or the deadline ended the body.
         done: bool,
     }
 }
 
 impl<B> GovernedBody<B> {
-    fn new(inner: B, guard: StatusGuard<Records>, recover: Option<Recovering>) -> Self {
+    fn new(
+        inner: B,
+        guard: StatusGuard<Records>,
+        recover: Option<Recovering>,
+        timer: Timer,
+        facts: Option<CallFacts>,
+    ) -> Self {
         GovernedBody {
             inner,
             guard,
             recover,
+            timer,
+            facts,
             done: false,
         }
     }
@@ -228,7 +241,13 @@ impl<B> GovernedBody<B> {
 
 impl<B: Default> Default for GovernedBody<B> {
     fn default() -> Self {
-        GovernedBody::new(B::default(), StatusGuard::disarmed(), None)
+        GovernedBody::new(
+            B::default(),
+            StatusGuard::disarmed(),
+            None,
+            Timer::new(None),
+            None,
+        )
     }
 }
 
@@ -238,33 +257,48 @@ impl<B: std::fmt::Debug> std::fmt::Debug for GovernedBody<B> {
             .field("inner", &self.inner)
             .field("guard", &self.guard)
             .field("recover", &self.recover.is_some())
+            .field("deadline", &self.timer.deadline())
             .finish_non_exhaustive()
     }
 }
 
-impl<B: http_body::Body> http_body::Body for GovernedBody<B> {
+impl<B> http_body::Body for GovernedBody<B>
+where
+    B: http_body::Body,
+    B::Error: Into<BoxError>,
+{
     type Data = B::Data;
-    type Error = B::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
+    ) -> Poll<Option<Result<http_body::Frame<B::Data>, BoxError>>> {
         let this = self.project();
         if *this.done {
             return Poll::Ready(None);
         }
         let inner = this.inner;
-        let item = match guarded_if(this.recover.as_ref(), || inner.poll_frame(cx)) {
+        let mut item = match guarded_if(this.recover.as_ref(), || inner.poll_frame(cx)) {
             Ok(Poll::Ready(item)) => item,
+            Ok(Poll::Pending) if this.timer.expired(cx) => {
+                *this.done = true;
+                this.guard.fire(code::DEADLINE_EXCEEDED);
+                return Poll::Ready(Some(Err(timeout::reset())));
+            }
             Ok(Poll::Pending) => return Poll::Pending,
             Err((r, caught)) => {
                 *this.done = true;
                 Some(Ok(panic_trailers(&r.method, r.facts.as_ref(), &caught)))
             }
         };
+        if let (Some(Ok(frame)), Some(facts)) = (&mut item, this.facts.as_ref())
+            && let Some(trailers) = frame.trailers_mut()
+        {
+            facts.take_trailers(trailers);
+        }
         this.guard.observe(&item);
-        Poll::Ready(item)
+        Poll::Ready(item.map(|r| r.map_err(Into::into)))
     }
 
     fn is_end_stream(&self) -> bool {
@@ -375,15 +409,21 @@ impl Governance {
                         guards,
                         recorders: None,
                         trace: None,
+                        caller,
                     })));
                 }
             }
         }
-        *timer = Timer::new(self.timeout.as_ref().and_then(|t| {
-            t.deadline(&mut req, caller, || {
-                *now.get_or_insert_with(tokio::time::Instant::now)
-            })
-        }));
+        // The server's own timeout, when it is sooner than the caller's deadline (the timer
+        // holds the caller's already).
+        if let Some(settings) = self.timeout.as_deref() {
+            *timer = Timer::new(timeout::deadline(
+                Some(settings),
+                &mut req,
+                caller.map(|c| c.at),
+                || *now.get_or_insert_with(tokio::time::Instant::now),
+            ));
+        }
         State::Call {
             fut: inner.call(req),
         }
@@ -404,27 +444,25 @@ where
     }
 
     /// Reads what the serve loop put in the request's extensions (its `Arrival`): the
-    /// call's facts (made here when the request budget did not make them), the peer's
-    /// address, the call's count in the shedder's flight since its stream was accepted and
-    /// the caller's deadline.
+    /// call's facts, the peer's address, the call's count in flight since its stream was
+    /// accepted and the caller's deadline.
     #[inline(always)]
     fn call(&mut self, mut req: Request<Body>) -> Self::Future {
         let (facts, queued, peer, caller) = match req.extensions_mut().get_mut::<Arrival>() {
             Some(a) => (
-                a.facts.take(),
+                Some(a.facts.clone()),
                 a.queued.take(),
                 a.conn.tcp.remote_addr,
-                a.caller_deadline,
+                a.caller,
             ),
-            None => (None, None, peer_addr(&req), caller_deadline(req.headers())),
-        };
-        let facts = match facts {
-            Some(facts) => Some(facts),
-            None if self.shared.facts => {
-                req = with_facts(req);
-                facts_of(&req)
-            }
-            None => None,
+            // A request that did not come through the serve loop (the unit tests'; their
+            // nested facts layer puts the call's facts in the extensions).
+            None => (
+                req.extensions().get::<CallFacts>().cloned(),
+                None,
+                peer_addr(&req),
+                CallerDeadline::of(req.headers()),
+            ),
         };
         let entry = Entry {
             facts,
@@ -456,8 +494,15 @@ where
             method: method_of(&req),
             facts: entry.facts.clone(),
         });
+        // The caller's trace context, current while the handler runs, for zrpc's client to pass
+        // on (see `trace`); whether or not a subscriber wants the span.
+        let context = if g.trace {
+            TraceContext::extract(req.headers())
+        } else {
+            None
+        };
         let span = if g.trace {
-            rpc_span(&req)
+            rpc_span(&req, context.as_ref())
         } else {
             Span::none()
         };
@@ -467,13 +512,6 @@ where
             (None, Span::none())
         } else {
             (Some(TraceRecord::new(span.clone())), span)
-        };
-        // The caller's trace context, current while the handler runs, for zrpc's client to pass
-        // on (see `trace`); whether or not a subscriber wants the span.
-        let context = if g.trace {
-            TraceContext::extract(req.headers())
-        } else {
-            None
         };
         // One clock read for both durations, the breaker's and the shedder's admission and
         // the timeout's deadline.
@@ -493,13 +531,15 @@ where
             guards: Both::default(),
             recorders,
             trace,
+            caller: entry.caller,
         };
         let mut guard = if records.is_empty() {
             StatusGuard::disarmed()
         } else {
             StatusGuard::new(Records(Box::new(records)))
         };
-        let mut timer = Timer::new(None);
+        let mut timer = Timer::new(entry.caller.map(|c| c.at));
+        let facts = entry.facts.clone();
         let _enter = span.enter();
         let (inner, shared) = (&mut self.inner, &self.shared);
         // Recover covers what runs inside it in the nested chain: a token store's lookup, the
@@ -521,6 +561,7 @@ where
             guard,
             recover,
             timer,
+            facts,
             span,
             context,
         }
@@ -540,7 +581,7 @@ struct Entry {
     /// The call's facts.
     facts: Option<CallFacts>,
     /// The deadline the caller set.
-    caller: Option<tokio::time::Instant>,
+    caller: Option<CallerDeadline>,
     /// The clock, when the call read it already (as its start).
     now: Option<tokio::time::Instant>,
     /// The call's count in the shedder's flight since its stream was accepted.
@@ -595,6 +636,8 @@ pin_project! {
         guard: StatusGuard<Records>,
         recover: Option<Recovering>,
         timer: Timer,
+        // where the handler's trailers are
+        facts: Option<CallFacts>,
         span: Span,
         // the caller's trace context, current while the handler is polled
         context: Option<TraceContext>,
@@ -644,15 +687,18 @@ where
                 }
             }
         };
-        let (parts, body) = resp.into_parts();
+        let (mut parts, body) = resp.into_parts();
         let mut guard = std::mem::replace(this.guard, StatusGuard::disarmed());
-        // A trailers-only response reports its code at once.
-        if guard.is_armed()
-            && let Some(c) = status_from_headers(&parts.headers)
-        {
+        // A trailers-only response reports its code at once, and carries the handler's
+        // trailers in its headers.
+        if let Some(c) = status_from_headers(&parts.headers) {
             guard.fire(c);
+            if let Some(facts) = this.facts.as_ref() {
+                facts.take_trailers(&mut parts.headers);
+            }
         }
-        let body = GovernedBody::new(body, guard, this.recover.take());
+        let timer = std::mem::replace(this.timer, Timer::new(None));
+        let body = GovernedBody::new(body, guard, this.recover.take(), timer, this.facts.take());
         Poll::Ready(Ok(Response::from_parts(parts, body)))
     }
 }
@@ -716,6 +762,3 @@ where
 
 #[cfg(test)]
 mod tests;
-
-#[cfg(test)]
-mod differential;

@@ -35,7 +35,6 @@
 pub(crate) mod auth;
 pub(crate) mod breaker;
 pub(crate) mod drain;
-pub(crate) mod facts;
 pub(crate) mod governor;
 pub(crate) mod metrics;
 #[cfg(test)]
@@ -56,9 +55,6 @@ pub use auth::{Lookup, StaticTokens, TokenFuture, TokenStore};
 pub(crate) use auth::AuthLayer;
 pub(crate) use breaker::BreakerLayer;
 pub(crate) use drain::{DrainLayer, DrainSignal};
-pub(crate) use facts::CallFacts;
-#[cfg(test)]
-pub(crate) use facts::nested::FactsLayer;
 pub(crate) use governor::{GovernorLayer, Stages};
 pub(crate) use metrics::MetricsLayer;
 pub(crate) use recover::RecoverLayer;

@@ -17,7 +17,7 @@ use http::{HeaderMap, HeaderValue, Response};
 use http_body::Frame;
 use zrpc_core::grpc::{GRPC_MESSAGE, GRPC_STATUS, code, encode_grpc_message, status_response};
 
-use super::facts::CallFacts;
+use crate::call::CallFacts;
 
 thread_local! {
     static GUARDED: Cell<bool> = const { Cell::new(false) };
@@ -176,7 +176,7 @@ mod nested {
     use tower_service::Service;
 
     use super::{Caught, RecoverLayer, guarded_if, mark_panicked, panic_response, panic_trailers};
-    use crate::layers::facts::{CallFacts, facts_of};
+    use crate::call::{CallFacts, facts_of};
     use crate::layers::util::method_of;
 
     /// Runs `f`, catching a panic (its stack captured by the hook).

@@ -21,8 +21,8 @@ use http::Response;
 use zrpc_core::grpc::{code, status_response};
 use zrpc_core::shedder::{AdaptiveShedder, Queued, ShedderPromise};
 
-use super::facts::{Blame, CallFacts, blame};
 use super::util::{StreamingMethods, is_infra};
+use crate::call::{Blame, CallFacts, blame};
 use crate::metrics::{DropReason, count_drop};
 
 /// The message of a shedding rejection (go-zero's).
@@ -45,17 +45,20 @@ pub(crate) struct Shared {
     dropped_since_log: AtomicU64,
 }
 
+/// The shedder counts a call to `path` in flight as its stream is accepted, before its task
+/// runs (see [`AdaptiveShedder::queue`]); `None` for calls never shed. It ends the count
+/// when it admits or sheds the call ([`Shared::admit`]).
+impl crate::call::InFlight for Shared {
+    #[inline]
+    fn accepted(&self, path: &str) -> Option<Queued> {
+        self.watches(path).then(|| self.settings.shedder.queue())
+    }
+}
+
 impl Shared {
     /// Whether calls to `path` are shed when overloaded (not health, reflection, streams).
     pub(crate) fn watches(&self, path: &str) -> bool {
         !is_infra(path) && !self.settings.streaming.contains(path)
-    }
-
-    /// Counts a call to `path` in flight as its stream is accepted, before its task runs
-    /// (see [`AdaptiveShedder::queue`]); `None` for calls never shed.
-    #[inline]
-    pub(crate) fn queue(&self, path: &str) -> Option<Queued> {
-        self.watches(path).then(|| self.settings.shedder.queue())
     }
 
     /// Admits a call to `path` at `now`: its record, or `None` when it is shed (the drop is
@@ -174,7 +177,7 @@ mod nested {
     use zrpc_core::grpc::OnStatus;
 
     use super::{Shared, SheddingLayer, SheddingRecord, rejection};
-    use crate::layers::facts::facts_of;
+    use crate::call::facts_of;
     use crate::layers::observe::{ObserveFuture, ObserveOrReject, ObservedBody};
 
     impl<S> Layer<S> for SheddingLayer {

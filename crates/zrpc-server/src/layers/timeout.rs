@@ -1,27 +1,31 @@
-//! Timeout: go-zero's `serverinterceptors/timeoutinterceptor.go`, minus its leak.
+//! Timeout: the caller's deadline over the whole call, and go-zero's
+//! `serverinterceptors/timeoutinterceptor.go` (the server's own `Timeout`), minus its leak.
 //!
-//! The timeout of a call is `MethodTimeouts[method]` if listed (0 there = no timeout for
-//! that method), else the default `Timeout`, and never longer than the caller's
-//! `grpc-timeout`. On expiry the call gets `DeadlineExceeded "context deadline exceeded"`
-//! and the handler future is **dropped** (go-zero returns but leaves the handler running).
-//! The effective deadline is written back into the request's `grpc-timeout` header so the
-//! handler (and any client call it makes) can see it.
+//! **The caller's deadline** (`grpc-timeout`, read as the request arrived) bounds every call,
+//! unary or streaming, health and reflection included, until its response ends, as grpc-go
+//! bounds it: past it, a call still waiting for its response head is answered
+//! `DeadlineExceeded "context deadline exceeded"`, and a call whose head was sent is reset
+//! with `RST_STREAM CANCEL` (what grpc-go's server sends); either way the handler is dropped and
+//! every record sees `DeadlineExceeded`. A caller that resets its call at (or just before) its
+//! deadline is recorded as `DeadlineExceeded` too: its clock started before the request
+//! arrived, so its reset and the server's timer are a race (`call::CallerDeadline`). Any other
+//! reset by the caller is `Cancelled`, never a failure of the server.
 //!
-//! The timer covers the handler until it returns its response head: all of a unary call;
-//! for a server stream only its set-up. Known streaming methods (see
-//! [`StreamingMethods`]) and health/reflection are never timed out by this stage; the server's
-//! serve loop still bounds every call's wait for its response head by the caller's own
-//! `grpc-timeout`.
+//! **The server's own timeout** of a unary call is `MethodTimeouts[method]` if listed (0 there =
+//! no timeout for that method), else the default `Timeout`, and never longer than the caller's
+//! deadline; as in go-zero it covers unary methods only: known streaming methods (see
+//! [`StreamingMethods`]) and health/reflection get only their caller's deadline. On expiry the
+//! call gets `DeadlineExceeded` and the handler future is **dropped** (go-zero returns but
+//! leaves the handler running). The effective deadline is written back into the request's
+//! `grpc-timeout` header so the handler (and any client call it makes) can see it.
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Context;
 use std::time::Duration;
 
 use http::{HeaderValue, Request, Response};
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
+use tower::BoxError;
 use zrpc_core::grpc::{code, status_response, timeout as grpc_timeout};
 
 use super::util::{GRPC_TIMEOUT, StreamingMethods, is_infra};
@@ -91,97 +95,58 @@ impl TimeoutLayer {
     pub(crate) fn compiled(&self) -> Option<Arc<Compiled>> {
         self.settings.clone()
     }
-
-    /// Whether any call can be timed out (a default or a per-method timeout is set).
-    pub(crate) fn is_on(&self) -> bool {
-        self.settings.is_some()
-    }
 }
 
-impl Compiled {
-    /// The deadline of `req` (none for streams, health and reflection, or with no timeout):
-    /// the server's timeout from `now()` (the caller's clock read, or a fresh one), or
-    /// `caller`'s deadline when it is sooner (see [`caller_deadline`]), with the effective
-    /// `grpc-timeout` written into its headers for the handler.
-    #[inline]
-    pub(crate) fn deadline<B>(
-        &self,
-        req: &mut Request<B>,
-        caller: Option<Instant>,
-        now: impl FnOnce() -> Instant,
-    ) -> Option<Instant> {
-        let path = req.uri().path();
-        if is_infra(path) || self.streaming.contains(path) {
-            return None;
-        }
-        let (server, header) = self.limit_for(path)?;
-        // Past the end of time there is no deadline (tokio's own `sleep` would wait
-        // "forever", ~30 years).
-        let ours = now().checked_add(*server);
-        match (caller, ours) {
-            // The caller's deadline is sooner: its header already says so.
-            (Some(caller), Some(ours)) if caller < ours => Some(caller),
-            (Some(caller), None) => Some(caller),
-            _ => {
-                req.headers_mut().insert(GRPC_TIMEOUT, header.clone());
-                ours
-            }
-        }
-    }
-}
-
-/// The deadline the caller's `grpc-timeout` sets, counted from now (the serve loop reads it
-/// once as the request arrives and hands it to the governor).
+/// The deadline of `req`: its `caller`'s, or the server's own timeout (`settings`: `None` when
+/// there is none) from `now()` (the call's clock read, or a fresh one) when that is sooner, for
+/// a unary method that is not health or reflection; with the server's, the effective
+/// `grpc-timeout` is written into its headers for the handler.
 #[inline]
-pub(crate) fn caller_deadline(headers: &http::HeaderMap) -> Option<Instant> {
-    grpc_timeout::from_headers(headers).and_then(|t| Instant::now().checked_add(t))
-}
-
-/// A call's deadline and, once armed, its timer.
-///
-/// The timer is armed only when the handler is still pending after a poll: most unary
-/// handlers answer at their first poll, and a tokio `Sleep` made for each call (a clock
-/// read, a runtime handle clone, ~100 bytes more in the call's future) cost them for
-/// nothing. Armed, it is boxed, so the future stays small.
-#[derive(Debug)]
-pub(crate) struct Timer {
-    deadline: Option<Instant>,
-    sleep: Option<Pin<Box<Sleep>>>,
-}
-
-impl Timer {
-    pub(crate) fn new(deadline: Option<Instant>) -> Self {
-        Timer {
-            deadline,
-            sleep: None,
+pub(crate) fn deadline<B>(
+    settings: Option<&Compiled>,
+    req: &mut Request<B>,
+    caller: Option<Instant>,
+    now: impl FnOnce() -> Instant,
+) -> Option<Instant> {
+    let Some(settings) = settings else {
+        return caller;
+    };
+    let path = req.uri().path();
+    if is_infra(path) || settings.streaming.contains(path) {
+        return caller;
+    }
+    let Some((server, header)) = settings.limit_for(path) else {
+        return caller;
+    };
+    // Past the end of time there is no deadline (tokio's own `sleep` would wait
+    // "forever", ~30 years).
+    let ours = now().checked_add(*server);
+    match (caller, ours) {
+        // The caller's deadline is sooner: its header already says so.
+        (Some(caller), Some(ours)) if caller < ours => Some(caller),
+        (Some(caller), None) => Some(caller),
+        _ => {
+            req.headers_mut().insert(GRPC_TIMEOUT, header.clone());
+            ours
         }
     }
-
-    /// The deadline.
-    #[cfg(test)]
-    pub(crate) fn deadline(&self) -> Option<Instant> {
-        self.deadline
-    }
-
-    /// Whether the deadline has passed, for a handler that is still pending (registers the
-    /// wake-up otherwise).
-    pub(crate) fn expired(&mut self, cx: &mut Context<'_>) -> bool {
-        let Some(deadline) = self.deadline else {
-            return false;
-        };
-        self.sleep
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)))
-            .as_mut()
-            .poll(cx)
-            .is_ready()
-    }
 }
 
-/// The answer to a call whose deadline passed.
+/// The answer to a call whose deadline passed before its response head.
 #[cold]
 #[inline(never)]
 pub(crate) fn expired<B: Default>() -> Response<B> {
     status_response(code::DEADLINE_EXCEEDED, "context deadline exceeded")
+}
+
+/// How a call whose deadline passed after its response head ends: a body error that hyper
+/// turns into `RST_STREAM CANCEL`, as grpc-go's server resets a stream at its deadline (the
+/// status can no longer go in a response head, and trailers could wait behind data the client
+/// does not read).
+#[cold]
+#[inline(never)]
+pub(crate) fn reset() -> BoxError {
+    Box::new(h2::Error::from(h2::Reason::CANCEL))
 }
 
 #[cfg(test)]
@@ -200,7 +165,8 @@ mod nested {
     use tower_layer::Layer;
     use tower_service::Service;
 
-    use super::{Compiled, TimeoutLayer, Timer, caller_deadline, expired};
+    use super::{Compiled, TimeoutLayer, deadline, expired};
+    use crate::call::{CallerDeadline, Timer};
 
     impl<S> Layer<S> for TimeoutLayer {
         type Service = Timeout<S>;
@@ -234,10 +200,8 @@ mod nested {
 
         #[inline(always)]
         fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
-            let deadline = self.settings.as_ref().and_then(|s| {
-                let caller = caller_deadline(req.headers());
-                s.deadline(&mut req, caller, Instant::now)
-            });
+            let caller = CallerDeadline::of(req.headers()).map(|c| c.at);
+            let deadline = deadline(self.settings.as_deref(), &mut req, caller, Instant::now);
             ResponseFuture {
                 fut: self.inner.call(req),
                 timer: Timer::new(deadline),

@@ -2,7 +2,8 @@
 //!
 //! A server publishes exactly one key, `Key/<lease id in decimal>` (or `Key/<ID>` when `Etcd.ID` > 0),
 //! whose value is the plain `host:port` clients dial; go-zero and zrpc clients discover it alike. The
-//! key lives on a lease of [`TIME_TO_LIVE`] seconds that [`Publisher`] renews and heals (see its docs).
+//! key lives on a lease of 10 seconds (go-zero's `discov.TimeToLive`) that [`Publisher`] renews and
+//! heals (see its docs).
 //! [`advertise_addr`] decides the `host:port`; unlike go-zero it honours an explicit advertise address.
 //!
 //! The server calls these in its lifecycle: bind -> serve -> health SERVING -> [`Publisher::spawn`];
@@ -21,7 +22,7 @@ mod publisher;
 
 pub use advertise::{POD_IP_ENV, advertise_addr};
 #[cfg(feature = "etcd")]
-pub use publisher::{Publisher, RETRY_INTERVAL, RegistrationState, STOP_TIMEOUT, TIME_TO_LIVE};
+pub use publisher::{Publisher, RegistrationState};
 
 /// Without the `etcd` feature nothing registers, so no publisher ever exists.
 #[cfg(not(feature = "etcd"))]

@@ -16,11 +16,11 @@ use zrpc_core::conf::EtcdConf;
 use zrpc_core::etcd::{REQUEST_TIMEOUT, connect};
 
 /// Lease time-to-live in seconds (go-zero `discov.TimeToLive`).
-pub const TIME_TO_LIVE: i64 = 10;
+pub(crate) const TIME_TO_LIVE: i64 = 10;
 /// Pause between attempts while etcd is unreachable (each one jittered by ±20 %).
-pub const RETRY_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const RETRY_INTERVAL: Duration = Duration::from_secs(1);
 /// Upper bound of [`Publisher::stop`]: the revoke is abandoned after it (the lease then expires).
-pub const STOP_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const STOP_TIMEOUT: Duration = Duration::from_secs(2);
 
 const TTL: Duration = Duration::from_secs(TIME_TO_LIVE as u64);
 
@@ -107,7 +107,7 @@ impl Publisher {
     }
 
     /// Deregisters: stops the supervision and revokes the lease, so the key disappears at once.
-    /// Takes at most about [`STOP_TIMEOUT`]; if etcd cannot be reached the key expires with its lease.
+    /// Takes at most about 2 s; if etcd cannot be reached the key expires with its lease.
     pub async fn stop(mut self) {
         let _ = self.stop.send(true);
         if let Some(mut task) = self.task.take() {

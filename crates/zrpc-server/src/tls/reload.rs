@@ -5,9 +5,10 @@
 //! ([`super::watch`]) has both files read every `Tls.ReloadInterval` (and on SIGHUP) and reloads
 //! when their bytes changed; a new
 //! pair that fails (bad PEM, a key that does not match, a file half-written) is logged as an
-//! error naming the file, and the old certificate stays until a good pair appears.
+//! error naming the file, and the old certificate stays until a good pair appears. Each try is
+//! counted in `rpc_server_tls_reloads_total{file,result}` (`loaded` or `refused`).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
@@ -64,7 +65,14 @@ impl ReloadingCert {
             }
             *seen = now;
         }
-        match load_certified_key(&self.cert_file, &self.key_file, &self.provider) {
+        let loaded = load_certified_key(&self.cert_file, &self.key_file, &self.provider);
+        if let Some(reloads) = reloads() {
+            let result = if loaded.is_ok() { "loaded" } else { "refused" };
+            reloads
+                .with_label_values(&[self.cert_file.as_str(), result])
+                .inc();
+        }
+        match loaded {
             Ok(key) => {
                 self.current.store(key);
                 tracing::info!(
@@ -90,4 +98,28 @@ impl ResolvesServerCert for ReloadingCert {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(self.current.load_full())
     }
+}
+
+/// `rpc_server_tls_reloads_total{file,result}` (zrpc addition): the certificate reloads tried
+/// after a change of the files (or a SIGHUP), by certificate file and outcome, `loaded` or
+/// `refused` (a `refused` means the files on disk are broken and the old certificate is still
+/// served). `None` if it cannot be registered.
+fn reloads() -> Option<&'static prometheus::IntCounterVec> {
+    static RELOADS: OnceLock<Option<prometheus::IntCounterVec>> = OnceLock::new();
+    RELOADS
+        .get_or_init(|| {
+            let opts = prometheus::Opts::new(
+                "rpc_server_tls_reloads_total",
+                "TLS certificate reloads tried, by certificate file and result (loaded, refused).",
+            );
+            let vec = prometheus::IntCounterVec::new(opts, &["file", "result"]).ok()?;
+            match crate::metrics::registry().register(Box::new(vec.clone())) {
+                Ok(()) => Some(vec),
+                Err(e) => {
+                    tracing::warn!(target: "zrpc::metrics", "cannot register TLS reload metrics: {e}");
+                    None
+                }
+            }
+        })
+        .as_ref()
 }

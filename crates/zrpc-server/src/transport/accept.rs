@@ -1,4 +1,5 @@
-//! The accept loop: the stream of connections handed to tonic, replacing `TcpIncoming`.
+//! The accept loop: the stream of connections handed to zrpc's serve loop (`super::serve`), in
+//! place of tonic's `TcpIncoming`.
 //!
 //! - accept errors (EMFILE, ENFILE, ENOBUFS, ...) back off 5 ms .. 1 s and are logged at most
 //!   once per second, instead of being retried in a hot loop;

@@ -11,7 +11,7 @@
 //! or when a started message has not arrived whole within the timeout. The connection's share
 //! (default half the server's) keeps one connection from taking the whole server budget and
 //! failing every other client's large messages. tonic then drops the call and its buffer. The
-//! error is a request-body error, so the breaker blames the caller (`layers/facts.rs`).
+//! error is a request-body error, so the breaker blames the caller (`call/facts.rs`).
 //! A call idle *between* messages (a quiet bidi stream) is not affected.
 
 use std::pin::Pin;
@@ -28,9 +28,8 @@ use tokio::time::Sleep;
 use tonic::Status;
 use tonic::body::Body;
 
-use super::streams::{ConnState, ConnTable};
-use crate::layers::CallFacts;
-use crate::layers::facts::record_frame;
+use super::streams::ConnTable;
+use crate::call::{CallFacts, ConnState, FactsBody, record_frame};
 
 use tower::BoxError;
 
@@ -105,16 +104,13 @@ impl Budget {
     }
 }
 
-/// Wraps each request body in a [`BudgetedBody`] (the serve loop's `Intake`); passes it
-/// through when no limit is set.
+/// Wraps each request body in a [`BudgetedBody`] (the serve loop's `Intake`), or when no limit
+/// is set in a [`FactsBody`]: either records the call's [`CallFacts`].
 #[derive(Debug, Clone)]
 pub(crate) struct RequestBudget {
     budget: Option<Arc<Budget>>,
     /// The server's connections, where the per-connection share is counted.
     conns: Option<Arc<ConnTable>>,
-    /// Whether the governor keeps each call's facts: the budgeted body then gives the call
-    /// its [`CallFacts`] and records them, so the governor adds no second body wrapper.
-    facts: bool,
 }
 
 impl RequestBudget {
@@ -122,43 +118,34 @@ impl RequestBudget {
     /// connection in `conns`; `None` leaves request bodies untouched.
     pub(crate) fn new(budget: Option<Arc<Budget>>, conns: Option<Arc<ConnTable>>) -> Self {
         let conns = conns.filter(|_| budget.as_ref().is_some_and(|b| b.conn_max.is_some()));
-        RequestBudget {
-            budget,
-            conns,
-            facts: false,
-        }
-    }
-
-    /// Also records each call's [`CallFacts`] (`layers::facts`).
-    pub(crate) fn with_facts(mut self, facts: bool) -> Self {
-        self.facts = facts;
-        self
+        RequestBudget { budget, conns }
     }
 }
 
 impl RequestBudget {
-    /// `req` with its body under the budget (untouched when no limit is set), on the body as
-    /// hyper gave it: boxed once, here, as tonic's `Body`. `conn`: the state of the request's
-    /// connection, charged when the budget has a per-connection share. Also the call's
-    /// [`CallFacts`] when the chain keeps them, which this body records.
+    /// `req` with its body under the budget (when a limit is set), on the body as hyper gave
+    /// it: boxed once, here, as tonic's `Body`. `conn`: the state of the request's connection,
+    /// charged when the budget has a per-connection share. Also the call's [`CallFacts`],
+    /// which this body records.
     #[inline]
     pub(crate) fn apply<RB>(
         &self,
         req: Request<RB>,
         conn: Option<&Arc<ConnState>>,
-    ) -> (Request<Body>, Option<CallFacts>)
+    ) -> (Request<Body>, CallFacts)
     where
         RB: http_body::Body<Data = Bytes> + Send + 'static,
         RB::Error: Into<BoxError>,
     {
+        let facts = CallFacts::default();
         let Some(budget) = self.budget.as_ref() else {
-            return (req.map(Body::new), None);
+            let req = req.map(|inner| Body::new(FactsBody::new(inner, facts.clone())));
+            return (req, facts);
         };
         let conn = self.conns.as_ref().and(conn).cloned();
-        let facts = self.facts.then(CallFacts::default);
         let req = req.map(|inner| {
             let mut body = BudgetedBody::new(inner, budget.clone()).on_connection(conn);
-            body.facts = facts.clone();
+            body.facts = Some(facts.clone());
             Body::new(body)
         });
         (req, facts)
@@ -182,7 +169,7 @@ pin_project! {
         timer: Option<Pin<Box<Sleep>>>,
         timer_armed: bool,
         done: bool,
-        // What `FactsBody` would record around this body's output (`layers/facts.rs`).
+        // What `FactsBody` would record around this body's output (`call/facts.rs`).
         facts: Option<CallFacts>,
     }
 

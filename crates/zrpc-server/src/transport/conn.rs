@@ -34,9 +34,9 @@ use tonic::transport::server::Connected;
 
 use super::cuts::Peer;
 use super::frames::{FrameGuard, Violation};
-use super::io::ConnInfo;
 use super::streams::ConnEntry;
 use crate::authority::Repair;
+use crate::call::ConnInfo;
 
 /// Deadlines and limits applied to every accepted connection.
 #[derive(Debug, Clone, Copy, Default)]

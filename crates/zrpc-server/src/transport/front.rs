@@ -22,8 +22,8 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::content_type::{is_grpc, unsupported};
-use super::serve::Arrival;
-use super::streams::{CallGuard, CountedBody};
+use super::streams::CountedBody;
+use crate::call::{Arrival, CallGuard};
 use crate::tls::allow::AllowList;
 use crate::tls::allow::denied;
 
@@ -89,7 +89,7 @@ where
             .and_then(|c| c.conn.as_ref())
             .filter(|_| settings.counted)
             .map(|state| state.start());
-        let content_type = crate::layers::util::find(req.headers(), &header::CONTENT_TYPE);
+        let content_type = zrpc_core::grpc::find_header(req.headers(), &header::CONTENT_TYPE);
         if !is_grpc(content_type) {
             return ResponseFuture::rejected(unsupported(content_type), guard);
         }

@@ -10,9 +10,10 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 #[cfg(feature = "tls")]
 use tokio_rustls::server::TlsStream;
-use tonic::transport::server::{Connected, TcpConnectInfo};
+use tonic::transport::server::Connected;
 
-use super::ConnState;
+use crate::call::ConnInfo;
+#[cfg(feature = "tls")]
 use crate::tls::PeerIdentity;
 
 /// An accepted connection, decrypted when TLS is on.
@@ -23,19 +24,6 @@ pub(crate) enum ConnIo {
     /// TLS, handshake done.
     #[cfg(feature = "tls")]
     Tls(Box<TlsStream<TcpStream>>),
-}
-
-/// The connect info of a [`ConnIo`]: one `Arc` of it per connection travels in every
-/// request's extensions, next to its `TcpConnectInfo` (for `Request::remote_addr`) and
-/// [`PeerIdentity`].
-#[derive(Debug, Clone)]
-pub(crate) struct ConnInfo {
-    pub(crate) tcp: TcpConnectInfo,
-    pub(crate) peer: Option<PeerIdentity>,
-    /// The connection's call count and byte-budget share, set by
-    /// `Guarded` (`transport::conn`) when the server keeps them: each request
-    /// carries its connection's state, so no per-request table lookup is needed.
-    pub(crate) conn: Option<std::sync::Arc<ConnState>>,
 }
 
 impl Connected for ConnIo {

@@ -3,14 +3,16 @@
 //!
 //! - [`incoming`]: zrpc's accept loop (back-off on accept errors, connection cap, TCP_NODELAY,
 //!   then [`Guarded`](conn::Guarded) around the stream);
-//! - [`Guarded`](conn::Guarded): handshake timeout, idle timeout, hard end of a connection's age
-//!   grace, and the one scan of the client's frames ([`frames`]) for the handshake, the frame
-//!   policies and the `:authority` repair;
+//! - [`Guarded`](conn::Guarded): handshake timeout, hard end of a connection's age grace, and
+//!   the one scan of the client's frames ([`frames`]) for the handshake, the frame policies and
+//!   the `:authority` repair;
 //! - [`serve`]: zrpc's serve loop over hyper, with every HTTP/2 limit set explicitly (streams
 //!   per connection, header list, resets, windows, keepalive) and a GOAWAY at the maximum
-//!   connection age. Before the chain sees a request, it puts its body under the budget of
-//!   incomplete request messages per server and per connection and the time a started message
-//!   may take to arrive ([`budget`]), and the connection's facts in its extensions;
+//!   connection age and after `MaxConnectionIdle`. Before the chain sees a request, it puts its
+//!   body under the budget of incomplete request messages per server and per connection and the
+//!   time a started message may take to arrive ([`budget`]), the body recording the call's
+//!   facts, and what it knows of the call in its extensions (`crate::call::Arrival`: the
+//!   connection, the facts, the call's count in flight, the caller's deadline);
 //! - [`Front`](front::Front), the chain's first stage: calls open per connection, for the idle
 //!   timeout ([`streams`]); HTTP 415 for requests that are not gRPC ([`content_type`]);
 //!   `Tls.AllowedClients`.
@@ -39,7 +41,7 @@ pub(crate) use accept::{AcceptSettings, Incoming, incoming};
 pub(crate) use budget::{Budget, RequestBudget};
 pub(crate) use conn::ConnLimits;
 pub(crate) use front::FrontLayer;
-pub(crate) use streams::{ConnState, ConnTable};
+pub(crate) use streams::ConnTable;
 
 use crate::conf::TransportConf;
 
@@ -90,13 +92,12 @@ pub(crate) fn front_layer(
 }
 
 /// What the serve loop does to each request before the chain ([`serve::Intake`]): the
-/// request-bytes budget, whose body records the call's facts when `facts` (the governing
-/// stage keeps them), and the count of accepted calls in `shedding`'s flight.
+/// request-bytes budget, whose body records the call's facts, and the count of accepted calls
+/// in flight for the stage that owns it (`in_flight`).
 pub(crate) fn intake(
     settings: &AcceptSettings,
     conf: &TransportConf,
-    facts: bool,
-    shedding: Option<Arc<crate::layers::shedding::Shared>>,
+    in_flight: Option<Arc<dyn crate::call::InFlight>>,
 ) -> serve::Intake {
     let max = conf.max_buffered_request_bytes();
     let conn_max = conf.max_connection_buffered_request_bytes();
@@ -104,7 +105,7 @@ pub(crate) fn intake(
     let budget = (max.is_some() || conn_max.is_some() || timeout.is_some())
         .then(|| Arc::new(Budget::new(max, timeout).with_conn_max(conn_max)));
     serve::Intake {
-        budget: RequestBudget::new(budget, settings.table.clone()).with_facts(facts),
-        shedding,
+        budget: RequestBudget::new(budget, settings.table.clone()),
+        in_flight,
     }
 }

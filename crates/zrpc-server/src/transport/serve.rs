@@ -4,14 +4,12 @@
 //! refused); a connection past `MaxConnectionAge` gets a GOAWAY, and on shutdown every
 //! connection gets one and the loop returns when all are closed. Each request is given to the
 //! chain, an ordinary `tower::Service<Request<Body>>`, by one future ([`Dispatch`]) that does
-//! what tonic's serve loop and its `RecoverError` and `GrpcTimeout` wrappers did:
+//! what tonic's serve loop and its `RecoverError` wrapper did:
 //!
-//! - the body boxed once (under the request-bytes budget) and the connection's facts put in
-//!   the request's extensions ([`Intake`]);
-//! - **the caller's deadline** (`grpc-timeout`) bounds every call until its response head
-//!   (streams, health and reflection included). The timer is armed only when the chain is
-//!   still pending after a poll. An expired call is answered `DeadlineExceeded`, as grpc-go
-//!   and zrpc's timeout stage answer (tonic answers `Cancelled "Timeout expired"`);
+//! - the body boxed once (under the request-bytes budget, recording the call's facts) and
+//!   what the transport knows of the call put in the request's extensions ([`Intake`]: the
+//!   call's [`Arrival`], with the caller's deadline read as the request arrived; the governor's
+//!   timeout stage enforces it over the whole call);
 //! - **an error of the chain that is a `Status`** becomes that status's response; any other
 //!   error resets the stream.
 //!
@@ -40,11 +38,7 @@ use tonic::transport::server::Connected;
 use tower_service::Service;
 
 use super::budget::RequestBudget;
-use super::io::ConnInfo;
-use super::streams::ConnState;
-use crate::layers::facts::CallFacts;
-use crate::layers::shedding;
-use crate::layers::timeout::{Timer, caller_deadline};
+use crate::call::{Arrival, CallerDeadline, ConnInfo, ConnState, InFlight};
 
 use tower::BoxError;
 use zrpc_core::shedder::Queued;
@@ -66,25 +60,25 @@ pub(crate) struct Http2 {
 }
 
 /// What the serve loop does to every request before the chain sees it: the body under the
-/// request-bytes budget (boxed once, as tonic's `Body`), the call counted in the shedder's
-/// flight from the moment its stream is accepted, and what the transport knows of the call in
-/// the request's extensions (see [`Intake::prepare`]).
+/// request-bytes budget (boxed once, as tonic's `Body`), the call counted in flight from the
+/// moment its stream is accepted, and what the transport knows of the call in the request's
+/// extensions (see [`Intake::prepare`]).
 #[derive(Debug)]
 pub(crate) struct Intake {
     pub(crate) budget: RequestBudget,
-    /// The chain's shedder, which counts calls from the moment their stream is accepted.
-    pub(crate) shedding: Option<Arc<shedding::Shared>>,
+    /// The stage that counts calls in flight from the moment their stream is accepted.
+    pub(crate) in_flight: Option<Arc<dyn InFlight>>,
 }
 
 impl Intake {
-    /// Counts a call in the shedder's flight as hyper accepts its stream (in the connection's
-    /// task), so that calls waiting for a worker thread count too: with handlers that keep
-    /// their thread busy, they are most of the calls in the server (see
+    /// Counts a call in flight as hyper accepts its stream (in the connection's task), so that
+    /// calls waiting for a worker thread count too: with handlers that keep their thread busy,
+    /// they are most of the calls in the server (see
     /// [`AdaptiveShedder::queue`](zrpc_core::shedder::AdaptiveShedder::queue)).
     fn queue<RB>(&self, req: &Request<RB>) -> Option<Queued> {
-        self.shedding
+        self.in_flight
             .as_ref()
-            .and_then(|s| s.queue(req.uri().path()))
+            .and_then(|c| c.accepted(req.uri().path()))
     }
 
     /// `req` as the chain gets it: its body under the budget, and in its extensions tonic's
@@ -95,7 +89,7 @@ impl Intake {
         req: Request<RB>,
         conn: Arc<ConnInfo>,
         queued: Option<Queued>,
-        caller_deadline: Option<Instant>,
+        caller: Option<CallerDeadline>,
     ) -> Request<Body>
     where
         RB: http_body::Body<Data = Bytes> + Send + 'static,
@@ -111,26 +105,10 @@ impl Intake {
             conn,
             facts,
             queued,
-            caller_deadline,
+            caller,
         });
         req
     }
-}
-
-/// What the transport knows of a call, in its request's extensions for the chain's stages
-/// ([`Front`](super::front::Front) and the governor): one extension, so that with tonic's
-/// `TcpConnectInfo` and the router's parameters a request's extensions fit their first
-/// allocation.
-#[derive(Debug, Clone)]
-pub(crate) struct Arrival {
-    /// The connection's facts, one `Arc` per connection.
-    pub(crate) conn: Arc<ConnInfo>,
-    /// The call's facts, recorded by the budgeted request body (when the chain keeps them).
-    pub(crate) facts: Option<CallFacts>,
-    /// The call's count in the shedder's flight since its stream was accepted.
-    pub(crate) queued: Option<Queued>,
-    /// The deadline the caller's `grpc-timeout` set when the request arrived.
-    pub(crate) caller_deadline: Option<Instant>,
 }
 
 /// Serves `incoming` with `chain` until `signal`, then sends every connection a GOAWAY and
@@ -350,16 +328,19 @@ where
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
         let queued = self.intake.queue(&req);
-        let deadline = caller_deadline(req.headers());
-        let start = Start {
-            chain: self.chain.clone(),
-            req,
-            conn: Arc::clone(&self.conn),
-            intake: Arc::clone(&self.intake),
-            queued,
-            deadline,
-        };
-        Dispatch::new(start)
+        let caller = CallerDeadline::of(req.headers());
+        Dispatch {
+            state: State::Start {
+                start: Some(Start {
+                    chain: self.chain.clone(),
+                    req,
+                    conn: Arc::clone(&self.conn),
+                    intake: Arc::clone(&self.intake),
+                    queued,
+                    caller,
+                }),
+            },
+        }
     }
 }
 
@@ -369,31 +350,17 @@ struct Start<S, RB> {
     req: Request<RB>,
     conn: Arc<ConnInfo>,
     intake: Arc<Intake>,
-    // Its count in the shedder's flight until then.
+    // Its count in flight until then.
     queued: Option<Queued>,
     // The deadline its caller set.
-    deadline: Option<Instant>,
-}
-
-impl<S: Service<Request<Body>>, RB> Dispatch<S, RB> {
-    /// The call of `start`, under the caller's deadline if its `grpc-timeout` sets one.
-    fn new(start: Start<S, RB>) -> Self {
-        let deadline = start.deadline;
-        Dispatch {
-            state: State::Start { start: Some(start) },
-            deadline: Timer::new(deadline),
-        }
-    }
+    caller: Option<CallerDeadline>,
 }
 
 pin_project! {
-    /// The response future of [`ConnService`]: the chain's, under the caller's deadline.
+    /// The response future of [`ConnService`]: the chain's.
     pub(crate) struct Dispatch<S: Service<Request<Body>>, RB> {
         #[pin]
         state: State<S, RB>,
-        // The caller's deadline. Its timer is armed (boxed) only when the chain is still
-        // pending after a poll: a unary call answered at its first poll registers none.
-        deadline: Timer,
     }
 }
 
@@ -416,62 +383,88 @@ where
 {
     type Output = Result<Response<B>, BoxError>;
 
+    /// Calls the chain (at the first poll) and polls its future.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut this = self.project();
-        match poll_chain(this.state.as_mut(), cx) {
-            Poll::Ready(out) => Poll::Ready(out),
-            Poll::Pending if this.deadline.expired(cx) => {
-                this.state.set(State::Start { start: None });
-                Poll::Ready(Ok(Status::deadline_exceeded("Timeout expired").into_http()))
+        let mut state = self.project().state;
+        loop {
+            match state.as_mut().project() {
+                StateProj::Start { start } => {
+                    let Some(Start { chain, .. }) = start.as_mut() else {
+                        return Poll::Pending;
+                    };
+                    if let Err(e) = ready!(chain.poll_ready(cx)) {
+                        return Poll::Ready(recover(e));
+                    }
+                    let Some(Start {
+                        mut chain,
+                        req,
+                        conn,
+                        intake,
+                        queued,
+                        caller,
+                    }) = start.take()
+                    else {
+                        return Poll::Pending;
+                    };
+                    let fut = chain.call(intake.prepare(req, conn, queued, caller));
+                    state.set(State::Called { fut });
+                }
+                StateProj::Called { fut } => {
+                    return Poll::Ready(match ready!(fut.poll(cx)) {
+                        Ok(resp) => Ok(resp),
+                        Err(e) => recover(e),
+                    });
+                }
             }
-            Poll::Pending => Poll::Pending,
         }
     }
 }
 
-/// Calls the chain (at the first poll) and polls its future.
-#[inline(always)]
-fn poll_chain<S, B, RB>(
-    mut state: Pin<&mut State<S, RB>>,
-    cx: &mut Context<'_>,
-) -> Poll<Result<Response<B>, BoxError>>
-where
-    S: Service<Request<Body>, Response = Response<B>>,
-    S::Error: Into<BoxError>,
-    B: Default,
-    RB: http_body::Body<Data = Bytes> + Send + 'static,
-    RB::Error: Into<BoxError>,
-{
-    loop {
-        match state.as_mut().project() {
-            StateProj::Start { start } => {
-                let Some(Start { chain, .. }) = start.as_mut() else {
-                    return Poll::Pending;
-                };
-                if let Err(e) = ready!(chain.poll_ready(cx)) {
-                    return Poll::Ready(recover(e));
-                }
-                let Some(Start {
-                    mut chain,
-                    req,
-                    conn,
-                    intake,
-                    queued,
-                    deadline,
-                }) = start.take()
-                else {
-                    return Poll::Pending;
-                };
-                let fut = chain.call(intake.prepare(req, conn, queued, deadline));
-                state.set(State::Called { fut });
-            }
-            StateProj::Called { fut } => {
-                return Poll::Ready(match ready!(fut.poll(cx)) {
-                    Ok(resp) => Ok(resp),
-                    Err(e) => recover(e),
-                });
-            }
-        }
+/// `chain` fed as the serve loop feeds it, for tests of what the chain gets: each request
+/// counted in flight by `in_flight` as it is called, its caller's deadline read, and its body
+/// and extensions prepared by the intake of a server with the default `Transport` config.
+#[cfg(test)]
+pub(crate) fn test_arrival<S>(chain: S, in_flight: Arc<dyn InFlight>) -> Arriving<S> {
+    let conf = crate::conf::TransportConf::default();
+    let settings = super::accept_settings(&conf, false);
+    Arriving {
+        chain,
+        intake: Arc::new(super::intake(&settings, &conf, Some(in_flight))),
+        conn: Arc::new(ConnInfo {
+            tcp: tonic::transport::server::TcpConnectInfo {
+                local_addr: None,
+                remote_addr: None,
+            },
+            peer: None,
+            conn: settings.table.as_ref().map(|t| t.register().state()),
+        }),
+    }
+}
+
+/// See [`test_arrival`].
+#[cfg(test)]
+#[derive(Debug, Clone)]
+pub(crate) struct Arriving<S> {
+    chain: S,
+    intake: Arc<Intake>,
+    conn: Arc<ConnInfo>,
+}
+
+#[cfg(test)]
+impl<S: Service<Request<Body>>> Service<Request<Body>> for Arriving<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.chain.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<Body>) -> S::Future {
+        let queued = self.intake.queue(&req);
+        let caller = CallerDeadline::of(req.headers());
+        let req = self.intake.prepare(req, self.conn.clone(), queued, caller);
+        self.chain.call(req)
     }
 }
 
@@ -486,7 +479,6 @@ fn recover<B: Default>(e: impl Into<BoxError>) -> Result<Response<B>, BoxError> 
 #[cfg(test)]
 mod tests {
     use std::convert::Infallible;
-    use std::sync::atomic::{AtomicBool, Ordering};
 
     use tonic::transport::server::TcpConnectInfo;
 
@@ -505,25 +497,20 @@ mod tests {
         };
         let intake = Intake {
             budget: RequestBudget::new(None, None),
-            shedding: None,
+            in_flight: None,
         };
-        let deadline = caller_deadline(req.headers());
-        Dispatch::new(Start {
-            chain: svc,
-            req,
-            conn: Arc::new(conn),
-            deadline,
-            intake: Arc::new(intake),
-            queued: None,
-        })
-    }
-
-    /// Sets its flag when dropped.
-    struct DropFlag(Arc<AtomicBool>);
-
-    impl Drop for DropFlag {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::SeqCst);
+        let caller = CallerDeadline::of(req.headers());
+        Dispatch {
+            state: State::Start {
+                start: Some(Start {
+                    chain: svc,
+                    req,
+                    conn: Arc::new(conn),
+                    caller,
+                    intake: Arc::new(intake),
+                    queued: None,
+                }),
+            },
         }
     }
 
@@ -542,46 +529,17 @@ mod tests {
             .map(|v| v.to_str().unwrap())
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_call_past_the_callers_deadline_is_answered_deadline_exceeded_and_dropped() {
-        let dropped = Arc::new(AtomicBool::new(false));
-        let flag = dropped.clone();
-        let svc = tower::service_fn(move |_req: Request<Body>| {
-            let guard = DropFlag(flag.clone());
-            async move {
-                let _guard = guard;
-                std::future::pending::<Result<Response<Body>, Infallible>>().await
-            }
+    #[tokio::test]
+    async fn the_chain_gets_the_calls_arrival() {
+        let svc = tower::service_fn(|req: Request<Body>| async move {
+            let arrival = req.extensions().get::<Arrival>().cloned().unwrap();
+            Ok::<_, Infallible>(Response::new(format!(
+                "{:?}",
+                arrival.caller.map(|c| c.timeout)
+            )))
         });
-        let start = tokio::time::Instant::now();
         let resp = dispatch(svc, request(Some("200m"))).await.unwrap();
-        assert_eq!(start.elapsed(), Duration::from_millis(200));
-        assert_eq!(status(&resp), Some("4"));
-        assert!(
-            dropped.load(Ordering::SeqCst),
-            "the handler's future is dropped"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn without_a_deadline_the_chain_answers() {
-        let svc = tower::service_fn(|_req: Request<Body>| async {
-            tokio::time::sleep(Duration::from_secs(3600)).await;
-            Ok::<_, Infallible>(Response::new(Body::empty()))
-        });
-        let fut = dispatch(svc, request(None));
-        assert!(
-            fut.deadline.deadline().is_none(),
-            "no deadline without grpc-timeout"
-        );
-        let resp = fut.await.unwrap();
-        assert_eq!(status(&resp), None);
-        // A deadline later than the answer changes nothing.
-        let svc = tower::service_fn(|_req: Request<Body>| async {
-            Ok::<_, Infallible>(Response::new(Body::empty()))
-        });
-        let resp = dispatch(svc, request(Some("1S"))).await.unwrap();
-        assert_eq!(status(&resp), None);
+        assert_eq!(resp.body(), "Some(200ms)");
     }
 
     #[tokio::test]

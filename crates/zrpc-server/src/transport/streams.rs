@@ -10,58 +10,11 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
-use tokio::time::Instant;
 
-/// One connection's open calls and the time the last one ended.
-#[derive(Debug)]
-pub(crate) struct ConnState {
-    base: Instant,
-    open: AtomicUsize,
-    /// Nanoseconds after `base` when `open` last fell to zero.
-    idle_since: AtomicU64,
-    /// Octets of incomplete request messages on this connection (`super::budget`).
-    pub(crate) buffered: AtomicUsize,
-}
-
-impl ConnState {
-    pub(crate) fn new() -> Self {
-        ConnState {
-            base: Instant::now(),
-            open: AtomicUsize::new(0),
-            idle_since: AtomicU64::new(0),
-            buffered: AtomicUsize::new(0),
-        }
-    }
-
-    /// Counts one call open, until the guard is dropped.
-    pub(crate) fn start(self: &Arc<Self>) -> CallGuard {
-        self.open.fetch_add(1, Ordering::AcqRel);
-        CallGuard(self.clone())
-    }
-
-    /// When the connection became idle; `None` while a call is open.
-    pub(crate) fn idle_since(&self) -> Option<Instant> {
-        (self.open.load(Ordering::Acquire) == 0).then(|| {
-            self.base + std::time::Duration::from_nanos(self.idle_since.load(Ordering::Acquire))
-        })
-    }
-}
-
-/// Counts one call open until dropped.
-#[derive(Debug)]
-pub(crate) struct CallGuard(Arc<ConnState>);
-
-impl Drop for CallGuard {
-    fn drop(&mut self) {
-        let nanos = u64::try_from(self.0.base.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.0.idle_since.store(nanos, Ordering::Release);
-        self.0.open.fetch_sub(1, Ordering::AcqRel);
-    }
-}
+use crate::call::{CallGuard, ConnState};
 
 /// Hands each accepted connection its [`ConnState`] when the server keeps them (its presence
 /// says so). Nothing looks a connection up: each request carries its connection's state in its
@@ -83,7 +36,10 @@ impl ConnTable {
     /// loop hands it to `Front` instead; the budget's own tests put it there).
     #[cfg(test)]
     pub(crate) fn of_request<B>(&self, req: &http::Request<B>) -> Option<Arc<ConnState>> {
-        req.extensions().get::<super::io::ConnInfo>()?.conn.clone()
+        req.extensions()
+            .get::<crate::call::ConnInfo>()?
+            .conn
+            .clone()
     }
 }
 
@@ -101,7 +57,7 @@ impl ConnEntry {
 
     /// See [`ConnState::idle_since`].
     #[cfg(test)]
-    pub(crate) fn idle_since(&self) -> Option<Instant> {
+    pub(crate) fn idle_since(&self) -> Option<tokio::time::Instant> {
         self.state.idle_since()
     }
 }
@@ -168,6 +124,6 @@ mod tests {
         assert_eq!(entry.idle_since(), None);
         tokio::time::advance(std::time::Duration::from_secs(3)).await;
         drop(call);
-        assert_eq!(entry.idle_since(), Some(Instant::now()));
+        assert_eq!(entry.idle_since(), Some(tokio::time::Instant::now()));
     }
 }

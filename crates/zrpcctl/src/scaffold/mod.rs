@@ -146,6 +146,7 @@ pub(crate) fn regenerate(root: &Path, proto_file: &Path, includes: &[PathBuf]) -
              zrpcctl then writes src/pb.rs with the package modules"
         )));
     }
+    built_by_build_rs(root, &name)?;
     let glue = plan(root, &catalog, &name, pb_file)?;
     let mut report = Report::default();
     let target = root.join("proto").join(&name);
@@ -154,6 +155,34 @@ pub(crate) fn regenerate(root: &Path, proto_file: &Path, includes: &[PathBuf]) -
     }
     glue.apply(&catalog, root, &mut report)?;
     Ok(report)
+}
+
+/// Refuses a proto that the crate's `build.rs` does not compile: the glue would follow the new
+/// file while the build compiles the old one, and the build would then fail far from the cause.
+/// build.rs is the user's file, so it is not edited here. No build.rs, or one that names no
+/// `proto/*.proto` file, is not judged.
+fn built_by_build_rs(root: &Path, name: &str) -> Result<()> {
+    let Ok(build) = std::fs::read_to_string(root.join("build.rs")) else {
+        return Ok(());
+    };
+    let compiled: Vec<&str> = build
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| s.starts_with("proto/") && s.ends_with(".proto"))
+        .collect();
+    let wanted = format!("proto/{name}");
+    if compiled.is_empty() || compiled.contains(&wanted.as_str()) {
+        return Ok(());
+    }
+    Err(fail(format!(
+        "build.rs compiles {} but not {wanted}: src/server.rs would follow {name} while the build \
+         compiles the other, and the build would fail. Run `zrpcctl proto {}` for the proto the \
+         crate builds, or, to switch the crate to {name}, change the file in build.rs's \
+         `compile_protos` to \"{wanted}\" and run this again",
+        compiled.join(", "),
+        compiled[0],
+    )))
 }
 
 fn parse(text: &str, file: &str) -> Result<proto::Proto> {

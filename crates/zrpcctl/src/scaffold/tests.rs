@@ -568,3 +568,37 @@ fn the_default_dependency_is_the_git_line_the_readme_gives() {
         "{toml}"
     );
 }
+
+#[test]
+fn a_proto_that_build_rs_does_not_compile_is_refused_with_what_to_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, _) = new(tmp.path(), "calc", None, &[], &Source::Published("0.1")).unwrap();
+    let other = tmp.path().join("billing.proto");
+    std::fs::write(
+        &other,
+        std::fs::read_to_string(root.join("proto/calc.proto")).unwrap(),
+    )
+    .unwrap();
+    let server = std::fs::read_to_string(root.join("src/server.rs")).unwrap();
+    let e = regenerate(&root, &other, &[]).unwrap_err().to_string();
+    assert!(
+        e.contains("build.rs compiles proto/calc.proto but not proto/billing.proto")
+            && e.contains("zrpcctl proto proto/calc.proto"),
+        "{e}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("src/server.rs")).unwrap(),
+        server,
+        "nothing is rewritten"
+    );
+    assert!(!root.join("proto/billing.proto").exists());
+    // once build.rs compiles it, the run goes through
+    let build = std::fs::read_to_string(root.join("build.rs")).unwrap();
+    std::fs::write(
+        root.join("build.rs"),
+        build.replace("proto/calc.proto", "proto/billing.proto"),
+    )
+    .unwrap();
+    regenerate(&root, &other, &[]).unwrap();
+    assert!(root.join("proto/billing.proto").exists());
+}

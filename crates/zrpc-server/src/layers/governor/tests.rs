@@ -1,4 +1,5 @@
 use std::convert::Infallible;
+use std::time::Duration;
 
 use tower::ServiceExt;
 use zrpc_core::breaker::BreakerConfig;
@@ -7,16 +8,16 @@ use zrpc_core::grpc::status_message_from_headers;
 use zrpc_core::shedder::{AdaptiveShedder, ShedderConfig};
 
 use super::*;
+use crate::call::{FactsLayer, facts_of};
 use crate::layers::StreamingMethods;
+use crate::layers::TimeoutSettings;
 use crate::layers::auth::StaticTokens;
 use crate::layers::breaker::BREAKER_OPEN_MESSAGE;
 use crate::layers::shedding::{OVERLOADED_MESSAGE, SheddingSettings};
 use crate::layers::test_util::{TestBody, final_code, response_with_code};
-use crate::layers::{TimeoutSettings, facts};
 
 fn stages() -> Stages {
     Stages {
-        facts: false,
         trace: TraceLayer::new(false),
         recover: RecoverLayer::new(false),
         stat: StatLayer::new(StatSettings::default()),
@@ -133,7 +134,6 @@ async fn an_unauthenticated_caller_cannot_move_the_breaker_but_is_counted() {
 async fn a_panicking_handler_answers_internal_and_every_record_sees_it() {
     let registry = Arc::new(BreakerRegistry::new(BreakerConfig::default()));
     let svc = GovernorLayer::new(&Stages {
-        facts: true,
         recover: RecoverLayer::new(true),
         metrics: MetricsLayer::new(true),
         breaker: breaker_on(&registry),
@@ -217,18 +217,20 @@ async fn a_late_handler_is_timed_out_and_dropped() {
 
 #[tokio::test]
 async fn a_request_never_read_blames_the_caller() {
-    // The handler fails without reading its request: with facts on, the breaker does not
-    // learn from it (the caller's request never arrived whole).
+    // The handler fails without reading its request: the breaker does not learn from it
+    // (the caller's request never arrived whole). The facts layer stands for the transport,
+    // which makes every call's facts.
     let registry = Arc::new(BreakerRegistry::new(BreakerConfig::default()));
-    let svc = GovernorLayer::new(&Stages {
-        facts: true,
-        breaker: breaker_on(&registry),
-        ..stages()
-    })
-    .layer(tower::service_fn(|req: Request<Body>| async move {
-        assert!(facts::facts_of(&req).is_some());
-        Ok::<_, Infallible>(response_with_code(code::INTERNAL))
-    }));
+    let svc = FactsLayer::new(true).layer(
+        GovernorLayer::new(&Stages {
+            breaker: breaker_on(&registry),
+            ..stages()
+        })
+        .layer(tower::service_fn(|req: Request<Body>| async move {
+            assert!(facts_of(&req).is_some());
+            Ok::<_, Infallible>(response_with_code(code::INTERNAL))
+        })),
+    );
     for _ in 0..200 {
         let resp = svc.clone().oneshot(request("/governor.F/M")).await.unwrap();
         assert_eq!(final_code(resp).await, Some(code::INTERNAL));
@@ -308,4 +310,154 @@ async fn a_panicking_token_store_answers_internal_when_recover_is_on() {
         Some("panic: token store exploded")
     );
     assert_eq!(final_code(resp).await, Some(code::INTERNAL));
+}
+
+/// A body that sends one message at once, then nothing until it is dropped.
+fn stalling_body() -> Body {
+    let first = futures_util::stream::once(async {
+        Ok::<_, tonic::Status>(http_body::Frame::data(bytes::Bytes::from_static(
+            b"\0\0\0\0\0",
+        )))
+    });
+    let rest = futures_util::stream::pending();
+    Body::new(http_body_util::StreamBody::new(
+        futures_util::StreamExt::chain(first, rest),
+    ))
+}
+
+/// Past the caller's deadline, a call whose response head was sent ends with a body error
+/// that hyper sends as `RST_STREAM CANCEL` (what grpc-go's server sends), and every record sees
+/// `DeadlineExceeded`, with no server `Timeout` and on a streaming method alike.
+#[tokio::test(start_paused = true)]
+async fn a_body_past_the_callers_deadline_ends_in_a_cancel_reset() {
+    use http_body_util::BodyExt;
+
+    let m = crate::metrics::server_metrics();
+    let streaming = StreamingMethods::new(["/governor.D/Stream".to_owned()]);
+    let svc = GovernorLayer::new(&Stages {
+        metrics: MetricsLayer::new(true).streaming(streaming.clone()),
+        timeout: TimeoutLayer::new(TimeoutSettings {
+            streaming,
+            ..TimeoutSettings::default()
+        }),
+        ..stages()
+    })
+    .layer(tower::service_fn(|_req: Request<Body>| async {
+        Ok::<_, Infallible>(Response::new(stalling_body()))
+    }));
+    for (path, family) in [
+        ("/governor.D/Unary", &m.code_total),
+        ("/governor.D/Stream", &m.stream_code_total),
+    ] {
+        let count = || family.with_label_values(&[path, "4"]).get();
+        let before = count();
+        let mut req = request(path);
+        req.headers_mut()
+            .insert("grpc-timeout", http::HeaderValue::from_static("300m"));
+        let start = tokio::time::Instant::now();
+        let mut body = svc.clone().oneshot(req).await.unwrap().into_body();
+        assert!(body.frame().await.unwrap().unwrap().is_data(), "{path}");
+        let err = body.frame().await.unwrap().unwrap_err();
+        assert_eq!(start.elapsed(), Duration::from_millis(300), "{path}");
+        let reason = err.downcast_ref::<h2::Error>().and_then(h2::Error::reason);
+        assert_eq!(reason, Some(h2::Reason::CANCEL), "{path}: {err}");
+        assert!(body.frame().await.is_none(), "{path}: the body ends there");
+        assert_eq!(count(), before + 1, "{path}: recorded as DeadlineExceeded");
+    }
+}
+
+/// A caller that resets its call at its deadline (or a little before: its clock started
+/// before the request arrived) ran out of time: recorded as `DeadlineExceeded`. A reset long
+/// before it, or without a deadline, is `Cancelled`.
+#[tokio::test(start_paused = true)]
+async fn a_reset_at_the_callers_deadline_is_the_deadline_and_earlier_a_cancel() {
+    let m = crate::metrics::server_metrics();
+    let svc = GovernorLayer::new(&Stages {
+        metrics: MetricsLayer::new(true),
+        ..stages()
+    })
+    .layer(tower::service_fn(|_req: Request<Body>| async {
+        std::future::pending::<Result<Response<TestBody>, Infallible>>().await
+    }));
+    let count = |c: &str| m.code_total.with_label_values(&["/governor.X/M", c]).get();
+    for (timeout, reset_after, code) in [
+        (Some("1S"), 995, "4"),
+        (Some("1S"), 500, "1"),
+        (None, 500, "1"),
+    ] {
+        let before = count(code);
+        let mut req = request("/governor.X/M");
+        if let Some(t) = timeout {
+            req.headers_mut()
+                .insert("grpc-timeout", http::HeaderValue::from_static(t));
+        }
+        let call = svc.clone().oneshot(req);
+        let _ = tokio::time::timeout(Duration::from_millis(reset_after), call).await;
+        assert_eq!(
+            count(code),
+            before + 1,
+            "{timeout:?}, reset after {reset_after} ms"
+        );
+    }
+}
+
+/// What a handler adds with `Trailers` reaches the caller in the trailers of a success and in
+/// the headers of an error answered without a body; the status entries stay the server's.
+#[tokio::test]
+async fn a_handlers_trailers_reach_the_caller() {
+    use http_body_util::BodyExt;
+    use tonic::metadata::{MetadataMap, MetadataValue};
+
+    let governor =
+        GovernorLayer::new(&stages()).layer(tower::service_fn(|req: Request<Body>| async move {
+            let fail = req.uri().path().ends_with("Fail");
+            let trailers = crate::Trailers::of(&tonic::Request::from_http(req)).unwrap();
+            let mut md = MetadataMap::new();
+            md.insert("x-cache", MetadataValue::from_static("hit"));
+            md.insert_bin("x-id-bin", MetadataValue::from_bytes(b"\x01\x02"));
+            md.insert("grpc-status", MetadataValue::from_static("0"));
+            trailers.merge(md);
+            let mut more = MetadataMap::new();
+            more.append("x-cache", MetadataValue::from_static("again"));
+            trailers.merge(more);
+            Ok::<_, Infallible>(if fail {
+                zrpc_core::grpc::status_response::<TestBody>(code::NOT_FOUND, "nope")
+            } else {
+                response_with_code(code::OK)
+            })
+        }));
+    // As the serve loop hands the call over.
+    let svc = tower::ServiceBuilder::new()
+        .map_request(|mut req: Request<Body>| {
+            req.extensions_mut()
+                .insert(crate::call::Arrival::for_test());
+            req
+        })
+        .service(governor);
+    let resp = svc
+        .clone()
+        .oneshot(request("/governor.T/Ok"))
+        .await
+        .unwrap();
+    let trailers = resp
+        .into_body()
+        .collect()
+        .await
+        .unwrap()
+        .trailers()
+        .cloned()
+        .unwrap();
+    let values: Vec<_> = trailers.get_all("x-cache").iter().collect();
+    assert_eq!(values, ["hit", "again"]);
+    assert_eq!(trailers["x-id-bin"], "AQI");
+    assert_eq!(trailers["grpc-status"], "0");
+    assert_eq!(trailers.get_all("grpc-status").iter().count(), 1);
+
+    let resp = svc.oneshot(request("/governor.T/Fail")).await.unwrap();
+    let headers = resp.headers();
+    assert_eq!(headers["grpc-status"], "5");
+    assert_eq!(headers.get_all("grpc-status").iter().count(), 1);
+    let values: Vec<_> = headers.get_all("x-cache").iter().collect();
+    assert_eq!(values, ["hit", "again"]);
+    assert_eq!(headers["x-id-bin"], "AQI");
 }

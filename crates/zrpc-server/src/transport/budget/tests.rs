@@ -129,19 +129,18 @@ async fn one_connection_cannot_take_the_whole_server_budget() {
     assert_eq!(b.buffered.load(Ordering::Acquire), 0);
 }
 
-/// With the chain's facts on, the budget layer gives each call its `CallFacts` and records
-/// them as `FactsBody` would around its body, and `FactsLayer` adds no second wrapper.
+/// The budget layer gives each call its `CallFacts` and records them as `FactsBody` would
+/// around its body, and `FactsLayer` adds no second wrapper.
 #[tokio::test]
 async fn the_budgeted_body_records_the_call_facts_in_place_of_facts_body() {
-    use crate::layers::facts::Blame;
-    use crate::layers::{CallFacts, FactsLayer};
+    use crate::call::{Blame, CallFacts, FactsLayer};
     use tower::ServiceExt;
     use zrpc_core::grpc::code;
 
     let budget = Arc::new(Budget::new(Some(1000), None));
     let svc = |budget: Arc<Budget>| {
         tower::ServiceBuilder::new()
-            .layer(RequestBudget::new(Some(budget), None).with_facts(true))
+            .layer(RequestBudget::new(Some(budget), None))
             .layer(FactsLayer::new(true))
             .service(tower::service_fn(|req: Request<Body>| async move {
                 let facts = req.extensions().get::<CallFacts>().cloned().unwrap();
@@ -177,9 +176,7 @@ impl RequestBudget {
     /// budget has a per-connection share.
     fn apply_ext(&self, req: Request<Body>, conn: Option<&Arc<ConnState>>) -> Request<Body> {
         let (mut req, facts) = self.apply(req, conn);
-        if let Some(facts) = facts {
-            req.extensions_mut().insert(facts);
-        }
+        req.extensions_mut().insert(facts);
         req
     }
 }

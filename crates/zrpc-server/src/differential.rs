@@ -1,7 +1,12 @@
 //! The fused [`Governor`] against the stages composed one by one as tower layers, in the
 //! server's order (`facts -> trace -> recover -> stat -> metrics -> auth -> breaker -> shedding
 //! -> timeout`, docs/middleware.md): the same scripted calls go through both, and after each
-//! one the answers, the metric samples, the breakers and the shedders are compared.
+//! one the answers, the metric samples, the breakers and the shedders are compared. The fused
+//! form gets each request as the server's serve loop hands it over (`transport::serve::Intake`:
+//! the call's facts recorded by the transport's request body, its count in the shedder's
+//! flight since its stream was accepted, the caller's deadline read as it arrived), so what
+//! production feeds the governor is compared too; the nested form makes the facts with its own
+//! facts layer.
 //!
 //! Each form has its own breaker registry and shedder. The metric families are process-wide
 //! (`crate::metrics`), so each form calls its methods under a package of its own and the
@@ -35,12 +40,29 @@ use zrpc_core::cpu::FixedCpu;
 use zrpc_core::grpc::status_message_from_headers;
 use zrpc_core::shedder::{AdaptiveShedder, ShedderConfig, ShedderStats};
 
-use super::*;
-use crate::layers::auth::StaticTokens;
-use crate::layers::test_util::{TestBody, capture_logs, response_with_code};
-use crate::layers::{FactsLayer, SheddingSettings, StreamingMethods, TimeoutSettings};
+use std::sync::Arc;
 
-type BoxBody = UnsyncBoxBody<Bytes, Infallible>;
+use http::{Request, Response};
+use tonic::body::Body;
+use tower::BoxError;
+use tower_layer::Layer;
+use tower_service::Service;
+use zrpc_core::breaker::BreakerRegistry;
+use zrpc_core::grpc::{code, status_from_headers};
+
+use crate::call::FactsLayer;
+use crate::layers::auth::StaticTokens;
+use crate::layers::governor::{GovernorLayer, Stages};
+use crate::layers::test_util::{TestBody, capture_logs, response_with_code};
+use crate::layers::{
+    AuthLayer, BreakerLayer, MetricsLayer, RecoverLayer, SheddingLayer, StatLayer, StatSettings,
+    TimeoutLayer, TokenStore, TraceLayer,
+};
+use crate::layers::{SheddingSettings, StreamingMethods, TimeoutSettings};
+use crate::layers::{breaker, shedding};
+use crate::transport::serve::test_arrival as arriving;
+
+type BoxBody = UnsyncBoxBody<Bytes, BoxError>;
 type Svc = BoxCloneService<Request<Body>, Response<BoxBody>, Infallible>;
 type Call = Pin<Box<dyn Future<Output = Result<Response<BoxBody>, Infallible>> + Send>>;
 
@@ -133,9 +155,10 @@ fn boxed<S, B>(svc: S) -> Svc
 where
     S: Service<Request<Body>, Response = Response<B>, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send + 'static,
-    B: http_body::Body<Data = Bytes, Error = Infallible> + Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
 {
-    BoxCloneService::new(svc.map_response(|r| r.map(|b| b.boxed_unsync())))
+    BoxCloneService::new(svc.map_response(|r| r.map(|b| b.map_err(Into::into).boxed_unsync())))
 }
 
 /// A breaker whose decisions need no random draw, so that two breakers seeded apart decide
@@ -197,7 +220,6 @@ impl Form {
             Arc::new(tokens)
         };
         let stages = Stages {
-            facts: true,
             trace: TraceLayer::new(true),
             recover: RecoverLayer::new(true),
             stat: StatLayer::new(StatSettings {
@@ -218,12 +240,13 @@ impl Form {
             }),
         };
         let (svc, clock): (Svc, fn() -> std::time::Instant) = if fused {
-            (boxed(GovernorLayer::new(&stages).layer(handler())), || {
+            let in_flight: Arc<dyn crate::call::InFlight> = stages.shedding.shared().unwrap();
+            let governor = GovernorLayer::new(&stages).layer(handler());
+            (boxed(arriving(governor, in_flight)), || {
                 tokio::time::Instant::now().into_std()
             })
         } else {
             let Stages {
-                facts,
                 trace,
                 recover,
                 stat,
@@ -234,7 +257,7 @@ impl Form {
                 timeout,
             } = stages;
             let nested = ServiceBuilder::new()
-                .layer(FactsLayer::new(facts))
+                .layer(FactsLayer::new(true))
                 .layer(trace)
                 .layer(recover)
                 .layer(stat)

@@ -1,13 +1,13 @@
-//! Facts: who caused a call's failure, so the breaker and the shedder learn only from the
-//! server (a zrpc addition; go-zero's interceptors count every failure).
+//! A call's facts: who caused its failure, so the breaker and the shedder learn only from the
+//! server (a zrpc addition; go-zero's interceptors count every failure), and the trailers its
+//! handler adds ([`Trailers`](super::Trailers)).
 //!
 //! A final gRPC code alone cannot say whose fault a failure was: `Internal` is what tonic
 //! answers to an undecodable request *and* what a failing handler returns; `DeadlineExceeded`
-//! is a slow handler *or* a request body that never arrived. When the breaker or the shedder is
-//! on, each call gets a [`CallFacts`] in its request extensions and its request body is watched
-//! to record whether it was read **to its end** (by the transport's request budget when it wraps
-//! the body, else by the governor with [`FactsBody`]). The stages that learn from outcomes read
-//! it:
+//! is a slow handler *or* a request body that never arrived. Each call gets a [`CallFacts`] as it
+//! arrives (in its `Arrival`), and its request body is watched to record whether it was read **to
+//! its end**, by the transport's request body (its byte budget's when one is set, else
+//! [`FactsBody`]). The stages that learn from outcomes read it:
 //!
 //! - **The request was never read to its end**: the handler of a unary or server-streaming
 //!   method never ran, because tonic reads the whole request body (message, then trailers: its
@@ -27,12 +27,14 @@
 //! conservative side: a caller that keeps its stream open cannot make the server reject others).
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
+#[cfg(test)]
 use http::Request;
+use http::{HeaderMap, HeaderName};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use zrpc_core::grpc::code;
@@ -41,9 +43,18 @@ const REQUEST_ENDED: u8 = 1;
 const REQUEST_FAILED: u8 = 2;
 const PANICKED: u8 = 4;
 
-/// What the transport saw of one call; shared by the stages through the request extensions.
+/// What is known of one call, shared by the transport that records it, the stages that read
+/// it and the handler: whose fault a failure is, and the trailers the handler adds. One
+/// allocation per call, made by the transport as the call arrives.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct CallFacts(Arc<AtomicU8>);
+pub(crate) struct CallFacts(Arc<Shared>);
+
+#[derive(Debug, Default)]
+struct Shared {
+    bits: AtomicU8,
+    /// Set when the handler adds trailers (most calls never do: one atomic read at the end).
+    trailers: OnceLock<Mutex<HeaderMap>>,
+}
 
 /// Whose fault a call's final code is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,11 +69,50 @@ pub(crate) enum Blame {
 
 impl CallFacts {
     fn set(&self, bit: u8) {
-        self.0.fetch_or(bit, Ordering::Relaxed);
+        self.0.bits.fetch_or(bit, Ordering::Relaxed);
     }
 
     fn has(&self, bit: u8) -> bool {
-        self.0.load(Ordering::Relaxed) & bit != 0
+        self.0.bits.load(Ordering::Relaxed) & bit != 0
+    }
+
+    /// Adds `md` to the trailers of the call's response (entries appended, as grpc-go's
+    /// `SetTrailer` does).
+    pub(crate) fn add_trailers(&self, md: HeaderMap) {
+        let slot = self.0.trailers.get_or_init(Mutex::default);
+        let mut trailers = slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut last = None;
+        for (name, value) in md {
+            // `None`: another value of the name before it.
+            if let Some(name) = name {
+                last = Some(name);
+            }
+            if let Some(name) = &last {
+                trailers.append(name.clone(), value);
+            }
+        }
+    }
+
+    /// Moves the trailers the handler added into `into` (a response's trailers or the headers
+    /// of a trailers-only answer); nothing when it added none. The status the response carries
+    /// is kept: a handler's `grpc-status` or `grpc-message` entry does not replace it.
+    pub(crate) fn take_trailers(&self, into: &mut HeaderMap) {
+        let Some(slot) = self.0.trailers.get() else {
+            return;
+        };
+        let added = std::mem::take(
+            &mut *slot
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for (name, value) in added.iter() {
+            if is_status_header(name) {
+                continue;
+            }
+            into.append(name.clone(), value.clone());
+        }
     }
 
     /// The request body was read to its end (so a unary handler got its request).
@@ -110,14 +160,24 @@ pub(crate) fn blame(facts: Option<&CallFacts>, code: i32) -> Blame {
     }
 }
 
-/// The facts of a request, if the chain keeps them.
+/// Whether `name` is one of the status entries the server writes itself.
+fn is_status_header(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "grpc-status" | "grpc-message" | "grpc-status-details-bin"
+    )
+}
+
+/// The facts of a request made by a test's nested facts layer.
+#[cfg(test)]
 pub(crate) fn facts_of<B>(req: &Request<B>) -> Option<CallFacts> {
     req.extensions().get::<CallFacts>().cloned()
 }
 
 /// `req` with its [`CallFacts`] in its extensions and its body watched for them, unless it
-/// has them already (the transport's request budget watches the body when it wraps it).
-#[inline]
+/// has them already: the nested facts layer of the tests (the server's transport makes every
+/// call's facts as it arrives).
+#[cfg(test)]
 pub(crate) fn with_facts(req: Request<tonic::body::Body>) -> Request<tonic::body::Body> {
     if req.extensions().get::<CallFacts>().is_some() {
         return req;
@@ -198,7 +258,7 @@ where
 #[cfg(test)]
 pub(crate) mod nested {
     //! The facts stage as a tower layer of its own, for the differential test and the unit
-    //! tests (the server makes the facts in the transport's request budget or the governor).
+    //! tests (the server's transport makes every call's facts as it arrives).
 
     use std::task::{Context, Poll};
 
