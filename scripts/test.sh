@@ -47,6 +47,16 @@ if ! python3 -c 'import jsonschema, yaml' >/dev/null 2>&1; then
   python3 -m pip install -q jsonschema pyyaml >/dev/null 2>&1 || echo "warning: could not install jsonschema; compose validation will be skipped" >&2
 fi
 
+# grpcio (Python's gRPC, on gRPC core): the foreign client of the compression tests
+# (tests/python/grpcio_call.py); one wheel, ~6 MB.
+if ! python3 -c 'import grpc' >/dev/null 2>&1; then
+  log "installing python grpcio"
+  python3 -m pip install -q grpcio >/dev/null 2>&1 || {
+    echo "error: could not install grpcio, which tests/tests/integration/compression.rs needs" >&2
+    exit 1
+  }
+fi
+
 # --- 1b. Go interop programs (tests/tests/interop, tests/tests/grpc_interop) --
 # Real go-zero v1.10.3 programs (interop/gozero) that the interop tests run next to zrpc, and
 # grpc-go v1.80.0's own gRPC interop client and server (interop/grpc-go) for the interop matrix.
@@ -59,7 +69,7 @@ if command -v go >/dev/null 2>&1; then
   log "building grpc-go's interop programs"
   go_start=$(date +%s)
   bash interop/grpc-go/build.sh
-  echo "grpc-go programs ready in $(( $(date +%s) - go_start ))s (a cold module cache downloads ~20 more modules)"
+  echo "grpc-go programs ready in $(( $(date +%s) - go_start ))s (a cold module cache downloads ~9 more modules)"
 elif [ "${CI:-}" = "true" ]; then
   echo "error: CI=true but go is not on PATH: the go-zero interop tests must run in CI." >&2
   echo "       Install Go >= 1.24 and re-run." >&2

@@ -61,6 +61,8 @@ pub struct Client {
     /// Every attempt of a call (transparent re-sends, `MethodConfig` policies), picked by the
     /// balancer.
     retry: Retry,
+    /// Request and response compression (`crate::compression`).
+    compression: Arc<crate::compression::Compression>,
     target: Arc<str>,
     /// Keeps the resolver running.
     _resolution: Arc<dyn Any + Send + Sync>,
@@ -284,6 +286,7 @@ impl Client {
             timeout: m.timeout.then(|| Timeout::new(conf.timeout_duration())),
             credentials,
             retry: Retry::new(balancer, policies),
+            compression: crate::compression::Compression::new(&conf),
             target: target_name,
             _resolution: resolution.into_source(),
         };
@@ -406,6 +409,8 @@ pin_project! {
             // the call's deadline and its timeout (the timeout stage's, or the caller's)
             deadline: Option<Instant>,
             timeout: Option<Duration>,
+            // how the response is decompressed
+            inflate: crate::compression::Inflate,
         },
         // the breaker rejected the call (recorded already)
         Rejected { err: Option<BoxError> },
@@ -431,6 +436,7 @@ impl Future for ResponseFuture {
                 outcome,
                 deadline,
                 timeout,
+                inflate,
             } => {
                 let answer = {
                     let _enter = outcome
@@ -439,12 +445,10 @@ impl Future for ResponseFuture {
                         .map(tracing::Span::enter);
                     ready!(call.poll(cx))
                 };
-                Poll::Ready(crate::response::end(
-                    answer,
-                    *deadline,
-                    *timeout,
-                    outcome.take(),
-                ))
+                Poll::Ready(
+                    crate::response::end(answer, *deadline, *timeout, outcome.take())
+                        .and_then(|resp| std::mem::take(inflate).response(resp)),
+                )
             }
         }
     }
@@ -490,6 +494,7 @@ impl tower::Service<http::Request<Body>> for Client {
         if let Some(c) = &self.credentials {
             c.apply(&mut req);
         }
+        let inflate = self.compression.request(&mut req);
         let call = {
             let _enter = outcome
                 .get()
@@ -503,6 +508,7 @@ impl tower::Service<http::Request<Body>> for Client {
                 outcome,
                 deadline,
                 timeout,
+                inflate,
             },
         }
     }

@@ -11,6 +11,7 @@
 
 mod balancer;
 mod client;
+mod compression;
 pub mod conf;
 mod error;
 mod layers;

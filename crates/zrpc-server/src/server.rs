@@ -567,14 +567,15 @@ pub type ServerChain = BoxCloneService<Request<Body>, Response<Body>, BoxError>;
 
 /// Phase 2 of serving: the chain, outer to inner (`docs/middleware.md`):
 ///
-/// `outer layers -> Front -> Governor -> Drain -> layers -> services`
+/// `outer layers -> Front -> Governor -> Drain -> Compression -> layers -> services`
 ///
 /// `Front` (`transport::front`): calls per connection, 415 for non-gRPC requests,
 /// `Tls.AllowedClients`. `Governor` (`layers::governor`): trace, recover, stat, metrics, auth,
 /// breaker, shedding and timeout (the caller's deadline always), go-zero's order but for auth,
 /// which runs before the breaker and the shedder so that unauthenticated callers cannot move
 /// them.
-/// `Drain` ends the streams still open at the shutdown deadline.
+/// `Drain` ends the streams still open at the shutdown deadline. `Compression`
+/// (`crate::compression`) decompresses requests and compresses responses for every service.
 struct Chain<'a> {
     conf: &'a RpcServerConf,
     front: crate::transport::FrontLayer,
@@ -612,6 +613,7 @@ impl Chain<'_> {
         };
         let inner = ServiceBuilder::new()
             .layer(self.drain)
+            .layer(crate::compression::CompressionLayer::new(conf))
             .layer(layer)
             .service(routes);
         // The governor is always on: it enforces the caller's deadline whatever else the

@@ -77,6 +77,8 @@
 //! - [`server()`] / [`Server`]: the server, its [`ServerHandle`] and graceful [`shutdown`].
 //! - [`client()`] / [`Client`]: the balanced, governed channel; [`CallTimeout`] sets one
 //!   call's deadline.
+//! - [`compression`]: gRPC message compression (`Compression` keys on both sides; one call's
+//!   choices with [`CallCompression`](compression::CallCompression)).
 //! - [`metrics`]: the Prometheus families of both middleware chains (the chains themselves run
 //!   inside [`Server`] and [`Client`], switched by the config; `docs/middleware.md`).
 //! - [`TokenStore`]: where the server's auth finds each app's token ([`StaticTokens`] from the
@@ -90,8 +92,9 @@
 //!
 //! # Cargo features
 //!
-//! On by default: `etcd` (registration and discovery in etcd) and `devserver` (`/metrics`,
-//! `/healthz`). Opt-in: `otel` (OTLP trace export and W3C trace-context propagation),
+//! On by default: `etcd` (registration and discovery in etcd), `devserver` (`/metrics`,
+//! `/healthz`) and `gzip` (gRPC message compression, which every go-zero service accepts).
+//! Opt-in: `deflate` and `zstd` (the other registered compressions), `otel` (OTLP trace export and W3C trace-context propagation),
 //! `reflection`, `env-filter` (`RUST_LOG`'s full syntax), `toml` (`.toml` configs),
 //! `redis-auth` (go-zero's Redis token store) and `tls` (`Tls` blocks, TLS to etcd and `k8s://`
 //! targets: rustls with the ring provider). A config key that needs a feature the build
@@ -104,6 +107,7 @@
 
 #[doc(hidden)]
 pub mod codegen;
+pub mod compression;
 pub mod conf;
 mod constructors;
 mod error;

@@ -110,6 +110,13 @@ impl GzClient {
         self
     }
 
+    /// `-gzip`: every call compressed with gzip (grpc-go's `UseCompressor`).
+    #[must_use]
+    pub fn gzip(mut self) -> Self {
+        self.args.push("-gzip".to_owned());
+        self
+    }
+
     /// Starts it; [`RunningGzClient::finish`] waits for it.
     ///
     /// # Panics

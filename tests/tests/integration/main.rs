@@ -11,6 +11,7 @@ mod client_errors;
 mod client_failover;
 mod client_retry;
 mod client_support;
+mod compression;
 mod config;
 mod discovery;
 mod etcd_cluster;

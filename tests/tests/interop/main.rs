@@ -11,6 +11,7 @@
 // crate's helpers are test code too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 mod auth_redis;
+mod compression;
 mod consistent_hash;
 mod edge_codes;
 mod gozero_client;

@@ -2,7 +2,7 @@
 // client interceptors) and prints JSON. It is the Go half of zrpc's interop tests.
 //
 //	gz-client -f etc/gz-client.yaml [-n 10] [-c 1] [-gap 0] [-duration 0] [-wait 10s]
-//	          [-stream 0] [-name world] [-authority ""] [-call-timeout 0] [-v]
+//	          [-stream 0] [-name world] [-authority ""] [-call-timeout 0] [-gzip] [-v]
 //	          [-tls-ca ca.pem [-tls-cert c.pem -tls-key c.key] [-tls-server-name n]]
 //	          [-hash-keys N [-hash-peers M]] [-baggage k=v,...]
 //
@@ -22,6 +22,9 @@
 // server's host, for etcd discovery it is the etcd host (not the server's), for two or more
 // hosts it is the whole authority "h1:p1,h2:p2" (it does not split into host and port), which
 // no certificate names and rustls refuses as SNI.
+//
+// With -gzip every call is sent compressed with gzip (grpc.UseCompressor(gzip.Name)); grpc-go
+// then also asks for a gzip response.
 //
 // With -v it prints one line per call:
 //
@@ -63,6 +66,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/encoding/gzip"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -91,6 +95,7 @@ var (
 	authority   = flag.String("authority", "", "if set, dial with grpc.WithAuthority(value)")
 	verbose     = flag.Bool("v", false, "print one JSON line per call")
 	callTimeout = flag.Duration("call-timeout", 0, "extra per-call context timeout (0: none)")
+	useGzip     = flag.Bool("gzip", false, "send every call compressed with gzip (grpc.UseCompressor)")
 
 	tlsCA         = flag.String("tls-ca", "", "PEM CA file: dial over TLS, trusting only this CA")
 	tlsCert       = flag.String("tls-cert", "", "PEM client certificate for mutual TLS (needs -tls-ca and -tls-key)")
@@ -161,6 +166,9 @@ func call(cli greeter.GreeterClient, i int, key string) (r result, reached bool)
 	var p peer.Peer
 	var header, trailer metadata.MD
 	opts := []grpc.CallOption{grpc.Peer(&p), grpc.Header(&header), grpc.Trailer(&trailer)}
+	if *useGzip {
+		opts = append(opts, grpc.UseCompressor(gzip.Name))
+	}
 
 	start := time.Now()
 	var err error
