@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use rustix::time::{ClockId, clock_gettime};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use zrpc_client::balancer::{Clock, EndpointStats, HashRing, P2cPicker, P2cRules, ThreadRng};
+use zrpc_client::sim::{Clock, EndpointStats, HashRing, P2cPicker, P2cRules, ThreadRng};
 use zrpc_core::grpc::code;
 
 fn endpoints(n: usize) -> Vec<Arc<EndpointStats>> {

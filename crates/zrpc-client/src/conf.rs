@@ -12,8 +12,7 @@ use zrpc_core::conf::{ConfError, EtcdConf, Validate, duration, feature_on};
 
 pub use crate::tls::ClientTlsConf;
 pub use retry::{
-    HedgingPolicyConf, MAX_POLICY_ATTEMPTS, MethodConf, MethodName, RetryBudgetConf,
-    RetryPolicyConf, StatusCodes,
+    HedgingPolicyConf, MethodConf, MethodName, RetryBudgetConf, RetryPolicyConf, StatusCodes,
 };
 
 mod retry;
@@ -229,8 +228,10 @@ impl RpcClientConf {
     }
 }
 
-impl Validate for RpcClientConf {
-    fn validate(&self) -> Result<(), ConfError> {
+impl RpcClientConf {
+    /// Validates everything but the target (`Endpoints`, `Target`, `Etcd`): what a client
+    /// built over a resolution of its own uses.
+    pub(crate) fn validate_settings(&self) -> Result<(), ConfError> {
         if let Some(t) = &self.tls {
             t.validate()?;
             if !feature_on("tls", cfg!(feature = "tls")) {
@@ -239,7 +240,13 @@ impl Validate for RpcClientConf {
         }
         self.p2c.validate()?;
         retry::validate_methods(&self.method_config)?;
-        self.retry_budget.validate()?;
+        self.retry_budget.validate()
+    }
+}
+
+impl Validate for RpcClientConf {
+    fn validate(&self) -> Result<(), ConfError> {
+        self.validate_settings()?;
         for (i, e) in self.endpoints.iter().enumerate() {
             if e.trim().is_empty() || e.contains(',') {
                 return Err(ConfError::invalid(

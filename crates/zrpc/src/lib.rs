@@ -128,10 +128,8 @@ pub use zrpc_server::{
 /// open"` on the wire) and the shedder dropped the call (`ResourceExhausted "service overloaded"`).
 pub use zrpc_core::{breaker::BreakerOpen, shedder::Overloaded};
 
-/// Client-side load balancing: the lock-free P2C+EWMA and round-robin pickers.
-pub use zrpc_client::balancer;
-/// Client-side discovery: targets and resolvers (direct, etcd, DNS, Kubernetes) and the stable
-/// subset.
+/// Client-side discovery: targets and resolvers (direct, etcd, DNS, Kubernetes), and
+/// [`Resolution`](resolver::Resolution) for a discovery of your own.
 pub use zrpc_client::resolver;
 /// Server-side etcd registration: the self-healing [`Publisher`](registry::Publisher) and
 /// [`advertise_addr`](registry::advertise_addr).

@@ -14,6 +14,8 @@ pub struct Programs {
     pub client: PathBuf,
     /// `interop/gozero/bin/gz-ring`: go-zero's `consistent_hash` ring, no network.
     pub ring: PathBuf,
+    /// `interop/gozero/bin/grpc-edge`: a plain grpc-go server answering at gRPC's edges.
+    pub edge: PathBuf,
 }
 
 /// `interop/gozero/` in the repository.
@@ -54,11 +56,13 @@ fn build_programs() -> Option<Programs> {
         server: bin.join("gz-server"),
         client: bin.join("gz-client"),
         ring: bin.join("gz-ring"),
+        edge: bin.join("grpc-edge"),
     };
     let bins = [
         programs.server.clone(),
         programs.client.clone(),
         programs.ring.clone(),
+        programs.edge.clone(),
     ];
     crate::gobuild::build("go-zero", &dir, &bins).then_some(programs)
 }

@@ -1,5 +1,5 @@
 //! `BalancerName: consistent_hash` against real zrpc servers: every key goes to the server that
-//! owns it on go-zero's ring (`zrpc::balancer::HashRing`, checked against go-zero's own in the
+//! owns it on go-zero's ring (`zrpc_client::sim::HashRing`, checked against go-zero's own in the
 //! client's unit tests and the interop suite), a call without a key fails as in go-zero, the
 //! per-endpoint stats and the breaker work as with p2c, and a server that stops hands its keys,
 //! and only those, to the next server on the ring without a failed call.
@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use zrpc::balancer::HashRing;
 use zrpc::{BalancerName, RpcClientConf};
+use zrpc_client::sim::HashRing;
 use zrpc_tests::gozero::{SERVER_HEADER, ZrpcServer, start_zrpc, zrpc_conf};
 use zrpc_tests::pb::HelloRequest;
 use zrpc_tests::pb::greeter_client::GreeterClient;

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use zrpc::BalancerName;
-use zrpc::balancer::HashRing;
+use zrpc_client::sim::HashRing;
 use zrpc_tests::etcd::{EtcdCluster, unique_key};
 use zrpc_tests::gozero::{
     ClientYaml, Discovery, GzClient, SERVER_HEADER, ZrpcServer, eventually, go_zero_owners,

@@ -12,6 +12,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 mod auth_redis;
 mod consistent_hash;
+mod edge_codes;
 mod gozero_client;
 mod lifecycle;
 mod metrics;
