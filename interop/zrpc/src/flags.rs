@@ -144,14 +144,14 @@ impl ServerFlags {
         }
     }
 
-    /// The zrpc server config the flags describe (zrpc's defaults otherwise: the default
-    /// chain), listening on `listen_on`.
+    /// The interop server's config ([`server::conf`](crate::server::conf)) listening on
+    /// `listen_on`, with TLS when the flags ask.
     ///
     /// # Errors
     ///
     /// `--use_tls` without both certificate files.
     pub fn conf(&self, listen_on: &str) -> anyhow::Result<RpcServerConf> {
-        let conf = RpcServerConf::new("grpc.testing.rpc", listen_on);
+        let conf = crate::server::conf(listen_on);
         if !self.use_tls {
             return Ok(conf);
         }

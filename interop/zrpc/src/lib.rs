@@ -20,6 +20,7 @@
 
 pub mod cases;
 pub mod flags;
+mod compressed;
 mod payload;
 pub mod server;
 

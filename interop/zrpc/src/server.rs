@@ -10,6 +10,8 @@
 //!   `x-grpc-test-echo-trailing-bin` in the trailers of a successful call (set with
 //!   [`zrpc::Trailers`], as a go-zero handler calls `grpc.SetTrailer`).
 //! - `interval_us`: the server waits that long before each response.
+//! - CompressedRequest and CompressedResponse (`expect_compressed`, `response_compressed`,
+//!   `ResponseParameters.compressed`): see [`conf`].
 //!
 //! Payloads are zeros of type `COMPRESSABLE`; another type, a negative size or one over 4 MiB is
 //! `InvalidArgument`.
@@ -22,6 +24,7 @@ use zrpc::Trailers;
 use zrpc::tonic::metadata::{MetadataMap, MetadataValue};
 use zrpc::tonic::{self, Request, Response, Status, Streaming};
 
+use crate::compressed::Compression;
 use crate::payload;
 use crate::pb::test_service_server::{TestService, TestServiceServer};
 use crate::pb::{
@@ -34,6 +37,15 @@ use crate::pb::{
 pub const ECHO_INITIAL: &str = "x-grpc-test-echo-initial";
 /// The binary header echoed back in the trailers.
 pub const ECHO_TRAILING: &str = "x-grpc-test-echo-trailing-bin";
+
+/// The server config of the interop server listening on `listen_on`: zrpc's defaults (the
+/// default chain), with `Compression: gzip` so that each handler is handed the call's
+/// `CallCompression` and can compress what the request asks compressed, and only that (every
+/// other response is sent uncompressed).
+pub fn conf(listen_on: &str) -> zrpc::RpcServerConf {
+    zrpc::RpcServerConf::new("grpc.testing.rpc", listen_on)
+        .with_compression(Some(zrpc::compression::Encoding::Gzip))
+}
 
 /// The interop `TestService` (stateless; clones are free).
 #[derive(Debug, Clone, Copy, Default)]
@@ -57,8 +69,11 @@ impl TestService for InteropService {
         request: Request<SimpleRequest>,
     ) -> Result<Response<SimpleResponse>, Status> {
         let echo = Echo::take(&request);
+        let compression = Compression::of(&request);
         let req = request.into_inner();
+        compression.check_received(req.expect_compressed.as_ref())?;
         echo_status(req.response_status.as_ref())?;
+        compression.respond(req.response_compressed.as_ref())?;
         let payload = payload::response(req.response_type, req.response_size)?;
         Ok(echo.respond(SimpleResponse {
             payload: Some(payload),
@@ -94,11 +109,12 @@ impl TestService for InteropService {
         request: Request<StreamingOutputCallRequest>,
     ) -> Result<Response<Responses>, Status> {
         let echo = Echo::take(&request);
+        let compression = Compression::of(&request);
         let req = request.into_inner();
         echo_status(req.response_status.as_ref())?;
         let (tx, rx) = mpsc::channel(4);
         tokio::spawn(async move {
-            let _ = send_all(&tx, req.response_type, &req.response_parameters).await;
+            let _ = send_all(&tx, &compression, req.response_type, &req.response_parameters).await;
         });
         Ok(echo.respond(ReceiverStream::new(rx)))
     }
@@ -108,11 +124,14 @@ impl TestService for InteropService {
         request: Request<Streaming<StreamingInputCallRequest>>,
     ) -> Result<Response<StreamingInputCallResponse>, Status> {
         let echo = Echo::take(&request);
+        let compression = Compression::of(&request);
         let mut inbound = request.into_inner();
         let mut sum = 0usize;
         while let Some(req) = inbound.message().await? {
+            compression.check_received(req.expect_compressed.as_ref())?;
             sum += req.payload.map_or(0, |p| p.body.len());
         }
+        compression.respond(None)?;
         let aggregated_payload_size = i32::try_from(sum).map_err(|_| {
             Status::invalid_argument(format!("{sum} payload bytes do not fit the int32 answer"))
         })?;
@@ -128,6 +147,7 @@ impl TestService for InteropService {
         request: Request<Streaming<StreamingOutputCallRequest>>,
     ) -> Result<Response<Responses>, Status> {
         let echo = Echo::take(&request);
+        let compression = Compression::of(&request);
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(4);
         tokio::spawn(async move {
@@ -145,7 +165,7 @@ impl TestService for InteropService {
                     let _ = tx.send(Err(status)).await;
                     return;
                 }
-                if send_all(&tx, req.response_type, &req.response_parameters)
+                if send_all(&tx, &compression, req.response_type, &req.response_parameters)
                     .await
                     .is_err()
                 {
@@ -163,6 +183,7 @@ impl TestService for InteropService {
         request: Request<Streaming<StreamingOutputCallRequest>>,
     ) -> Result<Response<Responses>, Status> {
         let echo = Echo::take(&request);
+        let compression = Compression::of(&request);
         let mut inbound = request.into_inner();
         let mut all = Vec::new();
         while let Some(req) = inbound.message().await? {
@@ -172,7 +193,7 @@ impl TestService for InteropService {
         let (tx, rx) = mpsc::channel(4);
         tokio::spawn(async move {
             for req in all {
-                if send_all(&tx, req.response_type, &req.response_parameters)
+                if send_all(&tx, &compression, req.response_type, &req.response_parameters)
                     .await
                     .is_err()
                 {
@@ -190,10 +211,12 @@ impl TestService for InteropService {
     }
 }
 
-/// Sends one response per parameter set, each after its `interval_us`. `Err` when the call is
-/// over (the client went away, or a parameter was refused and the call ended with its status).
+/// Sends one response per parameter set, each after its `interval_us`, compressed as it asks.
+/// `Err` when the call is over (the client went away, or a parameter was refused and the call
+/// ended with its status).
 async fn send_all(
     tx: &mpsc::Sender<Result<StreamingOutputCallResponse, Status>>,
+    compression: &Compression,
     response_type: i32,
     params: &[ResponseParameters],
 ) -> Result<(), ()> {
@@ -203,8 +226,10 @@ async fn send_all(
         {
             tokio::time::sleep(Duration::from_micros(us)).await;
         }
-        let message =
-            payload::response(response_type, p.size).map(|payload| StreamingOutputCallResponse {
+        let message = compression
+            .next_message(p.compressed.as_ref())
+            .and_then(|()| payload::response(response_type, p.size))
+            .map(|payload| StreamingOutputCallResponse {
                 payload: Some(payload),
             });
         let refused = message.is_err();

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use zrpc::conf::{ClientTlsConf, RpcClientConf, RpcServerConf, ServerTlsConf};
+use zrpc::conf::{ClientTlsConf, RpcClientConf, ServerTlsConf};
 use zrpc_core::breaker::BreakerRegistry;
 
 use crate::certs::{CertFiles, TestCa};
@@ -55,9 +55,10 @@ impl Default for InteropCerts {
     }
 }
 
-/// zrpc's interop `TestService` served by `zrpc::server` on `127.0.0.1:<free port>`: the
-/// default chain, its own breakers (several servers share this process), `CpuThreshold: 0`,
-/// TLS with `certs` when given. Aborted on drop.
+/// zrpc's interop `TestService` served by `zrpc::server` on `127.0.0.1:<free port>` with the
+/// interop server's config (`zrpc_interop::server::conf`: the default chain, `Compression: gzip`
+/// for the handlers to choose), its own breakers (several servers share this process),
+/// `CpuThreshold: 0`, TLS with `certs` when given. Aborted on drop.
 #[derive(Debug)]
 pub struct ZrpcInteropServer {
     /// Its address.
@@ -75,8 +76,7 @@ impl ZrpcInteropServer {
             .await
             .expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local address");
-        let mut conf =
-            RpcServerConf::new("grpc.testing.rpc", addr.to_string()).with_cpu_threshold(0);
+        let mut conf = zrpc_interop::server::conf(&addr.to_string()).with_cpu_threshold(0);
         if let Some(c) = certs {
             conf = conf.with_tls(ServerTlsConf::new(c.server.cert_str(), c.server.key_str()));
         }

@@ -4,7 +4,8 @@ use std::fmt;
 
 use zrpc_interop::Case;
 use zrpc_tests::grpcgo::{
-    GrpcGoServer, InteropCerts, ZrpcInteropServer, run_grpcgo_client, zrpc_runner,
+    GrpcGoServer, InteropCerts, ZrpcInteropServer, run_grpcgo_client, run_gzip_client,
+    zrpc_runner,
 };
 
 /// Plaintext or TLS (the certificates of [`InteropCerts`], verified as `foo.test.google.fr`).
@@ -32,28 +33,46 @@ impl fmt::Display for Transport {
     }
 }
 
-/// grpc-go's interop client runs `case` against zrpc's TestService.
+/// The compression cases, which grpc-go's stock interop programs do not implement: they run
+/// with `gzip-interop` on the grpc-go side.
+fn compression(case: &str) -> bool {
+    case.contains("_compressed_")
+}
+
+/// grpc-go's interop client (`gzip-interop`'s for a compression case) runs `case` against
+/// zrpc's TestService.
 pub(crate) async fn grpcgo_to_zrpc(case: &str, t: Transport) {
     let p = zrpc_tests::grpcgo_or_skip!();
     let certs = t.certs();
     let server = ZrpcInteropServer::start(certs.as_ref()).await;
-    let run = run_grpcgo_client(p, case, server.port(), certs.as_ref(), &[]).await;
+    let (client, run) = if compression(case) {
+        let run = run_gzip_client(p, case, server.port(), certs.as_ref()).await;
+        ("gzip-interop", run)
+    } else {
+        let run = run_grpcgo_client(p, case, server.port(), certs.as_ref(), &[]).await;
+        ("grpc-go", run)
+    };
     assert!(
         run.passed(),
-        "grpc-go client -> zrpc server ({t}): {case} failed (exit {:?}):\n{}",
+        "{client} client -> zrpc server ({t}): {case} failed (exit {:?}):\n{}",
         run.code,
         run.output.trim_end()
     );
 }
 
-/// zrpc's interop client runs `case` against grpc-go's interop server.
+/// zrpc's interop client runs `case` against grpc-go's interop server (`gzip-interop`'s for a
+/// compression case).
 pub(crate) async fn zrpc_to_grpcgo(case: &str, t: Transport) {
     let p = zrpc_tests::grpcgo_or_skip!();
     let certs = t.certs();
-    let server = GrpcGoServer::start(p, certs.as_ref()).await;
+    let (name, server) = if compression(case) {
+        ("gzip-interop", GrpcGoServer::start_gzip(p, certs.as_ref()).await)
+    } else {
+        ("grpc-go", GrpcGoServer::start(p, certs.as_ref()).await)
+    };
     let runner = zrpc_runner(server.port, certs.as_ref()).await;
     if let Err(e) = runner.run(parse(case)).await {
-        panic!("zrpc client -> grpc-go server ({t}): {e:#}");
+        panic!("zrpc client -> {name} server ({t}): {e:#}");
     }
 }
 

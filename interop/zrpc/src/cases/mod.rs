@@ -11,6 +11,7 @@
 //! one at a time in a process), and the same client answers the next call.
 
 mod cancel;
+mod compression;
 mod metadata;
 mod soak;
 mod status;
@@ -64,11 +65,19 @@ pub enum Case {
     RpcSoak,
     /// Large unary calls in a row, each on a new client.
     ChannelSoak,
+    /// Unary requests sent compressed and not, each saying so (`expect_compressed`).
+    ClientCompressedUnary,
+    /// Unary responses asked compressed and not (`response_compressed`).
+    ServerCompressedUnary,
+    /// A client stream whose first message is compressed and second not.
+    ClientCompressedStreaming,
+    /// A server stream whose first response is asked compressed and second not.
+    ServerCompressedStreaming,
 }
 
 impl Case {
-    /// Every case, in the spec's order.
-    pub const ALL: [Case; 16] = [
+    /// Every case: those grpc-go's interop client runs, then the compression cases.
+    pub const ALL: [Case; 20] = [
         Case::EmptyUnary,
         Case::LargeUnary,
         Case::ClientStreaming,
@@ -85,6 +94,10 @@ impl Case {
         Case::TimeoutOnSleepingServer,
         Case::RpcSoak,
         Case::ChannelSoak,
+        Case::ClientCompressedUnary,
+        Case::ServerCompressedUnary,
+        Case::ClientCompressedStreaming,
+        Case::ServerCompressedStreaming,
     ];
 
     /// The case's `--test_case` name (`large_unary`).
@@ -106,6 +119,10 @@ impl Case {
             Case::TimeoutOnSleepingServer => "timeout_on_sleeping_server",
             Case::RpcSoak => "rpc_soak",
             Case::ChannelSoak => "channel_soak",
+            Case::ClientCompressedUnary => "client_compressed_unary",
+            Case::ServerCompressedUnary => "server_compressed_unary",
+            Case::ClientCompressedStreaming => "client_compressed_streaming",
+            Case::ServerCompressedStreaming => "server_compressed_streaming",
         }
     }
 }
@@ -200,6 +217,14 @@ impl Runner {
                 Case::TimeoutOnSleepingServer => cancel::timeout_on_sleeping_server(self).await,
                 Case::RpcSoak => soak::rpc_soak(self).await,
                 Case::ChannelSoak => soak::channel_soak(self).await,
+                Case::ClientCompressedUnary => compression::client_compressed_unary(self).await,
+                Case::ServerCompressedUnary => compression::server_compressed_unary(self).await,
+                Case::ClientCompressedStreaming => {
+                    compression::client_compressed_streaming(self).await
+                }
+                Case::ServerCompressedStreaming => {
+                    compression::server_compressed_streaming(self).await
+                }
             }
         };
         match tokio::time::timeout(self.case_timeout, run).await {
