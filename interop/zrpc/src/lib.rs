@@ -19,8 +19,8 @@
 //! matrix of cases, directions and transports the tests run.
 
 pub mod cases;
-pub mod flags;
 mod compressed;
+pub mod flags;
 mod payload;
 pub mod server;
 

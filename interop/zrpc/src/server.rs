@@ -28,9 +28,8 @@ use crate::compressed::Compression;
 use crate::payload;
 use crate::pb::test_service_server::{TestService, TestServiceServer};
 use crate::pb::{
-    EchoStatus, Empty, Payload, ResponseParameters, SimpleRequest, SimpleResponse,
-    StreamingInputCallRequest, StreamingInputCallResponse, StreamingOutputCallRequest,
-    StreamingOutputCallResponse,
+    EchoStatus, Empty, Payload, SimpleRequest, SimpleResponse, StreamingInputCallRequest,
+    StreamingInputCallResponse, StreamingOutputCallRequest, StreamingOutputCallResponse,
 };
 
 /// The header echoed back in the response headers.
@@ -114,7 +113,7 @@ impl TestService for InteropService {
         echo_status(req.response_status.as_ref())?;
         let (tx, rx) = mpsc::channel(4);
         tokio::spawn(async move {
-            let _ = send_all(&tx, &compression, req.response_type, &req.response_parameters).await;
+            let _ = send_all(&tx, &compression, &req).await;
         });
         Ok(echo.respond(ReceiverStream::new(rx)))
     }
@@ -165,10 +164,7 @@ impl TestService for InteropService {
                     let _ = tx.send(Err(status)).await;
                     return;
                 }
-                if send_all(&tx, &compression, req.response_type, &req.response_parameters)
-                    .await
-                    .is_err()
-                {
+                if send_all(&tx, &compression, &req).await.is_err() {
                     return;
                 }
             }
@@ -193,10 +189,7 @@ impl TestService for InteropService {
         let (tx, rx) = mpsc::channel(4);
         tokio::spawn(async move {
             for req in all {
-                if send_all(&tx, &compression, req.response_type, &req.response_parameters)
-                    .await
-                    .is_err()
-                {
+                if send_all(&tx, &compression, &req).await.is_err() {
                     return;
                 }
             }
@@ -211,16 +204,16 @@ impl TestService for InteropService {
     }
 }
 
-/// Sends one response per parameter set, each after its `interval_us`, compressed as it asks.
+/// Sends one response per parameter set of `req`, each after its `interval_us`, compressed as
+/// it asks.
 /// `Err` when the call is over (the client went away, or a parameter was refused and the call
 /// ended with its status).
 async fn send_all(
     tx: &mpsc::Sender<Result<StreamingOutputCallResponse, Status>>,
     compression: &Compression,
-    response_type: i32,
-    params: &[ResponseParameters],
+    req: &StreamingOutputCallRequest,
 ) -> Result<(), ()> {
-    for p in params {
+    for p in &req.response_parameters {
         if let Ok(us) = u64::try_from(p.interval_us)
             && us > 0
         {
@@ -228,7 +221,7 @@ async fn send_all(
         }
         let message = compression
             .next_message(p.compressed.as_ref())
-            .and_then(|()| payload::response(response_type, p.size))
+            .and_then(|()| payload::response(req.response_type, p.size))
             .map(|payload| StreamingOutputCallResponse {
                 payload: Some(payload),
             });

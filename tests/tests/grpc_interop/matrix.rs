@@ -4,8 +4,7 @@ use std::fmt;
 
 use zrpc_interop::Case;
 use zrpc_tests::grpcgo::{
-    GrpcGoServer, InteropCerts, ZrpcInteropServer, run_grpcgo_client, run_gzip_client,
-    zrpc_runner,
+    GrpcGoServer, InteropCerts, ZrpcInteropServer, run_grpcgo_client, run_gzip_client, zrpc_runner,
 };
 
 /// Plaintext or TLS (the certificates of [`InteropCerts`], verified as `foo.test.google.fr`).
@@ -66,7 +65,10 @@ pub(crate) async fn zrpc_to_grpcgo(case: &str, t: Transport) {
     let p = zrpc_tests::grpcgo_or_skip!();
     let certs = t.certs();
     let (name, server) = if compression(case) {
-        ("gzip-interop", GrpcGoServer::start_gzip(p, certs.as_ref()).await)
+        (
+            "gzip-interop",
+            GrpcGoServer::start_gzip(p, certs.as_ref()).await,
+        )
     } else {
         ("grpc-go", GrpcGoServer::start(p, certs.as_ref()).await)
     };

@@ -69,7 +69,10 @@ pub(super) async fn server_compressed_unary(r: &Runner) -> anyhow::Result<()> {
             .unary_call(request)
             .await
             .map_err(|s| {
-                anyhow::anyhow!("UnaryCall with response_compressed {want} failed with {}", show(&s))
+                anyhow::anyhow!(
+                    "UnaryCall with response_compressed {want} failed with {}",
+                    show(&s)
+                )
             })?
             .into_inner();
         payload::check(reply.payload.as_ref(), LARGE_RESPONSE)?;
@@ -89,9 +92,7 @@ pub(super) async fn client_compressed_streaming(r: &Runner) -> anyhow::Result<()
     };
     // the probe: a first message with expect_compressed, sent uncompressed
     let mut probe = Request::new(tokio_stream::iter([message(YES, 27_182)]));
-    probe
-        .extensions_mut()
-        .insert(CallCompression::send(None));
+    probe.extensions_mut().insert(CallCompression::send(None));
     match r.stub().streaming_input_call(probe).await {
         Err(s) if s.code() == Code::InvalidArgument => {}
         Err(s) => anyhow::bail!(
