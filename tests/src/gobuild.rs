@@ -8,12 +8,27 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Instant, SystemTime};
 
 /// The repository root (the parent of the `tests` crate).
 pub fn repo_root() -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     manifest.parent().unwrap_or(manifest).to_path_buf()
+}
+
+/// The programs `init` finds or builds, once per process in `cell`. None when Go is missing
+/// (`init` says so); the skip is then printed for each test that asks, naming `what`.
+pub fn once<P>(
+    cell: &'static OnceLock<Option<P>>,
+    what: &str,
+    init: impl FnOnce() -> Option<P>,
+) -> Option<&'static P> {
+    let p = cell.get_or_init(init).as_ref();
+    if p.is_none() {
+        eprintln!("SKIPPED: go not found, {what} interop tests not run");
+    }
+    p
 }
 
 /// Makes `bins` (paths under `dir`) with `bash dir/build.sh` unless they are fresh. `what`

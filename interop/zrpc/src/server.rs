@@ -67,9 +67,7 @@ impl TestService for InteropService {
         &self,
         request: Request<SimpleRequest>,
     ) -> Result<Response<SimpleResponse>, Status> {
-        let echo = Echo::take(&request);
-        let compression = Compression::of(&request);
-        let req = request.into_inner();
+        let (echo, compression, req) = take(request);
         compression.check_received(req.expect_compressed.as_ref())?;
         echo_status(req.response_status.as_ref())?;
         compression.respond(req.response_compressed.as_ref())?;
@@ -107,9 +105,7 @@ impl TestService for InteropService {
         &self,
         request: Request<StreamingOutputCallRequest>,
     ) -> Result<Response<Responses>, Status> {
-        let echo = Echo::take(&request);
-        let compression = Compression::of(&request);
-        let req = request.into_inner();
+        let (echo, compression, req) = take(request);
         echo_status(req.response_status.as_ref())?;
         let (tx, rx) = mpsc::channel(4);
         tokio::spawn(async move {
@@ -122,9 +118,7 @@ impl TestService for InteropService {
         &self,
         request: Request<Streaming<StreamingInputCallRequest>>,
     ) -> Result<Response<StreamingInputCallResponse>, Status> {
-        let echo = Echo::take(&request);
-        let compression = Compression::of(&request);
-        let mut inbound = request.into_inner();
+        let (echo, compression, mut inbound) = take(request);
         let mut sum = 0usize;
         while let Some(req) = inbound.message().await? {
             compression.check_received(req.expect_compressed.as_ref())?;
@@ -145,9 +139,7 @@ impl TestService for InteropService {
         &self,
         request: Request<Streaming<StreamingOutputCallRequest>>,
     ) -> Result<Response<Responses>, Status> {
-        let echo = Echo::take(&request);
-        let compression = Compression::of(&request);
-        let mut inbound = request.into_inner();
+        let (echo, compression, mut inbound) = take(request);
         let (tx, rx) = mpsc::channel(4);
         tokio::spawn(async move {
             // each request answered as it arrives; the call ends at the client's half-close
@@ -178,9 +170,7 @@ impl TestService for InteropService {
         &self,
         request: Request<Streaming<StreamingOutputCallRequest>>,
     ) -> Result<Response<Responses>, Status> {
-        let echo = Echo::take(&request);
-        let compression = Compression::of(&request);
-        let mut inbound = request.into_inner();
+        let (echo, compression, mut inbound) = take(request);
         let mut all = Vec::new();
         while let Some(req) = inbound.message().await? {
             echo_status(req.response_status.as_ref())?;
@@ -232,6 +222,14 @@ async fn send_all(
         }
     }
     Ok(())
+}
+
+/// What a handler needs of its request besides the message: the echo-metadata and compression
+/// features, taken before the request is consumed.
+fn take<T>(request: Request<T>) -> (Echo, Compression, T) {
+    let echo = Echo::take(&request);
+    let compression = Compression::of(&request);
+    (echo, compression, request.into_inner())
 }
 
 /// The status a request asks the server to end with (echo status), if any.

@@ -42,11 +42,7 @@ macro_rules! gozero_or_skip {
 /// When the build fails, or Go is missing and `CI=true`.
 pub fn programs() -> Option<&'static Programs> {
     static PROGRAMS: OnceLock<Option<Programs>> = OnceLock::new();
-    let p = PROGRAMS.get_or_init(build_programs).as_ref();
-    if p.is_none() {
-        eprintln!("SKIPPED: go not found, go-zero interop tests not run");
-    }
-    p
+    crate::gobuild::once(&PROGRAMS, "go-zero", build_programs)
 }
 
 fn build_programs() -> Option<Programs> {

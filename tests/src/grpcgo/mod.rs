@@ -72,27 +72,21 @@ macro_rules! grpcgo_or_skip {
 /// When the build fails, or Go is missing and `CI=true`.
 pub fn programs() -> Option<&'static GrpcGoPrograms> {
     static PROGRAMS: OnceLock<Option<GrpcGoPrograms>> = OnceLock::new();
-    let p = PROGRAMS
-        .get_or_init(|| {
-            let dir = grpcgo_dir();
-            let bin = dir.join("bin");
-            let p = GrpcGoPrograms {
-                client: bin.join("grpc-go-client"),
-                server: bin.join("grpc-go-server"),
-                descriptors: bin.join("testing-descriptors"),
-                gzip: bin.join("gzip-interop"),
-            };
-            let bins = [
-                p.client.clone(),
-                p.server.clone(),
-                p.descriptors.clone(),
-                p.gzip.clone(),
-            ];
-            crate::gobuild::build("grpc-go", &dir, &bins).then_some(p)
-        })
-        .as_ref();
-    if p.is_none() {
-        eprintln!("SKIPPED: go not found, grpc-go interop tests not run");
-    }
-    p
+    crate::gobuild::once(&PROGRAMS, "grpc-go", || {
+        let dir = grpcgo_dir();
+        let bin = dir.join("bin");
+        let p = GrpcGoPrograms {
+            client: bin.join("grpc-go-client"),
+            server: bin.join("grpc-go-server"),
+            descriptors: bin.join("testing-descriptors"),
+            gzip: bin.join("gzip-interop"),
+        };
+        let bins = [
+            p.client.clone(),
+            p.server.clone(),
+            p.descriptors.clone(),
+            p.gzip.clone(),
+        ];
+        crate::gobuild::build("grpc-go", &dir, &bins).then_some(p)
+    })
 }
