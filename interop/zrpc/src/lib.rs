@@ -7,7 +7,7 @@
 //!
 //! - [`server`]: `TestService` served by zrpc's server with its default chain
 //!   ([`zrpc::server`]), every server feature of the spec (echo metadata and status, payload
-//!   sizes, `interval_us`).
+//!   sizes, `interval_us`, compressed requests and responses).
 //! - [`cases`]: the client cases, run on [`zrpc::client`]; [`Case`] names them as grpc-go's
 //!   `--test_case` does.
 //! - [`flags`]: grpc-go's interop flags (`--server_host`, `--server_port`, `--test_case`,
