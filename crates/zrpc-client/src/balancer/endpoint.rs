@@ -258,8 +258,8 @@ impl Endpoint {
         let retryable = never_reached_server(&*err)
             || (is_connection_loss(&*err) && self.wire.unsent_since(mark));
         // a plaintext connection answered with a TLS record fails in h2 (it reads the record
-        // as a frame): say what the bytes were
-        let hint = if self.wire.answered_tls() && is_h2_error(&*err) {
+        // as a frame), or in hyper for a request h2 had not taken yet: say what the bytes were
+        let hint = if self.wire.answered_tls() && is_h2_failure(&*err) {
             "; the server answered with a TLS record: the server may require TLS (set Tls in the \
              client config)"
         } else if self.wire.closed_since(mark) {
@@ -602,11 +602,16 @@ fn is_timeout(err: &(dyn StdError + 'static)) -> bool {
     false
 }
 
-/// True when an HTTP/2 error (of the connection or the stream) is in the chain.
-fn is_h2_error(err: &(dyn StdError + 'static)) -> bool {
+/// True when the connection's HTTP/2 failed the request: an HTTP/2 error (of the connection or
+/// the stream) is in the chain, or hyper's "operation was canceled" (the connection ended
+/// before h2 took the request).
+fn is_h2_failure(err: &(dyn StdError + 'static)) -> bool {
     let mut cur = Some(err);
     while let Some(e) = cur {
-        if e.is::<h2::Error>() {
+        if e.is::<h2::Error>()
+            || e.downcast_ref::<hyper::Error>()
+                .is_some_and(|h| h.is_canceled())
+        {
             return true;
         }
         cur = e.source();
