@@ -962,3 +962,81 @@ async fn tls_every_first_call_of_a_plaintext_client_is_told_to_set_tls() {
     assert!(without_hint.is_empty(), "{without_hint:#?}");
     srv.stop().await;
 }
+
+/// What a scoped subscriber writes, for a test on a current-thread runtime (the server's
+/// tasks then log on the test's thread).
+#[derive(Debug, Clone, Default)]
+struct LogBuf(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuf {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Sends `bytes` on a new connection to `addr` and reads until the server closes it: the
+/// server logs a failed handshake before it closes.
+async fn send_and_read_to_eof(addr: std::net::SocketAddr, bytes: &[u8]) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
+    sock.write_all(bytes).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = sock.read_to_end(&mut answer).await;
+    answer
+}
+
+/// A plaintext gRPC client's bytes (the HTTP/2 preface and a SETTINGS frame) on a TLS server:
+/// its log names the client's address as a likely plaintext client, once however often the
+/// client retries; a handshake that fails for another reason keeps its own message.
+#[tokio::test]
+async fn tls_the_server_log_names_a_plaintext_client_once_per_address() {
+    // a global subscriber interested in everything, so that a callsite first hit on another
+    // test's thread is not cached as never interesting
+    let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry());
+    let logs = LogBuf::default();
+    let writer = logs.clone();
+    let _guard = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish(),
+    );
+    let ca = TestCa::new("zrpc test CA");
+    let server = ca.issue("server", LOCAL_SANS);
+    let srv = TlsServer::start(Some(ServerTlsConf::new(
+        server.cert_str(),
+        server.key_str(),
+    )))
+    .await;
+    let mut plaintext = zrpc_tests::h2raw::PREFACE.to_vec();
+    zrpc_tests::h2raw::push_frame(&mut plaintext, zrpc_tests::h2raw::kind::SETTINGS, 0, 0, &[]);
+    for _ in 0..3 {
+        let answer = send_and_read_to_eof(srv.addr, &plaintext).await;
+        // a TLS alert record
+        assert_eq!(answer.first(), Some(&0x15), "{answer:02x?}");
+    }
+    // a TLS record, but application data before any handshake
+    send_and_read_to_eof(srv.addr, &[0x17, 0x03, 0x03, 0x00, 0x01, 0x00]).await;
+    srv.stop().await;
+
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    println!("{text}");
+    let failed: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("TLS handshake with"))
+        .collect();
+    assert_eq!(failed.len(), 2, "{text}");
+    assert!(
+        failed[0].contains(" WARN ")
+            && failed[0].contains("TLS handshake with 127.0.0.1:")
+            && failed[0].contains("likely a plaintext client")
+            && failed[0].contains("it must connect with TLS"),
+        "{}",
+        failed[0]
+    );
+    assert!(!failed[1].contains("plaintext"), "{}", failed[1]);
+}
