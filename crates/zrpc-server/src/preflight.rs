@@ -39,7 +39,7 @@ pub fn preflight(conf: &RpcServerConf) -> Vec<Error> {
     if let Some(redis) = conf
         .redis
         .as_ref()
-        .filter(|r| conf.auth && !r.host.is_empty() && feature_on("redis-auth", true))
+        .filter(|r| conf.auth && !r.redis.host.is_empty() && feature_on("redis-auth", true))
         && let Err(e) = crate::auth::connection_info(redis)
     {
         errors.push(e);
@@ -125,7 +125,8 @@ mod tests {
         assert!(
             errors
                 .iter()
-                .any(|e| e.contains("Log.Path") && e.contains("is not a directory")),
+                .any(|e| e.contains("Log.Path: cannot create the log directory")
+                    && e.contains("a-file/logs")),
             "{errors:#?}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
