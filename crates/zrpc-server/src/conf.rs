@@ -20,7 +20,6 @@ mod transport;
 
 pub use ignored::IgnoredKey;
 pub use log::{LogConf, LogFieldKeys};
-pub use redis::RedisKeyConf;
 #[cfg(not(feature = "redis-auth"))]
 pub(crate) use redis::redis_auth_off;
 pub use service::{
@@ -29,6 +28,7 @@ pub use service::{
 };
 pub use tls::{ClientAuth, ServerTlsConf};
 pub use transport::TransportConf;
+pub use zrpc_core::conf::RedisKeyConf;
 
 /// The server config (go-zero `zrpc.RpcServerConf`).
 ///
@@ -322,12 +322,12 @@ impl Validate for RpcServerConf {
             t.validate()?;
         }
         if let Some(r) = &self.redis {
-            r.validate()?;
+            r.validate_at("Redis")?;
             if self.auth
-                && !r.host.is_empty()
+                && !r.redis.host.is_empty()
                 && !zrpc_core::conf::feature_on("redis-auth", cfg!(feature = "redis-auth"))
             {
-                return Err(redis::redis_auth_off(&r.host));
+                return Err(redis::redis_auth_off(&r.redis.host));
             }
         }
         if let Some(p) = &self.profiling {

@@ -255,7 +255,7 @@ fn every_go_zero_server_key_is_accepted() {
     assert_eq!(c.advertise_addr.as_deref(), Some("10.0.0.7:8080"));
     assert_eq!(c.auth_tokens.len(), 1);
     assert_eq!(
-        c.redis.as_ref().unwrap().ping_timeout,
+        c.redis.as_ref().unwrap().redis.ping_timeout,
         Duration::from_secs(1)
     );
     assert_eq!(
@@ -310,10 +310,10 @@ fn go_zero_v1_10_3_server_yaml_loads_unchanged() {
     assert!(p.profile_type.cpu && !p.profile_type.mutex);
     // The v1.10.3 Redis keys zrpc used to reject.
     let r = c.redis.as_ref().unwrap();
-    assert!(r.disable_identity);
-    assert_eq!(r.protocol, 2);
-    assert_eq!(r.maint_notifications, "disabled");
-    assert_eq!(r.ping_timeout, Duration::from_secs(1));
+    assert!(r.redis.disable_identity);
+    assert_eq!(r.redis.protocol, 2);
+    assert_eq!(r.redis.maint_notifications, "disabled");
+    assert_eq!(r.redis.ping_timeout, Duration::from_secs(1));
     assert_eq!(r.key, "rpc:greet:tokens");
     // RpcServerConf.
     assert!(c.auth && c.strict_control && c.health);

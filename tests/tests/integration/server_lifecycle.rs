@@ -52,7 +52,11 @@ async fn server_health_serving_then_not_serving_during_shutdown() {
         srv.handle.wait_for(Phase::WrappingUp).await,
         Phase::WrappingUp
     );
-    assert_eq!(watch.next().await.unwrap().unwrap().status, 2, "NOT_SERVING");
+    assert_eq!(
+        watch.next().await.unwrap().unwrap().status,
+        2,
+        "NOT_SERVING"
+    );
     // During WrapUpTime the server still answers, but says NOT_SERVING.
     assert_eq!(health(&mut h, "").await, 2, "NOT_SERVING");
     assert_eq!(health(&mut h, "greeter.Greeter").await, 2, "NOT_SERVING");

@@ -21,6 +21,7 @@ mod env;
 mod error;
 mod etcd;
 mod features;
+mod redis;
 mod suggest;
 mod value;
 
@@ -38,6 +39,7 @@ pub use etcd::EtcdConf;
 pub use features::{
     DEFAULT_FEATURES, FEATURES, FeatureSet, UnknownFeature, feature_on, with_features,
 };
+pub use redis::{CacheConf, NodeConf, RedisConf, RedisKeyConf};
 
 /// A config file format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
