@@ -140,18 +140,23 @@ impl Client {
         conf: RpcClientConf,
         handles: ClientHandles,
     ) -> Result<Client, Error> {
-        conf.validate().map_err(Error::Config)?;
-        let target_str = conf.build_target().map_err(Error::Config)?;
-        let target = Target::parse(&target_str)?;
-        let resolution = resolver::resolve_with(&target, &conf.etcd)?;
-        Client::build(
-            conf,
-            target.to_string(),
-            target.service_name(),
-            resolution,
-            handles,
-        )
-        .await
+        // the errors name the config's file, as load errors do
+        let file = conf.file().map(str::to_owned);
+        let built = async {
+            conf.validate().map_err(Error::Config)?;
+            let target_str = conf.build_target().map_err(Error::Config)?;
+            let target = Target::parse(&target_str)?;
+            let resolution = resolver::resolve_with(&target, &conf.etcd)?;
+            Client::build(
+                conf,
+                target.to_string(),
+                target.service_name(),
+                resolution,
+                handles,
+            )
+            .await
+        };
+        built.await.map_err(|e| e.in_file(file.as_deref()))
     }
 
     /// Builds a client over any endpoint-set source: `resolution` replaces the resolver of the

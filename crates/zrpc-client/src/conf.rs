@@ -59,6 +59,9 @@ pub struct RpcClientConf {
     /// zrpc addition: the cap on the retries and hedges of all calls (`RetryBudget`).
     #[serde(skip_serializing_if = "RetryBudgetConf::is_default")]
     pub retry_budget: RetryBudgetConf,
+    /// The file this config was loaded from (named by the errors of `Client::new`).
+    #[serde(skip)]
+    file: zrpc_core::conf::ConfFile,
 }
 
 impl Default for RpcClientConf {
@@ -78,11 +81,19 @@ impl Default for RpcClientConf {
             p2c: P2cConf::default(),
             method_config: Vec::new(),
             retry_budget: RetryBudgetConf::default(),
+            file: zrpc_core::conf::ConfFile::default(),
         }
     }
 }
 
 impl RpcClientConf {
+    /// The file this config was loaded from ([`conf::load`](zrpc_core::conf::load), or a
+    /// service config's [`Validate::loaded_from`] passing it on); `None` for a config built
+    /// in code. The errors of `Client::new` name it, as load errors do.
+    pub fn file(&self) -> Option<&str> {
+        self.file.get()
+    }
+
     /// Sets the `Tls` block (default: none, plaintext).
     #[must_use]
     pub fn with_tls(mut self, tls: crate::tls::ClientTlsConf) -> Self {
@@ -284,6 +295,10 @@ impl Validate for RpcClientConf {
             return Err(crate::resolver::k8s_off(&target));
         }
         Ok(())
+    }
+
+    fn loaded_from(&mut self, file: &str) {
+        self.file.set(file);
     }
 }
 

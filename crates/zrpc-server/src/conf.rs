@@ -96,6 +96,9 @@ pub struct RpcServerConf {
     pub transport: TransportConf,
     /// zrpc addition: TLS / mutual TLS (absent = plaintext, the default).
     pub tls: Option<ServerTlsConf>,
+    /// The file this config was loaded from (named by the errors of a start).
+    #[serde(skip)]
+    file: zrpc_core::conf::ConfFile,
 }
 
 impl Default for RpcServerConf {
@@ -125,6 +128,7 @@ impl Default for RpcServerConf {
             method_timeouts: Vec::new(),
             transport: TransportConf::default(),
             tls: None,
+            file: zrpc_core::conf::ConfFile::default(),
         }
     }
 }
@@ -137,6 +141,12 @@ impl RpcServerConf {
             listen_on: listen_on.into(),
             ..RpcServerConf::default()
         }
+    }
+
+    /// The file this config was loaded from ([`conf::load`](zrpc_core::conf::load)); `None`
+    /// for a config built in code. The errors of a start name it, as load errors do.
+    pub fn file(&self) -> Option<&str> {
+        self.file.get()
     }
 
     /// Sets `Etcd` (registration). Default: none.
@@ -363,6 +373,10 @@ impl Validate for RpcServerConf {
              as go-zero's embedded `zrpc.RpcServerConf` does (docs/configuration.md, \
              \"Your own config struct\")",
         )
+    }
+
+    fn loaded_from(&mut self, file: &str) {
+        self.file.set(file);
     }
 }
 

@@ -100,6 +100,11 @@ impl<Base: Validate, Extra: Validate> Validate for Embed<Base, Extra> {
         self.extra.validate()
     }
 
+    fn loaded_from(&mut self, file: &str) {
+        self.base.loaded_from(file);
+        self.extra.loaded_from(file);
+    }
+
     /// The application's note (`Extra`'s): it knows where its own keys go. `Base`'s note is
     /// for a file loaded as `Base` alone.
     fn unknown_key_note() -> Option<&'static str> {
