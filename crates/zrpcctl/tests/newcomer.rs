@@ -10,8 +10,8 @@
 //! dir, so only the scaffold itself is compiled, with `protoc` hidden from its build (a PATH
 //! without it, `PROTOC` unset: `scripts/without_protoc.sh`), as on a machine that never installed
 //! it. Where that cannot work (no rustfmt, crates missing from the local registry) the test says
-//! so loudly and skips. `scripts/test.sh` runs the README's commands the same way on a fresh
-//! target dir.
+//! so loudly and skips. `scripts/test.sh` hides protoc the same way from all of its builds;
+//! `scripts/readme_without_protoc.sh` runs the README's commands so on a fresh target dir.
 // clippy.toml lets tests unwrap, but only inside `#[test]` fns and `cfg(test)` modules: a test
 // crate's helpers are test code too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
