@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use zrpc_core::conf::{ConfError, EtcdConf, Validate, duration};
+use zrpc_core::conf::{ConfError, EtcdConf, Validate, duration, one_of};
 
 pub(crate) mod features;
 mod ignored;
@@ -531,17 +531,6 @@ impl AuthTokenConf {
             app: app.into(),
             token: token.into(),
         }
-    }
-}
-
-fn one_of(path: &str, value: &str, options: &[&str]) -> Result<(), ConfError> {
-    if options.contains(&value) {
-        Ok(())
-    } else {
-        Err(ConfError::invalid(
-            path,
-            format!("{value:?} is not one of {}", options.join("|")),
-        ))
     }
 }
 

@@ -43,19 +43,19 @@ fn cargo(args: &[&str], krate: &Path) -> Output {
     Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(args)
         .current_dir(krate)
+        .env("PATH", path_without_protoc(&target))
         .env("CARGO_TARGET_DIR", target)
-        .env("PATH", path_without_protoc(krate))
         .env_remove("PROTOC")
         .stdin(Stdio::null())
         .output()
         .unwrap()
 }
 
-/// This PATH less `protoc` (`scripts/without_protoc.sh`, links kept under `scratch`).
-fn path_without_protoc(scratch: &Path) -> String {
+/// This PATH less `protoc` (`scripts/without_protoc.sh`, links kept in the target dir).
+fn path_without_protoc(target: &Path) -> String {
     let out = Command::new("bash")
         .arg(workspace_root().join("scripts/without_protoc.sh"))
-        .arg(scratch.join("target/no-protoc-path"))
+        .arg(target.join("newcomer-no-protoc-path"))
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));

@@ -56,6 +56,19 @@ struct TlsServer {
 }
 
 impl TlsServer {
+    /// A TLS server whose certificate a new test CA issued (no client CA); the CA (kept for
+    /// its files) and the server.
+    async fn with_test_ca() -> (TestCa, TlsServer) {
+        let ca = TestCa::new("zrpc test CA");
+        let server = ca.issue("server", LOCAL_SANS);
+        let srv = TlsServer::start(Some(ServerTlsConf::new(
+            server.cert_str(),
+            server.key_str(),
+        )))
+        .await;
+        (ca, srv)
+    }
+
     async fn start(tls: Option<ServerTlsConf>) -> TlsServer {
         let mut conf = test_conf("tls.rpc").with_cpu_threshold(0);
         if let Some(tls) = tls {
@@ -173,13 +186,7 @@ async fn tls_right_certificates_work_and_the_handler_sees_the_peer_identity() {
 
 #[tokio::test]
 async fn tls_without_client_ca_serves_anonymous_clients() {
-    let ca = TestCa::new("zrpc test CA");
-    let server = ca.issue("server", LOCAL_SANS);
-    let srv = TlsServer::start(Some(ServerTlsConf::new(
-        server.cert_str(),
-        server.key_str(),
-    )))
-    .await;
+    let (ca, srv) = TlsServer::with_test_ca().await;
     let reply = call_once(
         format!("https://127.0.0.1:{}", srv.addr.port()),
         Some(tls_config(&ca.files, None)),
@@ -629,13 +636,7 @@ async fn tls_multi_host_authority_is_repaired_under_tls() {
         f
     }
 
-    let ca = TestCa::new("zrpc test CA");
-    let server = ca.issue("server", LOCAL_SANS);
-    let srv = TlsServer::start(Some(ServerTlsConf::new(
-        server.cert_str(),
-        server.key_str(),
-    )))
-    .await;
+    let (ca, srv) = TlsServer::with_test_ca().await;
 
     let mut roots = rustls::RootCertStore::empty();
     roots
@@ -928,13 +929,7 @@ async fn tls_allowed_clients_file_start_errors_name_the_file() {
 /// why. Each call is the first of a new client, as when a service starts with the wrong config.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_every_first_call_of_a_plaintext_client_is_told_to_set_tls() {
-    let ca = TestCa::new("zrpc test CA");
-    let server = ca.issue("server", LOCAL_SANS);
-    let srv = TlsServer::start(Some(ServerTlsConf::new(
-        server.cert_str(),
-        server.key_str(),
-    )))
-    .await;
+    let (_ca, srv) = TlsServer::with_test_ca().await;
     let mut without_hint = Vec::new();
     const CALLS: usize = 50;
     for _ in 0..CALLS {
@@ -1005,13 +1000,7 @@ async fn tls_the_server_log_names_a_plaintext_client_once_per_address() {
             .with_ansi(false)
             .finish(),
     );
-    let ca = TestCa::new("zrpc test CA");
-    let server = ca.issue("server", LOCAL_SANS);
-    let srv = TlsServer::start(Some(ServerTlsConf::new(
-        server.cert_str(),
-        server.key_str(),
-    )))
-    .await;
+    let (_ca, srv) = TlsServer::with_test_ca().await;
     let mut plaintext = zrpc_tests::h2raw::PREFACE.to_vec();
     zrpc_tests::h2raw::push_frame(&mut plaintext, zrpc_tests::h2raw::kind::SETTINGS, 0, 0, &[]);
     for _ in 0..3 {

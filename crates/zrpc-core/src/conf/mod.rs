@@ -185,6 +185,20 @@ where
     load().map_err(|e| env::explain(e, text, format, &env, &empty))
 }
 
+/// `value` of `path` is one of `options` (go-zero's `options=a|b` tag), else an
+/// [`Invalid`](ConfError::Invalid) error listing them. For zrpc's config types: not a stable API.
+#[doc(hidden)]
+pub fn one_of(path: &str, value: &str, options: &[&str]) -> Result<(), ConfError> {
+    if options.contains(&value) {
+        Ok(())
+    } else {
+        Err(ConfError::invalid(
+            path,
+            format!("{value:?} is not one of {}", options.join("|")),
+        ))
+    }
+}
+
 /// Adds `T`'s [`Validate::unknown_key_note`] to an unknown key at the top level.
 fn add_note<T: Validate>(mut e: ConfError) -> ConfError {
     if let ConfError::UnknownKey { path, note, .. } = &mut e

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{ConfError, Embed, Validate, duration};
+use super::{ConfError, Embed, Validate, duration, one_of};
 
 /// go-zero's `redis.RedisConf`: where a Redis is and how to talk to it.
 ///
@@ -97,17 +97,6 @@ impl Validate for RedisConf {
             return Err(ConfError::missing("Host"));
         }
         self.check_options()
-    }
-}
-
-fn one_of(path: &str, value: &str, options: &[&str]) -> Result<(), ConfError> {
-    if options.contains(&value) {
-        Ok(())
-    } else {
-        Err(ConfError::invalid(
-            path,
-            format!("{value:?} is not one of {}", options.join("|")),
-        ))
     }
 }
 
