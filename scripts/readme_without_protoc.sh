@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # The README's commands on a machine state without protoc: a PATH without it, PROTOC unset, a
-# fresh target dir. Run by scripts/test.sh; `scripts/readme_without_protoc.sh [DIR]` by hand.
+# fresh target dir. By hand: `scripts/readme_without_protoc.sh [DIR]`. Not in CI: scripts/test.sh
+# hides protoc from all of its builds instead, which proves the same of every build script at no
+# extra build.
 #   cargo install --path crates/zrpcctl        (here --debug, into DIR/root: the build scripts,
 #                                               which are what needs protoc, are the same)
 #   cargo run -p zrpc-examples --bin demo      (1 s of load instead of 5)
 #   zrpcctl new calculator --proto calculator.proto --zrpc-path <checkout> && cargo test
-# One debug target dir serves all three, so dependencies are compiled once.
+# One debug target dir serves all three; the scaffold, outside the workspace, still recompiles
+# the ~136 crates its features change. Measured (2 cores, loaded by other builds): 397 crates
+# compiled, 301 s user + 35 s sys, 1696 s wall.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=${1:-$(mktemp -d)}

@@ -119,6 +119,66 @@ fn protox_error(e: protox::Error) -> Error {
 mod tests {
     use super::*;
 
+    /// protoc and protox read the same protos into the same descriptor set (comments and
+    /// source positions included), so a build's generated code does not depend on which one
+    /// the machine has: the greeter and the newcomer's shop proto (an import of another
+    /// package, well-known types, map, oneof, optional, nested messages, all four RPC kinds).
+    /// Needs a protoc: `ZRPC_TEST_PROTOC` (scripts/test.sh sets it before it hides protoc
+    /// from the builds), else the one on PATH; skips loudly without one.
+    #[cfg(feature = "protox")]
+    #[test]
+    fn protoc_and_protox_read_protos_alike() {
+        let protoc = std::env::var_os("ZRPC_TEST_PROTOC")
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| match Compiler::choose(None, std::env::var_os("PATH")) {
+                Compiler::Protoc(p) => Some(p),
+                _ => None,
+            });
+        let Some(protoc) = protoc else {
+            eprintln!("SKIPPED protoc_and_protox_read_protos_alike: no protoc installed");
+            return;
+        };
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let newcomer = root.join("crates/zrpcctl/tests/fixtures/newcomer/protos");
+        for (protos, includes, files) in [
+            (
+                vec![root.join("proto/greeter.proto")],
+                vec![root.join("proto")],
+                1,
+            ),
+            // shop.proto, money.proto, empty.proto and timestamp.proto
+            (
+                vec![newcomer.join("shop/shop.proto")],
+                vec![newcomer.clone()],
+                4,
+            ),
+        ] {
+            let by_protoc = load(&Compiler::Protoc(protoc.clone()), &protos, &includes).unwrap();
+            let by_protox = load(&Compiler::Protox, &protos, &includes).unwrap();
+            let names: Vec<&str> = by_protoc.file.iter().map(|f| f.name()).collect();
+            assert_eq!(names.len(), files, "imports included: {names:?}");
+            assert_eq!(sorted(by_protoc), sorted(by_protox), "{protos:?}");
+        }
+    }
+
+    /// `set` with each file's source locations in one order (protoc lists them as declared,
+    /// protox by path; the code generator looks them up by path), and none for the well-known
+    /// types (protox carries them without; prost generates no code for them).
+    #[cfg(feature = "protox")]
+    fn sorted(mut set: FileDescriptorSet) -> FileDescriptorSet {
+        for file in &mut set.file {
+            if file.name().starts_with("google/protobuf/") {
+                file.source_code_info = None;
+            }
+            if let Some(info) = &mut file.source_code_info {
+                info.location
+                    .sort_by(|a, b| (&a.path, &a.span).cmp(&(&b.path, &b.span)));
+            }
+        }
+        set
+    }
+
     #[test]
     fn protoc_env_wins_then_path_then_protox() {
         let dir = std::env::temp_dir().join(format!("zrpc-build-which-{}", std::process::id()));

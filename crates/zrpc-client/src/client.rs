@@ -146,33 +146,38 @@ impl Client {
         conf: RpcClientConf,
         handles: ClientHandles,
     ) -> Result<Client, Error> {
-        conf.validate().map_err(Error::Config)?;
-        let unused = |key: &str, what: &str| {
-            Error::Config(ConfError::invalid(
-                key,
-                format!(
-                    "false, but {what} gives the client a registry it would never record into: \
-                     turn {key} on or leave the registry out"
-                ),
-            ))
+        // the errors name the config's file, as load errors do
+        let file = conf.file().map(str::to_owned);
+        let built = async {
+            conf.validate().map_err(Error::Config)?;
+            let unused = |key: &str, what: &str| {
+                Error::Config(ConfError::invalid(
+                    key,
+                    format!(
+                        "false, but {what} gives the client a registry it would never record \
+                         into: turn {key} on or leave the registry out"
+                    ),
+                ))
+            };
+            if handles.breakers.is_some() && !conf.middlewares.breaker {
+                return Err(unused("Middlewares.Breaker", "ClientHandles::breakers"));
+            }
+            if handles.metrics.is_some() && !conf.middlewares.prometheus {
+                return Err(unused("Middlewares.Prometheus", "ClientHandles::metrics"));
+            }
+            let target_str = conf.build_target().map_err(Error::Config)?;
+            let target = Target::parse(&target_str)?;
+            let resolution = resolver::resolve_with(&target, &conf.etcd)?;
+            Client::build(
+                conf,
+                target.to_string(),
+                target.service_name(),
+                resolution,
+                handles,
+            )
+            .await
         };
-        if handles.breakers.is_some() && !conf.middlewares.breaker {
-            return Err(unused("Middlewares.Breaker", "ClientHandles::breakers"));
-        }
-        if handles.metrics.is_some() && !conf.middlewares.prometheus {
-            return Err(unused("Middlewares.Prometheus", "ClientHandles::metrics"));
-        }
-        let target_str = conf.build_target().map_err(Error::Config)?;
-        let target = Target::parse(&target_str)?;
-        let resolution = resolver::resolve_with(&target, &conf.etcd)?;
-        Client::build(
-            conf,
-            target.to_string(),
-            target.service_name(),
-            resolution,
-            handles,
-        )
-        .await
+        built.await.map_err(|e| e.in_file(file.as_deref()))
     }
 
     /// Builds a client over any endpoint-set source: `resolution` stands for the config's

@@ -77,6 +77,9 @@ pub struct RpcClientConf {
     /// tonic's and grpc-go's message limit).
     #[serde(skip_serializing_if = "is_default_limit")]
     pub max_decompressed_size: usize,
+    /// The file this config was loaded from (named by the errors of `Client::new`).
+    #[serde(skip)]
+    file: zrpc_core::conf::ConfFile,
 }
 
 fn is_default_min_size(v: &usize) -> bool {
@@ -138,11 +141,19 @@ impl Default for RpcClientConf {
             method_compression: Vec::new(),
             compression_min_size: compression::DEFAULT_MIN_SIZE,
             max_decompressed_size: compression::DEFAULT_MAX_DECOMPRESSED_SIZE,
+            file: zrpc_core::conf::ConfFile::default(),
         }
     }
 }
 
 impl RpcClientConf {
+    /// The file this config was loaded from ([`conf::load`](zrpc_core::conf::load), or a
+    /// service config's [`Validate::loaded_from`] passing it on); `None` for a config built
+    /// in code. The errors of `Client::new` name it, as load errors do.
+    pub fn file(&self) -> Option<&str> {
+        self.file.get()
+    }
+
     /// Sets the `Tls` block (default: none, plaintext).
     #[must_use]
     pub fn with_tls(mut self, tls: crate::tls::ClientTlsConf) -> Self {
@@ -373,6 +384,10 @@ impl Validate for RpcClientConf {
             return Err(crate::resolver::k8s_off(&target));
         }
         Ok(())
+    }
+
+    fn loaded_from(&mut self, file: &str) {
+        self.file.set(file);
     }
 }
 

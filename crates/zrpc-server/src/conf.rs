@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use zrpc_core::conf::{ConfError, EtcdConf, Validate, duration};
+use zrpc_core::conf::{ConfError, EtcdConf, Validate, duration, one_of};
 use zrpc_core::grpc::compression::{self, Encoding};
 
 pub(crate) mod features;
@@ -21,7 +21,6 @@ mod transport;
 
 pub use ignored::IgnoredKey;
 pub use log::{LogConf, LogFieldKeys};
-pub use redis::RedisKeyConf;
 #[cfg(not(feature = "redis-auth"))]
 pub(crate) use redis::redis_auth_off;
 pub use service::{
@@ -30,6 +29,7 @@ pub use service::{
 };
 pub use tls::{ClientAuth, ServerTlsConf};
 pub use transport::TransportConf;
+pub use zrpc_core::conf::RedisKeyConf;
 
 /// The server config (go-zero `zrpc.RpcServerConf`).
 ///
@@ -111,6 +111,9 @@ pub struct RpcServerConf {
     /// compressed to); a larger one ends its call with `ResourceExhausted` (default 4 MiB,
     /// tonic's and grpc-go's message limit).
     pub max_decompressed_size: usize,
+    /// The file this config was loaded from (named by the errors of a start).
+    #[serde(skip)]
+    file: zrpc_core::conf::ConfFile,
 }
 
 impl Default for RpcServerConf {
@@ -143,6 +146,7 @@ impl Default for RpcServerConf {
             compression: None,
             compression_min_size: compression::DEFAULT_MIN_SIZE,
             max_decompressed_size: compression::DEFAULT_MAX_DECOMPRESSED_SIZE,
+            file: zrpc_core::conf::ConfFile::default(),
         }
     }
 }
@@ -155,6 +159,12 @@ impl RpcServerConf {
             listen_on: listen_on.into(),
             ..RpcServerConf::default()
         }
+    }
+
+    /// The file this config was loaded from ([`conf::load`](zrpc_core::conf::load)); `None`
+    /// for a config built in code. The errors of a start name it, as load errors do.
+    pub fn file(&self) -> Option<&str> {
+        self.file.get()
     }
 
     /// Sets `Etcd` (registration). Default: none.
@@ -349,12 +359,12 @@ impl Validate for RpcServerConf {
             t.validate()?;
         }
         if let Some(r) = &self.redis {
-            r.validate()?;
+            r.validate_at("Redis")?;
             if self.auth
-                && !r.host.is_empty()
+                && !r.redis.host.is_empty()
                 && !zrpc_core::conf::feature_on("redis-auth", cfg!(feature = "redis-auth"))
             {
-                return Err(redis::redis_auth_off(&r.host));
+                return Err(redis::redis_auth_off(&r.redis.host));
             }
         }
         if let Some(p) = &self.profiling {
@@ -390,6 +400,10 @@ impl Validate for RpcServerConf {
              as go-zero's embedded `zrpc.RpcServerConf` does (docs/configuration.md, \
              \"Your own config struct\")",
         )
+    }
+
+    fn loaded_from(&mut self, file: &str) {
+        self.file.set(file);
     }
 }
 
@@ -555,17 +569,6 @@ impl AuthTokenConf {
             app: app.into(),
             token: token.into(),
         }
-    }
-}
-
-fn one_of(path: &str, value: &str, options: &[&str]) -> Result<(), ConfError> {
-    if options.contains(&value) {
-        Ok(())
-    } else {
-        Err(ConfError::invalid(
-            path,
-            format!("{value:?} is not one of {}", options.join("|")),
-        ))
     }
 }
 

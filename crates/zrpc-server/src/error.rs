@@ -42,18 +42,57 @@ pub enum Error {
     /// A token store could not answer (auth).
     #[error("token store: {0}")]
     TokenStore(String),
+    /// An error a start found in a key of the config file it was loaded from (a `Tls` file,
+    /// the log directory, `Etcd`, `ListenOn`), naming that file as load errors do.
+    #[error("config file {file}: {source}")]
+    InConfigFile {
+        /// The config file ([`RpcServerConf::file`](crate::conf::RpcServerConf::file)).
+        file: String,
+        /// The error.
+        #[source]
+        source: Box<Error>,
+    },
+}
+
+impl Error {
+    /// `self` naming the config `file` it concerns: a config error takes it, an error of a
+    /// start that comes from a key of the file is wrapped; any other (the network's, a
+    /// handler's) and an error of a config built in code (no file) stay as they are.
+    pub(crate) fn in_file(self, file: Option<&str>) -> Error {
+        let Some(file) = file else {
+            return self;
+        };
+        match self {
+            Error::Conf(e) => Error::Conf(e.with_file(file)),
+            Error::Tls(_) | Error::Telemetry(_) | Error::Bind { .. } => Error::InConfigFile {
+                file: file.to_owned(),
+                source: Box::new(self),
+            },
+            #[cfg(feature = "etcd")]
+            Error::Etcd(_) => Error::InConfigFile {
+                file: file.to_owned(),
+                source: Box::new(self),
+            },
+            other => other,
+        }
+    }
 }
 
 impl From<Error> for tonic::Status {
     fn from(e: Error) -> Self {
-        match e {
-            Error::TokenStore(_) => tonic::Status::internal(e.to_string()),
+        let message = e.to_string();
+        let cause = match &e {
+            Error::InConfigFile { source, .. } => &**source,
+            e => e,
+        };
+        match cause {
+            Error::TokenStore(_) => tonic::Status::internal(message),
             Error::Conf(_) | Error::Reflection(_) | Error::Tls(_) => {
-                tonic::Status::failed_precondition(e.to_string())
+                tonic::Status::failed_precondition(message)
             }
             #[cfg(feature = "etcd")]
-            Error::Etcd(_) => tonic::Status::failed_precondition(e.to_string()),
-            _ => tonic::Status::unavailable(e.to_string()),
+            Error::Etcd(_) => tonic::Status::failed_precondition(message),
+            _ => tonic::Status::unavailable(message),
         }
     }
 }
@@ -75,5 +114,30 @@ mod tests {
         let s: tonic::Status = Error::TokenStore("redis down".into()).into();
         assert_eq!(s.code(), tonic::Code::Internal);
         assert_eq!(s.message(), "token store: redis down");
+    }
+
+    #[test]
+    fn errors_of_a_start_name_the_config_file() {
+        let tls = || Error::Tls(crate::tls::TlsError::Rustls("no".into()));
+        let e = tls().in_file(Some("etc/a.yaml"));
+        assert_eq!(
+            e.to_string(),
+            "config file etc/a.yaml: TLS configuration: no"
+        );
+        let s: tonic::Status = e.into();
+        assert_eq!(
+            s.code(),
+            tonic::Code::FailedPrecondition,
+            "the cause's code"
+        );
+        let e = Error::Conf(ConfError::invalid("Redis.Type", "x")).in_file(Some("etc/a.yaml"));
+        assert_eq!(
+            e.to_string(),
+            "invalid server config: config file etc/a.yaml: `Redis.Type`: x"
+        );
+        // no file (a config built in code), or not the config's error: as it was
+        assert_eq!(tls().in_file(None).to_string(), "TLS configuration: no");
+        let e = Error::TokenStore("down".into()).in_file(Some("etc/a.yaml"));
+        assert_eq!(e.to_string(), "token store: down");
     }
 }

@@ -13,8 +13,9 @@ use crate::conf::RpcServerConf;
 /// matching the certificate, the client CA), a `Log.Path` where the log files cannot be
 /// created (tried, and what was created removed again), and with
 /// `Auth` the `Redis` options the token store refuses. Empty when there is none. `conf` is
-/// assumed loaded (so validated) by [`conf::load`](zrpc_core::conf::load); a key that needs a
-/// cargo feature this build leaves out is reported all the same (a config built in code).
+/// assumed loaded (so validated) by [`conf::load`](zrpc_core::conf::load), whose file the
+/// errors name as a start's do; a key that needs a cargo feature this build leaves out is
+/// reported all the same (a config built in code).
 pub fn preflight(conf: &RpcServerConf) -> Vec<Error> {
     let mut errors = Vec::new();
     if let Err(e) = crate::conf::features::check(conf) {
@@ -39,12 +40,12 @@ pub fn preflight(conf: &RpcServerConf) -> Vec<Error> {
     if let Some(redis) = conf
         .redis
         .as_ref()
-        .filter(|r| conf.auth && !r.host.is_empty() && feature_on("redis-auth", true))
+        .filter(|r| conf.auth && !r.redis.host.is_empty() && feature_on("redis-auth", true))
         && let Err(e) = crate::auth::connection_info(redis)
     {
         errors.push(e);
     }
-    errors
+    errors.into_iter().map(|e| e.in_file(conf.file())).collect()
 }
 
 /// Whether a start could write its logs in `dir`, found by doing what a start does: create the
@@ -125,7 +126,8 @@ mod tests {
         assert!(
             errors
                 .iter()
-                .any(|e| e.contains("Log.Path") && e.contains("is not a directory")),
+                .any(|e| e.contains("Log.Path: cannot create the log directory")
+                    && e.contains("a-file/logs")),
             "{errors:#?}"
         );
         std::fs::remove_dir_all(&dir).unwrap();

@@ -103,9 +103,12 @@ impl Server {
     /// `host:port`, `Redis.Key` empty, `Redis.Type: cluster`, `Redis.Tls: true`);
     /// [`Error::TokenStore`] when `Redis.NonBlock` is false and Redis does not answer.
     pub fn new(conf: RpcServerConf) -> Result<Server, Error> {
-        conf.validate()?;
-        crate::registry::check(&conf)?;
-        let token_store = crate::auth::store_from_conf(&conf)?;
+        let checked = conf
+            .validate()
+            .map_err(Error::from)
+            .and_then(|()| crate::registry::check(&conf))
+            .and_then(|()| crate::auth::store_from_conf(&conf));
+        let token_store = checked.map_err(|e| e.in_file(conf.file()))?;
         Ok(Server {
             base: Base {
                 conf,
@@ -395,7 +398,9 @@ impl Base {
         bound: Option<(TcpListener, Shutdown<'a>)>,
         chain: ChainFn,
     ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>> {
-        Box::pin(async move {
+        // the errors of a start name the config's file, as load errors do
+        let file = self.conf.file().map(str::to_owned);
+        let serving = async move {
             if let Some(refused) = self.refused.take() {
                 return Err(Error::Conf(refused));
             }
@@ -414,7 +419,8 @@ impl Base {
                     served
                 }
             }
-        })
+        };
+        Box::pin(async move { serving.await.map_err(|e| e.in_file(file.as_deref())) })
     }
 
     /// Serving in its four phases.

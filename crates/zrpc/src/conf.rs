@@ -8,8 +8,8 @@
 //! [`docs/configuration.md`](https://github.com/zrpc-rs/zrpc/blob/main/docs/configuration.md).
 
 pub use zrpc_core::conf::{
-    ConfError, Embed, EtcdConf, Format, Validate, duration, from_str, from_str_with_env, load,
-    load_with_env,
+    CacheConf, ConfError, Embed, EtcdConf, Format, NodeConf, RedisConf, Validate, duration,
+    from_str, from_str_with_env, load, load_with_env,
 };
 
 pub use zrpc_client::conf::{

@@ -136,12 +136,10 @@ fn check_as_built(path: &Path, kind: Option<Kind>) -> Result<(Kind, Vec<String>)
                 Err(e) => return Err(e.into()),
             };
             // what a start would refuse before it needs the network, every problem at once
+            // (each names the file, as a start's errors do)
             let errors = zrpc::preflight(&conf);
             if !errors.is_empty() {
-                let lines: Vec<String> = errors
-                    .iter()
-                    .map(|e| format!("{}: {e}", path.display()))
-                    .collect();
+                let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
                 return Err(fail(lines.join("\n")));
             }
             notes.extend(conf.ignored_keys().iter().map(|k| format!("warning: {k}")));

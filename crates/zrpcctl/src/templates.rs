@@ -131,7 +131,9 @@ pub struct Config {{
     // A key of your own, `DataSource: root:secret@tcp(127.0.0.1:3306)/{ident}` in the file:
     // pub data_source: String,
     // A client of another service, `UserRpc: {{ Etcd: {{ Hosts: [127.0.0.1:2379], Key: user.rpc }} }}`
-    // (check it in `validate` with `self.user_rpc.validate_at("UserRpc")?`):
+    // (check it in `validate` with `self.user_rpc.validate_at("UserRpc")?`, and give it the
+    // file's name for the errors of its start: `fn loaded_from(&mut self, file: &str) {{
+    // self.user_rpc.loaded_from(file) }}` in `impl Validate`):
     // pub user_rpc: zrpc::RpcClientConf,
 }}
 

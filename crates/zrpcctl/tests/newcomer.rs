@@ -10,8 +10,8 @@
 //! dir, so only the scaffold itself is compiled, with `protoc` hidden from its build (a PATH
 //! without it, `PROTOC` unset: `scripts/without_protoc.sh`), as on a machine that never installed
 //! it. Where that cannot work (no rustfmt, crates missing from the local registry) the test says
-//! so loudly and skips. `scripts/test.sh` runs the README's commands the same way on a fresh
-//! target dir.
+//! so loudly and skips. `scripts/test.sh` hides protoc the same way from all of its builds;
+//! `scripts/readme_without_protoc.sh` runs the README's commands so on a fresh target dir.
 // clippy.toml lets tests unwrap, but only inside `#[test]` fns and `cfg(test)` modules: a test
 // crate's helpers are test code too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -43,19 +43,19 @@ fn cargo(args: &[&str], krate: &Path) -> Output {
     Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(args)
         .current_dir(krate)
+        .env("PATH", path_without_protoc(&target))
         .env("CARGO_TARGET_DIR", target)
-        .env("PATH", path_without_protoc(krate))
         .env_remove("PROTOC")
         .stdin(Stdio::null())
         .output()
         .unwrap()
 }
 
-/// This PATH less `protoc` (`scripts/without_protoc.sh`, links kept under `scratch`).
-fn path_without_protoc(scratch: &Path) -> String {
+/// This PATH less `protoc` (`scripts/without_protoc.sh`, links kept in the target dir).
+fn path_without_protoc(target: &Path) -> String {
     let out = Command::new("bash")
         .arg(workspace_root().join("scripts/without_protoc.sh"))
-        .arg(scratch.join("target/no-protoc-path"))
+        .arg(target.join("newcomer-no-protoc-path"))
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));

@@ -251,7 +251,7 @@ fn every_go_zero_server_key_is_accepted() {
     assert_eq!(c.advertise_addr.as_deref(), Some("10.0.0.7:8080"));
     assert_eq!(c.auth_tokens.len(), 1);
     assert_eq!(
-        c.redis.as_ref().unwrap().ping_timeout,
+        c.redis.as_ref().unwrap().redis.ping_timeout,
         Duration::from_secs(1)
     );
     assert_eq!(
@@ -306,10 +306,10 @@ fn go_zero_v1_10_3_server_yaml_loads_unchanged() {
     assert!(p.profile_type.cpu && !p.profile_type.mutex);
     // The v1.10.3 Redis keys zrpc used to reject.
     let r = c.redis.as_ref().unwrap();
-    assert!(r.disable_identity);
-    assert_eq!(r.protocol, 2);
-    assert_eq!(r.maint_notifications, "disabled");
-    assert_eq!(r.ping_timeout, Duration::from_secs(1));
+    assert!(r.redis.disable_identity);
+    assert_eq!(r.redis.protocol, 2);
+    assert_eq!(r.redis.maint_notifications, "disabled");
+    assert_eq!(r.redis.ping_timeout, Duration::from_secs(1));
     assert_eq!(r.key, "rpc:greet:tokens");
     // RpcServerConf.
     assert!(c.auth && c.strict_control && c.health);
@@ -504,4 +504,82 @@ fn a_service_key_in_a_bare_server_config_points_at_embed() {
     )
     .unwrap_err();
     assert!(!e.to_string().contains("Embed"), "{e}");
+}
+
+/// Writes `text` to `name` in a new directory; the directory (kept alive) and the file's path.
+fn config_file(name: &str, text: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    (dir, path.display().to_string())
+}
+
+/// The errors a start finds in a loaded file (not at load: the files a key names, the Redis
+/// options of `Auth`, the log directory) name the file as load errors do.
+#[tokio::test]
+async fn errors_found_at_start_name_the_config_file() {
+    let (dir, path) = config_file("greet.yaml", "");
+    let missing = dir.path().join("missing.pem").display().to_string();
+    let a_file = dir.path().join("a-file");
+    std::fs::write(&a_file, "x").unwrap();
+    let server = |extra: &str| {
+        std::fs::write(
+            &path,
+            format!("Name: greet.rpc\nListenOn: 127.0.0.1:0\n{extra}"),
+        )
+        .unwrap();
+        let c: RpcServerConf = conf::load(&path).unwrap();
+        assert_eq!(c.file(), Some(path.as_str()));
+        c
+    };
+    let prefix = format!("config file {path}: ");
+
+    // Tls.CertFile: read when serving
+    let c = server(&format!(
+        "Tls: {{CertFile: {missing}, KeyFile: {missing}}}\n"
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let e = zrpc::server(c)
+        .unwrap()
+        .serve_with_listener(listener, std::future::pending())
+        .await
+        .unwrap_err()
+        .to_string();
+    println!("Tls.CertFile: {e}");
+    assert!(e.starts_with(&prefix) && e.contains("Tls.CertFile"), "{e}");
+
+    // Redis.Type: refused when the token store is built
+    let c = server("Auth: true\nRedis: {Host: 127.0.0.1:6379, Type: cluster, Key: apps}\n");
+    let e = zrpc::server(c).unwrap_err().to_string();
+    println!("Redis.Type: {e}");
+    assert!(e.contains(&prefix) && e.contains("Redis.Type"), "{e}");
+
+    // Log.Path: created when serving sets up logging
+    let logs = a_file.join("logs").display().to_string();
+    let c = server(&format!("Log: {{Mode: file, Path: {logs}}}\n"));
+    let e = zrpc::server(c)
+        .unwrap()
+        .serve()
+        .await
+        .unwrap_err()
+        .to_string();
+    println!("Log.Path: {e}");
+    assert!(e.starts_with(&prefix) && e.contains("Log.Path"), "{e}");
+
+    // a config built in code has no file to name
+    let e = zrpc::server(RpcServerConf::new("a", "127.0.0.1:0").with_auth_tokens([("", "t")]))
+        .unwrap_err()
+        .to_string();
+    assert!(!e.contains("config file"), "{e}");
+
+    // a client's Tls.CaFile, read when the client is built
+    std::fs::write(
+        &path,
+        format!("Endpoints: [127.0.0.1:1]\nTls: {{CaFile: {missing}}}\n"),
+    )
+    .unwrap();
+    let c: RpcClientConf = conf::load(&path).unwrap();
+    let e = zrpc::client(c).await.unwrap_err().to_string();
+    println!("client Tls.CaFile: {e}");
+    assert!(e.starts_with(&prefix) && e.contains("Tls.CaFile"), "{e}");
 }

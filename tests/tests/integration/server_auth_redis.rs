@@ -28,10 +28,7 @@ fn req(app: Option<&str>, token: Option<&str>) -> Request<HelloRequest> {
 }
 
 fn redis_conf(host: &str) -> RedisKeyConf {
-    let mut r = RedisKeyConf::default();
-    r.host = host.to_owned();
-    r.key = KEY.to_owned();
-    r
+    RedisKeyConf::new(host, KEY)
 }
 
 fn conf(name: &str, host: &str, strict: bool) -> RpcServerConf {
@@ -144,8 +141,8 @@ async fn redis_non_block_false_fails_at_start_naming_the_host() {
     let down = format!("127.0.0.1:{}", closed_port());
     let mut c = conf("auth-block.rpc", &down, true);
     if let Some(r) = c.redis.as_mut() {
-        r.non_block = false;
-        r.ping_timeout = Duration::from_millis(300);
+        r.redis.non_block = false;
+        r.redis.ping_timeout = Duration::from_millis(300);
     }
     let e = zrpc::Server::new(c).unwrap_err().to_string();
     assert!(
@@ -158,7 +155,7 @@ async fn redis_non_block_false_fails_at_start_naming_the_host() {
     };
     let mut c = conf("auth-block-up.rpc", &redis.addr, true);
     if let Some(r) = c.redis.as_mut() {
-        r.non_block = false;
+        r.redis.non_block = false;
     }
     zrpc::Server::new(c).expect("Redis answers the start-up ping");
 }
@@ -168,11 +165,11 @@ async fn redis_unsupported_options_fail_at_start() {
     for (key, set) in [
         (
             "Redis.Type",
-            (|r: &mut RedisKeyConf| r.kind = "cluster".into()) as fn(&mut RedisKeyConf),
+            (|r: &mut RedisKeyConf| r.redis.kind = "cluster".into()) as fn(&mut RedisKeyConf),
         ),
-        ("Redis.Tls", |r| r.tls = true),
+        ("Redis.Tls", |r| r.redis.tls = true),
         ("Redis.Key", |r| r.key = String::new()),
-        ("Redis.Host", |r| r.host = "no-port".into()),
+        ("Redis.Host", |r| r.redis.host = "no-port".into()),
     ] {
         let mut c = conf("auth-bad.rpc", "127.0.0.1:6379", true);
         if let Some(r) = c.redis.as_mut() {
@@ -191,7 +188,7 @@ async fn redis_user_and_password_are_used() {
     redis.hset(KEY, "billing", "s3cret").await;
     let mut with_pass = conf("auth-pass.rpc", &redis.addr, true);
     if let Some(r) = with_pass.redis.as_mut() {
-        r.pass = "pa55".into();
+        r.redis.pass = "pa55".into();
     }
     let srv = start_server(with_pass, TestGreeter::new()).await;
     let mut c = srv.client().await;
@@ -205,8 +202,8 @@ async fn redis_user_and_password_are_used() {
     assert!(reply.starts_with("+OK"), "ACL SETUSER: {reply}");
     let mut with_user = conf("auth-user.rpc", &redis.addr, true);
     if let Some(r) = with_user.redis.as_mut() {
-        r.user = "svc".into();
-        r.pass = "svcpw".into();
+        r.redis.user = "svc".into();
+        r.redis.pass = "svcpw".into();
     }
     let srv = start_server(with_user, TestGreeter::new()).await;
     let mut c = srv.client().await;

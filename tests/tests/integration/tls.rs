@@ -56,6 +56,19 @@ struct TlsServer {
 }
 
 impl TlsServer {
+    /// A TLS server whose certificate a new test CA issued (no client CA); the CA (kept for
+    /// its files) and the server.
+    async fn with_test_ca() -> (TestCa, TlsServer) {
+        let ca = TestCa::new("zrpc test CA");
+        let server = ca.issue("server", LOCAL_SANS);
+        let srv = TlsServer::start(Some(ServerTlsConf::new(
+            server.cert_str(),
+            server.key_str(),
+        )))
+        .await;
+        (ca, srv)
+    }
+
     async fn start(tls: Option<ServerTlsConf>) -> TlsServer {
         let mut conf = test_conf("tls.rpc").with_cpu_threshold(0);
         if let Some(tls) = tls {
@@ -173,13 +186,7 @@ async fn tls_right_certificates_work_and_the_handler_sees_the_peer_identity() {
 
 #[tokio::test]
 async fn tls_without_client_ca_serves_anonymous_clients() {
-    let ca = TestCa::new("zrpc test CA");
-    let server = ca.issue("server", LOCAL_SANS);
-    let srv = TlsServer::start(Some(ServerTlsConf::new(
-        server.cert_str(),
-        server.key_str(),
-    )))
-    .await;
+    let (ca, srv) = TlsServer::with_test_ca().await;
     let reply = call_once(
         format!("https://127.0.0.1:{}", srv.addr.port()),
         Some(tls_config(&ca.files, None)),
@@ -651,13 +658,7 @@ async fn tls_multi_host_authority_is_repaired_under_tls() {
         f
     }
 
-    let ca = TestCa::new("zrpc test CA");
-    let server = ca.issue("server", LOCAL_SANS);
-    let srv = TlsServer::start(Some(ServerTlsConf::new(
-        server.cert_str(),
-        server.key_str(),
-    )))
-    .await;
+    let (ca, srv) = TlsServer::with_test_ca().await;
 
     let mut roots = rustls::RootCertStore::empty();
     roots
@@ -944,35 +945,109 @@ async fn tls_allowed_clients_file_start_errors_name_the_file() {
     assert!(e.contains("no name in the file"), "{e}");
 }
 
-#[tokio::test]
-async fn tls_a_plaintext_zrpc_client_of_a_tls_server_is_told_to_set_tls() {
-    let ca = TestCa::new("zrpc test CA");
-    let server = ca.issue("server", LOCAL_SANS);
-    let srv = TlsServer::start(Some(ServerTlsConf::new(
-        server.cert_str(),
-        server.key_str(),
-    )))
-    .await;
-    let mut c = GreeterClient::new(
-        Client::new(RpcClientConf::direct([srv.addr.to_string()]))
+/// A plaintext client's first call to a TLS server: the TLS alert the server answers with is
+/// read by h2 as a bad frame, which fails the call in one of two ways (h2's connection error,
+/// or hyper's "operation was canceled" when the request had not reached h2 yet); both say
+/// why. Each call is the first of a new client, as when a service starts with the wrong config.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_every_first_call_of_a_plaintext_client_is_told_to_set_tls() {
+    let (_ca, srv) = TlsServer::with_test_ca().await;
+    let mut without_hint = Vec::new();
+    const CALLS: usize = 50;
+    for _ in 0..CALLS {
+        // the breaker is shared by the clients of a process (per target and method): off, so
+        // that each call is a first call as in a new process
+        let mut conf = RpcClientConf::direct([srv.addr.to_string()]);
+        conf.middlewares.breaker = false;
+        let mut c = GreeterClient::new(Client::new(conf).await.unwrap());
+        let s = c
+            .say_hello(HelloRequest { name: "x".into() })
             .await
-            .unwrap(),
-    );
-    let s = c
-        .say_hello(HelloRequest { name: "x".into() })
-        .await
-        .unwrap_err();
+            .unwrap_err();
+        assert_eq!(s.code(), Code::Unavailable, "{}", chain(&s));
+        if !s
+            .message()
+            .contains("the server may require TLS (set Tls in the client config)")
+        {
+            without_hint.push(chain(&s));
+        }
+    }
     println!(
-        "plaintext zrpc client to TLS server: {:?}: {}",
-        s.code(),
-        chain(&s)
+        "plaintext zrpc client to TLS server: {} of {CALLS} first calls without the hint: {without_hint:#?}",
+        without_hint.len()
     );
-    assert_eq!(s.code(), Code::Unavailable);
-    assert!(
-        s.message()
-            .contains("the server may require TLS (set Tls in the client config)"),
-        "{}",
-        s.message()
-    );
+    assert!(without_hint.is_empty(), "{without_hint:#?}");
     srv.stop().await;
+}
+
+/// What a scoped subscriber writes, for a test on a current-thread runtime (the server's
+/// tasks then log on the test's thread).
+#[derive(Debug, Clone, Default)]
+struct LogBuf(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuf {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Sends `bytes` on a new connection to `addr` and reads until the server closes it: the
+/// server logs a failed handshake before it closes.
+async fn send_and_read_to_eof(addr: std::net::SocketAddr, bytes: &[u8]) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
+    sock.write_all(bytes).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = sock.read_to_end(&mut answer).await;
+    answer
+}
+
+/// A plaintext gRPC client's bytes (the HTTP/2 preface and a SETTINGS frame) on a TLS server:
+/// its log names the client's address as a likely plaintext client, once however often the
+/// client retries; a handshake that fails for another reason keeps its own message.
+#[tokio::test]
+async fn tls_the_server_log_names_a_plaintext_client_once_per_address() {
+    // a global subscriber interested in everything, so that a callsite first hit on another
+    // test's thread is not cached as never interesting
+    let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry());
+    let logs = LogBuf::default();
+    let writer = logs.clone();
+    let _guard = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish(),
+    );
+    let (_ca, srv) = TlsServer::with_test_ca().await;
+    let mut plaintext = zrpc_tests::h2raw::PREFACE.to_vec();
+    zrpc_tests::h2raw::push_frame(&mut plaintext, zrpc_tests::h2raw::kind::SETTINGS, 0, 0, &[]);
+    for _ in 0..3 {
+        let answer = send_and_read_to_eof(srv.addr, &plaintext).await;
+        // a TLS alert record
+        assert_eq!(answer.first(), Some(&0x15), "{answer:02x?}");
+    }
+    // a TLS record, but application data before any handshake
+    send_and_read_to_eof(srv.addr, &[0x17, 0x03, 0x03, 0x00, 0x01, 0x00]).await;
+    srv.stop().await;
+
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    println!("{text}");
+    let failed: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("TLS handshake with"))
+        .collect();
+    assert_eq!(failed.len(), 2, "{text}");
+    assert!(
+        failed[0].contains(" WARN ")
+            && failed[0].contains("TLS handshake with 127.0.0.1:")
+            && failed[0].contains("likely a plaintext client")
+            && failed[0].contains("it must connect with TLS"),
+        "{}",
+        failed[0]
+    );
+    assert!(!failed[1].contains("plaintext"), "{}", failed[1]);
 }

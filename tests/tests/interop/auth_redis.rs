@@ -46,10 +46,7 @@ async fn both(
     let mut conf = zrpc_conf("zrpc-auth.rpc", None);
     conf.auth = true;
     conf.strict_control = strict;
-    let mut r = zrpc::conf::RedisKeyConf::default();
-    r.host = redis.addr.clone();
-    r.key = KEY.to_owned();
-    conf.redis = Some(r);
+    conf.redis = Some(zrpc::conf::RedisKeyConf::new(redis.addr.clone(), KEY));
     let zr = start_zrpc(conf).await;
     (gz, zr)
 }

@@ -16,7 +16,7 @@ use tower::BoxError;
 use zrpc_core::grpc::{OnStatus, StatusGuard, code};
 
 use super::failure::{
-    BodyFailure, body_failure, is_connection_loss, is_h2_error, is_timeout, never_reached_server,
+    BodyFailure, body_failure, is_connection_loss, is_h2_failure, is_timeout, never_reached_server,
     remote_reset, reset_code,
 };
 use super::stats::{Clock, EjectionLimit, EndpointStats};
@@ -282,8 +282,8 @@ impl Endpoint {
         let retryable = never_reached_server(&*err)
             || (is_connection_loss(&*err) && self.wire.unsent_since(mark));
         // a plaintext connection answered with a TLS record fails in h2 (it reads the record
-        // as a frame): say what the bytes were
-        let hint = if self.wire.answered_tls() && is_h2_error(&*err) {
+        // as a frame), or in hyper for a request h2 had not taken yet: say what the bytes were
+        let hint = if self.wire.answered_tls() && is_h2_failure(&*err) {
             "; the server answered with a TLS record: the server may require TLS (set Tls in the \
              client config)"
         } else if self.wire.closed_since(mark) {

@@ -30,9 +30,11 @@ pub(crate) fn is_timeout(err: &(dyn StdError + 'static)) -> bool {
     find::<tonic::TimeoutExpired>(err).is_some()
 }
 
-/// True when an HTTP/2 error (of the connection or the stream) is in the chain.
-pub(crate) fn is_h2_error(err: &(dyn StdError + 'static)) -> bool {
-    find::<h2::Error>(err).is_some()
+/// True when the connection's HTTP/2 failed the request: an HTTP/2 error (of the connection or
+/// the stream) is in the chain, or hyper's "operation was canceled" (the connection ended
+/// before h2 took the request).
+pub(crate) fn is_h2_failure(err: &(dyn StdError + 'static)) -> bool {
+    find::<h2::Error>(err).is_some() || find::<hyper::Error>(err).is_some_and(|h| h.is_canceled())
 }
 
 /// True for an I/O error of the connection (the peer closed or reset it, or a write to it failed):

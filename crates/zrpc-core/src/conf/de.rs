@@ -21,6 +21,8 @@ pub(crate) struct DeError {
     kind: Kind,
     path: Option<String>,
     message: String,
+    /// `path` is relative to the value a nested [`super::Embed`] read (see [`DeError::nested`]).
+    relative: bool,
 }
 
 #[derive(Debug)]
@@ -36,6 +38,7 @@ impl DeError {
             kind: Kind::Unknown { suggestion },
             path: Some(path),
             message: String::new(),
+            relative: false,
         }
     }
 
@@ -44,14 +47,34 @@ impl DeError {
             kind: Kind::Duplicate,
             path: Some(path),
             message: String::new(),
+            relative: false,
         }
     }
 
-    /// Attaches `path` unless a deeper one is already set.
+    /// Attaches `path` unless a deeper one is already set; a [`nested`](DeError::nested) one
+    /// gets `path` in front.
     fn at(mut self, path: &str) -> Self {
-        if self.path.is_none() {
-            self.path = Some(path.to_owned());
+        match self.path.take() {
+            None => self.path = Some(path.to_owned()),
+            Some(inner) if self.relative => {
+                self.relative = false;
+                self.path = Some(match (path.is_empty(), inner.is_empty()) {
+                    (_, true) => path.to_owned(),
+                    (true, false) => inner,
+                    _ if inner.starts_with('[') => format!("{path}{inner}"),
+                    _ => format!("{path}.{inner}"),
+                });
+            }
+            Some(inner) => self.path = Some(inner),
         }
+        self
+    }
+
+    /// An error of a block read on its own (an [`Embed`](super::Embed) inside a config): its
+    /// path is relative to the block, and the enclosing deserializer puts the block's path in
+    /// front.
+    pub(crate) fn nested(mut self) -> Self {
+        self.relative = true;
         self
     }
 
@@ -124,6 +147,7 @@ impl de::Error for DeError {
             kind: Kind::Custom,
             path: None,
             message,
+            relative: false,
         }
     }
 }

@@ -67,11 +67,12 @@ where
     Extra: serde::de::DeserializeOwned,
 {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // Read on its own, each part's errors have paths relative to this block: `nested`
+        // has the enclosing deserializer (when it is zrpc's) put the block's path in front.
         let tree = Value::deserialize(d)?;
-        let (base, base_skipped) =
-            from_value_lenient::<Base>(&tree).map_err(smuggle::<D::Error>)?;
-        let (extra, extra_skipped) =
-            from_value_lenient::<Extra>(&tree).map_err(smuggle::<D::Error>)?;
+        let nested = |e: DeError| smuggle::<D::Error>(e.nested());
+        let (base, base_skipped) = from_value_lenient::<Base>(&tree).map_err(nested)?;
+        let (extra, extra_skipped) = from_value_lenient::<Extra>(&tree).map_err(nested)?;
         let extra_keys = extra_skipped.keys.borrow();
         if let Some(key) = base_skipped
             .keys
@@ -87,7 +88,7 @@ where
                 .copied()
                 .collect();
             let suggestion = closest(key, &fields).map(str::to_owned);
-            return Err(smuggle(DeError::unknown(key.clone(), suggestion)));
+            return Err(nested(DeError::unknown(key.clone(), suggestion)));
         }
         Ok(Embed { base, extra })
     }
@@ -97,6 +98,11 @@ impl<Base: Validate, Extra: Validate> Validate for Embed<Base, Extra> {
     fn validate(&self) -> Result<(), ConfError> {
         self.base.validate()?;
         self.extra.validate()
+    }
+
+    fn loaded_from(&mut self, file: &str) {
+        self.base.loaded_from(file);
+        self.extra.loaded_from(file);
     }
 
     /// The application's note (`Extra`'s): it knows where its own keys go. `Base`'s note is

@@ -21,6 +21,8 @@ mod env;
 mod error;
 mod etcd;
 mod features;
+mod file;
+mod redis;
 mod suggest;
 mod value;
 
@@ -38,6 +40,8 @@ pub use etcd::EtcdConf;
 pub use features::{
     DEFAULT_FEATURES, FEATURES, FeatureSet, UnknownFeature, feature_on, with_features,
 };
+pub use file::ConfFile;
+pub use redis::{CacheConf, NodeConf, RedisConf, RedisKeyConf};
 
 /// A config file format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -94,7 +98,8 @@ impl fmt::Display for Format {
 /// environment (an unset variable becomes the empty string, as in go-zero; when the empty value
 /// makes the load fail, the error names the variable and the key); keys are case-insensitive;
 /// unknown keys, wrong types and bad durations are errors naming the file and key path;
-/// then [`Validate::validate`] runs. Never panics on bad input.
+/// then [`Validate::validate`] runs, and [`Validate::loaded_from`] gets the file's name. Never
+/// panics on bad input.
 ///
 /// # Examples
 /// ```no_run
@@ -172,11 +177,26 @@ where
     let (expanded, empty) = env::expand_recording(text, &env);
     let load = || {
         let tree = value::parse(&expanded, format, origin)?;
-        let conf: T = de::from_value(&tree).map_err(|e| add_note::<T>(e.into_conf(origin)))?;
+        let mut conf: T = de::from_value(&tree).map_err(|e| add_note::<T>(e.into_conf(origin)))?;
         conf.validate().map_err(|e| e.with_file(origin))?;
+        conf.loaded_from(origin);
         Ok(conf)
     };
     load().map_err(|e| env::explain(e, text, format, &env, &empty))
+}
+
+/// `value` of `path` is one of `options` (go-zero's `options=a|b` tag), else an
+/// [`Invalid`](ConfError::Invalid) error listing them. For zrpc's config types: not a stable API.
+#[doc(hidden)]
+pub fn one_of(path: &str, value: &str, options: &[&str]) -> Result<(), ConfError> {
+    if options.contains(&value) {
+        Ok(())
+    } else {
+        Err(ConfError::invalid(
+            path,
+            format!("{value:?} is not one of {}", options.join("|")),
+        ))
+    }
 }
 
 /// Adds `T`'s [`Validate::unknown_key_note`] to an unknown key at the top level.
@@ -210,6 +230,15 @@ pub trait Validate {
     /// As [`validate`](Validate::validate), with `parent` in front of the key path.
     fn validate_at(&self, parent: &str) -> Result<(), ConfError> {
         self.validate().map_err(|e| e.at(parent))
+    }
+
+    /// Called by [`load`] and [`from_str`] once the config is valid, with the file it came
+    /// from (`origin`, possibly empty). Default: nothing. zrpc's server and client configs
+    /// keep it (a [`ConfFile`]) so that the errors of their start name the file as load errors
+    /// do; a config of yours that holds one (a `UserRpc: RpcClientConf` block) passes it on:
+    /// `self.user_rpc.loaded_from(file)`.
+    fn loaded_from(&mut self, file: &str) {
+        let _ = file;
     }
 
     /// A sentence the loader adds to an unknown-key error at the top level of a file loaded

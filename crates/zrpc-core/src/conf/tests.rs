@@ -536,3 +536,35 @@ fn an_embedding_config_gives_its_own_unknown_key_note() {
         "config file shop.yaml: unknown key `DataSource`; add a field to `Config` in src/config.rs"
     );
 }
+
+/// Remembers the file it was loaded from, as zrpc's server and client configs do.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+struct Remembers {
+    user_rpc: Registry,
+    #[serde(skip)]
+    file: ConfFile,
+}
+
+impl Validate for Remembers {
+    fn validate(&self) -> Result<(), ConfError> {
+        Ok(())
+    }
+
+    fn loaded_from(&mut self, file: &str) {
+        self.file.set(file);
+    }
+}
+
+#[test]
+fn a_loaded_config_learns_its_file_and_embed_tells_both_parts() {
+    let r: Remembers =
+        from_str_with_env("UserRpc: {}\n", Format::Yaml, "shop.yaml", no_env).unwrap();
+    assert_eq!(r.file.get(), Some("shop.yaml"));
+    let e: Embed<Remembers, App> =
+        from_str_with_env("Greeting: hi\n", Format::Yaml, "shop.yaml", no_env).unwrap();
+    assert_eq!(e.base.file.get(), Some("shop.yaml"));
+    // no origin, no file
+    let r: Remembers = from_str_with_env("{}", Format::Json, "", no_env).unwrap();
+    assert_eq!(r.file.get(), None);
+}

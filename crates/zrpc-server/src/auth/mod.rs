@@ -31,20 +31,20 @@ pub(crate) fn store_from_conf(conf: &RpcServerConf) -> Result<Option<Arc<dyn Tok
         return Ok(None);
     }
     #[cfg(not(feature = "redis-auth"))]
-    if let Some(redis) = conf.redis.as_ref().filter(|r| !r.host.is_empty()) {
-        return Err(Error::Conf(crate::conf::redis_auth_off(&redis.host)));
+    if let Some(redis) = conf.redis.as_ref().filter(|r| !r.redis.host.is_empty()) {
+        return Err(Error::Conf(crate::conf::redis_auth_off(&redis.redis.host)));
     }
     #[cfg(feature = "redis-auth")]
-    if let Some(redis) = conf.redis.as_ref().filter(|r| !r.host.is_empty()) {
+    if let Some(redis) = conf.redis.as_ref().filter(|r| !r.redis.host.is_empty()) {
         let store = RedisTokens::new(redis)?;
-        if !redis.non_block {
-            store.ping(redis.ping_timeout)?;
+        if !redis.redis.non_block {
+            store.ping(redis.redis.ping_timeout)?;
         }
         if !conf.auth_tokens.is_empty() {
             tracing::warn!(
                 target: "zrpc::auth",
                 "Auth: both Redis.Host and AuthTokens are set; tokens are read from Redis {} (hash {}), AuthTokens is not used",
-                redis.host,
+                redis.redis.host,
                 redis.key
             );
         }
@@ -72,11 +72,7 @@ mod tests {
     fn conf(auth: bool, redis_host: &str) -> RpcServerConf {
         let mut c = RpcServerConf::new("a", "127.0.0.1:0").with_auth_tokens([("app", "tok")]);
         c.auth = auth;
-        c.redis = Some(RedisKeyConf {
-            host: redis_host.into(),
-            key: "apps".into(),
-            ..RedisKeyConf::default()
-        });
+        c.redis = Some(RedisKeyConf::new(redis_host, "apps"));
         c
     }
 
@@ -110,8 +106,8 @@ mod tests {
         assert!(kind(&conf(true, "")).unwrap().starts_with("StaticTokens"));
         let mut no_block = conf(true, "127.0.0.1:1");
         if let Some(r) = no_block.redis.as_mut() {
-            r.non_block = false;
-            r.ping_timeout = std::time::Duration::from_millis(200);
+            r.redis.non_block = false;
+            r.redis.ping_timeout = std::time::Duration::from_millis(200);
         }
         assert!(store_from_conf(&no_block).is_err());
     }

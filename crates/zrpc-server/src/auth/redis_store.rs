@@ -46,9 +46,7 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// use zrpc_server::{RedisTokens, Server};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let mut redis = RedisKeyConf::default();
-/// redis.host = "127.0.0.1:6379".into();
-/// redis.key = "rpc:apps".into();
+/// let redis = RedisKeyConf::new("127.0.0.1:6379", "rpc:apps");
 /// let store = RedisTokens::new(&redis)?.cache_ttl(Duration::from_secs(30));
 /// let mut conf = RpcServerConf::new("greeter.rpc", "127.0.0.1:8080");
 /// conf.auth = true;
@@ -80,7 +78,8 @@ impl fmt::Debug for RedisTokens {
 }
 
 impl RedisTokens {
-    /// A store reading the hash `conf.key` on `conf.host`. Connects lazily: it never blocks and
+    /// A store reading the hash `conf.key` on `conf.redis.host`. Connects lazily: it never blocks
+    /// and
     /// never fails because Redis is down (see [`ping`](Self::ping) for `NonBlock: false`).
     ///
     /// # Errors
@@ -95,12 +94,12 @@ impl RedisTokens {
         let client = Client::open(info).map_err(|e| {
             Error::Conf(ConfError::invalid(
                 "Redis.Host",
-                format!("{}: {e}", conf.host),
+                format!("{}: {e}", conf.redis.host),
             ))
         })?;
         Ok(Self {
             inner: Arc::new(Inner {
-                host: conf.host.clone(),
+                host: conf.redis.host.clone(),
                 key: conf.key.clone(),
                 client,
                 conn: Mutex::new(None),
@@ -213,43 +212,44 @@ impl Inner {
 
 /// `Redis.Host`, `User`, `Pass`, `Protocol`, `DisableIdentity` as a redis-rs connection.
 pub(crate) fn connection_info(conf: &RedisKeyConf) -> Result<ConnectionInfo, Error> {
-    if conf.kind == "cluster" {
+    if conf.redis.kind == "cluster" {
         return Err(ConfError::invalid(
             "Redis.Type",
             "`cluster` is not supported by zrpc's Redis token store; use `node`",
         )
         .into());
     }
-    if conf.tls {
+    if conf.redis.tls {
         return Err(ConfError::invalid(
             "Redis.Tls",
             "TLS to Redis is not supported by zrpc's Redis token store yet",
         )
         .into());
     }
-    let (host, port) = split_host_port(&conf.host).ok_or_else(|| {
+    let (host, port) = split_host_port(&conf.redis.host).ok_or_else(|| {
         ConfError::invalid(
             "Redis.Host",
-            format!("expected host:port, got {:?}", conf.host),
+            format!("expected host:port, got {:?}", conf.redis.host),
         )
     })?;
-    let mut redis = redis::RedisConnectionInfo::default().set_protocol(if conf.protocol == 2 {
-        redis::ProtocolVersion::RESP2
-    } else {
-        redis::ProtocolVersion::RESP3
-    });
-    if !conf.user.is_empty() {
-        redis = redis.set_username(&conf.user);
+    let mut redis =
+        redis::RedisConnectionInfo::default().set_protocol(if conf.redis.protocol == 2 {
+            redis::ProtocolVersion::RESP2
+        } else {
+            redis::ProtocolVersion::RESP3
+        });
+    if !conf.redis.user.is_empty() {
+        redis = redis.set_username(&conf.redis.user);
     }
-    if !conf.pass.is_empty() {
-        redis = redis.set_password(&conf.pass);
+    if !conf.redis.pass.is_empty() {
+        redis = redis.set_password(&conf.redis.pass);
     }
-    if conf.disable_identity {
+    if conf.redis.disable_identity {
         redis = redis.set_skip_set_lib_name();
     }
     let info = ConnectionAddr::Tcp(host.to_owned(), port)
         .into_connection_info()
-        .map_err(|e| ConfError::invalid("Redis.Host", format!("{}: {e}", conf.host)))?;
+        .map_err(|e| ConfError::invalid("Redis.Host", format!("{}: {e}", conf.redis.host)))?;
     Ok(info.set_redis_settings(redis))
 }
 
@@ -268,11 +268,7 @@ mod tests {
     use super::*;
 
     fn conf(host: &str) -> RedisKeyConf {
-        RedisKeyConf {
-            host: host.into(),
-            key: "apps".into(),
-            ..RedisKeyConf::default()
-        }
+        RedisKeyConf::new(host, "apps")
     }
 
     #[test]
@@ -288,7 +284,7 @@ mod tests {
     #[test]
     fn unsupported_options_are_errors_naming_the_key() {
         let mut c = conf("r:6379");
-        c.kind = "cluster".into();
+        c.redis.kind = "cluster".into();
         assert!(
             RedisTokens::new(&c)
                 .unwrap_err()
@@ -296,7 +292,7 @@ mod tests {
                 .contains("Redis.Type")
         );
         let mut c = conf("r:6379");
-        c.tls = true;
+        c.redis.tls = true;
         assert!(
             RedisTokens::new(&c)
                 .unwrap_err()
@@ -316,7 +312,7 @@ mod tests {
     #[test]
     fn debug_hides_the_password() {
         let mut c = conf("r:6379");
-        c.pass = "hunter2".into();
+        c.redis.pass = "hunter2".into();
         let s = format!("{:?}", RedisTokens::new(&c).unwrap());
         assert!(s.contains("r:6379") && !s.contains("hunter2"), "{s}");
     }

@@ -39,7 +39,7 @@ impl RpcServerConf {
         push(
             self.redis
                 .as_ref()
-                .is_some_and(|r| r.maint_notifications != "disabled"),
+                .is_some_and(|r| r.redis.maint_notifications != "disabled"),
             "Redis.MaintNotifications",
             "the Redis client of the token store does not handle maintenance notifications",
         );

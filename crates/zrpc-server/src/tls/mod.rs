@@ -10,7 +10,8 @@
 //!   `Tls.ReloadInterval`) and on SIGHUP;
 //! - [`ServerTls`] (`setup.rs`): all of them, loaded from the `Tls` block;
 //! - [`identity`]: [`PeerIdentity`], the client certificate's subject CN and SANs;
-//! - [`linger`]: closing a connection whose handshake failed without losing the alert.
+//! - [`linger`]: closing a connection whose handshake failed without losing the alert;
+//! - [`plaintext`]: a client that speaks no TLS, named in the log once per address.
 //!
 //! The transport uses these (the handshake runs in a task per connection under
 //! `Transport.HandshakeTimeout`); nothing here depends on the transport. Without the `tls`
@@ -30,6 +31,8 @@ pub(crate) mod identity;
 pub(crate) mod linger;
 #[cfg(not(feature = "tls"))]
 mod off;
+#[cfg(feature = "tls")]
+pub(crate) mod plaintext;
 #[cfg(feature = "tls")]
 pub(crate) mod reload;
 #[cfg(feature = "tls")]

@@ -10,7 +10,8 @@
 //! - with `Tls` (the `tls` feature), the TLS handshake runs in a task per connection (under
 //!   `Transport.HandshakeTimeout`) so a slow handshake never holds up the accept loop; the
 //!   order is `TcpStream -> TlsStream -> Guarded` (`Guarded` reads the decrypted HTTP/2
-//!   octets).
+//!   octets); a failed handshake is logged at most once per second, one whose client sent no
+//!   TLS at all as a likely plaintext client, once per client address per minute.
 
 use std::io;
 use std::sync::Arc;
@@ -114,6 +115,9 @@ fn tls_incoming(
     let log = Arc::new(parking_lot::Mutex::new(LogGate::new(Duration::from_secs(
         1,
     ))));
+    let plaintext = Arc::new(parking_lot::Mutex::new(
+        crate::tls::plaintext::PlaintextLog::default(),
+    ));
     let settings = Arc::new(a.settings.clone());
     tokio::spawn(async move {
         loop {
@@ -121,7 +125,8 @@ fn tls_incoming(
                 () = tx.closed() => return,
                 next = a.next() => next,
             };
-            let (tls, tx, settings, log) = (tls.clone(), tx.clone(), settings.clone(), log.clone());
+            let (tls, tx, settings) = (tls.clone(), tx.clone(), settings.clone());
+            let (log, plaintext) = (log.clone(), plaintext.clone());
             tokio::spawn(async move {
                 let timeout = settings.limits.handshake_timeout;
                 // A failed handshake gives the socket back, to close it without losing the alert.
@@ -154,8 +159,20 @@ fn tls_incoming(
                         let _ = tx.send(conn).await;
                     }
                     Err((e, tcp)) => {
-                        let gate = log.lock().allow(Instant::now());
-                        if let Some(held) = gate {
+                        let now = Instant::now();
+                        if crate::tls::plaintext::is_not_tls(&e) {
+                            let gate = plaintext.lock().allow(peer.ip(), now);
+                            if let Some(held) = gate {
+                                tracing::warn!(
+                                    target: "zrpc::server",
+                                    "TLS handshake with {peer} failed: {e}: the client sent \
+                                     bytes that are not TLS, likely a plaintext client (a gRPC \
+                                     client without TLS sends the HTTP/2 preface); it must \
+                                     connect with TLS ({held} more from this address since \
+                                     the last message)"
+                                );
+                            }
+                        } else if let Some(held) = log.lock().allow(now) {
                             tracing::warn!(
                                 target: "zrpc::server",
                                 "TLS handshake with {peer} failed: {e} \
