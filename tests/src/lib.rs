@@ -9,6 +9,7 @@ pub mod greeter;
 pub mod h2raw;
 pub mod k8s;
 pub mod redis;
+pub mod toxiproxy;
 
 /// Generated from `proto/greeter.proto`.
 #[allow(missing_docs, unreachable_pub, clippy::all)]

@@ -68,63 +68,88 @@ fn build_programs() -> Option<Programs> {
         server: bin.join("gz-server"),
         client: bin.join("gz-client"),
     };
-    let built = programs.server.is_file() && programs.client.is_file();
+    build_go(
+        &dir,
+        &[&programs.server, &programs.client],
+        "the go-zero interop tests",
+    )?;
+    Some(programs)
+}
+
+/// Builds the Go programs `bins` of `dir` with `bash <dir>/build.sh` unless every one is newer
+/// than every source file of `dir` (`bin/` and `.bin/` excluded). Without Go: built binaries are
+/// used as they are, else None, with a loud note naming `what` (the tests it skips); with
+/// `CI=true` a missing Go is a panic.
+///
+/// # Panics
+/// When the build fails or does not produce `bins`, or Go is missing and `CI=true`.
+pub(crate) fn build_go(dir: &Path, bins: &[&Path], what: &str) -> Option<()> {
+    let built = bins.iter().all(|b| b.is_file());
+    let script = dir.join("build.sh");
     if !go_available() {
         let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
         if built && !ci {
             eprintln!(
-                "note: go not found; using the go-zero programs already built in {}",
-                bin.display()
+                "note: go not found; using the Go programs already built in {}",
+                dir.display()
             );
-            return Some(programs);
+            return Some(());
         }
         if ci {
             panic!(
-                "go not found and CI=true: the go-zero interop tests must run in CI \
-                 (install Go >= 1.24 and run `bash interop/gozero/build.sh`)"
+                "go not found and CI=true: {what} must run in CI \
+                 (install Go >= 1.24 and run `bash {}`)",
+                script.display()
             );
         }
         eprintln!(
             "\n==================================================================\n\
-             SKIPPED: go not found, go-zero interop tests not run\n\
-             (install Go and run `bash interop/gozero/build.sh` to run them)\n\
-             ==================================================================\n"
+             SKIPPED: go not found, {what} not run\n\
+             (install Go and run `bash {}` to run them)\n\
+             ==================================================================\n",
+            script.display()
         );
         return None;
     }
-    if built && fresh(&dir, &programs) {
-        return Some(programs);
+    if built && fresh(dir, bins) {
+        return Some(());
     }
     let started = Instant::now();
-    eprintln!("building the go-zero programs (bash interop/gozero/build.sh)...");
+    eprintln!(
+        "building the Go programs of {what} (bash {})...",
+        script.display()
+    );
     let out = Command::new("bash")
-        .arg(dir.join("build.sh"))
-        .current_dir(&dir)
+        .arg(&script)
+        .current_dir(dir)
         .output()
-        .unwrap_or_else(|e| panic!("run bash {}/build.sh: {e}", dir.display()));
+        .unwrap_or_else(|e| panic!("run bash {}: {e}", script.display()));
     assert!(
         out.status.success(),
-        "interop/gozero/build.sh failed ({}):\n{}\n{}",
+        "{} failed ({}):\n{}\n{}",
+        script.display(),
         out.status,
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     eprintln!(
-        "built the go-zero programs in {:.1?}: {}",
+        "built the Go programs of {what} in {:.1?}: {}",
         started.elapsed(),
         String::from_utf8_lossy(&out.stderr).trim()
     );
-    assert!(
-        programs.server.is_file() && programs.client.is_file(),
-        "build.sh did not produce {} and {}",
-        programs.server.display(),
-        programs.client.display()
-    );
-    Some(programs)
+    for b in bins {
+        assert!(
+            b.is_file(),
+            "{} did not produce {}",
+            script.display(),
+            b.display()
+        );
+    }
+    Some(())
 }
 
-/// True when both binaries are newer than every source file (`bin/` and `.bin/` excluded).
-fn fresh(dir: &Path, programs: &Programs) -> bool {
+/// True when every one of `bins` is newer than every source file (`bin/` and `.bin/` excluded).
+fn fresh(dir: &Path, bins: &[&Path]) -> bool {
     fn mtime(p: &Path) -> Option<SystemTime> {
         std::fs::metadata(p).and_then(|m| m.modified()).ok()
     }
@@ -145,11 +170,11 @@ fn fresh(dir: &Path, programs: &Programs) -> bool {
         }
         best
     }
-    let (Some(s), Some(c)) = (mtime(&programs.server), mtime(&programs.client)) else {
+    let Some(oldest) = bins.iter().map(|b| mtime(b)).collect::<Option<Vec<_>>>() else {
         return false;
     };
-    match newest(dir, &["bin", ".bin"]) {
-        Some(src) => s.min(c) >= src,
-        None => false,
+    match (oldest.into_iter().min(), newest(dir, &["bin", ".bin"])) {
+        (Some(bin), Some(src)) => bin >= src,
+        _ => false,
     }
 }

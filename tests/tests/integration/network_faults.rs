@@ -1,0 +1,707 @@
+//! Network faults between the client and its servers, made by Toxiproxy (`zrpc_tests::toxiproxy`).
+//!
+//! Three zrpc greeter servers, each behind its own proxy; one `zrpc_client::Client` over the
+//! three proxies with 8 closed-loop callers; a toxic on one server's proxy (`C`) for part of
+//! the run. A toxic hits every HTTP/2 stream of the connections of its proxy at once.
+//!
+//! Each case states which calls may fail and why, checks the code they failed with, and that
+//! the servers and the client end healthy: every server answers its health check and `C` gets
+//! calls again once the toxic is gone. With a retry policy (`MethodConfig` retry on
+//! `UNAVAILABLE`, docs/retries.md) every case but a cut after the response began has no failed
+//! call. Failed calls are told apart by name: each call has its own, and each greeter records
+//! the names it saw (`TestGreeter::with_names`).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tonic::Code;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use zrpc_client::Client;
+use zrpc_client::conf::{MethodConf, MethodName, RetryPolicyConf, RpcClientConf};
+use zrpc_tests::greeter::{TestGreeter, TestServer, start_server, test_conf};
+use zrpc_tests::pb::HelloRequest;
+use zrpc_tests::pb::greeter_client::GreeterClient;
+use zrpc_tests::toxiproxy::{Proxy, Stream, Toxic, Toxiproxy};
+use zrpc_tests::toxiproxy_or_skip;
+
+/// Closed-loop callers.
+const WORKERS: usize = 8;
+
+/// One call of a run.
+#[derive(Debug, Clone)]
+pub(crate) struct Call {
+    pub(crate) name: String,
+    pub(crate) start: Instant,
+    pub(crate) end: Instant,
+    pub(crate) result: Result<(), (Code, String)>,
+}
+
+impl Call {
+    pub(crate) fn took(&self) -> Duration {
+        self.end - self.start
+    }
+
+    /// The name without its padding, for messages.
+    pub(crate) fn short(&self) -> &str {
+        short(&self.name)
+    }
+}
+
+/// A call's name without its padding (the directives and the caller's numbering stay).
+pub(crate) fn short(name: &str) -> &str {
+    match name.find(",x") {
+        Some(i) => &name[..i],
+        None => name,
+    }
+}
+
+/// The failed calls of `calls`.
+pub(crate) fn failures(calls: &[Call]) -> Vec<&Call> {
+    calls.iter().filter(|c| c.result.is_err()).collect()
+}
+
+/// `code: count` of the failures, e.g. `Unavailable: 3`.
+pub(crate) fn codes(calls: &[Call]) -> String {
+    let mut by_code: std::collections::BTreeMap<String, usize> = Default::default();
+    for c in failures(calls) {
+        if let Err((code, _)) = &c.result {
+            *by_code.entry(format!("{code:?}")).or_default() += 1;
+        }
+    }
+    if by_code.is_empty() {
+        return "-".to_owned();
+    }
+    by_code
+        .iter()
+        .map(|(c, n)| format!("{c}: {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The `q` quantile of the durations of `calls`.
+pub(crate) fn quantile(calls: &[Call], q: f64) -> Duration {
+    let mut d: Vec<Duration> = calls.iter().map(Call::took).collect();
+    if d.is_empty() {
+        return Duration::ZERO;
+    }
+    d.sort_unstable();
+    let i = ((d.len() as f64 * q).ceil() as usize).clamp(1, d.len()) - 1;
+    d[i]
+}
+
+/// Closed-loop callers on one client until stopped; each call named `<prefix>w<worker>-<i>`
+/// followed by `suffix` (greeter directives, padding).
+pub(crate) struct Load {
+    stop: Arc<AtomicBool>,
+    log: Arc<Mutex<Vec<Call>>>,
+    done: watch::Receiver<usize>,
+    workers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    pub(crate) fn start(client: &Client, workers: usize, prefix: &str, suffix: &str) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let log: Arc<Mutex<Vec<Call>>> = Arc::default();
+        let (done_tx, done) = watch::channel(0usize);
+        let done_tx = Arc::new(done_tx);
+        let workers = (0..workers)
+            .map(|w| {
+                let mut greeter = GreeterClient::new(client.clone())
+                    .max_decoding_message_size(1 << 20)
+                    .max_encoding_message_size(1 << 20);
+                let (stop, log, done_tx) = (stop.clone(), log.clone(), done_tx.clone());
+                let (prefix, suffix) = (prefix.to_owned(), suffix.to_owned());
+                tokio::spawn(async move {
+                    let mut i = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        let name = format!("{prefix}w{w}-{i}{suffix}");
+                        let start = Instant::now();
+                        let r = greeter.say_hello(HelloRequest { name: name.clone() }).await;
+                        let end = Instant::now();
+                        let result = r
+                            .map(|_| ())
+                            .map_err(|s| (s.code(), s.message().to_owned()));
+                        log.lock().unwrap().push(Call {
+                            name,
+                            start,
+                            end,
+                            result,
+                        });
+                        done_tx.send_modify(|n| *n += 1);
+                        i += 1;
+                    }
+                })
+            })
+            .collect();
+        Load {
+            stop,
+            log,
+            done,
+            workers,
+        }
+    }
+
+    /// Calls completed so far.
+    pub(crate) fn completed(&self) -> usize {
+        *self.done.borrow()
+    }
+
+    /// Waits until `n` calls have completed in all (panics after `limit`).
+    pub(crate) async fn wait_completed(&mut self, n: usize, limit: Duration) {
+        tokio::time::timeout(limit, self.done.wait_for(|d| *d >= n))
+            .await
+            .unwrap_or_else(|_| panic!("{n} calls not completed within {limit:?}"))
+            .expect("load running");
+    }
+
+    /// Stops the callers, waits for their last calls; every call, in completion order.
+    pub(crate) async fn stop(self) -> Vec<Call> {
+        self.stop.store(true, Ordering::Relaxed);
+        for w in self.workers {
+            w.await.expect("caller panicked");
+        }
+        std::mem::take(&mut *self.log.lock().unwrap())
+    }
+}
+
+/// A test server's config with CPU-adaptive shedding off: on a shared machine the CPU runs hot
+/// and the shedder would answer `ResourceExhausted` for reasons no network fault causes.
+pub(crate) fn server_conf(name: &str) -> zrpc_server::RpcServerConf {
+    test_conf(name).with_cpu_threshold(0)
+}
+
+/// Three servers behind their proxies and a client over the proxies.
+struct Bench {
+    _toxiproxy: Toxiproxy,
+    servers: Vec<TestServer>,
+    proxies: Vec<Proxy>,
+    client: Client,
+}
+
+/// `greeter.Greeter` retried on `UNAVAILABLE` (3 attempts, the default back-off).
+fn retry_on_unavailable() -> MethodConf {
+    MethodConf::retry(
+        [MethodName::new("greeter.Greeter", "")],
+        RetryPolicyConf::default(),
+    )
+}
+
+impl Bench {
+    async fn start(toxiproxy: Toxiproxy, policy: bool, timeout: Duration) -> Bench {
+        let mut servers = Vec::new();
+        let mut proxies = Vec::new();
+        for name in ["a", "b", "c"] {
+            let s = start_server(server_conf(name), TestGreeter::new().with_names()).await;
+            proxies.push(toxiproxy.proxy(name, &s.addr.to_string()).await);
+            servers.push(s);
+        }
+        let mut conf =
+            RpcClientConf::direct(proxies.iter().map(Proxy::endpoint)).with_timeout(timeout);
+        if policy {
+            conf = conf.with_method_config(retry_on_unavailable());
+        }
+        let client = Client::new(conf).await.expect("client");
+        Bench {
+            _toxiproxy: toxiproxy,
+            servers,
+            proxies,
+            client,
+        }
+    }
+
+    /// The faulted server `C` and its proxy.
+    fn c(&self) -> (&TestServer, &Proxy) {
+        (&self.servers[2], &self.proxies[2])
+    }
+
+    /// Waits until every server has started `n` calls.
+    async fn warm(&self, n: u64) {
+        for s in &self.servers {
+            s.greeter
+                .wait_for("warm-up calls", |g| g.started() >= n)
+                .await;
+        }
+    }
+
+    /// Whether some server other than `C` saw the call `name`.
+    fn seen_elsewhere(&self, name: &str) -> bool {
+        self.servers[..2].iter().any(|s| s.greeter.saw(name))
+    }
+
+    /// Waits (10 s) until `C` gets calls again after the toxic was taken off.
+    async fn c_gets_calls_again(&self) {
+        let (c, _) = self.c();
+        let before = c.greeter.started();
+        c.greeter
+            .wait_for("calls to C after the heal", |g| g.started() > before + 5)
+            .await;
+    }
+
+    /// Every server answers its health check with SERVING, directly (not through its proxy).
+    async fn assert_servers_healthy(&self) {
+        for s in &self.servers {
+            let mut h = HealthClient::new(s.channel().await);
+            let status = h
+                .check(HealthCheckRequest {
+                    service: String::new(),
+                })
+                .await
+                .expect("health check")
+                .into_inner()
+                .status;
+            assert_eq!(status, ServingStatus::Serving as i32, "{}", s.addr);
+        }
+    }
+
+    /// 30 sequential calls after the heal all succeed.
+    async fn assert_client_healthy(&self) {
+        let mut g = GreeterClient::new(self.client.clone());
+        for i in 0..30 {
+            let r = g
+                .say_hello(HelloRequest {
+                    name: format!("after-{i}"),
+                })
+                .await;
+            assert!(r.is_ok(), "call {i} after the heal: {r:?}");
+        }
+    }
+}
+
+/// One row of the matrix, printed for docs/network-faults.md.
+fn report(case: &str, policy: bool, calls: &[Call], after: Instant) {
+    let since: Vec<Call> = calls.iter().filter(|c| c.start >= after).cloned().collect();
+    println!(
+        "network fault [{case}] policy={}: {} calls, {} failed ({}), p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (calls started after the fault: {}, p99 {:.1} ms)",
+        if policy { "retry UNAVAILABLE" } else { "none" },
+        calls.len(),
+        failures(calls).len(),
+        codes(calls),
+        quantile(calls, 0.5).as_secs_f64() * 1e3,
+        quantile(calls, 0.99).as_secs_f64() * 1e3,
+        quantile(calls, 1.0).as_secs_f64() * 1e3,
+        since.len(),
+        quantile(&since, 0.99).as_secs_f64() * 1e3,
+    );
+    for c in failures(calls) {
+        println!(
+            "  failed {} after {:?}: {:?}",
+            c.short(),
+            c.took(),
+            c.result
+        );
+    }
+}
+
+/// Asserts each failure is `Unavailable` (a broken connection), reached no server but `C` (it
+/// was on C's link) and ended well before `deadline` (the client did not wait for it).
+fn assert_failures_on_c(bench: &Bench, calls: &[Call], deadline: Duration) {
+    for c in failures(calls) {
+        assert!(
+            !bench.seen_elsewhere(&c.name),
+            "{} failed but another server saw it: {:?}",
+            c.short(),
+            c.result
+        );
+        assert!(
+            matches!(c.result, Err((Code::Unavailable, _))),
+            "{} on a broken connection must fail with Unavailable: {:?}",
+            c.short(),
+            c.result
+        );
+        assert!(
+            c.took() < deadline,
+            "{} failed after {:?}, at its deadline {deadline:?}: {:?}",
+            c.short(),
+            c.took(),
+            c.result
+        );
+    }
+}
+
+// ---- slow link ------------------------------------------------------------------------------
+
+/// Latency 300 ± 100 ms on C's answers: P2C moves the traffic to A and B. No call fails, and
+/// p99 of the calls started after the toxic stays below the toxic's floor of 200 ms: fewer
+/// than 1 % of them met the slow link.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fault_slow_link_p2c_moves_away_no_failure_p99_under_200ms() {
+    let toxiproxy = toxiproxy_or_skip!();
+    let bench = Bench::start(toxiproxy, false, Duration::from_secs(2)).await;
+    let mut load = Load::start(&bench.client, WORKERS, "", "");
+    bench.warm(20).await;
+    let (c, proxy) = bench.c();
+    let toxic = proxy
+        .add(Toxic::latency(
+            Duration::from_millis(300),
+            Duration::from_millis(100),
+        ))
+        .await;
+    let faulted = Instant::now();
+    let c_before = c.greeter.started();
+    let n = load.completed();
+    load.wait_completed(n + 3000, Duration::from_secs(60)).await;
+    let c_during = c.greeter.started() - c_before;
+    proxy.remove(&toxic).await;
+    bench.c_gets_calls_again().await;
+    let calls = load.stop().await;
+    report("latency 300±100 ms", false, &calls, faulted);
+    let after: Vec<Call> = calls
+        .iter()
+        .filter(|c| c.start >= faulted)
+        .cloned()
+        .collect();
+    println!("  C got {c_during} of the calls during the toxic");
+    assert!(failures(&calls).is_empty(), "no call fails on a slow link");
+    let p99 = quantile(&after, 0.99);
+    assert!(
+        p99 < Duration::from_millis(200),
+        "p99 {p99:?} of the calls after the toxic: C got {c_during} of them"
+    );
+    bench.assert_servers_healthy().await;
+    bench.assert_client_healthy().await;
+}
+
+// ---- blackhole --------------------------------------------------------------------------------
+
+/// C's answers vanish (`timeout` 0 downstream: requests arrive, nothing comes back, no close)
+/// while calls are in flight on it. Without a policy exactly the calls whose answer was on that
+/// link fail, with `Unavailable`, when the client finds the connection silent (its probe gets no
+/// byte for 1 s), about 1.3 s in, not at their 5 s deadline; at most one per caller. With a
+/// retry policy none fails.
+async fn blackhole_in_flight(policy: bool) {
+    let toxiproxy = toxiproxy_or_skip!();
+    let deadline = Duration::from_secs(5);
+    let bench = Bench::start(toxiproxy, policy, deadline).await;
+    // 20 ms handlers: C holds calls at any instant
+    let mut load = Load::start(&bench.client, WORKERS, "", ",sleep:20");
+    bench.warm(20).await;
+    let (c, proxy) = bench.c();
+    c.greeter
+        .wait_for("calls in flight on C", |g| g.started() >= g.finished() + 2)
+        .await;
+    let toxic = proxy.add(Toxic::blackhole()).await;
+    let faulted = Instant::now();
+    let n = load.completed();
+    load.wait_completed(n + 1000, Duration::from_secs(60)).await;
+    proxy.remove(&toxic).await;
+    bench.c_gets_calls_again().await;
+    let calls = load.stop().await;
+    report("blackhole in flight", policy, &calls, faulted);
+    let failed = failures(&calls);
+    if policy {
+        assert!(failed.is_empty(), "with a retry policy no call fails");
+    } else {
+        assert!(!failed.is_empty(), "calls were in flight on C: they fail");
+        assert!(failed.len() <= WORKERS, "at most one failure per caller");
+        assert_failures_on_c(&bench, &calls, Duration::from_millis(2500));
+        for f in &failed {
+            assert!(
+                c.greeter.saw(&f.name),
+                "{} failed but never reached C",
+                f.name
+            );
+        }
+    }
+    bench.assert_servers_healthy().await;
+    bench.assert_client_healthy().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fault_blackhole_in_flight_fails_only_the_calls_on_it_as_unavailable_before_the_deadline() {
+    blackhole_in_flight(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fault_blackhole_in_flight_with_retry_policy_fails_no_call() {
+    blackhole_in_flight(true).await;
+}
+
+/// C's link goes dark (both directions) while the client's connection to it is idle. The next
+/// call that picks C does not wait for its 5 s deadline: the client finds the connection silent
+/// within about 1.3 s; without a policy that one call fails with `Unavailable`, with a retry
+/// policy it succeeds on A or B. Later calls avoid C.
+async fn blackhole_idle(policy: bool) {
+    let toxiproxy = toxiproxy_or_skip!();
+    let deadline = Duration::from_secs(5);
+    let bench = Bench::start(toxiproxy, policy, deadline).await;
+    let load = Load::start(&bench.client, WORKERS, "warm-", "");
+    bench.warm(20).await;
+    load.stop().await;
+    let (c, proxy) = bench.c();
+    let toxics = proxy.add_both(Toxic::blackhole()).await;
+    let faulted = Instant::now();
+    let mut g = GreeterClient::new(bench.client.clone());
+    let mut calls = Vec::new();
+    // one call at a time: the calls go on until one picked C, and 50 more after it
+    let mut after_c = None;
+    for i in 0..500 {
+        let name = format!("idle-{i}");
+        let start = Instant::now();
+        let r = g.say_hello(HelloRequest { name: name.clone() }).await;
+        let end = Instant::now();
+        let picked_c = c.greeter.saw(&name) || end - start > Duration::from_millis(500);
+        calls.push(Call {
+            name,
+            start,
+            end,
+            result: r
+                .map(|_| ())
+                .map_err(|s| (s.code(), s.message().to_owned())),
+        });
+        if picked_c && after_c.is_none() {
+            after_c = Some(i);
+        }
+        if after_c.is_some_and(|first| i >= first + 50) {
+            break;
+        }
+    }
+    for t in &toxics {
+        proxy.remove(t).await;
+    }
+    let hit = after_c.expect("a call picked C");
+    let first = &calls[hit];
+    report("blackhole idle", policy, &calls, faulted);
+    assert!(
+        first.took() < Duration::from_millis(2500),
+        "the first call on the dark link took {:?} (deadline {deadline:?})",
+        first.took()
+    );
+    let failed = failures(&calls);
+    if policy {
+        assert!(failed.is_empty(), "with a retry policy no call fails");
+    } else {
+        assert_eq!(
+            failed.len(),
+            1,
+            "exactly the call that met the dark link fails"
+        );
+        assert_eq!(failed[0].name, first.name);
+        assert_failures_on_c(&bench, &calls, Duration::from_millis(2500));
+    }
+    for later in &calls[hit + 1..] {
+        assert!(
+            later.took() < Duration::from_millis(200),
+            "{} after the dark link was found took {:?}",
+            later.name,
+            later.took()
+        );
+    }
+    bench.assert_servers_healthy().await;
+    let load = Load::start(&bench.client, WORKERS, "healed-", "");
+    bench.c_gets_calls_again().await;
+    let healed = load.stop().await;
+    assert!(failures(&healed).is_empty(), "{:?}", failures(&healed));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fault_blackhole_idle_next_call_fails_fast_as_unavailable_not_at_its_deadline() {
+    blackhole_idle(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fault_blackhole_idle_with_retry_policy_next_call_succeeds_fast() {
+    blackhole_idle(true).await;
+}
+
+// ---- reset, cut --------------------------------------------------------------------------------
+
+/// Runs `toxic` on C's link for `hold` under 8 callers of 20 ms calls with `suffix` appended
+/// to each name; returns the calls and the instant the toxic went on.
+async fn hold_toxic(
+    bench: &Bench,
+    toxics: &[Toxic],
+    hold: usize,
+    suffix: &str,
+) -> (Vec<Call>, Instant) {
+    let mut load = Load::start(&bench.client, WORKERS, "", suffix);
+    bench.warm(20).await;
+    let (c, proxy) = bench.c();
+    c.greeter
+        .wait_for("calls in flight on C", |g| g.started() >= g.finished() + 2)
+        .await;
+    let mut names = Vec::new();
+    for t in toxics {
+        names.push(proxy.add(t.clone()).await);
+    }
+    let faulted = Instant::now();
+    let n = load.completed();
+    load.wait_completed(n + hold, Duration::from_secs(60)).await;
+    for t in &names {
+        proxy.remove(t).await;
+    }
+    bench.c_gets_calls_again().await;
+    (load.stop().await, faulted)
+}
+
+/// `reset_peer` on C's answers (closed 300 ms after the next bytes, again on each new
+/// connection while the toxic stays). Without a policy only calls on C's link fail, each with
+/// `Unavailable`; with a retry policy none.
+async fn reset_peer(policy: bool) {
+    let toxiproxy = toxiproxy_or_skip!();
+    let bench = Bench::start(toxiproxy, policy, Duration::from_secs(2)).await;
+    let (calls, faulted) = hold_toxic(
+        &bench,
+        &[Toxic::reset_peer(Duration::from_millis(300))],
+        1500,
+        ",sleep:20",
+    )
+    .await;
+    report("reset_peer 300 ms", policy, &calls, faulted);
+    if policy {
+        assert!(
+            failures(&calls).is_empty(),
+            "with a retry policy no call fails"
+        );
+    } else {
+        assert_failures_on_c(&bench, &calls, Duration::from_millis(1500));
+    }
+    bench.assert_servers_healthy().await;
+    bench.assert_client_healthy().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fault_reset_peer_fails_only_calls_on_the_reset_link_as_unavailable() {
+    reset_peer(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fault_reset_peer_with_retry_policy_fails_no_call() {
+    reset_peer(true).await;
+}
+
+/// 8 KiB names (and so 8 KiB answers): a 20,000-byte cut lands inside a message.
+fn padding() -> String {
+    format!(",sleep:20,{}", "x".repeat(8 * 1024))
+}
+
+/// `limit_data` 20,000 bytes on C's requests (`upstream`): each connection is cut inside a
+/// request message. Without a policy only calls on C's link fail, with `Unavailable`; with a
+/// retry policy none (no answer had begun).
+async fn cut_requests(policy: bool) {
+    let toxiproxy = toxiproxy_or_skip!();
+    let bench = Bench::start(toxiproxy, policy, Duration::from_secs(2)).await;
+    let (calls, faulted) = hold_toxic(
+        &bench,
+        &[Toxic::limit_data(20_000).stream(Stream::Upstream)],
+        1500,
+        &padding(),
+    )
+    .await;
+    report("limit_data 20,000 B upstream", policy, &calls, faulted);
+    if policy {
+        assert!(
+            failures(&calls).is_empty(),
+            "with a retry policy no call fails"
+        );
+    } else {
+        assert_failures_on_c(&bench, &calls, Duration::from_millis(1500));
+    }
+    bench.assert_servers_healthy().await;
+    bench.assert_client_healthy().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fault_limit_data_cut_in_a_request_fails_only_calls_on_it_as_unavailable() {
+    cut_requests(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fault_limit_data_cut_in_a_request_with_retry_policy_fails_no_call() {
+    cut_requests(true).await;
+}
+
+/// `limit_data` 20,000 bytes on C's answers (`downstream`): each connection is cut inside an
+/// answer. Without a policy only calls on C's link fail, with `Unavailable`. With a retry
+/// policy only calls whose answer had begun may fail (the answer commits the call: it cannot be
+/// sent again); C's handler finished each of them.
+async fn cut_answers(policy: bool) {
+    let toxiproxy = toxiproxy_or_skip!();
+    let bench = Bench::start(toxiproxy, policy, Duration::from_secs(2)).await;
+    let (calls, faulted) = hold_toxic(&bench, &[Toxic::limit_data(20_000)], 1500, &padding()).await;
+    report("limit_data 20,000 B downstream", policy, &calls, faulted);
+    if policy {
+        let (c, _) = bench.c();
+        for f in failures(&calls) {
+            assert!(
+                c.greeter.answered(&f.name),
+                "{} failed with a retry policy but C had not answered it: {:?}",
+                f.short(),
+                f.result
+            );
+        }
+    }
+    assert_failures_on_c(&bench, &calls, Duration::from_millis(1500));
+    bench.assert_servers_healthy().await;
+    bench.assert_client_healthy().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fault_limit_data_cut_in_an_answer_fails_only_calls_on_it_as_unavailable() {
+    cut_answers(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fault_limit_data_cut_in_an_answer_with_retry_policy_fails_only_begun_answers() {
+    cut_answers(true).await;
+}
+
+// ---- slicer, bandwidth ---------------------------------------------------------------------------
+
+/// Every byte in its own piece, both directions, on all three links from the start: the
+/// server's frame scanner and both HTTP/2 stacks see every split. No call fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fault_slicer_one_byte_pieces_both_directions_no_failure() {
+    let toxiproxy = toxiproxy_or_skip!();
+    let bench = Bench::start(toxiproxy, false, Duration::from_secs(5)).await;
+    for p in &bench.proxies {
+        p.add_both(Toxic::slicer(1, 0, Duration::from_micros(10)))
+            .await;
+    }
+    let faulted = Instant::now();
+    let mut load = Load::start(&bench.client, 4, "", "");
+    load.wait_completed(300, Duration::from_secs(60)).await;
+    let calls = load.stop().await;
+    report("slicer 1 B both directions", false, &calls, faulted);
+    assert!(failures(&calls).is_empty(), "no call fails");
+    for s in &bench.servers {
+        assert!(s.greeter.started() > 0, "{} got no call", s.addr);
+    }
+    bench.assert_servers_healthy().await;
+}
+
+/// C's link carries at most 512 KB/s each way while 4 callers send 256 KiB requests and get
+/// 256 KiB answers under a 2 s deadline: a call alone on C takes about 1 s, two at once would
+/// miss the deadline. P2C keeps C's calls apart and moves the traffic to A and B: no call
+/// fails, the slowest stays below the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fault_bandwidth_256k_messages_no_call_reaches_its_2s_deadline() {
+    let toxiproxy = toxiproxy_or_skip!();
+    let deadline = Duration::from_secs(2);
+    let bench = Bench::start(toxiproxy, false, deadline).await;
+    let big = format!(",{}", "x".repeat(256 * 1024));
+    let mut load = Load::start(&bench.client, 4, "", &big);
+    bench.warm(5).await;
+    let (c, proxy) = bench.c();
+    let toxics = proxy.add_both(Toxic::bandwidth(512)).await;
+    let faulted = Instant::now();
+    let c_before = c.greeter.started();
+    let n = load.completed();
+    load.wait_completed(n + 600, Duration::from_secs(60)).await;
+    let c_during = c.greeter.started() - c_before;
+    for t in &toxics {
+        proxy.remove(t).await;
+    }
+    bench.c_gets_calls_again().await;
+    let calls = load.stop().await;
+    report("bandwidth 512 KB/s, 256 KiB", false, &calls, faulted);
+    println!("  C got {c_during} of the calls during the toxic");
+    assert!(failures(&calls).is_empty(), "no call fails");
+    let max = quantile(&calls, 1.0);
+    assert!(max < deadline, "slowest call {max:?}");
+    bench.assert_servers_healthy().await;
+    bench.assert_client_healthy().await;
+}
