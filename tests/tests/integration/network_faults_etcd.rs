@@ -251,8 +251,8 @@ fn print_calls(case: &str, calls: &[crate::network_faults::Call]) {
 // ---- the servers' link -----------------------------------------------------------------------
 
 /// The servers' link to etcd goes dark (both directions) until every lease expired, or for
-/// `hold` when given. Asserts: no call fails while the servers run (the client keeps calling
-/// them though their keys are gone); once healed, every server's key is back within 1 s (a new
+/// `hold` when given. Asserts: no call fails while the servers run (the client keeps calling all
+/// three though their keys are gone, not only the one whose lease expired last); once healed, every server's key is back within 1 s (a new
 /// one: the old lease expired meanwhile), never two keys for a server; the client sees the
 /// three servers again.
 async fn servers_link_blackhole(case: &str, hold: Option<Duration>) {
@@ -307,6 +307,12 @@ async fn servers_link_blackhole(case: &str, hold: Option<Duration>) {
     );
     assert_eq!(after.len(), 3, "one key per server: {after:?}");
     assert_eq!(bench.log.most_keys_per_server(), 1, "a server had two keys");
+    let mut all = values.clone();
+    all.sort();
+    assert_eq!(
+        set_while_dark, all,
+        "the client keeps every server while their keys are gone"
+    );
     assert!(
         failures(&calls).is_empty(),
         "no call fails while the servers run"

@@ -9,6 +9,10 @@
 //! get's revision + 1 (so nothing is missed between the two). Fixes over go-zero (reference §3.5):
 //! - while etcd is unreachable the last known set stays published (never an empty set because the registry is
 //!   down: only a successful read of an empty prefix publishes an empty set);
+//! - once endpoints were known, an empty prefix publishes every endpoint whose key went away within one
+//!   lease TTL before (the status says none is registered) until a key appears again: a network
+//!   partition between the servers and etcd expires every lease while the servers run and answer, and
+//!   go-zero's clients then fail every call ([`kept`]);
 //! - watch error, stream end or etcd restart: back off ~1 s with jitter, re-get (full diff), re-watch;
 //! - compaction past the watch revision (or any cancellation by etcd): immediate full reload, no watch loop;
 //! - a PUT of an unchanged value and duplicate registrations of one address are not updates;
@@ -26,6 +30,10 @@ use tokio::sync::watch;
 use zrpc_core::conf::{EtcdConf, Validate};
 
 use super::{EndpointUpdates, Resolution, ResolverStatus};
+
+mod kept;
+
+use kept::Kept;
 
 /// Timeout of the prefix get and of the watch creation (go-zero's `RequestTimeout`).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
@@ -244,14 +252,24 @@ fn address(key: &[u8], value: &[u8]) -> Option<String> {
     }
 }
 
-/// Publishes the current addresses if they differ from the last published ones.
-fn publish(tx: &Sender, set: &EndpointSet, prefix: &str) {
-    let addresses = set.addresses();
+/// Publishes what `kept` makes of the current addresses (see [`kept`]) if it differs from the last
+/// published set.
+fn publish(tx: &Sender, set: &EndpointSet, kept: &mut Kept, prefix: &str) {
+    let addresses = kept.next(set.addresses(), std::time::Instant::now());
     tx.send_if_modified(|current| {
         if current.as_deref() == Some(&addresses) {
             return false;
         }
-        tracing::info!(prefix, endpoints = ?addresses, "etcd resolver: endpoints updated");
+        if kept.holding() {
+            tracing::warn!(
+                prefix,
+                endpoints = ?addresses,
+                "etcd resolver: no endpoint is registered any more; keeping those whose keys went within {:?} until one registers again (a partition between the servers and etcd expires their leases while they run)",
+                kept::HOLD
+            );
+        } else {
+            tracing::info!(prefix, endpoints = ?addresses, "etcd resolver: endpoints updated");
+        }
         *current = Some(Arc::new(addresses.clone()));
         true
     });
@@ -320,6 +338,7 @@ async fn run(conf: EtcdConf, tx: Sender, reloads: Arc<AtomicU64>, status: Resolv
     let hosts = zrpc_core::etcd::hosts_label(&conf);
     let prefix = format!("{}/", conf.key);
     let mut set = EndpointSet::default();
+    let mut kept = Kept::default();
     let mut client: Option<etcd_client::Client> = None;
     // None: a full load is needed.
     let mut position: Option<Position> = None;
@@ -367,7 +386,7 @@ async fn run(conf: EtcdConf, tx: Sender, reloads: Arc<AtomicU64>, status: Resolv
                     Ok(Ok(resp)) => {
                         set.reload(resp.kvs().iter().map(|kv| (kv.key(), kv.value())));
                         reloads.fetch_add(1, Ordering::Relaxed);
-                        publish(&tx, &set, &prefix);
+                        publish(&tx, &set, &mut kept, &prefix);
                         set_empty_status(&status, &set, &conf.key, &hosts);
                         let pos = Position {
                             revision: resp.header().map_or(0, |h| h.revision()),
@@ -425,6 +444,7 @@ async fn run(conf: EtcdConf, tx: Sender, reloads: Arc<AtomicU64>, status: Resolv
         let end = watch_loop(
             &mut responses,
             &mut set,
+            &mut kept,
             &tx,
             &prefix,
             &mut failures,
@@ -452,6 +472,7 @@ async fn run(conf: EtcdConf, tx: Sender, reloads: Arc<AtomicU64>, status: Resolv
 async fn watch_loop(
     responses: &mut etcd_client::WatchResponseStream,
     set: &mut EndpointSet,
+    kept: &mut Kept,
     tx: &Sender,
     prefix: &str,
     failures: &mut u32,
@@ -519,7 +540,7 @@ async fn watch_loop(
         }
         // Events applied before a failure are real (they came from etcd, in order): publish them.
         if changed {
-            publish(tx, set, prefix);
+            publish(tx, set, kept, prefix);
             empty(set);
         }
         if let Some(end) = end {
@@ -620,20 +641,51 @@ mod tests {
     fn publish_only_on_change() {
         let (tx, mut rx) = watch::channel(None);
         let mut s = EndpointSet::default();
-        publish(&tx, &s, "svc/");
+        let k = &mut Kept::default();
+        publish(&tx, &s, k, "svc/");
         assert!(rx.has_changed().unwrap());
         assert_eq!(
             rx.borrow_and_update().as_deref().map(Vec::len),
             Some(0),
             "a confirmed empty prefix"
         );
-        publish(&tx, &s, "svc/");
+        publish(&tx, &s, k, "svc/");
         assert!(!rx.has_changed().unwrap());
         s.put(b"svc/1", b"a:1");
-        publish(&tx, &s, "svc/");
+        publish(&tx, &s, k, "svc/");
         assert_eq!(
             rx.borrow_and_update().as_deref().unwrap().as_slice(),
             ["a:1"]
+        );
+    }
+
+    #[test]
+    fn an_emptied_prefix_keeps_the_endpoints_until_a_key_appears() {
+        let (tx, mut rx) = watch::channel(None);
+        let mut s = EndpointSet::default();
+        let k = &mut Kept::default();
+        s.put(b"svc/1", b"a:1");
+        s.put(b"svc/2", b"b:2");
+        publish(&tx, &s, k, "svc/");
+        rx.mark_unchanged();
+        s.delete(b"svc/1");
+        s.delete(b"svc/2");
+        publish(&tx, &s, k, "svc/");
+        assert!(!rx.has_changed().unwrap(), "no empty set published");
+        assert_eq!(rx.borrow().as_deref().unwrap().as_slice(), ["a:1", "b:2"]);
+        s.put(b"svc/3", b"c:3");
+        publish(&tx, &s, k, "svc/");
+        assert_eq!(
+            rx.borrow_and_update().as_deref().unwrap().as_slice(),
+            ["c:3"],
+            "a new key replaces the kept set"
+        );
+        // a reload that finds the prefix empty: every endpoint gone within a TTL comes back
+        s.reload(std::iter::empty());
+        publish(&tx, &s, k, "svc/");
+        assert_eq!(
+            rx.borrow_and_update().as_deref().unwrap().as_slice(),
+            ["a:1", "b:2", "c:3"]
         );
     }
 
