@@ -2,7 +2,8 @@
 # Builds bin/toxiproxy-server: Shopify's Toxiproxy v2.12.0, the fault proxy of the network-fault
 # tests (tests/src/toxiproxy.rs). go.mod/go.sum are committed: the build never edits them
 # (-mod=readonly) and never fetches a toolchain (GOTOOLCHAIN=local). A cold module cache
-# downloads ~17 module zips (~10 MB) from the Go proxy.
+# downloads 17 modules from the Go proxy (44 MB of module cache); cold, the build took 63 s on the
+# 2-core dev machine, warm 0.4 s.
 set -euo pipefail
 cd "$(dirname "$0")"
 export GOTOOLCHAIN=local GOFLAGS=-mod=readonly

@@ -1,8 +1,9 @@
 //! Network faults between the client and its servers, made by Toxiproxy (`zrpc_tests::toxiproxy`).
 //!
 //! Three zrpc greeter servers, each behind its own proxy; one `zrpc_client::Client` over the
-//! three proxies with 8 closed-loop callers; a toxic on one server's proxy (`C`) for part of
-//! the run. A toxic hits every HTTP/2 stream of the connections of its proxy at once.
+//! three proxies with 8 closed-loop callers (4 with 256 KiB messages); a toxic on one server's
+//! proxy (`C`) for part of the run. A toxic hits every HTTP/2 stream of the connections of its
+//! proxy at once.
 //!
 //! Each case states which calls may fail and why, checks the code they failed with, and that
 //! the servers and the client end healthy: every server answers its health check and `C` gets
@@ -235,6 +236,18 @@ impl Bench {
         self.servers[..2].iter().any(|s| s.greeter.saw(name))
     }
 
+    /// Asserts that some call reached C and was answered by another server: the retry policy
+    /// sent again a call the fault broke (so a case without failures did meet the fault).
+    fn assert_some_call_retried(&self, calls: &[Call]) {
+        let (c, _) = self.c();
+        assert!(
+            calls
+                .iter()
+                .any(|call| c.greeter.saw(&call.name) && self.seen_elsewhere(&call.name)),
+            "no call was retried after reaching C"
+        );
+    }
+
     /// Waits (10 s) until `C` gets calls again after the toxic was taken off.
     async fn c_gets_calls_again(&self) {
         let (c, _) = self.c();
@@ -397,6 +410,7 @@ async fn blackhole_in_flight(policy: bool) {
     let failed = failures(&calls);
     if policy {
         assert!(failed.is_empty(), "with a retry policy no call fails");
+        bench.assert_some_call_retried(&calls);
     } else {
         assert!(!failed.is_empty(), "calls were in flight on C: they fail");
         assert!(failed.len() <= WORKERS, "at most one failure per caller");
@@ -485,10 +499,11 @@ async fn blackhole_idle(policy: bool) {
         assert_eq!(failed[0].name, first.name);
         assert_failures_on_c(&bench, &calls, Duration::from_millis(2500));
     }
+    // a call sent to C would hang until the client's probe gives up (1 s)
     for later in &calls[hit + 1..] {
         assert!(
-            later.took() < Duration::from_millis(200),
-            "{} after the dark link was found took {:?}",
+            later.took() < Duration::from_secs(1),
+            "{} after the dark link was found took {:?}: it went to C",
             later.name,
             later.took()
         );
@@ -627,6 +642,7 @@ async fn cut_answers(policy: bool) {
     let (calls, faulted) = hold_toxic(&bench, &[Toxic::limit_data(20_000)], 1500, &padding()).await;
     report("limit_data 20,000 B downstream", policy, &calls, faulted);
     if policy {
+        bench.assert_some_call_retried(&calls);
         let (c, _) = bench.c();
         for f in failures(&calls) {
             assert!(
@@ -636,6 +652,8 @@ async fn cut_answers(policy: bool) {
                 f.result
             );
         }
+    } else {
+        assert!(!failures(&calls).is_empty(), "calls on the cut link fail");
     }
     assert_failures_on_c(&bench, &calls, Duration::from_millis(1500));
     bench.assert_servers_healthy().await;
@@ -678,8 +696,8 @@ async fn fault_slicer_one_byte_pieces_both_directions_no_failure() {
 
 /// C's link carries at most 512 KB/s each way while 4 callers send 256 KiB requests and get
 /// 256 KiB answers under a 2 s deadline: a call alone on C takes about 1 s, two at once would
-/// miss the deadline. P2C keeps C's calls apart and moves the traffic to A and B: no call
-/// fails, the slowest stays below the deadline.
+/// miss the deadline. P2C keeps C's calls apart and moves the traffic to A and B (C gets under
+/// 5 % of the calls): no call fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fault_bandwidth_256k_messages_no_call_reaches_its_2s_deadline() {
     let toxiproxy = toxiproxy_or_skip!();
@@ -703,8 +721,10 @@ async fn fault_bandwidth_256k_messages_no_call_reaches_its_2s_deadline() {
     report("bandwidth 512 KB/s, 256 KiB", false, &calls, faulted);
     println!("  C got {c_during} of the calls during the toxic");
     assert!(failures(&calls).is_empty(), "no call fails");
-    let max = quantile(&calls, 1.0);
-    assert!(max < deadline, "slowest call {max:?}");
+    assert!(
+        c_during * 20 < 600,
+        "C got {c_during} of the 600 calls during the toxic (want < 5 %)"
+    );
     bench.assert_servers_healthy().await;
     bench.assert_client_healthy().await;
 }
