@@ -10,7 +10,8 @@
 //! - `panic` / `panic:<msg>`: panic in the handler.
 //!
 //! Builder fields apply to every call: [`TestGreeter::with_delay`],
-//! [`TestGreeter::with_failure`], [`TestGreeter::with_panic`].
+//! [`TestGreeter::with_failure`], [`TestGreeter::with_panic`]. [`TestGreeter::with_names`]
+//! records every call's name, so that a test can tell which server a call reached.
 
 use std::net::SocketAddr;
 use std::pin::Pin;

@@ -1,5 +1,5 @@
-//! Shared harness of zrpc's integration tests: a real etcd, greeter servers on loopback, and
-//! real go-zero programs for the interop tests.
+//! Shared harness of zrpc's integration tests: a real etcd, greeter servers on loopback, real
+//! go-zero programs for the interop tests, and Toxiproxy for network faults.
 
 pub mod bench;
 pub mod certs;

@@ -12,7 +12,7 @@
 //! - once endpoints were known, an empty prefix publishes every endpoint whose key went away within one
 //!   lease TTL before (the status says none is registered) until a key appears again: a network
 //!   partition between the servers and etcd expires every lease while the servers run and answer, and
-//!   go-zero's clients then fail every call ([`kept`]);
+//!   go-zero's clients then fail every call (`etcd/kept.rs`);
 //! - watch error, stream end or etcd restart: back off ~1 s with jitter, re-get (full diff), re-watch;
 //! - compaction past the watch revision (or any cancellation by etcd): immediate full reload, no watch loop;
 //! - a PUT of an unchanged value and duplicate registrations of one address are not updates;
@@ -252,27 +252,43 @@ fn address(key: &[u8], value: &[u8]) -> Option<String> {
     }
 }
 
-/// Publishes what `kept` makes of the current addresses (see [`kept`]) if it differs from the last
-/// published set.
-fn publish(tx: &Sender, set: &EndpointSet, kept: &mut Kept, prefix: &str) {
-    let addresses = kept.next(set.addresses(), std::time::Instant::now());
-    tx.send_if_modified(|current| {
-        if current.as_deref() == Some(&addresses) {
-            return false;
+/// Where the shared watch publishes: the channel, and what it keeps while no key is registered.
+struct Out {
+    tx: Sender,
+    kept: Kept,
+}
+
+impl Out {
+    fn new(tx: Sender) -> Out {
+        Out {
+            tx,
+            kept: Kept::default(),
         }
-        if kept.holding() {
-            tracing::warn!(
-                prefix,
-                endpoints = ?addresses,
-                "etcd resolver: no endpoint is registered any more; keeping those whose keys went within {:?} until one registers again (a partition between the servers and etcd expires their leases while they run)",
-                kept::HOLD
-            );
-        } else {
-            tracing::info!(prefix, endpoints = ?addresses, "etcd resolver: endpoints updated");
-        }
-        *current = Some(Arc::new(addresses.clone()));
-        true
-    });
+    }
+
+    /// Publishes what [`Kept`] makes of the addresses of `set` if it differs from the last
+    /// published set.
+    fn publish(&mut self, set: &EndpointSet, prefix: &str) {
+        let kept = &mut self.kept;
+        let addresses = kept.next(set.addresses(), std::time::Instant::now());
+        self.tx.send_if_modified(|current| {
+            if current.as_deref() == Some(&addresses) {
+                return false;
+            }
+            if kept.holding() {
+                tracing::warn!(
+                    prefix,
+                    endpoints = ?addresses,
+                    "etcd resolver: no endpoint is registered any more; keeping those whose keys went within {:?} until one registers again (a partition between the servers and etcd expires their leases while they run)",
+                    kept::HOLD
+                );
+            } else {
+                tracing::info!(prefix, endpoints = ?addresses, "etcd resolver: endpoints updated");
+            }
+            *current = Some(Arc::new(addresses.clone()));
+            true
+        });
+    }
 }
 
 /// An etcd client for the watch: zrpc-core's options (timeouts, keepalive, account, TLS) plus go-zero's
@@ -335,17 +351,17 @@ struct Position {
 
 /// The shared watch task: runs until aborted (last guard dropped) or every receiver is gone.
 async fn run(conf: EtcdConf, tx: Sender, reloads: Arc<AtomicU64>, status: ResolverStatus) {
+    let mut out = Out::new(tx);
     let hosts = zrpc_core::etcd::hosts_label(&conf);
     let prefix = format!("{}/", conf.key);
     let mut set = EndpointSet::default();
-    let mut kept = Kept::default();
     let mut client: Option<etcd_client::Client> = None;
     // None: a full load is needed.
     let mut position: Option<Position> = None;
     let mut failures: u32 = 0;
     let mut immediate_reloads: u32 = 0;
     loop {
-        if tx.is_closed() {
+        if out.tx.is_closed() {
             return;
         }
         if failures > 0 {
@@ -386,7 +402,7 @@ async fn run(conf: EtcdConf, tx: Sender, reloads: Arc<AtomicU64>, status: Resolv
                     Ok(Ok(resp)) => {
                         set.reload(resp.kvs().iter().map(|kv| (kv.key(), kv.value())));
                         reloads.fetch_add(1, Ordering::Relaxed);
-                        publish(&tx, &set, &mut kept, &prefix);
+                        out.publish(&set, &prefix);
                         set_empty_status(&status, &set, &conf.key, &hosts);
                         let pos = Position {
                             revision: resp.header().map_or(0, |h| h.revision()),
@@ -444,8 +460,7 @@ async fn run(conf: EtcdConf, tx: Sender, reloads: Arc<AtomicU64>, status: Resolv
         let end = watch_loop(
             &mut responses,
             &mut set,
-            &mut kept,
-            &tx,
+            &mut out,
             &prefix,
             &mut failures,
             &mut pos,
@@ -472,8 +487,7 @@ async fn run(conf: EtcdConf, tx: Sender, reloads: Arc<AtomicU64>, status: Resolv
 async fn watch_loop(
     responses: &mut etcd_client::WatchResponseStream,
     set: &mut EndpointSet,
-    kept: &mut Kept,
-    tx: &Sender,
+    out: &mut Out,
     prefix: &str,
     failures: &mut u32,
     pos: &mut Position,
@@ -482,7 +496,7 @@ async fn watch_loop(
     loop {
         let first = tokio::select! {
             next = responses.next() => next,
-            () = tx.closed() => return WatchEnd::Failed,
+            () = out.tx.closed() => return WatchEnd::Failed,
         };
         let mut changed = false;
         let mut end = None;
@@ -540,7 +554,7 @@ async fn watch_loop(
         }
         // Events applied before a failure are real (they came from etcd, in order): publish them.
         if changed {
-            publish(tx, set, kept, prefix);
+            out.publish(set, prefix);
             empty(set);
         }
         if let Some(end) = end {
@@ -641,18 +655,18 @@ mod tests {
     fn publish_only_on_change() {
         let (tx, mut rx) = watch::channel(None);
         let mut s = EndpointSet::default();
-        let k = &mut Kept::default();
-        publish(&tx, &s, k, "svc/");
+        let mut out = Out::new(tx);
+        out.publish(&s, "svc/");
         assert!(rx.has_changed().unwrap());
         assert_eq!(
             rx.borrow_and_update().as_deref().map(Vec::len),
             Some(0),
             "a confirmed empty prefix"
         );
-        publish(&tx, &s, k, "svc/");
+        out.publish(&s, "svc/");
         assert!(!rx.has_changed().unwrap());
         s.put(b"svc/1", b"a:1");
-        publish(&tx, &s, k, "svc/");
+        out.publish(&s, "svc/");
         assert_eq!(
             rx.borrow_and_update().as_deref().unwrap().as_slice(),
             ["a:1"]
@@ -663,18 +677,18 @@ mod tests {
     fn an_emptied_prefix_keeps_the_endpoints_until_a_key_appears() {
         let (tx, mut rx) = watch::channel(None);
         let mut s = EndpointSet::default();
-        let k = &mut Kept::default();
+        let mut out = Out::new(tx);
         s.put(b"svc/1", b"a:1");
         s.put(b"svc/2", b"b:2");
-        publish(&tx, &s, k, "svc/");
+        out.publish(&s, "svc/");
         rx.mark_unchanged();
         s.delete(b"svc/1");
         s.delete(b"svc/2");
-        publish(&tx, &s, k, "svc/");
+        out.publish(&s, "svc/");
         assert!(!rx.has_changed().unwrap(), "no empty set published");
         assert_eq!(rx.borrow().as_deref().unwrap().as_slice(), ["a:1", "b:2"]);
         s.put(b"svc/3", b"c:3");
-        publish(&tx, &s, k, "svc/");
+        out.publish(&s, "svc/");
         assert_eq!(
             rx.borrow_and_update().as_deref().unwrap().as_slice(),
             ["c:3"],
@@ -682,7 +696,7 @@ mod tests {
         );
         // a reload that finds the prefix empty: every endpoint gone within a TTL comes back
         s.reload(std::iter::empty());
-        publish(&tx, &s, k, "svc/");
+        out.publish(&s, "svc/");
         assert_eq!(
             rx.borrow_and_update().as_deref().unwrap().as_slice(),
             ["a:1", "b:2", "c:3"]
