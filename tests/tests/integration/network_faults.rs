@@ -555,95 +555,23 @@ async fn hold_toxic(
     (load.stop().await, faulted)
 }
 
-/// `reset_peer` on C's answers (closed 300 ms after the next bytes, again on each new
-/// connection while the toxic stays). Without a policy only calls on C's link fail, each with
-/// `Unavailable`; with a retry policy none.
-async fn reset_peer(policy: bool) {
+/// A connection of C broken while calls run on it (`toxic` held for 1,500 calls of 20 ms,
+/// `suffix` appended to each name). Without a policy only calls on C's link fail, each with
+/// `Unavailable`, and some do. With a retry policy none fails, but where `committed`: a cut
+/// after C's answer began commits the call (it cannot be sent again), so only calls C had
+/// answered may fail.
+async fn broken_link(case: &str, toxic: Toxic, suffix: &str, policy: bool, committed: bool) {
     let toxiproxy = toxiproxy_or_skip!();
     let bench = Bench::start(toxiproxy, policy, Duration::from_secs(2)).await;
-    let (calls, faulted) = hold_toxic(
-        &bench,
-        &[Toxic::reset_peer(Duration::from_millis(300))],
-        1500,
-        ",sleep:20",
-    )
-    .await;
-    report("reset_peer 300 ms", policy, &calls, faulted);
-    if policy {
+    let (calls, faulted) = hold_toxic(&bench, &[toxic], 1500, suffix).await;
+    report(case, policy, &calls, faulted);
+    let (c, _) = bench.c();
+    if !policy {
         assert!(
-            failures(&calls).is_empty(),
-            "with a retry policy no call fails"
+            !failures(&calls).is_empty(),
+            "calls on the broken link fail"
         );
-    } else {
-        assert_failures_on_c(&bench, &calls, Duration::from_millis(1500));
-    }
-    bench.assert_servers_healthy().await;
-    bench.assert_client_healthy().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn fault_reset_peer_fails_only_calls_on_the_reset_link_as_unavailable() {
-    reset_peer(false).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn fault_reset_peer_with_retry_policy_fails_no_call() {
-    reset_peer(true).await;
-}
-
-/// 8 KiB names (and so 8 KiB answers): a 20,000-byte cut lands inside a message.
-fn padding() -> String {
-    format!(",sleep:20,{}", "x".repeat(8 * 1024))
-}
-
-/// `limit_data` 20,000 bytes on C's requests (`upstream`): each connection is cut inside a
-/// request message. Without a policy only calls on C's link fail, with `Unavailable`; with a
-/// retry policy none (no answer had begun).
-async fn cut_requests(policy: bool) {
-    let toxiproxy = toxiproxy_or_skip!();
-    let bench = Bench::start(toxiproxy, policy, Duration::from_secs(2)).await;
-    let (calls, faulted) = hold_toxic(
-        &bench,
-        &[Toxic::limit_data(20_000).stream(Stream::Upstream)],
-        1500,
-        &padding(),
-    )
-    .await;
-    report("limit_data 20,000 B upstream", policy, &calls, faulted);
-    if policy {
-        assert!(
-            failures(&calls).is_empty(),
-            "with a retry policy no call fails"
-        );
-    } else {
-        assert_failures_on_c(&bench, &calls, Duration::from_millis(1500));
-    }
-    bench.assert_servers_healthy().await;
-    bench.assert_client_healthy().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn fault_limit_data_cut_in_a_request_fails_only_calls_on_it_as_unavailable() {
-    cut_requests(false).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn fault_limit_data_cut_in_a_request_with_retry_policy_fails_no_call() {
-    cut_requests(true).await;
-}
-
-/// `limit_data` 20,000 bytes on C's answers (`downstream`): each connection is cut inside an
-/// answer. Without a policy only calls on C's link fail, with `Unavailable`. With a retry
-/// policy only calls whose answer had begun may fail (the answer commits the call: it cannot be
-/// sent again); C's handler finished each of them.
-async fn cut_answers(policy: bool) {
-    let toxiproxy = toxiproxy_or_skip!();
-    let bench = Bench::start(toxiproxy, policy, Duration::from_secs(2)).await;
-    let (calls, faulted) = hold_toxic(&bench, &[Toxic::limit_data(20_000)], 1500, &padding()).await;
-    report("limit_data 20,000 B downstream", policy, &calls, faulted);
-    if policy {
-        bench.assert_some_call_retried(&calls);
-        let (c, _) = bench.c();
+    } else if committed {
         for f in failures(&calls) {
             assert!(
                 c.greeter.answered(&f.name),
@@ -653,21 +581,112 @@ async fn cut_answers(policy: bool) {
             );
         }
     } else {
-        assert!(!failures(&calls).is_empty(), "calls on the cut link fail");
+        assert!(
+            failures(&calls).is_empty(),
+            "with a retry policy no call fails"
+        );
+    }
+    if policy {
+        bench.assert_some_call_retried(&calls);
     }
     assert_failures_on_c(&bench, &calls, Duration::from_millis(1500));
     bench.assert_servers_healthy().await;
     bench.assert_client_healthy().await;
 }
 
+/// `reset_peer` on C's answers: closed 300 ms after the next bytes, again on each new
+/// connection while the toxic stays.
+fn reset_after_300ms() -> Toxic {
+    Toxic::reset_peer(Duration::from_millis(300))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fault_reset_peer_fails_only_calls_on_the_reset_link_as_unavailable() {
+    broken_link(
+        "reset_peer 300 ms",
+        reset_after_300ms(),
+        ",sleep:20",
+        false,
+        false,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fault_reset_peer_with_retry_policy_fails_no_call() {
+    broken_link(
+        "reset_peer 300 ms",
+        reset_after_300ms(),
+        ",sleep:20",
+        true,
+        false,
+    )
+    .await;
+}
+
+/// 8 KiB names (and so 8 KiB answers): a 20,000-byte cut lands inside a message.
+fn padding() -> String {
+    format!(",sleep:20,{}", "x".repeat(8 * 1024))
+}
+
+/// `limit_data` 20,000 bytes on C's requests (`upstream`): each connection is cut inside a
+/// request message, before any answer to it.
+fn cut_requests() -> Toxic {
+    Toxic::limit_data(20_000).stream(Stream::Upstream)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fault_limit_data_cut_in_a_request_fails_only_calls_on_it_as_unavailable() {
+    broken_link(
+        "limit_data 20,000 B upstream",
+        cut_requests(),
+        &padding(),
+        false,
+        false,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fault_limit_data_cut_in_a_request_with_retry_policy_fails_no_call() {
+    broken_link(
+        "limit_data 20,000 B upstream",
+        cut_requests(),
+        &padding(),
+        true,
+        false,
+    )
+    .await;
+}
+
+/// `limit_data` 20,000 bytes on C's answers (`downstream`): each connection is cut inside an
+/// answer.
+fn cut_answers() -> Toxic {
+    Toxic::limit_data(20_000)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fault_limit_data_cut_in_an_answer_fails_only_calls_on_it_as_unavailable() {
-    cut_answers(false).await;
+    broken_link(
+        "limit_data 20,000 B downstream",
+        cut_answers(),
+        &padding(),
+        false,
+        true,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fault_limit_data_cut_in_an_answer_with_retry_policy_fails_only_begun_answers() {
-    cut_answers(true).await;
+    broken_link(
+        "limit_data 20,000 B downstream",
+        cut_answers(),
+        &padding(),
+        true,
+        true,
+    )
+    .await;
 }
 
 // ---- slicer, bandwidth ---------------------------------------------------------------------------
