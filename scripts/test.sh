@@ -47,6 +47,16 @@ if ! python3 -c 'import jsonschema, yaml' >/dev/null 2>&1; then
   python3 -m pip install -q jsonschema pyyaml >/dev/null 2>&1 || echo "warning: could not install jsonschema; compose validation will be skipped" >&2
 fi
 
+# grpcio (Python's gRPC, on gRPC core): the foreign client of the compression tests
+# (tests/python/grpcio_call.py); one wheel, ~6 MB.
+if ! python3 -c 'import grpc' >/dev/null 2>&1; then
+  log "installing python grpcio"
+  python3 -m pip install -q grpcio >/dev/null 2>&1 || {
+    echo "error: could not install grpcio, which tests/tests/integration/compression.rs needs" >&2
+    exit 1
+  }
+fi
+
 # --- 1b. Go programs: go-zero interop, Toxiproxy ------------------------------
 # Real go-zero v1.10.3 programs (interop/gozero) that the interop tests run next to zrpc, and
 # Shopify's Toxiproxy v2.12.0 (interop/toxiproxy), the fault proxy of the network-fault tests

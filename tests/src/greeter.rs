@@ -7,7 +7,11 @@
 //! - `block:<ms>`: hold the worker thread before answering (a blocking sleep, as a handler
 //!   doing CPU work that never awaits would);
 //! - `fail:<code>`: answer with that numeric gRPC code (message `"failed on purpose"`);
-//! - `panic` / `panic:<msg>`: panic in the handler.
+//! - `panic` / `panic:<msg>`: panic in the handler;
+//! - `compression`: end the reply with how the request arrived (` [compressed: true]`, `false`,
+//!   or `none` without a `zrpc::compression::CallCompression`);
+//! - `send:<encoding>` (`gzip`, `identity`, ...): the call's response compression, chosen by
+//!   the handler through its `CallCompression`.
 //!
 //! Builder fields apply to every call: [`TestGreeter::with_delay`],
 //! [`TestGreeter::with_failure`], [`TestGreeter::with_panic`]. [`TestGreeter::with_names`]
@@ -24,6 +28,7 @@ use tokio::task::JoinHandle;
 use tokio_stream::Stream;
 use tonic::{Code, Request, Response, Status};
 use zrpc_core::breaker::BreakerRegistry;
+use zrpc_core::grpc::compression::{CallCompression, Encoding};
 use zrpc_server::conf::ShutdownConf;
 use zrpc_server::{RpcServerConf, Server, ServerHandle};
 
@@ -97,6 +102,10 @@ pub struct Directives {
     pub fail: Option<Code>,
     /// `panic[:<msg>]`.
     pub panic: Option<String>,
+    /// `compression`.
+    pub report_compression: bool,
+    /// `send:<encoding>`: `Some(None)` for `identity`.
+    pub send: Option<Option<Encoding>>,
 }
 
 /// Parses the directives of a request name.
@@ -113,6 +122,10 @@ pub fn directives(name: &str) -> Directives {
             d.panic = Some("test panic".to_owned());
         } else if let Some(msg) = part.strip_prefix("panic:") {
             d.panic = Some(msg.to_owned());
+        } else if part == "compression" {
+            d.report_compression = true;
+        } else if let Some(name) = part.strip_prefix("send:") {
+            d.send = zrpc_core::grpc::compression::parse_setting(name).ok();
         }
     }
     d
@@ -238,11 +251,15 @@ impl TestGreeter {
 #[tonic::async_trait]
 impl Greeter for TestGreeter {
     async fn say_hello(&self, req: Request<HelloRequest>) -> Result<Response<HelloReply>, Status> {
+        let call = req.extensions().get::<CallCompression>().cloned();
         let name = req.into_inner().name;
         self.record(&name, false);
         self.counters.add(&self.counters.started);
         let mut running = Running(Arc::clone(&self.counters), false);
         let d = directives(&name);
+        if let (Some(send), Some(call)) = (d.send, &call) {
+            call.set_send(send);
+        }
         let delay = d.sleep.unwrap_or(self.delay);
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
@@ -262,9 +279,15 @@ impl Greeter for TestGreeter {
         if let Some(code) = d.fail.or(self.failure) {
             return Err(Status::new(code, "failed on purpose"));
         }
-        Ok(Response::new(HelloReply {
-            message: format!("hello {name}"),
-        }))
+        let mut message = format!("hello {name}");
+        if d.report_compression {
+            let how = call.and_then(|c| c.last_received_compressed());
+            message += &match how {
+                Some(c) => format!(" [compressed: {c}]"),
+                None => " [compressed: none]".to_owned(),
+            };
+        }
+        Ok(Response::new(HelloReply { message }))
     }
 
     type SayHelloStreamStream = Pin<Box<dyn Stream<Item = Result<HelloReply, Status>> + Send>>;

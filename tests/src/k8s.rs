@@ -519,7 +519,9 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             (200, Value::Null)
         }
     };
-    {
+    // the log entries before this index are history to a watch: taken with its request's record,
+    // so that a test that saw the watch in `watches()` knows later events reach it live
+    let start = {
         let mut st = lock();
         st.requests.push(Logged {
             watch: query.as_ref().is_some_and(|q| q.watch),
@@ -531,7 +533,8 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             authorization,
             status,
         });
-    }
+        st.log.len()
+    };
     let Some(q) = query.filter(|_| status == 200) else {
         return write_json(&mut stream, status, &body).await;
     };
@@ -559,8 +562,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         )
         .await?;
     let from = q.rv.unwrap_or(0);
-    // the log entries before this index are history: only changes are replayed from them
-    let start = lock().log.len();
+    // only changes are replayed from the history before `start`
     let mut pos = 0;
     let compacted = lock().compacted;
     if from < compacted {

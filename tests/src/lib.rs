@@ -8,6 +8,7 @@ pub mod gozero;
 pub mod greeter;
 pub mod h2raw;
 pub mod k8s;
+pub mod otlp;
 pub mod redis;
 pub mod toxiproxy;
 

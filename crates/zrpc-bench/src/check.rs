@@ -9,7 +9,7 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 
 /// The section titles a full report has, in order.
-pub(crate) const SECTIONS: [&str; 8] = [
+pub(crate) const SECTIONS: [&str; 9] = [
     "Overhead: throughput, CPU and memory",
     "Latency: serial calls",
     "Balance: one slow node",
@@ -18,12 +18,13 @@ pub(crate) const SECTIONS: [&str; 8] = [
     "Failover and registration",
     "Memory per idle connection",
     "Server streaming and 256 KiB requests",
+    "gzip on 256 KiB requests",
 ];
 
 /// What each section must contain besides a table (the columns and tables that carry the
 /// method: spreads next to ratios, the noise-free instruction counts, the real overload factor,
 /// the per-fault time to the last call, registration timed from the process start).
-pub(crate) const REQUIRED: [(&str, &str); 11] = [
+pub(crate) const REQUIRED: [(&str, &str); 12] = [
     (SECTIONS[0], "vs bare tonic (min..max)"),
     (SECTIONS[0], "CPU/req vs bare tonic (min..max)"),
     (SECTIONS[0], "Instructions per request under callgrind"),
@@ -35,6 +36,7 @@ pub(crate) const REQUIRED: [(&str, &str); 11] = [
     (SECTIONS[5], "process start -> first request"),
     (SECTIONS[6], "RSS growth per connection"),
     (SECTIONS[7], "messages/s"),
+    (SECTIONS[8], "octets sent per call"),
 ];
 
 /// Checks the report at `path`; the error lists every problem found.

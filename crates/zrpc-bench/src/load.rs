@@ -68,6 +68,14 @@ pub(crate) struct LoadArgs {
     /// The request's name field has this many octets (0: `bench`).
     #[arg(long, default_value_t = 0)]
     payload_bytes: usize,
+    /// The `--payload-bytes` name is text (words and numbers that gzip shrinks about 3x) rather
+    /// than one octet repeated.
+    #[arg(long)]
+    text: bool,
+    /// Calls compressed with gzip: tonic's own (`send_compressed` and `accept_compressed`) for
+    /// `--client tonic`, `Compression: gzip` for `--client zrpc`.
+    #[arg(long)]
+    gzip: bool,
 }
 
 /// What each call sends.
@@ -142,6 +150,40 @@ async fn stream(c: &mut Caller, shape: &Shape) -> (u32, Option<String>) {
     }
 }
 
+/// `n` octets of text: words and numbers from a small vocabulary, picked by a fixed
+/// generator (the same text every run), that gzip shrinks about 3x, as JSON or logs do.
+fn text(n: usize) -> String {
+    const WORDS: [&str; 16] = [
+        "user", "order", "status", "shipped", "amount", "currency", "EUR", "created", "id",
+        "region", "eu-west", "items", "sku", "quantity", "price", "note",
+    ];
+    let mut s = String::with_capacity(n + 16);
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    while s.len() < n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.push_str(WORDS[(x % 16) as usize]);
+        s.push_str(if x & 32 == 0 { "=" } else { " " });
+        s.push_str(&(x >> 40).to_string());
+        s.push(if x & 64 == 0 { ',' } else { ' ' });
+    }
+    s.truncate(n);
+    s
+}
+
+/// Octets this process has written through system calls (`/proc/self/io` `wchar`): over a
+/// run, what the client sent on its connections. (Its `rchar` does not count reads from
+/// sockets.)
+fn written() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("wchar:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 #[derive(Debug, Clone)]
 struct Rec {
     start: Duration,
@@ -182,7 +224,12 @@ async fn connect(args: &LoadArgs) -> Result<Caller> {
                 .connect()
                 .await
                 .with_context(|| format!("cannot connect to {first}"))?;
-            Ok(Caller::Tonic(GreeterClient::new(ch)))
+            let mut client = GreeterClient::new(ch);
+            if args.gzip {
+                let gzip = tonic::codec::CompressionEncoding::Gzip;
+                client = client.send_compressed(gzip).accept_compressed(gzip);
+            }
+            Ok(Caller::Tonic(client))
         }
         "zrpc" => {
             let mut conf = if args.etcd.is_empty() {
@@ -198,6 +245,9 @@ async fn connect(args: &LoadArgs) -> Result<Caller> {
             if args.timeout_ms > 0 {
                 conf.timeout = args.timeout_ms;
             }
+            if args.gzip {
+                conf.compression = Some(zrpc::compression::Encoding::Gzip);
+            }
             let client = zrpc::client(conf).await?;
             Ok(Caller::Zrpc(GreeterClient::new(client)))
         }
@@ -211,7 +261,9 @@ async fn load(args: LoadArgs) -> Result<Summary> {
         timeout: (args.timeout_ms > 0 && args.client == "tonic")
             .then(|| Duration::from_millis(args.timeout_ms)),
         stream: args.stream,
-        name: if args.payload_bytes > 0 {
+        name: if args.payload_bytes > 0 && args.text {
+            text(args.payload_bytes)
+        } else if args.payload_bytes > 0 {
             "x".repeat(args.payload_bytes)
         } else {
             "bench".into()
@@ -238,6 +290,7 @@ async fn load(args: LoadArgs) -> Result<Summary> {
         .await;
     }
     let cpu0 = zrpc_tests::bench::cpu_ns();
+    let io0 = written();
     let t0 = Instant::now();
     let t0_unix_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -257,6 +310,7 @@ async fn load(args: LoadArgs) -> Result<Summary> {
     };
     let elapsed = t0.elapsed();
     let cpu = zrpc_tests::bench::cpu_ns().saturating_sub(cpu0);
+    let wire = written().saturating_sub(io0);
     if let Some(path) = &args.records {
         let mut f = std::io::BufWriter::new(
             std::fs::File::create(path)
@@ -277,6 +331,9 @@ async fn load(args: LoadArgs) -> Result<Summary> {
     let mut summary = summarize(&recs, elapsed, cpu);
     summary.t0_unix_ms = t0_unix_ms;
     summary.messages = summary.ok * u64::from(args.stream);
+    if summary.calls > 0 {
+        summary.sent_per_call = wire as f64 / summary.calls as f64;
+    }
     Ok(summary)
 }
 

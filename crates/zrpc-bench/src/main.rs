@@ -102,6 +102,8 @@ enum Cmd {
     Memory,
     /// Server streaming messages/s and unary calls with a 256 KiB request.
     Payloads,
+    /// Unary calls with a 256 KiB text request, with and without gzip: zrpc and bare tonic.
+    Compression,
     /// Checks that a report is well formed (every section, table and chart): the smoke test.
     CheckReport {
         /// The report.
@@ -144,6 +146,7 @@ fn main() -> ExitCode {
                 Cmd::Failover => &[scenarios::Kind::Failover],
                 Cmd::Memory => &[scenarios::Kind::Memory],
                 Cmd::Payloads => &[scenarios::Kind::Payloads],
+                Cmd::Compression => &[scenarios::Kind::Compression],
                 Cmd::Serve(_) | Cmd::Load(_) | Cmd::CheckReport { .. } | Cmd::Compare { .. } => {
                     unreachable!("handled above")
                 }

@@ -44,6 +44,10 @@ pub(crate) struct ServeArgs {
     /// zrpc only: turn the `:authority` repair off (to see what its inspection costs).
     #[arg(long)]
     no_authority_repair: bool,
+    /// gzip: tonic's own (`accept_compressed` and `send_compressed`) for `tonic`,
+    /// `Compression: gzip` for `zrpc` (which accepts gzip in any case).
+    #[arg(long)]
+    gzip: bool,
 }
 
 #[derive(Debug)]
@@ -172,10 +176,13 @@ async fn serve(args: ServeArgs) -> Result<()> {
         .append(true)
         .open(&args.events)
         .with_context(|| format!("cannot open the events file {}", args.events.display()))?;
-    let conf: Option<zrpc::RpcServerConf> = match &args.conf {
+    let mut conf: Option<zrpc::RpcServerConf> = match &args.conf {
         Some(path) => Some(zrpc::conf::load(path)?),
         None => None,
     };
+    if let (true, Some(c)) = (args.gzip, conf.as_mut()) {
+        c.compression = Some(zrpc::compression::Encoding::Gzip);
+    }
     let listen = conf
         .as_ref()
         .map_or(args.listen.clone(), |c| c.listen_on.clone());
@@ -208,6 +215,12 @@ async fn serve(args: ServeArgs) -> Result<()> {
                 .await?;
         }
         ("tonic", None) => {
+            let gzip = tonic::codec::CompressionEncoding::Gzip;
+            let svc = if args.gzip {
+                svc.accept_compressed(gzip).send_compressed(gzip)
+            } else {
+                svc
+            };
             tonic::transport::Server::builder()
                 .add_service(svc)
                 .serve_with_incoming_shutdown(

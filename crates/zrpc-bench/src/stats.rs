@@ -50,6 +50,10 @@ pub(crate) struct Summary {
     /// Streamed messages received in completed streams (`load --stream`; 0 for unary calls).
     #[serde(default)]
     pub(crate) messages: u64,
+    /// Octets the generator wrote per call (its connections' HTTP/2 frames: the requests on
+    /// the wire, TCP/IP headers aside), from `/proc/self/io`.
+    #[serde(default)]
+    pub(crate) sent_per_call: f64,
 }
 
 impl Summary {

@@ -1,5 +1,7 @@
 //! Pick cost of the P2C+EWMA picker (v2 rules, and v1 for comparison): 3, 10 and 100 endpoints,
-//! 1 and 2 threads.
+//! 1 and 2 threads; and of the `consistent_hash` ring beside it (`consistent_hash`, 3 and 100
+//! endpoints: one murmur3 hash of a 9..11-byte key, a binary search over 100 points per endpoint,
+//! the same in-flight accounting as P2C).
 //!
 //! Run: `cargo bench -p zrpc-client --bench picker -- --warm-up-time 1 --measurement-time 2`.
 //! Each iteration is one clock read (`Clock::coarse_now`, the cheapest a pick can make), one pick
@@ -30,7 +32,7 @@ use std::time::{Duration, Instant};
 use rustix::time::{ClockId, clock_gettime};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use zrpc_client::balancer::{Clock, EndpointStats, P2cPicker, P2cRules, ThreadRng};
+use zrpc_client::sim::{Clock, EndpointStats, HashRing, P2cPicker, P2cRules, ThreadRng};
 use zrpc_core::grpc::code;
 
 fn endpoints(n: usize) -> Vec<Arc<EndpointStats>> {
@@ -262,6 +264,39 @@ fn pick(c: &mut Criterion) {
     g.finish();
 }
 
+fn pick_consistent_hash(c: &mut Criterion) {
+    let mut g = c.benchmark_group("pick");
+    // keys as an application's: user ids, a different one each call
+    let keys: Vec<String> = (0..4096)
+        .map(|i| format!("user-{}", 100_000 + i * 7))
+        .collect();
+    for n in [3usize, 100] {
+        let set = endpoints(n);
+        let addrs: Vec<String> = (0..n)
+            .map(|i| format!("10.0.{}.{}:8080", i / 256, i % 256))
+            .collect();
+        let ring = HashRing::new(&addrs);
+        let clock = P2cPicker::new(Instant::now()).clock();
+        for (name, timer) in [
+            ("consistent_hash", Timer::Wall),
+            ("consistent_hash_cpu", Timer::Cpu),
+        ] {
+            g.bench_with_input(BenchmarkId::new(name, n), &n, |b, _| {
+                let mut k = 0usize;
+                b.iter_custom(|iters| {
+                    timed_live(timer, Release::InSpan, iters, &set, clock, || {
+                        k = (k + 1) % keys.len();
+                        let now = clock.coarse_now();
+                        ring.pick(black_box(&keys[k]), black_box(&set), now)
+                            .unwrap()
+                    })
+                });
+            });
+        }
+    }
+    g.finish();
+}
+
 fn clock(c: &mut Criterion) {
     c.bench_function("clock_read", |b| b.iter(Instant::now));
     let clock = P2cPicker::new(Instant::now()).clock();
@@ -314,5 +349,12 @@ fn complete(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, pick, release, complete, clock);
+criterion_group!(
+    benches,
+    pick,
+    pick_consistent_hash,
+    release,
+    complete,
+    clock
+);
 criterion_main!(benches);

@@ -13,24 +13,23 @@ use tonic::body::Body;
 use tower::BoxError;
 use zrpc_core::breaker::BreakerRegistry;
 use zrpc_core::conf::{ConfError, Validate};
-use zrpc_core::grpc::{OnStatus, StatusBody, StatusGuard, status_from_headers};
+use zrpc_core::grpc::StatusGuard;
 
 use crate::Error;
+use crate::balancer::Balancer;
 use crate::balancer::endpoint::ConnectOptions;
-use crate::balancer::endpoint::{Answer, Done};
-use crate::balancer::random_seed;
-use crate::balancer::service::Balancer;
-use crate::balancer::service::{Call, call_deadline};
+use crate::balancer::rng::random_seed;
 use crate::balancer::stats::EjectionLimit;
 use crate::conf::RpcClientConf;
+use crate::layers::Response;
 use crate::layers::credentials::Credentials;
 use crate::layers::duration::SLOW_THRESHOLD;
-use crate::layers::observe::{Detail, Observe, Outcome};
-use crate::layers::timeout::{Bound, Timeout};
-use crate::layers::{Response, code_of_error};
+use crate::layers::observe::{Observe, Outcome};
+use crate::layers::timeout::{Timeout, caller_deadline};
 use crate::metrics::ClientMetrics;
 use crate::resolver::{self, Target};
-use crate::retry::Retries;
+use crate::retry::policy::Policies;
+use crate::retry::{Call, Retry};
 
 /// How long `NonBlock: false` waits for a usable endpoint (go-zero's dial timeout).
 pub(crate) const BLOCKING_DIAL_TIMEOUT: Duration = Duration::from_secs(3);
@@ -59,9 +58,11 @@ pub struct Client {
     observe: Option<Observe>,
     timeout: Option<Timeout>,
     credentials: Option<Credentials>,
-    /// Retry and hedging policies (`MethodConfig`), `None` without any.
-    retries: Option<Arc<Retries>>,
-    balancer: Balancer,
+    /// Every attempt of a call (transparent re-sends, `MethodConfig` policies), picked by the
+    /// balancer.
+    retry: Retry,
+    /// Request and response compression (`crate::compression`).
+    compression: Arc<crate::compression::Compression>,
     target: Arc<str>,
     /// Keeps the resolver running.
     _resolution: Arc<dyn Any + Send + Sync>,
@@ -71,7 +72,7 @@ impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
             .field("target", &self.target)
-            .field("balancer", &self.balancer)
+            .field("balancer", self.retry.balancer())
             .finish_non_exhaustive()
     }
 }
@@ -102,13 +103,16 @@ pub struct ClientHandles {
 }
 
 impl ClientHandles {
-    /// Breakers from `registry` instead of the process-wide one.
+    /// Breakers from `registry` instead of the process-wide one (`Middlewares.Breaker` must be
+    /// on: [`Client::with_handles`] refuses a registry it would never use).
     pub fn breakers(mut self, registry: Arc<BreakerRegistry>) -> Self {
         self.breakers = Some(registry);
         self
     }
 
-    /// Metrics into `metrics` ([`ClientMetrics::register`]) instead of the global registry.
+    /// Metrics into `metrics` ([`ClientMetrics::register`]) instead of the global registry
+    /// (`Middlewares.Prometheus` must be on: [`Client::with_handles`] refuses a registry it
+    /// would never use).
     pub fn metrics(mut self, metrics: ClientMetrics) -> Self {
         self.metrics = Some(metrics);
         self
@@ -135,12 +139,29 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// As [`Client::new`].
+    /// As [`Client::new`]; and [`Error::Config`] when a registry is given for a stage the config
+    /// turns off (`Middlewares.Breaker` or `Middlewares.Prometheus` false), which would never
+    /// record into it.
     pub async fn with_handles(
         conf: RpcClientConf,
         handles: ClientHandles,
     ) -> Result<Client, Error> {
         conf.validate().map_err(Error::Config)?;
+        let unused = |key: &str, what: &str| {
+            Error::Config(ConfError::invalid(
+                key,
+                format!(
+                    "false, but {what} gives the client a registry it would never record into: \
+                     turn {key} on or leave the registry out"
+                ),
+            ))
+        };
+        if handles.breakers.is_some() && !conf.middlewares.breaker {
+            return Err(unused("Middlewares.Breaker", "ClientHandles::breakers"));
+        }
+        if handles.metrics.is_some() && !conf.middlewares.prometheus {
+            return Err(unused("Middlewares.Prometheus", "ClientHandles::metrics"));
+        }
         let target_str = conf.build_target().map_err(Error::Config)?;
         let target = Target::parse(&target_str)?;
         let resolution = resolver::resolve_with(&target, &conf.etcd)?;
@@ -154,19 +175,38 @@ impl Client {
         .await
     }
 
-    /// Builds a client over any endpoint-set source: `resolution` replaces the resolver of the
-    /// config's target (`Endpoints`, `Target` and `Etcd` are ignored); `name` names the target in
-    /// errors, logs, breakers and metrics. Use it for a custom discovery (publish `Some(set)` on the
-    /// watch channel on every change), or to drive endpoint-set updates in tests.
+    /// Builds a client over any endpoint-set source: `resolution` stands for the config's
+    /// target; `name` names the target in errors, logs, breakers and metrics. Use it for a
+    /// custom discovery (publish `Some(set)` on the watch channel on every change), or to drive
+    /// endpoint-set updates in tests.
     ///
     /// # Errors
     ///
-    /// As [`Client::new`], except for target errors.
+    /// As [`Client::new`]; and [`Error::Config`] when the config also names a target
+    /// (`Endpoints`, `Target` or `Etcd`), which the resolution would silently replace.
     pub async fn with_resolution(
         conf: RpcClientConf,
         name: &str,
         resolution: resolver::Resolution,
     ) -> Result<Client, Error> {
+        conf.validate_settings().map_err(Error::Config)?;
+        if let Ok(target) = conf.build_target() {
+            let key = if !conf.endpoints.is_empty() {
+                "Endpoints"
+            } else if !conf.target.is_empty() {
+                "Target"
+            } else {
+                "Etcd"
+            };
+            return Err(Error::Config(ConfError::invalid(
+                key,
+                format!(
+                    "the config names the target {target}, which the resolution given to \
+                     Client::with_resolution ({name}) replaces: leave Endpoints, Target and Etcd \
+                     empty"
+                ),
+            )));
+        }
         Client::build(
             conf,
             name.to_owned(),
@@ -194,10 +234,10 @@ impl Client {
         let balancer = Balancer::with_status(
             target_name.clone(),
             conf.balancer_name,
-            resolution.updates.clone(),
+            resolution.updates(),
             connect,
             random_seed(),
-            resolution.status.clone(),
+            resolution.status().clone(),
             // the timeout layer's deadline: the balancer anchors the timer wheel for it
             conf.middlewares
                 .timeout
@@ -226,13 +266,12 @@ impl Client {
                 .clone()
                 .unwrap_or_else(|| crate::metrics::client_metrics().clone())
         });
-        let retries = Retries::new(
+        let policies = Policies::new(
             &conf,
             target_name.clone(),
             breakers.clone(),
             metrics.clone(),
-        )
-        .map(Arc::new);
+        );
         let observe = (m.trace || m.duration || m.prometheus || m.breaker).then(|| {
             Observe::builder(&target_name)
                 .trace(m.trace)
@@ -246,10 +285,10 @@ impl Client {
             // the balancer enforces the deadline (one timer per call, see `layers::timeout`)
             timeout: m.timeout.then(|| Timeout::new(conf.timeout_duration())),
             credentials,
-            retries,
-            balancer,
+            retry: Retry::new(balancer, policies),
+            compression: crate::compression::Compression::new(&conf),
             target: target_name,
-            _resolution: resolution.guard,
+            _resolution: resolution.into_source(),
         };
         if !conf.non_block {
             client.wait_usable(service_name).await?;
@@ -266,7 +305,8 @@ impl Client {
     /// A snapshot of the current endpoints and their balancer stats.
     #[must_use]
     pub fn endpoints(&self) -> Vec<EndpointInfo> {
-        self.balancer
+        self.retry
+            .balancer()
             .shared
             .endpoints()
             .iter()
@@ -283,7 +323,7 @@ impl Client {
     /// Why a blocking dial found no usable endpoint: the resolver's problem, the endpoints that
     /// refused connections, or a resolver that has not answered.
     fn dial_state(&self, service: &str) -> String {
-        let shared = &self.balancer.shared;
+        let shared = &self.retry.balancer().shared;
         if let Some(problem) = shared.resolver_problem() {
             return problem.to_string();
         }
@@ -306,7 +346,7 @@ impl Client {
     }
 
     async fn wait_usable(&self, service: String) -> Result<(), Error> {
-        let shared = &self.balancer.shared;
+        let shared = &self.retry.balancer().shared;
         let wait = async {
             shared.wait_ready().await;
             loop {
@@ -366,8 +406,11 @@ pin_project! {
             call: Call,
             // the observing stage's recorders (disarmed when it is off)
             outcome: StatusGuard<Outcome>,
-            // the timeout stage's deadline
-            bound: Option<Bound>,
+            // the call's deadline and its timeout (the timeout stage's, or the caller's)
+            deadline: Option<Instant>,
+            timeout: Option<Duration>,
+            // how the response is decompressed
+            inflate: crate::compression::Inflate,
         },
         // the breaker rejected the call (recorded already)
         Rejected { err: Option<BoxError> },
@@ -391,7 +434,9 @@ impl Future for ResponseFuture {
             StateProj::Called {
                 call,
                 outcome,
-                bound,
+                deadline,
+                timeout,
+                inflate,
             } => {
                 let answer = {
                     let _enter = outcome
@@ -400,72 +445,11 @@ impl Future for ResponseFuture {
                         .map(tracing::Span::enter);
                     ready!(call.poll(cx))
                 };
-                Poll::Ready(end(answer, *bound, outcome.take()))
+                Poll::Ready(
+                    crate::response::end(answer, *deadline, *timeout, outcome.take())
+                        .and_then(|resp| std::mem::take(inflate).response(resp)),
+                )
             }
-        }
-    }
-}
-
-/// The end of a call: its answer wired to the endpoint and the recorders ([`finish`]), or its
-/// error (past the deadline, as the timeout stage says) recorded.
-pub(crate) fn end(
-    answer: Result<Answer, BoxError>,
-    bound: Option<Bound>,
-    outcome: Option<Outcome>,
-) -> Result<Response, BoxError> {
-    match answer {
-        Ok(Answer { resp, done }) => Ok(finish(resp, done, outcome)),
-        Err(err) => {
-            let err = match bound {
-                Some(b) => b.error(err),
-                None => err,
-            };
-            if let Some(o) = outcome {
-                o.record(code_of_error(&*err), Detail::Error(&err));
-            }
-            Err(err)
-        }
-    }
-}
-
-/// Wires the final status of `resp` to the endpoint's completion and the observing stage's
-/// recorders, read once for both with one clock reading: from the headers of a trailers-only
-/// response now, else from the trailers at the end of the body (one wrapper, one box).
-fn finish(resp: Response, done: Option<Done>, outcome: Option<Outcome>) -> Response {
-    if done.is_none() && outcome.is_none() {
-        return resp;
-    }
-    let (parts, body) = resp.into_parts();
-    let body = match status_from_headers(&parts.headers) {
-        Some(code) => {
-            let now = Instant::now();
-            if let Some(d) = done {
-                d.finish(code, now);
-            }
-            if let Some(o) = outcome {
-                o.record_at(code, Detail::Message(&parts.headers), now);
-            }
-            body
-        }
-        None => Body::new(StatusBody::new(body, Completion { done, outcome })),
-    };
-    http::Response::from_parts(parts, body)
-}
-
-/// The recorders of one call's end, fed from its trailers.
-struct Completion {
-    done: Option<Done>,
-    outcome: Option<Outcome>,
-}
-
-impl OnStatus for Completion {
-    fn on_status(self, code: i32) {
-        let now = Instant::now();
-        if let Some(d) = self.done {
-            d.finish(code, now);
-        }
-        if let Some(o) = self.outcome {
-            o.record_at(code, Detail::None, now);
         }
     }
 }
@@ -481,10 +465,11 @@ impl tower::Service<http::Request<Body>> for Client {
     }
 
     /// go-zero's chain in one step, stage by stage (outer to inner): observe (its span, the
-    /// breaker), timeout, credentials, then the balancer's pick and first attempt, or, for a
-    /// method with a retry or hedging policy, its attempts under the retry budget. The stages
-    /// share the call's start instant and its deadline without request extensions, and its
-    /// final status is read once, for the endpoint and the recorders together.
+    /// breaker), timeout, credentials, then the retry stage: the balancer's pick and the first
+    /// attempt, and any attempt after it (a request that never reached a server sent
+    /// elsewhere, a method's retry or hedging policy under the retry budget). The stages share
+    /// the call's start instant and its deadline without request extensions, and its final
+    /// status is read once, for the endpoint and the recorders together (`crate::response`).
     fn call(&mut self, mut req: http::Request<Body>) -> Self::Future {
         let start = Instant::now();
         let outcome = match &self.observe {
@@ -498,47 +483,32 @@ impl tower::Service<http::Request<Body>> for Client {
             },
             None => StatusGuard::disarmed(),
         };
-        let (bound, deadline, timeout) = match &self.timeout {
-            Some(stage) => {
-                let bound = stage.apply(&mut req);
-                let deadline = bound.map(|b| b.deadline.into_std());
-                (bound, deadline, bound.map(|b| b.timeout))
-            }
+        let (deadline, timeout) = match &self.timeout {
+            Some(stage) => match stage.apply(&mut req) {
+                Some((deadline, timeout)) => (Some(deadline), Some(timeout)),
+                None => (None, None),
+            },
             // the caller's own `grpc-timeout`, if any
-            None => {
-                let (deadline, timeout) = call_deadline(&req, || start);
-                (None, deadline, timeout)
-            }
+            None => caller_deadline(&req, start),
         };
         if let Some(c) = &self.credentials {
             c.apply(&mut req);
         }
-        let policy = self.retries.as_ref().and_then(|r| {
-            r.deposit(start);
-            r.policy(req.uri().path()).map(|p| (Arc::clone(r), p))
-        });
+        let inflate = self.compression.request(&mut req);
         let call = {
             let _enter = outcome
                 .get()
                 .and_then(Outcome::span)
                 .map(tracing::Span::enter);
-            match policy {
-                None => self.balancer.start(req, deadline, timeout, start),
-                Some((retries, policy)) => Balancer::boxed_call(crate::retry::call(
-                    Arc::clone(&self.balancer.shared),
-                    retries,
-                    policy,
-                    req,
-                    deadline,
-                    timeout,
-                )),
-            }
+            self.retry.call(req, deadline, timeout, start)
         };
         ResponseFuture {
             state: State::Called {
                 call,
                 outcome,
-                bound,
+                deadline,
+                timeout,
+                inflate,
             },
         }
     }
@@ -613,66 +583,54 @@ mod tests {
         );
     }
 
-    /// `finish` reads a call's final status once for the endpoint's statistics and the observing
-    /// stage's recorders: from the headers of a trailers-only answer at once, from the trailers
-    /// at the end of the body, and as `Cancelled` for a body dropped before them.
     #[tokio::test]
-    async fn one_status_read_feeds_the_endpoint_and_the_recorders() {
-        use crate::balancer::endpoint::{ConnectOptions, Endpoint};
-        use http_body_util::BodyExt;
-
-        let registry = prometheus::Registry::new();
-        let metrics = ClientMetrics::register(&registry).unwrap();
-        let observe = Observe::builder("direct:///x:1")
-            .metrics(Some(metrics.clone()))
-            .build();
-        // never connected: only its statistics are used
-        let endpoint = Arc::new(Endpoint::new("127.0.0.1:1", &ConnectOptions::default()).unwrap());
-        let count = |c: &str| metrics.code_total.with_label_values(&["/p.S/M", c]).get();
-        let start = || {
-            let mut req = http::Request::builder()
-                .uri("/p.S/M")
-                .body(Body::empty())
-                .unwrap();
-            endpoint.stats.on_pick();
-            let outcome = observe.begin(&mut req, Instant::now()).unwrap();
-            (Some(Done::for_test(Arc::clone(&endpoint))), Some(outcome))
+    async fn a_registry_for_a_stage_that_is_off_is_refused() {
+        let refused = |breaker: bool, handles: ClientHandles| async move {
+            let mut conf = RpcClientConf::direct(["127.0.0.1:1"]);
+            conf.middlewares.breaker = breaker;
+            conf.middlewares.prometheus = !breaker;
+            Client::with_handles(conf, handles)
+                .await
+                .unwrap_err()
+                .to_string()
         };
-        let trailed = |c: &'static str| -> Response {
-            let mut trailers = http::HeaderMap::new();
-            trailers.insert("grpc-status", c.parse().unwrap());
-            let body = http_body_util::Full::new(bytes::Bytes::from_static(b"msg"))
-                .with_trailers(async move { Some(Ok(trailers)) });
-            http::Response::new(Body::new(body))
-        };
-
-        // trailers-only Unavailable: both at once
-        let (done, outcome) = start();
-        let resp: Response = zrpc_core::grpc::status_response(14, "down");
-        drop(finish(resp, done, outcome));
-        assert_eq!(count("14"), 1);
-        assert_eq!(endpoint.stats.inflight(), 0);
+        let breakers = Arc::new(BreakerRegistry::new(
+            zrpc_core::breaker::BreakerConfig::default(),
+        ));
+        let text = refused(false, ClientHandles::default().breakers(breakers)).await;
         assert!(
-            endpoint.stats.success() < 1000.0,
-            "a failure for the endpoint"
+            text.contains("Middlewares.Breaker") && text.contains("ClientHandles::breakers"),
+            "{text}"
         );
+        let metrics = ClientMetrics::register(&prometheus::Registry::new()).unwrap();
+        let text = refused(true, ClientHandles::default().metrics(metrics)).await;
+        assert!(text.contains("Middlewares.Prometheus"), "{text}");
+    }
 
-        // OK in the trailers: both at the end of the body, not before
-        let (done, outcome) = start();
-        let resp = finish(trailed("0"), done, outcome);
-        assert_eq!((count("0"), endpoint.stats.inflight()), (0, 1));
-        resp.into_body().collect().await.unwrap();
-        assert_eq!((count("0"), endpoint.stats.inflight()), (1, 0));
-
-        // dropped before its trailers: Cancelled, for both
-        let (done, outcome) = start();
-        drop(finish(trailed("0"), done, outcome));
-        assert_eq!((count("1"), endpoint.stats.inflight()), (1, 0));
-        assert_eq!(endpoint.stats.requests(), 3);
-        let calls = metrics
-            .duration_ms
-            .with_label_values(&["/p.S/M"])
-            .get_sample_count();
-        assert_eq!(calls, 3, "one duration per call");
+    #[tokio::test]
+    async fn a_resolution_refuses_a_config_that_names_a_target_and_checks_the_rest() {
+        let resolution = || resolver::Resolution::fixed(vec!["127.0.0.1:1".into()]);
+        let err = Client::with_resolution(
+            RpcClientConf::direct(["127.0.0.1:2"]),
+            "test:///r",
+            resolution(),
+        )
+        .await
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("Endpoints") && text.contains("direct:///127.0.0.1:2"),
+            "{text}"
+        );
+        // the rest of the config is checked as Client::new checks it
+        let bad = RpcClientConf::default()
+            .with_p2c(crate::conf::P2cConf::default().with_max_ejected_percent(101));
+        let err = Client::with_resolution(bad, "test:///r", resolution())
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("P2c.MaxEjectedPercent"), "{err}");
+        Client::with_resolution(RpcClientConf::default(), "test:///r", resolution())
+            .await
+            .unwrap();
     }
 }

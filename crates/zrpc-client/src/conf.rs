@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use zrpc_core::conf::{ConfError, EtcdConf, Validate, duration, feature_on};
+use zrpc_core::grpc::compression::{self, Encoding};
 
 pub use crate::tls::ClientTlsConf;
 pub use retry::{
-    HedgingPolicyConf, MAX_POLICY_ATTEMPTS, MethodConf, MethodName, RetryBudgetConf,
-    RetryPolicyConf, StatusCodes,
+    HedgingPolicyConf, MethodConf, MethodName, RetryBudgetConf, RetryPolicyConf, StatusCodes,
 };
 
 mod retry;
@@ -59,6 +59,62 @@ pub struct RpcClientConf {
     /// zrpc addition: the cap on the retries and hedges of all calls (`RetryBudget`).
     #[serde(skip_serializing_if = "RetryBudgetConf::is_default")]
     pub retry_budget: RetryBudgetConf,
+    /// zrpc addition: the encoding of request messages (`gzip`, `deflate`, `zstd`); none (the
+    /// default) sends them uncompressed. Set, the client's calls also list the encodings it can
+    /// decompress in `grpc-accept-encoding` (asking for compressed responses). Compressed
+    /// responses are decompressed whatever this says.
+    #[serde(with = "compression::setting", skip_serializing_if = "Option::is_none")]
+    pub compression: Option<Encoding>,
+    /// zrpc addition: `Compression` for single methods, over the client's.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub method_compression: Vec<MethodCompressionConf>,
+    /// zrpc addition: request messages smaller than this many octets are sent uncompressed
+    /// (default 1024).
+    #[serde(skip_serializing_if = "is_default_min_size")]
+    pub compression_min_size: usize,
+    /// zrpc addition: the most octets a compressed response message may decompress to (and be
+    /// compressed to); a larger one fails the call with `ResourceExhausted` (default 4 MiB,
+    /// tonic's and grpc-go's message limit).
+    #[serde(skip_serializing_if = "is_default_limit")]
+    pub max_decompressed_size: usize,
+}
+
+fn is_default_min_size(v: &usize) -> bool {
+    *v == compression::DEFAULT_MIN_SIZE
+}
+
+fn is_default_limit(v: &usize) -> bool {
+    *v == compression::DEFAULT_MAX_DECOMPRESSED_SIZE
+}
+
+/// zrpc addition, a `MethodCompression` entry: the `Compression` of one method's requests.
+///
+/// ```yaml
+/// MethodCompression:
+///   - FullMethod: /files.Files/Upload
+///     Compression: gzip
+///   - FullMethod: /files.Files/Ping
+///     Compression: identity      # uncompressed, whatever `Compression` says
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct MethodCompressionConf {
+    /// The method, `/package.Service/Method`.
+    pub full_method: String,
+    /// Its encoding: `gzip`, `deflate`, `zstd`, or `identity` for none.
+    #[serde(with = "compression::setting")]
+    pub compression: Option<Encoding>,
+}
+
+impl MethodCompressionConf {
+    /// `full_method`'s requests compressed with `encoding` (`None`: uncompressed).
+    pub fn new(full_method: impl Into<String>, encoding: Option<Encoding>) -> Self {
+        MethodCompressionConf {
+            full_method: full_method.into(),
+            compression: encoding,
+        }
+    }
 }
 
 impl Default for RpcClientConf {
@@ -78,6 +134,10 @@ impl Default for RpcClientConf {
             p2c: P2cConf::default(),
             method_config: Vec::new(),
             retry_budget: RetryBudgetConf::default(),
+            compression: None,
+            method_compression: Vec::new(),
+            compression_min_size: compression::DEFAULT_MIN_SIZE,
+            max_decompressed_size: compression::DEFAULT_MAX_DECOMPRESSED_SIZE,
         }
     }
 }
@@ -179,6 +239,26 @@ impl RpcClientConf {
         self
     }
 
+    /// Sets `Compression`, the encoding of request messages (default: none, uncompressed).
+    #[must_use]
+    pub fn with_compression(mut self, encoding: Option<Encoding>) -> Self {
+        self.compression = encoding;
+        self
+    }
+
+    /// Adds a `MethodCompression` entry: `full_method`'s requests compressed with `encoding`
+    /// (`None`: uncompressed), over `Compression`.
+    #[must_use]
+    pub fn with_method_compression(
+        mut self,
+        full_method: impl Into<String>,
+        encoding: Option<Encoding>,
+    ) -> Self {
+        self.method_compression
+            .push(MethodCompressionConf::new(full_method, encoding));
+        self
+    }
+
     /// Sets `Middlewares` (default all on).
     #[must_use]
     pub fn with_middlewares(mut self, middlewares: ClientMiddlewaresConf) -> Self {
@@ -229,8 +309,10 @@ impl RpcClientConf {
     }
 }
 
-impl Validate for RpcClientConf {
-    fn validate(&self) -> Result<(), ConfError> {
+impl RpcClientConf {
+    /// Validates everything but the target (`Endpoints`, `Target`, `Etcd`): what a client
+    /// built over a resolution of its own uses.
+    pub(crate) fn validate_settings(&self) -> Result<(), ConfError> {
         if let Some(t) = &self.tls {
             t.validate()?;
             if !feature_on("tls", cfg!(feature = "tls")) {
@@ -238,8 +320,15 @@ impl Validate for RpcClientConf {
             }
         }
         self.p2c.validate()?;
+        validate_compression(self)?;
         retry::validate_methods(&self.method_config)?;
-        self.retry_budget.validate()?;
+        self.retry_budget.validate()
+    }
+}
+
+impl Validate for RpcClientConf {
+    fn validate(&self) -> Result<(), ConfError> {
+        self.validate_settings()?;
         for (i, e) in self.endpoints.iter().enumerate() {
             if e.trim().is_empty() || e.contains(',') {
                 return Err(ConfError::invalid(
@@ -285,6 +374,35 @@ impl Validate for RpcClientConf {
         }
         Ok(())
     }
+}
+
+/// `Compression`, `MethodCompression` and `MaxDecompressedSize`.
+fn validate_compression(conf: &RpcClientConf) -> Result<(), ConfError> {
+    compression::setting::check_built("Compression", conf.compression)?;
+    for (i, m) in conf.method_compression.iter().enumerate() {
+        let full = m
+            .full_method
+            .strip_prefix('/')
+            .and_then(|r| r.split_once('/'));
+        if !full.is_some_and(|(s, m)| !s.is_empty() && !m.is_empty() && !m.contains('/')) {
+            return Err(ConfError::invalid(
+                format!("MethodCompression[{i}].FullMethod"),
+                format!("expected /package.Service/Method, got {:?}", m.full_method),
+            ));
+        }
+        compression::setting::check_built(
+            &format!("MethodCompression[{i}].Compression"),
+            m.compression,
+        )?;
+    }
+    let limit = conf.max_decompressed_size;
+    if limit == 0 || u32::try_from(limit).is_err() {
+        return Err(ConfError::invalid(
+            "MaxDecompressedSize",
+            format!("{limit} is out of range [1:4294967295]"),
+        ));
+    }
+    Ok(())
 }
 
 /// zrpc addition, the `P2c` block: settings of the `p2c_ewma` balancer. go-zero has no such block;
@@ -415,6 +533,10 @@ pub enum BalancerName {
     P2cEwma,
     /// `round_robin`: the comparison baseline.
     RoundRobin,
+    /// `consistent_hash` (go-zero v1.9.3+): each call goes to the server that owns its key
+    /// ([`hash_key`](crate::hash_key)) on go-zero's ring; a call without a key fails with
+    /// `InvalidArgument`.
+    ConsistentHash,
 }
 
 impl BalancerName {
@@ -423,6 +545,7 @@ impl BalancerName {
         match self {
             BalancerName::P2cEwma => "p2c_ewma",
             BalancerName::RoundRobin => "round_robin",
+            BalancerName::ConsistentHash => "consistent_hash",
         }
     }
 }
@@ -445,11 +568,9 @@ impl FromStr for BalancerName {
         match s {
             "p2c_ewma" | "" => Ok(BalancerName::P2cEwma),
             "round_robin" => Ok(BalancerName::RoundRobin),
-            "consistent_hash" => Err(UnknownBalancer(
-                "balancer `consistent_hash` is not supported yet (supported: p2c_ewma, round_robin)".to_owned(),
-            )),
+            "consistent_hash" => Ok(BalancerName::ConsistentHash),
             other => Err(UnknownBalancer(format!(
-                "unknown balancer {other:?} (supported: p2c_ewma, round_robin)"
+                "unknown balancer {other:?} (supported: p2c_ewma, round_robin, consistent_hash)"
             ))),
         }
     }
@@ -568,12 +689,16 @@ mod tests {
             "round_robin".parse::<BalancerName>().unwrap(),
             BalancerName::RoundRobin
         );
-        let e = "consistent_hash"
-            .parse::<BalancerName>()
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("not supported yet"), "{e}");
-        assert!("p2c".parse::<BalancerName>().is_err());
+        assert_eq!(
+            "consistent_hash".parse::<BalancerName>().unwrap(),
+            BalancerName::ConsistentHash
+        );
+        assert_eq!(BalancerName::ConsistentHash.to_string(), "consistent_hash");
+        let e = "p2c".parse::<BalancerName>().unwrap_err().to_string();
+        assert!(
+            e.contains("supported: p2c_ewma, round_robin, consistent_hash"),
+            "{e}"
+        );
     }
 
     #[test]

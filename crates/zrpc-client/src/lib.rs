@@ -4,20 +4,36 @@
 //! clients use it directly (`GreeterClient::new(client.clone())`). Each call runs go-zero's client
 //! chain, as one stage of [`Client`] switched by the config (tracing, duration log, metrics,
 //! breaker, timeout, then `app`/`token` credentials; [`CallTimeout`] sets one call's timeout),
-//! then the lock-free P2C+EWMA balancer's pick ([`balancer`]) and the chosen endpoint's
-//! connection. A [`resolver`] (direct, etcd, DNS, Kubernetes) keeps the balancer's
-//! endpoint set current beside the calls.
+//! then the retry stage (transparent re-sends, and the retry or hedging policy of the method),
+//! whose attempts the lock-free P2C+EWMA balancer picks, and the chosen endpoint's connection.
+//! A [`resolver`] (direct, etcd, DNS, Kubernetes) keeps the balancer's endpoint set current
+//! beside the calls.
 
-pub mod balancer;
+mod balancer;
 mod client;
+mod compression;
 pub mod conf;
 mod error;
 mod layers;
 pub mod metrics;
 pub mod resolver;
+mod response;
 mod retry;
 mod tls;
 
+pub use balancer::{HashKey, hash_key};
 pub use client::{Client, ClientHandles, EndpointInfo, ResponseFuture};
 pub use error::Error;
 pub use layers::timeout::CallTimeout;
+
+/// The balancer's parts for zrpc's simulator (`zrpc-sim`) and benches: not part of the public
+/// API, no semver promise.
+#[doc(hidden)]
+pub mod sim {
+    pub use crate::balancer::consistent_hash::{HashRing, REPLICAS};
+    pub use crate::balancer::p2c::{P2cPicker, P2cRules};
+    pub use crate::balancer::rng::{RandomSource, ThreadRng};
+    pub use crate::balancer::round_robin::RoundRobin;
+    pub use crate::balancer::stats::{Clock, EndpointStats};
+    pub use crate::retry::MAX_ATTEMPTS;
+}

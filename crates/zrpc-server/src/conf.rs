@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use zrpc_core::conf::{ConfError, EtcdConf, Validate, duration};
+use zrpc_core::grpc::compression::{self, Encoding};
 
 pub(crate) mod features;
 mod ignored;
@@ -36,7 +37,8 @@ pub use transport::TransportConf;
 /// `Prometheus`, `MetricsUrl`, `Profiling`) sit at the top level, as go-zero embeds them.
 ///
 /// zrpc additions (not in go-zero): `AdvertiseAddr`, `Reflection`, `AuthTokens`,
-/// `Middlewares.StatConf.LogRequestContent`, the `Transport` and the `Tls` blocks.
+/// `Middlewares.StatConf.LogRequestContent`, the `Transport` and the `Tls` blocks,
+/// `Compression`, `CompressionMinSize` and `MaxDecompressedSize`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
 #[non_exhaustive]
@@ -96,6 +98,19 @@ pub struct RpcServerConf {
     pub transport: TransportConf,
     /// zrpc addition: TLS / mutual TLS (absent = plaintext, the default).
     pub tls: Option<ServerTlsConf>,
+    /// zrpc addition: the encoding of responses to the clients that accept it
+    /// (`grpc-accept-encoding`): `gzip`, `deflate` or `zstd`; none (the default) sends every
+    /// response uncompressed. Compressed requests are accepted in every encoding the build
+    /// has, whatever this says (as go-zero services accept gzip).
+    #[serde(with = "compression::setting", skip_serializing_if = "Option::is_none")]
+    pub compression: Option<Encoding>,
+    /// zrpc addition: response messages smaller than this many octets are sent uncompressed
+    /// (default 1024).
+    pub compression_min_size: usize,
+    /// zrpc addition: the most octets a compressed request message may decompress to (and be
+    /// compressed to); a larger one ends its call with `ResourceExhausted` (default 4 MiB,
+    /// tonic's and grpc-go's message limit).
+    pub max_decompressed_size: usize,
 }
 
 impl Default for RpcServerConf {
@@ -125,6 +140,9 @@ impl Default for RpcServerConf {
             method_timeouts: Vec::new(),
             transport: TransportConf::default(),
             tls: None,
+            compression: None,
+            compression_min_size: compression::DEFAULT_MIN_SIZE,
+            max_decompressed_size: compression::DEFAULT_MAX_DECOMPRESSED_SIZE,
         }
     }
 }
@@ -244,6 +262,14 @@ impl RpcServerConf {
         self
     }
 
+    /// Sets `Compression`, the encoding of responses to the clients that accept it (default:
+    /// none, responses uncompressed).
+    #[must_use]
+    pub fn with_compression(mut self, encoding: Option<Encoding>) -> Self {
+        self.compression = encoding;
+        self
+    }
+
     /// The server registers in etcd (go-zero `HasEtcd`: `Etcd.Hosts` and `Etcd.Key` set).
     pub fn has_etcd(&self) -> bool {
         self.etcd.has_etcd()
@@ -313,6 +339,7 @@ impl Validate for RpcServerConf {
                 return Err(ConfError::missing(format!("AuthTokens[{i}].Token")));
             }
         }
+        check_message_limit(self.max_decompressed_size)?;
         self.log.validate()?;
         self.transport.validate()?;
         if let Some(t) = &self.tls {
@@ -364,6 +391,17 @@ impl Validate for RpcServerConf {
              \"Your own config struct\")",
         )
     }
+}
+
+/// `MaxDecompressedSize`: at least 1, at most what a message's 4-octet length can say.
+fn check_message_limit(limit: usize) -> Result<(), ConfError> {
+    if limit == 0 || u32::try_from(limit).is_err() {
+        return Err(ConfError::invalid(
+            "MaxDecompressedSize",
+            format!("{limit} is out of range [1:4294967295]"),
+        ));
+    }
+    Ok(())
 }
 
 fn check_listen_on(listen_on: &str) -> Result<(), ConfError> {

@@ -16,6 +16,7 @@
 mod auth;
 mod authority;
 mod call;
+mod compression;
 pub mod conf;
 #[doc(hidden)]
 pub mod descriptors;

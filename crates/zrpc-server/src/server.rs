@@ -402,13 +402,16 @@ impl Base {
             match bound {
                 Some((listener, shutdown)) => self.serve_phases(listener, shutdown, chain).await,
                 None => {
-                    let _telemetry = crate::telemetry::init(&self.conf)?;
+                    let telemetry = crate::telemetry::init(&self.conf)?;
                     let addr = listen_addr(&self.conf.listen_on);
                     let listener = TcpListener::bind(&addr)
                         .await
                         .map_err(|source| Error::Bind { addr, source })?;
                     let shutdown = Box::pin(shutdown::signal());
-                    self.serve_phases(listener, shutdown, chain).await
+                    let served = self.serve_phases(listener, shutdown, chain).await;
+                    // the last spans reach the collector before the process ends
+                    telemetry.shutdown().await;
+                    served
                 }
             }
         })
@@ -564,14 +567,15 @@ pub type ServerChain = BoxCloneService<Request<Body>, Response<Body>, BoxError>;
 
 /// Phase 2 of serving: the chain, outer to inner (`docs/middleware.md`):
 ///
-/// `outer layers -> Front -> Governor -> Drain -> layers -> services`
+/// `outer layers -> Front -> Governor -> Drain -> Compression -> layers -> services`
 ///
 /// `Front` (`transport::front`): calls per connection, 415 for non-gRPC requests,
 /// `Tls.AllowedClients`. `Governor` (`layers::governor`): trace, recover, stat, metrics, auth,
 /// breaker, shedding and timeout (the caller's deadline always), go-zero's order but for auth,
 /// which runs before the breaker and the shedder so that unauthenticated callers cannot move
 /// them.
-/// `Drain` ends the streams still open at the shutdown deadline.
+/// `Drain` ends the streams still open at the shutdown deadline. `Compression`
+/// (`crate::compression`) decompresses requests and compresses responses for every service.
 struct Chain<'a> {
     conf: &'a RpcServerConf,
     front: crate::transport::FrontLayer,
@@ -609,6 +613,7 @@ impl Chain<'_> {
         };
         let inner = ServiceBuilder::new()
             .layer(self.drain)
+            .layer(crate::compression::CompressionLayer::new(conf))
             .layer(layer)
             .service(routes);
         // The governor is always on: it enforces the caller's deadline whatever else the

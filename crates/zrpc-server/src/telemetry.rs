@@ -10,7 +10,9 @@
 //!
 //! Log lines follow the `Log` block (go-zero `logx.SetUp`, `core/logx/logs.go`):
 //! - `Encoding`: JSON lines (default) or plain text; never with ANSI colour codes, so files and
-//!   log collectors get clean text.
+//!   log collectors get clean text. A line written inside a traced call carries the call's trace
+//!   id under go-zero's key: a top-level `"trace"` in JSON, `trace=<id>` in the span context of a
+//!   plain line (the server's RPC span and the client's call span have a `trace` field).
 //! - `Level`: `debug`, `info`, `error` (and `severe` = error); `RUST_LOG` overrides it. h2's
 //!   own messages are kept to ERROR (zrpc summarises the connections it cuts). `RUST_LOG` takes
 //!   `target=level` directives (`info,zrpc=debug`); the `env-filter` cargo feature adds the rest
@@ -30,10 +32,13 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::Resource;
 #[cfg(feature = "otel")]
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
-use tracing::{Level, Subscriber};
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::Layer;
-use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::fmt::format::{Format, Json, Writer};
 use tracing_subscriber::fmt::writer::{BoxMakeWriter, MakeWriterExt};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -45,19 +50,49 @@ use crate::error::Error;
 pub(crate) const ACCESS_LOG: &str = "access.log";
 pub(crate) const ERROR_LOG: &str = "error.log";
 
-/// Keeps the tracer provider alive; flushes spans when dropped (at shutdown).
+/// Keeps the tracer provider alive; flushes spans at [`TelemetryGuard::shutdown`] or when
+/// dropped.
 #[derive(Debug, Default)]
 pub struct TelemetryGuard {
     #[cfg(feature = "otel")]
     provider: Option<SdkTracerProvider>,
 }
 
+impl TelemetryGuard {
+    /// Exports the spans still buffered and stops the exporter ([`Server::serve`](crate::Server::serve)
+    /// does it when it returns). The exporter's connection runs on the Tokio runtime, so the
+    /// flush waits on a blocking thread while the runtime's own threads keep driving it: dropping
+    /// the guard instead blocks a runtime thread (on a current-thread runtime the flush then
+    /// cannot progress and gives up after 5 s, losing the spans).
+    pub async fn shutdown(self) {
+        #[cfg(feature = "otel")]
+        {
+            let mut guard = self;
+            if let Some(p) = guard.provider.take() {
+                let done = tokio::task::spawn_blocking(move || p.shutdown()).await;
+                if let Ok(Err(e)) = done {
+                    tracing::warn!(target: "zrpc::telemetry", "tracer provider shutdown: {e}");
+                }
+            }
+        }
+    }
+}
+
 #[cfg(feature = "otel")]
 impl Drop for TelemetryGuard {
     fn drop(&mut self) {
-        if let Some(p) = self.provider.take()
-            && let Err(e) = p.shutdown()
-        {
+        let Some(p) = self.provider.take() else {
+            return;
+        };
+        let shutdown = move || p.shutdown();
+        // on a multi-thread runtime the other threads drive the exporter meanwhile
+        let done = match tokio::runtime::Handle::try_current() {
+            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(shutdown)
+            }
+            _ => shutdown(),
+        };
+        if let Err(e) = done {
             tracing::warn!(target: "zrpc::telemetry", "tracer provider shutdown: {e}");
         }
     }
@@ -219,7 +254,93 @@ where
     if log.encoding == "plain" {
         layer.boxed()
     } else {
-        layer.json().boxed()
+        TraceIds
+            .and_then(layer.json().map_event_format(JsonWithTrace))
+            .boxed()
+    }
+}
+
+/// A span's `trace` field (a call's trace id), kept in its extensions by [`TraceIds`].
+struct TraceId(String);
+
+/// Keeps the `trace` field of each span that has one, for [`JsonWithTrace`].
+struct TraceIds;
+
+/// Reads a `trace` field.
+struct TraceField(Option<String>);
+
+impl Visit for TraceField {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "trace" {
+            self.0 = Some(value.to_owned());
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "trace" {
+            self.0 = Some(format!("{value:?}"));
+        }
+    }
+}
+
+impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for TraceIds {
+    fn on_new_span(
+        &self,
+        attrs: &Attributes<'_>,
+        id: &Id,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut field = TraceField(None);
+        attrs.record(&mut field);
+        if let (Some(trace), Some(span)) = (field.0, ctx.span(id)) {
+            span.extensions_mut().replace(TraceId(trace));
+        }
+    }
+
+    fn on_record(
+        &self,
+        id: &Id,
+        values: &Record<'_>,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut field = TraceField(None);
+        values.record(&mut field);
+        if let (Some(trace), Some(span)) = (field.0, ctx.span(id)) {
+            span.extensions_mut().replace(TraceId(trace));
+        }
+    }
+}
+
+/// tracing-subscriber's JSON lines with go-zero's top-level `"trace"` key first when the event
+/// is inside a span with a trace id ([`TraceIds`]).
+struct JsonWithTrace(Format<Json>);
+
+impl<S, N> FormatEvent<S, N> for JsonWithTrace
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> std::fmt::Result {
+        let trace = ctx.event_scope().and_then(|scope| {
+            scope
+                .into_iter()
+                .find_map(|span| span.extensions().get::<TraceId>().map(|t| t.0.clone()))
+        });
+        let Some(trace) = trace else {
+            return self.0.format_event(ctx, writer, event);
+        };
+        let mut line = String::new();
+        self.0.format_event(ctx, Writer::new(&mut line), event)?;
+        match line.strip_prefix('{') {
+            // the id is hex (validated or generated): nothing to escape
+            Some(rest) => write!(writer, "{{\"trace\":\"{trace}\",{rest}"),
+            None => writer.write_str(&line),
+        }
     }
 }
 
@@ -434,24 +555,62 @@ mod tests {
     }
 
     #[test]
+    fn json_lines_of_a_traced_call_carry_its_trace_id_under_go_zeros_key() {
+        const ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+        let buf = crate::layers::test_util::LogBuf::default();
+        let conf = RpcServerConf::new("greet.rpc", "127.0.0.1:0");
+        let sink = buf.clone();
+        let subscriber = tracing_subscriber::registry()
+            .with(parse_filter("info").unwrap())
+            .with(fmt_layer(
+                &conf.log,
+                BoxMakeWriter::new(move || sink.clone()),
+            ));
+        tracing::subscriber::with_default(subscriber, || {
+            let rpc = tracing::info_span!("rpc", trace = ID);
+            let _rpc = rpc.enter();
+            tracing::info!("in the handler");
+            // a client call made by the handler: its span has no id of its own
+            let client = tracing::info_span!("rpc.client", trace = tracing::field::Empty);
+            let _client = client.enter();
+            tracing::error!("a failed call");
+            drop(_client);
+            drop(_rpc);
+            // a trace started later (a root span whose id is known after it opened)
+            let root = tracing::info_span!("rpc.client", trace = tracing::field::Empty);
+            root.record("trace", "0af7651916cd43dd8448eb211c80319c");
+            root.in_scope(|| tracing::info!("a call of its own"));
+            tracing::info!("outside any call");
+        });
+        let text = buf.contents();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        assert!(
+            text.lines()
+                .next()
+                .unwrap()
+                .starts_with(&format!("{{\"trace\":\"{ID}\","))
+        );
+        assert_eq!(lines[0]["trace"], ID, "{text}");
+        assert_eq!(lines[1]["trace"], ID, "{text}");
+        assert_eq!(
+            lines[2]["trace"], "0af7651916cd43dd8448eb211c80319c",
+            "{text}"
+        );
+        assert!(lines[3].get("trace").is_none(), "{text}");
+    }
+
+    #[test]
     fn plain_console_output_has_no_colour() {
-        #[derive(Clone, Default)]
-        struct Buf(Arc<std::sync::Mutex<Vec<u8>>>);
-        impl std::io::Write for Buf {
-            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(b);
-                Ok(b.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let buf = Buf::default();
+        let buf = crate::layers::test_util::LogBuf::default();
         let mut conf = RpcServerConf::new("greet.rpc", "127.0.0.1:0");
         conf.log.encoding = "plain".into();
         let sink = buf.clone();
         log_lines_with(&conf, BoxMakeWriter::new(move || sink.clone()));
-        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        let text = buf.contents();
         assert!(text.contains("an error line"), "{text}");
         assert_no_ansi(&text);
     }
@@ -490,10 +649,13 @@ mod tests {
         assert!(tracer_provider(&conf).unwrap().is_none());
     }
 
+    /// A collector on this test's runtime: its address and what it receives.
     #[cfg(feature = "otel")]
-    #[tokio::test]
-    async fn spans_reach_an_otlp_collector_with_the_callers_trace() {
-        let (tx, mut rx) = mpsc::unbounded_channel();
+    async fn collector() -> (
+        std::net::SocketAddr,
+        mpsc::UnboundedReceiver<ExportTraceServiceRequest>,
+    ) {
+        let (tx, rx) = mpsc::unbounded_channel();
         let collector = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let collector_addr = collector.local_addr().unwrap();
         tokio::spawn(
@@ -501,6 +663,53 @@ mod tests {
                 .add_service(TraceServiceServer::new(Collector(tx)))
                 .serve_with_incoming(tonic::transport::server::TcpIncoming::from(collector)),
         );
+        (collector_addr, rx)
+    }
+
+    /// On a current-thread runtime (this test's) the guard's shutdown still delivers the last
+    /// spans: the flush waits off the runtime's thread, which keeps driving the exporter's
+    /// connection (a blocking flush there would stall until its 5 s timeout and lose them).
+    #[cfg(feature = "otel")]
+    #[tokio::test]
+    async fn the_guards_shutdown_delivers_the_last_spans_on_a_current_thread_runtime() {
+        let (addr, mut rx) = collector().await;
+        let mut conf = RpcServerConf::new("flush.rpc", "127.0.0.1:0");
+        conf.telemetry = Some(TelemetryConf {
+            endpoint: addr.to_string(),
+            ..TelemetryConf::default()
+        });
+        let provider = tracer_provider(&conf).unwrap().unwrap();
+        {
+            use opentelemetry::trace::{Span as _, Tracer as _};
+            provider.tracer("test").start("the last span").end();
+        }
+        let guard = TelemetryGuard {
+            provider: Some(provider),
+        };
+        let started = std::time::Instant::now();
+        guard.shutdown().await;
+        let export = rx
+            .try_recv()
+            .expect("the span was exported before shutdown returned");
+        let names: Vec<&str> = export
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .flat_map(|s| &s.spans)
+            .map(|s| s.name.as_str())
+            .collect();
+        assert_eq!(names, ["the last span"]);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[cfg(feature = "otel")]
+    #[tokio::test]
+    async fn spans_reach_an_otlp_collector_with_the_callers_trace() {
+        let (collector_addr, mut rx) = collector().await;
 
         let telemetry = TelemetryConf {
             endpoint: collector_addr.to_string(),

@@ -5,7 +5,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
-use zrpc_client::balancer::{MAX_ATTEMPTS, RandomSource};
+use zrpc_client::sim::{MAX_ATTEMPTS, RandomSource};
 use zrpc_core::grpc::code::{DEADLINE_EXCEEDED, OK, UNAVAILABLE};
 
 use crate::model::{Load, Report, Scenario, ServerSpec, Window};

@@ -1,7 +1,7 @@
 //! A deterministic discrete-event simulator for zrpc's balancing and breaking code.
 //!
-//! The code under test is the real one: [`zrpc_client::balancer::P2cPicker`] (v1 and v2 rules),
-//! [`zrpc_client::balancer::RoundRobin`], [`zrpc_client::balancer::EndpointStats`] (the EWMA and
+//! The code under test is the real one: [`zrpc_client::sim::P2cPicker`] (v1 and v2 rules),
+//! [`zrpc_client::sim::RoundRobin`], [`zrpc_client::sim::EndpointStats`] (the EWMA and
 //! ejection math) and [`zrpc_core::breaker::GoogleBreaker`], driven by simulated time (explicit
 //! instants, no clock read) and simulated servers ([`ServerSpec`]: latency with jitter, failure
 //! windows, freezes, connection-refused windows). For comparison it also carries two small

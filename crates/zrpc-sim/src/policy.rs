@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use zrpc_client::balancer::{EndpointStats, P2cPicker, P2cRules, RandomSource, RoundRobin};
+use zrpc_client::sim::{EndpointStats, P2cPicker, P2cRules, RandomSource, RoundRobin};
 
 use crate::rng::SimRng;
 

@@ -17,7 +17,7 @@ use std::collections::BinaryHeap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use zrpc_client::balancer::RandomSource;
+use zrpc_client::sim::RandomSource;
 use zrpc_core::grpc::code::{DEADLINE_EXCEEDED, OK, UNAVAILABLE};
 use zrpc_core::retry::{RetryBudget, backoff};
 

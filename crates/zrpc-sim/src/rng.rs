@@ -1,6 +1,6 @@
 //! The simulator's random source.
 
-use zrpc_client::balancer::RandomSource;
+use zrpc_client::sim::RandomSource;
 
 /// A seeded generator whose stream never changes: wyrand (Wang Yi), one multiply per number.
 ///

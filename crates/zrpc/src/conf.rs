@@ -13,8 +13,8 @@ pub use zrpc_core::conf::{
 };
 
 pub use zrpc_client::conf::{
-    BalancerName, ClientMiddlewaresConf, ClientTlsConf, HedgingPolicyConf, MethodConf, MethodName,
-    RetryBudgetConf, RetryPolicyConf, RpcClientConf, StatusCodes,
+    BalancerName, ClientMiddlewaresConf, ClientTlsConf, HedgingPolicyConf, MethodCompressionConf,
+    MethodConf, MethodName, RetryBudgetConf, RetryPolicyConf, RpcClientConf, StatusCodes,
 };
 pub use zrpc_server::conf::{
     AuthTokenConf, ClientAuth, DevServerConf, IgnoredKey, LogConf, LogFieldKeys, MethodTimeoutConf,
@@ -41,6 +41,9 @@ pub fn compiled_features() -> FeatureSet {
         ("toml", cfg!(feature = "toml")),
         ("redis-auth", cfg!(feature = "redis-auth")),
         ("tls", cfg!(feature = "tls")),
+        ("gzip", cfg!(feature = "gzip")),
+        ("deflate", cfg!(feature = "deflate")),
+        ("zstd", cfg!(feature = "zstd")),
     ] {
         if on {
             // every name is one of FEATURES (zrpcctl's tests compare them with Cargo.toml)

@@ -77,6 +77,8 @@
 //! - [`server()`] / [`Server`]: the server, its [`ServerHandle`] and graceful [`shutdown`].
 //! - [`client()`] / [`Client`]: the balanced, governed channel; [`CallTimeout`] sets one
 //!   call's deadline.
+//! - [`compression`]: gRPC message compression (`Compression` keys on both sides; one call's
+//!   choices with [`CallCompression`](compression::CallCompression)).
 //! - [`metrics`]: the Prometheus families of both middleware chains (the chains themselves run
 //!   inside [`Server`] and [`Client`], switched by the config; `docs/middleware.md`).
 //! - [`TokenStore`]: where the server's auth finds each app's token ([`StaticTokens`] from the
@@ -90,8 +92,9 @@
 //!
 //! # Cargo features
 //!
-//! On by default: `etcd` (registration and discovery in etcd) and `devserver` (`/metrics`,
-//! `/healthz`). Opt-in: `otel` (OTLP trace export and W3C trace-context propagation),
+//! On by default: `etcd` (registration and discovery in etcd), `devserver` (`/metrics`,
+//! `/healthz`) and `gzip` (gRPC message compression, which every go-zero service accepts).
+//! Opt-in: `deflate` and `zstd` (the other registered compressions), `otel` (OTLP trace export and W3C trace-context propagation),
 //! `reflection`, `env-filter` (`RUST_LOG`'s full syntax), `toml` (`.toml` configs),
 //! `redis-auth` (go-zero's Redis token store) and `tls` (`Tls` blocks, TLS to etcd and `k8s://`
 //! targets: rustls with the ring provider). A config key that needs a feature the build
@@ -104,6 +107,7 @@
 
 #[doc(hidden)]
 pub mod codegen;
+pub mod compression;
 pub mod conf;
 mod constructors;
 mod error;
@@ -118,7 +122,7 @@ pub use conf::{
     ServerMiddlewaresConf, ShutdownConf,
 };
 
-pub use zrpc_client::{CallTimeout, Client, EndpointInfo};
+pub use zrpc_client::{CallTimeout, Client, EndpointInfo, HashKey, hash_key};
 pub use zrpc_server::{
     Lookup, PeerIdentity, Phase, Server, ServerChain, ServerHandle, StaticTokens, TlsError,
     TokenFuture, TokenStore, Trailers, original_authority, preflight,
@@ -128,10 +132,8 @@ pub use zrpc_server::{
 /// open"` on the wire) and the shedder dropped the call (`ResourceExhausted "service overloaded"`).
 pub use zrpc_core::{breaker::BreakerOpen, shedder::Overloaded};
 
-/// Client-side load balancing: the lock-free P2C+EWMA and round-robin pickers.
-pub use zrpc_client::balancer;
-/// Client-side discovery: targets and resolvers (direct, etcd, DNS, Kubernetes) and the stable
-/// subset.
+/// Client-side discovery: targets and resolvers (direct, etcd, DNS, Kubernetes), and
+/// [`Resolution`](resolver::Resolution) for a discovery of your own.
 pub use zrpc_client::resolver;
 /// Server-side etcd registration: the self-healing [`Publisher`](registry::Publisher) and
 /// [`advertise_addr`](registry::advertise_addr).

@@ -149,10 +149,10 @@ enum ConfCommand {
         client: bool,
         /// zrpc features the service's build enables, on top of the defaults unless
         /// --no-default-features (comma-separated, repeatable: etcd, devserver, otel,
-        /// reflection, env-filter, toml, redis-auth, tls).
+        /// reflection, env-filter, toml, redis-auth, tls, gzip, deflate, zstd).
         #[arg(long, short = 'F', value_name = "FEATURES")]
         features: Vec<String>,
-        /// Check as a build without zrpc's default features (etcd, devserver).
+        /// Check as a build without zrpc's default features (etcd, devserver, gzip).
         #[arg(long)]
         no_default_features: bool,
         /// Check as a build with every zrpc feature.

@@ -65,7 +65,7 @@ fn a_tls_block_is_refused_by_default_and_its_files_checked_with_the_tls_feature(
     );
     assert!(!err.contains("cargo feature"), "{}", text(&out));
     assert!(
-        err.contains("checked as a build with zrpc features: etcd, devserver, tls"),
+        err.contains("checked as a build with zrpc features: etcd, devserver, tls, gzip"),
         "{}",
         text(&out)
     );
@@ -86,7 +86,8 @@ fn reflection_and_trace_export_need_their_features() {
     let out = check(tmp.path(), "r.yaml", &yaml, &["--features", "reflection"]);
     assert!(out.status.success(), "{}", text(&out));
     assert!(
-        stdout(&out).contains("checked as a build with zrpc features: etcd, devserver, reflection"),
+        stdout(&out)
+            .contains("checked as a build with zrpc features: etcd, devserver, reflection, gzip"),
         "{}",
         text(&out)
     );
@@ -109,7 +110,7 @@ fn reflection_and_trace_export_need_their_features() {
     );
     assert!(out.status.success(), "{}", text(&out));
     assert!(
-        stdout(&out).contains("zrpc features: etcd, devserver, otel, reflection, toml"),
+        stdout(&out).contains("zrpc features: etcd, devserver, otel, reflection, toml, gzip"),
         "{}",
         text(&out)
     );
@@ -122,8 +123,9 @@ fn the_defaults_are_said_and_can_be_left_out() {
     let out = check(tmp.path(), "e.yaml", &yaml, &[]);
     assert!(out.status.success(), "{}", text(&out));
     assert!(
-        stdout(&out)
-            .contains("checked as a build with zrpc features: etcd, devserver (zrpc's defaults"),
+        stdout(&out).contains(
+            "checked as a build with zrpc features: etcd, devserver, gzip (zrpc's defaults"
+        ),
         "{}",
         text(&out)
     );
@@ -205,7 +207,8 @@ fn all_features_accepts_what_a_full_build_accepts() {
     assert!(out.status.success(), "{}", text(&out));
     assert!(
         stdout(&out).contains(
-            "zrpc features: etcd, devserver, otel, reflection, env-filter, toml, redis-auth, tls"
+            "zrpc features: etcd, devserver, otel, reflection, env-filter, toml, redis-auth, tls, gzip, \
+             deflate, zstd"
         ),
         "{}",
         text(&out)
@@ -259,4 +262,17 @@ fn the_feature_names_are_the_zrpc_crates() {
         zrpc::conf::compiled_features(),
         zrpc::conf::FeatureSet::all()
     );
+}
+
+/// A go-zero (v1.9.3+) client config routing by key, `BalancerName: consistent_hash`, is a
+/// client config zrpc runs: `conf check` accepts the file as it is.
+#[test]
+fn a_go_zero_consistent_hash_client_config_checks_clean() {
+    let fixture = workspace_root().join("tests/fixtures/conf/client-consistent-hash.yaml");
+    let tmp = tempfile::tempdir().unwrap();
+    let body = std::fs::read_to_string(fixture).unwrap();
+    assert!(body.contains("BalancerName: consistent_hash"), "{body}");
+    let out = check(tmp.path(), "user-client.yaml", &body, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(stdout(&out).contains("Client config"), "{}", text(&out));
 }

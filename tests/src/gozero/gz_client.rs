@@ -96,10 +96,24 @@ impl GzClient {
         self.arg("-call-timeout", format!("{}ms", d.as_millis()))
     }
 
+    /// `-hash-keys n -hash-peers peers`: one call per key `key-0` .. `key-<n-1>`
+    /// (`zrpc.SetHashKey`), after warm-up calls until `peers` servers answered.
+    #[must_use]
+    pub fn hash_keys(self, n: u64, peers: u64) -> Self {
+        self.arg("-hash-keys", n).arg("-hash-peers", peers)
+    }
+
     /// `-v`: per-call lines.
     #[must_use]
     pub fn verbose(mut self) -> Self {
         self.args.push("-v".to_owned());
+        self
+    }
+
+    /// `-gzip`: every call compressed with gzip (grpc-go's `UseCompressor`).
+    #[must_use]
+    pub fn gzip(mut self) -> Self {
+        self.args.push("-gzip".to_owned());
         self
     }
 

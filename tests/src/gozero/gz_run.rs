@@ -36,6 +36,8 @@ pub struct Summary {
 pub struct CallLine {
     /// Call index.
     pub call: u64,
+    /// The call's hash key (`-hash-keys`), else empty.
+    pub key: String,
     /// Peer address.
     pub peer: String,
     /// `x-server` header value.

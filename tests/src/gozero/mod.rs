@@ -16,6 +16,7 @@
 //! - [`GzClient`]: `gz-client -f <yaml> -n N -c C ...`, a go-zero client whose config comes from
 //!   [`ClientYaml`]; [`GzRun`] is its parsed summary (calls, codes, calls per peer and per
 //!   `x-server`) and, with `-v`, its per-call lines.
+//! - [`go_zero_owners`]: `gz-ring`, the server go-zero's `consistent_hash` ring gives each key.
 //!
 //! # The zrpc side
 //!
@@ -26,6 +27,7 @@
 
 // The Go programs.
 mod gz_client;
+mod gz_ring;
 mod gz_run;
 mod gz_server;
 mod process;
@@ -42,6 +44,7 @@ mod load;
 mod serve;
 
 pub use gz_client::{GzClient, RunningGzClient};
+pub use gz_ring::go_zero_owners;
 pub use gz_run::{CallLine, GzRun, Summary};
 pub use gz_server::{GzServer, GzStopped};
 pub use interop_greeter::{InteropGreeter, SERVER_HEADER, parse_grpc_timeout};

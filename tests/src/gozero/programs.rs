@@ -12,6 +12,10 @@ pub struct Programs {
     pub server: PathBuf,
     /// `interop/gozero/bin/gz-client`.
     pub client: PathBuf,
+    /// `interop/gozero/bin/gz-ring`: go-zero's `consistent_hash` ring, no network.
+    pub ring: PathBuf,
+    /// `interop/gozero/bin/grpc-edge`: a plain grpc-go server answering at gRPC's edges.
+    pub edge: PathBuf,
 }
 
 /// The repository root (the parent of the `tests` crate).
@@ -67,10 +71,17 @@ fn build_programs() -> Option<Programs> {
     let programs = Programs {
         server: bin.join("gz-server"),
         client: bin.join("gz-client"),
+        ring: bin.join("gz-ring"),
+        edge: bin.join("grpc-edge"),
     };
     build_go(
         &dir,
-        &[&programs.server, &programs.client],
+        &[
+            &programs.server,
+            &programs.client,
+            &programs.ring,
+            &programs.edge,
+        ],
         "the go-zero interop tests",
     )?;
     Some(programs)

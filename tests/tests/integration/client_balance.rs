@@ -90,11 +90,7 @@ async fn client_new_slow_endpoint_is_probed_not_flooded() {
     let b = Backend::start("b", FAST);
     let slow = Backend::start("c", SLOW);
     let (tx, rx) = tokio::sync::watch::channel(Some(Arc::new(vec![a.endpoint(), b.endpoint()])));
-    let resolution = zrpc_client::resolver::Resolution {
-        updates: rx,
-        guard: Arc::new(()),
-        status: zrpc_client::resolver::ResolverStatus::default(),
-    };
+    let resolution = zrpc_client::resolver::Resolution::new(rx, ());
     let conf = RpcClientConf::default().with_timeout(Duration::from_secs(10));
     let client = Client::with_resolution(conf, "test:///probe", resolution)
         .await

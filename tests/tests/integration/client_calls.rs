@@ -126,6 +126,68 @@ async fn client_streams_are_accounted_when_done_or_dropped() {
     assert_eq!(client.endpoints()[0].inflight, 0);
 }
 
+/// A stream ends at the call's deadline, whichever sets it (the client's `Timeout`, a
+/// `CallTimeout`, or the caller's own `grpc-timeout` with the timeout stage off), against a
+/// server that does not bound it (tonic's server bounds a call only until its response head):
+/// the client ends it itself, with `DeadlineExceeded`, and releases its endpoint.
+#[tokio::test]
+async fn client_streams_end_at_their_deadline_against_a_server_that_ignores_it() {
+    let server = Backend::start("s", Duration::ZERO);
+    let timed = Client::new(
+        RpcClientConf::direct([server.endpoint()]).with_timeout(Duration::from_millis(300)),
+    )
+    .await
+    .unwrap();
+    let mut untimed = RpcClientConf::direct([server.endpoint()]);
+    untimed.middlewares.timeout = false;
+    let untimed = Client::new(untimed).await.unwrap();
+    let request = |timeout: Option<Duration>, call: Option<Duration>| {
+        let mut req = tonic::Request::new(HelloStreamRequest {
+            name: "x".into(),
+            count: 100,
+            interval_ms: 1_000,
+        });
+        if let Some(t) = timeout {
+            req.set_timeout(t);
+        }
+        if let Some(c) = call {
+            req.extensions_mut().insert(CallTimeout(c));
+        }
+        req
+    };
+    let cases = [
+        ("Timeout", &timed, request(None, None), 300),
+        (
+            "CallTimeout",
+            &timed,
+            request(None, Some(Duration::from_millis(200))),
+            200,
+        ),
+        (
+            "the caller's grpc-timeout",
+            &untimed,
+            request(Some(Duration::from_millis(200)), None),
+            200,
+        ),
+    ];
+    for (what, client, req, deadline_ms) in cases {
+        let deadline = Duration::from_millis(deadline_ms);
+        let mut greeter = GreeterClient::new(client.clone());
+        let start = Instant::now();
+        let mut stream = greeter.say_hello_stream(req).await.unwrap().into_inner();
+        assert!(stream.message().await.unwrap().is_some(), "{what}");
+        let e = stream.message().await.unwrap_err();
+        let took = start.elapsed();
+        assert_eq!(e.code(), Code::DeadlineExceeded, "{what}: {e:?}");
+        assert!(
+            took >= deadline - Duration::from_millis(5)
+                && took < deadline + Duration::from_millis(700),
+            "{what}: ended after {took:?}"
+        );
+        assert_eq!(client.endpoints()[0].inflight, 0, "{what}");
+    }
+}
+
 #[tokio::test]
 async fn client_server_streams_are_counted_in_the_stream_family_not_the_unary_one() {
     let server = Backend::start("s", Duration::ZERO);

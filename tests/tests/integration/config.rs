@@ -165,15 +165,11 @@ fn client_yaml_with_endpoints_loads() {
 }
 
 #[test]
-fn consistent_hash_is_not_supported_yet() {
-    let e = conf::load::<RpcClientConf>(fixture("client-consistent-hash.yaml")).unwrap_err();
-    let msg = e.to_string();
-    assert_eq!(e.path(), Some("BalancerName"));
-    assert!(
-        msg.contains("consistent_hash` is not supported yet"),
-        "{msg}"
-    );
-    assert!(msg.contains("client-consistent-hash.yaml"), "{msg}");
+fn a_go_zero_consistent_hash_client_loads_unchanged() {
+    let c = conf::load::<RpcClientConf>(fixture("client-consistent-hash.yaml")).unwrap();
+    assert_eq!(c.balancer_name, BalancerName::ConsistentHash);
+    assert_eq!(c.balancer_name.to_string(), "consistent_hash");
+    assert_eq!(c.timeout, 2000);
 }
 
 #[test]

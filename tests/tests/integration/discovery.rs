@@ -101,7 +101,7 @@ async fn etcd_resolver_reads_go_zero_layout_and_follows_changes() {
         .unwrap();
 
     let r = etcd_resolver::resolve(conf(etcd.endpoints(), &key)).unwrap();
-    let mut rx = r.updates.clone();
+    let mut rx = r.updates();
     wait_for(
         &mut rx,
         &["127.0.0.1:9001", "127.0.0.1:9002"],
@@ -157,7 +157,7 @@ async fn etcd_resolver_reads_go_zero_layout_and_follows_changes() {
     )
     .await
     .unwrap();
-    let problem = tokio::time::timeout(Duration::from_secs(1), r.status.failed())
+    let problem = tokio::time::timeout(Duration::from_secs(1), r.status().failed())
         .await
         .expect("the resolver reports the empty prefix");
     assert!(problem.contains("no endpoints registered"), "{problem}");
@@ -188,7 +188,7 @@ async fn etcd_resolver_applies_events_arriving_together_as_one_update() {
     let mut kv = etcd.client().await;
     let key = unique_key("disco-coalesce");
     let r = etcd_resolver::resolve(conf(etcd.endpoints(), &key)).unwrap();
-    let mut rx = r.updates.clone();
+    let mut rx = r.updates();
     wait_for(&mut rx, &[], Duration::from_secs(5)).await;
 
     // One transaction = one revision = one watch response with 5 events: exactly one update.
@@ -228,7 +228,7 @@ async fn etcd_resolver_waits_for_etcd_then_resolves() {
     etcd.kill();
     // etcd is down: the resolver starts anyway and publishes nothing (None, not an empty set).
     let r = etcd_resolver::resolve(conf(etcd.endpoints(), &key)).unwrap();
-    let mut rx = r.updates.clone();
+    let mut rx = r.updates();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(current(&rx), None);
     etcd.restart().await;
@@ -253,7 +253,7 @@ async fn etcd_resolver_keeps_last_set_while_etcd_is_down_and_converges_after() {
         .unwrap();
     drop(kv);
     let r = etcd_resolver::resolve(conf(etcd.endpoints(), &key)).unwrap();
-    let mut rx = r.updates.clone();
+    let mut rx = r.updates();
     wait_for(
         &mut rx,
         &["127.0.0.1:9001", "127.0.0.1:9002"],
@@ -300,7 +300,7 @@ async fn etcd_resolver_reloads_after_compaction_past_its_revision() {
         .unwrap();
     let c = conf(vec![proxy.endpoint()], &key);
     let r = etcd_resolver::resolve(c.clone()).unwrap();
-    let mut rx = r.updates.clone();
+    let mut rx = r.updates();
     wait_for(&mut rx, &["127.0.0.1:9001"], Duration::from_secs(5)).await;
     assert_eq!(etcd_resolver::reloads(&c), Some(1));
 
@@ -367,7 +367,7 @@ async fn etcd_resolver_resumes_after_a_partition_without_reloading() {
         .unwrap();
     let c = conf(vec![proxy.endpoint()], &key);
     let r = etcd_resolver::resolve(c.clone()).unwrap();
-    let mut rx = r.updates.clone();
+    let mut rx = r.updates();
     wait_for(&mut rx, &["127.0.0.1:9001"], Duration::from_secs(5)).await;
 
     proxy.cut();
@@ -402,12 +402,9 @@ async fn etcd_watch_is_shared_and_closed_when_the_last_client_drops() {
     hosts.push(etcd.endpoint());
     let a = etcd_resolver::resolve(conf(etcd.endpoints(), &key)).unwrap();
     let b = etcd_resolver::resolve(conf(hosts, &key)).unwrap();
-    assert!(
-        Arc::ptr_eq(&a.guard, &b.guard),
-        "both clients share one watch"
-    );
-    let mut rx_a = a.updates.clone();
-    let mut rx_b = b.updates.clone();
+    assert!(a.shares_source_with(&b), "both clients share one watch");
+    let mut rx_a = a.updates();
+    let mut rx_b = b.updates();
     wait_for(&mut rx_a, &["127.0.0.1:9001"], Duration::from_secs(5)).await;
     wait_for(&mut rx_b, &["127.0.0.1:9001"], Duration::from_secs(1)).await;
     let c = conf(etcd.endpoints(), &key);
@@ -436,7 +433,7 @@ async fn etcd_watch_is_shared_and_closed_when_the_last_client_drops() {
 
     // A late client gets the current set at once.
     let late = etcd_resolver::resolve(c.clone()).unwrap();
-    assert_eq!(current(&late.updates), Some(sorted(&["127.0.0.1:9001"])));
+    assert_eq!(current(&late.updates()), Some(sorted(&["127.0.0.1:9001"])));
 
     drop(a);
     drop(late);
@@ -466,7 +463,7 @@ async fn etcd_watch_is_shared_and_closed_when_the_last_client_drops() {
     }
     // A new client starts a new watch.
     let again = etcd_resolver::resolve(c.clone()).unwrap();
-    let mut rx = again.updates.clone();
+    let mut rx = again.updates();
     wait_for(&mut rx, &["127.0.0.1:9001"], Duration::from_secs(5)).await;
 }
 
@@ -650,7 +647,7 @@ async fn registered_server_gets_traffic_within_1s_and_none_1s_after_deregisterin
     let a_before = a.greeter.started();
     let b_addr = b.addr.to_string();
     let resolution = etcd_resolver::resolve(conf(etcd.endpoints(), &key)).unwrap();
-    let mut rx = resolution.updates.clone();
+    let mut rx = resolution.updates();
     let stopping = Instant::now();
     b.begin_shutdown();
     let (last, gone) = tokio::join!(last_traffic(&b, stopping, Duration::from_secs(2)), async {
@@ -817,7 +814,7 @@ async fn registration_to_first_request_latency() {
 
     // The client's resolver (the shared watch of this cluster and key), to time the discovery part alone.
     let resolution = etcd_resolver::resolve(conf(etcd.endpoints(), &key)).unwrap();
-    let mut rx = resolution.updates.clone();
+    let mut rx = resolution.updates();
     let mut to_request = Vec::with_capacity(50);
     let mut to_update = Vec::with_capacity(50);
     let mut put_rtt = Vec::with_capacity(50);
@@ -930,7 +927,7 @@ async fn client_subset_is_32_and_one_change_moves_at_most_one_member() {
     }
     let client = etcd_client(&etcd, &key).await;
     let resolution = etcd_resolver::resolve(conf(etcd.endpoints(), &key)).unwrap();
-    let mut rx = resolution.updates.clone();
+    let mut rx = resolution.updates();
     let members = |c: &Client| {
         let mut v: Vec<String> = c.endpoints().into_iter().map(|e| e.addr).collect();
         v.sort();

@@ -92,7 +92,7 @@ async fn k8s_merges_slices_and_follows_the_watch() {
     );
 
     let r = resolve(&api, None, Some(K8sPort::Name("grpc".into())));
-    let mut rx = r.updates.clone();
+    let mut rx = r.updates();
     wait_for(
         &mut rx,
         &["10.0.0.1:8080", "10.0.0.2:8080", "10.0.1.1:8080"],
@@ -138,7 +138,7 @@ async fn k8s_merges_slices_and_follows_the_watch() {
         &["10.0.1.2:8080", "10.0.2.1:9090"]
     );
     assert_eq!((api.lists(), api.watches().len()), (1, 1));
-    assert_eq!(r.status.problem(), None);
+    assert_eq!(r.status().problem(), None);
 }
 
 #[tokio::test]
@@ -157,7 +157,7 @@ async fn k8s_uses_only_ready_endpoints_as_readiness_flips() {
     // the split of each event line over two chunks must not matter
     api.set_split_chunks(true);
     let r = resolve(&api, None, Some(K8sPort::Number(8080)));
-    let mut rx = r.updates.clone();
+    let mut rx = r.updates();
     wait_for(&mut rx, &["10.0.0.1:8080"]).await;
     // 10.0.0.2 passes its readiness probe
     put(
@@ -182,14 +182,14 @@ async fn k8s_uses_only_ready_endpoints_as_readiness_flips() {
     // nothing ready: an empty set is published (the truth, read successfully) and the status says why
     put(&api, "s1", &[Ep::not_ready("10.0.0.2")], 8080);
     wait_for(&mut rx, &[]).await;
-    let problem = r.status.problem().unwrap();
+    let problem = r.status().problem().unwrap();
     assert!(
         problem.contains("k8s://prod/user-rpc:8080 has no ready endpoint"),
         "{problem}"
     );
     put(&api, "s1", &[Ep::ready("10.0.0.2")], 8080);
     wait_for(&mut rx, &["10.0.0.2:8080"]).await;
-    assert_eq!(r.status.problem(), None);
+    assert_eq!(r.status().problem(), None);
     assert_eq!(api.lists(), 1);
 }
 
@@ -198,7 +198,7 @@ async fn k8s_resumes_the_watch_from_the_last_version_and_bookmark() {
     let api = FakeKubeApi::start(None).await;
     put(&api, "s1", &[Ep::ready("10.0.0.1")], 8080);
     let r = resolve(&api, None, None);
-    let mut rx = r.updates.clone();
+    let mut rx = r.updates();
     wait_for(&mut rx, &["10.0.0.1:8080"]).await;
     eventually("the first watch", || api.watches().len() == 1).await;
     let first = api.watches()[0].resource_version.clone().unwrap();
@@ -226,9 +226,9 @@ async fn k8s_resumes_the_watch_from_the_last_version_and_bookmark() {
         api.watches()[1].resource_version,
         Some(after_event.to_string())
     );
-    // a bookmark alone moves the resume point
+    // a bookmark alone moves the resume point: the watch seen above gets it live, before the
+    // close that follows it in the server's log (the fake API writes its events in order)
     let bookmark = api.bookmark(7);
-    tokio::time::sleep(Duration::from_millis(100)).await;
     api.close_watches();
     eventually("the third watch", || api.watches().len() == 3).await;
     assert_eq!(
@@ -256,7 +256,7 @@ async fn k8s_relists_once_on_410_gone() {
     let api = FakeKubeApi::start(None).await;
     put(&api, "s1", &[Ep::ready("10.0.0.1")], 8080);
     let r = resolve(&api, None, None);
-    let mut rx = r.updates.clone();
+    let mut rx = r.updates();
     wait_for(&mut rx, &["10.0.0.1:8080"]).await;
     eventually("the first watch", || api.watches().len() == 1).await;
     // changes while the watch is cut, then the history is compacted: the watch gets an ERROR
@@ -297,11 +297,13 @@ async fn k8s_keeps_the_last_set_while_the_api_is_down() {
         8080,
     );
     let r = resolve(&api, None, None);
-    let mut rx = r.updates.clone();
+    let mut rx = r.updates();
     wait_for(&mut rx, &["10.0.0.1:8080", "10.0.0.2:8080"]).await;
     eventually("the first watch", || api.watches().len() == 1).await;
     api.set_down(true);
-    let problem = tokio::time::timeout(WAIT, r.status.failed()).await.unwrap();
+    let problem = tokio::time::timeout(WAIT, r.status().failed())
+        .await
+        .unwrap();
     assert!(
         problem.contains(&format!("Kubernetes API {}", api.url()))
             && problem.contains("watch failed"),
@@ -322,7 +324,7 @@ async fn k8s_keeps_the_last_set_while_the_api_is_down() {
     api.set_down(false);
     put(&api, "s1", &[Ep::ready("10.0.0.2")], 8080);
     wait_for(&mut rx, &["10.0.0.2:8080"]).await;
-    assert_eq!(r.status.problem(), None);
+    assert_eq!(r.status().problem(), None);
     assert_eq!(api.lists(), 1, "{:?}", api.requests());
 }
 
@@ -332,14 +334,14 @@ async fn k8s_sends_the_token_and_names_401_and_403() {
     put(&api, "s1", &[Ep::ready("10.0.0.1")], 8080);
     // a wrong token: no endpoints, a status naming the API and the 401
     let bad = resolve(&api, Some("bad-token"), None);
-    let problem = tokio::time::timeout(WAIT, bad.status.failed())
+    let problem = tokio::time::timeout(WAIT, bad.status().failed())
         .await
         .unwrap();
     assert!(
         problem.contains("HTTP 401") && problem.contains(&api.url()),
         "{problem}"
     );
-    assert!(bad.updates.borrow().is_none());
+    assert!(bad.updates().borrow().is_none());
     drop(bad);
     // the right one (read from a file, as a pod's projected token), then a rotation
     let dir = tempfile::tempdir().unwrap();
@@ -349,7 +351,7 @@ async fn k8s_sends_the_token_and_names_401_and_403() {
         .unwrap()
         .with_token_file(&token_file);
     let r = k8s::resolve_with(kube, NS, SVC, None).unwrap();
-    let mut rx = r.updates.clone();
+    let mut rx = r.updates();
     wait_for(&mut rx, &["10.0.0.1:8080"]).await;
     assert!(
         api.requests()
@@ -364,7 +366,9 @@ async fn k8s_sends_the_token_and_names_401_and_403() {
     // RBAC missing: 403 with a hint, the last set kept
     api.set_forbidden(true);
     api.close_watches();
-    let problem = tokio::time::timeout(WAIT, r.status.failed()).await.unwrap();
+    let problem = tokio::time::timeout(WAIT, r.status().failed())
+        .await
+        .unwrap();
     assert!(
         problem.contains("HTTP 403") && problem.contains("rbac-example.yaml"),
         "{problem}"
@@ -383,13 +387,17 @@ async fn k8s_port_problems_are_reported() {
         &[("grpc", 8080), ("metrics", 9101)],
     );
     let r = resolve(&api, None, None);
-    let problem = tokio::time::timeout(WAIT, r.status.failed()).await.unwrap();
+    let problem = tokio::time::timeout(WAIT, r.status().failed())
+        .await
+        .unwrap();
     assert!(
         problem.contains("several ports (grpc=8080, metrics=9101)"),
         "{problem}"
     );
     let r = resolve(&api, None, Some(K8sPort::Name("http".into())));
-    let problem = tokio::time::timeout(WAIT, r.status.failed()).await.unwrap();
+    let problem = tokio::time::timeout(WAIT, r.status().failed())
+        .await
+        .unwrap();
     assert!(problem.contains("no port named \"http\""), "{problem}");
     // names that would change the request path are refused before any request
     let kube = KubeApi::new(&api.url()).unwrap();
@@ -552,7 +560,7 @@ async fn k8s_https_with_the_ca_of_a_kubeconfig() {
     let kube = KubeApi::from_kubeconfig(Some(&good)).unwrap();
     assert!(kube.server().starts_with("https://127.0.0.1:"));
     let r = k8s::resolve_with(kube, NS, SVC, None).unwrap();
-    let mut rx = r.updates.clone();
+    let mut rx = r.updates();
     wait_for(&mut rx, &["10.0.0.1:8080"]).await;
     put(&api, "s1", &[Ep::ready("10.0.0.2")], 8080);
     wait_for(&mut rx, &["10.0.0.2:8080"]).await;
@@ -569,14 +577,18 @@ async fn k8s_https_with_the_ca_of_a_kubeconfig() {
     .unwrap();
     let r =
         k8s::resolve_with(KubeApi::from_kubeconfig(Some(&bad)).unwrap(), NS, SVC, None).unwrap();
-    let problem = tokio::time::timeout(WAIT, r.status.failed()).await.unwrap();
+    let problem = tokio::time::timeout(WAIT, r.status().failed())
+        .await
+        .unwrap();
     assert!(
         problem.contains("TLS handshake") && problem.contains(&api.url()),
         "{problem}"
     );
-    assert!(r.updates.borrow().is_none());
+    assert!(r.updates().borrow().is_none());
     // a plain-HTTP client against the TLS server is refused too, never a panic or a hang
     let plain = KubeApi::new(&api.url().replace("https", "http")).unwrap();
     let r = k8s::resolve_with(plain, NS, SVC, None).unwrap();
-    tokio::time::timeout(WAIT, r.status.failed()).await.unwrap();
+    tokio::time::timeout(WAIT, r.status().failed())
+        .await
+        .unwrap();
 }

@@ -6,10 +6,12 @@
 mod client_balance;
 mod client_breaker;
 mod client_calls;
+mod client_consistent_hash;
 mod client_errors;
 mod client_failover;
 mod client_retry;
 mod client_support;
+mod compression;
 mod config;
 mod discovery;
 mod etcd_cluster;

@@ -182,7 +182,7 @@ impl EtcdBench {
             key,
             servers,
             client,
-            updates: resolution.updates,
+            updates: resolution.updates(),
             log,
         };
         bench.client_sees(&values, Duration::from_secs(10)).await;
@@ -433,7 +433,7 @@ async fn etcd_links_sliced_and_slow_registration_and_watch_keep_working() {
     let mut updates =
         zrpc_client::resolver::etcd::resolve(EtcdConf::new([client_link.endpoint()], &key))
             .expect("the client's etcd watch")
-            .updates;
+            .updates();
     let wait_set = |updates: &mut EndpointUpdates, want: Vec<String>| {
         let mut want = want;
         want.sort();

@@ -11,6 +11,9 @@
 // crate's helpers are test code too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 mod auth_redis;
+mod compression;
+mod consistent_hash;
+mod edge_codes;
 mod gozero_client;
 mod lifecycle;
 mod metrics;
@@ -20,4 +23,5 @@ mod parity;
 mod same_yaml;
 mod support;
 mod tls;
+mod trace;
 mod zrpc_client;

@@ -4,6 +4,7 @@
 
 mod balance;
 mod breaker;
+mod compression;
 mod failover;
 mod instructions;
 mod latency;
@@ -66,10 +67,12 @@ pub(crate) enum Kind {
     Memory,
     /// Server streaming and large unary requests.
     Payloads,
+    /// 256 KiB requests with and without gzip.
+    Compression,
 }
 
 /// Every scenario, in report order.
-pub(crate) const ALL: [Kind; 8] = [
+pub(crate) const ALL: [Kind; 9] = [
     Kind::Overhead,
     Kind::Latency,
     Kind::Balance,
@@ -78,6 +81,7 @@ pub(crate) const ALL: [Kind; 8] = [
     Kind::Failover,
     Kind::Memory,
     Kind::Payloads,
+    Kind::Compression,
 ];
 
 impl Kind {
@@ -91,6 +95,7 @@ impl Kind {
             Kind::Failover => "Failover and registration",
             Kind::Memory => "Memory per idle connection",
             Kind::Payloads => "Server streaming and 256 KiB requests",
+            Kind::Compression => "gzip on 256 KiB requests",
         }
     }
 }
@@ -134,6 +139,7 @@ pub(crate) fn run(which: &[Kind], opts: &Opts) -> Result<()> {
             Kind::Failover => failover::run(&ctx),
             Kind::Memory => memory::run(&ctx),
             Kind::Payloads => payloads::run(&ctx),
+            Kind::Compression => compression::run(&ctx),
         };
         crate::proc::kill_all();
         let mut section = result.unwrap_or_else(|e| {
@@ -220,6 +226,8 @@ pub(crate) struct ServerSpec {
     pub(crate) callgrind: Option<PathBuf>,
     /// zrpc with its `:authority` repair off.
     pub(crate) no_authority_repair: bool,
+    /// gzip on (`serve --gzip`).
+    pub(crate) gzip: bool,
 }
 
 /// A running server.
@@ -281,6 +289,10 @@ pub(crate) struct LoadSpec {
     pub(crate) stream: u32,
     /// Rust generator: octets of the request's name field (0: a short name).
     pub(crate) payload_bytes: usize,
+    /// Rust generator: the name is text (`load --text`).
+    pub(crate) text: bool,
+    /// Rust generator: calls compressed with gzip (`load --gzip`).
+    pub(crate) gzip: bool,
 }
 
 /// A load generator that is running.
@@ -357,6 +369,9 @@ impl Ctx<'_> {
                     .args(["--fail-ms", &spec.fail_ms.to_string()]);
                 if spec.no_authority_repair {
                     cmd.arg("--no-authority-repair");
+                }
+                if spec.gzip {
+                    cmd.arg("--gzip");
                 }
                 if spec.profile == Profile::Tonic {
                     cmd.args(["--kind", "tonic", "--listen", &listen]);
@@ -459,6 +474,12 @@ impl Ctx<'_> {
             }
             cmd.args(["--stream", &spec.stream.to_string()])
                 .args(["--payload-bytes", &spec.payload_bytes.to_string()]);
+        }
+        if spec.text {
+            cmd.arg("--text");
+        }
+        if spec.gzip {
+            cmd.arg("--gzip");
         }
         cmd.args(["--endpoints", &spec.endpoints.join(",")])
             .args(["-c", &spec.concurrency.max(1).to_string()])
@@ -928,5 +949,58 @@ mod tests {
         };
         assert_eq!(empty.cpu_us_per_request(1000.0), 0.0);
         assert_eq!(empty.wait_share(), 0.0);
+    }
+}
+
+/// Where a two-sided run goes: pinned (the server on CPU 0 with one runtime thread, the load
+/// generator on CPU 1 with one) when taskset and a second CPU are there, else unpinned with
+/// default threads.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pinning {
+    pub(crate) pinned: bool,
+    pub(crate) server_cpu: Option<usize>,
+    pub(crate) load_cpu: Option<usize>,
+    pub(crate) threads: usize,
+}
+
+impl Pinning {
+    pub(crate) fn of(ctx: &Ctx<'_>) -> Self {
+        let pinned = ctx.env.taskset && ctx.env.cpus >= 2;
+        let (server_cpu, load_cpu, threads) = if pinned {
+            (Some(0), Some(1), 1)
+        } else {
+            (None, None, 0)
+        };
+        Pinning {
+            pinned,
+            server_cpu,
+            load_cpu,
+            threads,
+        }
+    }
+
+    /// The notes of a run of alternating rounds: the noise monitor's figures over the runs
+    /// (`lost`: each run's share of the machine lost to others), the runs done again, and
+    /// whether it ran unpinned.
+    pub(crate) fn notes(self, lost: &[f64], reruns: u32) -> Vec<String> {
+        let mut notes = vec![format!(
+            "Noise monitor: a run lost {:.1}% of the machine to other processes and steal \
+             (median over the runs; worst {:.1}%).",
+            crate::stats::median(lost.to_vec()) * 100.0,
+            lost.iter().copied().fold(0.0, f64::max) * 100.0
+        )];
+        if reruns > 0 {
+            notes.push(format!(
+                "{reruns} runs completed nothing and were run again."
+            ));
+        }
+        if !self.pinned {
+            notes.push(
+                "unpinned: taskset or a second CPU is missing; servers and the client ran \
+                 with their default threads."
+                    .into(),
+            );
+        }
+        notes
     }
 }

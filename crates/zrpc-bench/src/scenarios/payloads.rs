@@ -5,7 +5,7 @@
 
 use anyhow::Result;
 
-use super::{Ctx, Gen, LoadSpec, Profile, ServerSpec, Side};
+use super::{Ctx, Gen, LoadSpec, Pinning, Profile, ServerSpec, Side};
 use crate::report::{MISSING, Section, Table, f, round_ratio};
 use crate::stats::median;
 
@@ -22,12 +22,8 @@ const LOADS: [(&str, u32, usize); 2] = [("stream", STREAM_LEN, 0), ("unary 256 K
 pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
     let rounds = ctx.opts.rounds;
     let secs = ctx.opts.round_secs;
-    let pinned = ctx.env.taskset && ctx.env.cpus >= 2;
-    let (srv_cpu, load_cpu, threads) = if pinned {
-        (Some(0), Some(1), 1)
-    } else {
-        (None, None, 0)
-    };
+    let pin = Pinning::of(ctx);
+    let (srv_cpu, load_cpu, threads) = (pin.server_cpu, pin.load_cpu, pin.threads);
     let servers = [
         (
             "bare tonic",
@@ -150,24 +146,7 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
         tables.push(t);
     }
     tables.push(super::instructions::large_request_table(ctx, LARGE));
-    let mut notes = vec![format!(
-        "Noise monitor: a run lost {:.1}% of the machine to other processes and steal (median \
-         over the runs; worst {:.1}%).",
-        median(lost.clone()) * 100.0,
-        lost.iter().copied().fold(0.0, f64::max) * 100.0
-    )];
-    if reruns > 0 {
-        notes.push(format!(
-            "{reruns} runs completed nothing and were run again."
-        ));
-    }
-    if !pinned {
-        notes.push(
-            "unpinned: taskset or a second CPU is missing; servers and the client ran with \
-             their default threads."
-                .into(),
-        );
-    }
+    let notes = pin.notes(&lost, reruns);
     Ok(Section {
         intro: "Both servers run the same greeter; the client is one bare tonic channel \
                 (this binary's `load --client tonic`) for both, so only the server differs. \

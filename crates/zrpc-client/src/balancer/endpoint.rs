@@ -1,7 +1,6 @@
 //! One server: its address, its stats and its HTTP/2 connection (a lazily connected tonic
 //! `Channel`, which reconnects on demand; the picker's back-off spaces the attempts).
 
-use std::error::Error as StdError;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -14,8 +13,12 @@ use pin_project_lite::pin_project;
 use tonic::body::Body;
 use tonic::transport::Channel;
 use tower::BoxError;
-use zrpc_core::grpc::{OnStatus, StatusBody, StatusGuard, code};
+use zrpc_core::grpc::{OnStatus, StatusGuard, code};
 
+use super::failure::{
+    BodyFailure, body_failure, is_connection_loss, is_h2_error, is_timeout, never_reached_server,
+    remote_reset, reset_code,
+};
 use super::stats::{Clock, EjectionLimit, EndpointStats};
 use super::wire::{Connector, Mark, Wire};
 
@@ -61,11 +64,6 @@ impl AsRef<EndpointStats> for Arc<Endpoint> {
         &self.stats
     }
 }
-
-/// The deadline of a call (set by the timeout layer), so that a call dropped at its deadline is
-/// recorded as `DeadlineExceeded` rather than `Cancelled`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Deadline(pub Instant);
 
 /// How an attempt failed before any response.
 #[derive(Debug)]
@@ -158,13 +156,14 @@ impl Endpoint {
         target: &Arc<str>,
         first: bool,
     ) -> Attempt {
+        let mark = self.wire.mark();
         let guard = StatusGuard::new(Done {
             endpoint: Arc::clone(&self),
             clock,
             start,
             deadline,
+            mark,
         });
-        let mark = self.wire.mark();
         let mut channel = self
             .pool
             .lock()
@@ -231,7 +230,11 @@ impl Endpoint {
         }
     }
 
-    /// The error of a failed attempt (see [`Endpoint::send`]).
+    /// The error of a failed attempt (see [`Endpoint::send`]), recorded on the endpoint: at or
+    /// after the call's deadline (tonic's timer, the attempt's own, or the server ending the
+    /// call then) `DeadlineExceeded`, recorded as any deadline; a stream the server reset, the
+    /// code of its reason (not a transport failure); anything else a transport failure,
+    /// `Unavailable`.
     fn failed(
         &self,
         err: BoxError,
@@ -241,19 +244,40 @@ impl Endpoint {
         target: &str,
     ) -> AttemptError {
         let done = guard.take();
-        if is_timeout(&*err) {
+        let now = Instant::now();
+        let past_deadline = done
+            .as_ref()
+            .and_then(|d| d.deadline)
+            .is_some_and(crate::layers::timeout::is_past);
+        let reset = remote_reset(&*err);
+        if is_timeout(&*err) || (past_deadline && reset.is_some()) {
             if let Some(done) = done {
-                done.on_status(code::DEADLINE_EXCEEDED);
+                done.finish(code::DEADLINE_EXCEEDED, now);
             }
             return AttemptError {
                 status: crate::layers::timeout::deadline_exceeded(timeout),
                 retryable: false,
             };
         }
+        if let Some(reason) = reset.filter(|r| *r != h2::Reason::REFUSED_STREAM) {
+            let c = reset_code(reason);
+            if let Some(done) = done {
+                done.finish(c, now);
+            }
+            return AttemptError {
+                status: tonic::Status::new(
+                    tonic::Code::from(c),
+                    format!(
+                        "{target}: endpoint {}: stream terminated by RST_STREAM with error code: \
+                         {reason:?}",
+                        self.addr
+                    ),
+                ),
+                retryable: false,
+            };
+        }
         if let Some(done) = done {
-            let now = done.clock.nanos(Instant::now());
-            self.stats
-                .on_transport_failure_limited(done.start, now, &self.ejection);
+            done.transport_failure(now);
         }
         let retryable = never_reached_server(&*err)
             || (is_connection_loss(&*err) && self.wire.unsent_since(mark));
@@ -269,14 +293,19 @@ impl Endpoint {
             ""
         };
         let status = tonic::Status::from_error(err);
-        AttemptError {
-            status: tonic::Status::unavailable(format!(
-                "{target}: endpoint {}: {}{hint}",
-                self.addr,
-                status.message()
-            )),
-            retryable,
+        let status = tonic::Status::unavailable(format!(
+            "{target}: endpoint {}: {}{hint}",
+            self.addr,
+            status.message()
+        ));
+        if past_deadline {
+            // the call is over: its caller learns that, the endpoint what happened
+            return AttemptError {
+                status: crate::layers::timeout::deadline_exceeded(timeout),
+                retryable: false,
+            };
         }
+        AttemptError { status, retryable }
     }
 }
 
@@ -525,24 +554,13 @@ impl Future for Attempt {
 
 /// The response of an attempt, its final status not read yet: `done` records it on the endpoint.
 ///
-/// The balancer's slow path and its retries wrap the body to read it
-/// ([`Answer::into_response`]); the client reads it once for `done` and its observing stage
-/// together (`client::finish`), so a call's body is wrapped once and its status parsed once.
+/// The client reads it once for `done` and its observing stage together (`client::finish`), so
+/// a call's body is wrapped once and its status parsed once, whatever the attempts were.
 #[derive(Debug)]
 pub(crate) struct Answer {
     pub(crate) resp: http::Response<Body>,
-    /// `None` once reported (a retried call's answer comes back already wrapped).
+    /// `None` once reported (a trailers-only answer that the retry stage read to decide).
     pub(crate) done: Option<Done>,
-}
-
-impl Answer {
-    /// The response, its body wrapped to record the final status on the endpoint.
-    pub(crate) fn into_response(self) -> http::Response<Body> {
-        match self.done {
-            Some(done) => StatusBody::wrap_response(self.resp, done).map(Body::new),
-            None => self.resp,
-        }
-    }
 }
 
 /// Records the completion of one request on its endpoint.
@@ -552,6 +570,8 @@ pub(crate) struct Done {
     clock: Clock,
     start: u64,
     deadline: Option<Instant>,
+    /// The endpoint's connections when the request went out.
+    mark: Mark,
 }
 
 impl OnStatus for Done {
@@ -566,10 +586,11 @@ impl Done {
     pub(crate) fn for_test(endpoint: Arc<Endpoint>) -> Done {
         let clock = Clock::new(Instant::now());
         Done {
-            endpoint,
             start: clock.nanos(Instant::now()),
             clock,
             deadline: None,
+            mark: endpoint.wire.mark(),
+            endpoint,
         }
     }
 
@@ -591,126 +612,46 @@ impl Done {
     }
 }
 
-fn is_timeout(err: &(dyn StdError + 'static)) -> bool {
-    let mut cur = Some(err);
-    while let Some(e) = cur {
-        if e.is::<tonic::TimeoutExpired>() {
-            return true;
-        }
-        cur = e.source();
+impl Done {
+    /// Records a transport failure of the endpoint (down for a back-off, see
+    /// [`EndpointStats::on_transport_failure`]), the call having ended at `now`.
+    pub(crate) fn transport_failure(self, now: Instant) {
+        let endpoint = &self.endpoint;
+        endpoint.stats.on_transport_failure_limited(
+            self.start,
+            self.clock.nanos(now),
+            &endpoint.ejection,
+        );
     }
-    false
-}
 
-/// True when an HTTP/2 error (of the connection or the stream) is in the chain.
-fn is_h2_error(err: &(dyn StdError + 'static)) -> bool {
-    let mut cur = Some(err);
-    while let Some(e) = cur {
-        if e.is::<h2::Error>() {
-            return true;
+    /// Records the failure of the response body that tonic reported as `status`, at `now`
+    /// (before the call's deadline: a failure at or after it is the deadline's), and returns
+    /// the status the caller gets and its code: a reset stream its code; a lost connection
+    /// `Unavailable` (grpc-go's code for a broken connection), a transport failure of the
+    /// endpoint.
+    pub(crate) fn body_failed(self, status: tonic::Status, now: Instant) -> tonic::Status {
+        let lost = self.endpoint.wire.lost_since(self.mark);
+        match body_failure(&status, lost) {
+            BodyFailure::Reset(c) => {
+                self.finish(c, now);
+                status
+            }
+            BodyFailure::Connection => {
+                let message = format!(
+                    "endpoint {}: connection lost while receiving the response: {}",
+                    self.endpoint.addr,
+                    status.message()
+                );
+                self.transport_failure(now);
+                tonic::Status::unavailable(message)
+            }
         }
-        cur = e.source();
     }
-    false
-}
-
-/// True for an I/O error of the connection (the peer closed or reset it, or a write to it failed):
-/// the request may or may not have been written; [`Wire::unsent_since`] tells.
-fn is_connection_loss(err: &(dyn StdError + 'static)) -> bool {
-    let mut cur = Some(err);
-    while let Some(e) = cur {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            return matches!(
-                io.kind(),
-                std::io::ErrorKind::BrokenPipe
-                    | std::io::ErrorKind::ConnectionReset
-                    | std::io::ErrorKind::ConnectionAborted
-                    | std::io::ErrorKind::UnexpectedEof
-            );
-        }
-        cur = e.source();
-    }
-    false
-}
-
-/// True when the error proves the request was not processed by any server, so it may be sent to
-/// another endpoint even if it is not idempotent:
-/// - the connection could not be established (`tonic::ConnectError`: refused, unreachable, timeout);
-/// - the server refused the stream (`REFUSED_STREAM`) or announced a graceful GOAWAY whose
-///   last-stream-id is below this stream (h2 reports it as a remote GOAWAY with `NO_ERROR`;
-///   tonic would surface it as `Internal`);
-/// - hyper cancelled the request before writing it (the connection closed while it was queued).
-pub(crate) fn never_reached_server(err: &(dyn StdError + 'static)) -> bool {
-    let mut cur = Some(err);
-    while let Some(e) = cur {
-        if e.is::<tonic::ConnectError>() {
-            return true;
-        }
-        if let Some(h2) = e.downcast_ref::<h2::Error>() {
-            return h2.reason() == Some(h2::Reason::REFUSED_STREAM)
-                || (h2.is_go_away()
-                    && h2.is_remote()
-                    && h2.reason() == Some(h2::Reason::NO_ERROR));
-        }
-        if let Some(h) = e.downcast_ref::<hyper::Error>()
-            && h.is_canceled()
-        {
-            return true;
-        }
-        cur = e.source();
-    }
-    false
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn boxed(e: impl StdError + Send + Sync + 'static) -> BoxError {
-        Box::new(e)
-    }
-
-    #[test]
-    fn classifies_errors_that_never_reached_a_server() {
-        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
-        assert!(never_reached_server(&*boxed(tonic::ConnectError(
-            Box::new(refused)
-        ))));
-        assert!(never_reached_server(&*boxed(h2::Error::from(
-            h2::Reason::REFUSED_STREAM
-        ))));
-        // a reset or a protocol error may come after the server started processing
-        assert!(!never_reached_server(&*boxed(h2::Error::from(
-            h2::Reason::CANCEL
-        ))));
-        assert!(!never_reached_server(&*boxed(h2::Error::from(
-            h2::Reason::INTERNAL_ERROR
-        ))));
-        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
-        assert!(!never_reached_server(&*boxed(reset)));
-        // nested in a status source chain
-        let status = tonic::Status::from_error(boxed(tonic::ConnectError(Box::new(
-            std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
-        ))));
-        assert!(never_reached_server(&status));
-    }
-
-    #[test]
-    fn connection_losses_are_io_errors_of_the_connection() {
-        for kind in [
-            std::io::ErrorKind::BrokenPipe,
-            std::io::ErrorKind::ConnectionReset,
-        ] {
-            let status = tonic::Status::from_error(boxed(std::io::Error::from(kind)));
-            assert!(is_connection_loss(&status), "{kind:?}");
-        }
-        assert!(!is_connection_loss(&*boxed(std::io::Error::from(
-            std::io::ErrorKind::InvalidData
-        ))));
-        assert!(!is_connection_loss(&*boxed(h2::Error::from(
-            h2::Reason::INTERNAL_ERROR
-        ))));
-    }
 
     #[tokio::test]
     async fn an_attempt_waits_for_room_in_a_full_channel_and_its_deadline_ends_it() {
@@ -747,13 +688,5 @@ mod tests {
         assert_eq!(err.status.code(), tonic::Code::DeadlineExceeded);
         assert!(begun.elapsed() >= Duration::from_millis(150));
         drop((first, queued));
-    }
-
-    #[test]
-    fn recognises_tonic_timeouts() {
-        assert!(is_timeout(&*boxed(tonic::TimeoutExpired(()))));
-        assert!(!is_timeout(&*boxed(std::io::Error::from(
-            std::io::ErrorKind::TimedOut
-        ))));
     }
 }

@@ -49,21 +49,21 @@ use super::stats::{COST_PENALTY, Clock, EndpointStats, PENALTY};
 
 /// go-zero `forcePick` (v1 rules): an endpoint not picked for this long gets the next request of
 /// its pair.
-pub const FORCE_PICK: Duration = Duration::from_secs(1);
+pub(crate) const FORCE_PICK: Duration = Duration::from_secs(1);
 /// go-zero `pickTimes`: draws to find a pair of healthy endpoints.
-pub const PICK_TIMES: usize = 3;
+pub(crate) const PICK_TIMES: usize = 3;
 /// v2: the shortest re-probe interval of an endpoint that loses its pairs.
-pub const PROBE_BASE: Duration = Duration::from_secs(1);
+pub(crate) const PROBE_BASE: Duration = Duration::from_secs(1);
 /// v2: the longest re-probe interval.
-pub const PROBE_MAX: Duration = Duration::from_secs(30);
+pub(crate) const PROBE_MAX: Duration = Duration::from_secs(30);
 /// v2: the re-probe interval is at least this many times the endpoint's latency (a probe to a
 /// 1 s endpoint costs a 1 s call: at most one such call per 30 s).
-pub const PROBE_LAG_FACTOR: f64 = 30.0;
+pub(crate) const PROBE_LAG_FACTOR: f64 = 30.0;
 
-const FORCE_PICK_NANOS: u64 = 1_000_000_000;
-const PROBE_BASE_NANOS: f64 = 1e9;
-const PROBE_BASE_NANOS_INT: u64 = 1_000_000_000;
-const PROBE_MAX_NANOS: f64 = 30e9;
+const FORCE_PICK_NANOS: u64 = FORCE_PICK.as_nanos() as u64;
+const PROBE_BASE_NANOS: f64 = PROBE_BASE.as_nanos() as f64;
+const PROBE_BASE_NANOS_INT: u64 = PROBE_BASE.as_nanos() as u64;
+const PROBE_MAX_NANOS: f64 = PROBE_MAX.as_nanos() as f64;
 
 /// Which rules the picker follows: `V1` is go-zero's `p2c_ewma`, `V2` (the default) adds backing-off
 /// re-probes and ejection (see `docs/balancing.md`).

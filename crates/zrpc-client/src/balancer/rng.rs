@@ -72,7 +72,7 @@ thread_local! {
     static THREAD_RNG: RefCell<SmallRng> = RefCell::new(SmallRng::seed_from_u64(random_seed()));
 }
 
-pub use zrpc_core::random_seed;
+pub(crate) use zrpc_core::random_seed;
 
 /// A uniform draw in `[0, 1)` from the per-thread generator (for jitter).
 pub(crate) fn unit() -> f64 {

@@ -1,28 +1,24 @@
-//! The innermost stage of the client: waits for the first endpoint set, picks, sends, retries a
-//! request that never reached a server once on another endpoint.
+//! The balancer: the endpoint set (kept current from the resolver's updates) and the pick.
+//!
+//! Its interface to the client is narrow: wait for the first endpoint set
+//! ([`Balancer::wait_first_set`]) and pick an endpoint for a request, avoiding some
+//! ([`Balancer::pick`]); the picked endpoint sends the attempt ([`Pick::send`]). Which requests
+//! are sent, and again where, is the client's retry stage's (`crate::retry`).
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Weak};
-use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use futures_util::future::BoxFuture;
-use pin_project_lite::pin_project;
 use tokio::sync::watch;
 use tonic::body::Body;
-use tower::BoxError;
 
-use super::endpoint::{Answer, Attempt, ConnectOptions, Deadline, Endpoint};
-use super::replay::{self, Replay};
+use super::consistent_hash::ConsistentHash;
+use super::endpoint::{Attempt, ConnectOptions, Endpoint};
+use super::stats::Clock;
 use super::{P2cPicker, RoundRobin, ThreadRng};
 use crate::conf::BalancerName;
 use crate::resolver::{EndpointUpdates, ResolverStatus, subset};
-
-/// Attempts per call when earlier ones provably never reached a server (transparent retry).
-pub const MAX_ATTEMPTS: usize = 3;
 
 /// The shared state of one client's balancer.
 pub(crate) struct Shared {
@@ -30,6 +26,7 @@ pub(crate) struct Shared {
     kind: BalancerName,
     p2c: P2cPicker,
     rr: RoundRobin,
+    ring: ConsistentHash,
     set: ArcSwap<Vec<Arc<Endpoint>>>,
     /// True once the first endpoint set has been applied.
     ready: watch::Sender<bool>,
@@ -59,7 +56,7 @@ impl std::fmt::Debug for Shared {
     }
 }
 
-/// The balancer (cheap to clone); the client starts each call with [`Balancer::start`].
+/// The balancer (cheap to clone): the client's retry stage picks through it.
 #[derive(Debug, Clone)]
 pub(crate) struct Balancer {
     pub(crate) shared: Arc<Shared>,
@@ -85,6 +82,7 @@ impl Balancer {
             kind,
             p2c: P2cPicker::new(epoch),
             rr: RoundRobin::new(epoch),
+            ring: ConsistentHash::default(),
             set: ArcSwap::from_pointee(Vec::new()),
             ready: watch::channel(false).0,
             connect,
@@ -183,10 +181,16 @@ async fn apply_updates(
 }
 
 impl Shared {
-    /// Applies an endpoint set: subset of at most 32 ([`subset::DEFAULT_SUBSET_SIZE`]), existing
-    /// endpoints (and their stats and connections) kept by address, new ones created cold.
+    /// Applies an endpoint set: subset of at most 32 ([`subset::DEFAULT_SUBSET_SIZE`]; all of
+    /// them for `consistent_hash`, whose clients agree on a key's server only over one set),
+    /// existing endpoints (and their stats and connections) kept by address, new ones created
+    /// cold.
     pub(crate) fn apply(&self, addrs: &[String]) {
-        let chosen = subset::select(addrs, self.seed, subset::DEFAULT_SUBSET_SIZE);
+        let size = match self.kind {
+            BalancerName::ConsistentHash => addrs.len(),
+            _ => subset::DEFAULT_SUBSET_SIZE,
+        };
+        let chosen = subset::select(addrs, self.seed, size);
         let old = self.set.load();
         let by_addr: HashMap<&str, &Arc<Endpoint>> = old.iter().map(|e| (&*e.addr, e)).collect();
         let mut next = Vec::with_capacity(chosen.len());
@@ -211,6 +215,9 @@ impl Shared {
             e.wire.set_guarded(guarded);
         }
         tracing::info!(target = %self.target, endpoints = ?chosen, "endpoint set updated");
+        if self.kind == BalancerName::ConsistentHash {
+            self.ring.update(&next);
+        }
         self.set.store(Arc::new(next));
         self.ready.send_replace(true);
     }
@@ -227,7 +234,7 @@ impl Shared {
         let _ = rx.wait_for(|r| *r).await;
     }
 
-    pub(crate) fn clock(&self) -> super::Clock {
+    pub(crate) fn clock(&self) -> Clock {
         self.p2c.clock()
     }
 
@@ -235,13 +242,34 @@ impl Shared {
         *self.ready.borrow()
     }
 
-    /// Picks at `now` (ns since the picker's epoch: the attempt's start, [`super::Clock::nanos`]).
-    fn pick(&self, set: &[Arc<Endpoint>], now: u64) -> Option<Arc<Endpoint>> {
+    /// The pick of the balancer's policy (`BalancerName`) among `pool` for `req`, at `now` (ns
+    /// since the picker's epoch: the attempt's start, [`Clock::nanos`]): the endpoint, counted
+    /// in flight. `consistent_hash` reads the call's key from the request's extensions
+    /// ([`HashKey`](super::consistent_hash::HashKey)) and walks the ring of the whole set,
+    /// passing over the endpoints not in `pool`.
+    ///
+    /// # Errors
+    ///
+    /// Unavailable when `pool` is empty; `consistent_hash` without a key: InvalidArgument.
+    #[inline]
+    fn choose(
+        &self,
+        req: &http::Request<Body>,
+        pool: &[Arc<Endpoint>],
+        now: u64,
+    ) -> Result<Arc<Endpoint>, tonic::Status> {
         let i = match self.kind {
-            BalancerName::RoundRobin => self.rr.pick_at(set, now),
-            _ => self.p2c.pick_at(set, now, &mut ThreadRng),
-        }?;
-        Some(Arc::clone(&set[i]))
+            BalancerName::ConsistentHash => {
+                return self
+                    .ring
+                    .pick(req.extensions().get(), pool, now)?
+                    .ok_or_else(|| self.no_endpoint());
+            }
+            BalancerName::RoundRobin => self.rr.pick_at(pool, now),
+            _ => self.p2c.pick_at(pool, now, &mut ThreadRng),
+        };
+        i.map(|i| Arc::clone(&pool[i]))
+            .ok_or_else(|| self.no_endpoint())
     }
 
     /// The resolver's current problem, if any (etcd unreachable, empty key, DNS failure...).
@@ -265,11 +293,9 @@ impl Shared {
 
     /// Waits for the first endpoint set. Fails at once with the resolver's problem when it
     /// reports one (grpc-go fails the calls of a channel in TRANSIENT_FAILURE the same way),
-    /// and at the call's deadline with what is known, so the caller learns why.
-    pub(crate) async fn wait_first_set(
-        &self,
-        deadline: Option<std::time::Instant>,
-    ) -> Result<(), tonic::Status> {
+    /// and at the call's deadline with `DeadlineExceeded` naming what is known (grpc-go's
+    /// words for a pick that waited out its deadline), so the caller learns why.
+    async fn wait_first_set(&self, deadline: Option<Instant>) -> Result<(), tonic::Status> {
         let started = tokio::time::Instant::now();
         let expiry = async {
             match deadline {
@@ -281,156 +307,13 @@ impl Shared {
             biased;
             () = self.wait_ready() => Ok(()),
             problem = self.status.failed() => Err(self.unresolved(&problem)),
-            () = expiry => Err(self.unresolved(&format!(
-                "the resolver found none within {:?} (no answer from its source yet)",
+            () = expiry => Err(tonic::Status::deadline_exceeded(format!(
+                "deadline exceeded while waiting for an endpoint of target {}: the resolver found \
+                 none within {:?} (no answer from its source yet)",
+                self.target,
                 started.elapsed()
             ))),
         }
-    }
-
-    /// The slow path of [`Balancer::start`]: a call made before the first endpoint set (it waits
-    /// for one), then picked, sent and retried like any other.
-    async fn call_at(
-        self: Arc<Self>,
-        req: http::Request<Body>,
-        deadline: Option<Instant>,
-        timeout: Option<Duration>,
-    ) -> Result<http::Response<Body>, BoxError> {
-        if !self.is_ready() {
-            self.wait_first_set(deadline).await?;
-        }
-        let first = self.first_attempt(req, deadline, timeout, Instant::now())?;
-        match first.attempt.await {
-            Ok(answer) => Ok(answer.into_response()),
-            Err(e) => match first.replay {
-                Some(replay) if e.retryable => {
-                    self.retry((first.endpoint, e.status), replay, deadline, timeout)
-                        .await
-                }
-                _ => Err(e.status.into()),
-            },
-        }
-    }
-
-    /// Picks an endpoint and starts the first attempt at `now` (no await: the common path of a
-    /// call).
-    #[inline]
-    fn first_attempt(
-        &self,
-        req: http::Request<Body>,
-        deadline: Option<Instant>,
-        timeout: Option<Duration>,
-        now: Instant,
-    ) -> Result<First, tonic::Status> {
-        let set = self.set.load();
-        if set.is_empty() {
-            return Err(self.no_endpoint());
-        }
-        let (req, replay) = if set.len() > 1 {
-            replay::prepare(req)?
-        } else {
-            (req, None)
-        };
-        // One precise clock read serves the pick and the call's latency sample (and, from the
-        // client, its observing stage): a coarse read for the pick would come on top of the
-        // one the latency needs.
-        let clock = self.p2c.clock();
-        let start = clock.nanos(now);
-        let ep = self.pick(&set, start).ok_or_else(|| self.no_endpoint())?;
-        let attempt =
-            Arc::clone(&ep).send((clock, start), deadline, timeout, req, &self.target, true);
-        Ok(First {
-            endpoint: ep,
-            attempt,
-            replay,
-        })
-    }
-
-    /// Starts one attempt of a call under a retry or hedging policy (`crate::retry`): picked
-    /// among the endpoints not in `avoid` (among all when that leaves none), with the
-    /// transparent retry of any call. `first`: the call's first attempt (see [`Endpoint::send`]).
-    pub(crate) fn start_avoiding(
-        self: &Arc<Self>,
-        req: http::Request<Body>,
-        deadline: Option<Instant>,
-        timeout: Option<Duration>,
-        avoid: &[Arc<Endpoint>],
-        first: bool,
-    ) -> Result<(Arc<Endpoint>, Call), tonic::Status> {
-        let set = self.set.load();
-        if set.is_empty() {
-            return Err(self.no_endpoint());
-        }
-        let rest: Vec<Arc<Endpoint>>;
-        let pool: &[Arc<Endpoint>] = if avoid.is_empty() {
-            &set
-        } else {
-            rest = set
-                .iter()
-                .filter(|e| !avoid.iter().any(|a| Arc::ptr_eq(a, e)))
-                .cloned()
-                .collect();
-            if rest.is_empty() { &set } else { &rest }
-        };
-        let (req, replay) = if set.len() > 1 {
-            replay::prepare(req)?
-        } else {
-            (req, None)
-        };
-        let clock = self.p2c.clock();
-        let start = clock.nanos(Instant::now());
-        let ep = self.pick(pool, start).ok_or_else(|| self.no_endpoint())?;
-        let attempt =
-            Arc::clone(&ep).send((clock, start), deadline, timeout, req, &self.target, first);
-        let call = Call {
-            state: State::First {
-                attempt,
-                retry: replay.map(|replay| {
-                    Box::new(Retry {
-                        shared: Arc::clone(self),
-                        endpoint: Arc::clone(&ep),
-                        replay,
-                        deadline,
-                        timeout,
-                    })
-                }),
-            },
-        };
-        Ok((ep, call))
-    }
-
-    /// Transparent retry: the request never reached a server, so it can go elsewhere, at most
-    /// [`MAX_ATTEMPTS`] in all. The failed endpoints are in back-off, so the picker avoids them.
-    async fn retry(
-        self: Arc<Self>,
-        mut failed: (Arc<Endpoint>, tonic::Status),
-        replay: Replay,
-        deadline: Option<Instant>,
-        timeout: Option<Duration>,
-    ) -> Result<http::Response<Body>, BoxError> {
-        let clock = self.p2c.clock();
-        for attempt in 2..=MAX_ATTEMPTS {
-            let now = clock.nanos(Instant::now());
-            let Some(ep) = self.pick(&self.set.load(), now) else {
-                break;
-            };
-            if Arc::ptr_eq(&ep, &failed.0) || ep.stats.is_down(now) {
-                // nothing else usable: give up with the last error
-                ep.stats.on_abandon();
-                break;
-            }
-            tracing::debug!(target = %self.target, from = %failed.0.addr, to = %ep.addr, attempt, "transparent retry: {}", failed.1.message());
-            let req = replay.clone_request();
-            match Arc::clone(&ep)
-                .send((clock, now), deadline, timeout, req, &self.target, false)
-                .await
-            {
-                Ok(answer) => return Ok(answer.into_response()),
-                Err(e) if e.retryable => failed = (ep, e.status),
-                Err(e) => return Err(e.status.into()),
-            }
-        }
-        Err(failed.1.into())
     }
 }
 
@@ -455,163 +338,114 @@ fn no_endpoint_status(message: String) -> tonic::Status {
 
 /// True when `err` is (or wraps) the balancer's "no endpoint available" status.
 pub(crate) fn is_no_endpoint(err: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur = Some(err);
-    while let Some(e) = cur {
-        if e.is::<NoEndpoint>() {
-            return true;
-        }
-        cur = e.source();
-    }
-    false
+    super::failure::find::<NoEndpoint>(err).is_some()
 }
 
-/// A call's first attempt, its endpoint and its replay copy.
-struct First {
-    endpoint: Arc<Endpoint>,
-    attempt: Attempt,
-    replay: Option<Replay>,
+/// An endpoint picked for one attempt, counted in flight from the pick's instant.
+#[derive(Debug)]
+pub(crate) struct Pick {
+    pub(crate) endpoint: Arc<Endpoint>,
+    clock: Clock,
+    /// The pick's instant (ns since the picker's epoch): the attempt's start.
+    at: u64,
 }
 
-/// Tolerance of a deadline derived from the `grpc-timeout` header: the header is read after the
-/// timeout layer took its own clock reading, and rounds the timeout up to its unit (at most 1 ms
-/// below 27 hours), so the derived deadline may be up to ~1 ms late; a call dropped this close to
-/// it was dropped by its deadline.
-const DEADLINE_SLACK: Duration = Duration::from_millis(2);
-
-/// The deadline of a call and its timeout: the [`Deadline`] extension when present (the timeout
-/// layer sets it), else `grpc-timeout` from `now()` (less [`DEADLINE_SLACK`]).
-pub(crate) fn call_deadline(
-    req: &http::Request<Body>,
-    now: impl FnOnce() -> Instant,
-) -> (Option<Instant>, Option<Duration>) {
-    let timeout = zrpc_core::grpc::timeout::from_headers(req.headers());
-    let deadline = match req.extensions().get::<Deadline>() {
-        Some(d) => Some(d.0),
-        None => timeout.and_then(|t| now().checked_add(t.saturating_sub(DEADLINE_SLACK))),
-    };
-    (deadline, timeout)
-}
-
-impl Balancer {
-    /// Starts a call whose deadline and timeout are known (the client's timeout stage computed
-    /// them), its first attempt picked at `now`. Its future yields the [`Answer`], whose final
-    /// status the caller reads.
+impl Pick {
+    /// Sends `req` to the picked endpoint (see [`Endpoint::send`]).
     #[inline]
-    pub(crate) fn start(
-        &self,
+    pub(crate) fn send(
+        self,
         req: http::Request<Body>,
         deadline: Option<Instant>,
         timeout: Option<Duration>,
-        now: Instant,
-    ) -> Call {
-        let shared = &self.shared;
-        if !shared.is_ready() {
-            return Call {
-                state: State::Boxed {
-                    fut: Box::pin(Arc::clone(shared).call_at(req, deadline, timeout)),
-                },
-            };
-        }
-        let state = match shared.first_attempt(req, deadline, timeout, now) {
-            Ok(First {
-                endpoint,
-                attempt,
-                replay,
-            }) => State::First {
-                attempt,
-                // boxed: the call's future stays small for the common single-endpoint call,
-                // which moves it several times (a retry copy is ~250 bytes)
-                retry: replay.map(|replay| {
-                    Box::new(Retry {
-                        shared: Arc::clone(shared),
-                        endpoint,
-                        replay,
-                        deadline,
-                        timeout,
-                    })
-                }),
-            },
-            Err(status) => State::Failed {
-                err: Some(status.into()),
-            },
-        };
-        Call { state }
+        target: &Arc<str>,
+        first: bool,
+    ) -> Attempt {
+        self.endpoint
+            .send((self.clock, self.at), deadline, timeout, req, target, first)
+    }
+
+    /// Gives the pick up unsent (its in-flight count released, nothing recorded).
+    pub(crate) fn abandon(self) {
+        self.endpoint.stats.on_abandon();
+    }
+
+    /// True when the picked endpoint is in transport-failure back-off at the pick's instant.
+    pub(crate) fn is_down(&self) -> bool {
+        self.endpoint.stats.is_down(self.at)
     }
 }
 
+/// The balancer as the client's retry stage sees it: wait for the first endpoint set, and pick
+/// an endpoint for a request, avoiding some. Cheap to clone.
 impl Balancer {
-    /// A call driven by `fut` (a method with a retry or hedging policy, `crate::retry`, whose
-    /// attempts [`Shared::start_avoiding`] picks and sends).
-    pub(crate) fn boxed_call(
-        fut: impl Future<Output = Result<http::Response<Body>, BoxError>> + Send + 'static,
-    ) -> Call {
-        Call {
-            state: State::Boxed { fut: Box::pin(fut) },
+    /// The target's name (logs, errors, metrics).
+    pub(crate) fn target(&self) -> &Arc<str> {
+        &self.shared.target
+    }
+
+    /// True once the first endpoint set has been applied (a pick can be tried).
+    #[inline]
+    pub(crate) fn is_ready(&self) -> bool {
+        self.shared.is_ready()
+    }
+
+    /// The number of endpoints in the current set.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.shared.set.load().len()
+    }
+
+    /// Waits for the first endpoint set, until `deadline` (see [`Shared::wait_first_set`]).
+    pub(crate) async fn wait_first_set(
+        &self,
+        deadline: Option<Instant>,
+    ) -> Result<(), tonic::Status> {
+        if self.is_ready() {
+            return Ok(());
         }
+        self.shared.wait_first_set(deadline).await
     }
-}
 
-/// What a retry needs, kept while the first attempt runs.
-struct Retry {
-    shared: Arc<Shared>,
-    endpoint: Arc<Endpoint>,
-    replay: Replay,
-    deadline: Option<Instant>,
-    timeout: Option<Duration>,
-}
-
-pin_project! {
-    /// One call through the balancer ([`Balancer::start`]): the first attempt is a named future;
-    /// a retry (rare) and a call made before the first endpoint set (rarer) are boxed.
-    pub(crate) struct Call {
-        #[pin]
-        state: State,
-    }
-}
-
-pin_project! {
-    #[project = StateProj]
-    enum State {
-        First { #[pin] attempt: Attempt, retry: Option<Box<Retry>> },
-        Boxed { fut: BoxFuture<'static, Result<http::Response<Body>, BoxError>> },
-        Failed { err: Option<BoxError> },
-    }
-}
-
-impl Future for Call {
-    type Output = Result<Answer, BoxError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        loop {
-            let next = match self.as_mut().project().state.project() {
-                StateProj::First { attempt, retry } => match ready!(attempt.poll(cx)) {
-                    Ok(answer) => return Poll::Ready(Ok(answer)),
-                    Err(e) => match retry.take().map(|r| *r) {
-                        Some(r) if e.retryable => State::Boxed {
-                            fut: Box::pin(r.shared.retry(
-                                (r.endpoint, e.status),
-                                r.replay,
-                                r.deadline,
-                                r.timeout,
-                            )),
-                        },
-                        _ => return Poll::Ready(Err(e.status.into())),
-                    },
-                },
-                StateProj::Boxed { fut } => {
-                    return fut
-                        .as_mut()
-                        .poll(cx)
-                        .map_ok(|resp| Answer { resp, done: None });
-                }
-                StateProj::Failed { err } => {
-                    return Poll::Ready(Err(err.take().unwrap_or_else(|| {
-                        tonic::Status::internal("polled after completion").into()
-                    })));
-                }
-            };
-            self.as_mut().project().state.set(next);
+    /// Picks an endpoint for `req` at `now` by the balancer's policy (`BalancerName`), among
+    /// the endpoints not in `avoid` (among all of them when that leaves none), and counts it
+    /// in flight. `Unavailable` naming the target (and the resolver's problem) when the set
+    /// is empty.
+    ///
+    /// One precise clock read (`now`) serves the pick and the attempt's latency sample (and,
+    /// from the client, its observing stage): a coarse read for the pick would come on top of
+    /// the one the latency needs.
+    #[inline]
+    pub(crate) fn pick(
+        &self,
+        req: &http::Request<Body>,
+        avoid: &[Arc<Endpoint>],
+        now: Instant,
+    ) -> Result<Pick, tonic::Status> {
+        let shared = &*self.shared;
+        let set = shared.set.load();
+        if set.is_empty() {
+            return Err(shared.no_endpoint());
         }
+        let clock = shared.p2c.clock();
+        let at = clock.nanos(now);
+        let rest: Vec<Arc<Endpoint>>;
+        let pool: &[Arc<Endpoint>] = if avoid.is_empty() {
+            &set
+        } else {
+            rest = set
+                .iter()
+                .filter(|e| !avoid.iter().any(|a| Arc::ptr_eq(a, e)))
+                .cloned()
+                .collect();
+            if rest.is_empty() { &set } else { &rest }
+        };
+        let endpoint = shared.choose(req, pool, at)?;
+        Ok(Pick {
+            endpoint,
+            clock,
+            at,
+        })
     }
 }
 

@@ -10,31 +10,31 @@ use zrpc_core::ewma::decay_weight;
 use zrpc_core::grpc::code;
 
 /// go-zero `decayTime`: 10 s (from Finagle).
-pub const DECAY_TIME: Duration = Duration::from_secs(10);
+pub(crate) const DECAY_TIME: Duration = Duration::from_secs(10);
 /// go-zero `initSuccess`: the success score of a perfect endpoint.
-pub const INIT_SUCCESS: f64 = 1000.0;
+pub(crate) const INIT_SUCCESS: f64 = 1000.0;
 /// go-zero `throttleSuccess`: healthy while the success score is above this.
-pub const THROTTLE_SUCCESS: f64 = 500.0;
+pub(crate) const THROTTLE_SUCCESS: f64 = 500.0;
 /// Latency recorded for a failure on an endpoint that has no sample yet, so that a fast failure
 /// never looks like a fast endpoint.
-pub const FAILED_PROBE_LAG: Duration = Duration::from_secs(1);
+pub(crate) const FAILED_PROBE_LAG: Duration = Duration::from_secs(1);
 /// First back-off after a transport failure; doubles on each consecutive one.
-pub const BACKOFF_BASE: Duration = Duration::from_millis(100);
+pub(crate) const BACKOFF_BASE: Duration = Duration::from_millis(100);
 /// Longest back-off after transport failures.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
+pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// v2: consecutive failed calls (failure codes, timeouts) that eject an endpoint.
-pub const EJECT_AFTER: u32 = 3;
+pub(crate) const EJECT_AFTER: u32 = 3;
 /// v2: the first ejection lasts this long; each further ejection without a success in between
 /// doubles it, up to [`EJECT_MAX`].
-pub const EJECT_BASE: Duration = Duration::from_secs(1);
+pub(crate) const EJECT_BASE: Duration = Duration::from_secs(1);
 /// v2: the longest ejection.
-pub const EJECT_MAX: Duration = Duration::from_secs(30);
+pub(crate) const EJECT_MAX: Duration = Duration::from_secs(30);
 /// After an answered probe, calls that reach their deadline make the endpoint suspect again only
 /// once this has passed.
-pub const PROBE_COOLDOWN: Duration = Duration::from_secs(1);
+pub(crate) const PROBE_COOLDOWN: Duration = Duration::from_secs(1);
 /// Calls in flight and no answer for this long (and for ten latencies) make an endpoint
 /// suspect: probed out of band before any of its calls reaches its deadline.
-pub const STALL_MIN: Duration = Duration::from_millis(250);
+pub(crate) const STALL_MIN: Duration = Duration::from_millis(250);
 
 const EMPTY: u64 = u64::MAX;
 
@@ -262,6 +262,15 @@ impl EndpointStats {
         self.probing.load(Ordering::Relaxed)
     }
 
+    /// In back-off after a transport failure (connection refused, reset, lost) at `now` (ns): the
+    /// one state in which the `consistent_hash` balancer passes the endpoint over, as go-zero's
+    /// passes over a connection that is not READY.
+    #[inline]
+    #[must_use]
+    pub fn is_unreachable(&self, now: u64) -> bool {
+        now < self.down_until.load(Ordering::Relaxed)
+    }
+
     /// In transport-failure back-off at `now` (ns), or suspect (see [`EndpointStats::is_suspect`]).
     #[inline]
     #[must_use]
@@ -294,7 +303,7 @@ impl EndpointStats {
         self.suspect.store(false, Ordering::Relaxed);
     }
 
-    /// A probe was answered less than [`PROBE_COOLDOWN`] before `now` (ns): a call that runs
+    /// A probe was answered less than `PROBE_COOLDOWN` before `now` (ns): a call that runs
     /// into its deadline then says the server is slow, not gone, and asks for no new probe (a
     /// server whose calls keep timing out would otherwise be probed after each of them).
     #[must_use]
@@ -309,7 +318,7 @@ impl EndpointStats {
     }
 
     /// Calls are in flight and nothing was heard from the endpoint (no answer, no byte, no
-    /// answered probe since the calls began) for [`STALL_MIN`] and ten times its latency (doubled
+    /// answered probe since the calls began) for `STALL_MIN` and ten times its latency (doubled
     /// by each probe answered while the same calls run): it may have stopped answering (frozen,
     /// a dead path), or it may only be running long silent calls; a probe tells which.
     #[must_use]
@@ -389,7 +398,7 @@ impl EndpointStats {
     }
 
     /// [`EndpointStats::cost`] times 1000 in integers, the form the v2 picker compares:
-    /// `(lag_ns + 1000) * (inflight + 1)` (capped below [`COST_PENALTY`]), `COST_PENALTY +
+    /// `(lag_ns + 1000) * (inflight + 1)` (capped below `COST_PENALTY`), `COST_PENALTY +
     /// inflight` for a probe already in flight, `u64::MAX` while down or ejected. Integer loads,
     /// one multiplication and integer compares: the float form's conversions and its
     /// multiply/min latency chain were a third of a pick's time (perf annotate of

@@ -154,6 +154,11 @@ impl Wire {
         self.closings.load(Ordering::Relaxed) > mark.closings
     }
 
+    /// True when a connection loss (a read EOF, an I/O error) was observed after `mark`.
+    pub(crate) fn lost_since(&self, mark: Mark) -> bool {
+        self.losses.load(Ordering::SeqCst) > mark.losses
+    }
+
     /// True when a connection loss was observed after `mark` and nothing had been written on any
     /// connection of the endpoint between `mark` and that loss. Only meaningful for a request that
     /// failed with a connection-loss error (an I/O error of its connection, which [`Watched`]

@@ -35,7 +35,7 @@ use zrpc_core::conf::{ConfError, Validate, duration};
 use zrpc_core::grpc::code;
 
 /// The most attempts a policy may ask for (gRFC A6's cap).
-pub const MAX_POLICY_ATTEMPTS: u32 = 5;
+pub(crate) const MAX_POLICY_ATTEMPTS: u32 = 5;
 
 /// One `MethodConfig` entry: the methods it names and their retry or hedging policy.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

@@ -5,14 +5,13 @@
 
 use std::time::Duration;
 
-use tower::BoxError;
 use zrpc_core::grpc::{code, status_message_from_headers};
 
 /// go-zero's default slow-call threshold.
 pub(crate) const SLOW_THRESHOLD: Duration = Duration::from_millis(500);
 
 /// A call that failed without a response (local rejection, transport error, timeout).
-pub(crate) fn log_error(name: &str, err: &BoxError, elapsed: Duration) {
+pub(crate) fn log_error(name: &str, err: &dyn std::error::Error, elapsed: Duration) {
     tracing::error!(target: "zrpc::client", "fail - {name} - {err} - {elapsed:?}");
 }
 

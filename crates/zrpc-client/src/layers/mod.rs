@@ -25,12 +25,5 @@ pub(crate) type Response = http::Response<tonic::body::Body>;
 /// its source chain, else what tonic would map it to).
 #[must_use]
 pub(crate) fn code_of_error(err: &(dyn std::error::Error + 'static)) -> i32 {
-    let mut cur = Some(err);
-    while let Some(e) = cur {
-        if let Some(s) = e.downcast_ref::<tonic::Status>() {
-            return s.code() as i32;
-        }
-        cur = e.source();
-    }
-    code::UNKNOWN
+    crate::balancer::failure::find::<tonic::Status>(err).map_or(code::UNKNOWN, |s| s.code() as i32)
 }

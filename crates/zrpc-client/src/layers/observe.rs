@@ -125,7 +125,7 @@ pub(crate) struct Outcome {
 pub(crate) enum Detail<'a> {
     None,
     Message(&'a http::HeaderMap),
-    Error(&'a BoxError),
+    Error(&'a (dyn std::error::Error + 'static)),
 }
 
 impl Outcome {
@@ -151,7 +151,7 @@ impl Outcome {
         if let Some(m) = &self.method.metrics {
             m.record(&self.method.path, elapsed.as_secs_f64() * 1000.0, code);
             if let Detail::Error(e) = &detail
-                && crate::balancer::is_no_endpoint(&***e)
+                && crate::balancer::is_no_endpoint(*e)
             {
                 m.dropped(&self.method.path, DropReason::NoEndpoint);
             }
@@ -220,7 +220,7 @@ fn rejected(outcome: Outcome) -> BoxError {
         m.dropped(&outcome.method.path, DropReason::Breaker);
     }
     let err: BoxError = breaker::open().into();
-    outcome.record(code_of_error(&*err), Detail::Error(&err));
+    outcome.record(code_of_error(&*err), Detail::Error(&*err));
     err
 }
 
@@ -241,7 +241,7 @@ where
     let mut outcome = StatusGuard::new(observe.begin(&mut req, Instant::now())?);
     let answer = inner.ready().await?.call(req).await;
     let answer = answer.map(|resp| crate::balancer::endpoint::Answer { resp, done: None });
-    crate::client::end(answer, None, outcome.take())
+    crate::response::end(answer, None, None, outcome.take())
 }
 
 #[cfg(test)]
@@ -371,9 +371,10 @@ mod tests {
 
     #[tokio::test]
     async fn local_rejections_are_counted_as_drops_by_reason() {
+        use crate::balancer::Balancer;
         use crate::balancer::endpoint::ConnectOptions;
-        use crate::balancer::service::Balancer;
         use crate::conf::BalancerName;
+        use crate::retry::Retry;
 
         let registry = prometheus::Registry::new();
         let metrics = ClientMetrics::register(&registry).unwrap();
@@ -391,7 +392,7 @@ mod tests {
             ConnectOptions::default(),
             1,
         );
-        let mut svc = balancer;
+        let mut svc = Retry::new(balancer, None);
         let dropped = |reason: &str| {
             metrics
                 .dropped_total

@@ -3,9 +3,13 @@
 //! The timeout of a call is [`CallTimeout`] from the request extensions if present (go-zero
 //! `WithCallTimeout`), else the client's `Timeout`; an incoming `grpc-timeout` header (tonic's
 //! `Request::set_timeout`, or a deadline propagated by a server handler) wins when shorter. Zero
-//! means no timeout. The deadline is sent on as `grpc-timeout` and handed to the balancer, which
-//! enforces it: expiry gives `DeadlineExceeded` (tonic's own timeout would say `Cancelled`), and
-//! the picker counts a call dropped at its deadline as `DeadlineExceeded`.
+//! means no timeout. With the stage off (`Middlewares.Timeout: false`), the caller's own
+//! `grpc-timeout` is the deadline ([`caller_deadline`]). The deadline is sent on as
+//! `grpc-timeout` and bounds the **whole call**, streams included, as grpc-go's does: its
+//! attempts until their response headers (`balancer::endpoint`), then the response body
+//! (`crate::response`) and a request body still streaming (`retry::replay`). Expiry gives
+//! `DeadlineExceeded` (tonic's own timeout would say `Cancelled`), and the picker counts a call
+//! dropped at its deadline as `DeadlineExceeded`. go-zero's `Timeout` bounds unary calls only.
 //!
 //! # One timer per call
 //!
@@ -20,11 +24,10 @@
 //! since it was the only timer in tokio's wheel; the client's balancer keeps an earlier one there
 //! (`balancer::service`'s `anchor_period`) so that a call's timer wakes nobody.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::HeaderValue;
 use tonic::body::Body;
-use tower::BoxError;
 use zrpc_core::grpc::timeout as grpc_timeout;
 
 /// A per-call timeout, as a request extension (go-zero `WithCallTimeout`): it replaces the
@@ -69,30 +72,15 @@ fn header_value(d: Duration) -> Option<HeaderValue> {
     HeaderValue::from_str(&grpc_timeout::format(d)).ok()
 }
 
-/// A call's deadline and the timeout it came from.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Bound {
-    /// On tokio's clock (honours a paused test clock).
-    pub(crate) deadline: tokio::time::Instant,
-    pub(crate) timeout: Duration,
-}
-
-impl Bound {
-    /// `err` as the caller sees it: tonic's own expiry (`Cancelled`) past the deadline is
-    /// `DeadlineExceeded`.
-    pub(crate) fn error(self, err: BoxError) -> BoxError {
-        past_deadline(err, self.deadline, self.timeout)
-    }
-}
-
 impl Timeout {
-    /// The deadline of `req` (see the module docs), sent on as its `grpc-timeout`; `None`: no
-    /// timeout.
-    pub(crate) fn apply(&self, req: &mut http::Request<Body>) -> Option<Bound> {
+    /// The deadline of `req` (see the module docs) and its timeout, sent on as its
+    /// `grpc-timeout`; `None`: no timeout. The deadline is read on tokio's clock (which honours
+    /// a paused test clock).
+    pub(crate) fn apply(&self, req: &mut http::Request<Body>) -> Option<(Instant, Duration)> {
         let call = req.extensions().get::<CallTimeout>().copied();
         let header = grpc_timeout::from_headers(req.headers());
         let timeout = effective(self.default, call, header)?;
-        let deadline = tokio::time::Instant::now() + timeout;
+        let deadline = (tokio::time::Instant::now() + timeout).into_std();
         let value = match &self.header {
             Some(v) if Some(timeout) == self.default => Some(v.clone()),
             _ => header_value(timeout),
@@ -100,8 +88,30 @@ impl Timeout {
         if let Some(v) = value {
             req.headers_mut().insert(GRPC_TIMEOUT, v);
         }
-        Some(Bound { deadline, timeout })
+        Some((deadline, timeout))
     }
+}
+
+/// Tolerance of a deadline derived from the `grpc-timeout` header: the header is read after the
+/// caller took its own clock reading, and rounds the timeout up to its unit (at most 1 ms below
+/// 27 hours), so the derived deadline may be up to ~1 ms late; a call dropped this close to it
+/// was dropped by its deadline.
+const DEADLINE_SLACK: Duration = Duration::from_millis(2);
+
+/// The deadline and timeout of a call with the timeout stage off: the caller's own
+/// `grpc-timeout`, from `now` (less [`DEADLINE_SLACK`]).
+pub(crate) fn caller_deadline(
+    req: &http::Request<Body>,
+    now: Instant,
+) -> (Option<Instant>, Option<Duration>) {
+    let timeout = grpc_timeout::from_headers(req.headers());
+    let deadline = timeout.and_then(|t| now.checked_add(t.saturating_sub(DEADLINE_SLACK)));
+    (deadline, timeout)
+}
+
+/// True once `deadline` has passed, on tokio's clock (as the deadline was read).
+pub(crate) fn is_past(deadline: Instant) -> bool {
+    tokio::time::Instant::now().into_std() >= deadline
 }
 
 /// The effective timeout: the override (zero = none) or the default, and the header if shorter.
@@ -118,17 +128,6 @@ fn effective(
     match (own, header) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
-    }
-}
-
-/// tonic's own `grpc-timeout` expiry says `Cancelled("Timeout expired")`: past the deadline, that
-/// is `DeadlineExceeded`.
-fn past_deadline(e: BoxError, deadline: tokio::time::Instant, timeout: Duration) -> BoxError {
-    match super::code_of_error(&*e) {
-        zrpc_core::grpc::code::CANCELLED if tokio::time::Instant::now() >= deadline => {
-            deadline_exceeded(Some(timeout)).into()
-        }
-        _ => e,
     }
 }
 
@@ -221,10 +220,12 @@ mod stage_tests {
     #[tokio::test(start_paused = true)]
     async fn tonic_cancelled_at_the_deadline_becomes_deadline_exceeded() {
         let mut req = request();
-        let bound = Timeout::new(Some(Duration::from_millis(50))).apply(&mut req);
+        let (deadline, timeout) = Timeout::new(Some(Duration::from_millis(50)))
+            .apply(&mut req)
+            .unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let cancelled: BoxError = tonic::Status::cancelled("Timeout expired").into();
-        let err: BoxError = crate::client::end(Err(cancelled), bound, None)
+        let cancelled: tower::BoxError = tonic::Status::cancelled("Timeout expired").into();
+        let err = crate::response::end(Err(cancelled), Some(deadline), Some(timeout), None)
             .map(|_: Response| ())
             .unwrap_err();
         let status = err.downcast::<tonic::Status>().unwrap();

@@ -3,20 +3,28 @@
 //! Each call runs in a `tracing` span `rpc.client` (kind client, `otel.name` = full method,
 //! `rpc.system = grpc`, `rpc.service`, `rpc.method`, `peer.service` = target). The W3C
 //! `traceparent`/`tracestate` and `baggage` of the span's OpenTelemetry context are injected into
-//! the request headers with the global propagator (set one with
-//! `opentelemetry::global::set_text_map_propagator`; without it nothing is injected). The final
-//! code is recorded as `rpc.grpc.status_code`, and `otel.status_code = ERROR` for failures.
+//! the request headers with the global propagator, or, while the application has set none
+//! (OpenTelemetry's default injects nothing), with W3C trace context and baggage: go-zero's
+//! global propagator. The final code is recorded as `rpc.grpc.status_code`, and
+//! `otel.status_code = ERROR` for failures.
 //!
 //! Injection from the span needs the `otel` cargo feature (the span's OpenTelemetry context comes
 //! from tracing-opentelemetry). Before it, in every build, a call made while a zrpc server handles
 //! a call gets that call's `traceparent`, `tracestate` and `baggage` unchanged
 //! (`zrpc_core::grpc::trace_context`), whether or not a subscriber wants the span; an
-//! OpenTelemetry context, when the span has one, overwrites them.
+//! OpenTelemetry context, when the span has one, overwrites the first two (the call's span is the
+//! next one's parent). Metadata the call sets itself is kept: its own `baggage` members are
+//! merged with the context's, never replaced.
+//!
+//! A call made outside a server's call whose span starts a trace records the trace id in the
+//! span's `trace` field (go-zero's log field); inside one, the server's span carries it.
 
 #[cfg(feature = "otel")]
 use http::{HeaderName, HeaderValue};
 #[cfg(feature = "otel")]
-use opentelemetry::propagation::Injector;
+use opentelemetry::propagation::{Injector, TextMapPropagator};
+#[cfg(feature = "otel")]
+use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
 #[cfg(feature = "otel")]
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use zrpc_core::grpc::code;
@@ -28,13 +36,34 @@ struct HeaderInjector<'a>(&'a mut http::HeaderMap);
 #[cfg(feature = "otel")]
 impl Injector for HeaderInjector<'_> {
     fn set(&mut self, key: &str, value: String) {
-        if let (Ok(k), Ok(v)) = (
+        let (Ok(k), Ok(v)) = (
             HeaderName::from_bytes(key.as_bytes()),
             HeaderValue::from_str(&value),
-        ) {
+        ) else {
+            return;
+        };
+        if k == zrpc_core::grpc::trace_context::BAGGAGE {
+            zrpc_core::grpc::trace_context::merge_baggage(self.0, &v);
+        } else {
             self.0.insert(k, v);
         }
     }
+}
+
+/// Injects `cx` with the global propagator or, while that is OpenTelemetry's default (it names
+/// no field and injects nothing), with W3C trace context and baggage: go-zero's global
+/// propagator.
+#[cfg(feature = "otel")]
+fn inject(cx: &opentelemetry::Context, headers: &mut http::HeaderMap) {
+    opentelemetry::global::get_text_map_propagator(|p| {
+        let mut injector = HeaderInjector(headers);
+        if p.fields().next().is_some() {
+            p.inject_context(cx, &mut injector);
+        } else {
+            TraceContextPropagator::new().inject_context(cx, &mut injector);
+            BaggagePropagator::new().inject_context(cx, &mut injector);
+        }
+    });
 }
 
 /// Opens the `rpc.client` span of a call to `path` and injects its context into `headers`;
@@ -50,6 +79,8 @@ pub(crate) fn start(
     headers: &mut http::HeaderMap,
 ) -> Option<tracing::Span> {
     zrpc_core::grpc::trace_context::inject_current(headers);
+    #[cfg(feature = "otel")]
+    let passed_on = headers.contains_key(&zrpc_core::grpc::trace_context::TRACEPARENT);
     // The field values are computed only for an enabled span: splitting the path up front
     // would cost every call something even while tracing is off.
     let span = tracing::info_span!(
@@ -62,16 +93,22 @@ pub(crate) fn start(
         peer.service = %target,
         rpc.grpc.status_code = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
+        trace = tracing::field::Empty,
     );
     if span.is_disabled() {
         return None;
     }
     #[cfg(feature = "otel")]
-    let cx = span.context();
-    #[cfg(feature = "otel")]
-    opentelemetry::global::get_text_map_propagator(|p| {
-        p.inject_context(&cx, &mut HeaderInjector(headers));
-    });
+    {
+        use opentelemetry::trace::TraceContextExt;
+        let cx = span.context();
+        inject(&cx, headers);
+        // a trace this call starts: its log lines carry the id (a server's call carries its own)
+        let sc = cx.span().span_context().clone();
+        if !passed_on && sc.is_valid() {
+            span.record("trace", sc.trace_id().to_string());
+        }
+    }
     Some(span)
 }
 

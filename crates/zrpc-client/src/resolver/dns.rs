@@ -1,9 +1,9 @@
 //! DNS discovery (`dns:///host:port`): the addresses of `host`, re-resolved periodically.
 //!
 //! A background task looks the name up with the system resolver (`tokio::net::lookup_host`), publishes the
-//! distinct `ip:port` addresses (sorted) when they change, then sleeps [`REFRESH`] (sooner after a failure:
+//! distinct `ip:port` addresses (sorted) when they change, then sleeps 30 s (sooner after a failure:
 //! 1 s, doubling up to the refresh interval). A failed lookup, or one that returns no address, keeps the last
-//! known set. The task stops when the [`Resolution`] guard is dropped.
+//! known set. The task stops when the [`Resolution`] (and every client built on it) is dropped.
 
 use std::future::Future;
 use std::io;
@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use super::{Resolution, ResolverStatus};
 
 /// How often a healthy name is re-resolved.
-pub const REFRESH: Duration = Duration::from_secs(30);
+const REFRESH: Duration = Duration::from_secs(30);
 /// First retry delay after a failed lookup (doubles up to the refresh interval).
 const RETRY: Duration = Duration::from_secs(1);
 /// One lookup may take at most this long.
@@ -24,7 +24,8 @@ const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
 
 type Sender = watch::Sender<Option<Arc<Vec<String>>>>;
 
-/// Stops the lookup task when the last clone of the [`Resolution`] guard is dropped.
+/// Stops the lookup task when the last clone of the [`Resolution`] (and every client built on
+/// it) is dropped.
 #[derive(Debug)]
 struct DnsTask(tokio::task::AbortHandle);
 
@@ -34,14 +35,14 @@ impl Drop for DnsTask {
     }
 }
 
-/// Resolves `host:port` now and every [`REFRESH`]. Returns at once (`updates` is `None` until the first
+/// Resolves `host:port` now and every 30 s. Returns at once (`updates` is `None` until the first
 /// successful lookup); must be called inside a tokio runtime.
 pub fn resolve(host: &str, port: u16) -> Result<Resolution, crate::Error> {
     resolve_every(host, port, REFRESH)
 }
 
 /// [`resolve`] with another refresh interval.
-pub fn resolve_every(host: &str, port: u16, refresh: Duration) -> Result<Resolution, crate::Error> {
+fn resolve_every(host: &str, port: u16, refresh: Duration) -> Result<Resolution, crate::Error> {
     let error = |reason: &str| crate::Error::Resolve {
         target: format!("dns:///{host}:{port}"),
         reason: reason.to_string(),
@@ -70,11 +71,7 @@ pub fn resolve_every(host: &str, port: u16, refresh: Duration) -> Result<Resolut
     let task = runtime
         .spawn(run(lookup, refresh, tx, status.clone(), label))
         .abort_handle();
-    Ok(Resolution {
-        updates,
-        guard: Arc::new(DnsTask(task)),
-        status,
-    })
+    Ok(Resolution::new(updates, DnsTask(task)).with_status(status))
 }
 
 /// The lookup loop, generic over the lookup so that it can be tested with a fake one and tokio's paused clock.
@@ -239,7 +236,7 @@ mod tests {
     #[tokio::test]
     async fn resolves_localhost_and_stops_with_its_guard() {
         let r = resolve("localhost", 8080).unwrap();
-        let mut rx = r.updates.clone();
+        let mut rx = r.updates();
         tokio::time::timeout(Duration::from_secs(5), rx.wait_for(Option::is_some))
             .await
             .unwrap()

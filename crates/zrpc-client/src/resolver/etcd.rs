@@ -3,7 +3,7 @@
 //!
 //! One background task per `(etcd cluster, key)` in the process, shared by every client resolving that pair
 //! (a process-wide registry of weak references); it stops, and its etcd watch is cancelled, when the last
-//! [`Resolution`] guard is dropped.
+//! [`Resolution`] of it (and every client built on one) is dropped.
 //!
 //! The task does a prefix get of `Key/`, publishes the distinct values, then watches the prefix from the
 //! get's revision + 1 (so nothing is missed between the two). Fixes over go-zero (reference §3.5):
@@ -120,11 +120,11 @@ pub fn resolve(conf: EtcdConf) -> Result<Resolution, crate::Error> {
     if let Some(shared) = registry.get(&key).and_then(Weak::upgrade) {
         // A watch whose runtime has shut down is dead: replace it.
         if !shared.task.is_finished() {
-            return Ok(Resolution {
-                updates: shared.updates.clone(),
-                status: shared.status.clone(),
-                guard: shared,
-            });
+            return Ok(Resolution::sharing(
+                shared.updates.clone(),
+                shared.clone(),
+                shared.status.clone(),
+            ));
         }
         _stale = Some(shared);
     } else {
@@ -144,11 +144,7 @@ pub fn resolve(conf: EtcdConf) -> Result<Resolution, crate::Error> {
         reloads,
     });
     registry.insert(key, Arc::downgrade(&shared));
-    Ok(Resolution {
-        updates,
-        guard: shared,
-        status,
-    })
+    Ok(Resolution::sharing(updates, shared, status))
 }
 
 /// True while a shared watch for `(conf.hosts, conf.key)` is alive in this process.

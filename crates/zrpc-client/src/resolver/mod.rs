@@ -4,11 +4,11 @@
 //!
 //! A resolver publishes the endpoint set of a [`Target`] on a `tokio::sync::watch` channel
 //! ([`EndpointUpdates`]): `None` until the first resolution, then `Some(set)` on every change. The
-//! client applies [`subset::select`] (at most 32 endpoints, stable under churn) to each update and
+//! client applies a stable subset (at most 32 endpoints, stable under churn) to each update and
 //! hands the result to the balancer, which keeps per-endpoint stats across updates.
 //!
-//! A [`Resolution`] also carries a `guard`: whatever keeps the source alive (a watch task, the
-//! sender). The client holds it for as long as it lives; dropping it lets the source stop.
+//! A [`Resolution`] also holds its source: whatever keeps it alive (a watch task, the sender).
+//! The client holds it for as long as it lives; dropping it lets the source stop.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -24,7 +24,7 @@ pub mod dns;
 pub mod etcd;
 #[cfg(feature = "tls")]
 pub mod k8s;
-pub mod subset;
+pub(crate) mod subset;
 mod target;
 
 pub use target::{K8sPort, Target};
@@ -32,16 +32,26 @@ pub use target::{K8sPort, Target};
 /// The stream of endpoint sets of one target: `None` = not yet resolved, then each full set.
 pub type EndpointUpdates = watch::Receiver<Option<Arc<Vec<String>>>>;
 
-/// A running resolution: its updates and the guard that keeps its source alive.
+/// A running resolution: its endpoint sets, what its source last reported, and the source
+/// itself, kept alive as long as the resolution (or a client built on it) is.
+///
+/// For a discovery of your own, publish each set on a `watch` channel and hand its receiver to
+/// [`Resolution::new`] with whatever keeps the source running (its task, the sender):
+///
+/// ```
+/// use std::sync::Arc;
+/// use zrpc_client::resolver::Resolution;
+///
+/// let (tx, rx) = tokio::sync::watch::channel(Some(Arc::new(vec!["127.0.0.1:8080".to_owned()])));
+/// let resolution = Resolution::new(rx, tx);
+/// // let client = zrpc_client::Client::with_resolution(conf, "my:///service", resolution).await?;
+/// ```
 #[derive(Clone)]
 pub struct Resolution {
-    /// The endpoint sets.
-    pub updates: EndpointUpdates,
-    /// Keeps the source alive (drop it to let the source stop).
-    pub guard: Arc<dyn Any + Send + Sync>,
-    /// Why the source has no endpoints to give, if it knows (etcd unreachable, authentication
-    /// or TLS failure, DNS failure, an empty key); the client's errors quote it.
-    pub status: ResolverStatus,
+    updates: EndpointUpdates,
+    /// Keeps the source alive.
+    source: Arc<dyn Any + Send + Sync>,
+    status: ResolverStatus,
 }
 
 /// What a resolver last reported about its source: `None` while it is fine.
@@ -105,15 +115,67 @@ impl std::fmt::Debug for Resolution {
 }
 
 impl Resolution {
+    /// A resolution publishing on `updates` (`None` until the first set, then each full set),
+    /// whose source `source` (a task handle, the sender, ...) is kept alive with it.
+    #[must_use]
+    pub fn new(updates: EndpointUpdates, source: impl Any + Send + Sync) -> Resolution {
+        Resolution::sharing(updates, Arc::new(source), ResolverStatus::default())
+    }
+
+    /// A resolution whose source is shared (one etcd watch for several clients).
+    pub(crate) fn sharing(
+        updates: EndpointUpdates,
+        source: Arc<dyn Any + Send + Sync>,
+        status: ResolverStatus,
+    ) -> Resolution {
+        Resolution {
+            updates,
+            source,
+            status,
+        }
+    }
+
+    /// The same resolution reporting its source's problems on `status` (see
+    /// [`ResolverStatus::set`]); the client's "no endpoint" errors quote them.
+    #[must_use]
+    pub fn with_status(mut self, status: ResolverStatus) -> Resolution {
+        self.status = status;
+        self
+    }
+
     /// A resolution that publishes `endpoints` once and never changes (the direct source).
     #[must_use]
     pub fn fixed(endpoints: Vec<String>) -> Resolution {
         let (tx, rx) = watch::channel(Some(Arc::new(endpoints)));
-        Resolution {
-            updates: rx,
-            guard: Arc::new(tx),
-            status: ResolverStatus::default(),
-        }
+        Resolution::new(rx, tx)
+    }
+
+    /// Its endpoint sets (a new receiver of them).
+    #[must_use]
+    pub fn updates(&self) -> EndpointUpdates {
+        self.updates.clone()
+    }
+
+    /// What its source last reported: why it has no endpoints to give, if it knows (etcd
+    /// unreachable, authentication or TLS failure, DNS failure, an empty key).
+    #[must_use]
+    pub fn status(&self) -> &ResolverStatus {
+        &self.status
+    }
+
+    /// Its source, for the client to keep.
+    pub(crate) fn into_source(self) -> Arc<dyn Any + Send + Sync> {
+        self.source
+    }
+
+    /// A test hook (feature `test-hooks`, which only zrpc's own test crate enables): whether
+    /// `self` and `other` share one source (one etcd watch). Not part of the public API, no
+    /// semver promise.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    #[must_use]
+    pub fn shares_source_with(&self, other: &Resolution) -> bool {
+        Arc::ptr_eq(&self.source, &other.source)
     }
 }
 

@@ -8,14 +8,14 @@
 //! so different clients pick different subsets and the load spreads over the whole fleet.
 
 /// go-zero's subset size (`subsetSize = 32`).
-pub const DEFAULT_SUBSET_SIZE: usize = 32;
+pub(crate) const DEFAULT_SUBSET_SIZE: usize = 32;
 
 /// Picks at most `size` endpoints of `endpoints` by rendezvous hashing with `seed`.
 ///
 /// Deterministic (same input, same seed -> same output, across processes and platforms); duplicates in the
 /// input count once. The result keeps the input order of the selected endpoints (first occurrence). Adding or
 /// removing one endpoint changes at most one member of the result.
-pub fn select(endpoints: &[String], seed: u64, size: usize) -> Vec<String> {
+pub(crate) fn select(endpoints: &[String], seed: u64, size: usize) -> Vec<String> {
     let mut seen = std::collections::HashSet::with_capacity(endpoints.len());
     let distinct: Vec<(usize, &String)> = endpoints
         .iter()
@@ -44,7 +44,7 @@ pub fn select(endpoints: &[String], seed: u64, size: usize) -> Vec<String> {
 
 /// The rendezvous weight of `bytes` for `seed`: a fixed 64-bit hash (splitmix64 rounds over 8-byte words).
 /// Not `std`'s `RandomState`: it must be the same in every process and release.
-pub fn weight(seed: u64, bytes: &[u8]) -> u64 {
+pub(crate) fn weight(seed: u64, bytes: &[u8]) -> u64 {
     let mut h = mix(seed ^ 0x9e37_79b9_7f4a_7c15);
     let mut chunks = bytes.chunks_exact(8);
     for chunk in &mut chunks {

@@ -22,10 +22,13 @@ pub const FEATURES: &[&str] = &[
     "toml",
     "redis-auth",
     "tls",
+    "gzip",
+    "deflate",
+    "zstd",
 ];
 
 /// The `default` features of the `zrpc` crate.
-pub const DEFAULT_FEATURES: &[&str] = &["etcd", "devserver"];
+pub const DEFAULT_FEATURES: &[&str] = &["etcd", "devserver", "gzip"];
 
 // one bit each in `FeatureSet`
 const _: () = assert!(FEATURES.len() <= 16);

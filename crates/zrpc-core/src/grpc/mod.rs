@@ -14,9 +14,12 @@
 //! - [`timeout`]: the `grpc-timeout` header (parse and format);
 //! - [`method`]: the full method (`/pkg.Service/Method`) from a request path;
 //! - [`status_response`]: a trailers-only error response with an empty body;
-//! - [`trace_context`]: W3C trace-context pass-through for builds without OpenTelemetry.
+//! - [`trace_context`]: W3C trace-context pass-through for builds without OpenTelemetry;
+//! - [`compression`]: gRPC message compression on the frames of a body (`gzip`, `deflate`,
+//!   `zstd`, each behind the cargo feature of that name).
 
 pub mod code;
+pub mod compression;
 pub mod method;
 pub mod timeout;
 pub mod trace_context;

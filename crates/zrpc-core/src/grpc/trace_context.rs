@@ -69,12 +69,12 @@ impl TraceContext {
         f()
     }
 
-    /// Sets the fields on `headers`, leaving any the caller set itself.
+    /// Sets the fields on `headers`, leaving any the caller set itself; baggage is merged (see
+    /// [`merge_baggage`]).
     pub fn inject(&self, headers: &mut HeaderMap) {
         let fields = [
             (TRACEPARENT, Some(&self.traceparent)),
             (TRACESTATE, self.tracestate.as_ref()),
-            (BAGGAGE, self.baggage.as_ref()),
         ];
         for (name, value) in fields {
             if let Some(v) = value
@@ -82,6 +82,9 @@ impl TraceContext {
             {
                 headers.insert(name, v.clone());
             }
+        }
+        if let Some(b) = &self.baggage {
+            merge_baggage(headers, b);
         }
     }
 }
@@ -94,6 +97,43 @@ pub fn inject_current(headers: &mut HeaderMap) {
             cx.inject(headers);
         }
     });
+}
+
+/// W3C's limit on a `baggage` header (bytes).
+const MAX_BAGGAGE: usize = 8192;
+
+/// Adds the members of `baggage` to the `baggage` header of `headers`: a member whose key the
+/// header already has keeps the header's value (what the call sets itself wins over what it
+/// passes on), and members that would take the header past W3C's 8192 bytes are left out.
+/// Metadata is merged, never replaced.
+pub fn merge_baggage(headers: &mut HeaderMap, baggage: &HeaderValue) {
+    let Some(own) = headers.get(&BAGGAGE) else {
+        headers.insert(BAGGAGE, baggage.clone());
+        return;
+    };
+    let (Ok(own), Ok(more)) = (own.to_str(), baggage.to_str()) else {
+        return;
+    };
+    let key = |member: &str| {
+        member
+            .split(['=', ';'])
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_owned()
+    };
+    let keys: Vec<String> = own.split(',').map(key).collect();
+    let mut merged = own.to_owned();
+    for member in more.split(',').filter(|m| !m.trim().is_empty()) {
+        if keys.contains(&key(member)) || merged.len() + 1 + member.len() > MAX_BAGGAGE {
+            continue;
+        }
+        merged.push(',');
+        merged.push_str(member.trim());
+    }
+    if let Ok(v) = HeaderValue::from_str(&merged) {
+        headers.insert(BAGGAGE, v);
+    }
 }
 
 fn is_valid_traceparent(t: &[u8]) -> bool {
@@ -154,6 +194,30 @@ mod tests {
             assert!(TraceContext::extract(&h).is_none(), "{bad:?}");
         }
         assert!(TraceContext::extract(&headers(&[("baggage", "user=alice")])).is_none());
+    }
+
+    #[test]
+    fn baggage_is_merged_with_the_calls_own() {
+        let cx = TraceContext::extract(&headers(&[
+            ("traceparent", TP),
+            ("baggage", "user=alice,tenant=t1;p=1"),
+        ]))
+        .unwrap();
+        // the call's own member wins on its key; the others are added
+        let mut out = headers(&[("baggage", "tenant=t2, region=eu"), ("x-own", "1")]);
+        cx.inject(&mut out);
+        assert_eq!(out["baggage"], "tenant=t2, region=eu,user=alice");
+        assert_eq!(out["x-own"], "1");
+        assert_eq!(out["traceparent"], TP);
+        // nothing of its own: the caller's as it came
+        let mut out = HeaderMap::new();
+        cx.inject(&mut out);
+        assert_eq!(out["baggage"], "user=alice,tenant=t1;p=1");
+        // never past W3C's 8192 bytes
+        let big = format!("big={}", "x".repeat(8190));
+        let mut out = headers(&[("baggage", "a=1")]);
+        merge_baggage(&mut out, &HeaderValue::from_str(&big).unwrap());
+        assert_eq!(out["baggage"], "a=1");
     }
 
     #[test]

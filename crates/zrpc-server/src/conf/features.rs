@@ -42,6 +42,7 @@ pub(crate) fn check(conf: &RpcServerConf) -> Result<(), ConfError> {
     {
         return Err(tls_off(tls));
     }
+    zrpc_core::grpc::compression::setting::check_built("Compression", conf.compression)?;
     if !feature_on("devserver", cfg!(feature = "devserver"))
         && conf.dev_server.as_ref().is_some_and(|d| d.enabled)
     {

@@ -185,6 +185,8 @@ impl OnStatus for Records {
                 breaker.finish(c, now.into_std());
             }
             if let Some(r) = recorders {
+                // inside the call's span: its end-of-call log lines carry the trace id
+                let _span = trace.as_ref().map(TraceRecord::enter);
                 r.finish(c, now);
             }
         }
@@ -492,8 +494,15 @@ where
             method: method_of(&req),
             facts: entry.facts.clone(),
         });
+        // The caller's trace context, current while the handler runs, for zrpc's client to pass
+        // on (see `trace`); whether or not a subscriber wants the span.
+        let context = if g.trace {
+            TraceContext::extract(req.headers())
+        } else {
+            None
+        };
         let span = if g.trace {
-            rpc_span(&req)
+            rpc_span(&req, context.as_ref())
         } else {
             Span::none()
         };
@@ -503,13 +512,6 @@ where
             (None, Span::none())
         } else {
             (Some(TraceRecord::new(span.clone())), span)
-        };
-        // The caller's trace context, current while the handler runs, for zrpc's client to pass
-        // on (see `trace`); whether or not a subscriber wants the span.
-        let context = if g.trace {
-            TraceContext::extract(req.headers())
-        } else {
-            None
         };
         // One clock read for both durations, the breaker's and the shedder's admission and
         // the timeout's deadline.

@@ -13,6 +13,11 @@
 //! `traceparent` (with `tracestate` and `baggage`) is kept while the handler runs, for zrpc's
 //! client to pass on unchanged when it has no OpenTelemetry context of its own
 //! (`zrpc_core::grpc::trace_context`): the trace goes on through this service.
+//!
+//! The span's `trace` field is the call's trace id (go-zero's log field): the caller's, or the
+//! one this span starts when OpenTelemetry traces the service. Every log line written inside
+//! the span carries it (as a top-level `trace` key in JSON lines, see
+//! [`telemetry`](crate::telemetry)).
 
 #[cfg(feature = "otel")]
 use std::sync::OnceLock;
@@ -95,6 +100,12 @@ impl TraceRecord {
     pub(crate) fn new(span: Span) -> Self {
         TraceRecord { span }
     }
+
+    /// Enters the call's span: a line logged at the call's end (the stat stage's) carries the
+    /// span's fields, its `trace` among them.
+    pub(crate) fn enter(&self) -> tracing::span::Entered<'_> {
+        self.span.enter()
+    }
 }
 
 impl OnStatus for TraceRecord {
@@ -121,8 +132,9 @@ impl OnStatus for TraceRecord {
     }
 }
 
-/// The RPC span of `req` (disabled when no subscriber wants it).
-pub(crate) fn rpc_span<B>(req: &Request<B>) -> Span {
+/// The RPC span of `req` (disabled when no subscriber wants it); `context` is the caller's trace
+/// context, if any.
+pub(crate) fn rpc_span<B>(req: &Request<B>, context: Option<&TraceContext>) -> Span {
     let path = req.uri().path();
     // The field values are computed inside the macro, which evaluates them only when the span
     // is enabled: with no subscriber interested (no OTel exporter, log level above info) the
@@ -139,12 +151,21 @@ pub(crate) fn rpc_span<B>(req: &Request<B>) -> Span {
         rpc.method = split().1,
         net.peer.ip = %peer().map_or(std::net::IpAddr::from([127, 0, 0, 1]), |p| p.ip()),
         net.peer.port = peer().map_or(0, |p| p.port()),
+        trace = context.map(TraceContext::trace_id),
     );
     #[cfg(feature = "otel")]
-    if !span.is_disabled()
-        && let Some(parent) = extract_context(req.headers())
-    {
-        let _ = span.set_parent(parent);
+    if !span.is_disabled() {
+        if let Some(parent) = extract_context(req.headers()) {
+            let _ = span.set_parent(parent);
+        }
+        if context.is_none() {
+            // a trace this span starts (OpenTelemetry installed): its id for the log lines
+            use opentelemetry::trace::TraceContextExt;
+            let sc = span.context().span().span_context().clone();
+            if sc.is_valid() {
+                span.record("trace", sc.trace_id().to_string());
+            }
+        }
     }
     span
 }
@@ -217,7 +238,7 @@ mod nested {
             // The caller's trace context, for zrpc's client to pass on as it came whether or not a
             // subscriber wants the span (an OpenTelemetry span context, when there is one, wins).
             let context = TraceContext::extract(req.headers());
-            let span = rpc_span(&req);
+            let span = rpc_span(&req, context.as_ref());
             if span.is_disabled() {
                 // No subscriber records the span (no OTel exporter, log level above info): the
                 // status code would be set on nothing, so the body is not observed (one

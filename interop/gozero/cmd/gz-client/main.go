@@ -2,8 +2,18 @@
 // client interceptors) and prints JSON. It is the Go half of zrpc's interop tests.
 //
 //	gz-client -f etc/gz-client.yaml [-n 10] [-c 1] [-gap 0] [-duration 0] [-wait 10s]
-//	          [-stream 0] [-name world] [-authority ""] [-call-timeout 0] [-v]
+//	          [-stream 0] [-name world] [-authority ""] [-call-timeout 0] [-gzip] [-v]
 //	          [-tls-ca ca.pem [-tls-cert c.pem -tls-key c.key] [-tls-server-name n]]
+//	          [-hash-keys N [-hash-peers M]] [-baggage k=v,...]
+//
+// With -baggage every call's context carries that W3C baggage (go.opentelemetry.io/otel/baggage),
+// which go-zero's client interceptor sends as the `baggage` metadata.
+//
+// With -hash-keys N (for a client with BalancerName: consistent_hash) it makes one call per key
+// key-0 .. key-<N-1>, each with zrpc.SetHashKey, and adds "key" to the -v lines. -hash-peers M
+// first calls with keys warm-0, warm-1, ... (uncounted) until M distinct servers answered:
+// go-zero's ring holds only the connections that are READY, so keys sent before every server's
+// connection is up would go elsewhere.
 //
 // With -tls-ca it dials over TLS through go-zero's own option, zrpc.WithTransportCredentials
 // (grpc-go's credentials.NewTLS), trusting only that CA; -tls-cert/-tls-key add a client
@@ -12,6 +22,9 @@
 // server's host, for etcd discovery it is the etcd host (not the server's), for two or more
 // hosts it is the whole authority "h1:p1,h2:p2" (it does not split into host and port), which
 // no certificate names and rustls refuses as SNI.
+//
+// With -gzip every call is sent compressed with gzip (grpc.UseCompressor(gzip.Name)); grpc-go
+// then also asks for a gzip response.
 //
 // With -v it prints one line per call:
 //
@@ -46,11 +59,14 @@ import (
 	"github.com/zeromicro/go-zero/core/conf"
 	"github.com/zeromicro/go-zero/core/logx"
 	"github.com/zeromicro/go-zero/core/service"
+	"github.com/zeromicro/go-zero/core/trace"
 	"github.com/zeromicro/go-zero/zrpc"
+	"go.opentelemetry.io/otel/baggage"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/encoding/gzip"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -79,16 +95,25 @@ var (
 	authority   = flag.String("authority", "", "if set, dial with grpc.WithAuthority(value)")
 	verbose     = flag.Bool("v", false, "print one JSON line per call")
 	callTimeout = flag.Duration("call-timeout", 0, "extra per-call context timeout (0: none)")
+	useGzip     = flag.Bool("gzip", false, "send every call compressed with gzip (grpc.UseCompressor)")
 
 	tlsCA         = flag.String("tls-ca", "", "PEM CA file: dial over TLS, trusting only this CA")
 	tlsCert       = flag.String("tls-cert", "", "PEM client certificate for mutual TLS (needs -tls-ca and -tls-key)")
 	tlsKey        = flag.String("tls-key", "", "PEM private key of -tls-cert")
 	tlsServerName = flag.String("tls-server-name", "", "name the server certificate must carry (default: the target's host)")
+
+	hashKeys  = flag.Int("hash-keys", 0, "if > 0, one call per key key-0 .. key-<n-1> with zrpc.SetHashKey (ignores -n, -duration)")
+	hashPeers = flag.Int("hash-peers", 0, "with -hash-keys: first call (uncounted) until this many servers answered")
+	bags      = flag.String("baggage", "", "W3C baggage (k=v,...) in every call's context")
+
+	// the parsed -baggage
+	callBaggage baggage.Baggage
 )
 
 // result is one call's outcome; its JSON form is the -v line.
 type result struct {
 	Call    int    `json:"call"`
+	Key     string `json:"key,omitempty"`
 	Peer    string `json:"peer"`
 	Server  string `json:"server"`
 	Code    string `json:"code"`
@@ -126,8 +151,12 @@ func printJSON(v any) {
 
 // call makes one call (unary or streaming) and describes it. reached tells whether the call got a
 // transport stream to some server (a peer is known).
-func call(cli greeter.GreeterClient, i int) (r result, reached bool) {
-	ctx := context.Background()
+func call(cli greeter.GreeterClient, i int, key string) (r result, reached bool) {
+	ctx := baggage.ContextWithBaggage(context.Background(), callBaggage)
+	if key != "" {
+		ctx = zrpc.SetHashKey(ctx, key)
+		r.Key = key
+	}
 	if *callTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, *callTimeout)
@@ -137,6 +166,9 @@ func call(cli greeter.GreeterClient, i int) (r result, reached bool) {
 	var p peer.Peer
 	var header, trailer metadata.MD
 	opts := []grpc.CallOption{grpc.Peer(&p), grpc.Header(&header), grpc.Trailer(&trailer)}
+	if *useGzip {
+		opts = append(opts, grpc.UseCompressor(gzip.Name))
+	}
 
 	start := time.Now()
 	var err error
@@ -268,8 +300,42 @@ func ms(d time.Duration) float64 {
 	return math.Round(float64(d)/float64(time.Microsecond)) / 1000
 }
 
+// keyOf is the hash key of call i (none without -hash-keys).
+func keyOf(i int) string {
+	if *hashKeys <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("key-%d", i)
+}
+
+// warmUp calls (uncounted) with keys warm-0, warm-1, ... until -hash-peers distinct servers
+// answered or the deadline passes: then go-zero's ring holds all of them.
+func warmUp(cli greeter.GreeterClient, deadline time.Time) {
+	peers := map[string]bool{}
+	for i := 0; len(peers) < *hashPeers && time.Now().Before(deadline); i++ {
+		r, _ := call(cli, -1, fmt.Sprintf("warm-%d", i))
+		if r.ok {
+			peers[r.Peer] = true
+		} else {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
 func main() {
 	flag.Parse()
+	if *bags != "" {
+		b, err := baggage.Parse(*bags)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "gz-client: -baggage:", err)
+			os.Exit(2)
+		}
+		callBaggage = b
+	}
+	if *hashKeys > 0 {
+		*numCalls = *hashKeys
+		*duration = 0
+	}
 
 	var c Config
 	conf.MustLoad(*configFile, &c)
@@ -313,11 +379,14 @@ func main() {
 	// counted calls fail with "circuit breaker is open".
 	waitUntil := time.Now().Add(*wait)
 	waitReady(conn, waitUntil)
+	if *hashPeers > 0 {
+		warmUp(cli, waitUntil)
+	}
 	var first result
 	var start time.Time
 	for {
 		start = time.Now()
-		r, reached := call(cli, 0)
+		r, reached := call(cli, 0, keyOf(0))
 		first = r
 		if r.ok || reached || !time.Now().Before(waitUntil) {
 			break
@@ -356,7 +425,7 @@ func main() {
 				if !ok {
 					return
 				}
-				r, _ := call(cli, i)
+				r, _ := call(cli, i, keyOf(i))
 				record(r)
 			}
 		}()
@@ -398,6 +467,9 @@ func main() {
 	s.P50Ms = percentile(latencies, 0.50)
 	s.P99Ms = percentile(latencies, 0.99)
 	printJSON(s)
+	// flush the spans of the calls (Telemetry with an Endpoint), as a go-zero service does at
+	// shutdown
+	trace.StopAgent()
 
 	if s.Failed > 0 {
 		os.Exit(1)

@@ -4,9 +4,7 @@ use zrpc_core::grpc::code;
 
 use super::*;
 
-// The balancer as a tower service, and its plain constructor: only tests use them (here and
-// the observing stage's, `layers::observe`); the client starts its calls with
-// `Balancer::start` in `Client::call`.
+// The balancer's plain constructor: only tests use it (here and the retry stage's).
 
 impl Balancer {
     /// Creates the balancer (no resolver status, no anchor timer) and spawns the task applying
@@ -30,120 +28,8 @@ impl Balancer {
     }
 }
 
-impl Shared {
-    /// The slow path on its own: a call made before the first endpoint set (it waits for one).
-    async fn call(
-        self: Arc<Self>,
-        req: http::Request<Body>,
-    ) -> Result<http::Response<Body>, BoxError> {
-        let (deadline, timeout) = call_deadline(&req, Instant::now);
-        self.call_at(req, deadline, timeout).await
-    }
-}
-
-impl tower::Service<http::Request<Body>> for Balancer {
-    type Response = http::Response<Body>;
-    type Error = BoxError;
-    type Future = ResponseFuture;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
-        let now = Instant::now();
-        let (deadline, timeout) = call_deadline(&req, || now);
-        ResponseFuture {
-            call: self.start(req, deadline, timeout, now),
-        }
-    }
-}
-
-pin_project! {
-    /// The response future of the balancer as a service: a [`Call`] whose answer's body is
-    /// wrapped to record its final status on the endpoint.
-    pub(crate) struct ResponseFuture {
-        #[pin]
-        call: Call,
-    }
-}
-
-impl std::fmt::Debug for ResponseFuture {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResponseFuture").finish_non_exhaustive()
-    }
-}
-
-impl Future for ResponseFuture {
-    type Output = Result<http::Response<Body>, BoxError>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.project().call.poll(cx).map_ok(Answer::into_response)
-    }
-}
-
 fn addrs(v: &[&str]) -> Arc<Vec<String>> {
     Arc::new(v.iter().map(|s| (*s).to_owned()).collect())
-}
-
-#[tokio::test]
-async fn calls_name_the_resolvers_problem() {
-    let (tx, rx) = watch::channel(None);
-    let status = ResolverStatus::default();
-    let b = Balancer::with_status(
-        Arc::from("etcd:///h:1?key=k"),
-        BalancerName::P2cEwma,
-        rx,
-        ConnectOptions::default(),
-        1,
-        status.clone(),
-        None,
-    );
-    let req = || http::Request::new(Body::empty());
-    // No answer yet: the call waits; a reported problem fails it at once, with the cause.
-    let call = tokio::spawn(Arc::clone(&b.shared).call(req()));
-    tokio::task::yield_now().await;
-    status.set(Some("etcd unreachable at h:1: connection refused".into()));
-    let e = call.await.unwrap().unwrap_err();
-    let s = e.downcast_ref::<tonic::Status>().unwrap();
-    assert_eq!(s.code(), tonic::Code::Unavailable);
-    assert_eq!(
-        s.message(),
-        "no endpoint available for target etcd:///h:1?key=k: etcd unreachable at h:1: connection refused"
-    );
-    // An empty key: the resolver's words again.
-    status.set(Some("no endpoints registered under key \"k\"".into()));
-    tx.send_replace(Some(Arc::new(Vec::new())));
-    b.shared.wait_ready().await;
-    let e = Arc::clone(&b.shared).call(req()).await.unwrap_err();
-    let s = e.downcast_ref::<tonic::Status>().unwrap();
-    assert!(
-        s.message()
-            .ends_with("no endpoints registered under key \"k\""),
-        "{s:?}"
-    );
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_call_waiting_for_its_first_endpoints_ends_at_its_deadline() {
-    let (_tx, rx) = watch::channel(None);
-    let b = Balancer::new(
-        Arc::from("dns:///h:1"),
-        BalancerName::P2cEwma,
-        rx,
-        ConnectOptions::default(),
-        1,
-    );
-    let mut req = http::Request::new(Body::empty());
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
-    req.extensions_mut().insert(Deadline(deadline.into_std()));
-    let e = Arc::clone(&b.shared).call(req).await.unwrap_err();
-    let s = e.downcast_ref::<tonic::Status>().unwrap();
-    assert_eq!(s.code(), tonic::Code::Unavailable);
-    assert!(
-        s.message().contains("no answer from its source yet"),
-        "{s:?}"
-    );
 }
 
 #[tokio::test]
@@ -193,28 +79,6 @@ async fn stats_and_connections_survive_endpoint_set_updates() {
     assert_eq!(a2.stats.lag(), Some(Duration::from_millis(5)));
     let c = second.iter().find(|e| &*e.addr == "127.0.0.1:3").unwrap();
     assert!(c.stats.is_probing() && c.stats.lag().is_none());
-}
-
-#[tokio::test]
-async fn empty_set_is_unavailable_naming_the_target() {
-    let (tx, rx) = watch::channel(None);
-    let mut b = Balancer::new(
-        Arc::from("etcd:///h:2379?key=svc"),
-        BalancerName::P2cEwma,
-        rx,
-        ConnectOptions::default(),
-        1,
-    );
-    tx.send_replace(Some(addrs(&[])));
-    b.shared.wait_ready().await;
-    let req = http::Request::new(Body::empty());
-    let err = tower::Service::call(&mut b, req).await.unwrap_err();
-    let status = err.downcast::<tonic::Status>().unwrap();
-    assert_eq!(status.code(), tonic::Code::Unavailable);
-    assert!(
-        status.message().contains("etcd:///h:2379?key=svc"),
-        "{status:?}"
-    );
 }
 
 #[tokio::test]
@@ -283,23 +147,4 @@ async fn an_anchored_update_task_outlives_its_resolver_and_ends_with_the_balance
         tokio::task::yield_now().await;
     }
     assert_eq!(tasks(), 0, "the update task ends with the balancer");
-}
-
-#[tokio::test(start_paused = true)]
-async fn calls_wait_for_the_first_endpoint_set() {
-    let (tx, rx) = watch::channel(None);
-    let mut b = Balancer::new(
-        Arc::from("t"),
-        BalancerName::P2cEwma,
-        rx,
-        ConnectOptions::default(),
-        1,
-    );
-    let call = tower::Service::call(&mut b, http::Request::new(Body::empty()));
-    let waited = tokio::time::timeout(Duration::from_secs(1), call).await;
-    assert!(waited.is_err(), "no set yet: the call waits");
-    let call = tower::Service::call(&mut b, http::Request::new(Body::empty()));
-    tx.send_replace(Some(addrs(&[])));
-    let err = call.await.unwrap_err().downcast::<tonic::Status>().unwrap();
-    assert_eq!(err.code(), tonic::Code::Unavailable);
 }

@@ -56,7 +56,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 type Sender = watch::Sender<Option<Arc<Vec<String>>>>;
 
-/// Stops the task when the last clone of the [`Resolution`] guard is dropped.
+/// Stops the task when the last clone of the [`Resolution`] (and every client built on it) is
+/// dropped.
 #[derive(Debug)]
 struct K8sTask(tokio::task::AbortHandle);
 
@@ -129,11 +130,7 @@ pub fn resolve_with(
         status: status.clone(),
     };
     let task = runtime.spawn(watcher.run()).abort_handle();
-    Ok(Resolution {
-        updates,
-        guard: Arc::new(K8sTask(task)),
-        status,
-    })
+    Ok(Resolution::new(updates, K8sTask(task)).with_status(status))
 }
 
 fn target_text(namespace: &str, service: &str, port: Option<&K8sPort>) -> String {

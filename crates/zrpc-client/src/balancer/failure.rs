@@ -1,0 +1,230 @@
+//! How a failed attempt reaches the caller: the gRPC status of each transport failure, as
+//! grpc-go reports it, and which failures prove that the request never reached a server.
+//!
+//! grpc-go's rules (`internal/transport`): a stream reset by the server (`RST_STREAM`) maps
+//! its HTTP/2 reason to a code (`CANCEL` is `Cancelled`, `REFUSED_STREAM` `Unavailable`,
+//! `ENHANCE_YOUR_CALM` and `FLOW_CONTROL_ERROR` `ResourceExhausted`, `INADEQUATE_SECURITY`
+//! `PermissionDenied`, the others `Internal`), and a `CANCEL` at or after the caller's
+//! deadline is `DeadlineExceeded` (the server ended the call at that deadline, as grpc-go's
+//! server does); a lost connection (an I/O error, the peer's close, a GOAWAY) is
+//! `Unavailable`, before or after the response headers.
+
+use std::error::Error as StdError;
+
+use zrpc_core::grpc::code;
+
+/// The first error of type `T` in `err`'s source chain (`err` itself included).
+pub(crate) fn find<'a, T: StdError + 'static>(err: &'a (dyn StdError + 'static)) -> Option<&'a T> {
+    let mut cur = Some(err);
+    while let Some(e) = cur {
+        if let Some(t) = e.downcast_ref::<T>() {
+            return Some(t);
+        }
+        cur = e.source();
+    }
+    None
+}
+
+/// True when tonic's `grpc-timeout` timer (or the attempt's own) ended the call.
+pub(crate) fn is_timeout(err: &(dyn StdError + 'static)) -> bool {
+    find::<tonic::TimeoutExpired>(err).is_some()
+}
+
+/// True when an HTTP/2 error (of the connection or the stream) is in the chain.
+pub(crate) fn is_h2_error(err: &(dyn StdError + 'static)) -> bool {
+    find::<h2::Error>(err).is_some()
+}
+
+/// True for an I/O error of the connection (the peer closed or reset it, or a write to it failed):
+/// the request may or may not have been written; `Wire::unsent_since` tells.
+pub(crate) fn is_connection_loss(err: &(dyn StdError + 'static)) -> bool {
+    find::<std::io::Error>(err).is_some_and(|io| {
+        matches!(
+            io.kind(),
+            std::io::ErrorKind::BrokenPipe
+                | std::io::ErrorKind::ConnectionReset
+                | std::io::ErrorKind::ConnectionAborted
+                | std::io::ErrorKind::UnexpectedEof
+        )
+    })
+}
+
+/// True when the error proves the request was not processed by any server, so it may be sent to
+/// another endpoint even if it is not idempotent:
+/// - the connection could not be established (`tonic::ConnectError`: refused, unreachable, timeout);
+/// - the server refused the stream (`REFUSED_STREAM`) or announced a graceful GOAWAY whose
+///   last-stream-id is below this stream (h2 reports it as a remote GOAWAY with `NO_ERROR`;
+///   tonic would surface it as `Internal`);
+/// - hyper cancelled the request before writing it (the connection closed while it was queued).
+pub(crate) fn never_reached_server(err: &(dyn StdError + 'static)) -> bool {
+    let mut cur = Some(err);
+    while let Some(e) = cur {
+        if e.is::<tonic::ConnectError>() {
+            return true;
+        }
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            return h2.reason() == Some(h2::Reason::REFUSED_STREAM)
+                || (h2.is_go_away()
+                    && h2.is_remote()
+                    && h2.reason() == Some(h2::Reason::NO_ERROR));
+        }
+        if let Some(h) = e.downcast_ref::<hyper::Error>()
+            && h.is_canceled()
+        {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
+}
+
+/// The reason of a stream reset by the peer (`RST_STREAM` from the server), if that is what
+/// `err` is.
+pub(crate) fn remote_reset(err: &(dyn StdError + 'static)) -> Option<h2::Reason> {
+    find::<h2::Error>(err)
+        .filter(|h2| h2.is_reset() && h2.is_remote())
+        .and_then(h2::Error::reason)
+}
+
+/// The gRPC code of a stream reset with `reason` (grpc-go's `http2ErrConvTab`).
+pub(crate) fn reset_code(reason: h2::Reason) -> i32 {
+    match reason {
+        h2::Reason::CANCEL => code::CANCELLED,
+        h2::Reason::REFUSED_STREAM => code::UNAVAILABLE,
+        h2::Reason::FLOW_CONTROL_ERROR | h2::Reason::ENHANCE_YOUR_CALM => code::RESOURCE_EXHAUSTED,
+        h2::Reason::INADEQUATE_SECURITY => code::PERMISSION_DENIED,
+        _ => code::INTERNAL,
+    }
+}
+
+/// What a response body's error was, from the status tonic made of it (tonic keeps the code
+/// its own table gives a reset's reason, the same as grpc-go's but for `FLOW_CONTROL_ERROR`,
+/// and no source) and whether a connection of the endpoint was lost since the request went
+/// out (`lost`).
+pub(crate) fn body_failure(status: &tonic::Status, lost: bool) -> BodyFailure {
+    let c = status.code() as i32;
+    if c == code::CANCELLED {
+        BodyFailure::Reset(c)
+    } else if lost || c == code::UNKNOWN || c == code::UNAVAILABLE {
+        // an I/O error of the connection (tonic finds no reason in it: `Unknown`), a GOAWAY,
+        // the keepalive's timeout
+        BodyFailure::Connection
+    } else {
+        BodyFailure::Reset(c)
+    }
+}
+
+/// See [`body_failure`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BodyFailure {
+    /// The stream was reset (the code of its reason).
+    Reset(i32),
+    /// The connection was lost: `Unavailable`, a transport failure of the endpoint.
+    Connection,
+}
+
+#[cfg(test)]
+mod tests {
+    use tower::BoxError;
+
+    use super::*;
+
+    fn boxed(e: impl StdError + Send + Sync + 'static) -> BoxError {
+        Box::new(e)
+    }
+
+    #[test]
+    fn classifies_errors_that_never_reached_a_server() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert!(never_reached_server(&*boxed(tonic::ConnectError(
+            Box::new(refused)
+        ))));
+        assert!(never_reached_server(&*boxed(h2::Error::from(
+            h2::Reason::REFUSED_STREAM
+        ))));
+        // a reset or a protocol error may come after the server started processing
+        assert!(!never_reached_server(&*boxed(h2::Error::from(
+            h2::Reason::CANCEL
+        ))));
+        assert!(!never_reached_server(&*boxed(h2::Error::from(
+            h2::Reason::INTERNAL_ERROR
+        ))));
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert!(!never_reached_server(&*boxed(reset)));
+        // nested in a status source chain
+        let status = tonic::Status::from_error(boxed(tonic::ConnectError(Box::new(
+            std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        ))));
+        assert!(never_reached_server(&status));
+    }
+
+    #[test]
+    fn connection_losses_are_io_errors_of_the_connection() {
+        for kind in [
+            std::io::ErrorKind::BrokenPipe,
+            std::io::ErrorKind::ConnectionReset,
+        ] {
+            let status = tonic::Status::from_error(boxed(std::io::Error::from(kind)));
+            assert!(is_connection_loss(&status), "{kind:?}");
+        }
+        assert!(!is_connection_loss(&*boxed(std::io::Error::from(
+            std::io::ErrorKind::InvalidData
+        ))));
+        assert!(!is_connection_loss(&*boxed(h2::Error::from(
+            h2::Reason::INTERNAL_ERROR
+        ))));
+    }
+
+    #[test]
+    fn recognises_tonic_timeouts() {
+        assert!(is_timeout(&*boxed(tonic::TimeoutExpired(()))));
+        assert!(!is_timeout(&*boxed(std::io::Error::from(
+            std::io::ErrorKind::TimedOut
+        ))));
+    }
+
+    #[test]
+    fn reset_reasons_map_as_grpc_go_maps_them() {
+        let table = [
+            (h2::Reason::NO_ERROR, code::INTERNAL),
+            (h2::Reason::PROTOCOL_ERROR, code::INTERNAL),
+            (h2::Reason::INTERNAL_ERROR, code::INTERNAL),
+            (h2::Reason::FLOW_CONTROL_ERROR, code::RESOURCE_EXHAUSTED),
+            (h2::Reason::SETTINGS_TIMEOUT, code::INTERNAL),
+            (h2::Reason::STREAM_CLOSED, code::INTERNAL),
+            (h2::Reason::FRAME_SIZE_ERROR, code::INTERNAL),
+            (h2::Reason::REFUSED_STREAM, code::UNAVAILABLE),
+            (h2::Reason::CANCEL, code::CANCELLED),
+            (h2::Reason::COMPRESSION_ERROR, code::INTERNAL),
+            (h2::Reason::CONNECT_ERROR, code::INTERNAL),
+            (h2::Reason::ENHANCE_YOUR_CALM, code::RESOURCE_EXHAUSTED),
+            (h2::Reason::INADEQUATE_SECURITY, code::PERMISSION_DENIED),
+            (h2::Reason::HTTP_1_1_REQUIRED, code::INTERNAL),
+        ];
+        for (reason, c) in table {
+            assert_eq!(reset_code(reason), c, "{reason:?}");
+        }
+    }
+
+    #[test]
+    fn body_errors_are_resets_or_lost_connections() {
+        let io = tonic::Status::unknown("h2 protocol error: error reading a body from connection");
+        assert_eq!(body_failure(&io, false), BodyFailure::Connection);
+        let cancel = tonic::Status::cancelled("h2 protocol error: stream error received");
+        assert_eq!(
+            body_failure(&cancel, false),
+            BodyFailure::Reset(code::CANCELLED)
+        );
+        assert_eq!(
+            body_failure(&cancel, true),
+            BodyFailure::Reset(code::CANCELLED)
+        );
+        let protocol = tonic::Status::internal("h2 protocol error: protocol error");
+        assert_eq!(
+            body_failure(&protocol, false),
+            BodyFailure::Reset(code::INTERNAL)
+        );
+        // the connection went down with it (a GOAWAY and the close)
+        assert_eq!(body_failure(&protocol, true), BodyFailure::Connection);
+    }
+}

@@ -1,0 +1,497 @@
+//! The end of a call: its answer handed to the caller with one body wrapper ([`CallBody`]),
+//! which reads the final status once (for the endpoint and the recorders together), ends the
+//! call at its deadline while the body is still awaited (streams included), and reports a
+//! failure of the body with the code grpc-go gives it.
+//!
+//! Before the response headers, the call's deadline is enforced by one timer (tonic's
+//! `grpc-timeout` timer or the attempt's own, see `balancer::endpoint::Attempt`). After them,
+//! [`CallBody`] arms a timer at the deadline only when the body makes the caller wait: a unary
+//! answer, whose message and trailers are read with its headers, arms none. At the deadline
+//! the caller gets `DeadlineExceeded` and the body is dropped, which resets the stream with
+//! `CANCEL` once the request is sent (a request still streaming ends at the same deadline,
+//! `retry::replay`), as grpc-go's client does.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use http_body::Frame;
+use tonic::body::Body;
+use tower::BoxError;
+use zrpc_core::grpc::{code, status_from_headers};
+
+use crate::balancer::endpoint::{Answer, Done};
+use crate::balancer::failure::{BodyFailure, body_failure};
+use crate::layers::observe::{Detail, Outcome};
+use crate::layers::timeout::{deadline_exceeded, is_past};
+use crate::layers::{Response, code_of_error};
+
+/// The end of a call: its answer wired to the endpoint and the recorders ([`finish`]), or its
+/// error recorded (tonic's own expiry past the deadline is `DeadlineExceeded`).
+pub(crate) fn end(
+    answer: Result<Answer, BoxError>,
+    deadline: Option<Instant>,
+    timeout: Option<Duration>,
+    outcome: Option<Outcome>,
+) -> Result<Response, BoxError> {
+    match answer {
+        Ok(Answer { resp, done }) => Ok(finish(resp, done, outcome, deadline, timeout)),
+        Err(err) => {
+            let err = match deadline {
+                Some(d) if code_of_error(&*err) == code::CANCELLED && is_past(d) => {
+                    deadline_exceeded(timeout).into()
+                }
+                _ => err,
+            };
+            if let Some(o) = outcome {
+                o.record(code_of_error(&*err), Detail::Error(&*err));
+            }
+            Err(err)
+        }
+    }
+}
+
+/// Wires the final status of `resp` to the endpoint's completion and the observing stage's
+/// recorders, read once for both with one clock reading: from the headers of a trailers-only
+/// response now, else from the trailers at the end of the body (one wrapper, one box), which
+/// also ends the call at `deadline`.
+fn finish(
+    resp: Response,
+    done: Option<Done>,
+    outcome: Option<Outcome>,
+    deadline: Option<Instant>,
+    timeout: Option<Duration>,
+) -> Response {
+    let (parts, body) = resp.into_parts();
+    let body = match status_from_headers(&parts.headers) {
+        Some(c) => {
+            let now = Instant::now();
+            if let Some(d) = done {
+                d.finish(c, now);
+            }
+            if let Some(o) = outcome {
+                o.record_at(c, Detail::Message(&parts.headers), now);
+            }
+            body
+        }
+        None => Body::new(CallBody {
+            inner: body,
+            end: Completion { done, outcome },
+            deadline,
+            timeout,
+            timer: None,
+        }),
+    };
+    http::Response::from_parts(parts, body)
+}
+
+/// The recorders of one call's end.
+struct Completion {
+    done: Option<Done>,
+    outcome: Option<Outcome>,
+}
+
+impl Completion {
+    fn is_armed(&self) -> bool {
+        self.done.is_some() || self.outcome.is_some()
+    }
+
+    /// The call ended with `c` at `now`.
+    fn record(&mut self, c: i32, now: Instant) {
+        if let Some(d) = self.done.take() {
+            d.finish(c, now);
+        }
+        if let Some(o) = self.outcome.take() {
+            o.record_at(c, Detail::None, now);
+        }
+    }
+
+    /// The body failed with `status` (as tonic reported it) at `now`: the status the caller
+    /// gets, recorded.
+    fn failed(
+        &mut self,
+        status: tonic::Status,
+        deadline: Option<Instant>,
+        timeout: Option<Duration>,
+        now: Instant,
+    ) -> tonic::Status {
+        let status = if deadline.is_some_and(is_past) {
+            // the server ended the call at its deadline (grpc-go resets it with CANCEL then)
+            if let Some(d) = self.done.take() {
+                d.finish(code::DEADLINE_EXCEEDED, now);
+            }
+            deadline_exceeded(timeout)
+        } else {
+            match self.done.take() {
+                Some(d) => d.body_failed(status, now),
+                None => match body_failure(&status, false) {
+                    BodyFailure::Reset(_) => status,
+                    BodyFailure::Connection => tonic::Status::unavailable(format!(
+                        "connection lost while receiving the response: {}",
+                        status.message()
+                    )),
+                },
+            }
+        };
+        if let Some(o) = self.outcome.take() {
+            o.record_at(status.code() as i32, Detail::Error(&status), now);
+        }
+        status
+    }
+}
+
+impl Drop for Completion {
+    fn drop(&mut self) {
+        // dropped before its end: Cancelled (past the deadline, the endpoint records it so)
+        if self.is_armed() {
+            self.record(code::CANCELLED, Instant::now());
+        }
+    }
+}
+
+/// The body of a call's response (see the module docs).
+struct CallBody {
+    inner: Body,
+    end: Completion,
+    deadline: Option<Instant>,
+    timeout: Option<Duration>,
+    /// Armed at the deadline when the body first makes its caller wait.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl http_body::Body for CallBody {
+    type Data = bytes::Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<bytes::Bytes>, tonic::Status>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if this.end.is_armed()
+                    && let Some(trailers) = frame.trailers_ref()
+                {
+                    let c = status_from_headers(trailers).unwrap_or(code::UNKNOWN);
+                    this.end.record(c, Instant::now());
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(status))) => {
+                let status = this
+                    .end
+                    .failed(status, this.deadline, this.timeout, Instant::now());
+                Poll::Ready(Some(Err(status)))
+            }
+            Poll::Ready(None) => {
+                if this.end.is_armed() {
+                    this.end.record(code::UNKNOWN, Instant::now());
+                }
+                Poll::Ready(None)
+            }
+            Poll::Pending => {
+                let Some(deadline) = this.deadline else {
+                    return Poll::Pending;
+                };
+                let timer = this.timer.get_or_insert_with(|| {
+                    Box::pin(tokio::time::sleep_until(tokio::time::Instant::from_std(
+                        deadline,
+                    )))
+                });
+                if timer.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                // the deadline: the stream is dropped (reset with CANCEL), the caller told
+                this.deadline = None;
+                this.inner = Body::empty();
+                let now = Instant::now();
+                if let Some(d) = this.end.done.take() {
+                    d.finish(code::DEADLINE_EXCEEDED, now);
+                }
+                let status = deadline_exceeded(this.timeout);
+                if let Some(o) = this.end.outcome.take() {
+                    o.record_at(code::DEADLINE_EXCEEDED, Detail::Error(&status), now);
+                }
+                Poll::Ready(Some(Err(status)))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::balancer::endpoint::{ConnectOptions, Endpoint};
+    use crate::layers::observe::Observe;
+    use crate::metrics::ClientMetrics;
+
+    /// `finish` reads a call's final status once for the endpoint's statistics and the observing
+    /// stage's recorders: from the headers of a trailers-only answer at once, from the trailers
+    /// at the end of the body, and as `Cancelled` for a body dropped before them.
+    #[tokio::test]
+    async fn one_status_read_feeds_the_endpoint_and_the_recorders() {
+        use http_body_util::BodyExt;
+
+        let registry = prometheus::Registry::new();
+        let metrics = ClientMetrics::register(&registry).unwrap();
+        let observe = Observe::builder("direct:///x:1")
+            .metrics(Some(metrics.clone()))
+            .build();
+        // never connected: only its statistics are used
+        let endpoint = Arc::new(Endpoint::new("127.0.0.1:1", &ConnectOptions::default()).unwrap());
+        let count = |c: &str| metrics.code_total.with_label_values(&["/p.S/M", c]).get();
+        let start = || {
+            let mut req = http::Request::builder()
+                .uri("/p.S/M")
+                .body(Body::empty())
+                .unwrap();
+            endpoint.stats.on_pick();
+            let outcome = observe.begin(&mut req, Instant::now()).unwrap();
+            (Some(Done::for_test(Arc::clone(&endpoint))), Some(outcome))
+        };
+        let trailed = |c: &'static str| -> Response {
+            let mut trailers = http::HeaderMap::new();
+            trailers.insert("grpc-status", c.parse().unwrap());
+            let body = http_body_util::Full::new(bytes::Bytes::from_static(b"msg"))
+                .with_trailers(async move { Some(Ok(trailers)) });
+            http::Response::new(Body::new(body))
+        };
+
+        // trailers-only Unavailable: both at once
+        let (done, outcome) = start();
+        let resp: Response = zrpc_core::grpc::status_response(14, "down");
+        drop(finish(resp, done, outcome, None, None));
+        assert_eq!(count("14"), 1);
+        assert_eq!(endpoint.stats.inflight(), 0);
+        assert!(
+            endpoint.stats.success() < 1000.0,
+            "a failure for the endpoint"
+        );
+
+        // OK in the trailers: both at the end of the body, not before
+        let (done, outcome) = start();
+        let resp = finish(trailed("0"), done, outcome, None, None);
+        assert_eq!((count("0"), endpoint.stats.inflight()), (0, 1));
+        resp.into_body().collect().await.unwrap();
+        assert_eq!((count("0"), endpoint.stats.inflight()), (1, 0));
+
+        // dropped before its trailers: Cancelled, for both
+        let (done, outcome) = start();
+        drop(finish(trailed("0"), done, outcome, None, None));
+        assert_eq!((count("1"), endpoint.stats.inflight()), (1, 0));
+        assert_eq!(endpoint.stats.requests(), 3);
+        let calls = metrics
+            .duration_ms
+            .with_label_values(&["/p.S/M"])
+            .get_sample_count();
+        assert_eq!(calls, 3, "one duration per call");
+    }
+}
+
+/// How failures after the request went out are reported and recorded, against an HTTP/2 server
+/// (the `h2` crate) that resets or cuts: the caller's code, and the endpoint's record (a
+/// transport failure puts the endpoint in back-off: `down_until`).
+#[cfg(test)]
+mod edge_tests {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use bytes::Bytes;
+    use http_body_util::BodyExt;
+    use tokio::sync::oneshot;
+
+    use super::end;
+    use crate::balancer::endpoint::{ConnectOptions, Endpoint};
+    use crate::balancer::stats::Clock;
+    use crate::layers::Response;
+
+    /// What the server does with its one stream: reset it (`BeforeHead`, `AfterHead`), or close
+    /// its connection after a response head and a message, when told (`Cut`).
+    #[derive(Debug)]
+    enum Server {
+        BeforeHead { wait: Duration },
+        AfterHead { wait: Duration },
+        Cut { when: oneshot::Receiver<()> },
+    }
+
+    /// Serves one connection as `server` says; the receiver fires once it acted.
+    async fn serve(server: Server) -> (String, oneshot::Receiver<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (acted, rx) = oneshot::channel();
+        tokio::spawn(async move {
+            let (io, _) = listener.accept().await.unwrap();
+            let mut conn = h2::server::handshake(io).await.unwrap();
+            let (_req, mut respond) = conn.accept().await.unwrap().unwrap();
+            let driver = tokio::spawn(async move { while conn.accept().await.is_some() {} });
+            let head = http::Response::builder()
+                .header("content-type", "application/grpc")
+                .body(())
+                .unwrap();
+            match server {
+                Server::BeforeHead { wait } => {
+                    tokio::time::sleep(wait).await;
+                    respond.send_reset(h2::Reason::CANCEL);
+                }
+                Server::AfterHead { wait } => {
+                    let mut stream = respond.send_response(head, false).unwrap();
+                    tokio::time::sleep(wait).await;
+                    stream.send_reset(h2::Reason::CANCEL);
+                }
+                Server::Cut { when } => {
+                    let mut stream = respond.send_response(head, false).unwrap();
+                    let message = Bytes::from_static(b"\0\0\0\0\x02\x0a\0");
+                    stream.send_data(message, false).unwrap();
+                    let _ = when.await;
+                    // the connection is dropped with the stream open: the socket closes
+                    driver.abort();
+                    let _ = driver.await;
+                }
+            }
+            let _ = acted.send(());
+        });
+        (addr, rx)
+    }
+
+    /// Sends one call to `addr` with `timeout` and polls it once `first` is done: its endpoint,
+    /// and its end as the caller gets it.
+    async fn call(
+        addr: &str,
+        timeout: Duration,
+        first: impl std::future::Future,
+    ) -> (Arc<Endpoint>, Result<Response, tonic::Status>) {
+        let ep = Arc::new(Endpoint::new(addr, &ConnectOptions::default()).unwrap());
+        let clock = Clock::new(Instant::now());
+        let deadline = Instant::now() + timeout;
+        let mut req = http::Request::builder()
+            .method("POST")
+            .uri(format!("http://{addr}/p.S/M"))
+            .header("content-type", "application/grpc")
+            .body(tonic::body::Body::empty())
+            .unwrap();
+        req.headers_mut().insert(
+            "grpc-timeout",
+            zrpc_core::grpc::timeout::format(timeout).parse().unwrap(),
+        );
+        ep.stats.on_pick();
+        let attempt = Arc::clone(&ep).send(
+            (clock, clock.nanos(Instant::now())),
+            Some(deadline),
+            Some(timeout),
+            req,
+            &Arc::from("direct:///test"),
+            true,
+        );
+        first.await;
+        let ended = end(
+            attempt.await.map_err(|e| e.status.into()),
+            Some(deadline),
+            Some(timeout),
+            None,
+        )
+        .map_err(|e| *e.downcast::<tonic::Status>().unwrap());
+        (ep, ended)
+    }
+
+    /// The error the body of `resp` ends with.
+    async fn body_error(resp: Response) -> tonic::Status {
+        let mut body = resp.into_body();
+        loop {
+            match body.frame().await {
+                Some(Ok(frame)) => assert!(frame.is_data()),
+                Some(Err(e)) => return e,
+                None => panic!("the body ended whole"),
+            }
+        }
+    }
+
+    /// Asserts what the endpoint recorded of its one call: a transport failure or not.
+    fn assert_record(ep: &Endpoint, transport_failure: bool) {
+        assert_eq!(ep.stats.inflight(), 0);
+        assert_eq!(
+            ep.stats.down_until() > 0,
+            transport_failure,
+            "{:?}",
+            ep.stats
+        );
+    }
+
+    #[tokio::test]
+    async fn a_reset_at_the_deadline_is_deadline_exceeded_not_a_transport_failure() {
+        let timeout = Duration::from_millis(100);
+        let late = timeout + Duration::from_millis(50);
+
+        // before the head: the call is not polled until the server reset the stream, so the
+        // reset, not a timer, ends it (when it arrives first)
+        let (addr, acted) = serve(Server::BeforeHead { wait: late }).await;
+        let (ep, ended) = call(&addr, timeout, acted).await;
+        let err = ended.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{err:?}");
+        assert_record(&ep, false);
+        assert!(ep.stats.success() < 1000.0, "recorded as a deadline");
+
+        // after the head
+        let (addr, acted) = serve(Server::AfterHead { wait: late }).await;
+        let (ep, ended) = call(&addr, timeout, async {}).await;
+        acted.await.unwrap();
+        let err = body_error(ended.unwrap()).await;
+        assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{err:?}");
+        assert_record(&ep, false);
+        assert!(ep.stats.success() < 1000.0, "recorded as a deadline");
+    }
+
+    #[tokio::test]
+    async fn a_cancel_before_the_deadline_is_cancelled_not_a_transport_failure() {
+        let timeout = Duration::from_secs(5);
+        let (addr, _acted) = serve(Server::BeforeHead {
+            wait: Duration::ZERO,
+        })
+        .await;
+        let (ep, ended) = call(&addr, timeout, async {}).await;
+        let err = ended.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::Cancelled, "{err:?}");
+        assert!(
+            err.message()
+                .contains("stream terminated by RST_STREAM with error code: CANCEL"),
+            "{err:?}"
+        );
+        assert_record(&ep, false);
+
+        let wait = Duration::from_millis(10);
+        let (addr, _acted) = serve(Server::AfterHead { wait }).await;
+        let (ep, ended) = call(&addr, timeout, async {}).await;
+        let err = body_error(ended.unwrap()).await;
+        assert_eq!(err.code(), tonic::Code::Cancelled, "{err:?}");
+        assert_record(&ep, false);
+    }
+
+    #[tokio::test]
+    async fn a_connection_lost_in_the_middle_of_the_body_is_unavailable_and_a_transport_failure() {
+        let (cut, when) = oneshot::channel();
+        let (addr, _acted) = serve(Server::Cut { when }).await;
+        let (ep, ended) = call(&addr, Duration::from_secs(5), async {}).await;
+        let mut body = ended.unwrap().into_body();
+        assert!(body.frame().await.unwrap().unwrap().is_data());
+        cut.send(()).unwrap();
+        let err = body.frame().await.unwrap().unwrap_err();
+        assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+        assert!(
+            err.message()
+                .contains("connection lost while receiving the response"),
+            "{err:?}"
+        );
+        assert_record(&ep, true);
+    }
+}
