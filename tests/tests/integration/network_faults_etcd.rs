@@ -27,7 +27,7 @@ use zrpc_tests::greeter::{TestGreeter, TestServer, start_server};
 use zrpc_tests::toxiproxy::{Proxy, Toxic, Toxiproxy};
 use zrpc_tests::toxiproxy_or_skip;
 
-use crate::network_faults::{Load, codes, failures, quantile};
+use crate::network_faults::{Load, assert_serving, codes, failures, quantile};
 
 /// Closed-loop callers.
 const WORKERS: usize = 8;
@@ -322,6 +322,7 @@ async fn servers_link_blackhole(case: &str, hold: Option<Duration>) {
         "registrations back {:?} after the heal",
         back - healed
     );
+    assert_serving(&bench.servers).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -381,6 +382,7 @@ async fn client_link_blackhole(case: &str, hold: Duration) {
     );
     assert!(failures(&calls).is_empty(), "no call fails");
     bench.servers.push(d);
+    assert_serving(&bench.servers).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -473,5 +475,6 @@ async fn etcd_links_sliced_and_slow_registration_and_watch_keep_working() {
     print_calls("etcd sliced and slow", &calls);
     assert!(failures(&calls).is_empty(), "no call fails");
     assert_eq!(log.most_keys_per_server(), 1, "a server had two keys");
-    drop(d);
+    servers.push(d);
+    assert_serving(&servers).await;
 }
