@@ -60,7 +60,7 @@ fi
 # --- 1b. Go programs: go-zero interop, Toxiproxy ------------------------------
 # Real go-zero v1.10.3 programs (interop/gozero) that the interop tests run next to zrpc, and
 # Shopify's Toxiproxy v2.12.0 (interop/toxiproxy), the fault proxy of the network-fault tests
-# (tests/tests/integration/network_faults*.rs). Without Go those tests skip themselves loudly;
+# (tests/tests/integration/network_faults/). Without Go those tests skip themselves loudly;
 # in CI a missing Go is an error.
 if command -v go >/dev/null 2>&1; then
   log "building the go-zero interop programs and Toxiproxy ($(go version | awk '{print $3}'))"

@@ -17,7 +17,6 @@ mod discovery;
 mod etcd_cluster;
 mod k8s;
 mod network_faults;
-mod network_faults_etcd;
 mod registration;
 mod server_auth;
 mod server_auth_redis;

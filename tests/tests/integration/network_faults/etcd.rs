@@ -27,10 +27,8 @@ use zrpc_tests::greeter::{TestGreeter, TestServer, start_server};
 use zrpc_tests::toxiproxy::{Proxy, Toxic, Toxiproxy};
 use zrpc_tests::toxiproxy_or_skip;
 
-use crate::network_faults::{Load, assert_serving, codes, failures, quantile};
-
-/// Closed-loop callers.
-const WORKERS: usize = 8;
+use super::load::{Call, Load, codes, failures, quantile};
+use super::{WORKERS, assert_serving, server_conf};
 
 /// The servers' keys in etcd, as a watch straight on etcd sees them.
 struct KeyLog {
@@ -224,12 +222,11 @@ impl EtcdBench {
 
 /// A greeter server registered under `key` through `link`.
 async fn start_registered(name: &str, link: &Proxy, key: &str) -> TestServer {
-    let conf =
-        crate::network_faults::server_conf(name).with_etcd(EtcdConf::new([link.endpoint()], key));
+    let conf = server_conf(name).with_etcd(EtcdConf::new([link.endpoint()], key));
     start_server(conf, TestGreeter::new()).await
 }
 
-fn print_calls(case: &str, calls: &[crate::network_faults::Call]) {
+fn print_calls(case: &str, calls: &[Call]) {
     println!(
         "etcd fault [{case}]: {} calls, {} failed ({}), p99 {:.1} ms, max {:.1} ms",
         calls.len(),
