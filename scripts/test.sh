@@ -57,12 +57,14 @@ if ! python3 -c 'import grpc' >/dev/null 2>&1; then
   }
 fi
 
-# --- 1b. Go interop programs (tests/tests/interop, tests/tests/grpc_interop) --
-# Real go-zero v1.10.3 programs (interop/gozero) that the interop tests run next to zrpc, and
-# grpc-go v1.80.0's own gRPC interop client and server (interop/grpc-go) for the interop matrix.
-# Without Go the interop tests skip themselves loudly; in CI a missing Go is an error.
+# --- 1b. Go programs: go-zero and grpc-go interop, Toxiproxy ------------------
+# Real go-zero v1.10.3 programs (interop/gozero) that the interop tests run next to zrpc,
+# grpc-go v1.80.0's own gRPC interop client and server (interop/grpc-go) for the interop matrix,
+# and Shopify's Toxiproxy v2.12.0 (interop/toxiproxy), the fault proxy of the network-fault tests
+# (tests/tests/integration/network_faults/). Without Go those tests skip themselves loudly; in
+# CI a missing Go is an error.
 if command -v go >/dev/null 2>&1; then
-  log "building the go-zero interop programs ($(go version | awk '{print $3}'))"
+  log "building the go-zero interop programs and Toxiproxy ($(go version | awk '{print $3}'))"
   go_start=$(date +%s)
   bash interop/gozero/build.sh
   echo "go-zero programs ready in $(( $(date +%s) - go_start ))s (a cold module cache downloads ~57 modules)"
@@ -70,16 +72,21 @@ if command -v go >/dev/null 2>&1; then
   go_start=$(date +%s)
   bash interop/grpc-go/build.sh
   echo "grpc-go programs ready in $(( $(date +%s) - go_start ))s (a cold module cache downloads ~9 more modules)"
+  log "building Toxiproxy"
+  go_start=$(date +%s)
+  bash interop/toxiproxy/build.sh
+  echo "Toxiproxy ready in $(( $(date +%s) - go_start ))s (a cold module cache downloads ~17 modules)"
 elif [ "${CI:-}" = "true" ]; then
-  echo "error: CI=true but go is not on PATH: the go-zero interop tests must run in CI." >&2
+  echo "error: CI=true but go is not on PATH: the go-zero interop and network-fault tests must run in CI." >&2
   echo "       Install Go >= 1.24 and re-run." >&2
   exit 1
 else
   cat >&2 <<'WARN'
 
 ##########################################################################
-#  WARNING: go not found: the go-zero interop tests will be SKIPPED.     #
-#  Install Go >= 1.24 to test zrpc against real go-zero (interop/gozero).#
+#  WARNING: go not found: the go-zero interop tests and the network-    #
+#  fault tests (Toxiproxy) will be SKIPPED. Install Go >= 1.24 to test  #
+#  zrpc against real go-zero (interop/gozero) and network faults.      #
 ##########################################################################
 
 WARN

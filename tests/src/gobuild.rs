@@ -3,7 +3,7 @@
 //!
 //! Binaries newer than every source file of the directory (`bin/` and `.bin/` excluded) are
 //! reused. Without `go` on `PATH`, already built binaries are used (with a note); with none, the
-//! caller's tests print `SKIPPED: go not found, <what> interop tests not run` and return, unless
+//! caller's tests print `SKIPPED: go not found, the tests of the <what> programs not run` and return, unless
 //! `CI=true`, where a missing Go is a panic.
 
 use std::path::{Path, PathBuf};
@@ -26,7 +26,7 @@ pub fn once<P>(
 ) -> Option<&'static P> {
     let p = cell.get_or_init(init).as_ref();
     if p.is_none() {
-        eprintln!("SKIPPED: go not found, {what} interop tests not run");
+        eprintln!("SKIPPED: go not found, the tests of the {what} programs not run");
     }
     p
 }
@@ -49,14 +49,14 @@ pub fn build(what: &str, dir: &Path, bins: &[PathBuf]) -> bool {
         }
         if ci {
             panic!(
-                "go not found and CI=true: the {what} interop tests must run in CI \
+                "go not found and CI=true: the tests of the {what} programs must run in CI \
                  (install Go >= 1.24 and run `bash {}/build.sh`)",
                 dir.display()
             );
         }
         eprintln!(
             "\n==================================================================\n\
-             SKIPPED: go not found, {what} interop tests not run\n\
+             SKIPPED: go not found, the tests of the {what} programs not run\n\
              (install Go and run `bash {}/build.sh` to run them)\n\
              ==================================================================\n",
             dir.display()

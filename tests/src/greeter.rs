@@ -14,7 +14,8 @@
 //!   the handler through its `CallCompression`.
 //!
 //! Builder fields apply to every call: [`TestGreeter::with_delay`],
-//! [`TestGreeter::with_failure`], [`TestGreeter::with_panic`].
+//! [`TestGreeter::with_failure`], [`TestGreeter::with_panic`]. [`TestGreeter::with_names`]
+//! records every call's name, so that a test can tell which server a call reached.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -52,6 +53,15 @@ struct Counters {
     dropped: AtomicU64,
     /// Notified at every change of the counts, for [`TestGreeter::wait_for`].
     changed: tokio::sync::Notify,
+    /// With [`TestGreeter::with_names`]: the names of the unary calls that entered the handler,
+    /// and of those whose handler finished.
+    names: Option<std::sync::Mutex<Names>>,
+}
+
+#[derive(Debug, Default)]
+struct Names {
+    started: std::collections::HashSet<String>,
+    finished: std::collections::HashSet<String>,
 }
 
 impl Counters {
@@ -148,6 +158,48 @@ impl TestGreeter {
         self
     }
 
+    /// Records the name of every unary call (started and finished), for [`TestGreeter::saw`]
+    /// and [`TestGreeter::answered`]: tests that must tell which server a call reached. Must be
+    /// called before the greeter is cloned (clones share the record).
+    #[must_use]
+    pub fn with_names(mut self) -> Self {
+        let counters = Arc::get_mut(&mut self.counters).expect("with_names before cloning");
+        counters.names = Some(std::sync::Mutex::new(Names::default()));
+        self
+    }
+
+    /// Whether a unary call named `name` entered the handler (needs [`TestGreeter::with_names`]).
+    pub fn saw(&self, name: &str) -> bool {
+        self.names(|n| n.started.contains(name))
+    }
+
+    /// Whether the handler of a unary call named `name` finished, i.e. its answer was handed to
+    /// the server (needs [`TestGreeter::with_names`]).
+    pub fn answered(&self, name: &str) -> bool {
+        self.names(|n| n.finished.contains(name))
+    }
+
+    fn names<T>(&self, f: impl FnOnce(&Names) -> T) -> T {
+        let names = self
+            .counters
+            .names
+            .as_ref()
+            .expect("the greeter records names only after with_names()");
+        f(&names.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn record(&self, name: &str, finished: bool) {
+        if let Some(names) = &self.counters.names {
+            let mut n = names.lock().unwrap_or_else(|e| e.into_inner());
+            let set = if finished {
+                &mut n.finished
+            } else {
+                &mut n.started
+            };
+            set.insert(name.to_owned());
+        }
+    }
+
     /// Unary calls that entered the handler.
     pub fn started(&self) -> u64 {
         self.counters.started.load(Ordering::SeqCst)
@@ -199,10 +251,11 @@ impl TestGreeter {
 #[tonic::async_trait]
 impl Greeter for TestGreeter {
     async fn say_hello(&self, req: Request<HelloRequest>) -> Result<Response<HelloReply>, Status> {
-        self.counters.add(&self.counters.started);
-        let mut running = Running(Arc::clone(&self.counters), false);
         let call = req.extensions().get::<CallCompression>().cloned();
         let name = req.into_inner().name;
+        self.record(&name, false);
+        self.counters.add(&self.counters.started);
+        let mut running = Running(Arc::clone(&self.counters), false);
         let d = directives(&name);
         if let (Some(send), Some(call)) = (d.send, &call) {
             call.set_send(send);
@@ -221,6 +274,7 @@ impl Greeter for TestGreeter {
             panic!("{msg}");
         }
         running.1 = true;
+        self.record(&name, true);
         self.counters.add(&self.counters.finished);
         if let Some(code) = d.fail.or(self.failure) {
             return Err(Status::new(code, "failed on purpose"));

@@ -1,6 +1,6 @@
-//! Shared harness of zrpc's integration tests: a real etcd, greeter servers on loopback, and
-//! real go-zero programs for the interop tests, and gRPC's interop programs (grpc-go's and
-//! zrpc's).
+//! Shared harness of zrpc's integration tests: a real etcd, greeter servers on loopback, real
+//! go-zero programs for the interop tests, gRPC's interop programs (grpc-go's and zrpc's), and
+//! Toxiproxy for network faults.
 
 pub mod bench;
 pub mod certs;
@@ -13,6 +13,7 @@ pub mod h2raw;
 pub mod k8s;
 pub mod otlp;
 pub mod redis;
+pub mod toxiproxy;
 
 /// Generated from `proto/greeter.proto`.
 #[allow(missing_docs, unreachable_pub, clippy::all)]

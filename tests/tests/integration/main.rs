@@ -16,6 +16,7 @@ mod config;
 mod discovery;
 mod etcd_cluster;
 mod k8s;
+mod network_faults;
 mod registration;
 mod server_auth;
 mod server_auth_redis;

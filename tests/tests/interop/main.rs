@@ -18,6 +18,7 @@ mod gozero_client;
 mod lifecycle;
 mod metrics;
 mod mixed;
+mod network_faults;
 mod parity;
 mod same_yaml;
 mod support;

@@ -9,6 +9,10 @@
 //! get's revision + 1 (so nothing is missed between the two). Fixes over go-zero (reference §3.5):
 //! - while etcd is unreachable the last known set stays published (never an empty set because the registry is
 //!   down: only a successful read of an empty prefix publishes an empty set);
+//! - once endpoints were known, an empty prefix publishes every endpoint whose key went away within one
+//!   lease TTL before (the status says none is registered) until a key appears again: a network
+//!   partition between the servers and etcd expires every lease while the servers run and answer, and
+//!   go-zero's clients then fail every call (`etcd/kept.rs`);
 //! - watch error, stream end or etcd restart: back off ~1 s with jitter, re-get (full diff), re-watch;
 //! - compaction past the watch revision (or any cancellation by etcd): immediate full reload, no watch loop;
 //! - a PUT of an unchanged value and duplicate registrations of one address are not updates;
@@ -26,6 +30,10 @@ use tokio::sync::watch;
 use zrpc_core::conf::{EtcdConf, Validate};
 
 use super::{EndpointUpdates, Resolution, ResolverStatus};
+
+mod kept;
+
+use kept::Kept;
 
 /// Timeout of the prefix get and of the watch creation (go-zero's `RequestTimeout`).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
@@ -240,17 +248,43 @@ fn address(key: &[u8], value: &[u8]) -> Option<String> {
     }
 }
 
-/// Publishes the current addresses if they differ from the last published ones.
-fn publish(tx: &Sender, set: &EndpointSet, prefix: &str) {
-    let addresses = set.addresses();
-    tx.send_if_modified(|current| {
-        if current.as_deref() == Some(&addresses) {
-            return false;
+/// Where the shared watch publishes: the channel, and what it keeps while no key is registered.
+struct Out {
+    tx: Sender,
+    kept: Kept,
+}
+
+impl Out {
+    fn new(tx: Sender) -> Out {
+        Out {
+            tx,
+            kept: Kept::default(),
         }
-        tracing::info!(prefix, endpoints = ?addresses, "etcd resolver: endpoints updated");
-        *current = Some(Arc::new(addresses.clone()));
-        true
-    });
+    }
+
+    /// Publishes what [`Kept`] makes of the addresses of `set` if it differs from the last
+    /// published set.
+    fn publish(&mut self, set: &EndpointSet, prefix: &str) {
+        let kept = &mut self.kept;
+        let addresses = kept.next(set.addresses(), std::time::Instant::now());
+        self.tx.send_if_modified(|current| {
+            if current.as_deref() == Some(&addresses) {
+                return false;
+            }
+            if kept.holding() {
+                tracing::warn!(
+                    prefix,
+                    endpoints = ?addresses,
+                    "etcd resolver: no endpoint is registered any more; keeping those whose keys went within {:?} until one registers again (a partition between the servers and etcd expires their leases while they run)",
+                    kept::HOLD
+                );
+            } else {
+                tracing::info!(prefix, endpoints = ?addresses, "etcd resolver: endpoints updated");
+            }
+            *current = Some(Arc::new(addresses.clone()));
+            true
+        });
+    }
 }
 
 /// An etcd client for the watch: zrpc-core's options (timeouts, keepalive, account, TLS) plus go-zero's
@@ -313,6 +347,7 @@ struct Position {
 
 /// The shared watch task: runs until aborted (last guard dropped) or every receiver is gone.
 async fn run(conf: EtcdConf, tx: Sender, reloads: Arc<AtomicU64>, status: ResolverStatus) {
+    let mut out = Out::new(tx);
     let hosts = zrpc_core::etcd::hosts_label(&conf);
     let prefix = format!("{}/", conf.key);
     let mut set = EndpointSet::default();
@@ -322,7 +357,7 @@ async fn run(conf: EtcdConf, tx: Sender, reloads: Arc<AtomicU64>, status: Resolv
     let mut failures: u32 = 0;
     let mut immediate_reloads: u32 = 0;
     loop {
-        if tx.is_closed() {
+        if out.tx.is_closed() {
             return;
         }
         if failures > 0 {
@@ -363,7 +398,7 @@ async fn run(conf: EtcdConf, tx: Sender, reloads: Arc<AtomicU64>, status: Resolv
                     Ok(Ok(resp)) => {
                         set.reload(resp.kvs().iter().map(|kv| (kv.key(), kv.value())));
                         reloads.fetch_add(1, Ordering::Relaxed);
-                        publish(&tx, &set, &prefix);
+                        out.publish(&set, &prefix);
                         set_empty_status(&status, &set, &conf.key, &hosts);
                         let pos = Position {
                             revision: resp.header().map_or(0, |h| h.revision()),
@@ -421,7 +456,7 @@ async fn run(conf: EtcdConf, tx: Sender, reloads: Arc<AtomicU64>, status: Resolv
         let end = watch_loop(
             &mut responses,
             &mut set,
-            &tx,
+            &mut out,
             &prefix,
             &mut failures,
             &mut pos,
@@ -448,7 +483,7 @@ async fn run(conf: EtcdConf, tx: Sender, reloads: Arc<AtomicU64>, status: Resolv
 async fn watch_loop(
     responses: &mut etcd_client::WatchResponseStream,
     set: &mut EndpointSet,
-    tx: &Sender,
+    out: &mut Out,
     prefix: &str,
     failures: &mut u32,
     pos: &mut Position,
@@ -457,7 +492,7 @@ async fn watch_loop(
     loop {
         let first = tokio::select! {
             next = responses.next() => next,
-            () = tx.closed() => return WatchEnd::Failed,
+            () = out.tx.closed() => return WatchEnd::Failed,
         };
         let mut changed = false;
         let mut end = None;
@@ -515,7 +550,7 @@ async fn watch_loop(
         }
         // Events applied before a failure are real (they came from etcd, in order): publish them.
         if changed {
-            publish(tx, set, prefix);
+            out.publish(set, prefix);
             empty(set);
         }
         if let Some(end) = end {
@@ -616,20 +651,51 @@ mod tests {
     fn publish_only_on_change() {
         let (tx, mut rx) = watch::channel(None);
         let mut s = EndpointSet::default();
-        publish(&tx, &s, "svc/");
+        let mut out = Out::new(tx);
+        out.publish(&s, "svc/");
         assert!(rx.has_changed().unwrap());
         assert_eq!(
             rx.borrow_and_update().as_deref().map(Vec::len),
             Some(0),
             "a confirmed empty prefix"
         );
-        publish(&tx, &s, "svc/");
+        out.publish(&s, "svc/");
         assert!(!rx.has_changed().unwrap());
         s.put(b"svc/1", b"a:1");
-        publish(&tx, &s, "svc/");
+        out.publish(&s, "svc/");
         assert_eq!(
             rx.borrow_and_update().as_deref().unwrap().as_slice(),
             ["a:1"]
+        );
+    }
+
+    #[test]
+    fn an_emptied_prefix_keeps_the_endpoints_until_a_key_appears() {
+        let (tx, mut rx) = watch::channel(None);
+        let mut s = EndpointSet::default();
+        let mut out = Out::new(tx);
+        s.put(b"svc/1", b"a:1");
+        s.put(b"svc/2", b"b:2");
+        out.publish(&s, "svc/");
+        rx.mark_unchanged();
+        s.delete(b"svc/1");
+        s.delete(b"svc/2");
+        out.publish(&s, "svc/");
+        assert!(!rx.has_changed().unwrap(), "no empty set published");
+        assert_eq!(rx.borrow().as_deref().unwrap().as_slice(), ["a:1", "b:2"]);
+        s.put(b"svc/3", b"c:3");
+        out.publish(&s, "svc/");
+        assert_eq!(
+            rx.borrow_and_update().as_deref().unwrap().as_slice(),
+            ["c:3"],
+            "a new key replaces the kept set"
+        );
+        // a reload that finds the prefix empty: every endpoint gone within a TTL comes back
+        s.reload(std::iter::empty());
+        out.publish(&s, "svc/");
+        assert_eq!(
+            rx.borrow_and_update().as_deref().unwrap().as_slice(),
+            ["a:1", "b:2", "c:3"]
         );
     }
 
