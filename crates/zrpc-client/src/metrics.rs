@@ -250,6 +250,9 @@ struct EndpointCollector {
     success: GaugeVec,
     down: GaugeVec,
     descs: Vec<Desc>,
+    // `collect` resets and refills the vectors: two scrapes at once would see each
+    // other's empty vectors.
+    scrape: Mutex<()>,
 }
 
 impl EndpointCollector {
@@ -284,6 +287,7 @@ impl EndpointCollector {
             success,
             down,
             descs,
+            scrape: Mutex::new(()),
         }
     }
 }
@@ -294,6 +298,7 @@ impl Collector for EndpointCollector {
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
+        let _one_scrape = self.scrape.lock();
         for g in [&self.lag, &self.inflight, &self.success, &self.down] {
             g.reset();
         }
@@ -326,5 +331,44 @@ impl Collector for EndpointCollector {
             .iter()
             .flat_map(|g| g.collect())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::balancer::endpoint::ConnectOptions;
+    use crate::balancer::service::Balancer;
+    use crate::conf::BalancerName;
+    use crate::resolver::ResolverStatus;
+
+    #[tokio::test]
+    async fn scrapes_at_the_same_time_each_see_every_series() {
+        let (_tx, rx) = tokio::sync::watch::channel(Some(Arc::new(vec!["127.0.0.1:9".to_owned()])));
+        let b = Balancer::with_status(
+            Arc::from("direct:///127.0.0.1:9"),
+            BalancerName::P2cEwma,
+            rx,
+            ConnectOptions::default(),
+            1,
+            ResolverStatus::default(),
+            None,
+        );
+        track(&b.shared);
+        let c = Arc::new(EndpointCollector::new());
+        let scrapers: Vec<_> = (0..4)
+            .map(|_| {
+                let c = Arc::clone(&c);
+                std::thread::spawn(move || {
+                    (0..2000).all(|_| {
+                        let families = c.collect();
+                        families.len() == 4 && families.iter().all(|f| !f.get_metric().is_empty())
+                    })
+                })
+            })
+            .collect();
+        for s in scrapers {
+            assert!(s.join().unwrap(), "a scrape missed a series");
+        }
     }
 }

@@ -20,11 +20,42 @@ struct BreakerCollector {
     registry: Arc<BreakerRegistry>,
     drop_ratio: GaugeVec,
     requests: GaugeVec,
+    // `collect` resets and refills the two vectors it shares between scrapes: two scrapes
+    // at once (Prometheus and a person's curl) would see each other's empty vectors.
+    scrape: Arc<Mutex<()>>,
 }
 
 impl std::fmt::Debug for BreakerCollector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BreakerCollector").finish_non_exhaustive()
+    }
+}
+
+impl BreakerCollector {
+    fn new(registry: &Arc<BreakerRegistry>, label: &str) -> Option<Self> {
+        let opts = |name: &str, help: &str| Opts::new(name, help).const_label("registry", label);
+        let drop_ratio = GaugeVec::new(
+            opts(
+                "rpc_server_breaker_drop_ratio",
+                "Probability that the method's breaker rejects a request now.",
+            ),
+            &["method"],
+        )
+        .ok()?;
+        let requests = GaugeVec::new(
+            opts(
+                "rpc_server_breaker_requests",
+                "Requests in the method breaker's 10 s window, by outcome.",
+            ),
+            &["method", "outcome"],
+        )
+        .ok()?;
+        Some(Self {
+            registry: Arc::clone(registry),
+            drop_ratio,
+            requests,
+            scrape: Arc::default(),
+        })
     }
 }
 
@@ -38,6 +69,10 @@ impl Collector for BreakerCollector {
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
+        let _one_scrape = self
+            .scrape
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let now = Instant::now();
         self.drop_ratio.reset();
         self.requests.reset();
@@ -80,29 +115,8 @@ pub(crate) fn register_breakers(registry: &Arc<BreakerRegistry>) {
     } else {
         format!("{key:x}")
     };
-    let opts =
-        |name: &str, help: &str| Opts::new(name, help).const_label("registry", label.clone());
-    let drop_ratio = GaugeVec::new(
-        opts(
-            "rpc_server_breaker_drop_ratio",
-            "Probability that the method's breaker rejects a request now.",
-        ),
-        &["method"],
-    );
-    let requests = GaugeVec::new(
-        opts(
-            "rpc_server_breaker_requests",
-            "Requests in the method breaker's 10 s window, by outcome.",
-        ),
-        &["method", "outcome"],
-    );
-    let (Ok(drop_ratio), Ok(requests)) = (drop_ratio, requests) else {
+    let Some(c) = BreakerCollector::new(registry, &label) else {
         return;
-    };
-    let c = BreakerCollector {
-        registry: Arc::clone(registry),
-        drop_ratio,
-        requests,
     };
     if let Err(e) = crate::metrics::registry().register(Box::new(c)) {
         tracing::warn!(target: "zrpc::metrics", "cannot register breaker gauges: {e}");
@@ -134,5 +148,26 @@ mod tests {
             text.contains("rpc_server_breaker_drop_ratio{method=\"/g.T/Gauged\""),
             "{text}"
         );
+    }
+
+    #[test]
+    fn scrapes_at_the_same_time_each_see_every_series() {
+        let reg = Arc::new(BreakerRegistry::new(BreakerConfig::default()));
+        reg.get("/g.T/Both").mark_failure(Instant::now());
+        let c = BreakerCollector::new(&reg, "both").unwrap();
+        let scrapers: Vec<_> = (0..4)
+            .map(|_| {
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    (0..2000).all(|_| {
+                        let families = c.collect();
+                        families.len() == 2 && families.iter().all(|f| !f.get_metric().is_empty())
+                    })
+                })
+            })
+            .collect();
+        for s in scrapers {
+            assert!(s.join().unwrap(), "a scrape missed a series");
+        }
     }
 }
