@@ -26,6 +26,7 @@ use crate::conf::RpcClientConf;
 use crate::layers::credentials::Credentials;
 use crate::layers::duration::SLOW_THRESHOLD;
 use crate::layers::observe::{Detail, Observe, Outcome};
+use crate::layers::tier::Tiers;
 use crate::layers::timeout::{Bound, Timeout};
 use crate::layers::{Response, code_of_error};
 use crate::metrics::ClientMetrics;
@@ -59,6 +60,8 @@ pub struct Client {
     observe: Option<Observe>,
     timeout: Option<Timeout>,
     credentials: Option<Credentials>,
+    /// `Tier` and `MethodTiers`, `None` without either.
+    tiers: Option<Arc<Tiers>>,
     /// Retry and hedging policies (`MethodConfig`), `None` without any.
     retries: Option<Arc<Retries>>,
     balancer: Balancer,
@@ -246,6 +249,7 @@ impl Client {
             // the balancer enforces the deadline (one timer per call, see `layers::timeout`)
             timeout: m.timeout.then(|| Timeout::new(conf.timeout_duration())),
             credentials,
+            tiers: Tiers::new(&conf),
             retries,
             balancer,
             target: target_name,
@@ -512,6 +516,9 @@ impl tower::Service<http::Request<Body>> for Client {
         };
         if let Some(c) = &self.credentials {
             c.apply(&mut req);
+        }
+        if let Some(t) = &self.tiers {
+            t.apply(&mut req);
         }
         let policy = self.retries.as_ref().and_then(|r| {
             r.deposit(start);

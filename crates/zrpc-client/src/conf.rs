@@ -15,8 +15,11 @@ pub use retry::{
     HedgingPolicyConf, MAX_POLICY_ATTEMPTS, MethodConf, MethodName, RetryBudgetConf,
     RetryPolicyConf, StatusCodes,
 };
+pub use tier::MethodTierConf;
+pub use zrpc_core::limit::Tier;
 
 mod retry;
+mod tier;
 
 /// The client config (go-zero `zrpc.RpcClientConf`).
 ///
@@ -59,6 +62,13 @@ pub struct RpcClientConf {
     /// zrpc addition: the cap on the retries and hedges of all calls (`RetryBudget`).
     #[serde(skip_serializing_if = "RetryBudgetConf::is_default")]
     pub retry_budget: RetryBudgetConf,
+    /// zrpc addition: the priority tier of every call, sent as `zrpc-tier` metadata (none by
+    /// default: the server treats the calls as its default tier).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tier: Option<Tier>,
+    /// zrpc addition: the tier of some methods' calls, whatever `Tier` says.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub method_tiers: Vec<MethodTierConf>,
 }
 
 impl Default for RpcClientConf {
@@ -78,6 +88,8 @@ impl Default for RpcClientConf {
             p2c: P2cConf::default(),
             method_config: Vec::new(),
             retry_budget: RetryBudgetConf::default(),
+            tier: None,
+            method_tiers: Vec::new(),
         }
     }
 }
@@ -133,6 +145,21 @@ impl RpcClientConf {
     #[must_use]
     pub fn with_retry_budget(mut self, budget: RetryBudgetConf) -> Self {
         self.retry_budget = budget;
+        self
+    }
+
+    /// Sets `Tier`, the tier of every call (default: none sent).
+    #[must_use]
+    pub fn with_tier(mut self, tier: Tier) -> Self {
+        self.tier = Some(tier);
+        self
+    }
+
+    /// Adds a `MethodTiers` entry: the tier of `full_method`'s calls (default: none).
+    #[must_use]
+    pub fn with_method_tier(mut self, full_method: impl Into<String>, tier: Tier) -> Self {
+        self.method_tiers
+            .push(MethodTierConf::new(full_method, tier));
         self
     }
 
@@ -239,6 +266,7 @@ impl Validate for RpcClientConf {
         }
         self.p2c.validate()?;
         retry::validate_methods(&self.method_config)?;
+        tier::validate(&self.method_tiers)?;
         self.retry_budget.validate()?;
         for (i, e) in self.endpoints.iter().enumerate() {
             if e.trim().is_empty() || e.contains(',') {

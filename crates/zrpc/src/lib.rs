@@ -116,7 +116,10 @@ pub use conf::{
     ServerMiddlewaresConf, ShutdownConf,
 };
 
-pub use zrpc_client::{CallTimeout, Client, EndpointInfo};
+pub use zrpc_client::{CallTimeout, Client, EndpointInfo, set_tier};
+/// A call's priority tier (`critical`, `default`, `sheddable`), sent as `zrpc-tier` metadata;
+/// a server with a concurrency limit (`ConcurrencyLimit`) sheds the lower tiers first.
+pub use zrpc_core::limit::Tier;
 pub use zrpc_server::{
     Lookup, PeerIdentity, Phase, Server, ServerChain, ServerHandle, StaticTokens, TlsError,
     TokenFuture, TokenStore, original_authority, preflight,
