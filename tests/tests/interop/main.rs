@@ -13,6 +13,7 @@
 mod auth_redis;
 mod gozero_client;
 mod lifecycle;
+mod limit;
 mod metrics;
 mod mixed;
 mod parity;

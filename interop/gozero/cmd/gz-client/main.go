@@ -79,6 +79,7 @@ var (
 	authority   = flag.String("authority", "", "if set, dial with grpc.WithAuthority(value)")
 	verbose     = flag.Bool("v", false, "print one JSON line per call")
 	callTimeout = flag.Duration("call-timeout", 0, "extra per-call context timeout (0: none)")
+	outgoing    = flag.String("metadata", "", "key=value metadata sent with every call (e.g. zrpc-tier=critical)")
 
 	tlsCA         = flag.String("tls-ca", "", "PEM CA file: dial over TLS, trusting only this CA")
 	tlsCert       = flag.String("tls-cert", "", "PEM client certificate for mutual TLS (needs -tls-ca and -tls-key)")
@@ -128,6 +129,9 @@ func printJSON(v any) {
 // transport stream to some server (a peer is known).
 func call(cli greeter.GreeterClient, i int) (r result, reached bool) {
 	ctx := context.Background()
+	if k, v, ok := strings.Cut(*outgoing, "="); ok {
+		ctx = metadata.AppendToOutgoingContext(ctx, k, v)
+	}
 	if *callTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, *callTimeout)
