@@ -95,7 +95,7 @@ async fn overload(name: &str, limit: Option<ConcurrencyLimitConf>) -> (Tally, Ta
         let until = tokio::time::Instant::now() + length;
         while tick.tick().await < until {
             n += 1;
-            let critical = n % 10 == 0;
+            let critical = n.is_multiple_of(10);
             let counted = tokio::time::Instant::now() >= tally_from;
             let mut g = greeter.clone();
             calls.push(tokio::spawn(async move {
