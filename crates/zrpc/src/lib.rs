@@ -76,7 +76,7 @@
 //!   feature) by extension, `${VAR}` expansion, case-insensitive keys, unknown keys are errors).
 //! - [`server()`] / [`Server`]: the server, its [`ServerHandle`] and graceful [`shutdown`].
 //! - [`client()`] / [`Client`]: the balanced, governed channel; [`CallTimeout`] sets one
-//!   call's deadline.
+//!   call's deadline, [`set_tier`] its priority [`Tier`].
 //! - [`metrics`]: the Prometheus families of both middleware chains (the chains themselves run
 //!   inside [`Server`] and [`Client`], switched by the config; `docs/middleware.md`).
 //! - [`TokenStore`]: where the server's auth finds each app's token ([`StaticTokens`] from the
@@ -98,7 +98,8 @@
 //!
 //! Longer guides live in the repository's `docs/`: `streaming.md` (how the server learns which
 //! methods stream, and what that changes), `configuration.md` (every key and default),
-//! `middleware.md` (both chains, their order, adding a layer) and `migrating-from-go-zero.md`.
+//! `middleware.md` (both chains, their order, adding a layer), `overload.md` (the CPU shedder,
+//! the adaptive concurrency limit and its tiers) and `migrating-from-go-zero.md`.
 
 #[doc(hidden)]
 pub mod codegen;
