@@ -22,8 +22,9 @@ const FLOOR: Duration = Duration::from_micros(1);
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
 pub struct LimitStats {
-    /// The limit: critical calls are admitted while fewer are in flight, the other tiers up to
-    /// their share of it (and only `min_limit` of them at once while `measuring`).
+    /// The limit: critical calls are admitted while fewer critical calls are in flight, the
+    /// other tiers while fewer calls of every tier are in flight than their share of it (and
+    /// only `min_limit` of them at once while `measuring`).
     pub limit: u32,
     /// Calls admitted and not ended.
     pub inflight: u32,
@@ -59,6 +60,8 @@ pub struct ConcurrencyLimit {
     config: LimitConfig,
     /// Calls admitted and not ended.
     inflight: AtomicU32,
+    /// Critical calls admitted and not ended.
+    critical: AtomicU32,
     /// Calls admitted at the measurement's concurrency and not ended.
     measured: AtomicU32,
     /// The limit, rounded down.
@@ -128,6 +131,7 @@ impl ConcurrencyLimit {
         let min = config.min_limit;
         let limit = ConcurrencyLimit {
             inflight: AtomicU32::new(0),
+            critical: AtomicU32::new(0),
             measured: AtomicU32::new(0),
             limit: AtomicU32::new(min),
             measuring: AtomicBool::new(false),
@@ -155,41 +159,51 @@ impl ConcurrencyLimit {
         &self.config
     }
 
-    /// Asks to start a call of `tier` at `now`: admitted while the calls in flight are fewer
-    /// than the tier's share of the limit ([`Tier::share`]). While the minimum round-trip time
-    /// is measured, at most `min_limit` calls below the critical tier are admitted at once;
-    /// critical calls keep the limit.
+    /// Asks to start a call of `tier` at `now`. A critical call is admitted while fewer
+    /// critical calls than the limit are in flight, whatever the other tiers hold; a call of
+    /// another tier while fewer calls of every tier are in flight than its share of the limit
+    /// ([`Tier::share`]), and while the minimum round-trip time is measured, only `min_limit`
+    /// of them at once.
     ///
     /// # Errors
     ///
     /// [`Rejected`], saying whether the limit itself or the tier's share of it was reached.
     pub fn acquire(self: &Arc<Self>, tier: Tier, now: Instant) -> Result<LimitPermit, Rejected> {
         let full = self.limit.load(Ordering::Acquire);
-        let measured = tier != Tier::Critical && self.measuring.load(Ordering::Acquire);
-        let bound = if measured {
-            if self.measured.fetch_add(1, Ordering::AcqRel) >= self.config.min_limit {
-                self.measured.fetch_sub(1, Ordering::AcqRel);
-                self.end_overdue_measurement(now);
-                return Err(Rejected::limit());
-            }
-            full
+        let class = if tier == Tier::Critical {
+            Class::Critical
+        } else if self.measuring.load(Ordering::Acquire) {
+            Class::Measured
         } else {
-            let (n, d) = tier.share();
-            (full * n / d).max(1)
+            Class::Plain
         };
+        let (own, bound) = match class {
+            Class::Critical => (Some((&self.critical, full)), u32::MAX),
+            Class::Measured => (Some((&self.measured, self.config.min_limit)), full),
+            Class::Plain => {
+                let (n, d) = tier.share();
+                (None, (full * n / d).max(1))
+            }
+        };
+        if let Some((count, max)) = own
+            && count.fetch_add(1, Ordering::AcqRel) >= max
+        {
+            count.fetch_sub(1, Ordering::AcqRel);
+            if class == Class::Measured {
+                self.end_overdue_measurement(now);
+            }
+            return Err(Rejected::limit());
+        }
         let before = self.inflight.fetch_add(1, Ordering::AcqRel);
         if before < bound {
             return Ok(LimitPermit {
                 limit: Some(Arc::clone(self)),
                 start: now,
                 inflight: before + 1,
-                measured,
+                class,
             });
         }
-        self.inflight.fetch_sub(1, Ordering::AcqRel);
-        if measured {
-            self.measured.fetch_sub(1, Ordering::AcqRel);
-        }
+        self.end(class);
         Err(if before < full {
             Rejected::tier()
         } else {
@@ -222,8 +236,8 @@ impl ConcurrencyLimit {
     }
 
     /// The end of a call admitted at `start` with `inflight` in flight, at `now`.
-    fn record(&self, start: Instant, inflight: u32, measured: bool, now: Instant) {
-        self.end(measured);
+    fn record(&self, start: Instant, inflight: u32, class: Class, now: Instant) {
+        self.end(class);
         let rtt = now.saturating_duration_since(start).max(FLOOR);
         let mut st = self.state.lock();
         if start < st.epoch {
@@ -231,7 +245,7 @@ impl ConcurrencyLimit {
             return;
         }
         if let Some(samples) = st.measurement.as_mut() {
-            if measured {
+            if class == Class::Measured {
                 samples.push(rtt);
             }
             if samples.len() >= self.config.min_rtt_samples as usize {
@@ -271,11 +285,13 @@ impl ConcurrencyLimit {
     }
 
     /// Uncounts a call.
-    fn end(&self, measured: bool) {
+    fn end(&self, class: Class) {
         self.inflight.fetch_sub(1, Ordering::AcqRel);
-        if measured {
-            self.measured.fetch_sub(1, Ordering::AcqRel);
-        }
+        match class {
+            Class::Critical => self.critical.fetch_sub(1, Ordering::AcqRel),
+            Class::Measured => self.measured.fetch_sub(1, Ordering::AcqRel),
+            Class::Plain => 0,
+        };
     }
 
     /// Admits at most `min_limit` calls below the critical tier at once until
@@ -359,15 +375,25 @@ pub struct LimitPermit {
     limit: Option<Arc<ConcurrencyLimit>>,
     start: Instant,
     inflight: u32,
+    class: Class,
+}
+
+/// Which count besides the total a permit holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    /// A critical call (counted against the limit by itself).
+    Critical,
     /// Admitted at the measurement's concurrency: its round-trip time is a measurement sample.
-    measured: bool,
+    Measured,
+    /// Any other call.
+    Plain,
 }
 
 impl LimitPermit {
     /// The call ended at `now`: `now - start` is a round-trip time sample.
     pub fn sample(mut self, now: Instant) {
         if let Some(l) = self.limit.take() {
-            l.record(self.start, self.inflight, self.measured, now);
+            l.record(self.start, self.inflight, self.class, now);
         }
     }
 
@@ -381,7 +407,7 @@ impl LimitPermit {
 impl Drop for LimitPermit {
     fn drop(&mut self) {
         if let Some(l) = self.limit.take() {
-            l.end(self.measured);
+            l.end(self.class);
         }
     }
 }

@@ -22,7 +22,7 @@
 //! sample_rtt  = mean round-trip time of the calls that ended in the last window (100 ms)
 //! gradient    = clamp(min_rtt * (1 + buffer) / sample_rtt, 0.5, 2)            buffer = 0.25
 //! limit'      = clamp(limit * gradient + sqrt(limit * gradient), min_limit, max_limit (1000))
-//! admitted    = in_flight < limit    (for tiers below critical: their share of it, below)
+//! admitted    = in_flight < limit    (with tiers: see below)
 //! ```
 //!
 //! While the latency stays within `buffer` of the minimum the limit grows (by up to twice
@@ -57,12 +57,17 @@
 //! # Tiers
 //!
 //! A caller marks a call's [`Tier`] in its metadata ([`TIER_KEY`]): `critical`, `default` (also
-//! any call without the key, so every go-zero caller) or `sheddable`. A tier is admitted while
-//! the calls in flight are fewer than its share of the limit: the whole limit for critical
-//! calls, three quarters for the default tier, half for sheddable calls. Under overload the
-//! calls in flight stay near the shares' bounds, so the lower tiers are shed first, and the
-//! room above a tier's share is left to the tiers above it (trunk reservation, as telephone
-//! exchanges keep lines for priority calls). The limit itself adapts to the latency of all the
+//! any call without the key, so every go-zero caller) or `sheddable`. A default call is
+//! admitted while the calls in flight, of every tier, are fewer than three quarters of the
+//! limit, a sheddable call while they are fewer than half of it; a critical call while the
+//! critical calls in flight are fewer than the limit, whatever the other tiers hold. Under
+//! overload the calls in flight stay near the default tier's bound: the lower tiers are shed
+//! first, each critical call takes the place of the next call of a lower tier, and the room
+//! above the default tier's share absorbs bursts of critical calls (trunk reservation, as
+//! telephone exchanges keep lines for priority calls). Counted apart, critical calls cannot be
+//! crowded out by a burst of lower tiers (a server that stalled for a moment and finds a
+//! hundred calls waiting); the calls in flight then pass the limit by at most the critical
+//! ones, until the lower tiers' calls end. The limit itself adapts to the latency of all the
 //! calls in flight, whatever their tier.
 //!
 //! # Time

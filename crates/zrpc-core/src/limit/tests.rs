@@ -170,7 +170,7 @@ fn measures_again_after_the_interval_and_ignores_calls_admitted_before() {
     assert!(s.measuring, "due after 60 s");
     let computed = s.limit;
     // Three calls below critical at once (the early call aside), and critical calls up to the
-    // limit.
+    // limit (counted by themselves).
     let measured: Vec<_> = (0..3)
         .map(|_| l.acquire(Tier::Sheddable, now).unwrap())
         .collect();
@@ -178,7 +178,7 @@ fn measures_again_after_the_interval_and_ignores_calls_admitted_before() {
         l.acquire(Tier::Default, now).unwrap_err().reason(),
         RejectReason::Limit
     );
-    let critical: Vec<_> = (4..computed)
+    let critical: Vec<_> = (0..computed)
         .map(|_| l.acquire(Tier::Critical, now).unwrap())
         .collect();
     assert_eq!(
@@ -314,15 +314,28 @@ fn tiers_are_admitted_up_to_their_share_and_say_so() {
         l.acquire(Tier::Default, now).unwrap_err().reason(),
         RejectReason::Tier
     );
+    // Critical calls are counted against the whole limit by themselves: a burst of them is
+    // admitted whatever the lower tiers hold.
     let critical = admit(Tier::Critical, &mut held);
-    assert_eq!(sheddable + default + critical, full);
+    assert_eq!(critical, full);
     assert_eq!(
         l.acquire(Tier::Critical, now).unwrap_err().reason(),
         RejectReason::Limit
     );
-    assert_eq!(l.stats().inflight, full);
+    assert_eq!(l.stats().inflight, full * 3 / 4 + full);
+    // The lower tiers get no place until the calls in flight are below their share again
+    // (here: three quarters of the limit are critical calls, and more of them would be
+    // admitted).
+    let lower: Vec<_> = held.drain(..full as usize).collect();
+    drop(lower);
+    assert_eq!(l.stats().inflight, full * 3 / 4);
+    assert_eq!(
+        l.acquire(Tier::Default, now).unwrap_err().reason(),
+        RejectReason::Tier
+    );
     drop(held);
     assert_eq!(l.stats().inflight, 0);
+    assert!(l.acquire(Tier::Sheddable, now).is_ok());
 }
 
 proptest! {
@@ -409,8 +422,11 @@ proptest! {
             let s = l.stats();
             let before = held.len() as u32;
             let measured_held = held.iter().filter(|(_, m, _)| *m).count() as u32;
+            let critical_held = held.iter().filter(|(t, _, _)| *t == Tier::Critical).count() as u32;
             let measured = s.measuring && tier != Tier::Critical;
-            let admissible = if measured {
+            let admissible = if tier == Tier::Critical {
+                critical_held < s.limit
+            } else if measured {
                 measured_held < 3 && before < s.limit
             } else {
                 let (n, d) = tier.share();

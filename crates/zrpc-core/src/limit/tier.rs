@@ -11,8 +11,9 @@ pub const TIER_KEY: &str = "zrpc-tier";
 
 /// How important a call is, after the criticality of the Google SRE book ("Handling
 /// Overload": critical, then sheddable traffic). Under overload the lower tiers are shed first:
-/// a tier is admitted while the calls in flight are fewer than its share of the concurrency
-/// limit ([`share`](Self::share)).
+/// a critical call is admitted while fewer critical calls than the concurrency limit are in
+/// flight, a call of another tier while fewer calls of every tier are in flight than its share
+/// of the limit ([`share`](Self::share)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 #[non_exhaustive]
 pub enum Tier {
@@ -43,12 +44,15 @@ impl Tier {
     /// The share of the concurrency limit calls of this tier may use, as `(numerator,
     /// denominator)`: 1/2, 3/4 and 1.
     ///
-    /// The reserve above a tier's share is what the tiers above it have to themselves (trunk
-    /// reservation): under overload, calls of the default tier fill the limit up to three
-    /// quarters, and each critical call that arrives takes one of the places above. The limit
-    /// adapts to the latency of the calls in flight, whatever their tier, so a server whose
-    /// callers set no tier runs as many calls as it would without tiers; its limit reads a
-    /// third higher.
+    /// Under overload the calls of the default tier fill the limit up to three quarters, and
+    /// get no place while the calls in flight, critical ones included, are at their share or
+    /// above: a critical call takes the place of the next call of a lower tier (strict
+    /// priority), and the room above the default tier's share absorbs bursts of critical calls
+    /// (trunk reservation). Critical calls are counted against the whole limit by
+    /// themselves, so that lower tiers can never crowd them out; while they stay a minority
+    /// the calls in flight stay near three quarters of the limit. The limit adapts to the
+    /// latency of the calls in flight, whatever their tier, so a server whose callers set no
+    /// tier runs as many calls as it would without tiers; its limit reads a third higher.
     #[must_use]
     pub const fn share(self) -> (u32, u32) {
         match self {
