@@ -810,7 +810,8 @@ async fn the_governor_answers_and_records_like_the_nested_layers() {
 #[tokio::test(start_paused = true)]
 async fn the_governor_limits_concurrency_like_the_nested_layers() {
     let (_logs_guard, logs) = capture_logs();
-    // A limit of 3: the default tier gets 2 places, sheddable calls 1, critical calls 3.
+    // A limit of 3: the default tier gets 2 places, sheddable calls 1, critical calls 3 of
+    // their own.
     let mut p = Pair::with_limit("limit", false, 3);
     let overloaded = status(code::RESOURCE_EXHAUSTED, shedding::OVERLOADED_MESSAGE);
     // The first call ends the limit's measurement; two more warm the breaker.
@@ -827,9 +828,12 @@ async fn the_governor_limits_concurrency_like_the_nested_layers() {
         p.tier = tier;
         assert_eq!(p.step("Lim", Creds::Good, OK).await, overloaded);
     }
-    // A critical call takes the last place; then the limit is reached, for critical calls too.
+    // Three critical calls are admitted beside them; then the limit is reached, for critical
+    // calls too.
     p.tier = Some("critical");
-    let c = p.start("Lim", Creds::Good, OK, None);
+    let c: Vec<_> = (0..3)
+        .map(|_| p.start("Lim", Creds::Good, OK, None))
+        .collect();
     assert_eq!(p.step("Lim", Creds::Good, OK).await, overloaded);
     // Auth still answers first; streams and unknown failures are not limited.
     assert_eq!(
@@ -837,7 +841,7 @@ async fn the_governor_limits_concurrency_like_the_nested_layers() {
         status(code::UNAUTHENTICATED, "app/token required")
     );
     assert_eq!(p.step("Stream", Creds::Good, OK).await, code_only(code::OK));
-    for call in [a, b, c] {
+    for call in [a, b].into_iter().chain(c) {
         assert_eq!(p.finish(call).await, code_only(code::OK));
     }
     p.tier = None;
