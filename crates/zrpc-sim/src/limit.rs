@@ -531,7 +531,7 @@ pub fn limit_markdown() -> String {
          | offered | protection | goodput / capacity | admitted p99 ms | p99 / unloaded | rejected | critical OK |\n\
          |---|---|---|---|---|---|---|\n",
     );
-    for load in [2.0, 4.0] {
+    for load in LOADS {
         for p in [Protection::Cpu, Protection::Limit, Protection::Tiers] {
             let r = simulate_downstream(&Downstream::stalling(load, p, 70));
             s.push_str(&format!(

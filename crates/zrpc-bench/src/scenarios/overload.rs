@@ -199,7 +199,7 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
         ),
         &[
             "server",
-            "capacity calls/s (closed loop, 40 callers)",
+            "capacity calls/s (closed loop, 40 callers, median per s)",
             "offered (x capacity)",
             "offered calls/s",
             "goodput calls/s",
@@ -247,19 +247,34 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
         if c.probe {
             // A closed loop of twice as many callers as places: the resource never idles.
             pb.set_message(format!("{}: capacity", c.name));
-            let (cap, _) = ctx.load(
+            let probe_ms = ctx.size(1_000, 6_000);
+            let (_, recs) = ctx.load(
                 Gen::Tonic,
                 &LoadSpec {
                     endpoints: vec![server.addr.clone()],
                     concurrency: 2 * SLOTS,
-                    duration_ms: ctx.size(700, 4_000),
+                    duration_ms: probe_ms,
                     warmup: 500,
                     timeout_ms: DEADLINE_MS,
+                    records: true,
                     cpu: load_cpu,
                     ..LoadSpec::default()
                 },
             )?;
-            capacity[side] = cap.ok as f64 * 1000.0 / cap.elapsed_ms.max(1.0);
+            // The median of its seconds: a second in which a neighbour stalled the server
+            // does not set the capacity every load is offered in multiples of.
+            let per_second: Vec<f64> = (0..probe_ms / 1000)
+                .map(|s| {
+                    let a = s as f64 * 1000.0;
+                    recs.iter()
+                        .filter(|r| {
+                            let end = r.start_ms + r.latency_ms;
+                            r.code == 0 && end >= a && end < a + 1000.0
+                        })
+                        .count() as f64
+                })
+                .collect();
+            capacity[side] = crate::stats::median(per_second);
         }
         let capacity = capacity[side];
         let (mut goodput, mut p99) = (Vec::new(), Vec::new());
@@ -348,7 +363,7 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
              CPUs it runs on (`serve --own-cpu`: what it reads in a container of its own), \
              because this machine is shared and its CPUs are busy with other jobs, which the \
              default reading (the host's, with no container of its own) counts; go-zero's \
-             shedder reads the host's, and sheds for the neighbours' load too (the CPU column \
+             shedder reads the host's, and sheds for the neighbours' load too (the noise monitor's note \
              of the noise monitor below says how busy the machine was); the limit's rows add `ConcurrencyLimit: {{}}` (Envoy's \
              gradient controller with its defaults, `docs/overload.md`), the tiers' row sends \
              `zrpc-tier: critical` with every tenth call. Each load level runs {:.0} s on the \
@@ -360,8 +375,9 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
              window's p99 (a second in which a neighbour stalled the server does not decide \
              the figure); the unloaded p99 of zrpc's rows is that of zrpc without shedding at \
              0.5x, of go-zero's that of go-zero at 0.5x. Capacity: \
-             a closed loop of 40 callers (twice the places, so the resource never idles) on \
-             the server without shedding (zrpc's rows) and on go-zero's, OK calls per second; \
+             a closed loop of 40 callers (twice the places, so the resource never idles) for 6 s \
+             on the server without shedding (zrpc's rows) and on go-zero's, the median of its \
+             seconds' OK calls; \
              each server's timer adds to the 10 ms hold, so it is below the {NOMINAL:.0} calls/s \
              of the places' arithmetic, and the load is offered in multiples of it. go-zero \
              has no tiers.",
