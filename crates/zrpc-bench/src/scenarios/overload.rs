@@ -363,9 +363,9 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
              CPUs it runs on (`serve --own-cpu`: what it reads in a container of its own), \
              because this machine is shared and its CPUs are busy with other jobs, which the \
              default reading (the host's, with no container of its own) counts; go-zero's \
-             shedder reads the host's, and sheds for the neighbours' load too (the noise monitor's note \
-             of the noise monitor below says how busy the machine was); the limit's rows add `ConcurrencyLimit: {{}}` (Envoy's \
-             gradient controller with its defaults, `docs/overload.md`), the tiers' row sends \
+             shedder reads the host's, and sheds for the neighbours' load too (the noise monitor's \
+             note below says how busy the machine was); the limit's rows add \
+             `ConcurrencyLimit: {{}}` (Envoy's gradient controller with its defaults, `docs/overload.md`), the tiers' row sends \
              `zrpc-tier: critical` with every tenth call. Each load level runs {:.0} s on the \
              same server process, in increasing order; the figures are taken over the calls \
              started in its last {:.0} s: goodput counts the calls answered OK (within the \
