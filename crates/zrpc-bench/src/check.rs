@@ -9,12 +9,13 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 
 /// The section titles a full report has, in order.
-pub(crate) const SECTIONS: [&str; 9] = [
+pub(crate) const SECTIONS: [&str; 10] = [
     "Overhead: throughput, CPU and memory",
     "Latency: serial calls",
     "Balance: one slow node",
     "Breaker: a backend that fails, then heals",
     "Shedding: 2x overload of a CPU-bound handler",
+    "Overload: a handler bound by a downstream resource",
     "Failover and registration",
     "Memory per idle connection",
     "Server streaming and 256 KiB requests",
@@ -24,7 +25,7 @@ pub(crate) const SECTIONS: [&str; 9] = [
 /// What each section must contain besides a table (the columns and tables that carry the
 /// method: spreads next to ratios, the noise-free instruction counts, the real overload factor,
 /// the per-fault time to the last call, registration timed from the process start).
-pub(crate) const REQUIRED: [(&str, &str); 12] = [
+pub(crate) const REQUIRED: [(&str, &str); 13] = [
     (SECTIONS[0], "vs bare tonic (min..max)"),
     (SECTIONS[0], "CPU/req vs bare tonic (min..max)"),
     (SECTIONS[0], "Instructions per request under callgrind"),
@@ -32,11 +33,12 @@ pub(crate) const REQUIRED: [(&str, &str); 12] = [
     (SECTIONS[0], "Noise monitor"),
     (SECTIONS[1], "p50 - bare tonic channel, µs (min..max)"),
     (SECTIONS[4], "offered / capacity"),
-    (SECTIONS[5], "last call to the victim started"),
-    (SECTIONS[5], "process start -> first request"),
-    (SECTIONS[6], "RSS growth per connection"),
-    (SECTIONS[7], "messages/s"),
-    (SECTIONS[8], "octets sent per call"),
+    (SECTIONS[5], "critical OK"),
+    (SECTIONS[6], "last call to the victim started"),
+    (SECTIONS[6], "process start -> first request"),
+    (SECTIONS[7], "RSS growth per connection"),
+    (SECTIONS[8], "messages/s"),
+    (SECTIONS[9], "octets sent per call"),
 ];
 
 /// Checks the report at `path`; the error lists every problem found.

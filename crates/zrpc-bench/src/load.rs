@@ -1,8 +1,8 @@
 //! `zrpc-bench load`: the Rust load generator, built from zrpc's own client (or a bare tonic
 //! channel for the anchor). Closed loop (`-c` workers, `-n` calls or `--duration-ms`) or open
-//! loop (`--rate` calls/s for `--duration-ms`, one task per call, never waiting for answers).
-//! Prints one JSON [`Summary`] line; `--records` writes every call (`start_ms latency_ms code
-//! server`). The Go generator (`go/gzbench`) takes the same flags and prints the same JSON.
+//! loop (`--rate` calls/s for `--duration-ms`, one task per call, never waiting for answers;
+//! `--critical-every n` marks every n-th call `zrpc-tier: critical`). Prints one JSON
+//! [`Summary`] line; `--records` writes every call (`start_ms latency_ms code server tier`). The Go generator (`go/gzbench`) takes the same flags and prints the same JSON.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -76,6 +76,13 @@ pub(crate) struct LoadArgs {
     /// `--client tonic`, `Compression: gzip` for `--client zrpc`.
     #[arg(long)]
     gzip: bool,
+    /// Every n-th call is marked critical (`zrpc-tier: critical`); 0: none.
+    #[arg(long, default_value_t = 0)]
+    critical_every: u64,
+    /// `tonic`: open loop over this many connections, calls spread in turn (as many callers
+    /// would send them; one connection holds at most the server's `MaxConcurrentStreams`).
+    #[arg(long, default_value_t = 1)]
+    connections: usize,
 }
 
 /// What each call sends.
@@ -85,6 +92,8 @@ struct Shape {
     /// Messages per server stream; 0 for a unary call.
     stream: u32,
     name: String,
+    /// Every n-th call is critical (0: none).
+    critical_every: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -94,7 +103,7 @@ enum Caller {
 }
 
 /// One call: (code, server). Code [`DROPPED`] when the client's breaker refused it.
-async fn call(c: &mut Caller, shape: &Shape) -> (u32, Option<String>) {
+async fn call(c: &mut Caller, shape: &Shape, critical: bool) -> (u32, Option<String>) {
     if shape.stream > 0 {
         return stream(c, shape).await;
     }
@@ -103,6 +112,9 @@ async fn call(c: &mut Caller, shape: &Shape) -> (u32, Option<String>) {
     });
     if let Some(t) = shape.timeout {
         req.set_timeout(t);
+    }
+    if critical {
+        zrpc::set_tier(&mut req, zrpc::Tier::Critical);
     }
     let res = match c {
         Caller::Tonic(g) => g.say_hello(req).await,
@@ -190,6 +202,7 @@ struct Rec {
     latency: Duration,
     code: u32,
     server: Option<String>,
+    critical: bool,
 }
 
 /// Runs the generator and prints its summary.
@@ -257,6 +270,12 @@ async fn connect(args: &LoadArgs) -> Result<Caller> {
 
 async fn load(args: LoadArgs) -> Result<Summary> {
     let mut caller = connect(&args).await?;
+    let mut callers = vec![caller.clone()];
+    for _ in 1..args.connections.max(1) {
+        if args.client == "tonic" {
+            callers.push(connect(&args).await?);
+        }
+    }
     let shape = Arc::new(Shape {
         timeout: (args.timeout_ms > 0 && args.client == "tonic")
             .then(|| Duration::from_millis(args.timeout_ms)),
@@ -268,11 +287,12 @@ async fn load(args: LoadArgs) -> Result<Summary> {
         } else {
             "bench".into()
         },
+        critical_every: args.critical_every,
     });
     // The first call: wait for discovery and the connection.
     let deadline = Instant::now() + Duration::from_millis(args.wait_ms);
     loop {
-        let (code, _) = call(&mut caller, &shape).await;
+        let (code, _) = call(&mut caller, &shape, false).await;
         if code == 0 || code == 13 || Instant::now() >= deadline {
             break;
         }
@@ -298,7 +318,7 @@ async fn load(args: LoadArgs) -> Result<Summary> {
     let duration = (args.duration_ms > 0).then(|| Duration::from_millis(args.duration_ms));
     let recs = if args.rate > 0.0 {
         open(
-            &caller,
+            &callers,
             args.rate,
             duration.unwrap_or(Duration::from_secs(5)),
             &shape,
@@ -319,11 +339,12 @@ async fn load(args: LoadArgs) -> Result<Summary> {
         for r in &recs {
             writeln!(
                 f,
-                "{:.3} {:.3} {} {}",
+                "{:.3} {:.3} {} {} {}",
                 r.start.as_secs_f64() * 1000.0,
                 r.latency.as_secs_f64() * 1000.0,
                 r.code,
-                r.server.as_deref().unwrap_or("-")
+                r.server.as_deref().unwrap_or("-"),
+                if r.critical { "critical" } else { "-" }
             )?;
         }
         f.flush()?;
@@ -407,12 +428,13 @@ async fn closed(
                     }
                     i += 1;
                     let start = Instant::now();
-                    let (code, server) = call(&mut c, &shape).await;
+                    let (code, server) = call(&mut c, &shape, false).await;
                     out.push(Rec {
                         start: start.duration_since(t0),
                         latency: start.elapsed(),
                         code,
                         server,
+                        critical: false,
                     });
                 }
                 out
@@ -429,7 +451,7 @@ async fn closed(
 }
 
 async fn open(
-    caller: &Caller,
+    callers: &[Caller],
     rate: f64,
     duration: Duration,
     shape: &Arc<Shape>,
@@ -441,19 +463,21 @@ async fn open(
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..total {
+    for i in 0..total {
         tick.tick().await;
-        let mut c = caller.clone();
+        let mut c = callers[i as usize % callers.len()].clone();
         let recs = recs.clone();
         let shape = Arc::clone(shape);
+        let critical = shape.critical_every > 0 && (i + 1).is_multiple_of(shape.critical_every);
         tasks.spawn(async move {
             let start = Instant::now();
-            let (code, server) = call(&mut c, &shape).await;
+            let (code, server) = call(&mut c, &shape, critical).await;
             let rec = Rec {
                 start: start.duration_since(t0),
                 latency: start.elapsed(),
                 code,
                 server,
+                critical,
             };
             recs.lock().unwrap_or_else(|e| e.into_inner()).push(rec);
         });

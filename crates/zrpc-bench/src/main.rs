@@ -96,6 +96,9 @@ enum Cmd {
     Breaker,
     /// 2x overload of a CPU-bound handler: goodput and admitted latency.
     Shed,
+    /// A handler bound by a downstream resource at 0.5x-4x: no shedding, the CPU shedder, the
+    /// concurrency limit, with tiers, and go-zero.
+    Overload,
     /// One of three servers killed / stopped / drained under load.
     Failover,
     /// Server RSS per idle HTTP/2 connection.
@@ -143,6 +146,7 @@ fn main() -> ExitCode {
                 Cmd::Balance => &[scenarios::Kind::Balance],
                 Cmd::Breaker => &[scenarios::Kind::Breaker],
                 Cmd::Shed => &[scenarios::Kind::Shed],
+                Cmd::Overload => &[scenarios::Kind::Overload],
                 Cmd::Failover => &[scenarios::Kind::Failover],
                 Cmd::Memory => &[scenarios::Kind::Memory],
                 Cmd::Payloads => &[scenarios::Kind::Payloads],

@@ -1,5 +1,6 @@
 //! `zrpc-bench serve`: the Rust servers of a run (bare tonic, or zrpc from a go-zero YAML), with
-//! a greeter that can sleep, burn CPU, or fail for a while, and that names itself in `x-server`.
+//! a greeter that can sleep, burn CPU, fail for a while, or wait for a place of a downstream
+//! resource, and that names itself in `x-server`.
 //! Events (`ready`, `first_call`, `stopped`) are JSON lines appended to `--events`.
 
 use std::io::Write;
@@ -38,6 +39,13 @@ pub(crate) struct ServeArgs {
     /// Fail every call with Internal for this long after the first call, ms.
     #[arg(long, default_value_t = 0)]
     fail_ms: u64,
+    /// Places of a downstream resource (a connection pool): each call waits for one (FIFO)
+    /// and holds it `--slot-ms` (0: no resource).
+    #[arg(long, default_value_t = 0)]
+    slots: usize,
+    /// How long a call holds its place of the resource, ms.
+    #[arg(long, default_value_t = 10)]
+    slot_ms: u64,
     /// Tokio worker threads (0: one per CPU).
     #[arg(long, default_value_t = 0)]
     threads: usize,
@@ -48,6 +56,11 @@ pub(crate) struct ServeArgs {
     /// `Compression: gzip` for `zrpc` (which accepts gzip in any case).
     #[arg(long)]
     gzip: bool,
+    /// zrpc only: the shedder reads this process's own CPU usage over this many CPUs, as in a
+    /// container of its own with that many (0: zrpc's default, the cgroup's or the host's,
+    /// which on a shared machine counts the neighbours' jobs too).
+    #[arg(long, default_value_t = 0)]
+    own_cpu: u32,
 }
 
 #[derive(Debug)]
@@ -56,6 +69,8 @@ struct State {
     delay: Duration,
     spin: Duration,
     fail: Duration,
+    /// The downstream resource's places, and how long a call holds one.
+    slots: Option<(tokio::sync::Semaphore, Duration)>,
     started: Instant,
     first: OnceLock<Instant>,
     calls: AtomicU64,
@@ -105,6 +120,14 @@ impl Greeter for BenchGreeter {
         if !s.delay.is_zero() {
             tokio::time::sleep(s.delay).await;
         }
+        if let Some((places, hold)) = &s.slots {
+            // Bound by the resource, not the CPU: wait for a place, hold it, give it back.
+            let _place = places
+                .acquire()
+                .await
+                .map_err(|_| Status::internal("resource closed"))?;
+            tokio::time::sleep(*hold).await;
+        }
         let mut resp = Response::new(HelloReply {
             message: greeting(&req.into_inner().name),
         });
@@ -147,6 +170,41 @@ fn greeting(name: &str) -> String {
 /// The `Stream` trait tonic's generated code names (re-exported by tonic's codegen).
 mod tokio_stream_shim {
     pub(crate) use tonic::codegen::tokio_stream::{Stream, iter};
+}
+
+/// This process's own CPU usage over `cpus` CPUs, refreshed and smoothed as go-zero's sampler
+/// does (every 250 ms, `cpu = cpu * 0.95 + current * 0.05`): what the shedder of a server in a
+/// container of its own would read.
+#[derive(Debug)]
+struct OwnCpu(AtomicU64);
+
+impl OwnCpu {
+    fn start(cpus: u32) -> Arc<OwnCpu> {
+        use zrpc_core::cpu::{CPU_MAX, REFRESH_INTERVAL, SMOOTHING_BETA};
+        let own = Arc::new(OwnCpu(AtomicU64::new(0)));
+        let shared = Arc::clone(&own);
+        std::thread::spawn(move || {
+            let mut smoothed = 0.0f64;
+            let (mut last_cpu, mut last) = (zrpc_tests::bench::cpu_ns(), Instant::now());
+            loop {
+                std::thread::sleep(REFRESH_INTERVAL);
+                let (cpu, now) = (zrpc_tests::bench::cpu_ns(), Instant::now());
+                let wall = now.duration_since(last).as_nanos() as f64 * f64::from(cpus);
+                let current =
+                    (cpu.saturating_sub(last_cpu) as f64 / wall * CPU_MAX as f64).min(1000.0);
+                smoothed = smoothed * SMOOTHING_BETA + current * (1.0 - SMOOTHING_BETA);
+                shared.0.store(smoothed.round() as u64, Ordering::Relaxed);
+                (last_cpu, last) = (cpu, now);
+            }
+        });
+        own
+    }
+}
+
+impl zrpc_core::cpu::CpuUsage for OwnCpu {
+    fn millicpu(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 /// Wall-clock time, ms since the Unix epoch (the harness compares it with the time it started
@@ -195,6 +253,12 @@ async fn serve(args: ServeArgs) -> Result<()> {
         delay: Duration::from_millis(args.delay_ms),
         spin: Duration::from_micros(args.spin_us),
         fail: Duration::from_millis(args.fail_ms),
+        slots: (args.slots > 0).then(|| {
+            (
+                tokio::sync::Semaphore::new(args.slots),
+                Duration::from_millis(args.slot_ms),
+            )
+        }),
         started: Instant::now(),
         first: OnceLock::new(),
         calls: AtomicU64::new(0),
@@ -208,8 +272,11 @@ async fn serve(args: ServeArgs) -> Result<()> {
     match (args.kind.as_str(), conf) {
         ("zrpc", Some(conf)) => {
             let _telemetry = zrpc::telemetry::init(&conf)?;
-            zrpc::server(conf)?
-                .authority_repair(!args.no_authority_repair)
+            let mut server = zrpc::server(conf)?.authority_repair(!args.no_authority_repair);
+            if args.own_cpu > 0 {
+                server = server.cpu_usage(OwnCpu::start(args.own_cpu));
+            }
+            server
                 .add_service(svc)
                 .serve_with_listener(listener, zrpc::shutdown::signal())
                 .await?;

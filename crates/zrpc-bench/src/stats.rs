@@ -66,7 +66,8 @@ impl Summary {
     }
 }
 
-/// One call, as written to a records file: `start_ms latency_ms code server`.
+/// One call, as written to a records file: `start_ms latency_ms code server [tier]` (the Go
+/// generator writes no tier).
 #[derive(Debug, Clone)]
 pub(crate) struct Record {
     /// Start, ms since the generator's first call.
@@ -77,6 +78,8 @@ pub(crate) struct Record {
     pub(crate) code: u32,
     /// The answering server (`-` when unknown).
     pub(crate) server: String,
+    /// Sent as `zrpc-tier: critical`.
+    pub(crate) critical: bool,
 }
 
 /// Reads a records file.
@@ -95,6 +98,7 @@ pub(crate) fn read_records(path: &Path) -> Result<Vec<Record>> {
             latency_ms: l.parse().unwrap_or(0.0),
             code: c.parse().unwrap_or(2),
             server: srv.to_owned(),
+            critical: f.next() == Some("critical"),
         });
     }
     out.sort_by(|a, b| a.start_ms.total_cmp(&b.start_ms));

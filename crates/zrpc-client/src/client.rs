@@ -25,6 +25,7 @@ use crate::layers::Response;
 use crate::layers::credentials::Credentials;
 use crate::layers::duration::SLOW_THRESHOLD;
 use crate::layers::observe::{Observe, Outcome};
+use crate::layers::tier::Tiers;
 use crate::layers::timeout::{Timeout, caller_deadline};
 use crate::metrics::ClientMetrics;
 use crate::resolver::{self, Target};
@@ -58,6 +59,8 @@ pub struct Client {
     observe: Option<Observe>,
     timeout: Option<Timeout>,
     credentials: Option<Credentials>,
+    /// `Tier` and `MethodTiers`, `None` without either.
+    tiers: Option<Arc<Tiers>>,
     /// Every attempt of a call (transparent re-sends, `MethodConfig` policies), picked by the
     /// balancer.
     retry: Retry,
@@ -290,6 +293,7 @@ impl Client {
             // the balancer enforces the deadline (one timer per call, see `layers::timeout`)
             timeout: m.timeout.then(|| Timeout::new(conf.timeout_duration())),
             credentials,
+            tiers: Tiers::new(&conf),
             retry: Retry::new(balancer, policies),
             compression: crate::compression::Compression::new(&conf),
             target: target_name,
@@ -498,6 +502,9 @@ impl tower::Service<http::Request<Body>> for Client {
         };
         if let Some(c) = &self.credentials {
             c.apply(&mut req);
+        }
+        if let Some(t) = &self.tiers {
+            t.apply(&mut req);
         }
         let inflate = self.compression.request(&mut req);
         let call = {

@@ -15,8 +15,11 @@ pub use crate::tls::ClientTlsConf;
 pub use retry::{
     HedgingPolicyConf, MethodConf, MethodName, RetryBudgetConf, RetryPolicyConf, StatusCodes,
 };
+pub use tier::MethodTierConf;
+pub use zrpc_core::limit::Tier;
 
 mod retry;
+mod tier;
 
 /// The client config (go-zero `zrpc.RpcClientConf`).
 ///
@@ -77,6 +80,13 @@ pub struct RpcClientConf {
     /// tonic's and grpc-go's message limit).
     #[serde(skip_serializing_if = "is_default_limit")]
     pub max_decompressed_size: usize,
+    /// zrpc addition: the priority tier of every call, sent as `zrpc-tier` metadata (none by
+    /// default: the server treats the calls as its default tier).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tier: Option<Tier>,
+    /// zrpc addition: the tier of some methods' calls, whatever `Tier` says.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub method_tiers: Vec<MethodTierConf>,
     /// The file this config was loaded from (named by the errors of `Client::new`).
     #[serde(skip)]
     file: zrpc_core::conf::ConfFile,
@@ -142,6 +152,8 @@ impl Default for RpcClientConf {
             compression_min_size: compression::DEFAULT_MIN_SIZE,
             max_decompressed_size: compression::DEFAULT_MAX_DECOMPRESSED_SIZE,
             file: zrpc_core::conf::ConfFile::default(),
+            tier: None,
+            method_tiers: Vec::new(),
         }
     }
 }
@@ -204,6 +216,21 @@ impl RpcClientConf {
     #[must_use]
     pub fn with_retry_budget(mut self, budget: RetryBudgetConf) -> Self {
         self.retry_budget = budget;
+        self
+    }
+
+    /// Sets `Tier`, the tier of every call (default: none sent).
+    #[must_use]
+    pub fn with_tier(mut self, tier: Tier) -> Self {
+        self.tier = Some(tier);
+        self
+    }
+
+    /// Adds a `MethodTiers` entry: the tier of `full_method`'s calls (default: none).
+    #[must_use]
+    pub fn with_method_tier(mut self, full_method: impl Into<String>, tier: Tier) -> Self {
+        self.method_tiers
+            .push(MethodTierConf::new(full_method, tier));
         self
     }
 
@@ -333,6 +360,7 @@ impl RpcClientConf {
         self.p2c.validate()?;
         validate_compression(self)?;
         retry::validate_methods(&self.method_config)?;
+        tier::validate(&self.method_tiers)?;
         self.retry_budget.validate()
     }
 }

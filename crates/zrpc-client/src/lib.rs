@@ -3,11 +3,11 @@
 //! A [`Client`] is a `tower::Service` over `http::Request<tonic::body::Body>`, so generated tonic
 //! clients use it directly (`GreeterClient::new(client.clone())`). Each call runs go-zero's client
 //! chain, as one stage of [`Client`] switched by the config (tracing, duration log, metrics,
-//! breaker, timeout, then `app`/`token` credentials; [`CallTimeout`] sets one call's timeout),
-//! then the retry stage (transparent re-sends, and the retry or hedging policy of the method),
-//! whose attempts the lock-free P2C+EWMA balancer picks, and the chosen endpoint's connection.
-//! A [`resolver`] (direct, etcd, DNS, Kubernetes) keeps the balancer's endpoint set current
-//! beside the calls.
+//! breaker, timeout, then `app`/`token` credentials and the call's priority tier;
+//! [`CallTimeout`] sets one call's timeout, [`set_tier`] its tier), then the retry stage
+//! (transparent re-sends, and the retry or hedging policy of the method), whose attempts the
+//! lock-free P2C+EWMA balancer picks, and the chosen endpoint's connection. A [`resolver`]
+//! (direct, etcd, DNS, Kubernetes) keeps the balancer's endpoint set current beside the calls.
 
 mod balancer;
 mod client;
@@ -24,6 +24,7 @@ mod tls;
 pub use balancer::{HashKey, hash_key};
 pub use client::{Client, ClientHandles, EndpointInfo, ResponseFuture};
 pub use error::Error;
+pub use layers::tier::set_tier;
 pub use layers::timeout::CallTimeout;
 
 /// The balancer's parts for zrpc's simulator (`zrpc-sim`) and benches: not part of the public

@@ -7,6 +7,8 @@
 //! - [`window`]: the rolling window of time buckets (go-zero `collection/rollingwindow.go`).
 //! - [`breaker`]: the Google SRE adaptive-throttling breaker (go-zero `breaker/googlebreaker.go`).
 //! - [`shedder`]: the adaptive (BBR-like) load shedder (go-zero `load/adaptiveshedder.go`).
+//! - [`limit`]: an adaptive concurrency limit from measured latency (Envoy's gradient controller)
+//!   and priority tiers (zrpc additions; go-zero sheds on CPU only).
 //! - [`cpu`]: the cgroup-aware CPU usage sampler that feeds the shedder (go-zero `stat/usage.go`).
 //! - [`retry`]: the client's retry budget, back-off and pushback (gRFC A6, linkerd's budget;
 //!   go-zero has no client retries).
@@ -28,6 +30,7 @@ pub mod cpu;
 pub mod etcd;
 pub mod ewma;
 pub mod grpc;
+pub mod limit;
 pub mod retry;
 pub mod shedder;
 mod stamp;

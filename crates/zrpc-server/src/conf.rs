@@ -13,6 +13,7 @@ use zrpc_core::grpc::compression::{self, Encoding};
 
 pub(crate) mod features;
 mod ignored;
+mod limit;
 mod log;
 mod redis;
 mod service;
@@ -20,6 +21,7 @@ mod tls;
 mod transport;
 
 pub use ignored::IgnoredKey;
+pub use limit::ConcurrencyLimitConf;
 pub use log::{LogConf, LogFieldKeys};
 #[cfg(not(feature = "redis-auth"))]
 pub(crate) use redis::redis_auth_off;
@@ -37,8 +39,8 @@ pub use zrpc_core::conf::RedisKeyConf;
 /// `Prometheus`, `MetricsUrl`, `Profiling`) sit at the top level, as go-zero embeds them.
 ///
 /// zrpc additions (not in go-zero): `AdvertiseAddr`, `Reflection`, `AuthTokens`,
-/// `Middlewares.StatConf.LogRequestContent`, the `Transport` and the `Tls` blocks,
-/// `Compression`, `CompressionMinSize` and `MaxDecompressedSize`.
+/// `Middlewares.StatConf.LogRequestContent`, the `ConcurrencyLimit`, `Transport` and `Tls`
+/// blocks, `Compression`, `CompressionMinSize` and `MaxDecompressedSize`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
 #[non_exhaustive]
@@ -85,6 +87,10 @@ pub struct RpcServerConf {
     pub timeout: u64,
     /// Adaptive shedding CPU threshold in millicpu, range [0, 1000) (default 900; 0 = off).
     pub cpu_threshold: u64,
+    /// zrpc addition: the adaptive concurrency limit and its priority tiers (absent = off, the
+    /// default); it acts on latency, where `CpuThreshold` acts on CPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub concurrency_limit: Option<ConcurrencyLimitConf>,
     /// Register the gRPC health service (default true).
     pub health: bool,
     /// zrpc addition: serve gRPC reflection (default false; also on in `dev`/`test` mode).
@@ -137,6 +143,7 @@ impl Default for RpcServerConf {
             strict_control: false,
             timeout: 2000,
             cpu_threshold: 900,
+            concurrency_limit: None,
             health: true,
             reflection: false,
             middlewares: ServerMiddlewaresConf::default(),
@@ -186,6 +193,19 @@ impl RpcServerConf {
     pub fn with_cpu_threshold(mut self, millicpu: u64) -> Self {
         self.cpu_threshold = millicpu;
         self
+    }
+
+    /// Sets `ConcurrencyLimit` (default: none, no limit).
+    #[must_use]
+    pub fn with_concurrency_limit(mut self, limit: ConcurrencyLimitConf) -> Self {
+        self.concurrency_limit = Some(limit);
+        self
+    }
+
+    /// The concurrency limit's settings when it is on (`ConcurrencyLimit` present and
+    /// `Enabled`).
+    pub fn concurrency_limit_enabled(&self) -> Option<&ConcurrencyLimitConf> {
+        self.concurrency_limit.as_ref().filter(|l| l.enabled)
     }
 
     /// Sets `Mode` (default `pro`).
@@ -329,6 +349,9 @@ impl Validate for RpcServerConf {
                 "CpuThreshold",
                 format!("{} is out of range [0:1000)", self.cpu_threshold),
             ));
+        }
+        if let Some(l) = &self.concurrency_limit {
+            l.validate()?;
         }
         if self.etcd.is_configured() {
             self.etcd.validate()?;

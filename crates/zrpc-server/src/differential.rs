@@ -1,14 +1,14 @@
 //! The fused [`Governor`] against the stages composed one by one as tower layers, in the
-//! server's order (`facts -> trace -> recover -> stat -> metrics -> auth -> breaker -> shedding
-//! -> timeout`, docs/middleware.md): the same scripted calls go through both, and after each
-//! one the answers, the metric samples, the breakers and the shedders are compared. The fused
-//! form gets each request as the server's serve loop hands it over (`transport::serve::Intake`:
-//! the call's facts recorded by the transport's request body, its count in the shedder's
-//! flight since its stream was accepted, the caller's deadline read as it arrived), so what
-//! production feeds the governor is compared too; the nested form makes the facts with its own
-//! facts layer.
+//! server's order (`facts -> trace -> recover -> stat -> metrics -> auth -> breaker -> limit ->
+//! shedding -> timeout`, docs/middleware.md): the same scripted calls go through both, and
+//! after each one the answers, the metric samples, the breakers, the concurrency limits and
+//! the shedders are compared. The fused form gets each request as the server's serve loop
+//! hands it over (`transport::serve::Intake`: the call's facts recorded by the transport's
+//! request body, its count in the shedder's flight since its stream was accepted, the
+//! caller's deadline read as it arrived), so what production feeds the governor is compared
+//! too; the nested form makes the facts with its own facts layer.
 //!
-//! Each form has its own breaker registry and shedder. The metric families are process-wide
+//! Each form has its own breaker registry, concurrency limit and shedder. The metric families are process-wide
 //! (`crate::metrics`), so each form calls its methods under a package of its own and the
 //! samples are compared with that package cut off.
 //!
@@ -20,8 +20,9 @@
 //!   unwinding (`Differs::PanicInCall`); the governor arms them first;
 //! - the clock: the nested breaker and shedding layers read std's, the governor tokio's (one
 //!   read for every stage). They are one clock in a server; under the paused clock of this
-//!   test they are not, so the breakers and shedders here are tuned not to depend on it, and
-//!   response times (the shedder's `min_rt`) are not compared.
+//!   test they are not, so the breakers, limits and shedders here are tuned not to depend on
+//!   it, and response times (the shedder's `min_rt`, the limit's round-trip times) are not
+//!   compared.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
@@ -38,6 +39,7 @@ use tower::{ServiceBuilder, ServiceExt};
 use zrpc_core::breaker::{BreakerConfig, BreakerStats};
 use zrpc_core::cpu::FixedCpu;
 use zrpc_core::grpc::status_message_from_headers;
+use zrpc_core::limit::LimitConfig;
 use zrpc_core::shedder::{AdaptiveShedder, ShedderConfig, ShedderStats};
 
 use std::sync::Arc;
@@ -58,8 +60,10 @@ use crate::layers::{
     AuthLayer, BreakerLayer, MetricsLayer, RecoverLayer, SheddingLayer, StatLayer, StatSettings,
     TimeoutLayer, TokenStore, TraceLayer,
 };
-use crate::layers::{SheddingSettings, StreamingMethods, TimeoutSettings};
-use crate::layers::{breaker, shedding};
+use crate::layers::{
+    LimitLayer, LimitSettings, SheddingSettings, StreamingMethods, TimeoutSettings,
+};
+use crate::layers::{breaker, limit, shedding};
 use crate::transport::serve::test_arrival as arriving;
 
 type BoxBody = UnsyncBoxBody<Bytes, BoxError>;
@@ -193,6 +197,18 @@ fn shedder_config() -> ShedderConfig {
     c
 }
 
+/// A concurrency limit of `min_limit` whose decisions do not depend on the clock: its
+/// measurement ends with the first call's sample, and no sample window ends during the test
+/// (an hour), so the limit stays `min_limit` and admissions depend on the calls in flight
+/// only.
+fn limit_config(min_limit: u32) -> LimitConfig {
+    let mut c = LimitConfig::default();
+    c.min_limit = min_limit;
+    c.min_rtt_samples = 1;
+    c.window = Duration::from_secs(3600);
+    c
+}
+
 const TIMEOUT: Duration = Duration::from_millis(100);
 
 /// One form: its service, its package and its own breakers and shedder.
@@ -200,6 +216,7 @@ struct Form {
     svc: Svc,
     package: String,
     breakers: Arc<BreakerRegistry>,
+    limit: Arc<limit::Shared>,
     shedder: Arc<AdaptiveShedder>,
     /// The clock its breaker and shedder are fed from: the layers read std's, the governor
     /// tokio's (paused here).
@@ -207,8 +224,9 @@ struct Form {
 }
 
 impl Form {
-    /// `fused`: the governor over the stages, else the layers nested.
-    fn new(fused: bool, test: &str, cpu: &Arc<FixedCpu>, later: bool) -> Self {
+    /// `fused`: the governor over the stages, else the layers nested; `min_limit`: the
+    /// concurrency limit's (see [`limit_config`]).
+    fn new(fused: bool, test: &str, cpu: &Arc<FixedCpu>, later: bool, min_limit: u32) -> Self {
         let package = format!("/{}_{test}.Diff/", if fused { "fused" } else { "nested" });
         let breakers = Arc::new(BreakerRegistry::new(breaker_config()));
         let shedder = Arc::new(AdaptiveShedder::new(shedder_config(), cpu.clone()));
@@ -219,6 +237,20 @@ impl Form {
         } else {
             Arc::new(tokens)
         };
+        let clock: fn() -> std::time::Instant = if fused {
+            || tokio::time::Instant::now().into_std()
+        } else {
+            std::time::Instant::now
+        };
+        let limit = LimitLayer::new(
+            Some(LimitSettings {
+                config: limit_config(min_limit),
+                per_method: false,
+                streaming: streaming.clone(),
+            }),
+            clock(),
+        );
+        let limit_shared = limit.shared().unwrap();
         let stages = Stages {
             trace: TraceLayer::new(true),
             recover: RecoverLayer::new(true),
@@ -229,6 +261,7 @@ impl Form {
             metrics: MetricsLayer::new(true).streaming(streaming.clone()),
             auth: AuthLayer::new(Some(store), true),
             breaker: BreakerLayer::with_registry(true, breakers.clone()),
+            limit,
             shedding: SheddingLayer::new(Some(SheddingSettings {
                 shedder: shedder.clone(),
                 streaming: streaming.clone(),
@@ -239,12 +272,10 @@ impl Form {
                 ..TimeoutSettings::default()
             }),
         };
-        let (svc, clock): (Svc, fn() -> std::time::Instant) = if fused {
+        let svc: Svc = if fused {
             let in_flight: Arc<dyn crate::call::InFlight> = stages.shedding.shared().unwrap();
             let governor = GovernorLayer::new(&stages).layer(handler());
-            (boxed(arriving(governor, in_flight)), || {
-                tokio::time::Instant::now().into_std()
-            })
+            boxed(arriving(governor, in_flight))
         } else {
             let Stages {
                 trace,
@@ -253,6 +284,7 @@ impl Form {
                 metrics,
                 auth,
                 breaker,
+                limit,
                 shedding,
                 timeout,
             } = stages;
@@ -264,15 +296,17 @@ impl Form {
                 .layer(metrics)
                 .layer(auth)
                 .layer(breaker)
+                .layer(limit)
                 .layer(shedding)
                 .layer(timeout)
                 .service(handler());
-            (boxed(nested), std::time::Instant::now)
+            boxed(nested)
         };
         Form {
             svc,
             package,
             breakers,
+            limit: limit_shared,
             shedder,
             clock,
         }
@@ -284,10 +318,14 @@ impl Form {
         creds: Creds,
         act: Act,
         grpc_timeout: Option<&str>,
+        tier: Option<&str>,
     ) -> Request<Body> {
         let mut req = Request::builder()
             .uri(format!("{}{method}", self.package))
             .header("x-do", act.header());
+        if let Some(tier) = tier {
+            req = req.header("zrpc-tier", tier);
+        }
         let (app, token) = match creds {
             Creds::Good => (Some("app"), Some("secret")),
             Creds::Missing => (None, None),
@@ -337,6 +375,12 @@ impl Form {
 
     fn shedder(&self) -> ShedderStats {
         self.shedder.stats((self.clock)())
+    }
+
+    /// The limit's admission state (its round-trip times depend on the clock).
+    fn limit(&self) -> (u32, u32, bool) {
+        let s = self.limit.limits()[0].1.stats();
+        (s.limit, s.inflight, s.measuring)
     }
 }
 
@@ -432,6 +476,8 @@ struct Pair {
     extra_passes: u64,
     /// Methods whose breaker only the fused form learnt (see `Differs::PanicInCall`).
     learnt_by_fused_only: BTreeSet<String>,
+    /// The `zrpc-tier` of the calls made next.
+    tier: Option<&'static str>,
 }
 
 /// A call started in both forms, not finished.
@@ -443,16 +489,23 @@ struct Started {
 }
 
 impl Pair {
-    /// `later`: the token store answers after a yield, as a remote one does.
+    /// `later`: the token store answers after a yield, as a remote one does. The concurrency
+    /// limit is 100, out of the way of the script.
     fn new(test: &str, later: bool) -> Self {
+        Self::with_limit(test, later, 100)
+    }
+
+    /// [`new`](Self::new) with a concurrency limit of `min_limit`.
+    fn with_limit(test: &str, later: bool, min_limit: u32) -> Self {
         let cpu = Arc::new(FixedCpu::new(0));
         Pair {
-            fused: Form::new(true, test, &cpu, later),
-            nested: Form::new(false, test, &cpu, later),
+            fused: Form::new(true, test, &cpu, later, min_limit),
+            nested: Form::new(false, test, &cpu, later, min_limit),
             cpu,
             methods: BTreeSet::new(),
             extra_passes: 0,
             learnt_by_fused_only: BTreeSet::new(),
+            tier: None,
         }
     }
 
@@ -468,9 +521,13 @@ impl Pair {
     ) -> Started {
         self.methods.insert(method.to_owned());
         let before = (self.fused.samples(), self.nested.samples());
-        let req = self.fused.request(method, creds, act, grpc_timeout);
+        let req = self
+            .fused
+            .request(method, creds, act, grpc_timeout, self.tier);
         let fused = Pending::Call(self.fused.call(req));
-        let req = self.nested.request(method, creds, act, grpc_timeout);
+        let req = self
+            .nested
+            .request(method, creds, act, grpc_timeout, self.tier);
         let nested = Pending::Call(self.nested.call(req));
         Started {
             fused,
@@ -509,9 +566,13 @@ impl Pair {
     ) -> Outcome {
         self.methods.insert(method.to_owned());
         let before = (self.fused.samples(), self.nested.samples());
-        let req = self.fused.request(method, creds, act, grpc_timeout);
+        let req = self
+            .fused
+            .request(method, creds, act, grpc_timeout, self.tier);
         let fused = outcome(self.fused.call(req)).await;
-        let req = self.nested.request(method, creds, act, grpc_timeout);
+        let req = self
+            .nested
+            .request(method, creds, act, grpc_timeout, self.tier);
         let nested = outcome(self.nested.call(req)).await;
         self.compare(&fused, &nested, Differs::of(act), &before);
         fused
@@ -563,7 +624,7 @@ impl Pair {
         }
     }
 
-    /// The breakers of every method called so far and the shedders, compared.
+    /// The breakers of every method called so far, the limits and the shedders, compared.
     fn compare_guards(&self) {
         for m in &self.methods {
             let (fused, nested) = (self.fused.breaker(m), self.nested.breaker(m));
@@ -573,6 +634,7 @@ impl Pair {
                 assert_eq!(fused, nested, "breaker of {m}");
             }
         }
+        assert_eq!(self.fused.limit(), self.nested.limit(), "limit");
         assert_eq!(self.fused.shedder(), self.nested.shedder(), "shedder");
     }
 
@@ -764,6 +826,73 @@ async fn the_governor_answers_and_records_like_the_nested_layers() {
         };
         assert!(count(&p.fused) > 0, "{what}:\n{out}");
         assert_eq!(count(&p.fused), count(&p.nested), "{what}:\n{out}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_governor_limits_concurrency_like_the_nested_layers() {
+    let (_logs_guard, logs) = capture_logs();
+    // A limit of 3: the default tier gets 2 places, sheddable calls 1, critical calls 3 of
+    // their own.
+    let mut p = Pair::with_limit("limit", false, 3);
+    let overloaded = status(code::RESOURCE_EXHAUSTED, shedding::OVERLOADED_MESSAGE);
+    // The first call ends the limit's measurement; two more warm the breaker.
+    p.warm("Lim").await;
+    assert_eq!(p.fused.limit(), (3, 0, false));
+    // Two calls of the default tier in flight (a caller that sets none, and an unknown value).
+    let a = p.start("Lim", Creds::Good, OK, None);
+    p.tier = Some("urgent");
+    let b = p.start("Lim", Creds::Good, OK, None);
+    p.compare_guards();
+    // Its share is used: default and sheddable calls are rejected, the breaker learns of the
+    // caller's failure only (it stays closed), metrics and logs say `tier`.
+    for tier in [None, Some("sheddable")] {
+        p.tier = tier;
+        assert_eq!(p.step("Lim", Creds::Good, OK).await, overloaded);
+    }
+    // Three critical calls are admitted beside them; then the limit is reached, for critical
+    // calls too.
+    p.tier = Some("critical");
+    let c: Vec<_> = (0..3)
+        .map(|_| p.start("Lim", Creds::Good, OK, None))
+        .collect();
+    assert_eq!(p.step("Lim", Creds::Good, OK).await, overloaded);
+    // Auth still answers first; streams and unknown failures are not limited.
+    assert_eq!(
+        p.step("Lim", Creds::Missing, OK).await,
+        status(code::UNAUTHENTICATED, "app/token required")
+    );
+    assert_eq!(p.step("Stream", Creds::Good, OK).await, code_only(code::OK));
+    for call in [a, b].into_iter().chain(c) {
+        assert_eq!(p.finish(call).await, code_only(code::OK));
+    }
+    p.tier = None;
+    assert_eq!(p.fused.limit(), (3, 0, false));
+    assert_eq!(p.step("Lim", Creds::Good, OK).await, code_only(code::OK));
+    // A call the limit admits and the CPU shedder drops holds no place afterwards.
+    p.cpu.set(1000);
+    let first = p.start("Lim", Creds::Good, OK, None);
+    let second = p.start("Lim", Creds::Good, OK, None);
+    assert_eq!(p.finish(first).await, code_only(code::OK));
+    assert_eq!(p.step("Lim", Creds::Good, OK).await, overloaded);
+    p.cpu.set(0);
+    assert_eq!(p.finish(second).await, code_only(code::OK));
+    assert_eq!(p.fused.limit(), (3, 0, false));
+    assert_eq!(
+        p.fused.breaker("Lim").map(|b| b.failures),
+        Some(0),
+        "rejections are not the server's failures"
+    );
+    // Both forms logged each reason alike.
+    let out = logs.contents();
+    for what in ["tier's share", "concurrency limit is reached"] {
+        let count = |f: &Form| {
+            events(&out)
+                .filter(|e| e.contains(what) && e.contains(&f.package))
+                .count()
+        };
+        assert_eq!(count(&p.fused), 1, "{what}:\n{out}");
+        assert_eq!(count(&p.nested), 1, "{what}:\n{out}");
     }
 }
 

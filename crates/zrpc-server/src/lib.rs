@@ -26,6 +26,7 @@ mod error;
 mod gauges;
 mod handle;
 mod layers;
+mod limit_glue;
 pub mod metrics;
 mod preflight;
 pub mod registry;

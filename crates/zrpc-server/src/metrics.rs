@@ -3,10 +3,11 @@
 //! Names and labels are go-zero's (`serverinterceptors/prometheusinterceptor.go`):
 //! `rpc_server_requests_duration_ms{method}` (buckets 1..5000 ms) and
 //! `rpc_server_requests_code_total{method,code}` with the numeric code. zrpc adds (never
-//! renames) `rpc_server_dropped_total{method,reason}` for calls dropped before the handler by
-//! load protection (`reason` = `breaker` or `shedder`, as the client's `rpc_client_dropped_total`
-//! names its own drops), shedder gauges per server
-//! (`rpc_server_shedder_*{server}`) and breaker gauges per method
+//! renames) `rpc_server_dropped_total{method,reason}` for calls rejected before the handler by
+//! load protection (`reason` = `breaker`, `shedder`, `limit`, `tier` or `stream_cap`, as the
+//! client's `rpc_client_dropped_total` names its own drops), shedder gauges per server
+//! (`rpc_server_shedder_*{server}`), concurrency-limit gauges per server and method
+//! (`rpc_server_concurrency_*{server,method}`) and breaker gauges per method
 //! (`rpc_server_breaker_drop_ratio{method}`, `rpc_server_breaker_requests{method,outcome}`).
 //! Streams are recorded in their own families, `rpc_server_streams_duration_ms{method}` and
 //! `rpc_server_streams_code_total{method,code}`: go-zero records no streams, and a stream's
@@ -53,8 +54,8 @@ pub struct ServerMetrics {
     pub duration_ms: HistogramVec,
     /// `rpc_server_requests_code_total{method,code}`.
     pub code_total: IntCounterVec,
-    /// `rpc_server_dropped_total{method,reason}`: calls dropped by the breaker or the shedder
-    /// (zrpc addition).
+    /// `rpc_server_dropped_total{method,reason}`: calls rejected by the server's load
+    /// protection, by reason (zrpc addition; see [`DropReason`]).
     pub dropped_total: IntCounterVec,
     /// `rpc_server_streams_duration_ms{method}`: a stream's lifetime (zrpc addition).
     pub stream_duration_ms: HistogramVec,
@@ -84,7 +85,8 @@ pub fn server_metrics() -> &'static ServerMetrics {
         let dropped_total = IntCounterVec::new(
             Opts::new(
                 "rpc_server_dropped_total",
-                "rpc server requests dropped before the handler (reason: breaker, shedder).",
+                "rpc server requests rejected before the handler (reason: breaker, shedder, \
+                 limit, tier, stream_cap).",
             ),
             &["method", "reason"],
         );
@@ -141,13 +143,22 @@ pub fn server_metrics() -> &'static ServerMetrics {
     })
 }
 
-/// Why the server dropped a call before its handler ran.
+/// Why the server rejected a call before its handler ran: the `reason` label of
+/// `rpc_server_dropped_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum DropReason {
     /// The method's breaker is open (`Unavailable "circuit breaker is open"`).
     Breaker,
-    /// The shedder found the server overloaded (`ResourceExhausted "service overloaded"`).
+    /// The CPU shedder found the server overloaded (`ResourceExhausted "service overloaded"`).
     Shedder,
+    /// The concurrency limit was reached (`ResourceExhausted "service overloaded"`).
+    Limit,
+    /// The call's tier's share of the concurrency limit was reached; a call of a higher tier
+    /// would have been admitted (`ResourceExhausted "service overloaded"`).
+    Tier,
+    /// HTTP/2 refused the stream (`RST_STREAM REFUSED_STREAM`): its connection had
+    /// `Transport.MaxConcurrentStreams` streams open. Its method is unknown (`method=""`).
+    StreamCap,
 }
 
 impl DropReason {
@@ -156,6 +167,9 @@ impl DropReason {
         match self {
             DropReason::Breaker => "breaker",
             DropReason::Shedder => "shedder",
+            DropReason::Limit => "limit",
+            DropReason::Tier => "tier",
+            DropReason::StreamCap => "stream_cap",
         }
     }
 }
@@ -206,11 +220,13 @@ mod tests {
         count_drop("/t.D/M", DropReason::Breaker);
         count_drop("/t.D/M", DropReason::Shedder);
         count_drop("/t.D/M", DropReason::Shedder);
+        count_drop("/t.D/M", DropReason::Tier);
         let text = render();
         assert!(
             text.contains("rpc_server_dropped_total{method=\"/t.D/M\",reason=\"breaker\"} 1"),
             "{text}"
         );
         assert!(text.contains("rpc_server_dropped_total{method=\"/t.D/M\",reason=\"shedder\"} 2"));
+        assert!(text.contains("rpc_server_dropped_total{method=\"/t.D/M\",reason=\"tier\"} 1"));
     }
 }

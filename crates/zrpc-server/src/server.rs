@@ -25,8 +25,8 @@ use crate::conf::RpcServerConf;
 use crate::error::Error;
 use crate::handle::{HandleParts, Phase, ServerHandle};
 use crate::layers::{
-    AuthLayer, BreakerLayer, DrainLayer, DrainSignal, GovernorLayer, MetricsLayer, RecoverLayer,
-    SheddingLayer, Stages, StatLayer, StatSettings, StreamingMethods, TimeoutLayer,
+    AuthLayer, BreakerLayer, DrainLayer, DrainSignal, GovernorLayer, LimitLayer, MetricsLayer,
+    RecoverLayer, SheddingLayer, Stages, StatLayer, StatSettings, StreamingMethods, TimeoutLayer,
     TimeoutSettings, TokenStore, TraceLayer,
 };
 use crate::shutdown;
@@ -458,9 +458,11 @@ impl Base {
         if conf.middlewares.breaker {
             crate::gauges::register_breakers(&breakers);
         }
-        // One shedder per server, with its gauges (unregistered when this returns).
+        // One shedder per server, and its concurrency limits, with their gauges (unregistered
+        // when this returns).
         let shedder = crate::shedding_glue::shedder(&conf, cpu);
-        let _gauges_guard = GaugesGuard::register(shedder.as_ref(), local);
+        let limit = crate::limit_glue::limit_layer(&conf, &services.streaming);
+        let _gauges_guard = GaugesGuard::register(shedder.as_ref(), &limit, local);
         let drain = DrainSignal::new();
         let drain_infra = DrainSignal::new();
 
@@ -500,6 +502,7 @@ impl Base {
         let chain = Chain {
             conf: &conf,
             front,
+            limit,
             shedding,
             token_store,
             breakers,
@@ -577,14 +580,15 @@ pub type ServerChain = BoxCloneService<Request<Body>, Response<Body>, BoxError>;
 ///
 /// `Front` (`transport::front`): calls per connection, 415 for non-gRPC requests,
 /// `Tls.AllowedClients`. `Governor` (`layers::governor`): trace, recover, stat, metrics, auth,
-/// breaker, shedding and timeout (the caller's deadline always), go-zero's order but for auth,
-/// which runs before the breaker and the shedder so that unauthenticated callers cannot move
-/// them.
+/// breaker, limit, shedding and timeout (the caller's deadline always), go-zero's order but
+/// for auth, which runs before the breaker, the limit and the shedder so that unauthenticated
+/// callers cannot move them (the limit is a zrpc addition).
 /// `Drain` ends the streams still open at the shutdown deadline. `Compression`
 /// (`crate::compression`) decompresses requests and compresses responses for every service.
 struct Chain<'a> {
     conf: &'a RpcServerConf,
     front: crate::transport::FrontLayer,
+    limit: LimitLayer,
     shedding: SheddingLayer,
     token_store: Option<Arc<dyn TokenStore>>,
     breakers: Arc<BreakerRegistry>,
@@ -614,6 +618,7 @@ impl Chain<'_> {
             metrics: MetricsLayer::new(mw.prometheus).streaming(self.streaming.clone()),
             auth: AuthLayer::new(self.token_store, conf.strict_control),
             breaker: BreakerLayer::with_registry(mw.breaker, self.breakers),
+            limit: self.limit,
             shedding: self.shedding,
             timeout,
         };
@@ -889,27 +894,40 @@ impl Stopping<'_> {
     }
 }
 
-/// The shedder's gauges, registered while the server runs.
-struct GaugesGuard(Option<crate::shedding_glue::ShedderCollector>);
+/// The shedder's and the concurrency limits' gauges, registered while the server runs.
+struct GaugesGuard(
+    Option<crate::shedding_glue::ShedderCollector>,
+    Option<crate::limit_glue::LimitCollector>,
+);
 
 impl GaugesGuard {
     fn register(
         shedder: Option<&Arc<zrpc_core::shedder::AdaptiveShedder>>,
+        limit: &LimitLayer,
         local: std::net::SocketAddr,
     ) -> Self {
-        let gauges = shedder.and_then(|s| {
-            crate::shedding_glue::ShedderCollector::new(s.clone(), &local.to_string())
-        });
-        if let Some(g) = &gauges {
+        let server = local.to_string();
+        let shedder =
+            shedder.and_then(|s| crate::shedding_glue::ShedderCollector::new(s.clone(), &server));
+        let limit = limit
+            .shared()
+            .and_then(|l| crate::limit_glue::LimitCollector::new(l, &server));
+        if let Some(g) = &shedder {
             g.register();
         }
-        GaugesGuard(gauges)
+        if let Some(g) = &limit {
+            g.register();
+        }
+        GaugesGuard(shedder, limit)
     }
 }
 
 impl Drop for GaugesGuard {
     fn drop(&mut self) {
         if let Some(g) = &self.0 {
+            g.unregister();
+        }
+        if let Some(g) = &self.1 {
             g.unregister();
         }
     }

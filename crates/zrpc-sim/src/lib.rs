@@ -15,10 +15,13 @@
 //! `cargo run --release -p zrpc-sim -- table` prints the comparison table of `docs/balancing.md`;
 //! `-- shed` runs the real `AdaptiveShedder` in front of a simulated CPU-bound server under a 2x
 //! step overload ([`simulate_overload`]); `-- retries` compares no retries, gRFC A6 retries and
-//! retries under zrpc's retry budget when servers fail ([`simulate_retries`]).
+//! retries under zrpc's retry budget when servers fail ([`simulate_retries`]); `-- limit` runs the
+//! real `ConcurrencyLimit` and `AdaptiveShedder` in front of a handler bound by a downstream
+//! resource, at 0.5x to 4x its capacity and through spikes ([`simulate_downstream`]).
 
 mod breaker;
 mod engine;
+mod limit;
 mod model;
 mod policy;
 pub mod retries;
@@ -28,6 +31,9 @@ pub mod table;
 
 pub use breaker::{BreakerReport, BreakerRules, simulate_outage};
 pub use engine::run;
+pub use limit::{
+    Downstream, DownstreamReport, LOADS, Protection, limit_markdown, simulate_downstream,
+};
 pub use model::{Load, Report, Scenario, ServerSpec, Window};
 pub use policy::Policy;
 pub use retries::{

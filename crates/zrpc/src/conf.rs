@@ -14,12 +14,14 @@ pub use zrpc_core::conf::{
 
 pub use zrpc_client::conf::{
     BalancerName, ClientMiddlewaresConf, ClientTlsConf, HedgingPolicyConf, MethodCompressionConf,
-    MethodConf, MethodName, RetryBudgetConf, RetryPolicyConf, RpcClientConf, StatusCodes,
+    MethodConf, MethodName, MethodTierConf, RetryBudgetConf, RetryPolicyConf, RpcClientConf,
+    StatusCodes,
 };
 pub use zrpc_server::conf::{
-    AuthTokenConf, ClientAuth, DevServerConf, IgnoredKey, LogConf, LogFieldKeys, MethodTimeoutConf,
-    ProfileTypeConf, ProfilingConf, PrometheusConf, RedisKeyConf, RpcServerConf,
-    ServerMiddlewaresConf, ServerTlsConf, ServiceMode, ShutdownConf, StatConf, TelemetryConf,
+    AuthTokenConf, ClientAuth, ConcurrencyLimitConf, DevServerConf, IgnoredKey, LogConf,
+    LogFieldKeys, MethodTimeoutConf, ProfileTypeConf, ProfilingConf, PrometheusConf, RedisKeyConf,
+    RpcServerConf, ServerMiddlewaresConf, ServerTlsConf, ServiceMode, ShutdownConf, StatConf,
+    TelemetryConf,
 };
 
 /// Checking a config as a build with other features would (`zrpcctl conf check --features`):

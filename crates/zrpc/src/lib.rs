@@ -76,7 +76,7 @@
 //!   feature) by extension, `${VAR}` expansion, case-insensitive keys, unknown keys are errors).
 //! - [`server()`] / [`Server`]: the server, its [`ServerHandle`] and graceful [`shutdown`].
 //! - [`client()`] / [`Client`]: the balanced, governed channel; [`CallTimeout`] sets one
-//!   call's deadline.
+//!   call's deadline, [`set_tier`] its priority [`Tier`].
 //! - [`compression`]: gRPC message compression (`Compression` keys on both sides; one call's
 //!   choices with [`CallCompression`](compression::CallCompression)).
 //! - [`metrics`]: the Prometheus families of both middleware chains (the chains themselves run
@@ -103,7 +103,8 @@
 //!
 //! Longer guides live in the repository's `docs/`: `streaming.md` (how the server learns which
 //! methods stream, and what that changes), `configuration.md` (every key and default),
-//! `middleware.md` (both chains, their order, adding a layer) and `migrating-from-go-zero.md`.
+//! `middleware.md` (both chains, their order, adding a layer), `overload.md` (the CPU shedder,
+//! the adaptive concurrency limit and its tiers) and `migrating-from-go-zero.md`.
 
 #[doc(hidden)]
 pub mod codegen;
@@ -122,7 +123,10 @@ pub use conf::{
     ServerMiddlewaresConf, ShutdownConf,
 };
 
-pub use zrpc_client::{CallTimeout, Client, EndpointInfo, HashKey, hash_key};
+pub use zrpc_client::{CallTimeout, Client, EndpointInfo, HashKey, hash_key, set_tier};
+/// A call's priority tier (`critical`, `default`, `sheddable`), sent as `zrpc-tier` metadata;
+/// a server with a concurrency limit (`ConcurrencyLimit`) sheds the lower tiers first.
+pub use zrpc_core::limit::Tier;
 pub use zrpc_server::{
     Lookup, PeerIdentity, Phase, Server, ServerChain, ServerHandle, StaticTokens, TlsError,
     TokenFuture, TokenStore, Trailers, original_authority, preflight,

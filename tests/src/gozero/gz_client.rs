@@ -103,6 +103,12 @@ impl GzClient {
         self.arg("-hash-keys", n).arg("-hash-peers", peers)
     }
 
+    /// `-metadata key=value`: metadata sent with every call.
+    #[must_use]
+    pub fn metadata(self, key: &str, value: &str) -> Self {
+        self.arg("-metadata", format!("{key}={value}"))
+    }
+
     /// `-v`: per-call lines.
     #[must_use]
     pub fn verbose(mut self) -> Self {

@@ -25,6 +25,7 @@ mod server_breaker_poisoning;
 mod server_h2_attacks;
 mod server_layers;
 mod server_lifecycle;
+mod server_limit;
 mod server_metrics;
 mod server_recover;
 mod server_shedding;

@@ -69,6 +69,13 @@ async fn streams_beyond_the_advertised_limit_are_refused_while_others_are_served
     assert_eq!(advertised, 1000, "the default limit");
     sock.write_all(&frame(4, 1, 0, &[])).await.unwrap(); // SETTINGS ACK
     let headers = grpc_headers(zrpc_tests::greeter::SAY_HELLO_STREAM, "localhost");
+    let counted = || {
+        zrpc_server::metrics::server_metrics()
+            .dropped_total
+            .with_label_values(&["", "stream_cap"])
+            .get()
+    };
+    let counted_before = counted();
     let started = Instant::now();
     let mut burst = BytesMut::new();
     for i in 0..2000u32 {
@@ -106,6 +113,13 @@ async fn streams_beyond_the_advertised_limit_are_refused_while_others_are_served
         rss_after.saturating_sub(rss_before)
     );
     assert!(refused >= 1000, "streams past the limit refused: {refused}");
+    // Each refusal the client saw is a dropped call in the server's metrics (reason
+    // `stream_cap`; other tests' refusals may add to the process-wide counter).
+    let counted = counted() - counted_before;
+    assert!(
+        counted >= u64::from(refused),
+        "counted {counted} of {refused}"
+    );
     assert!(
         attack_p99 < Duration::from_secs(1),
         "bystander p99 {attack_p99:?}"

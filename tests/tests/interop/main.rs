@@ -16,6 +16,7 @@ mod consistent_hash;
 mod edge_codes;
 mod gozero_client;
 mod lifecycle;
+mod limit;
 mod metrics;
 mod mixed;
 mod network_faults;

@@ -4,7 +4,7 @@
 // prints the same JSON summary, so that the harness treats the Rust and Go sides alike.
 //
 //	gzbench serve -listen 127.0.0.1:P [-delay-ms 0] [-spin-us 0] [-fail-ms 0] [-cpu-threshold 0]
-//	              [-etcd h1,h2 -key k] [-events file]
+//	              [-slots 0 -slot-ms 10] [-etcd h1,h2 -key k] [-events file]
 //	gzbench load  -endpoints a,b | -etcd h -key k  [-c 1] [-n 1000] [-duration-ms 0] [-rate 0]
 //	              [-warmup 0] [-timeout-ms 0] [-records file] [-wait-ms 10000]
 package main
@@ -62,6 +62,9 @@ type server struct {
 	name        string
 	delay, spin time.Duration
 	fail        time.Duration
+	// places of a downstream resource (nil: none), each held hold per call
+	places      chan struct{}
+	hold        time.Duration
 	started     time.Time
 	first       atomic.Int64 // unix ns of the first call
 	calls       atomic.Int64
@@ -99,6 +102,22 @@ func (s *server) SayHello(ctx context.Context, in *greeter.HelloRequest) (*greet
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
 	}
+	if s.places != nil {
+		// Bound by the resource, not the CPU: wait for a place (in arrival order: Go queues
+		// a channel's blocked senders), hold it, give it back.
+		select {
+		case s.places <- struct{}{}:
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		select {
+		case <-time.After(s.hold):
+			<-s.places
+		case <-ctx.Done():
+			<-s.places
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
 	_ = grpc.SetHeader(ctx, metadata.Pairs("x-server", s.name))
 	return &greeter.HelloReply{Message: "hello " + in.GetName()}, nil
 }
@@ -109,6 +128,8 @@ func serve(args []string) {
 	delayMs := fs.Int("delay-ms", 0, "sleep per call, ms")
 	spinUs := fs.Int("spin-us", 0, "CPU burnt per call, µs")
 	failMs := fs.Int("fail-ms", 0, "fail with Internal for this long after the first call, ms")
+	slots := fs.Int("slots", 0, "places of a downstream resource each call waits for (0: none)")
+	slotMs := fs.Int("slot-ms", 10, "how long a call holds its place, ms")
 	cpuThreshold := fs.Int("cpu-threshold", 0, "go-zero CpuThreshold (900 = go-zero's default shedding; 0 = off)")
 	etcd := fs.String("etcd", "", "etcd hosts, comma-separated (register there under -key)")
 	key := fs.String("key", "", "etcd key")
@@ -145,7 +166,10 @@ func serve(args []string) {
 	}
 	srv := &server{name: *listen, delay: time.Duration(*delayMs) * time.Millisecond,
 		spin: time.Duration(*spinUs) * time.Microsecond, fail: time.Duration(*failMs) * time.Millisecond,
-		started: time.Now(), events: out}
+		started: time.Now(), events: out, hold: time.Duration(*slotMs) * time.Millisecond}
+	if *slots > 0 {
+		srv.places = make(chan struct{}, *slots)
+	}
 	s := zrpc.MustNewServer(c, func(g *grpc.Server) { greeter.RegisterGreeterServer(g, srv) })
 	defer s.Stop()
 	srv.event(map[string]any{"event": "ready", "addr": *listen, "unix_ms": float64(time.Now().UnixMicro()) / 1000})

@@ -10,6 +10,7 @@ mod instructions;
 mod latency;
 mod memory;
 mod overhead;
+mod overload;
 mod payloads;
 mod shed;
 
@@ -61,6 +62,8 @@ pub(crate) enum Kind {
     Breaker,
     /// Load shedding.
     Shed,
+    /// Overload of a handler bound by a downstream resource: the concurrency limit.
+    Overload,
     /// Failover and registration.
     Failover,
     /// Server memory per idle connection.
@@ -72,12 +75,13 @@ pub(crate) enum Kind {
 }
 
 /// Every scenario, in report order.
-pub(crate) const ALL: [Kind; 9] = [
+pub(crate) const ALL: [Kind; 10] = [
     Kind::Overhead,
     Kind::Latency,
     Kind::Balance,
     Kind::Breaker,
     Kind::Shed,
+    Kind::Overload,
     Kind::Failover,
     Kind::Memory,
     Kind::Payloads,
@@ -92,6 +96,7 @@ impl Kind {
             Kind::Balance => "Balance: one slow node",
             Kind::Breaker => "Breaker: a backend that fails, then heals",
             Kind::Shed => "Shedding: 2x overload of a CPU-bound handler",
+            Kind::Overload => "Overload: a handler bound by a downstream resource",
             Kind::Failover => "Failover and registration",
             Kind::Memory => "Memory per idle connection",
             Kind::Payloads => "Server streaming and 256 KiB requests",
@@ -136,6 +141,7 @@ pub(crate) fn run(which: &[Kind], opts: &Opts) -> Result<()> {
             Kind::Balance => balance::run(&ctx),
             Kind::Breaker => breaker::run(&ctx),
             Kind::Shed => shed::run(&ctx),
+            Kind::Overload => overload::run(&ctx),
             Kind::Failover => failover::run(&ctx),
             Kind::Memory => memory::run(&ctx),
             Kind::Payloads => payloads::run(&ctx),
@@ -228,6 +234,17 @@ pub(crate) struct ServerSpec {
     pub(crate) no_authority_repair: bool,
     /// gzip on (`serve --gzip`).
     pub(crate) gzip: bool,
+    /// Places of a downstream resource each call waits for (0: none), held `slot_ms` each.
+    pub(crate) slots: usize,
+    /// See `slots`.
+    pub(crate) slot_ms: u64,
+    /// zrpc: the adaptive concurrency limit on (`ConcurrencyLimit: {}`).
+    pub(crate) limit: bool,
+    /// zrpc: a DevServer (`/metrics`) on this loopback port.
+    pub(crate) dev_port: Option<u16>,
+    /// zrpc: the shedder reads the server's own CPU usage over this many CPUs (0: the
+    /// default reading; see `serve --own-cpu`).
+    pub(crate) own_cpu: u32,
 }
 
 /// A running server.
@@ -293,6 +310,10 @@ pub(crate) struct LoadSpec {
     pub(crate) text: bool,
     /// Rust generator: calls compressed with gzip (`load --gzip`).
     pub(crate) gzip: bool,
+    /// Rust generator: every n-th call is critical (`zrpc-tier`); 0: none.
+    pub(crate) critical_every: u64,
+    /// Rust tonic generator, open loop: connections the calls are spread over (0 or 1: one).
+    pub(crate) connections: usize,
 }
 
 /// A load generator that is running.
@@ -366,7 +387,10 @@ impl Ctx<'_> {
                     .args(["--threads", &spec.threads.to_string()])
                     .args(["--delay-ms", &spec.delay_ms.to_string()])
                     .args(["--spin-us", &spec.spin_us.to_string()])
-                    .args(["--fail-ms", &spec.fail_ms.to_string()]);
+                    .args(["--fail-ms", &spec.fail_ms.to_string()])
+                    .args(["--slots", &spec.slots.to_string()])
+                    .args(["--slot-ms", &spec.slot_ms.to_string()])
+                    .args(["--own-cpu", &spec.own_cpu.to_string()]);
                 if spec.no_authority_repair {
                     cmd.arg("--no-authority-repair");
                 }
@@ -395,6 +419,8 @@ impl Ctx<'_> {
                     .args(["-delay-ms", &spec.delay_ms.to_string()])
                     .args(["-spin-us", &spec.spin_us.to_string()])
                     .args(["-fail-ms", &spec.fail_ms.to_string()])
+                    .args(["-slots", &spec.slots.to_string()])
+                    .args(["-slot-ms", &spec.slot_ms.to_string()])
                     .args(["-cpu-threshold", if spec.shedding { "900" } else { "0" }])
                     .args([
                         "-profile",
@@ -468,12 +494,18 @@ impl Ctx<'_> {
                 c
             }
         };
-        if spec.stream > 0 || spec.payload_bytes > 0 {
+        if spec.stream > 0
+            || spec.payload_bytes > 0
+            || spec.critical_every > 0
+            || spec.connections > 1
+        {
             if client == Gen::GoZero {
-                bail!("gzbench load sends short unary calls only");
+                bail!("gzbench load sends short unary calls of no tier on one client only");
             }
             cmd.args(["--stream", &spec.stream.to_string()])
-                .args(["--payload-bytes", &spec.payload_bytes.to_string()]);
+                .args(["--payload-bytes", &spec.payload_bytes.to_string()])
+                .args(["--critical-every", &spec.critical_every.to_string()])
+                .args(["--connections", &spec.connections.max(1).to_string()]);
         }
         if spec.text {
             cmd.arg("--text");
@@ -607,6 +639,15 @@ fn zrpc_yaml(listen: &str, spec: &ServerSpec) -> String {
         let _ = std::fmt::Write::write_fmt(
             &mut y,
             format_args!("Etcd: {{Hosts: [{hosts}], Key: {key}}}\n"),
+        );
+    }
+    if spec.limit {
+        y.push_str("ConcurrencyLimit: {}\n");
+    }
+    if let Some(port) = spec.dev_port {
+        let _ = std::fmt::Write::write_fmt(
+            &mut y,
+            format_args!("DevServer: {{Host: 127.0.0.1, Port: {port}}}\n"),
         );
     }
     y

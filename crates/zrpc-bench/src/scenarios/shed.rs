@@ -285,6 +285,7 @@ mod tests {
             latency_ms,
             code: 0,
             server: "-".into(),
+            critical: false,
         }
     }
 

@@ -1,7 +1,7 @@
 //! go-zero's client chain, the stages [`Client::call`](crate::Client) runs for each call (outer ->
 //! inner): [`observe`] (tracing, duration log, metrics and breaker, in go-zero's order, fed by one
 //! classification of the outcome), then [`timeout`], the app/token [`credentials`] and the
-//! balancer.
+//! call's priority [`tier`], and the balancer.
 //!
 //! The final gRPC status of a call is read once: from a local error (a `tonic::Status`), from the
 //! response headers (trailers-only) or from the trailers at the end of the body, with a drop
@@ -13,6 +13,7 @@ pub(crate) mod credentials;
 pub(crate) mod duration;
 mod method;
 pub(crate) mod observe;
+pub(crate) mod tier;
 pub(crate) mod timeout;
 mod trace;
 

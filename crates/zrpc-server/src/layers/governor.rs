@@ -2,7 +2,7 @@
 //!
 //! The stages, outer to inner, and what each does here, as its own layer would:
 //!
-//! `trace -> recover -> stat -> metrics -> auth -> breaker -> shedding -> timeout`
+//! `trace -> recover -> stat -> metrics -> auth -> breaker -> limit -> shedding -> timeout`
 //!
 //! The governor reads what the transport learnt of the call as it arrived (`call::Arrival`:
 //! the call's facts, its count in flight, the caller's deadline) and is always on: the caller's
@@ -19,11 +19,12 @@
 //! form for the tests only, and shares its code with this one):
 //!
 //! - A call rejected by a stage is seen by the stages outside it only: auth's rejection by
-//!   trace, stat and metrics; the breaker's also; a shed call by the breaker too (as the
-//!   response of a nested shedding layer). Each record is armed when its stage admits the
+//!   trace, stat and metrics; the breaker's also; a call the limit rejects or the shedder
+//!   sheds by the breaker too (as the response of a nested layer), and a shed call by the
+//!   limit (no sample: its request was never read). Each record is armed when its stage admits the
 //!   call, so the one final report reaches exactly those.
-//! - Records report inner first (shedding, breaker, metrics, stat, trace), the order of
-//!   nested bodies.
+//! - Records report inner first (shedding, limit, breaker, metrics, stat, trace), the order
+//!   of nested bodies.
 //! - A panic, in the handler's `call`, its future or its body, becomes `Internal "panic: ..."`
 //!   (logged with its stack), and the call's facts blame the server. Where this differs from
 //!   the nested chain, on purpose: there stat and metrics sit inside recover and see the
@@ -54,6 +55,7 @@ use zrpc_core::shedder::Queued;
 
 use super::auth::{self, AuthLayer, Check, Policy, TokenFuture, TokenStore};
 use super::breaker::{self, BreakerLayer, BreakerRecord};
+use super::limit::{self, LimitLayer, LimitRecord};
 use super::metrics::{self, MetricsLayer};
 use super::outcome::{Both, RecordersRecord};
 use super::recover::{RecoverLayer, guarded_if, mark_panicked, panic_response, panic_trailers};
@@ -74,6 +76,7 @@ pub(crate) struct Stages {
     pub(crate) metrics: MetricsLayer,
     pub(crate) auth: AuthLayer,
     pub(crate) breaker: BreakerLayer,
+    pub(crate) limit: LimitLayer,
     pub(crate) shedding: SheddingLayer,
     pub(crate) timeout: TimeoutLayer,
 }
@@ -88,6 +91,7 @@ struct Governance {
     auth: Option<Arc<dyn TokenStore>>,
     policy: Arc<Policy>,
     breaker: Option<Arc<BreakerRegistry>>,
+    limit: Option<Arc<limit::Shared>>,
     shedding: Option<Arc<shedding::Shared>>,
     timeout: Option<Arc<Compiled>>,
 }
@@ -110,6 +114,7 @@ impl GovernorLayer {
                 auth,
                 policy,
                 breaker: stages.breaker.registry(),
+                limit: stages.limit.shared(),
                 shedding: stages.shedding.shared(),
                 timeout: stages.timeout.compiled(),
             }),
@@ -146,6 +151,8 @@ pub(crate) struct Records(Box<RecordSet>);
 #[derive(Debug)]
 struct RecordSet {
     guards: Both<BreakerRecord, SheddingRecord>,
+    // Between the two guards in the chain: reported after the shedder, before the breaker.
+    limit: Option<LimitRecord>,
     recorders: Option<RecordersRecord>,
     trace: Option<TraceRecord>,
     /// The caller's deadline: a reset at it is the deadline passing (`call::CallerDeadline`).
@@ -154,7 +161,10 @@ struct RecordSet {
 
 impl RecordSet {
     fn is_empty(&self) -> bool {
-        self.guards.is_empty() && self.recorders.is_none() && self.trace.is_none()
+        self.guards.is_empty()
+            && self.limit.is_none()
+            && self.recorders.is_none()
+            && self.trace.is_none()
     }
 }
 
@@ -162,13 +172,15 @@ impl OnStatus for Records {
     fn on_status(self, mut c: i32) {
         let RecordSet {
             guards,
+            limit,
             recorders,
             trace,
             caller,
         } = *self.0;
         // One clock read for every record that wants the end of the call.
-        let now = (!guards.is_empty() || recorders.is_some() || caller.is_some())
-            .then(tokio::time::Instant::now);
+        let now =
+            (!guards.is_empty() || limit.is_some() || recorders.is_some() || caller.is_some())
+                .then(tokio::time::Instant::now);
         if c == code::CANCELLED
             && let (Some(caller), Some(now)) = (caller, now)
             && caller.passed_for_reset(now)
@@ -180,6 +192,9 @@ impl OnStatus for Records {
             let Both { outer, inner } = guards;
             if let Some(shedding) = inner {
                 shedding.finish(c, now.into_std());
+            }
+            if let Some(limit) = limit {
+                limit.finish(c, now.into_std());
             }
             if let Some(breaker) = outer {
                 breaker.finish(c, now.into_std());
@@ -352,7 +367,7 @@ impl Governance {
         }
     }
 
-    /// Breaker, shedding, timeout, then the handler: what follows a passed auth check.
+    /// Breaker, limit, shedding, timeout, then the handler: what follows a passed auth check.
     #[inline(always)]
     fn admit<S, B>(
         &self,
@@ -379,7 +394,8 @@ impl Governance {
             .shedding
             .as_ref()
             .filter(|s| queued.is_some() || s.watches(path));
-        if registry.is_some() || shedder.is_some() {
+        let limiter = self.limit.as_ref().filter(|l| l.watches(path));
+        if registry.is_some() || limiter.is_some() || shedder.is_some() {
             let now = now.get_or_insert_with(tokio::time::Instant::now).into_std();
             let facts = || facts.clone();
             let mut guards = Both::default();
@@ -389,12 +405,26 @@ impl Governance {
                     None => return State::answer(breaker::rejection()),
                 }
             }
+            let mut limit = None;
+            if let Some(limiter) = limiter {
+                match limiter.admit(req.headers(), path, facts, now) {
+                    Some(record) => limit = Some(record),
+                    None => {
+                        // The breaker sees the rejection's code, as from a nested layer.
+                        if let Some(outer) = guards.outer {
+                            outer.on_status(code::RESOURCE_EXHAUSTED);
+                        }
+                        return State::answer(limit::rejection());
+                    }
+                }
+            }
             if let Some(shedder) = shedder {
                 match shedder.admit(path, facts, now, queued) {
                     Some(record) => guards.inner = Some(record),
                     None => {
                         // The breaker sees the shed call's code, as it would from the
-                        // response of a nested shedding layer.
+                        // response of a nested shedding layer; the limit's permit is
+                        // dropped (no sample: the request was never read).
                         if let Some(outer) = guards.outer {
                             outer.on_status(code::RESOURCE_EXHAUSTED);
                         }
@@ -403,10 +433,14 @@ impl Governance {
                 }
             }
             match guard.get_mut() {
-                Some(records) => records.0.guards = guards,
+                Some(records) => {
+                    records.0.guards = guards;
+                    records.0.limit = limit;
+                }
                 None => {
                     *guard = StatusGuard::new(Records(Box::new(RecordSet {
                         guards,
+                        limit,
                         recorders: None,
                         trace: None,
                         caller,
@@ -529,6 +563,7 @@ where
         };
         let records = RecordSet {
             guards: Both::default(),
+            limit: None,
             recorders,
             trace,
             caller: entry.caller,

@@ -1,15 +1,17 @@
 //! The server middleware chain (outer -> inner):
 //!
-//! `(facts) -> trace -> recover -> stat -> metrics -> auth -> breaker -> shedding -> timeout -> (drain) -> user layers -> service`
+//! `(facts) -> trace -> recover -> stat -> metrics -> auth -> breaker -> limit -> shedding -> timeout -> (drain) -> user layers -> service`
 //!
 //! This is go-zero's order but for auth, which go-zero runs innermost (after breaker,
 //! shedding and timeout): there an unauthenticated caller's calls are counted by the breaker
 //! and the shedder. zrpc checks credentials first, so nothing such a caller sends can open a
 //! breaker or move the shedder (see `docs/middleware.md`).
 //!
-//! `facts` and `drain` are zrpc additions: `facts` records whether a call's request arrived
-//! whole, so the breaker and the shedder count only failures the server produced; `drain`
-//! ends streams still open at the shutdown deadline with a proper status.
+//! `facts`, `limit` and `drain` are zrpc additions: `facts` records whether a call's request
+//! arrived whole, so the breaker, the limit and the shedder count only failures the server
+//! produced; `limit` is the adaptive concurrency limit and its priority tiers (on with
+//! `ConcurrencyLimit`); `drain` ends streams still open at the shutdown deadline with a proper
+//! status.
 //!
 //! The server runs facts to timeout as **one stage**, [`governor`]: one service, one response
 //! future, one body wrapper and one read of the final status for all of them, with the
@@ -36,6 +38,7 @@ pub(crate) mod auth;
 pub(crate) mod breaker;
 pub(crate) mod drain;
 pub(crate) mod governor;
+pub(crate) mod limit;
 pub(crate) mod metrics;
 #[cfg(test)]
 mod observe;
@@ -56,6 +59,7 @@ pub(crate) use auth::AuthLayer;
 pub(crate) use breaker::BreakerLayer;
 pub(crate) use drain::{DrainLayer, DrainSignal};
 pub(crate) use governor::{GovernorLayer, Stages};
+pub(crate) use limit::{LimitLayer, LimitSettings};
 pub(crate) use metrics::MetricsLayer;
 pub(crate) use recover::RecoverLayer;
 pub(crate) use shedding::{SheddingLayer, SheddingSettings};

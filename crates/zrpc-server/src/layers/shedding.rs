@@ -14,14 +14,13 @@
 //! this stage, so unauthenticated calls never reach it.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use http::Response;
 use zrpc_core::grpc::{code, status_response};
 use zrpc_core::shedder::{AdaptiveShedder, Queued, ShedderPromise};
 
-use super::util::{StreamingMethods, is_infra};
+use super::util::{DropLog, StreamingMethods, is_infra};
 use crate::call::{Blame, CallFacts, blame};
 use crate::metrics::{DropReason, count_drop};
 
@@ -40,9 +39,7 @@ pub(crate) struct SheddingSettings {
 #[derive(Debug)]
 pub(crate) struct Shared {
     settings: SheddingSettings,
-    origin: Instant,
-    last_log_ms: AtomicU64,
-    dropped_since_log: AtomicU64,
+    log: DropLog,
 }
 
 /// The shedder counts a call to `path` in flight as its stream is accepted, before its task
@@ -90,16 +87,7 @@ impl Shared {
     }
 
     fn log_drop(&self, method: &str) {
-        let dropped = self.dropped_since_log.fetch_add(1, Ordering::Relaxed) + 1;
-        let now_ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let last = self.last_log_ms.load(Ordering::Relaxed);
-        if (now_ms.saturating_sub(last) >= 1000 || last == 0)
-            && self
-                .last_log_ms
-                .compare_exchange(last, now_ms.max(1), Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            self.dropped_since_log.store(0, Ordering::Relaxed);
+        if let Some(dropped) = self.log.due() {
             tracing::warn!(
                 target: "zrpc::shedding",
                 method,
@@ -123,9 +111,7 @@ impl SheddingLayer {
             shared: settings.map(|settings| {
                 Arc::new(Shared {
                     settings,
-                    origin: Instant::now(),
-                    last_log_ms: AtomicU64::new(0),
-                    dropped_since_log: AtomicU64::new(0),
+                    log: DropLog::new(),
                 })
             }),
         }

@@ -3,6 +3,8 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use http::uri::PathAndQuery;
 use http::{HeaderName, Request};
@@ -101,6 +103,42 @@ impl StreamingMethods {
     #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// Counts a stage's drops and lets one log line through per second (go-zero logs every
+/// drop, which under overload floods the log with the very lines that were to explain it).
+#[derive(Debug)]
+pub(crate) struct DropLog {
+    origin: Instant,
+    last_log_ms: AtomicU64,
+    dropped_since_log: AtomicU64,
+}
+
+impl DropLog {
+    pub(crate) fn new() -> Self {
+        DropLog {
+            origin: Instant::now(),
+            last_log_ms: AtomicU64::new(0),
+            dropped_since_log: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts one drop; when a line is due, the drops it speaks for (this one included).
+    pub(crate) fn due(&self) -> Option<u64> {
+        let dropped = self.dropped_since_log.fetch_add(1, Ordering::Relaxed) + 1;
+        let now_ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let last = self.last_log_ms.load(Ordering::Relaxed);
+        if (now_ms.saturating_sub(last) >= 1000 || last == 0)
+            && self
+                .last_log_ms
+                .compare_exchange(last, now_ms.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.dropped_since_log.store(0, Ordering::Relaxed);
+            return Some(dropped);
+        }
+        None
     }
 }
 

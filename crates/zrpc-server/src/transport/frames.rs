@@ -57,6 +57,8 @@ const WINDOW_UPDATE: u8 = 0x8;
 pub(crate) const CONTINUATION: u8 = 0x9;
 const FLAG_ACK: u8 = 0x1;
 const FLAG_END_STREAM: u8 = 0x1;
+/// RST_STREAM's error code when h2 refuses a stream past `MaxConcurrentStreams`.
+const REFUSED_STREAM: [u8; 4] = [0, 0, 0, 0x7];
 
 /// Credits a connection starts with, and the most it can hold (see the module docs): room
 /// for a burst of a thousand cancelled calls or control frames before any work is done.
@@ -345,7 +347,9 @@ impl FrameGuard {
         self.policy.heads > 1 || (self.policy.heads == 1 && self.read.skip == 0)
     }
 
-    /// Octets h2 wrote to the client.
+    /// Octets h2 wrote to the client. A stream h2 refused (`RST_STREAM REFUSED_STREAM`: the
+    /// connection had `MaxConcurrentStreams` open) is counted as a dropped call, with no
+    /// method (h2 read its headers, hyper was never given them).
     pub(crate) fn wrote(&mut self, data: &[u8]) {
         let FrameGuard {
             write,
@@ -363,6 +367,9 @@ impl FrameGuard {
                     let debug = payload.get(8..).unwrap_or_default();
                     *h2_goaway = Some((code, debug[..debug.len().min(64)].to_vec()));
                 }
+            }
+            if f.kind == RST_STREAM && payload.get(..4) == Some(&REFUSED_STREAM) {
+                crate::metrics::count_drop("", crate::metrics::DropReason::StreamCap);
             }
             if matches!(f.kind, DATA | HEADERS) {
                 if let Some(p) = policy.pings.as_mut() {

@@ -96,6 +96,7 @@ var (
 	verbose     = flag.Bool("v", false, "print one JSON line per call")
 	callTimeout = flag.Duration("call-timeout", 0, "extra per-call context timeout (0: none)")
 	useGzip     = flag.Bool("gzip", false, "send every call compressed with gzip (grpc.UseCompressor)")
+	outgoing    = flag.String("metadata", "", "key=value metadata sent with every call (e.g. zrpc-tier=critical)")
 
 	tlsCA         = flag.String("tls-ca", "", "PEM CA file: dial over TLS, trusting only this CA")
 	tlsCert       = flag.String("tls-cert", "", "PEM client certificate for mutual TLS (needs -tls-ca and -tls-key)")
@@ -153,6 +154,9 @@ func printJSON(v any) {
 // transport stream to some server (a peer is known).
 func call(cli greeter.GreeterClient, i int, key string) (r result, reached bool) {
 	ctx := baggage.ContextWithBaggage(context.Background(), callBaggage)
+	if k, v, ok := strings.Cut(*outgoing, "="); ok {
+		ctx = metadata.AppendToOutgoingContext(ctx, k, v)
+	}
 	if key != "" {
 		ctx = zrpc.SetHashKey(ctx, key)
 		r.Key = key

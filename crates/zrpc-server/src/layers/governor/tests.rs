@@ -24,6 +24,7 @@ fn stages() -> Stages {
         metrics: MetricsLayer::new(false),
         auth: AuthLayer::new(None, false),
         breaker: BreakerLayer::new(false),
+        limit: LimitLayer::new(None, std::time::Instant::now()),
         shedding: SheddingLayer::new(None),
         timeout: TimeoutLayer::new(TimeoutSettings::default()),
     }

@@ -118,6 +118,25 @@ fn goaways_h2_writes_with_an_error_code_are_kept() {
 }
 
 #[test]
+fn streams_h2_refuses_are_counted_as_dropped_at_the_stream_cap() {
+    let refused = || {
+        crate::metrics::server_metrics()
+            .dropped_total
+            .with_label_values(&["", "stream_cap"])
+            .get()
+    };
+    let before = refused();
+    let mut g = FrameGuard::new(None);
+    // Two refusals, in two writes, and a cancel (not a refusal).
+    let mut wire = frame_with(RST_STREAM, 0, 1001, &[0, 0, 0, 7]);
+    wire.extend(frame_with(RST_STREAM, 0, 1003, &[0, 0, 0, 8]));
+    g.wrote(&wire);
+    let second = frame_with(RST_STREAM, 0, 1005, &[0, 0, 0, 7]);
+    g.wrote(&second);
+    assert!(refused() >= before + 2, "{before} -> {}", refused());
+}
+
+#[test]
 fn pings_are_answered_without_limit_when_min_time_is_off() {
     let mut g = guard(None);
     for _ in 0..10_000 {

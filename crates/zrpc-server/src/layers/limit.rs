@@ -1,0 +1,337 @@
+//! Limit: the adaptive concurrency limit and its priority tiers (zrpc addition; go-zero sheds
+//! on CPU only). The algorithm is `zrpc_core::limit` (Envoy's gradient controller).
+//!
+//! One [`ConcurrencyLimit`] per server, or one per method (`ConcurrencyLimit.PerMethod`). A
+//! call's tier is its `zrpc-tier` metadata (`critical`, `default`, `sheddable`); a call without
+//! it (every go-zero caller) or with another value is of the default tier. A rejected call gets
+//! `ResourceExhausted "service overloaded"`, as the CPU shedder's, and counts in
+//! `rpc_server_dropped_total{reason="limit"}` (the limit was reached) or `{reason="tier"}`
+//! (the tier's share of it was); each reason is logged at most once per second.
+//!
+//! An admitted call's round-trip time, from its admission to its final status, is a sample
+//! of the limit unless its failure was the caller's (its request never arrived whole, see
+//! [`facts`](super::facts)) or the caller cancelled it: a caller must not be able to move the
+//! limit with calls the server never worked on. `DeadlineExceeded` is a sample, the slowest
+//! kind. Known streaming methods and health/reflection are never limited.
+//!
+//! The stage runs after the breaker and before the CPU shedder: a call the shedder drops
+//! (`ResourceExhausted`, its request unread) is no sample, and the breaker sees the limit's
+//! rejections as it sees the shedder's, as failures of the caller.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::{HeaderMap, HeaderName, Response};
+use parking_lot::RwLock;
+use zrpc_core::grpc::code;
+use zrpc_core::limit::{ConcurrencyLimit, LimitConfig, LimitPermit, RejectReason, TIER_KEY, Tier};
+
+use super::util::{DropLog, StreamingMethods, find, is_infra};
+use crate::call::{Blame, CallFacts, blame};
+use crate::metrics::{DropReason, count_drop};
+
+/// The `zrpc-tier` metadata key.
+pub(crate) const TIER: HeaderName = HeaderName::from_static(TIER_KEY);
+
+/// At most this many methods get a limit of their own (`PerMethod`); the calls of methods
+/// past it (a caller making up paths) share one.
+pub(crate) const MAX_METHODS: usize = 1024;
+
+/// The `method` label of the server's limit (and, per method, of the methods past the cap).
+pub(crate) const ALL_METHODS: &str = "*";
+
+/// Settings of the limit stage.
+#[derive(Debug, Clone)]
+pub(crate) struct LimitSettings {
+    /// The limit's parameters.
+    pub(crate) config: LimitConfig,
+    /// One limit per method.
+    pub(crate) per_method: bool,
+    /// Methods never limited.
+    pub(crate) streaming: StreamingMethods,
+}
+
+/// One limit for the server, or one per method.
+#[derive(Debug)]
+enum Limits {
+    Server(Arc<ConcurrencyLimit>),
+    PerMethod {
+        config: LimitConfig,
+        map: RwLock<HashMap<Box<str>, Arc<ConcurrencyLimit>, foldhash::fast::RandomState>>,
+        /// For the methods past [`MAX_METHODS`].
+        overflow: Arc<ConcurrencyLimit>,
+    },
+}
+
+#[derive(Debug)]
+pub(crate) struct Shared {
+    limits: Limits,
+    streaming: StreamingMethods,
+    limit_log: DropLog,
+    tier_log: DropLog,
+}
+
+impl Shared {
+    /// Whether calls to `path` are limited (not health, reflection, streams).
+    pub(crate) fn watches(&self, path: &str) -> bool {
+        !is_infra(path) && !self.streaming.contains(path)
+    }
+
+    /// Admits a call to `path` with `headers` at `now`: its record, or `None` when it is
+    /// rejected (counted and logged with the reason). `facts` is asked only for an admitted
+    /// call.
+    #[inline]
+    pub(crate) fn admit(
+        &self,
+        headers: &HeaderMap,
+        path: &str,
+        facts: impl FnOnce() -> Option<CallFacts>,
+        now: Instant,
+    ) -> Option<LimitRecord> {
+        let tier = tier_of(headers);
+        match &self.limits {
+            Limits::Server(limit) => self.acquire(limit, tier, path, facts, now),
+            Limits::PerMethod { .. } => {
+                let limit = self.of_method(path, now);
+                self.acquire(&limit, tier, path, facts, now)
+            }
+        }
+    }
+
+    fn acquire(
+        &self,
+        limit: &Arc<ConcurrencyLimit>,
+        tier: Tier,
+        path: &str,
+        facts: impl FnOnce() -> Option<CallFacts>,
+        now: Instant,
+    ) -> Option<LimitRecord> {
+        match limit.acquire(tier, now) {
+            Ok(permit) => Some(LimitRecord {
+                permit,
+                facts: facts(),
+            }),
+            Err(rejected) => {
+                self.rejected(limit, tier, path, rejected.reason());
+                None
+            }
+        }
+    }
+
+    /// Counts and logs a rejection.
+    #[cold]
+    fn rejected(&self, limit: &ConcurrencyLimit, tier: Tier, method: &str, reason: RejectReason) {
+        let (reason, log) = match reason {
+            RejectReason::Tier => (DropReason::Tier, &self.tier_log),
+            _ => (DropReason::Limit, &self.limit_log),
+        };
+        count_drop(method, reason);
+        let Some(dropped) = log.due() else { return };
+        let s = limit.stats();
+        let (limit, inflight) = (s.limit, s.inflight);
+        match reason {
+            DropReason::Tier => tracing::warn!(
+                target: "zrpc::limit",
+                method,
+                %tier,
+                limit,
+                inflight,
+                dropped,
+                "[RPC] dropped, service overloaded: the {tier} tier's share of the concurrency \
+                 limit is in use ({inflight} calls in flight, limit {limit}; {dropped} such \
+                 drops in the last second)"
+            ),
+            _ => tracing::warn!(
+                target: "zrpc::limit",
+                method,
+                %tier,
+                limit,
+                inflight,
+                dropped,
+                "[RPC] dropped, service overloaded: the concurrency limit is reached \
+                 ({inflight} calls in flight, limit {limit}; {dropped} such drops in the last \
+                 second)"
+            ),
+        }
+    }
+
+    /// The limit of `path` (per method), made on its first call.
+    fn of_method(&self, path: &str, now: Instant) -> Arc<ConcurrencyLimit> {
+        let Limits::PerMethod {
+            config,
+            map,
+            overflow,
+        } = &self.limits
+        else {
+            unreachable!("only per method")
+        };
+        if let Some(l) = map.read().get(path) {
+            return Arc::clone(l);
+        }
+        let mut map = map.write();
+        if map.len() >= MAX_METHODS && !map.contains_key(path) {
+            return Arc::clone(overflow);
+        }
+        Arc::clone(
+            map.entry(Box::from(path))
+                .or_insert_with(|| Arc::new(ConcurrencyLimit::new(config.clone(), now))),
+        )
+    }
+
+    /// Every limit with its `method` label, for the gauges.
+    pub(crate) fn limits(&self) -> Vec<(String, Arc<ConcurrencyLimit>)> {
+        match &self.limits {
+            Limits::Server(l) => vec![(ALL_METHODS.to_owned(), Arc::clone(l))],
+            Limits::PerMethod { map, overflow, .. } => {
+                let mut all: Vec<_> = map
+                    .read()
+                    .iter()
+                    .map(|(m, l)| (m.to_string(), Arc::clone(l)))
+                    .collect();
+                all.push((ALL_METHODS.to_owned(), Arc::clone(overflow)));
+                all
+            }
+        }
+    }
+}
+
+/// A call's tier: its `zrpc-tier` metadata, the default tier when absent or unknown.
+#[inline]
+pub(crate) fn tier_of(headers: &HeaderMap) -> Tier {
+    find(headers, &TIER)
+        .and_then(|v| Tier::from_metadata(v.as_bytes()))
+        .unwrap_or_default()
+}
+
+/// The limit stage's settings; `None` = off (no `ConcurrencyLimit`).
+#[derive(Debug, Clone)]
+pub(crate) struct LimitLayer {
+    shared: Option<Arc<Shared>>,
+}
+
+impl LimitLayer {
+    /// A limit stage whose limits start at `now` (the clock the stage is fed from).
+    pub(crate) fn new(settings: Option<LimitSettings>, now: Instant) -> Self {
+        Self {
+            shared: settings.map(|s| {
+                let limits = if s.per_method {
+                    Limits::PerMethod {
+                        overflow: Arc::new(ConcurrencyLimit::new(s.config.clone(), now)),
+                        config: s.config,
+                        map: RwLock::default(),
+                    }
+                } else {
+                    Limits::Server(Arc::new(ConcurrencyLimit::new(s.config, now)))
+                };
+                Arc::new(Shared {
+                    limits,
+                    streaming: s.streaming,
+                    limit_log: DropLog::new(),
+                    tier_log: DropLog::new(),
+                })
+            }),
+        }
+    }
+
+    /// The limits and their settings, when the stage is on.
+    pub(crate) fn shared(&self) -> Option<Arc<Shared>> {
+        self.shared.clone()
+    }
+}
+
+/// Reports the call's round-trip time to its limit.
+#[derive(Debug)]
+pub(crate) struct LimitRecord {
+    permit: LimitPermit,
+    facts: Option<CallFacts>,
+}
+
+impl LimitRecord {
+    /// Reports the final code `c`, the call having ended at `now`: a sample unless the caller
+    /// caused the failure or cancelled the call.
+    pub(crate) fn finish(self, c: i32, now: Instant) {
+        if c != code::CANCELLED && blame(self.facts.as_ref(), c) != Blame::Caller {
+            self.permit.sample(now);
+        }
+    }
+}
+
+/// The answer to a call the limit rejects: the CPU shedder's (`ResourceExhausted "service
+/// overloaded"`), so that callers see one answer for every overload.
+#[inline]
+pub(crate) fn rejection<B: Default>() -> Response<B> {
+    super::shedding::rejection()
+}
+
+#[cfg(test)]
+mod nested {
+    //! The limit stage as a tower layer of its own, for the differential test and the unit
+    //! tests (the server runs it in the governor).
+
+    use std::sync::Arc;
+    use std::task::{Context, Poll};
+    use std::time::Instant;
+
+    use http::{Request, Response};
+    use tower_layer::Layer;
+    use tower_service::Service;
+    use zrpc_core::grpc::OnStatus;
+
+    use super::{LimitLayer, LimitRecord, Shared, rejection};
+    use crate::call::facts_of;
+    use crate::layers::observe::{ObserveFuture, ObserveOrReject, ObservedBody};
+
+    impl<S> Layer<S> for LimitLayer {
+        type Service = Limiting<S>;
+        fn layer(&self, inner: S) -> Limiting<S> {
+            Limiting {
+                inner,
+                shared: self.shared.clone(),
+            }
+        }
+    }
+
+    /// Rejects calls past the concurrency limit (or their tier's share of it).
+    #[derive(Debug, Clone)]
+    pub(crate) struct Limiting<S> {
+        inner: S,
+        shared: Option<Arc<Shared>>,
+    }
+
+    impl OnStatus for LimitRecord {
+        fn on_status(self, c: i32) {
+            self.finish(c, Instant::now());
+        }
+    }
+
+    impl<S, ReqB, B> Service<Request<ReqB>> for Limiting<S>
+    where
+        S: Service<Request<ReqB>, Response = Response<B>>,
+        B: Default,
+    {
+        type Response = Response<ObservedBody<B, LimitRecord>>;
+        type Error = S::Error;
+        type Future = ObserveOrReject<S::Future, B, LimitRecord>;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            self.inner.poll_ready(cx)
+        }
+
+        fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+            let path = req.uri().path();
+            let Some(shared) = self.shared.as_ref().filter(|s| s.watches(path)) else {
+                return ObserveOrReject::observe(ObserveFuture::passthrough(self.inner.call(req)));
+            };
+            match shared.admit(req.headers(), path, || facts_of(&req), Instant::now()) {
+                Some(record) => {
+                    ObserveOrReject::observe(ObserveFuture::new(self.inner.call(req), record))
+                }
+                None => ObserveOrReject::rejected(rejection()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
