@@ -57,11 +57,11 @@ use crate::layers::auth::StaticTokens;
 use crate::layers::governor::{GovernorLayer, Stages};
 use crate::layers::test_util::{TestBody, capture_logs, response_with_code};
 use crate::layers::{
-    AuthLayer, BreakerLayer, MetricsLayer, RecoverLayer, SheddingLayer, StatLayer, StatSettings,
-    TimeoutLayer, TokenStore, TraceLayer,
+    AuthStage, BreakerStage, MetricsStage, RecoverStage, SheddingStage, StatSettings, StatStage,
+    TimeoutStage, TokenStore, TraceStage,
 };
 use crate::layers::{
-    LimitLayer, LimitSettings, SheddingSettings, StreamingMethods, TimeoutSettings,
+    LimitSettings, LimitStage, SheddingSettings, StreamingMethods, TimeoutSettings,
 };
 use crate::layers::{breaker, limit, shedding};
 use crate::transport::serve::test_arrival as arriving;
@@ -242,7 +242,7 @@ impl Form {
         } else {
             std::time::Instant::now
         };
-        let limit = LimitLayer::new(
+        let limit = LimitStage::new(
             Some(LimitSettings {
                 config: limit_config(min_limit),
                 per_method: false,
@@ -252,21 +252,21 @@ impl Form {
         );
         let limit_shared = limit.shared().unwrap();
         let stages = Stages {
-            trace: TraceLayer::new(true),
-            recover: RecoverLayer::new(true),
-            stat: StatLayer::new(StatSettings {
+            trace: TraceStage::new(true),
+            recover: RecoverStage::new(true),
+            stat: StatStage::new(StatSettings {
                 slow_threshold: Duration::from_millis(50),
                 ..StatSettings::default()
             }),
-            metrics: MetricsLayer::new(true).streaming(streaming.clone()),
-            auth: AuthLayer::new(Some(store), true),
-            breaker: BreakerLayer::with_registry(true, breakers.clone()),
+            metrics: MetricsStage::new(true).streaming(streaming.clone()),
+            auth: AuthStage::new(Some(store), true),
+            breaker: BreakerStage::with_registry(true, breakers.clone()),
             limit,
-            shedding: SheddingLayer::new(Some(SheddingSettings {
+            shedding: SheddingStage::new(Some(SheddingSettings {
                 shedder: shedder.clone(),
                 streaming: streaming.clone(),
             })),
-            timeout: TimeoutLayer::new(TimeoutSettings {
+            timeout: TimeoutStage::new(TimeoutSettings {
                 default: Some(TIMEOUT),
                 streaming,
                 ..TimeoutSettings::default()

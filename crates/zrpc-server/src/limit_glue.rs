@@ -8,11 +8,11 @@ use prometheus::{GaugeVec, Opts};
 
 use crate::conf::RpcServerConf;
 use crate::layers::limit::Shared;
-use crate::layers::{LimitLayer, LimitSettings, StreamingMethods};
+use crate::layers::{LimitSettings, LimitStage, StreamingMethods};
 
 /// The limit stage (off without an enabled `ConcurrencyLimit`), its limits starting now.
-pub(crate) fn limit_layer(conf: &RpcServerConf, streaming: &StreamingMethods) -> LimitLayer {
-    LimitLayer::new(
+pub(crate) fn limit_stage(conf: &RpcServerConf, streaming: &StreamingMethods) -> LimitStage {
+    LimitStage::new(
         conf.concurrency_limit_enabled().map(|l| LimitSettings {
             config: l.limit_config(),
             per_method: l.per_method,
@@ -135,7 +135,7 @@ mod tests {
     async fn the_limits_are_exported_per_server_and_method() {
         let conf = RpcServerConf::new("g", "127.0.0.1:1")
             .with_concurrency_limit(crate::conf::ConcurrencyLimitConf::default());
-        let layer = limit_layer(&conf, &StreamingMethods::default());
+        let layer = limit_stage(&conf, &StreamingMethods::default());
         let shared = layer.shared().expect("on");
         let c = LimitCollector::new(shared, "127.0.0.1:9").expect("gauges");
         c.register();
@@ -150,7 +150,7 @@ mod tests {
         c.unregister();
         assert!(!crate::metrics::render().contains("127.0.0.1:9"));
         // Off without the block.
-        let off = limit_layer(
+        let off = limit_stage(
             &RpcServerConf::new("g", "127.0.0.1:1"),
             &StreamingMethods::default(),
         );

@@ -25,9 +25,9 @@ use crate::conf::RpcServerConf;
 use crate::error::Error;
 use crate::handle::{HandleParts, Phase, ServerHandle};
 use crate::layers::{
-    AuthLayer, BreakerLayer, DrainLayer, DrainSignal, GovernorLayer, LimitLayer, MetricsLayer,
-    RecoverLayer, SheddingLayer, Stages, StatLayer, StatSettings, StreamingMethods, TimeoutLayer,
-    TimeoutSettings, TokenStore, TraceLayer,
+    AuthStage, BreakerStage, DrainLayer, DrainSignal, GovernorLayer, LimitStage, MetricsStage,
+    RecoverStage, SheddingStage, Stages, StatSettings, StatStage, StreamingMethods,
+    TimeoutSettings, TimeoutStage, TokenStore, TraceStage,
 };
 use crate::shutdown;
 
@@ -461,7 +461,7 @@ impl Base {
         // One shedder per server, and its concurrency limits, with their gauges (unregistered
         // when this returns).
         let shedder = crate::shedding_glue::shedder(&conf, cpu);
-        let limit = crate::limit_glue::limit_layer(&conf, &services.streaming);
+        let limit = crate::limit_glue::limit_stage(&conf, &services.streaming);
         let _gauges_guard = GaugesGuard::register(shedder.as_ref(), &limit, local);
         let drain = DrainSignal::new();
         let drain_infra = DrainSignal::new();
@@ -488,7 +488,7 @@ impl Base {
         // idle and age deadlines.
         let allowed = tls.as_ref().and_then(|t| t.allowed.clone());
         let front = crate::transport::front_layer(&conf.transport, allowed);
-        let shedding = crate::shedding_glue::shedding_layer(shedder.as_ref(), &services.streaming);
+        let shedding = crate::shedding_glue::shedding_stage(shedder.as_ref(), &services.streaming);
         let in_flight = shedding
             .shared()
             .map(|s| s as Arc<dyn crate::call::InFlight>);
@@ -588,8 +588,8 @@ pub type ServerChain = BoxCloneService<Request<Body>, Response<Body>, BoxError>;
 struct Chain<'a> {
     conf: &'a RpcServerConf,
     front: crate::transport::FrontLayer,
-    limit: LimitLayer,
-    shedding: SheddingLayer,
+    limit: LimitStage,
+    shedding: SheddingStage,
     token_store: Option<Arc<dyn TokenStore>>,
     breakers: Arc<BreakerRegistry>,
     drain: DrainLayer,
@@ -610,14 +610,14 @@ impl Chain<'_> {
     {
         let conf = self.conf;
         let mw = &conf.middlewares;
-        let timeout = TimeoutLayer::new(timeout_settings(conf, self.streaming));
+        let timeout = TimeoutStage::new(timeout_settings(conf, self.streaming));
         let stages = Stages {
-            trace: TraceLayer::new(mw.trace),
-            recover: RecoverLayer::new(mw.recover),
-            stat: StatLayer::new(stat_settings(conf)),
-            metrics: MetricsLayer::new(mw.prometheus).streaming(self.streaming.clone()),
-            auth: AuthLayer::new(self.token_store, conf.strict_control),
-            breaker: BreakerLayer::with_registry(mw.breaker, self.breakers),
+            trace: TraceStage::new(mw.trace),
+            recover: RecoverStage::new(mw.recover),
+            stat: StatStage::new(stat_settings(conf)),
+            metrics: MetricsStage::new(mw.prometheus).streaming(self.streaming.clone()),
+            auth: AuthStage::new(self.token_store, conf.strict_control),
+            breaker: BreakerStage::with_registry(mw.breaker, self.breakers),
             limit: self.limit,
             shedding: self.shedding,
             timeout,
@@ -903,7 +903,7 @@ struct GaugesGuard(
 impl GaugesGuard {
     fn register(
         shedder: Option<&Arc<zrpc_core::shedder::AdaptiveShedder>>,
-        limit: &LimitLayer,
+        limit: &LimitStage,
         local: std::net::SocketAddr,
     ) -> Self {
         let server = local.to_string();

@@ -10,7 +10,7 @@ use zrpc_core::cpu::{CpuUsage, system_cpu};
 use zrpc_core::shedder::{AdaptiveShedder, ShedderConfig};
 
 use crate::conf::RpcServerConf;
-use crate::layers::{SheddingLayer, SheddingSettings, StreamingMethods};
+use crate::layers::{SheddingSettings, SheddingStage, StreamingMethods};
 
 /// The server's shedder (`None` when `CpuThreshold` is 0), reading `cpu` (`None` = the
 /// process-wide sampler).
@@ -27,11 +27,11 @@ pub(crate) fn shedder(
     Some(Arc::new(AdaptiveShedder::new(cfg, cpu)))
 }
 
-pub(crate) fn shedding_layer(
+pub(crate) fn shedding_stage(
     shedder: Option<&Arc<AdaptiveShedder>>,
     streaming: &StreamingMethods,
-) -> SheddingLayer {
-    SheddingLayer::new(shedder.map(|s| SheddingSettings {
+) -> SheddingStage {
+    SheddingStage::new(shedder.map(|s| SheddingSettings {
         shedder: s.clone(),
         streaming: streaming.clone(),
     }))

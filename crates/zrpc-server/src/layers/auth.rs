@@ -86,7 +86,7 @@ impl TokenStore for StaticTokens {
 
 /// The auth stage's settings: the token store (`None`: auth off) and the policy.
 #[derive(Debug, Clone)]
-pub(crate) struct AuthLayer {
+pub(crate) struct AuthStage {
     store: Option<Arc<dyn TokenStore>>,
     policy: Arc<Policy>,
 }
@@ -122,7 +122,7 @@ impl Policy {
     }
 }
 
-impl AuthLayer {
+impl AuthStage {
     /// An auth stage checking against `store`; `None` = auth off.
     pub(crate) fn new(store: Option<Arc<dyn TokenStore>>, strict: bool) -> Self {
         Self {
@@ -227,9 +227,9 @@ mod nested {
     use tower_service::Service;
     use zrpc_core::grpc::status_response;
 
-    use super::{AuthLayer, Check, Policy, TokenFuture, TokenStore, check, decide};
+    use super::{AuthStage, Check, Policy, TokenFuture, TokenStore, check, decide};
 
-    impl<S> Layer<S> for AuthLayer {
+    impl<S> Layer<S> for AuthStage {
         type Service = Auth<S>;
         fn layer(&self, inner: S) -> Auth<S> {
             Auth {
@@ -399,7 +399,7 @@ mod tests {
         store: Arc<dyn TokenStore>,
         strict: bool,
     ) -> impl Service<Request<()>, Response = Response<TestBody>, Error = Infallible> + Clone {
-        AuthLayer::new(Some(store), strict).layer(tower::service_fn(|_req: Request<()>| async {
+        AuthStage::new(Some(store), strict).layer(tower::service_fn(|_req: Request<()>| async {
             Ok::<_, Infallible>(ok_response())
         }))
     }

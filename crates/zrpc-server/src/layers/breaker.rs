@@ -38,11 +38,11 @@ pub(crate) const BREAKER_OPEN_MESSAGE: &str = "circuit breaker is open";
 
 /// The breaker stage's settings: the registry when `Middlewares.Breaker` is on.
 #[derive(Debug, Clone)]
-pub(crate) struct BreakerLayer {
+pub(crate) struct BreakerStage {
     registry: Option<Arc<BreakerRegistry>>,
 }
 
-impl BreakerLayer {
+impl BreakerStage {
     /// A breaker stage over the process-wide registry ([`BreakerRegistry::shared`]).
     #[cfg(test)]
     pub(crate) fn new(enabled: bool) -> Self {
@@ -164,12 +164,12 @@ mod nested {
     use tower_service::Service;
     use zrpc_core::breaker::BreakerRegistry;
 
-    use super::{BreakerLayer, BreakerRecord, rejection};
+    use super::{BreakerRecord, BreakerStage, rejection};
     use crate::call::facts_of;
     use crate::layers::observe::{ObserveFuture, ObserveOrReject, ObservedBody};
     use crate::layers::util::is_infra;
 
-    impl<S> Layer<S> for BreakerLayer {
+    impl<S> Layer<S> for BreakerStage {
         type Service = Breaker<S>;
         fn layer(&self, inner: S) -> Breaker<S> {
             Breaker {
@@ -233,7 +233,7 @@ mod tests {
     #[tokio::test]
     async fn opens_after_repeated_failures() {
         let registry = Arc::new(BreakerRegistry::new(BreakerConfig::default()));
-        let svc = BreakerLayer::with_registry(true, registry).layer(tower::service_fn(
+        let svc = BreakerStage::with_registry(true, registry).layer(tower::service_fn(
             |_req: Request<()>| async { Ok::<_, Infallible>(response_with_code(code::INTERNAL)) },
         ));
         let mut rejected = 0;
@@ -276,7 +276,7 @@ mod tests {
     /// 200 calls failing with `code` whose request facts are `facts()`; how many the breaker
     /// rejected.
     async fn rejections(code: i32, facts: impl Fn() -> CallFacts) -> usize {
-        let svc = BreakerLayer::with_registry(true, own_registry()).layer(tower::service_fn(
+        let svc = BreakerStage::with_registry(true, own_registry()).layer(tower::service_fn(
             move |_req: Request<()>| async move { Ok::<_, Infallible>(response_with_code(code)) },
         ));
         let mut rejected = 0;
@@ -331,7 +331,7 @@ mod tests {
     #[tokio::test]
     async fn unknown_methods_get_no_breaker() {
         let registry = own_registry();
-        let svc = BreakerLayer::with_registry(true, registry.clone()).layer(tower::service_fn(
+        let svc = BreakerStage::with_registry(true, registry.clone()).layer(tower::service_fn(
             |req: Request<()>| async move {
                 let c = if req.uri().path() == "/b.T/Real" {
                     code::OK
@@ -359,7 +359,7 @@ mod tests {
     #[tokio::test]
     async fn acceptable_codes_keep_it_closed() {
         let registry = Arc::new(BreakerRegistry::new(BreakerConfig::default()));
-        let svc = BreakerLayer::with_registry(true, registry).layer(tower::service_fn(
+        let svc = BreakerStage::with_registry(true, registry).layer(tower::service_fn(
             |_req: Request<()>| async {
                 Ok::<_, Infallible>(response_with_code(code::INVALID_ARGUMENT))
             },

@@ -53,16 +53,16 @@ use zrpc_core::grpc::trace_context::TraceContext;
 use zrpc_core::grpc::{OnStatus, StatusGuard, code, status_from_headers, status_response};
 use zrpc_core::shedder::Queued;
 
-use super::auth::{self, AuthLayer, Check, Policy, TokenFuture, TokenStore};
-use super::breaker::{self, BreakerLayer, BreakerRecord};
-use super::limit::{self, LimitLayer, LimitRecord};
-use super::metrics::{self, MetricsLayer};
+use super::auth::{self, AuthStage, Check, Policy, TokenFuture, TokenStore};
+use super::breaker::{self, BreakerRecord, BreakerStage};
+use super::limit::{self, LimitRecord, LimitStage};
+use super::metrics::{self, MetricsStage};
 use super::outcome::{Both, RecordersRecord};
-use super::recover::{RecoverLayer, guarded_if, mark_panicked, panic_response, panic_trailers};
-use super::shedding::{self, SheddingLayer, SheddingRecord};
-use super::stat::{StatLayer, StatRecord, StatSettings};
-use super::timeout::{self, Compiled, TimeoutLayer};
-use super::trace::{TraceLayer, TraceRecord, in_scope, rpc_span};
+use super::recover::{RecoverStage, guarded_if, mark_panicked, panic_response, panic_trailers};
+use super::shedding::{self, SheddingRecord, SheddingStage};
+use super::stat::{StatRecord, StatSettings, StatStage};
+use super::timeout::{self, Compiled, TimeoutStage};
+use super::trace::{TraceRecord, TraceStage, in_scope, rpc_span};
 use super::util::{is_infra, method_of, peer_addr};
 use crate::call::{Arrival, CallFacts, CallerDeadline, Timer};
 use tower::BoxError;
@@ -70,15 +70,15 @@ use tower::BoxError;
 /// The stages' settings, as their layers were configured.
 #[derive(Debug)]
 pub(crate) struct Stages {
-    pub(crate) trace: TraceLayer,
-    pub(crate) recover: RecoverLayer,
-    pub(crate) stat: StatLayer,
-    pub(crate) metrics: MetricsLayer,
-    pub(crate) auth: AuthLayer,
-    pub(crate) breaker: BreakerLayer,
-    pub(crate) limit: LimitLayer,
-    pub(crate) shedding: SheddingLayer,
-    pub(crate) timeout: TimeoutLayer,
+    pub(crate) trace: TraceStage,
+    pub(crate) recover: RecoverStage,
+    pub(crate) stat: StatStage,
+    pub(crate) metrics: MetricsStage,
+    pub(crate) auth: AuthStage,
+    pub(crate) breaker: BreakerStage,
+    pub(crate) limit: LimitStage,
+    pub(crate) shedding: SheddingStage,
+    pub(crate) timeout: TimeoutStage,
 }
 
 /// What every [`Governor`] reads, behind one `Arc`.

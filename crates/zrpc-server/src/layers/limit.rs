@@ -206,11 +206,11 @@ pub(crate) fn tier_of(headers: &HeaderMap) -> Tier {
 
 /// The limit stage's settings; `None` = off (no `ConcurrencyLimit`).
 #[derive(Debug, Clone)]
-pub(crate) struct LimitLayer {
+pub(crate) struct LimitStage {
     shared: Option<Arc<Shared>>,
 }
 
-impl LimitLayer {
+impl LimitStage {
     /// A limit stage whose limits start at `now` (the clock the stage is fed from).
     pub(crate) fn new(settings: Option<LimitSettings>, now: Instant) -> Self {
         Self {
@@ -278,11 +278,11 @@ mod nested {
     use tower_service::Service;
     use zrpc_core::grpc::OnStatus;
 
-    use super::{LimitLayer, LimitRecord, Shared, rejection};
+    use super::{LimitRecord, LimitStage, Shared, rejection};
     use crate::call::facts_of;
     use crate::layers::observe::{ObserveFuture, ObserveOrReject, ObservedBody};
 
-    impl<S> Layer<S> for LimitLayer {
+    impl<S> Layer<S> for LimitStage {
         type Service = Limiting<S>;
         fn layer(&self, inner: S) -> Limiting<S> {
             Limiting {

@@ -23,12 +23,12 @@ use crate::metrics::{ServerMetrics, server_metrics};
 
 /// The metrics stage's settings; `enabled` is `Middlewares.Prometheus`.
 #[derive(Debug, Clone)]
-pub(crate) struct MetricsLayer {
+pub(crate) struct MetricsStage {
     enabled: bool,
     streaming: StreamingMethods,
 }
 
-impl MetricsLayer {
+impl MetricsStage {
     /// A metrics stage (no streaming method known: every call counts as unary).
     pub(crate) fn new(enabled: bool) -> Self {
         Self {
@@ -196,10 +196,10 @@ mod nested {
     use tower_service::Service;
     use zrpc_core::grpc::OnStatus;
 
-    use super::{MetricsLayer, MetricsRecord, State};
+    use super::{MetricsRecord, MetricsStage, State};
     use crate::layers::observe::{ObserveFuture, ObservedBody};
 
-    impl<S> Layer<S> for MetricsLayer {
+    impl<S> Layer<S> for MetricsStage {
         type Service = Metrics<S>;
         fn layer(&self, inner: S) -> Metrics<S> {
             Metrics {
@@ -256,7 +256,7 @@ mod tests {
 
     #[tokio::test]
     async fn counts_codes_per_method() {
-        let svc = MetricsLayer::new(true).layer(tower::service_fn(|req: Request<()>| async move {
+        let svc = MetricsStage::new(true).layer(tower::service_fn(|req: Request<()>| async move {
             let c = if req.uri().path().ends_with("Fail") {
                 14
             } else {
@@ -289,7 +289,7 @@ mod tests {
 
     #[tokio::test]
     async fn streams_go_to_their_own_families() {
-        let layer = MetricsLayer::new(true)
+        let layer = MetricsStage::new(true)
             .streaming(StreamingMethods::new(["/metrics.S/Stream".to_owned()]));
         let svc = layer.layer(tower::service_fn(|_req: Request<()>| async {
             Ok::<_, Infallible>(response_with_code(0))
@@ -316,7 +316,7 @@ mod tests {
 
     #[tokio::test]
     async fn keeps_handles_only_for_methods_that_exist_and_counts_alike() {
-        let layer = MetricsLayer::new(true);
+        let layer = MetricsStage::new(true);
         let svc = layer.layer(tower::service_fn(|req: Request<()>| async move {
             let c = if req.uri().path().ends_with("Nope") {
                 code::UNIMPLEMENTED
@@ -357,7 +357,7 @@ mod tests {
 
     #[tokio::test]
     async fn stops_keeping_handles_at_the_cap() {
-        let svc = MetricsLayer::new(true).layer(tower::service_fn(|_req: Request<()>| async {
+        let svc = MetricsStage::new(true).layer(tower::service_fn(|_req: Request<()>| async {
             Ok::<_, Infallible>(response_with_code(0))
         }));
         for i in 0..CACHED_METHODS + 5 {
@@ -381,7 +381,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_dropped_call_counts_as_cancelled() {
-        let svc = MetricsLayer::new(true).layer(tower::service_fn(|_req: Request<()>| async {
+        let svc = MetricsStage::new(true).layer(tower::service_fn(|_req: Request<()>| async {
             Ok::<_, Infallible>(response_with_code(0))
         }));
         let req = Request::builder()

@@ -111,11 +111,11 @@ pub(crate) fn panic_response<B: Default>(method: &PathAndQuery, caught: &Caught)
 /// The recover stage's settings; `enabled = false` (`Middlewares.Recover: false`) lets panics
 /// through.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct RecoverLayer {
+pub(crate) struct RecoverStage {
     enabled: bool,
 }
 
-impl RecoverLayer {
+impl RecoverStage {
     /// A recover stage.
     pub(crate) fn new(enabled: bool) -> Self {
         if enabled {
@@ -175,7 +175,7 @@ mod nested {
     use tower_layer::Layer;
     use tower_service::Service;
 
-    use super::{Caught, RecoverLayer, guarded_if, mark_panicked, panic_response, panic_trailers};
+    use super::{Caught, RecoverStage, guarded_if, mark_panicked, panic_response, panic_trailers};
     use crate::call::{CallFacts, facts_of};
     use crate::layers::util::method_of;
 
@@ -185,7 +185,7 @@ mod nested {
         guarded_if(Some(()), f).map_err(|((), caught)| caught)
     }
 
-    impl<S> Layer<S> for RecoverLayer {
+    impl<S> Layer<S> for RecoverStage {
         type Service = Recover<S>;
         fn layer(&self, inner: S) -> Recover<S> {
             Recover {
@@ -417,7 +417,7 @@ mod tests {
     #[tokio::test]
     async fn panic_in_future_becomes_internal() {
         let (_guard, logs) = capture_logs();
-        let svc = RecoverLayer::new(true).layer(tower::service_fn(|_req: Request<()>| async {
+        let svc = RecoverStage::new(true).layer(tower::service_fn(|_req: Request<()>| async {
             if true {
                 panic!("boom");
             }
@@ -450,7 +450,7 @@ mod tests {
                 panic!("in call {}", 42)
             }
         }
-        let resp = RecoverLayer::new(true)
+        let resp = RecoverStage::new(true)
             .layer(PanicsInCall)
             .oneshot(req())
             .await
@@ -463,7 +463,7 @@ mod tests {
 
     #[tokio::test]
     async fn panic_in_body_becomes_internal_trailer() {
-        let svc = RecoverLayer::new(true).layer(tower::service_fn(|_req: Request<()>| async {
+        let svc = RecoverStage::new(true).layer(tower::service_fn(|_req: Request<()>| async {
             Ok::<_, Infallible>(Response::new(TestBody::Panics))
         }));
         let resp = svc.oneshot(req()).await.unwrap();
@@ -482,7 +482,7 @@ mod tests {
 
     #[tokio::test]
     async fn passes_through_without_panic() {
-        let svc = RecoverLayer::new(true).layer(tower::service_fn(|_req: Request<()>| async {
+        let svc = RecoverStage::new(true).layer(tower::service_fn(|_req: Request<()>| async {
             Ok::<_, Infallible>(ok_response())
         }));
         let resp = svc.oneshot(req()).await.unwrap();

@@ -100,11 +100,11 @@ impl Shared {
 
 /// The shedding stage's settings; `None` = off (`CpuThreshold: 0`).
 #[derive(Debug, Clone)]
-pub(crate) struct SheddingLayer {
+pub(crate) struct SheddingStage {
     shared: Option<Arc<Shared>>,
 }
 
-impl SheddingLayer {
+impl SheddingStage {
     /// A shedding stage.
     pub(crate) fn new(settings: Option<SheddingSettings>) -> Self {
         Self {
@@ -162,11 +162,11 @@ mod nested {
     use tower_service::Service;
     use zrpc_core::grpc::OnStatus;
 
-    use super::{Shared, SheddingLayer, SheddingRecord, rejection};
+    use super::{Shared, SheddingRecord, SheddingStage, rejection};
     use crate::call::facts_of;
     use crate::layers::observe::{ObserveFuture, ObserveOrReject, ObservedBody};
 
-    impl<S> Layer<S> for SheddingLayer {
+    impl<S> Layer<S> for SheddingStage {
         type Service = Shedding<S>;
         fn layer(&self, inner: S) -> Shedding<S> {
             Shedding {
@@ -241,7 +241,7 @@ mod tests {
             ShedderConfig::default(),
             Arc::new(FixedCpu::new(0)),
         ));
-        let layer = SheddingLayer::new(Some(SheddingSettings {
+        let layer = SheddingStage::new(Some(SheddingSettings {
             shedder,
             streaming: StreamingMethods::default(),
         }));
@@ -259,7 +259,7 @@ mod tests {
         let shedder = Arc::new(AdaptiveShedder::new(ShedderConfig::default(), cpu));
         let gate = Arc::new(Semaphore::new(0));
         let g = gate.clone();
-        let svc = SheddingLayer::new(Some(SheddingSettings {
+        let svc = SheddingStage::new(Some(SheddingSettings {
             shedder,
             streaming: StreamingMethods::new(["/s.T/Stream".to_owned()]),
         }))

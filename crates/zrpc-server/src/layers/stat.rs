@@ -44,11 +44,11 @@ impl Default for StatSettings {
 
 /// The stat stage's settings.
 #[derive(Debug, Clone)]
-pub(crate) struct StatLayer {
+pub(crate) struct StatStage {
     settings: Arc<StatSettings>,
 }
 
-impl StatLayer {
+impl StatStage {
     /// A stat stage.
     pub(crate) fn new(settings: StatSettings) -> Self {
         Self {
@@ -140,11 +140,11 @@ mod nested {
     use tower_service::Service;
     use zrpc_core::grpc::OnStatus;
 
-    use super::{StatLayer, StatRecord, StatSettings};
+    use super::{StatRecord, StatSettings, StatStage};
     use crate::layers::observe::{ObserveFuture, ObservedBody};
     use crate::layers::util::peer_addr;
 
-    impl<S> Layer<S> for StatLayer {
+    impl<S> Layer<S> for StatStage {
         type Service = Stat<S>;
         fn layer(&self, inner: S) -> Stat<S> {
             Stat {
@@ -202,7 +202,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn logs_slow_calls_only() {
         let (_guard, logs) = capture_logs();
-        let svc = StatLayer::new(StatSettings {
+        let svc = StatStage::new(StatSettings {
             slow_threshold: Duration::from_millis(10),
             ..StatSettings::default()
         })
@@ -226,7 +226,7 @@ mod tests {
     async fn logs_every_call_only_when_opted_in() {
         let (_guard, logs) = capture_logs();
         let svc = |log_requests| {
-            StatLayer::new(StatSettings {
+            StatStage::new(StatSettings {
                 log_requests,
                 ignore_content_methods: ["/a.B/Secret".to_owned()].into_iter().collect(),
                 ..StatSettings::default()

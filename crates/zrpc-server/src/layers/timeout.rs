@@ -68,11 +68,11 @@ impl Compiled {
 
 /// The timeout stage's settings, compiled for the hot path.
 #[derive(Debug, Clone)]
-pub(crate) struct TimeoutLayer {
+pub(crate) struct TimeoutStage {
     settings: Option<Arc<Compiled>>,
 }
 
-impl TimeoutLayer {
+impl TimeoutStage {
     /// A timeout stage. It is off when there is neither a default nor a per-method timeout.
     pub(crate) fn new(settings: TimeoutSettings) -> Self {
         let on = settings.default.is_some() || !settings.per_method.is_empty();
@@ -165,10 +165,10 @@ mod nested {
     use tower_layer::Layer;
     use tower_service::Service;
 
-    use super::{Compiled, TimeoutLayer, deadline, expired};
+    use super::{Compiled, TimeoutStage, deadline, expired};
     use crate::call::{CallerDeadline, Timer};
 
-    impl<S> Layer<S> for TimeoutLayer {
+    impl<S> Layer<S> for TimeoutStage {
         type Service = Timeout<S>;
         fn layer(&self, inner: S) -> Timeout<S> {
             Timeout {
@@ -277,7 +277,7 @@ mod tests {
 
     async fn run(path: &str, handler_ms: u64, header: Option<&str>) -> (Option<i32>, bool) {
         let finished = Arc::new(AtomicBool::new(false));
-        let svc = TimeoutLayer::new(settings(100))
+        let svc = TimeoutStage::new(settings(100))
             .layer(sleepy(Duration::from_millis(handler_ms), finished.clone()));
         let mut req = Request::builder().uri(path).body(()).unwrap();
         if let Some(h) = header {

@@ -73,11 +73,11 @@ pub(crate) fn extract_context(headers: &HeaderMap) -> Option<opentelemetry::Cont
 
 /// The trace stage's settings; `enabled` is `Middlewares.Trace`.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct TraceLayer {
+pub(crate) struct TraceStage {
     enabled: bool,
 }
 
-impl TraceLayer {
+impl TraceStage {
     /// A trace stage.
     pub(crate) fn new(enabled: bool) -> Self {
         Self { enabled }
@@ -194,10 +194,10 @@ mod nested {
     use tracing::Span;
     use zrpc_core::grpc::trace_context::TraceContext;
 
-    use super::{TraceLayer, TraceRecord, in_scope, rpc_span};
+    use super::{TraceRecord, TraceStage, in_scope, rpc_span};
     use crate::layers::observe::{ObserveFuture, ObservedBody};
 
-    impl<S> Layer<S> for TraceLayer {
+    impl<S> Layer<S> for TraceStage {
         type Service = Trace<S>;
         fn layer(&self, inner: S) -> Trace<S> {
             Trace {
@@ -333,7 +333,7 @@ mod tests {
     async fn the_callers_trace_context_is_current_in_the_handler() {
         const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         // no subscriber at all: the context passes through all the same
-        let svc = TraceLayer::new(true).layer(tower::service_fn(|_req: Request<()>| async {
+        let svc = TraceStage::new(true).layer(tower::service_fn(|_req: Request<()>| async {
             tokio::task::yield_now().await;
             let mut outgoing = http::HeaderMap::new();
             zrpc_core::grpc::trace_context::inject_current(&mut outgoing);
@@ -357,7 +357,7 @@ mod tests {
     #[tokio::test]
     async fn handler_runs_inside_the_rpc_span() {
         let (_guard, logs) = capture_logs();
-        let svc = TraceLayer::new(true).layer(tower::service_fn(|_req: Request<()>| async {
+        let svc = TraceStage::new(true).layer(tower::service_fn(|_req: Request<()>| async {
             tracing::info!("inside handler");
             Ok::<_, Infallible>(ok_response())
         }));

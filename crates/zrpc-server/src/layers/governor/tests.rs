@@ -18,15 +18,15 @@ use crate::layers::test_util::{TestBody, final_code, response_with_code};
 
 fn stages() -> Stages {
     Stages {
-        trace: TraceLayer::new(false),
-        recover: RecoverLayer::new(false),
-        stat: StatLayer::new(StatSettings::default()),
-        metrics: MetricsLayer::new(false),
-        auth: AuthLayer::new(None, false),
-        breaker: BreakerLayer::new(false),
-        limit: LimitLayer::new(None, std::time::Instant::now()),
-        shedding: SheddingLayer::new(None),
-        timeout: TimeoutLayer::new(TimeoutSettings::default()),
+        trace: TraceStage::new(false),
+        recover: RecoverStage::new(false),
+        stat: StatStage::new(StatSettings::default()),
+        metrics: MetricsStage::new(false),
+        auth: AuthStage::new(None, false),
+        breaker: BreakerStage::new(false),
+        limit: LimitStage::new(None, std::time::Instant::now()),
+        shedding: SheddingStage::new(None),
+        timeout: TimeoutStage::new(TimeoutSettings::default()),
     }
 }
 
@@ -43,14 +43,14 @@ fn answering(
     })
 }
 
-fn breaker_on(registry: &Arc<BreakerRegistry>) -> BreakerLayer {
-    BreakerLayer::with_registry(true, Arc::clone(registry))
+fn breaker_on(registry: &Arc<BreakerRegistry>) -> BreakerStage {
+    BreakerStage::with_registry(true, Arc::clone(registry))
 }
 
 #[tokio::test]
 async fn recorders_count_and_pass_the_code() {
     let svc = GovernorLayer::new(&Stages {
-        metrics: MetricsLayer::new(true),
+        metrics: MetricsStage::new(true),
         ..stages()
     })
     .layer(answering(code::UNAVAILABLE));
@@ -78,7 +78,7 @@ async fn a_failing_method_opens_its_breaker_and_a_cold_cpu_sheds_nothing() {
     ));
     let svc = GovernorLayer::new(&Stages {
         breaker: breaker_on(&registry),
-        shedding: SheddingLayer::new(Some(SheddingSettings {
+        shedding: SheddingStage::new(Some(SheddingSettings {
             shedder,
             streaming: StreamingMethods::default(),
         })),
@@ -109,8 +109,8 @@ async fn an_unauthenticated_caller_cannot_move_the_breaker_but_is_counted() {
     let registry = Arc::new(BreakerRegistry::new(BreakerConfig::default()));
     let store: Arc<dyn TokenStore> = Arc::new(StaticTokens::new([("app", "secret")]));
     let svc = GovernorLayer::new(&Stages {
-        metrics: MetricsLayer::new(true),
-        auth: AuthLayer::new(Some(store), true),
+        metrics: MetricsStage::new(true),
+        auth: AuthStage::new(Some(store), true),
         breaker: breaker_on(&registry),
         ..stages()
     })
@@ -135,8 +135,8 @@ async fn an_unauthenticated_caller_cannot_move_the_breaker_but_is_counted() {
 async fn a_panicking_handler_answers_internal_and_every_record_sees_it() {
     let registry = Arc::new(BreakerRegistry::new(BreakerConfig::default()));
     let svc = GovernorLayer::new(&Stages {
-        recover: RecoverLayer::new(true),
-        metrics: MetricsLayer::new(true),
+        recover: RecoverStage::new(true),
+        metrics: MetricsStage::new(true),
         breaker: breaker_on(&registry),
         ..stages()
     })
@@ -173,8 +173,8 @@ async fn a_panicking_handler_answers_internal_and_every_record_sees_it() {
 #[tokio::test]
 async fn a_panicking_body_ends_with_an_internal_trailer() {
     let svc = GovernorLayer::new(&Stages {
-        recover: RecoverLayer::new(true),
-        metrics: MetricsLayer::new(true),
+        recover: RecoverStage::new(true),
+        metrics: MetricsStage::new(true),
         ..stages()
     })
     .layer(tower::service_fn(|_req: Request<Body>| async {
@@ -195,11 +195,11 @@ async fn a_panicking_body_ends_with_an_internal_trailer() {
 #[tokio::test(start_paused = true)]
 async fn a_late_handler_is_timed_out_and_dropped() {
     let svc = GovernorLayer::new(&Stages {
-        timeout: TimeoutLayer::new(TimeoutSettings {
+        timeout: TimeoutStage::new(TimeoutSettings {
             default: Some(std::time::Duration::from_millis(100)),
             ..TimeoutSettings::default()
         }),
-        metrics: MetricsLayer::new(true),
+        metrics: MetricsStage::new(true),
         ..stages()
     })
     .layer(tower::service_fn(|req: Request<Body>| async move {
@@ -268,8 +268,8 @@ fn with_credentials(path: &str, token: &'static str) -> Request<Body> {
 async fn a_pending_lookup_admits_or_rejects_then_guards_the_call() {
     let registry = Arc::new(BreakerRegistry::new(BreakerConfig::default()));
     let svc = GovernorLayer::new(&Stages {
-        metrics: MetricsLayer::new(true),
-        auth: AuthLayer::new(Some(Arc::new(LaterStore { panics: false })), true),
+        metrics: MetricsStage::new(true),
+        auth: AuthStage::new(Some(Arc::new(LaterStore { panics: false })), true),
         breaker: breaker_on(&registry),
         ..stages()
     })
@@ -297,8 +297,8 @@ async fn a_pending_lookup_admits_or_rejects_then_guards_the_call() {
 #[tokio::test]
 async fn a_panicking_token_store_answers_internal_when_recover_is_on() {
     let svc = GovernorLayer::new(&Stages {
-        recover: RecoverLayer::new(true),
-        auth: AuthLayer::new(Some(Arc::new(LaterStore { panics: true })), true),
+        recover: RecoverStage::new(true),
+        auth: AuthStage::new(Some(Arc::new(LaterStore { panics: true })), true),
         ..stages()
     })
     .layer(answering(code::OK));
@@ -336,8 +336,8 @@ async fn a_body_past_the_callers_deadline_ends_in_a_cancel_reset() {
     let m = crate::metrics::server_metrics();
     let streaming = StreamingMethods::new(["/governor.D/Stream".to_owned()]);
     let svc = GovernorLayer::new(&Stages {
-        metrics: MetricsLayer::new(true).streaming(streaming.clone()),
-        timeout: TimeoutLayer::new(TimeoutSettings {
+        metrics: MetricsStage::new(true).streaming(streaming.clone()),
+        timeout: TimeoutStage::new(TimeoutSettings {
             streaming,
             ..TimeoutSettings::default()
         }),
@@ -374,7 +374,7 @@ async fn a_body_past_the_callers_deadline_ends_in_a_cancel_reset() {
 async fn a_reset_at_the_callers_deadline_is_the_deadline_and_earlier_a_cancel() {
     let m = crate::metrics::server_metrics();
     let svc = GovernorLayer::new(&Stages {
-        metrics: MetricsLayer::new(true),
+        metrics: MetricsStage::new(true),
         ..stages()
     })
     .layer(tower::service_fn(|_req: Request<Body>| async {

@@ -21,8 +21,8 @@ fn config() -> LimitConfig {
     c
 }
 
-fn layer(per_method: bool, config: LimitConfig) -> LimitLayer {
-    LimitLayer::new(
+fn layer(per_method: bool, config: LimitConfig) -> LimitStage {
+    LimitStage::new(
         Some(LimitSettings {
             config,
             per_method,
@@ -34,7 +34,7 @@ fn layer(per_method: bool, config: LimitConfig) -> LimitLayer {
 
 /// A service behind `layer` whose calls wait for a permit of the returned gate.
 fn gated(
-    layer: &LimitLayer,
+    layer: &LimitStage,
 ) -> (
     impl tower::Service<
         Request<()>,
