@@ -1,6 +1,6 @@
 //! Builds the concurrency-limit stage from the config, and its Prometheus gauges.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
@@ -33,6 +33,9 @@ pub(crate) struct LimitCollector {
     min_rtt_ms: GaugeVec,
     sample_rtt_ms: GaugeVec,
     measuring: GaugeVec,
+    // `collect` resets and refills the vectors: two scrapes at once would see each other's
+    // empty vectors.
+    scrape: Arc<Mutex<()>>,
 }
 
 impl LimitCollector {
@@ -66,6 +69,7 @@ impl LimitCollector {
                 "rpc_server_concurrency_measuring",
                 "1 while the minimum round-trip time is measured.",
             )?,
+            scrape: Arc::default(),
         })
     }
 
@@ -101,6 +105,10 @@ impl Collector for LimitCollector {
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
+        let _one_scrape = self
+            .scrape
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for g in self.gauges() {
             g.reset();
         }
@@ -135,8 +143,8 @@ mod tests {
     async fn the_limits_are_exported_per_server_and_method() {
         let conf = RpcServerConf::new("g", "127.0.0.1:1")
             .with_concurrency_limit(crate::conf::ConcurrencyLimitConf::default());
-        let layer = limit_stage(&conf, &StreamingMethods::default());
-        let shared = layer.shared().expect("on");
+        let stage = limit_stage(&conf, &StreamingMethods::default());
+        let shared = stage.shared().expect("on");
         let c = LimitCollector::new(shared, "127.0.0.1:9").expect("gauges");
         c.register();
         let text = crate::metrics::render();
@@ -155,5 +163,26 @@ mod tests {
             &StreamingMethods::default(),
         );
         assert!(off.shared().is_none());
+    }
+
+    #[tokio::test]
+    async fn scrapes_at_the_same_time_each_see_every_series() {
+        let conf = RpcServerConf::new("g", "127.0.0.1:1")
+            .with_concurrency_limit(crate::conf::ConcurrencyLimitConf::default());
+        let shared = limit_stage(&conf, &StreamingMethods::default())
+            .shared()
+            .expect("on");
+        let c = LimitCollector::new(shared, "127.0.0.1:10").expect("gauges");
+        let scrapers: Vec<_> = (0..4)
+            .map(|_| {
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    (0..2000).all(|_| c.collect().iter().all(|f| !f.get_metric().is_empty()))
+                })
+            })
+            .collect();
+        for s in scrapers {
+            assert!(s.join().unwrap(), "a scrape missed a series");
+        }
     }
 }
