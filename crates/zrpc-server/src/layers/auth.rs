@@ -16,14 +16,12 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 
 use http::Request;
 use subtle::ConstantTimeEq;
 use zrpc_core::grpc::code;
 
-use super::util::{APP, TOKEN, find, is_infra};
+use super::util::{APP, DropLog, TOKEN, find, is_infra};
 use crate::Error;
 
 /// A boxed token lookup, for stores that must do I/O.
@@ -96,23 +94,12 @@ pub(crate) struct AuthStage {
 #[derive(Debug)]
 pub(crate) struct Policy {
     strict: bool,
-    origin: Instant,
-    last_log_ms: AtomicU64,
-    allowed_since_log: AtomicU64,
+    allowed: DropLog,
 }
 
 impl Policy {
     fn log_allowed(&self, e: &Error) {
-        let allowed = self.allowed_since_log.fetch_add(1, Ordering::Relaxed) + 1;
-        let now_ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let last = self.last_log_ms.load(Ordering::Relaxed);
-        if (now_ms.saturating_sub(last) >= 1000 || last == 0)
-            && self
-                .last_log_ms
-                .compare_exchange(last, now_ms.max(1), Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            self.allowed_since_log.store(0, Ordering::Relaxed);
+        if let Some(allowed) = self.allowed.due() {
             tracing::warn!(
                 target: "zrpc::auth",
                 allowed,
@@ -129,9 +116,7 @@ impl AuthStage {
             store,
             policy: Arc::new(Policy {
                 strict,
-                origin: Instant::now(),
-                last_log_ms: AtomicU64::new(0),
-                allowed_since_log: AtomicU64::new(0),
+                allowed: DropLog::new(),
             }),
         }
     }

@@ -106,8 +106,9 @@ impl StreamingMethods {
     }
 }
 
-/// Counts a stage's drops and lets one log line through per second (go-zero logs every
-/// drop, which under overload floods the log with the very lines that were to explain it).
+/// Counts a stage's drops (or auth's calls let through) and lets one log line through per
+/// second (go-zero logs every drop, which under overload floods the log with the very lines
+/// that were to explain it).
 #[derive(Debug)]
 pub(crate) struct DropLog {
     origin: Instant,
