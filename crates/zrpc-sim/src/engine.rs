@@ -9,6 +9,7 @@ use zrpc_client::sim::{MAX_ATTEMPTS, RandomSource};
 use zrpc_core::grpc::code::{DEADLINE_EXCEEDED, OK, UNAVAILABLE};
 
 use crate::model::{Load, Report, Scenario, ServerSpec, Window};
+use crate::ns;
 use crate::policy::Policy;
 use crate::rng::SimRng;
 
@@ -32,10 +33,6 @@ struct Call {
     code: i32,
     /// The caller (closed loop).
     worker: Option<u32>,
-}
-
-fn ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn within(w: Option<Window>, t: u64) -> bool {

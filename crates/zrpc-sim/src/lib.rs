@@ -40,3 +40,21 @@ pub use retries::{
     FlakyServer, RetryClient, RetryReport, RetryScenario, retries_markdown, simulate_retries,
 };
 pub use shed::{Overload, ShedReport, shed_markdown, simulate_overload};
+
+/// Nanoseconds in `d`, the simulations' unit of time (saturating).
+pub(crate) fn ns(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The nearest-rank `q` quantile of `sorted` (0 when it is empty).
+#[allow(
+    clippy::cast_precision_loss,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss
+)]
+pub(crate) fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)]
+}

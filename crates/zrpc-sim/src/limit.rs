@@ -26,6 +26,7 @@ use zrpc_core::shedder::{AdaptiveShedder, ShedderConfig, ShedderPromise};
 
 use crate::model::Window;
 use crate::rng::SimRng;
+use crate::{ns, percentile};
 
 /// What guards the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -273,19 +274,8 @@ enum Outcome {
     TimedOut,
 }
 
-fn ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 fn uniform(rng: &mut SimRng) -> f64 {
     (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-}
-
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)]
 }
 
 /// Runs `d` and reports what the callers saw of the calls that arrived in `d.measure`.

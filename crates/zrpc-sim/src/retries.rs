@@ -22,6 +22,7 @@ use zrpc_core::grpc::code::{DEADLINE_EXCEEDED, OK, UNAVAILABLE};
 use zrpc_core::retry::{RetryBudget, backoff};
 
 use crate::model::Window;
+use crate::ns;
 use crate::rng::SimRng;
 
 /// A6 back-off of the compared retry policies (grpc's example service config).
@@ -249,10 +250,6 @@ impl RetryReport {
     pub fn peak_load(&self, from: usize, to: usize) -> f64 {
         (from..to).map(|s| self.load(s, s + 1)).fold(0.0, f64::max)
     }
-}
-
-fn ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// A draw in `[0, 1)`.

@@ -20,6 +20,7 @@ use zrpc_core::cpu::{CPU_MAX, FixedCpu, REFRESH_INTERVAL, SMOOTHING_BETA};
 use zrpc_core::shedder::{AdaptiveShedder, ShedderConfig, ShedderPromise};
 
 use crate::model::Window;
+use crate::{ns, percentile};
 
 /// A step overload of a CPU-bound server.
 #[derive(Debug, Clone)]
@@ -125,17 +126,6 @@ enum Outcome {
     Ok,
     Shed,
     TimedOut,
-}
-
-fn ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)]
 }
 
 /// Runs `o` and reports goodput, shed share and admitted latency in the steady part of the
