@@ -20,7 +20,7 @@
 //!
 //! What the transport learnt of a call as it arrived (its facts, its count in the shedder's
 //! flight since its stream was accepted, the caller's deadline) reaches the governor as
-//! `crate::call::Arrival`; this module imports nothing from `crate::transport`.
+//! `crate::call::Arrival`; nothing here imports from the transport.
 //!
 //! The stages as tower layers of their own (`impl Layer for *Stage`) exist only in tests: each
 //! module's unit tests drive its stage through them, and `crate::differential` nests them all
