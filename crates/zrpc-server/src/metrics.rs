@@ -54,8 +54,9 @@ pub struct ServerMetrics {
     pub duration_ms: HistogramVec,
     /// `rpc_server_requests_code_total{method,code}`.
     pub code_total: IntCounterVec,
-    /// `rpc_server_dropped_total{method,reason}`: calls rejected by the server's load
-    /// protection, by reason (zrpc addition; see [`DropReason`]).
+    /// `rpc_server_dropped_total{method,reason}`: calls rejected before their handler, by
+    /// reason: `breaker`, `shedder`, `limit`, `tier`, `stream_cap` (zrpc addition;
+    /// `docs/metrics.md`).
     pub dropped_total: IntCounterVec,
     /// `rpc_server_streams_duration_ms{method}`: a stream's lifetime (zrpc addition).
     pub stream_duration_ms: HistogramVec,

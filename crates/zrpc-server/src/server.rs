@@ -716,7 +716,7 @@ async fn prepare_services(
         None
     };
     if conf.reflection_enabled() {
-        add_reflection(&mut routes, &descriptors)?;
+        add_reflection(&mut routes, &descriptors, health.is_some())?;
     }
     // Health's Watch and reflection are streams too: their calls belong in the stream metric
     // families (every other stage already treats them apart, as infrastructure).
@@ -945,14 +945,21 @@ async fn set_health(
 }
 
 #[cfg(feature = "reflection")]
-fn add_reflection(routes: &mut RoutesBuilder, descriptors: &[&'static [u8]]) -> Result<(), Error> {
-    // grpc.health.v1.Health is listed too, as grpc-go (and so go-zero) lists it.
+fn add_reflection(
+    routes: &mut RoutesBuilder,
+    descriptors: &[&'static [u8]],
+    health: bool,
+) -> Result<(), Error> {
+    // grpc.health.v1.Health is listed too when it is served, as grpc-go (and so go-zero) lists
+    // every service it serves.
     let builder = || {
-        descriptors.iter().fold(
-            tonic_reflection::server::Builder::configure()
-                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET),
-            |b, d| b.register_encoded_file_descriptor_set(d),
-        )
+        let health = health.then_some(tonic_health::pb::FILE_DESCRIPTOR_SET);
+        descriptors
+            .iter()
+            .chain(&health)
+            .fold(tonic_reflection::server::Builder::configure(), |b, d| {
+                b.register_encoded_file_descriptor_set(d)
+            })
     };
     if descriptors.is_empty() {
         tracing::warn!(
@@ -975,7 +982,7 @@ fn add_reflection(routes: &mut RoutesBuilder, descriptors: &[&'static [u8]]) -> 
 /// `Mode: dev` / `test`, which serves reflection only where the build has it (go-zero's dev
 /// mode is more than reflection, so the config is not refused).
 #[cfg(not(feature = "reflection"))]
-fn add_reflection(_: &mut RoutesBuilder, _: &[&'static [u8]]) -> Result<(), Error> {
+fn add_reflection(_: &mut RoutesBuilder, _: &[&'static [u8]], _: bool) -> Result<(), Error> {
     tracing::warn!(
         target: "zrpc::server",
         "Mode dev/test serves gRPC reflection, which this build of zrpc leaves out: enable the \
@@ -1080,30 +1087,36 @@ mod tests {
     #[cfg(feature = "reflection")]
     #[tokio::test]
     async fn serves_reflection_v1_and_v1alpha_when_switched_on() {
-        let conf = RpcServerConf::new("refl.rpc", "127.0.0.1:0").with_reflection(true);
-        let server = Server::new(conf)
-            .unwrap()
-            .reflection_descriptor(descriptor());
-        let handle = server.handle();
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let task = tokio::spawn(server.serve_with_listener(listener, std::future::pending()));
-        let addr = handle.serving().await.unwrap();
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-        for names in [list_v1(channel.clone()).await, list_v1alpha(channel).await] {
-            assert!(names.contains(&"t.Svc".to_owned()), "{names:?}");
-            // as grpc-go lists it, so `grpcurl ... grpc.health.v1.Health/Check` resolves
-            assert!(
-                names.contains(&"grpc.health.v1.Health".to_owned()),
-                "{names:?}"
-            );
+        // Health is listed only when it is served, as grpc-go lists the services it serves
+        // (so `grpcurl ... grpc.health.v1.Health/Check` resolves).
+        for health in [true, false] {
+            let conf = RpcServerConf::new("refl.rpc", "127.0.0.1:0")
+                .with_reflection(true)
+                .with_health(health);
+            let server = Server::new(conf)
+                .unwrap()
+                .reflection_descriptor(descriptor());
+            let handle = server.handle();
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let task = tokio::spawn(server.serve_with_listener(listener, std::future::pending()));
+            let addr = handle.serving().await.unwrap();
+            let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            for names in [list_v1(channel.clone()).await, list_v1alpha(channel).await] {
+                assert!(names.contains(&"t.Svc".to_owned()), "{names:?}");
+                assert_eq!(
+                    names.contains(&"grpc.health.v1.Health".to_owned()),
+                    health,
+                    "Health: {health}: {names:?}"
+                );
+            }
+            handle.shutdown();
+            task.await.unwrap().unwrap();
+            assert_eq!(handle.phase(), Phase::Stopped);
         }
-        handle.shutdown();
-        task.await.unwrap().unwrap();
-        assert_eq!(handle.phase(), Phase::Stopped);
     }
 
     #[test]
