@@ -200,7 +200,8 @@ fn is_zrpc_key(key: &str) -> bool {
 #[derive(Debug)]
 struct ServiceKeys {
     source: std::path::PathBuf,
-    keys: Vec<String>,
+    /// Each field's key and its type as written (`zrpc::RpcClientConf`).
+    fields: Vec<(String, String)>,
 }
 
 impl ServiceKeys {
@@ -212,15 +213,15 @@ impl ServiceKeys {
             .map(|d| d.join("src/config.rs"))
             .find(|p| p.is_file())?;
         let text = std::fs::read_to_string(&source).ok()?;
-        let keys = config_fields(&text)?;
-        Some(ServiceKeys { source, keys })
+        let fields = config_fields(&text)?;
+        Some(ServiceKeys { source, fields })
     }
 }
 
-/// The keys of `pub struct Config`'s fields in a scaffold's `src/config.rs` (`pub data_source:
-/// String` is `DataSource`; `#[serde(skip)]` fields are not keys). `None` when there is no such
-/// struct.
-fn config_fields(text: &str) -> Option<Vec<String>> {
+/// The keys of `pub struct Config`'s fields in a scaffold's `src/config.rs`, with their types
+/// (`pub data_source: String` is `DataSource`, `String`; `#[serde(skip)]` fields are not keys).
+/// `None` when there is no such struct.
+fn config_fields(text: &str) -> Option<Vec<(String, String)>> {
     let body = text.split("pub struct Config {").nth(1)?;
     let mut keys = Vec::new();
     let mut skip = false;
@@ -232,11 +233,12 @@ fn config_fields(text: &str) -> Option<Vec<String>> {
             skip = true;
             continue;
         }
-        let Some((name, _)) = line.strip_prefix("pub ").and_then(|l| l.split_once(':')) else {
+        let Some((name, ty)) = line.strip_prefix("pub ").and_then(|l| l.split_once(':')) else {
             continue;
         };
         if !std::mem::take(&mut skip) {
-            keys.push(pascal(name.trim().trim_start_matches("r#")));
+            let ty = ty.trim().trim_end_matches(',').trim().to_owned();
+            keys.push((pascal(name.trim().trim_start_matches("r#")), ty));
         }
     }
     Some(keys)
@@ -265,7 +267,12 @@ fn service_key(file: &Path, key: &str, service: Option<&ServiceKeys>) -> Result<
     }
     let typo = zrpc_suggestion(key);
     if let Some(service) = service {
-        if service.keys.iter().any(|k| k.eq_ignore_ascii_case(key)) {
+        if let Some((_, ty)) = service
+            .fields
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+        {
+            check_block(file, key, ty)?;
             return Ok(None);
         }
         let hint = typo
@@ -290,6 +297,72 @@ fn service_key(file: &Path, key: &str, service: Option<&ServiceKeys>) -> Result<
          service's Config has it (src/config.rs in a zrpcctl crate; none found above {})",
         file.display()
     )))
+}
+
+/// Checks the service's own block `key` of `file` when its field's type `ty` is one of zrpc's
+/// config types (`zrpc::RpcClientConf`, `RedisConf`, `RedisKeyConf`, `CacheConf`, `EtcdConf`):
+/// its keys as the service's load reads them (an unknown key inside it is refused with its full
+/// path, `UserRpc.Etcd.Kye`), then the type's own validation at that path, which the scaffold's
+/// `Config::validate` runs (`self.user_rpc.validate_at("UserRpc")`). A block of another type
+/// is the service's own business: its keys are not looked into.
+fn check_block(file: &Path, key: &str, ty: &str) -> Result<()> {
+    // The type as written, without its path (`zrpc::conf::RedisConf` is `RedisConf`).
+    let name = ty.rsplit("::").next().unwrap_or(ty).trim();
+    BLOCK.with(|b| key.clone_into(&mut b.borrow_mut()));
+    let checked = match name {
+        "RpcClientConf" => zrpc::conf::load::<Block<zrpc::RpcClientConf>>(file).map(drop),
+        "RedisConf" => zrpc::conf::load::<Block<zrpc::conf::RedisConf>>(file).map(drop),
+        "RedisKeyConf" => zrpc::conf::load::<Block<zrpc::conf::RedisKeyConf>>(file).map(drop),
+        "CacheConf" => zrpc::conf::load::<Block<zrpc::conf::CacheConf>>(file).map(drop),
+        "EtcdConf" => zrpc::conf::load::<Block<zrpc::conf::EtcdConf>>(file).map(drop),
+        _ => Ok(()),
+    };
+    checked.map_err(|e| fail(format!("{e}; the service refuses it at start")))
+}
+
+thread_local! {
+    /// The key [`Block`] reads (serde's `Deserialize` takes no argument; zrpcctl checks one
+    /// block at a time).
+    static BLOCK: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// The value of one top-level key of a file (the key in [`BLOCK`], matched case-insensitively
+/// as the loader matches keys), read as `T`; the file's other keys are skipped.
+struct Block<T>(Option<T>);
+
+impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for Block<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visit<T>(String, std::marker::PhantomData<T>);
+        impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for Visit<T> {
+            type Value = Block<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a map of keys")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut map: M,
+            ) -> std::result::Result<Block<T>, M::Error> {
+                let mut found = None;
+                while let Some(k) = map.next_key::<String>()? {
+                    if k.eq_ignore_ascii_case(&self.0) {
+                        found = Some(map.next_value::<T>()?);
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(Block(found))
+            }
+        }
+        let key = BLOCK.with(|b| b.borrow().clone());
+        d.deserialize_map(Visit(key, std::marker::PhantomData))
+    }
+}
+
+impl<T: Validate> Validate for Block<T> {
+    fn validate(&self) -> std::result::Result<(), ConfError> {
+        let key = BLOCK.with(|b| b.borrow().clone());
+        self.0.as_ref().map_or(Ok(()), |v| v.validate_at(&key))
+    }
 }
 
 #[cfg(test)]
@@ -381,6 +454,45 @@ mod tests {
             e.contains("unknown key `Cache`") && e.contains("src/config.rs"),
             "{e}"
         );
+        Ok(())
+    }
+
+    #[test]
+    fn a_zrpc_block_of_the_service_is_checked_inside_with_its_full_path() -> Result<()> {
+        let krate = tempfile::tempdir()?;
+        std::fs::create_dir_all(krate.path().join("src"))?;
+        std::fs::create_dir_all(krate.path().join("etc"))?;
+        std::fs::write(
+            krate.path().join("src/config.rs"),
+            crate::templates::config_rs("shop").replace(
+                "    // pub user_rpc: zrpc::RpcClientConf,",
+                "    pub user_rpc: zrpc::RpcClientConf,",
+            ),
+        )?;
+        let file = krate.path().join("etc/shop.yaml");
+        let base = "Name: shop.rpc\nListenOn: 127.0.0.1:8080\n";
+        let check_with = |block: &str| {
+            std::fs::write(&file, format!("{base}{block}"))?;
+            check(&file, None, &FeatureSet::defaults()).map(|(_, notes)| notes)
+        };
+        let notes = check_with("userRpc: {Etcd: {Hosts: [127.0.0.1:2379], Key: user.rpc}}\n")?;
+        assert!(notes.is_empty(), "{notes:?}");
+        // a typo inside the block, which a look at the top-level keys cannot see
+        let e = check_with("UserRpc: {Etcd: {Hosts: [127.0.0.1:2379], Kye: user.rpc}}\n")
+            .err()
+            .ok_or("a typo inside UserRpc passed")?
+            .to_string();
+        assert!(
+            e.contains("unknown key `UserRpc.Etcd.Kye` (did you mean `Key`?)")
+                && e.contains("shop.yaml"),
+            "{e}"
+        );
+        // the block's own validation, at its path
+        let e = check_with("UserRpc: {Etcd: {Hosts: [127.0.0.1:2379]}}\n")
+            .err()
+            .ok_or("UserRpc without a Key passed")?
+            .to_string();
+        assert!(e.contains("`UserRpc.Etcd.Key`"), "{e}");
         Ok(())
     }
 }
