@@ -427,19 +427,29 @@ mod tests {
         Ok(())
     }
 
-    #[test]
-    fn a_scaffolded_config_is_judged_by_its_config_struct() -> Result<()> {
+    /// A zrpcctl crate whose `src/config.rs` is the scaffold's with the commented field `field`
+    /// (as written there, uncommented) turned on, and the path of its `etc/shop.yaml`.
+    fn scaffold_with(field: &str) -> Result<(tempfile::TempDir, std::path::PathBuf)> {
         let krate = tempfile::tempdir()?;
         std::fs::create_dir_all(krate.path().join("src"))?;
         std::fs::create_dir_all(krate.path().join("etc"))?;
+        let config = crate::templates::config_rs("shop");
+        let commented = field.replacen("pub ", "// pub ", 1);
+        assert!(
+            config.contains(&commented),
+            "{commented} is not in the template"
+        );
         std::fs::write(
             krate.path().join("src/config.rs"),
-            crate::templates::config_rs("shop").replace(
-                "    // pub data_source: String,",
-                "    pub data_source: String,",
-            ),
+            config.replace(&commented, field),
         )?;
         let file = krate.path().join("etc/shop.yaml");
+        Ok((krate, file))
+    }
+
+    #[test]
+    fn a_scaffolded_config_is_judged_by_its_config_struct() -> Result<()> {
+        let (_krate, file) = scaffold_with("    pub data_source: String,")?;
         let base = "Name: shop.rpc\nListenOn: 127.0.0.1:8080\n";
         std::fs::write(&file, format!("{base}datasource: db\n"))?;
         let (_, notes) = check(&file, None, &FeatureSet::defaults())?;
@@ -459,17 +469,7 @@ mod tests {
 
     #[test]
     fn a_zrpc_block_of_the_service_is_checked_inside_with_its_full_path() -> Result<()> {
-        let krate = tempfile::tempdir()?;
-        std::fs::create_dir_all(krate.path().join("src"))?;
-        std::fs::create_dir_all(krate.path().join("etc"))?;
-        std::fs::write(
-            krate.path().join("src/config.rs"),
-            crate::templates::config_rs("shop").replace(
-                "    // pub user_rpc: zrpc::RpcClientConf,",
-                "    pub user_rpc: zrpc::RpcClientConf,",
-            ),
-        )?;
-        let file = krate.path().join("etc/shop.yaml");
+        let (_krate, file) = scaffold_with("    pub user_rpc: zrpc::RpcClientConf,")?;
         let base = "Name: shop.rpc\nListenOn: 127.0.0.1:8080\n";
         let check_with = |block: &str| {
             std::fs::write(&file, format!("{base}{block}"))?;
