@@ -441,3 +441,61 @@ pub fn code_name(code: u32) -> &'static str {
         _ => "unknown",
     }
 }
+
+/// What a unary call written by hand ([`unary`]) got back.
+#[derive(Debug)]
+pub struct RawReply {
+    pub headers: http::HeaderMap,
+    pub body: Vec<u8>,
+    pub trailers: Option<http::HeaderMap>,
+}
+
+impl RawReply {
+    /// The final status and its message, from the headers (trailers-only) or the trailers.
+    pub fn status(&self) -> (i32, String) {
+        let h = match &self.trailers {
+            Some(t) if t.contains_key("grpc-status") => t,
+            _ => &self.headers,
+        };
+        (
+            zrpc_core::grpc::status_from_headers(h).expect("a grpc-status"),
+            zrpc_core::grpc::status_message_from_headers(h).unwrap_or_default(),
+        )
+    }
+}
+
+/// A unary call of the greeter's `SayHello` written by hand (h2's client, no gRPC library):
+/// `headers` besides the gRPC ones, `body` as the wire octets. No client-side deadline: what
+/// the reply says and when it comes is the server's doing.
+pub async fn unary(addr: SocketAddr, headers: &[(&str, &str)], body: Vec<u8>) -> RawReply {
+    let tcp = TcpStream::connect(addr).await.expect("connect");
+    let (client, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    tokio::spawn(conn);
+    let mut req = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://{addr}{}", crate::greeter::SAY_HELLO))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let mut client = client.ready().await.expect("h2 ready");
+    let (resp, mut send) = client
+        .send_request(req.body(()).expect("a request"), false)
+        .expect("send");
+    send.send_data(bytes::Bytes::from(body), true)
+        .expect("send data");
+    let (parts, mut recv) = resp.await.expect("a response").into_parts();
+    let mut body = Vec::new();
+    while let Some(chunk) = recv.data().await {
+        let chunk = chunk.expect("data");
+        let _ = recv.flow_control().release_capacity(chunk.len());
+        body.extend_from_slice(&chunk);
+    }
+    let trailers = recv.trailers().await.expect("trailers");
+    RawReply {
+        headers: parts.headers,
+        body,
+        trailers,
+    }
+}

@@ -14,6 +14,7 @@ use tonic::codec::CompressionEncoding;
 use zrpc::compression::{CallCompression, Encoding};
 use zrpc_client::conf::RpcClientConf;
 use zrpc_tests::greeter::{TestGreeter, TestServer, start_server, test_conf};
+use zrpc_tests::h2raw::unary;
 use zrpc_tests::pb::greeter_client::GreeterClient;
 use zrpc_tests::pb::{HelloReply, HelloRequest, HelloStreamRequest};
 
@@ -92,58 +93,6 @@ fn gunzip(data: &[u8]) -> Vec<u8> {
     out
 }
 
-/// What a raw HTTP/2 call got back.
-struct Raw {
-    headers: http::HeaderMap,
-    body: Vec<u8>,
-    trailers: Option<http::HeaderMap>,
-}
-
-impl Raw {
-    /// The final status and its message, from the headers (trailers-only) or the trailers.
-    fn status(&self) -> (i32, String) {
-        let h = match &self.trailers {
-            Some(t) if t.contains_key("grpc-status") => t,
-            _ => &self.headers,
-        };
-        (
-            zrpc_core::grpc::status_from_headers(h).unwrap(),
-            zrpc_core::grpc::status_message_from_headers(h).unwrap_or_default(),
-        )
-    }
-}
-
-/// A unary call written by hand: `headers` besides the gRPC ones, `body` as the wire octets.
-async fn raw_call(addr: SocketAddr, headers: &[(&str, &str)], body: Vec<u8>) -> Raw {
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-    tokio::spawn(conn);
-    let mut req = http::Request::builder()
-        .method("POST")
-        .uri(format!("http://{addr}{SAY_HELLO}"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers");
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let mut client = client.ready().await.unwrap();
-    let (resp, mut send) = client.send_request(req.body(()).unwrap(), false).unwrap();
-    send.send_data(Bytes::from(body), true).unwrap();
-    let (parts, mut recv) = resp.await.unwrap().into_parts();
-    let mut body = Vec::new();
-    while let Some(chunk) = recv.data().await {
-        let chunk = chunk.unwrap();
-        recv.flow_control().release_capacity(chunk.len()).unwrap();
-        body.extend_from_slice(&chunk);
-    }
-    let trailers = recv.trailers().await.unwrap();
-    Raw {
-        headers: parts.headers,
-        body,
-        trailers,
-    }
-}
-
 async fn server(name: &str, edit: impl FnOnce(&mut zrpc::RpcServerConf)) -> TestServer {
     let mut conf = test_conf(name).with_cpu_threshold(0);
     edit(&mut conf);
@@ -203,20 +152,20 @@ async fn edge_cases_get_the_statuses_the_spec_names() {
     let msg = hello("edge");
 
     // an encoding the server lacks: Unimplemented, with the ones it accepts
-    let raw = raw_call(server.addr, &[("grpc-encoding", "br")], framed(1, b"x")).await;
+    let raw = unary(server.addr, &[("grpc-encoding", "br")], framed(1, b"x")).await;
     let (code, message) = raw.status();
     assert_eq!(code, 12, "{message}");
     assert!(message.contains("\"br\""), "{message}");
     assert_eq!(raw.headers["grpc-accept-encoding"], "gzip,deflate,zstd");
 
     // the compressed flag without grpc-encoding: Internal
-    let raw = raw_call(server.addr, &[], framed(1, &gzip(&msg))).await;
+    let raw = unary(server.addr, &[], framed(1, &gzip(&msg))).await;
     let (code, message) = raw.status();
     assert_eq!(code, 13, "{message}");
     assert!(message.contains("compressed-flag"), "{message}");
 
     // with grpc-encoding: identity too
-    let raw = raw_call(
+    let raw = unary(
         server.addr,
         &[("grpc-encoding", "identity")],
         framed(1, &gzip(&msg)),
@@ -225,7 +174,7 @@ async fn edge_cases_get_the_statuses_the_spec_names() {
     assert_eq!(raw.status().0, 13);
 
     // gzip, and an answer that lists the accepted encodings
-    let raw = raw_call(
+    let raw = unary(
         server.addr,
         &[("grpc-encoding", "gzip")],
         framed(1, &gzip(&msg)),
@@ -253,7 +202,7 @@ async fn responses_are_compressed_only_for_clients_that_advertised_the_encoding(
     }
     .encode_to_vec();
 
-    let raw = raw_call(
+    let raw = unary(
         server.addr,
         &[("grpc-accept-encoding", "identity,gzip")],
         req.clone(),
@@ -270,7 +219,7 @@ async fn responses_are_compressed_only_for_clients_that_advertised_the_encoding(
             .map(|a| ("grpc-accept-encoding", a))
             .into_iter()
             .collect();
-        let raw = raw_call(server.addr, &headers, req.clone()).await;
+        let raw = unary(server.addr, &headers, req.clone()).await;
         assert!(!raw.headers.contains_key("grpc-encoding"), "{accept:?}");
         assert_eq!(raw.body, framed(0, &expected), "{accept:?}");
     }
@@ -295,14 +244,14 @@ async fn responses_are_compressed_only_for_clients_that_advertised_the_encoding(
     assert_eq!(r.into_inner().message, format!("hello {name}"));
 
     // a handler turns it off for its call, or on for a small answer
-    let raw = raw_call(
+    let raw = unary(
         server.addr,
         &[("grpc-accept-encoding", "gzip")],
         framed(0, &hello(&format!("{name},send:identity"))),
     )
     .await;
     assert!(!raw.headers.contains_key("grpc-encoding"));
-    let raw = raw_call(
+    let raw = unary(
         server.addr,
         &[("grpc-accept-encoding", "gzip")],
         framed(0, &hello("tiny,send:gzip")),

@@ -91,3 +91,72 @@ async fn a_token_store_without_auth_is_refused() {
         "{message}"
     );
 }
+
+/// A token store that answers after `delay` (a slow Redis, say), with `token` for every app.
+#[derive(Debug)]
+struct SlowTokens {
+    delay: std::time::Duration,
+    token: &'static str,
+}
+
+impl zrpc_server::TokenStore for SlowTokens {
+    fn lookup(&self, _app: &str) -> zrpc_server::Lookup {
+        let (delay, token) = (self.delay, self.token);
+        zrpc_server::Lookup::Pending(Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            Ok(Some(std::sync::Arc::from(token)))
+        }))
+    }
+}
+
+/// The caller's deadline bounds the token lookup: a store that answers after 2 s does not hold
+/// a call whose caller gave it 200 ms. The server itself answers `DeadlineExceeded` at the
+/// deadline (the raw client below enforces no deadline of its own), records code 4, and the
+/// handler never runs.
+#[tokio::test]
+async fn a_slow_token_store_is_bounded_by_the_callers_deadline() {
+    use std::time::{Duration, Instant};
+    let conf = test_conf("auth-slow-store.rpc")
+        .with_auth_tokens([("billing", "s3cret")])
+        .with_cpu_threshold(0);
+    let store = std::sync::Arc::new(SlowTokens {
+        delay: Duration::from_secs(2),
+        token: "s3cret",
+    });
+    let srv = zrpc_tests::greeter::start_server_with(conf, TestGreeter::new(), move |s| {
+        s.token_store(store)
+    })
+    .await;
+    let recorded = || {
+        zrpc_server::metrics::server_metrics()
+            .code_total
+            .with_label_values(&[zrpc_tests::greeter::SAY_HELLO, "4"])
+            .get()
+    };
+    let before = recorded();
+    let started = Instant::now();
+    let reply = zrpc_tests::h2raw::unary(
+        srv.addr,
+        &[
+            ("app", "billing"),
+            ("token", "s3cret"),
+            ("grpc-timeout", "200m"),
+        ],
+        b"\x00\x00\x00\x00\x03\x0a\x01x".to_vec(),
+    )
+    .await;
+    let took = started.elapsed();
+    assert_eq!(reply.status().0, Code::DeadlineExceeded as i32, "{reply:?}");
+    // At the deadline, not at the store's answer 2 s later (the margin is for a loaded machine;
+    // without the bound the reply comes after the lookup, past 2 s).
+    assert!(
+        took >= Duration::from_millis(195) && took < Duration::from_millis(1500),
+        "answered after {took:?}"
+    );
+    assert!(
+        recorded() > before,
+        "the server records the call as DeadlineExceeded (code 4)"
+    );
+    assert_eq!(srv.greeter.started(), 0, "the handler never ran");
+    srv.shutdown().await.expect("clean shutdown");
+}

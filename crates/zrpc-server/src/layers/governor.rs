@@ -773,7 +773,13 @@ where
         },
         StateProj::Lookup { lookup, pending } => {
             let Poll::Ready(found) = lookup.as_mut().poll(cx) else {
-                return Step::Pending;
+                // The caller's deadline bounds the lookup too (the timer holds it until the
+                // call is admitted): a slow store answers `DeadlineExceeded` at the deadline.
+                return if timer.expired(cx) {
+                    Step::Answer(timeout::expired())
+                } else {
+                    Step::Pending
+                };
             };
             let Some(p) = pending.take() else {
                 return Step::Pending;
