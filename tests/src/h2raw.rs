@@ -445,8 +445,11 @@ pub fn code_name(code: u32) -> &'static str {
 /// What a unary call written by hand ([`unary`]) got back.
 #[derive(Debug)]
 pub struct RawReply {
+    /// The response head.
     pub headers: http::HeaderMap,
+    /// The body's octets, as sent (gRPC message frames).
     pub body: Vec<u8>,
+    /// The trailers (`None` for a trailers-only answer).
     pub trailers: Option<http::HeaderMap>,
 }
 

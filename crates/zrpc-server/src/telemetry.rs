@@ -3,7 +3,9 @@
 //! [`init`] installs a global `tracing` subscriber and, when `Telemetry.Endpoint` is set and
 //! `Telemetry.Disabled` is false, an OTLP/gRPC span exporter with go-zero's sampler
 //! (`ParentBased(TraceIdRatioBased(Sampler))`), `service.name` and `OtlpHeaders`. Without an
-//! endpoint, spans still exist (and appear in logs) but are not exported, as in go-zero.
+//! endpoint no call gets a span (formatting its fields for no reader cost a JSON-logging
+//! service about a quarter of each call's instructions); the caller's trace id still reaches
+//! the log lines.
 //! It does nothing when a global subscriber is already installed (by the application or a
 //! test harness). OTLP export needs the `otel` cargo feature: without it a config with
 //! `Telemetry.Endpoint` is refused at load, and spans only carry log lines.
@@ -11,8 +13,11 @@
 //! Log lines follow the `Log` block (go-zero `logx.SetUp`, `core/logx/logs.go`):
 //! - `Encoding`: JSON lines (default) or plain text; never with ANSI colour codes, so files and
 //!   log collectors get clean text. A line written inside a traced call carries the call's trace
-//!   id under go-zero's key: a top-level `"trace"` in JSON, `trace=<id>` in the span context of a
-//!   plain line (the server's RPC span and the client's call span have a `trace` field).
+//!   id under go-zero's key: a top-level `"trace"` in JSON, `trace=<id>` in a plain line (in the
+//!   span context when a span has the id, else at the end of the line). The server's RPC span
+//!   (target `zrpc::rpc`) exists only when spans are exported: without an exporter the log
+//!   filter turns it off, and lines find the caller's trace id in its trace context, which the
+//!   server keeps current while it polls the call.
 //! - `Level`: `debug`, `info`, `error` (and `severe` = error); `RUST_LOG` overrides it. h2's
 //!   own messages are kept to ERROR (zrpc summarises the connections it cuts). `RUST_LOG` takes
 //!   `target=level` directives (`info,zrpc=debug`); the `env-filter` cargo feature adds the rest
@@ -43,7 +48,9 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 
-use crate::conf::{LogConf, RpcServerConf};
+use zrpc_core::grpc::trace_context::with_current;
+
+use crate::conf::{LogConf, RpcServerConf, TelemetryConf};
 use crate::error::Error;
 
 /// go-zero's file names (`core/logx/vars.go`).
@@ -137,7 +144,26 @@ fn filter(conf: &RpcServerConf) -> Filter {
             ),
         }
     }
-    parse_filter(level(conf)).unwrap_or_default()
+    let mut directives = level(conf).to_owned();
+    if !exports_spans(conf) {
+        // The call's span is for the exporter: with none, it would cost each call the
+        // formatting of its fields for no line (log lines find the caller's trace id in its
+        // context, `JsonWithTrace`).
+        directives.push_str(",zrpc::rpc=off");
+    }
+    parse_filter(&directives).unwrap_or_default()
+}
+
+/// The `Telemetry` block of `conf` when it exports spans (an `Endpoint`, not `Disabled`).
+fn exporting(conf: &RpcServerConf) -> Option<&TelemetryConf> {
+    conf.telemetry
+        .as_ref()
+        .filter(|t| !t.endpoint.is_empty() && !t.disabled)
+}
+
+/// Whether this build exports the spans of `conf`'s calls (OpenTelemetry).
+fn exports_spans(conf: &RpcServerConf) -> bool {
+    cfg!(feature = "otel") && exporting(conf).is_some()
 }
 
 /// The OTLP/gRPC tracer provider of `conf` (`None` when `Telemetry.Endpoint` is empty or
@@ -151,11 +177,7 @@ fn filter(conf: &RpcServerConf) -> Filter {
 /// [`Error::Telemetry`] when the exporter cannot be built or `OtlpHeaders` is not valid metadata.
 #[cfg(feature = "otel")]
 pub fn tracer_provider(conf: &RpcServerConf) -> Result<Option<SdkTracerProvider>, Error> {
-    let Some(t) = conf
-        .telemetry
-        .as_ref()
-        .filter(|t| !t.endpoint.is_empty() && !t.disabled)
-    else {
+    let Some(t) = exporting(conf) else {
         return Ok(None);
     };
     let endpoint = if t.endpoint.contains("://") {
@@ -252,7 +274,7 @@ where
         .with_writer(writer)
         .with_ansi(false);
     if log.encoding == "plain" {
-        layer.boxed()
+        layer.map_event_format(PlainWithTrace).boxed()
     } else {
         TraceIds
             .and_then(layer.json().map_event_format(JsonWithTrace))
@@ -326,11 +348,16 @@ where
         mut writer: Writer<'_>,
         event: &Event<'_>,
     ) -> std::fmt::Result {
-        let trace = ctx.event_scope().and_then(|scope| {
-            scope
-                .into_iter()
-                .find_map(|span| span.extensions().get::<TraceId>().map(|t| t.0.clone()))
-        });
+        // The id of the innermost span that has one, else that of the caller's trace context
+        // while the server polls the call (no span without an exporter).
+        let trace = ctx
+            .event_scope()
+            .and_then(|scope| {
+                scope
+                    .into_iter()
+                    .find_map(|span| span.extensions().get::<TraceId>().map(|t| t.0.clone()))
+            })
+            .or_else(|| with_current(|cx| cx.map(|cx| cx.trace_id().to_owned())));
         let Some(trace) = trace else {
             return self.0.format_event(ctx, writer, event);
         };
@@ -341,6 +368,37 @@ where
             Some(rest) => write!(writer, "{{\"trace\":\"{trace}\",{rest}"),
             None => writer.write_str(&line),
         }
+    }
+}
+
+/// tracing-subscriber's plain lines, ending with ` trace=<id>` when the event is written while
+/// the server polls a call that carries a trace context and no span gives the line its context
+/// (the call's span exists only when spans are exported).
+struct PlainWithTrace(Format);
+
+impl<S, N> FormatEvent<S, N> for PlainWithTrace
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> std::fmt::Result {
+        let in_span = ctx.event_scope().is_some();
+        let trace = (!in_span)
+            .then(|| with_current(|cx| cx.map(|cx| cx.trace_id().to_owned())))
+            .flatten();
+        let Some(trace) = trace else {
+            return self.0.format_event(ctx, writer, event);
+        };
+        let mut line = String::new();
+        self.0.format_event(ctx, Writer::new(&mut line), event)?;
+        let body = line.strip_suffix('\n').unwrap_or(&line);
+        // the id is hex (validated): nothing to quote
+        writeln!(writer, "{body} trace={trace}")
     }
 }
 
@@ -552,6 +610,69 @@ mod tests {
         assert_no_ansi(&access);
         conf.log.service_name = "greet".into();
         assert_eq!(log_dir(&conf), dir.0.join("greet").join(hostname()));
+    }
+
+    /// Without an exporter the call's span is off (its fields would be formatted for no
+    /// reader), and a line written while the server polls a call still carries the caller's
+    /// trace id, from the call's trace context: JSON's top-level key, plain's `trace=<id>`.
+    #[test]
+    fn without_an_exporter_lines_take_the_trace_id_from_the_calls_context() {
+        const ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            "traceparent",
+            http::HeaderValue::from_static(
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            ),
+        );
+        let context = zrpc_core::grpc::trace_context::TraceContext::extract(&headers).unwrap();
+        for encoding in ["json", "plain"] {
+            let buf = crate::layers::test_util::LogBuf::default();
+            let mut conf = RpcServerConf::new("greet.rpc", "127.0.0.1:0");
+            conf.log.encoding = encoding.into();
+            assert!(!exports_spans(&conf));
+            let sink = buf.clone();
+            let subscriber = tracing_subscriber::registry()
+                .with(parse_filter(&format!("{},zrpc::rpc=off", level(&conf))).unwrap())
+                .with(fmt_layer(
+                    &conf.log,
+                    BoxMakeWriter::new(move || sink.clone()),
+                ));
+            tracing::subscriber::with_default(subscriber, || {
+                let span = tracing::info_span!(target: "zrpc::rpc", "rpc");
+                assert!(span.is_disabled(), "the call's span is off");
+                context.in_scope(|| tracing::info!("in the handler"));
+                tracing::info!("outside any call");
+            });
+            let text = buf.contents();
+            let lines: Vec<&str> = text.lines().collect();
+            assert_eq!(lines.len(), 2, "{text}");
+            if encoding == "json" {
+                let first: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+                let second: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
+                assert_eq!(first["trace"], ID, "{text}");
+                assert!(second.get("trace").is_none(), "{text}");
+            } else {
+                assert!(
+                    lines[0].ends_with(&format!("in the handler trace={ID}")),
+                    "{text}"
+                );
+                assert!(!lines[1].contains("trace="), "{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_calls_span_is_off_unless_spans_are_exported() {
+        let mut conf = RpcServerConf::new("greet.rpc", "127.0.0.1:0");
+        assert!(!exports_spans(&conf));
+        conf.telemetry = Some(TelemetryConf {
+            endpoint: "127.0.0.1:4317".into(),
+            ..TelemetryConf::default()
+        });
+        assert_eq!(exports_spans(&conf), cfg!(feature = "otel"));
+        conf.telemetry.as_mut().unwrap().disabled = true;
+        assert!(!exports_spans(&conf));
     }
 
     #[test]

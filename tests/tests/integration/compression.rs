@@ -8,7 +8,6 @@ use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::process::Command;
 
-use bytes::Bytes;
 use prost::Message;
 use tonic::codec::CompressionEncoding;
 use zrpc::compression::{CallCompression, Encoding};

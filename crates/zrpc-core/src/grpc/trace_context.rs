@@ -89,6 +89,12 @@ impl TraceContext {
     }
 }
 
+/// `f` of the context current on this thread (see [`TraceContext::in_scope`]), if any: how a log
+/// line written while a server polls a call's handler finds the call's trace id.
+pub fn with_current<R>(f: impl FnOnce(Option<&TraceContext>) -> R) -> R {
+    CURRENT.with(|c| f(c.borrow().as_ref()))
+}
+
 /// Sets the current context's fields (see [`TraceContext::in_scope`]) on `headers`; nothing
 /// outside a scope.
 pub fn inject_current(headers: &mut HeaderMap) {

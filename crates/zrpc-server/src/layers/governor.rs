@@ -157,6 +157,9 @@ struct RecordSet {
     trace: Option<TraceRecord>,
     /// The caller's deadline: a reset at it is the deadline passing (`call::CallerDeadline`).
     caller: Option<CallerDeadline>,
+    /// The caller's trace context, current for the end-of-call lines (moved in from the
+    /// call's future when its response head is ready).
+    context: Option<TraceContext>,
 }
 
 impl RecordSet {
@@ -176,6 +179,7 @@ impl OnStatus for Records {
             recorders,
             trace,
             caller,
+            context,
         } = *self.0;
         // One clock read for every record that wants the end of the call.
         let now =
@@ -202,7 +206,7 @@ impl OnStatus for Records {
             if let Some(r) = recorders {
                 // inside the call's span: its end-of-call log lines carry the trace id
                 let _span = trace.as_ref().map(TraceRecord::enter);
-                r.finish(c, now);
+                in_scope(&context, || r.finish(c, now));
             }
         }
         if let Some(t) = trace {
@@ -444,6 +448,7 @@ impl Governance {
                         recorders: None,
                         trace: None,
                         caller,
+                        context: None,
                     })));
                 }
             }
@@ -567,6 +572,7 @@ where
             recorders,
             trace,
             caller: entry.caller,
+            context: None,
         };
         let mut guard = if records.is_empty() {
             StatusGuard::disarmed()
@@ -724,6 +730,9 @@ where
         };
         let (mut parts, body) = resp.into_parts();
         let mut guard = std::mem::replace(this.guard, StatusGuard::disarmed());
+        if let Some(records) = guard.get_mut() {
+            records.0.context = this.context.take();
+        }
         // A trailers-only response reports its code at once, and carries the handler's
         // trailers in its headers.
         if let Some(c) = status_from_headers(&parts.headers) {

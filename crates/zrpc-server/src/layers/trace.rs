@@ -17,7 +17,9 @@
 //! The span's `trace` field is the call's trace id (go-zero's log field): the caller's, or the
 //! one this span starts when OpenTelemetry traces the service. Every log line written inside
 //! the span carries it (as a top-level `trace` key in JSON lines, see
-//! [`telemetry`](crate::telemetry)).
+//! [`telemetry`](crate::telemetry)). The span's target is `zrpc::rpc`: zrpc's own log set-up
+//! turns it off unless spans are exported, and the lines then read the caller's trace id from
+//! its context, current while the call is polled.
 
 #[cfg(feature = "otel")]
 use std::sync::OnceLock;
@@ -142,7 +144,7 @@ pub(crate) fn rpc_span<B>(req: &Request<B>, context: Option<&TraceContext>) -> S
     let split = || method::split(path).unwrap_or(("", ""));
     let peer = || peer_addr(req);
     let span = tracing::info_span!(
-        target: "zrpc::server",
+        target: "zrpc::rpc",
         "rpc",
         otel.name = path.trim_start_matches('/'),
         otel.kind = "server",
