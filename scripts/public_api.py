@@ -3,6 +3,11 @@
 
     python3 scripts/public_api.py                 # zrpc-core, zrpc-server, zrpc-client, zrpc-rs
     python3 scripts/public_api.py zrpc-rs --list  # and print each item's path
+    python3 scripts/public_api.py --write         # the lists into docs/public-api/<crate>.txt
+    python3 scripts/public_api.py --check         # fails when a list differs from its file
+
+`--check` is CI's: a change to what users can reach must come with the change to the checked-in
+list (run `--write` and commit it), so that every addition or removal is seen in review.
 
 Walks each crate from its root through public modules and re-exports (into the other crates
 of the workspace too), counting modules, types, traits, functions, constants, statics, macros,
@@ -122,17 +127,47 @@ class Api:
         return out
 
 
+LISTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "public-api")
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     listing = "--list" in sys.argv
+    write = "--write" in sys.argv
+    check = "--check" in sys.argv
     api = Api()
+    differ = []
     for crate in args or CRATES:
         items = api.walk(crate.replace("-", "_").replace("zrpc_rs", "zrpc"))
         fields = sum(1 for _, k in items if k == "struct_field")
         print(f"{crate}: {len(items)} public items ({fields} of them struct fields)")
+        lines = [f"{kind:20} {path}" for path, kind in sorted(set(items))]
         if listing:
-            for path, kind in sorted(items):
-                print(f"  {kind:20} {path}")
+            for line in lines:
+                print(f"  {line}")
+        text = "".join(line.rstrip() + "\n" for line in lines)
+        file = os.path.join(LISTS, f"{crate}.txt")
+        if write:
+            os.makedirs(LISTS, exist_ok=True)
+            with open(file, "w") as f:
+                f.write(text)
+        if check:
+            try:
+                with open(file) as f:
+                    old = f.read()
+            except FileNotFoundError:
+                old = ""
+            if old != text:
+                import difflib
+                sys.stdout.writelines(difflib.unified_diff(
+                    old.splitlines(True), text.splitlines(True),
+                    f"docs/public-api/{crate}.txt (checked in)", f"{crate} (this build)"))
+                differ.append(crate)
+    if differ:
+        print(f"public API changed without its list: {', '.join(differ)}; "
+              "run `python3 scripts/public_api.py --write` and commit docs/public-api/",
+              file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -138,6 +138,21 @@ cargo fmt --all --check
 log "module cycles"
 python3 scripts/module_cycles.py crates/zrpc-core crates/zrpc-server crates/zrpc-client crates/zrpc
 
+# --- 2c. public API -------------------------------------------------------------
+# What users can reach in each library crate (rustdoc's JSON, nightly) against the checked-in
+# lists in docs/public-api/: a change to the public API comes with its list, or CI fails.
+if cargo +nightly --version >/dev/null 2>&1; then
+  log "public API lists"
+  api_start=$(date +%s)
+  python3 scripts/public_api.py --check
+  echo "public API checked in $(( $(date +%s) - api_start ))s"
+elif [ "${CI:-}" = "true" ]; then
+  echo "error: CI=true but no nightly toolchain: the public API check needs rustdoc's JSON." >&2
+  exit 1
+else
+  echo "warning: no nightly toolchain; skipping the public API check" >&2
+fi
+
 # --- 3. clippy --------------------------------------------------------------
 if cargo clippy --version >/dev/null 2>&1; then
   log "cargo clippy -D warnings"

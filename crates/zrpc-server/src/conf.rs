@@ -83,7 +83,8 @@ pub struct RpcServerConf {
     pub auth_tokens: Vec<AuthTokenConf>,
     /// Auth: reject when the token store fails or does not know the app (go-zero semantics).
     pub strict_control: bool,
-    /// Default per-request timeout in milliseconds (default 2000; 0 = no timeout interceptor).
+    /// Default per-request timeout in milliseconds (default 2000; 0 = no timeout of the
+    /// server's own: the caller's deadline still holds).
     pub timeout: u64,
     /// Adaptive shedding CPU threshold in millicpu, range [0, 1000) (default 900; 0 = off).
     pub cpu_threshold: u64,

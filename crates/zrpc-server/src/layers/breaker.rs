@@ -10,7 +10,7 @@
 //! are failures ([`code::is_acceptable`]); a call dropped before it finished is a `Cancelled`,
 //! which is acceptable.
 //!
-//! Unlike go-zero, only failures the **server** produced count (see [`facts`](super::facts)):
+//! Unlike go-zero, only failures the **server** produced count (see [`CallFacts`](crate::call::CallFacts)):
 //! a failure whose request body never arrived whole (undecodable, truncated, still missing at
 //! the deadline) or failed (the caller reset the stream) is recorded as acceptable, and a
 //! handler panic is a failure even though the recover stage drops the handler as a

@@ -10,7 +10,7 @@
 //!
 //! An admitted call's round-trip time, from its admission to its final status, is a sample
 //! of the limit unless its failure was the caller's (its request never arrived whole, see
-//! [`facts`](super::facts)) or the caller cancelled it: a caller must not be able to move the
+//! [`CallFacts`](crate::call::CallFacts)) or the caller cancelled it: a caller must not be able to move the
 //! limit with calls the server never worked on. `DeadlineExceeded` is a sample, the slowest
 //! kind. Known streaming methods and health/reflection are never limited.
 //!

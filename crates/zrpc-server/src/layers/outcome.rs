@@ -1,7 +1,7 @@
 //! One read of the final status for several observers: [`Both`] feeds two records in the
 //! order two nested bodies would report, and [`RecordersRecord`] is stat's and metrics' pair,
 //! which share one clock read at the end of the call. The governor's single body wrapper
-//! reports to every observing stage (stat, metrics, breaker, shedding, trace) through these.
+//! reports to every observing stage (stat, metrics, breaker, limit, shedding, trace) through these.
 
 use zrpc_core::grpc::OnStatus;
 

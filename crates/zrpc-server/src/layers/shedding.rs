@@ -7,7 +7,7 @@
 //! code is `DeadlineExceeded`, else as passed (go-zero's rule). Known streaming methods and
 //! health/reflection are never shed.
 //!
-//! A call whose failure the caller caused (see [`facts`](super::facts): its request never
+//! A call whose failure the caller caused (see [`CallFacts`](crate::call::CallFacts): its request never
 //! arrived whole, or the caller reset it) is reported as failed, never as passed: its response
 //! time says nothing about the server, and a flood of instant decode errors would otherwise
 //! drag the shedder's minimum response time (and so its flight limit) down. Auth runs before
