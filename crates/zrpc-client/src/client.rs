@@ -173,7 +173,7 @@ impl Client {
             let resolution = resolver::resolve_with(&target, &conf.etcd)?;
             Client::build(
                 conf,
-                target.to_string(),
+                target.name(),
                 target.service_name(),
                 resolution,
                 handles,
@@ -592,6 +592,46 @@ mod tests {
         assert_eq!(
             breakers.names(),
             vec![format!("direct:///127.0.0.1:{port}/p.S/M")]
+        );
+    }
+
+    /// A client of 1,000 endpoints reports a failed call naming the endpoint that refused it
+    /// and the target by its first endpoints, in a message of bounded size (spelt out, the
+    /// target alone was ~16 KB in every status).
+    #[tokio::test]
+    async fn a_failed_call_of_a_large_fleet_has_a_short_message_naming_the_endpoint() {
+        use tower::ServiceExt;
+        // 1,000 loopback ports nobody listens on (bound, then closed): every call is refused
+        let listeners: Vec<_> = (0..1000)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let endpoints: Vec<String> = listeners
+            .iter()
+            .map(|l| l.local_addr().unwrap().to_string())
+            .collect();
+        drop(listeners);
+        let client = Client::new(RpcClientConf::direct(endpoints.clone()))
+            .await
+            .unwrap();
+        let req = http::Request::builder()
+            .uri("http://fleet/p.S/M")
+            .body(Body::empty())
+            .unwrap();
+        let err = client.oneshot(req).await.unwrap_err();
+        let status = tonic::Status::from_error(err);
+        let message = status.message();
+        assert_eq!(status.code(), tonic::Code::Unavailable, "{message}");
+        assert!(message.len() < 512, "{} bytes: {message}", message.len());
+        assert!(
+            message.contains(&format!("direct:///{},", endpoints[0]))
+                && message.contains("+997 more"),
+            "{message}"
+        );
+        assert!(
+            endpoints
+                .iter()
+                .any(|e| message.contains(&format!("endpoint {e}"))),
+            "names the endpoint that refused: {message}"
         );
     }
 
