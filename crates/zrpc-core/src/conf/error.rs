@@ -21,7 +21,7 @@ pub enum ConfError {
     },
     /// The file extension is not one of `.yaml`, `.yml`, `.json`, `.toml`.
     #[error(
-        "{}unrecognized file type `{extension}` (expected .yaml, .yml, .json or .toml)",
+        "{}unrecognized file type `{extension}` (expected .yaml, .yml, .json, .json5 or .toml)",
         Origin(file)
     )]
     Format {

@@ -20,6 +20,7 @@ pub const FEATURES: &[&str] = &[
     "reflection",
     "env-filter",
     "toml",
+    "json5",
     "redis-auth",
     "tls",
     "gzip",

@@ -51,6 +51,9 @@ pub enum Format {
     Yaml,
     /// JSON (`.json`).
     Json,
+    /// JSON5 (`.json5`, as go-zero reads since v1.10.1): JSON with comments, trailing commas,
+    /// unquoted keys and single-quoted strings. Needs the `json5` cargo feature.
+    Json5,
     /// TOML (`.toml`).
     Toml,
 }
@@ -69,6 +72,7 @@ impl Format {
         match ext.as_str() {
             "yaml" | "yml" => Ok(Format::Yaml),
             "json" => Ok(Format::Json),
+            "json5" => Ok(Format::Json5),
             "toml" => Ok(Format::Toml),
             _ => Err(ConfError::Format {
                 file: path.display().to_string(),
@@ -87,6 +91,7 @@ impl fmt::Display for Format {
         f.write_str(match self {
             Format::Yaml => "yaml",
             Format::Json => "json",
+            Format::Json5 => "json5",
             Format::Toml => "toml",
         })
     }

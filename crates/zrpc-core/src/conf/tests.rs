@@ -266,10 +266,11 @@ fn format_by_extension() {
     assert_eq!(Format::from_path("a/b.YML").unwrap(), Format::Yaml);
     assert_eq!(Format::from_path("b.json").unwrap(), Format::Json);
     assert_eq!(Format::from_path("b.toml").unwrap(), Format::Toml);
+    assert_eq!(Format::from_path("b.JSON5").unwrap(), Format::Json5);
     let e = Format::from_path("b.ini").unwrap_err();
     assert_eq!(
         e.to_string(),
-        "config file b.ini: unrecognized file type `.ini` (expected .yaml, .yml, .json or .toml)"
+        "config file b.ini: unrecognized file type `.ini` (expected .yaml, .yml, .json, .json5 or .toml)"
     );
     assert!(Format::from_path("noext").is_err());
 }

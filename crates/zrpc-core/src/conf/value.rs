@@ -81,6 +81,18 @@ pub(crate) fn parse(text: &str, format: Format, origin: &str) -> Result<Value, C
                 serde_json::from_str(text).map_err(|e| syntax(e.to_string()))?;
             Ok(from_json(v))
         }
+        #[cfg(feature = "json5")]
+        Format::Json5 if super::feature_on("json5", true) => {
+            let v: serde_json::Value = json5::from_str(text).map_err(|e| syntax(e.to_string()))?;
+            Ok(from_json(v))
+        }
+        // JSON5 is a parser of its own that goctl never writes.
+        Format::Json5 => {
+            Err(
+                ConfError::feature_off("<file type>", ".json5", "a JSON5 config file", "json5")
+                    .with_file(origin),
+            )
+        }
         #[cfg(feature = "toml")]
         Format::Toml if super::feature_on("toml", true) => {
             let v: toml::Table =

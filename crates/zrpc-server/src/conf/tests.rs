@@ -400,3 +400,29 @@ fn advertise_addr_is_host_port_or_host() {
         assert_eq!(e.path(), Some("AdvertiseAddr"), "{bad}");
     }
 }
+
+/// A go-zero config in JSON5 (comments, unquoted keys, trailing commas, single quotes), as
+/// go-zero reads `.json5` files since v1.10.1, loads to the values of its YAML twin; without
+/// the `json5` feature it is refused, naming the feature.
+#[test]
+fn a_json5_config_loads_as_its_yaml_twin() {
+    use zrpc_core::conf::{Format, from_str};
+    let yaml = "Name: greet.rpc\nListenOn: 0.0.0.0:8080\nTimeout: 3000\nCpuThreshold: 0\n\
+                Log:\n  Level: error\n  Encoding: plain\nMiddlewares:\n  Stat: false\n\
+                MethodTimeouts:\n  - FullMethod: /greet.Greet/Ping\n    Timeout: 1s\n";
+    let json5 = "// goctl's keys, in JSON5\n{\n  Name: 'greet.rpc',\n  ListenOn: \"0.0.0.0:8080\",\n  \
+                 Timeout: 3000, CpuThreshold: 0,\n  Log: { Level: 'error', Encoding: 'plain', },\n  \
+                 /* the stat log off */ Middlewares: { Stat: false },\n  \
+                 MethodTimeouts: [{ FullMethod: '/greet.Greet/Ping', Timeout: '1s' },],\n}\n";
+    let from_yaml: RpcServerConf = from_str(yaml, Format::Yaml, "greet").unwrap();
+    let loaded = from_str::<RpcServerConf>(json5, Format::Json5, "greet");
+    if cfg!(feature = "json5") {
+        let from_json5 = loaded.unwrap();
+        assert_eq!(from_json5, from_yaml);
+        assert_eq!(from_json5.timeout, 3000);
+        assert!(!from_json5.middlewares.stat);
+    } else {
+        let e = loaded.unwrap_err().to_string();
+        assert!(e.contains("json5"), "{e}");
+    }
+}
