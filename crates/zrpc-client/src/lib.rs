@@ -14,6 +14,7 @@ mod client;
 mod compression;
 pub mod conf;
 mod error;
+mod failure;
 mod layers;
 pub mod metrics;
 pub mod resolver;

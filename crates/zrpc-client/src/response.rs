@@ -22,9 +22,8 @@ use tower::BoxError;
 use zrpc_core::grpc::{code, status_from_headers};
 
 use crate::balancer::endpoint::{Answer, Done};
-use crate::balancer::failure::{BodyFailure, body_failure};
+use crate::failure::{BodyFailure, body_failure, deadline_exceeded, is_past};
 use crate::layers::observe::{Detail, Outcome};
-use crate::layers::timeout::{deadline_exceeded, is_past};
 use crate::layers::{Response, code_of_error};
 
 /// The end of a call: its answer wired to the endpoint and the recorders ([`finish`]), or its

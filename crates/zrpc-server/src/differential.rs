@@ -52,13 +52,14 @@ use tower_service::Service;
 use zrpc_core::breaker::BreakerRegistry;
 use zrpc_core::grpc::{code, status_from_headers};
 
+use crate::auth::StaticTokens;
+use crate::auth::TokenStore;
 use crate::call::FactsLayer;
-use crate::layers::auth::StaticTokens;
 use crate::layers::governor::{GovernorLayer, Stages};
 use crate::layers::test_util::{TestBody, capture_logs, response_with_code};
 use crate::layers::{
     AuthStage, BreakerStage, MetricsStage, RecoverStage, SheddingStage, StatSettings, StatStage,
-    TimeoutStage, TokenStore, TraceStage,
+    TimeoutStage, TraceStage,
 };
 use crate::layers::{
     LimitSettings, LimitStage, SheddingSettings, StreamingMethods, TimeoutSettings,
@@ -901,11 +902,11 @@ async fn the_governor_limits_concurrency_like_the_nested_layers() {
 struct Later(StaticTokens);
 
 impl TokenStore for Later {
-    fn lookup(&self, app: &str) -> crate::layers::Lookup {
-        let crate::layers::Lookup::Ready(found) = self.0.lookup(app) else {
+    fn lookup(&self, app: &str) -> crate::auth::Lookup {
+        let crate::auth::Lookup::Ready(found) = self.0.lookup(app) else {
             unreachable!("static tokens answer at once")
         };
-        crate::layers::Lookup::Pending(Box::pin(async move {
+        crate::auth::Lookup::Pending(Box::pin(async move {
             tokio::task::yield_now().await;
             found
         }))

@@ -43,12 +43,12 @@ mod differential;
 
 #[cfg(feature = "redis-auth")]
 pub use auth::RedisTokens;
+pub use auth::{Lookup, StaticTokens, TokenFuture, TokenStore};
 pub use authority::original_authority;
 pub use call::Trailers;
 pub use conf::RpcServerConf;
 pub use error::Error;
 pub use handle::{Phase, ServerHandle};
-pub use layers::{Lookup, StaticTokens, TokenFuture, TokenStore};
 pub use preflight::preflight;
 /// For the facade (`zrpc::client`): not public API.
 #[doc(hidden)]

@@ -21,13 +21,14 @@ use tower_service::Service;
 use zrpc_core::breaker::BreakerRegistry;
 use zrpc_core::conf::{ConfError, Validate};
 
+use crate::auth::TokenStore;
 use crate::conf::RpcServerConf;
 use crate::error::Error;
 use crate::handle::{HandleParts, Phase, ServerHandle};
 use crate::layers::{
     AuthStage, BreakerStage, DrainLayer, DrainSignal, GovernorLayer, LimitStage, MetricsStage,
     RecoverStage, SheddingStage, Stages, StatSettings, StatStage, StreamingMethods,
-    TimeoutSettings, TimeoutStage, TokenStore, TraceStage,
+    TimeoutSettings, TimeoutStage, TraceStage,
 };
 use crate::shutdown;
 

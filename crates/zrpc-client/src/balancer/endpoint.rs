@@ -15,12 +15,12 @@ use tonic::transport::Channel;
 use tower::BoxError;
 use zrpc_core::grpc::{OnStatus, StatusGuard, code};
 
-use super::failure::{
+use super::stats::{Clock, EjectionLimit, EndpointStats};
+use super::wire::{Connector, Mark, Wire};
+use crate::failure::{
     BodyFailure, body_failure, is_connection_loss, is_h2_failure, is_timeout, never_reached_server,
     remote_reset, reset_code,
 };
-use super::stats::{Clock, EjectionLimit, EndpointStats};
-use super::wire::{Connector, Mark, Wire};
 
 /// Connection settings of endpoint channels.
 #[derive(Debug, Clone, Default)]
@@ -248,14 +248,14 @@ impl Endpoint {
         let past_deadline = done
             .as_ref()
             .and_then(|d| d.deadline)
-            .is_some_and(crate::layers::timeout::is_past);
+            .is_some_and(crate::failure::is_past);
         let reset = remote_reset(&*err);
         if is_timeout(&*err) || (past_deadline && reset.is_some()) {
             if let Some(done) = done {
                 done.finish(code::DEADLINE_EXCEEDED, now);
             }
             return AttemptError {
-                status: crate::layers::timeout::deadline_exceeded(timeout),
+                status: crate::failure::deadline_exceeded(timeout),
                 retryable: false,
             };
         }
@@ -301,7 +301,7 @@ impl Endpoint {
         if past_deadline {
             // the call is over: its caller learns that, the endpoint what happened
             return AttemptError {
-                status: crate::layers::timeout::deadline_exceeded(timeout),
+                status: crate::failure::deadline_exceeded(timeout),
                 retryable: false,
             };
         }

@@ -8,7 +8,6 @@
 
 pub(crate) mod consistent_hash;
 pub(crate) mod endpoint;
-pub(crate) mod failure;
 pub(crate) mod p2c;
 pub(crate) mod rng;
 pub(crate) mod round_robin;

@@ -338,7 +338,7 @@ fn no_endpoint_status(message: String) -> tonic::Status {
 
 /// True when `err` is (or wraps) the balancer's "no endpoint available" status.
 pub(crate) fn is_no_endpoint(err: &(dyn std::error::Error + 'static)) -> bool {
-    super::failure::find::<NoEndpoint>(err).is_some()
+    crate::failure::find::<NoEndpoint>(err).is_some()
 }
 
 /// An endpoint picked for one attempt, counted in flight from the pick's instant.

@@ -26,5 +26,5 @@ pub(crate) type Response = http::Response<tonic::body::Body>;
 /// its source chain, else what tonic would map it to).
 #[must_use]
 pub(crate) fn code_of_error(err: &(dyn std::error::Error + 'static)) -> i32 {
-    crate::balancer::failure::find::<tonic::Status>(err).map_or(code::UNKNOWN, |s| s.code() as i32)
+    crate::failure::find::<tonic::Status>(err).map_or(code::UNKNOWN, |s| s.code() as i32)
 }

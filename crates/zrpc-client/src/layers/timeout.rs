@@ -109,11 +109,6 @@ pub(crate) fn caller_deadline(
     (deadline, timeout)
 }
 
-/// True once `deadline` has passed, on tokio's clock (as the deadline was read).
-pub(crate) fn is_past(deadline: Instant) -> bool {
-    tokio::time::Instant::now().into_std() >= deadline
-}
-
 /// The effective timeout: the override (zero = none) or the default, and the header if shorter.
 fn effective(
     default: Option<Duration>,
@@ -128,15 +123,6 @@ fn effective(
     match (own, header) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
-    }
-}
-
-/// The one client timeout status: `DeadlineExceeded "deadline exceeded after 1s"`, whether the
-/// balancer's timer or the connection's own `grpc-timeout` timer fired first.
-pub(crate) fn deadline_exceeded(timeout: Option<Duration>) -> tonic::Status {
-    match timeout {
-        Some(t) => tonic::Status::deadline_exceeded(format!("deadline exceeded after {t:?}")),
-        None => tonic::Status::deadline_exceeded("deadline exceeded"),
     }
 }
 

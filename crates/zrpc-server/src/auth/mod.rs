@@ -1,8 +1,8 @@
-//! The token stores behind `Auth: true`, chosen from the config.
+//! The token stores behind `Auth: true` ([`TokenStore`]), chosen from the config.
 //!
 //! - `Redis.Host` set: go-zero's Redis hash ([`RedisTokens`]), so go-zero and zrpc servers of
 //!   one fleet share apps and tokens. `AuthTokens`, if also set, is not used (a warning says so).
-//! - otherwise: the `AuthTokens` map ([`StaticTokens`](crate::layers::StaticTokens)).
+//! - otherwise: the `AuthTokens` map ([`StaticTokens`]).
 //!
 //! [`Server::token_store`](crate::Server::token_store) replaces either.
 
@@ -10,6 +10,7 @@
 mod cache;
 #[cfg(feature = "redis-auth")]
 mod redis_store;
+mod store;
 
 use std::sync::Arc;
 
@@ -17,10 +18,10 @@ use std::sync::Arc;
 pub use redis_store::RedisTokens;
 #[cfg(feature = "redis-auth")]
 pub(crate) use redis_store::connection_info;
+pub use store::{Lookup, StaticTokens, TokenFuture, TokenStore};
 
 use crate::Error;
 use crate::conf::RpcServerConf;
-use crate::layers::{StaticTokens, TokenStore};
 
 /// The token store `conf` asks for; `None` when `Auth` is off.
 ///

@@ -21,9 +21,9 @@ use redis::{AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, IntoC
 use zrpc_core::conf::ConfError;
 
 use super::cache::{Fetched, TokenCache};
+use super::store::{Lookup, TokenStore};
 use crate::Error;
 use crate::conf::RedisKeyConf;
-use crate::layers::{Lookup, TokenStore};
 
 /// go-zero's token cache expiry (`internal/auth/auth.go`: `defaultExpiration = 5 * time.Minute`).
 const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(5 * 60);

@@ -11,10 +11,6 @@
 //!
 //! Health and reflection calls are exempt (probes carry no credentials).
 
-use std::collections::HashMap;
-use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use http::Request;
@@ -23,64 +19,7 @@ use zrpc_core::grpc::code;
 
 use super::util::{APP, DropLog, TOKEN, find, is_infra};
 use crate::Error;
-
-/// A boxed token lookup, for stores that must do I/O.
-pub type TokenFuture = Pin<Box<dyn Future<Output = Result<Option<Arc<str>>, Error>> + Send>>;
-
-/// The answer of [`TokenStore::lookup`]: at once (no allocation) or later.
-#[allow(missing_debug_implementations)]
-pub enum Lookup {
-    /// The answer is known now: the expected token, `None` for an unknown app, or an error.
-    Ready(Result<Option<Arc<str>>, Error>),
-    /// The answer needs I/O (e.g. Redis).
-    Pending(TokenFuture),
-}
-
-/// Where the expected token of an app comes from (go-zero uses a Redis hash).
-///
-/// Implement it for custom stores and hand it to
-/// [`Server::token_store`](crate::Server::token_store); [`StaticTokens`] is the built-in map
-/// from `AuthTokens`.
-pub trait TokenStore: Send + Sync + fmt::Debug + 'static {
-    /// The expected token of `app`.
-    fn lookup(&self, app: &str) -> Lookup;
-}
-
-/// A fixed app -> token map (config `AuthTokens`).
-#[derive(Clone, Default)]
-pub struct StaticTokens(HashMap<String, Arc<str>>);
-
-impl StaticTokens {
-    /// A store from `(app, token)` pairs.
-    pub fn new<I, A, T>(pairs: I) -> Self
-    where
-        I: IntoIterator<Item = (A, T)>,
-        A: Into<String>,
-        T: AsRef<str>,
-    {
-        Self(
-            pairs
-                .into_iter()
-                .map(|(a, t)| (a.into(), Arc::from(t.as_ref())))
-                .collect(),
-        )
-    }
-}
-
-impl fmt::Debug for StaticTokens {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Never print the tokens.
-        f.debug_struct("StaticTokens")
-            .field("apps", &self.0.keys().collect::<Vec<_>>())
-            .finish()
-    }
-}
-
-impl TokenStore for StaticTokens {
-    fn lookup(&self, app: &str) -> Lookup {
-        Lookup::Ready(Ok(self.0.get(app).cloned()))
-    }
-}
+pub(crate) use crate::auth::{Lookup, TokenFuture, TokenStore};
 
 /// The auth stage's settings: the token store (`None`: auth off) and the policy.
 #[derive(Debug, Clone)]
@@ -359,6 +298,8 @@ mod nested {
 #[cfg(test)]
 mod tests {
     use std::convert::Infallible;
+
+    use crate::auth::StaticTokens;
 
     use http::Response;
     use tower::{Layer, Service, ServiceExt};

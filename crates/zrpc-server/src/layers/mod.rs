@@ -45,8 +45,6 @@ pub(crate) mod util;
 #[cfg(test)]
 pub(crate) mod test_util;
 
-pub use auth::{Lookup, StaticTokens, TokenFuture, TokenStore};
-
 pub(crate) use auth::AuthStage;
 pub(crate) use breaker::BreakerStage;
 pub(crate) use drain::{DrainLayer, DrainSignal};

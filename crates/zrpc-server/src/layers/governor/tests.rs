@@ -8,10 +8,10 @@ use zrpc_core::grpc::status_message_from_headers;
 use zrpc_core::shedder::{AdaptiveShedder, ShedderConfig};
 
 use super::*;
+use crate::auth::StaticTokens;
 use crate::call::{FactsLayer, facts_of};
 use crate::layers::StreamingMethods;
 use crate::layers::TimeoutSettings;
-use crate::layers::auth::StaticTokens;
 use crate::layers::breaker::BREAKER_OPEN_MESSAGE;
 use crate::layers::shedding::{OVERLOADED_MESSAGE, SheddingSettings};
 use crate::layers::test_util::{TestBody, final_code, response_with_code};
@@ -245,10 +245,10 @@ struct LaterStore {
 }
 
 impl TokenStore for LaterStore {
-    fn lookup(&self, app: &str) -> crate::layers::Lookup {
+    fn lookup(&self, app: &str) -> crate::auth::Lookup {
         assert!(!self.panics, "token store exploded");
         let found: Option<Arc<str>> = (app == "app").then(|| Arc::from("secret"));
-        crate::layers::Lookup::Pending(Box::pin(async move {
+        crate::auth::Lookup::Pending(Box::pin(async move {
             tokio::task::yield_now().await;
             Ok(found)
         }))

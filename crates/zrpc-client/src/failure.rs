@@ -8,10 +8,29 @@
 //! deadline is `DeadlineExceeded` (the server ended the call at that deadline, as grpc-go's
 //! server does); a lost connection (an I/O error, the peer's close, a GOAWAY) is
 //! `Unavailable`, before or after the response headers.
+//!
+//! The balancer (its endpoints' answers and its no-endpoint status), the client's stages (the
+//! code of a failed call) and the response path read failures through this one module, which
+//! imports none of them.
 
 use std::error::Error as StdError;
+use std::time::{Duration, Instant};
 
 use zrpc_core::grpc::code;
+
+/// True once `deadline` has passed, on tokio's clock (as the deadline was read).
+pub(crate) fn is_past(deadline: Instant) -> bool {
+    tokio::time::Instant::now().into_std() >= deadline
+}
+
+/// The one client timeout status: `DeadlineExceeded "deadline exceeded after 1s"`, whether the
+/// balancer's timer or the connection's own `grpc-timeout` timer fired first.
+pub(crate) fn deadline_exceeded(timeout: Option<Duration>) -> tonic::Status {
+    match timeout {
+        Some(t) => tonic::Status::deadline_exceeded(format!("deadline exceeded after {t:?}")),
+        None => tonic::Status::deadline_exceeded("deadline exceeded"),
+    }
+}
 
 /// The first error of type `T` in `err`'s source chain (`err` itself included).
 pub(crate) fn find<'a, T: StdError + 'static>(err: &'a (dyn StdError + 'static)) -> Option<&'a T> {
