@@ -83,7 +83,8 @@ class Api:
                     return
                 tdoc, target = self.resolve(doc, body["id"])
                 if target is None:
-                    out.append((here, "external re-export"))
+                    # a crate outside the workspace, or an item hidden from the docs
+                    out.append((f"{path}::{body.get('name') or name}", "external re-export"))
                     return
                 if body.get("is_glob"):
                     for i in next(iter(target["inner"].values())).get("items", []):

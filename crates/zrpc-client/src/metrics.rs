@@ -36,10 +36,7 @@ use prometheus::{GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Reg
 
 use crate::balancer::service::Shared;
 
-/// go-zero's duration buckets, in milliseconds.
-pub const DURATION_BUCKETS_MS: [f64; 12] = [
-    1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2000.0, 5000.0,
-];
+pub use zrpc_core::metrics::DURATION_BUCKETS_MS;
 
 /// The registry holding the client metrics: `prometheus::default_registry()`.
 #[must_use]

@@ -16,7 +16,7 @@
 //! Users reach all of it through the `zrpc` facade and never need to name this crate. The
 //! plumbing `zrpc-server` and `zrpc-client` share (gRPC status and `grpc-timeout` helpers, the
 //! codec of compressed messages, the trace context, the etcd client's set-up, the retry budget,
-//! the EWMA and the rolling window) is public only for them, hidden from the docs and outside
+//! the EWMA, the rolling window and go-zero's duration buckets) is public only for them, hidden from the docs and outside
 //! the API that semver covers: it may change in any release.
 
 pub mod breaker;
@@ -30,6 +30,8 @@ pub mod ewma;
 #[doc(hidden)]
 pub mod grpc;
 pub mod limit;
+#[doc(hidden)]
+pub mod metrics;
 #[doc(hidden)]
 pub mod retry;
 pub mod shedder;

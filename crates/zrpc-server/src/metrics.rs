@@ -29,10 +29,7 @@ use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 #[cfg(target_os = "linux")]
 mod process;
 
-/// go-zero's duration buckets, in milliseconds.
-pub const DURATION_BUCKETS_MS: [f64; 12] = [
-    1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2000.0, 5000.0,
-];
+pub use zrpc_core::metrics::DURATION_BUCKETS_MS;
 
 /// The process-wide zrpc registry (with the process metrics on Linux).
 pub fn registry() -> &'static Registry {
