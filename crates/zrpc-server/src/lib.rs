@@ -37,7 +37,8 @@ pub mod telemetry;
 mod tls;
 mod transport;
 
-// The governor against its stages nested as tower layers, fed as the serve loop feeds it.
+// The governor with every stage against its stages nested one governor each, fed as the serve
+// loop feeds it.
 #[cfg(test)]
 mod differential;
 

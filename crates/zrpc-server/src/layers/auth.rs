@@ -135,169 +135,9 @@ pub(crate) fn decide(
 }
 
 #[cfg(test)]
-mod nested {
-    //! The auth stage as a tower layer of its own, for the differential test and the unit
-    //! tests (the server runs it in the governor).
-
-    use std::fmt;
-    use std::future::Future;
-    use std::pin::Pin;
-    use std::sync::Arc;
-    use std::task::{Context, Poll, ready};
-
-    use http::{Request, Response};
-    use pin_project_lite::pin_project;
-    use tower_layer::Layer;
-    use tower_service::Service;
-    use zrpc_core::grpc::status_response;
-
-    use super::{AuthStage, Check, Policy, TokenFuture, TokenStore, check, decide};
-
-    impl<S> Layer<S> for AuthStage {
-        type Service = Auth<S>;
-        fn layer(&self, inner: S) -> Auth<S> {
-            Auth {
-                inner,
-                store: self.store.clone(),
-                policy: Arc::clone(&self.policy),
-            }
-        }
-    }
-
-    /// Checks app/token metadata.
-    #[derive(Debug, Clone)]
-    pub(crate) struct Auth<S> {
-        inner: S,
-        store: Option<Arc<dyn TokenStore>>,
-        policy: Arc<Policy>,
-    }
-
-    impl<S, ReqB, B> Service<Request<ReqB>> for Auth<S>
-    where
-        S: Service<Request<ReqB>, Response = Response<B>> + Clone,
-        B: Default,
-    {
-        type Response = Response<B>;
-        type Error = S::Error;
-        type Future = ResponseFuture<S, Request<ReqB>, B>;
-
-        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-            self.inner.poll_ready(cx)
-        }
-
-        #[inline(always)]
-        fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-            match check(self.store.as_ref(), &self.policy, &req) {
-                Check::Pass => ResponseFuture::call(self.inner.call(req)),
-                Check::Reject(c, m) => ResponseFuture::reject(c, &m),
-                Check::Pending(lookup, token) => {
-                    let clone = self.inner.clone();
-                    let inner = std::mem::replace(&mut self.inner, clone);
-                    ResponseFuture {
-                        state: State::Lookup {
-                            lookup,
-                            pending: Some(Box::new((inner, req, token))),
-                            policy: Arc::clone(&self.policy),
-                        },
-                    }
-                }
-            }
-        }
-    }
-
-    pin_project! {
-        /// Response future of [`Auth`].
-        pub(crate) struct ResponseFuture<S: Service<R>, R, B> {
-            #[pin]
-            state: State<S, R, B>,
-        }
-    }
-
-    pin_project! {
-        #[project = StateProj]
-        // The lookup's service and request, and a rejection's response, are boxed: inline they
-        // would make every call's future (auth on or off) several hundred bytes larger, and each
-        // outer layer moves that future; both are off the common path.
-        enum State<S: Service<R>, R, B> {
-            Lookup { lookup: TokenFuture, pending: Option<Box<(S, R, Vec<u8>)>>, policy: Arc<Policy> },
-            Call { #[pin] fut: S::Future },
-            Rejected { resp: Option<Box<Response<B>>> },
-        }
-    }
-
-    impl<S: Service<R>, R, B> fmt::Debug for ResponseFuture<S, R, B> {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.debug_struct("auth::ResponseFuture")
-                .finish_non_exhaustive()
-        }
-    }
-
-    impl<S: Service<R>, R, B> ResponseFuture<S, R, B> {
-        fn call(fut: S::Future) -> Self {
-            Self {
-                state: State::Call { fut },
-            }
-        }
-
-        fn reject(c: i32, msg: &str) -> Self
-        where
-            B: Default,
-        {
-            Self {
-                state: State::Rejected {
-                    resp: Some(Box::new(status_response(c, msg))),
-                },
-            }
-        }
-    }
-
-    impl<S, R, B> Future for ResponseFuture<S, R, B>
-    where
-        S: Service<R, Response = Response<B>>,
-        B: Default,
-    {
-        type Output = Result<Response<B>, S::Error>;
-
-        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-            loop {
-                let mut this = self.as_mut().project();
-                match this.state.as_mut().project() {
-                    StateProj::Call { fut } => return fut.poll(cx),
-                    StateProj::Rejected { resp } => {
-                        return match resp.take() {
-                            Some(r) => Poll::Ready(Ok(*r)),
-                            None => Poll::Pending,
-                        };
-                    }
-                    StateProj::Lookup {
-                        lookup,
-                        pending,
-                        policy,
-                    } => {
-                        let found = ready!(lookup.as_mut().poll(cx));
-                        let Some(taken) = pending.take() else {
-                            return Poll::Pending;
-                        };
-                        let (mut inner, req, token) = *taken;
-                        let next = match decide(found, &token, policy) {
-                            Check::Reject(c, m) => State::Rejected {
-                                resp: Some(Box::new(status_response(c, &m))),
-                            },
-                            _ => State::Call {
-                                fut: inner.call(req),
-                            },
-                        };
-                        this.state.set(next);
-                    }
-                }
-            }
-        }
-    }
-}
-
-#[cfg(test)]
 mod tests {
     use std::convert::Infallible;
+    use tonic::body::Body;
 
     use crate::auth::StaticTokens;
 
@@ -306,6 +146,7 @@ mod tests {
     use zrpc_core::grpc::status_message_from_headers;
 
     use super::*;
+    use crate::layers::governor::GovernedBody;
     use crate::layers::test_util::{TestBody, final_code, ok_response};
 
     #[derive(Debug)]
@@ -324,14 +165,15 @@ mod tests {
     fn svc(
         store: Arc<dyn TokenStore>,
         strict: bool,
-    ) -> impl Service<Request<()>, Response = Response<TestBody>, Error = Infallible> + Clone {
-        AuthStage::new(Some(store), strict).layer(tower::service_fn(|_req: Request<()>| async {
+    ) -> impl Service<Request<Body>, Response = Response<GovernedBody<TestBody>>, Error = Infallible>
+    + Clone {
+        AuthStage::new(Some(store), strict).layer(tower::service_fn(|_req: Request<Body>| async {
             Ok::<_, Infallible>(ok_response())
         }))
     }
 
     async fn call(
-        s: impl Service<Request<()>, Response = Response<TestBody>, Error = Infallible>,
+        s: impl Service<Request<Body>, Response = Response<GovernedBody<TestBody>>, Error = Infallible>,
         path: &str,
         app: Option<&str>,
         token: Option<&str>,
@@ -343,7 +185,7 @@ mod tests {
         if let Some(t) = token {
             b = b.header("token", t);
         }
-        let resp = s.oneshot(b.body(()).unwrap()).await.unwrap();
+        let resp = s.oneshot(b.body(Body::empty()).unwrap()).await.unwrap();
         let msg = status_message_from_headers(resp.headers());
         (final_code(resp).await, msg)
     }

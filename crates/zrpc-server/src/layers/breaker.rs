@@ -151,75 +151,9 @@ fn dropped(path: &str) {
 }
 
 #[cfg(test)]
-mod nested {
-    //! The breaker stage as a tower layer of its own, for the differential test and the unit
-    //! tests (the server runs it in the governor).
-
-    use std::sync::Arc;
-    use std::task::{Context, Poll};
-    use std::time::Instant;
-
-    use http::{Request, Response};
-    use tower_layer::Layer;
-    use tower_service::Service;
-    use zrpc_core::breaker::BreakerRegistry;
-
-    use super::{BreakerRecord, BreakerStage, rejection};
-    use crate::call::facts_of;
-    use crate::layers::observe::{ObserveFuture, ObserveOrReject, ObservedBody};
-    use crate::layers::util::is_infra;
-
-    impl<S> Layer<S> for BreakerStage {
-        type Service = Breaker<S>;
-        fn layer(&self, inner: S) -> Breaker<S> {
-            Breaker {
-                inner,
-                registry: self.registry.clone(),
-            }
-        }
-    }
-
-    /// Guards each method with its breaker.
-    #[derive(Debug, Clone)]
-    pub(crate) struct Breaker<S> {
-        inner: S,
-        registry: Option<Arc<BreakerRegistry>>,
-    }
-
-    impl<S, ReqB, B> Service<Request<ReqB>> for Breaker<S>
-    where
-        S: Service<Request<ReqB>, Response = Response<B>>,
-        B: Default,
-    {
-        type Response = Response<ObservedBody<B, BreakerRecord>>;
-        type Error = S::Error;
-        type Future = ResponseFuture<S::Future, B>;
-
-        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-            self.inner.poll_ready(cx)
-        }
-
-        fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-            let path = req.uri().path();
-            let Some(registry) = self.registry.as_ref().filter(|_| !is_infra(path)) else {
-                return ResponseFuture::observe(ObserveFuture::passthrough(self.inner.call(req)));
-            };
-            match BreakerRecord::admit(registry, path, || facts_of(&req), Instant::now()) {
-                Some(record) => {
-                    ResponseFuture::observe(ObserveFuture::new(self.inner.call(req), record))
-                }
-                None => ResponseFuture::rejected(rejection()),
-            }
-        }
-    }
-
-    /// Response future of the layer's service: the observed call, or the local rejection.
-    pub(crate) type ResponseFuture<F, B> = ObserveOrReject<F, B, BreakerRecord>;
-}
-
-#[cfg(test)]
 mod tests {
     use std::convert::Infallible;
+    use tonic::body::Body;
 
     use http::Request;
     use tower::{Layer, ServiceExt};
@@ -234,11 +168,14 @@ mod tests {
     async fn opens_after_repeated_failures() {
         let registry = Arc::new(BreakerRegistry::new(BreakerConfig::default()));
         let svc = BreakerStage::with_registry(true, registry).layer(tower::service_fn(
-            |_req: Request<()>| async { Ok::<_, Infallible>(response_with_code(code::INTERNAL)) },
+            |_req: Request<Body>| async { Ok::<_, Infallible>(response_with_code(code::INTERNAL)) },
         ));
         let mut rejected = 0;
         for _ in 0..200 {
-            let req = Request::builder().uri("/b.T/Fails").body(()).unwrap();
+            let req = Request::builder()
+                .uri("/b.T/Fails")
+                .body(Body::empty())
+                .unwrap();
             let resp = svc.clone().oneshot(req).await.unwrap();
             if status_message_from_headers(resp.headers()).as_deref() == Some(BREAKER_OPEN_MESSAGE)
             {
@@ -250,7 +187,10 @@ mod tests {
         }
         assert!(rejected > 100, "only {rejected} of 200 rejected");
         // Other methods have their own breaker.
-        let req = Request::builder().uri("/b.T/Other").body(()).unwrap();
+        let req = Request::builder()
+            .uri("/b.T/Other")
+            .body(Body::empty())
+            .unwrap();
         let resp = svc.oneshot(req).await.unwrap();
         assert_eq!(final_code(resp).await, Some(code::INTERNAL));
         // Each rejection counts once in the drop-reason metric, under its method.
@@ -277,11 +217,14 @@ mod tests {
     /// rejected.
     async fn rejections(code: i32, facts: impl Fn() -> CallFacts) -> usize {
         let svc = BreakerStage::with_registry(true, own_registry()).layer(tower::service_fn(
-            move |_req: Request<()>| async move { Ok::<_, Infallible>(response_with_code(code)) },
+            move |_req: Request<Body>| async move { Ok::<_, Infallible>(response_with_code(code)) },
         ));
         let mut rejected = 0;
         for _ in 0..200 {
-            let mut req = Request::builder().uri("/b.T/M").body(()).unwrap();
+            let mut req = Request::builder()
+                .uri("/b.T/M")
+                .body(Body::empty())
+                .unwrap();
             req.extensions_mut().insert(facts());
             let resp = svc.clone().oneshot(req).await.unwrap();
             if status_message_from_headers(resp.headers()).as_deref() == Some(BREAKER_OPEN_MESSAGE)
@@ -332,7 +275,7 @@ mod tests {
     async fn unknown_methods_get_no_breaker() {
         let registry = own_registry();
         let svc = BreakerStage::with_registry(true, registry.clone()).layer(tower::service_fn(
-            |req: Request<()>| async move {
+            |req: Request<Body>| async move {
                 let c = if req.uri().path() == "/b.T/Real" {
                     code::OK
                 } else {
@@ -344,13 +287,16 @@ mod tests {
         for i in 0..1000 {
             let req = Request::builder()
                 .uri(format!("/b.T/Random{i}"))
-                .body(())
+                .body(Body::empty())
                 .unwrap();
             let resp = svc.clone().oneshot(req).await.unwrap();
             assert_eq!(final_code(resp).await, Some(code::UNIMPLEMENTED));
         }
         assert_eq!(registry.len(), 0, "{:?}", registry.names());
-        let req = Request::builder().uri("/b.T/Real").body(()).unwrap();
+        let req = Request::builder()
+            .uri("/b.T/Real")
+            .body(Body::empty())
+            .unwrap();
         let resp = svc.clone().oneshot(req).await.unwrap();
         assert_eq!(final_code(resp).await, Some(code::OK));
         assert_eq!(registry.names(), vec!["/b.T/Real".to_owned()]);
@@ -360,12 +306,15 @@ mod tests {
     async fn acceptable_codes_keep_it_closed() {
         let registry = Arc::new(BreakerRegistry::new(BreakerConfig::default()));
         let svc = BreakerStage::with_registry(true, registry).layer(tower::service_fn(
-            |_req: Request<()>| async {
+            |_req: Request<Body>| async {
                 Ok::<_, Infallible>(response_with_code(code::INVALID_ARGUMENT))
             },
         ));
         for _ in 0..200 {
-            let req = Request::builder().uri("/b.T/BadArgs").body(()).unwrap();
+            let req = Request::builder()
+                .uri("/b.T/BadArgs")
+                .body(Body::empty())
+                .unwrap();
             let resp = svc.clone().oneshot(req).await.unwrap();
             assert_eq!(final_code(resp).await, Some(code::INVALID_ARGUMENT));
         }

@@ -33,8 +33,8 @@
 //!   every record is armed before the handler runs and sees the `Internal` the caller gets.
 //! - One clock read (tokio's) serves every stage; the breaker and shedding layers read std's.
 //!
-//! `differential.rs` drives the same calls through this and through the nested layers and
-//! asserts both the sameness and these differences.
+//! The tests drive this service: each stage's unit tests with only that stage on (the
+//! test-only `Layer` of every `*Stage` below), and `governor/tests.rs` with the stages together.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -809,6 +809,66 @@ where
         }
     }
 }
+
+/// The metrics stage's state this governor records into, for its tests.
+#[cfg(test)]
+impl<S> Governor<S> {
+    pub(crate) fn metrics_state(&self) -> Option<&Arc<metrics::State>> {
+        self.shared.metrics.as_ref()
+    }
+}
+
+/// Every stage off, for the tests to turn one on (the caller's deadline still holds).
+#[cfg(test)]
+impl Stages {
+    pub(crate) fn off() -> Self {
+        Stages {
+            trace: TraceStage::new(false),
+            recover: RecoverStage::new(false),
+            stat: StatStage::new(StatSettings {
+                enabled: false,
+                ..StatSettings::default()
+            }),
+            metrics: MetricsStage::new(false),
+            auth: AuthStage::new(None, false),
+            breaker: BreakerStage::new(false),
+            limit: LimitStage::new(None, std::time::Instant::now()),
+            shedding: SheddingStage::new(None),
+            timeout: TimeoutStage::new(super::TimeoutSettings::default()),
+        }
+    }
+}
+
+/// A stage as a tower layer, for its unit tests: the governor with only that stage on, so the
+/// tests drive what the server runs.
+#[cfg(test)]
+macro_rules! one_stage_layer {
+    ($($stage:ident => $field:ident),* $(,)?) => {$(
+        impl<S> Layer<S> for $stage {
+            type Service = Governor<S>;
+            fn layer(&self, inner: S) -> Governor<S> {
+                GovernorLayer::new(&Stages {
+                    $field: self.clone(),
+                    ..Stages::off()
+                })
+                .layer(inner)
+            }
+        }
+    )*};
+}
+
+#[cfg(test)]
+one_stage_layer!(
+    TraceStage => trace,
+    RecoverStage => recover,
+    StatStage => stat,
+    MetricsStage => metrics,
+    AuthStage => auth,
+    BreakerStage => breaker,
+    LimitStage => limit,
+    SheddingStage => shedding,
+    TimeoutStage => timeout,
+);
 
 #[cfg(test)]
 mod tests;

@@ -183,71 +183,9 @@ impl MetricsRecord {
 }
 
 #[cfg(test)]
-mod nested {
-    //! The metrics stage as a tower layer of its own, for the differential test and the unit
-    //! tests (the server runs it in the governor).
-
-    use std::sync::Arc;
-    use std::task::{Context, Poll};
-
-    use http::{Request, Response};
-    use tokio::time::Instant;
-    use tower_layer::Layer;
-    use tower_service::Service;
-    use zrpc_core::grpc::OnStatus;
-
-    use super::{MetricsRecord, MetricsStage, State};
-    use crate::layers::observe::{ObserveFuture, ObservedBody};
-
-    impl<S> Layer<S> for MetricsStage {
-        type Service = Metrics<S>;
-        fn layer(&self, inner: S) -> Metrics<S> {
-            Metrics {
-                inner,
-                state: self.state(),
-            }
-        }
-    }
-
-    /// Records duration and code per method.
-    #[derive(Debug, Clone)]
-    pub(crate) struct Metrics<S> {
-        inner: S,
-        pub(super) state: Option<Arc<State>>,
-    }
-
-    impl OnStatus for MetricsRecord {
-        fn on_status(self, c: i32) {
-            let elapsed = self.start.elapsed();
-            self.report(elapsed, c);
-        }
-    }
-
-    impl<S, ReqB, B> Service<Request<ReqB>> for Metrics<S>
-    where
-        S: Service<Request<ReqB>, Response = Response<B>>,
-    {
-        type Response = Response<ObservedBody<B, MetricsRecord>>;
-        type Error = S::Error;
-        type Future = ObserveFuture<S::Future, MetricsRecord>;
-
-        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-            self.inner.poll_ready(cx)
-        }
-
-        fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-            let Some(state) = &self.state else {
-                return ObserveFuture::passthrough(self.inner.call(req));
-            };
-            let record = state.start(&req, Instant::now());
-            ObserveFuture::new(self.inner.call(req), record)
-        }
-    }
-}
-
-#[cfg(test)]
 mod tests {
     use std::convert::Infallible;
+    use tonic::body::Body;
 
     use tower::{Layer, ServiceExt};
 
@@ -256,21 +194,22 @@ mod tests {
 
     #[tokio::test]
     async fn counts_codes_per_method() {
-        let svc = MetricsStage::new(true).layer(tower::service_fn(|req: Request<()>| async move {
-            let c = if req.uri().path().ends_with("Fail") {
-                14
-            } else {
-                0
-            };
-            Ok::<_, Infallible>(response_with_code(c))
-        }));
+        let svc =
+            MetricsStage::new(true).layer(tower::service_fn(|req: Request<Body>| async move {
+                let c = if req.uri().path().ends_with("Fail") {
+                    14
+                } else {
+                    0
+                };
+                Ok::<_, Infallible>(response_with_code(c))
+            }));
         let m = server_metrics();
         let before = m
             .code_total
             .with_label_values(&["/metrics.T/Fail", "14"])
             .get();
         for path in ["/metrics.T/Fail", "/metrics.T/Fail", "/metrics.T/Ok"] {
-            let req = Request::builder().uri(path).body(()).unwrap();
+            let req = Request::builder().uri(path).body(Body::empty()).unwrap();
             final_code(svc.clone().oneshot(req).await.unwrap()).await;
         }
         assert_eq!(
@@ -291,12 +230,12 @@ mod tests {
     async fn streams_go_to_their_own_families() {
         let layer = MetricsStage::new(true)
             .streaming(StreamingMethods::new(["/metrics.S/Stream".to_owned()]));
-        let svc = layer.layer(tower::service_fn(|_req: Request<()>| async {
+        let svc = layer.layer(tower::service_fn(|_req: Request<Body>| async {
             Ok::<_, Infallible>(response_with_code(0))
         }));
         let req = Request::builder()
             .uri("/metrics.S/Stream")
-            .body(())
+            .body(Body::empty())
             .unwrap();
         final_code(svc.oneshot(req).await.unwrap()).await;
         let m = server_metrics();
@@ -317,7 +256,7 @@ mod tests {
     #[tokio::test]
     async fn keeps_handles_only_for_methods_that_exist_and_counts_alike() {
         let layer = MetricsStage::new(true);
-        let svc = layer.layer(tower::service_fn(|req: Request<()>| async move {
+        let svc = layer.layer(tower::service_fn(|req: Request<Body>| async move {
             let c = if req.uri().path().ends_with("Nope") {
                 code::UNIMPLEMENTED
             } else if req.uri().path().ends_with("Big") {
@@ -330,11 +269,11 @@ mod tests {
         let m = server_metrics();
         for _ in 0..3 {
             for path in ["/metrics.C/Ok", "/metrics.C/Nope", "/metrics.C/Big"] {
-                let req = Request::builder().uri(path).body(()).unwrap();
+                let req = Request::builder().uri(path).body(Body::empty()).unwrap();
                 final_code(svc.clone().oneshot(req).await.unwrap()).await;
             }
         }
-        let state = svc.state.as_ref().unwrap();
+        let state = svc.metrics_state().unwrap();
         let kept: Vec<String> = state
             .methods
             .read()
@@ -357,16 +296,17 @@ mod tests {
 
     #[tokio::test]
     async fn stops_keeping_handles_at_the_cap() {
-        let svc = MetricsStage::new(true).layer(tower::service_fn(|_req: Request<()>| async {
+        let layer = MetricsStage::new(true);
+        let svc = layer.layer(tower::service_fn(|_req: Request<Body>| async {
             Ok::<_, Infallible>(response_with_code(0))
         }));
         for i in 0..CACHED_METHODS + 5 {
             let path = format!("/metrics.Cap/M{i}");
-            let req = Request::builder().uri(&path).body(()).unwrap();
+            let req = Request::builder().uri(&path).body(Body::empty()).unwrap();
             final_code(svc.clone().oneshot(req).await.unwrap()).await;
         }
         assert_eq!(
-            svc.state.as_ref().unwrap().methods.read().len(),
+            svc.metrics_state().unwrap().methods.read().len(),
             CACHED_METHODS
         );
         let last = format!("/metrics.Cap/M{}", CACHED_METHODS + 4);
@@ -381,12 +321,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_dropped_call_counts_as_cancelled() {
-        let svc = MetricsStage::new(true).layer(tower::service_fn(|_req: Request<()>| async {
+        let svc = MetricsStage::new(true).layer(tower::service_fn(|_req: Request<Body>| async {
             Ok::<_, Infallible>(response_with_code(0))
         }));
         let req = Request::builder()
             .uri("/metrics.T/Dropped")
-            .body(())
+            .body(Body::empty())
             .unwrap();
         let resp = svc.oneshot(req).await.unwrap();
         drop(resp);

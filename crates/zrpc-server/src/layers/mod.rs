@@ -22,9 +22,9 @@
 //! flight since its stream was accepted, the caller's deadline) reaches the governor as
 //! `crate::call::Arrival`; nothing here imports from the transport.
 //!
-//! The stages as tower layers of their own (`impl Layer for *Stage`) exist only in tests: each
-//! module's unit tests drive its stage through them, and `crate::differential` nests them all
-//! and checks that the governor answers and records alike.
+//! The tests drive what production runs: each stage's unit tests go through the governor with
+//! only that stage on (`impl Layer for *Stage`, test-only, in [`governor`]), and the
+//! governor's own tests run the stages together.
 
 pub(crate) mod auth;
 pub(crate) mod breaker;
@@ -32,8 +32,6 @@ pub(crate) mod drain;
 pub(crate) mod governor;
 pub(crate) mod limit;
 pub(crate) mod metrics;
-#[cfg(test)]
-mod observe;
 pub(crate) mod outcome;
 pub(crate) mod recover;
 pub(crate) mod shedding;

@@ -160,242 +160,9 @@ pub(crate) fn mark_panicked(facts: Option<&CallFacts>) {
 }
 
 #[cfg(test)]
-mod nested {
-    //! The recover stage as a tower layer of its own, for the differential test and the unit
-    //! tests (the server runs it in the governor, whose body wrapper also guards the body).
-
-    use std::future::Future;
-    use std::pin::Pin;
-    use std::task::{Context, Poll};
-
-    use http::uri::PathAndQuery;
-    use http::{Request, Response};
-    use http_body::{Body, Frame, SizeHint};
-    use pin_project_lite::pin_project;
-    use tower_layer::Layer;
-    use tower_service::Service;
-
-    use super::{Caught, RecoverStage, guarded_if, mark_panicked, panic_response, panic_trailers};
-    use crate::call::{CallFacts, facts_of};
-    use crate::layers::util::method_of;
-
-    /// Runs `f`, catching a panic (its stack captured by the hook).
-    #[inline(always)]
-    fn guarded<R>(f: impl FnOnce() -> R) -> Result<R, Caught> {
-        guarded_if(Some(()), f).map_err(|((), caught)| caught)
-    }
-
-    impl<S> Layer<S> for RecoverStage {
-        type Service = Recover<S>;
-        fn layer(&self, inner: S) -> Recover<S> {
-            Recover {
-                inner,
-                enabled: self.enabled,
-            }
-        }
-    }
-
-    /// Turns handler panics into `Internal "panic: <msg>"` responses.
-    #[derive(Debug, Clone)]
-    pub(crate) struct Recover<S> {
-        inner: S,
-        enabled: bool,
-    }
-
-    impl<S, ReqB, B> Service<Request<ReqB>> for Recover<S>
-    where
-        S: Service<Request<ReqB>, Response = Response<B>>,
-        B: Body + Default,
-    {
-        type Response = Response<RecoverBody<B>>;
-        type Error = S::Error;
-        type Future = ResponseFuture<S::Future, B>;
-
-        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-            self.inner.poll_ready(cx)
-        }
-
-        #[inline(always)]
-        fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-            if !self.enabled {
-                return ResponseFuture {
-                    state: State::Unguarded {
-                        fut: self.inner.call(req),
-                    },
-                };
-            }
-            // The facts are marked on a panic before the handler is dropped, so the breaker
-            // counts it (it would otherwise see the drop as a cancellation).
-            let mut parts = Some((method_of(&req), facts_of(&req)));
-            let inner = &mut self.inner;
-            // The response future is built inside the guard, so the inner future (every inner
-            // layer's state) is written in place once instead of being moved through a `Result`
-            // and a `State`. `parts` is still there when `call` panics.
-            let built = guarded(|| {
-                let fut = inner.call(req);
-                let state = match parts.take() {
-                    Some((method, facts)) => State::Guarded { fut, method, facts },
-                    None => State::Unguarded { fut },
-                };
-                ResponseFuture { state }
-            });
-            match (built, parts) {
-                (Ok(fut), _) => fut,
-                (Err(caught), Some((method, facts))) => {
-                    mark_panicked(facts.as_ref());
-                    ResponseFuture {
-                        state: State::Panicked {
-                            resp: Some(Box::new(panic_response(&method, &caught))),
-                        },
-                    }
-                }
-                (Err(caught), None) => ResponseFuture {
-                    state: State::Panicked {
-                        resp: Some(Box::new(panic_response(
-                            &PathAndQuery::from_static("/"),
-                            &caught,
-                        ))),
-                    },
-                },
-            }
-        }
-    }
-
-    pin_project! {
-        /// Response future of [`Recover`].
-        #[derive(Debug)]
-        pub(crate) struct ResponseFuture<F, B> {
-            #[pin]
-            state: State<F, B>,
-        }
-    }
-
-    pin_project! {
-        #[project = StateProj]
-        #[derive(Debug)]
-        enum State<F, B> {
-            Unguarded { #[pin] fut: F },
-            Guarded { #[pin] fut: F, method: PathAndQuery, facts: Option<CallFacts> },
-            // Boxed (a panic is rare): inline, the response made every call's future larger.
-            Panicked { resp: Option<Box<Response<RecoverBody<B>>>> },
-        }
-    }
-
-    impl<F, B, E> Future for ResponseFuture<F, B>
-    where
-        F: Future<Output = Result<Response<B>, E>>,
-        B: Body + Default,
-    {
-        type Output = Result<Response<RecoverBody<B>>, E>;
-
-        #[inline(always)]
-        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-            match self.project().state.project() {
-                StateProj::Unguarded { fut } => fut
-                    .poll(cx)
-                    .map_ok(|r| r.map(|b| RecoverBody::new(b, None))),
-                StateProj::Guarded { fut, method, facts } => match guarded(|| fut.poll(cx)) {
-                    Ok(Poll::Pending) => Poll::Pending,
-                    Ok(Poll::Ready(r)) => {
-                        // Moved to the body (the future is done): no refcount for a clone.
-                        let method = std::mem::replace(method, PathAndQuery::from_static("/"));
-                        let facts = facts.take();
-                        Poll::Ready(r.map(|r| r.map(|b| RecoverBody::guarded(b, method, facts))))
-                    }
-                    Err(caught) => {
-                        mark_panicked(facts.as_ref());
-                        Poll::Ready(Ok(panic_response(method, &caught)))
-                    }
-                },
-                StateProj::Panicked { resp } => match resp.take() {
-                    Some(r) => Poll::Ready(Ok(*r)),
-                    None => Poll::Pending,
-                },
-            }
-        }
-    }
-
-    pin_project! {
-        /// A body whose `poll_frame` panics are turned into an `Internal` trailer.
-        #[derive(Debug)]
-        pub(crate) struct RecoverBody<B> {
-            #[pin]
-            inner: B,
-            // `Some` when guarded; the method is for the log line.
-            method: Option<PathAndQuery>,
-            facts: Option<CallFacts>,
-            done: bool,
-        }
-    }
-
-    impl<B> RecoverBody<B> {
-        pub(crate) fn new(inner: B, method: Option<PathAndQuery>) -> Self {
-            Self {
-                inner,
-                method,
-                facts: None,
-                done: false,
-            }
-        }
-
-        pub(crate) fn guarded(inner: B, method: PathAndQuery, facts: Option<CallFacts>) -> Self {
-            Self {
-                inner,
-                method: Some(method),
-                facts,
-                done: false,
-            }
-        }
-    }
-
-    impl<B: Default> Default for RecoverBody<B> {
-        fn default() -> Self {
-            Self::new(B::default(), None)
-        }
-    }
-
-    impl<B: Body> Body for RecoverBody<B> {
-        type Data = B::Data;
-        type Error = B::Error;
-
-        fn poll_frame(
-            self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
-        ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-            let this = self.project();
-            if *this.done {
-                return Poll::Ready(None);
-            }
-            let Some(method) = this.method.as_ref() else {
-                return this.inner.poll_frame(cx);
-            };
-            let inner = this.inner;
-            match guarded(|| inner.poll_frame(cx)) {
-                Ok(p) => p,
-                Err(caught) => {
-                    *this.done = true;
-                    Poll::Ready(Some(Ok(panic_trailers(
-                        method,
-                        this.facts.as_ref(),
-                        &caught,
-                    ))))
-                }
-            }
-        }
-
-        fn is_end_stream(&self) -> bool {
-            self.done || self.inner.is_end_stream()
-        }
-
-        fn size_hint(&self) -> SizeHint {
-            self.inner.size_hint()
-        }
-    }
-}
-
-#[cfg(test)]
 mod tests {
     use std::convert::Infallible;
+    use tonic::body::Body;
 
     use std::task::{Context, Poll};
 
@@ -407,17 +174,17 @@ mod tests {
     use super::*;
     use crate::layers::test_util::{TestBody, capture_logs, ok_response};
 
-    fn req() -> Request<()> {
+    fn req() -> Request<Body> {
         Request::builder()
             .uri("/greeter.Greeter/SayHello")
-            .body(())
+            .body(Body::empty())
             .unwrap()
     }
 
     #[tokio::test]
     async fn panic_in_future_becomes_internal() {
         let (_guard, logs) = capture_logs();
-        let svc = RecoverStage::new(true).layer(tower::service_fn(|_req: Request<()>| async {
+        let svc = RecoverStage::new(true).layer(tower::service_fn(|_req: Request<Body>| async {
             if true {
                 panic!("boom");
             }
@@ -439,14 +206,14 @@ mod tests {
     async fn panic_in_call_becomes_internal() {
         #[derive(Clone)]
         struct PanicsInCall;
-        impl Service<Request<()>> for PanicsInCall {
+        impl Service<Request<Body>> for PanicsInCall {
             type Response = Response<TestBody>;
             type Error = Infallible;
             type Future = std::future::Ready<Result<Response<TestBody>, Infallible>>;
             fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
                 Poll::Ready(Ok(()))
             }
-            fn call(&mut self, _: Request<()>) -> Self::Future {
+            fn call(&mut self, _: Request<Body>) -> Self::Future {
                 panic!("in call {}", 42)
             }
         }
@@ -463,7 +230,7 @@ mod tests {
 
     #[tokio::test]
     async fn panic_in_body_becomes_internal_trailer() {
-        let svc = RecoverStage::new(true).layer(tower::service_fn(|_req: Request<()>| async {
+        let svc = RecoverStage::new(true).layer(tower::service_fn(|_req: Request<Body>| async {
             Ok::<_, Infallible>(Response::new(TestBody::Panics))
         }));
         let resp = svc.oneshot(req()).await.unwrap();
@@ -482,7 +249,7 @@ mod tests {
 
     #[tokio::test]
     async fn passes_through_without_panic() {
-        let svc = RecoverStage::new(true).layer(tower::service_fn(|_req: Request<()>| async {
+        let svc = RecoverStage::new(true).layer(tower::service_fn(|_req: Request<Body>| async {
             Ok::<_, Infallible>(ok_response())
         }));
         let resp = svc.oneshot(req()).await.unwrap();

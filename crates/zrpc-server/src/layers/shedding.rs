@@ -149,80 +149,9 @@ pub(crate) fn rejection<B: Default>() -> Response<B> {
 }
 
 #[cfg(test)]
-mod nested {
-    //! The shedding stage as a tower layer of its own, for the differential test and the unit
-    //! tests (the server runs it in the governor).
-
-    use std::sync::Arc;
-    use std::task::{Context, Poll};
-    use std::time::Instant;
-
-    use http::{Request, Response};
-    use tower_layer::Layer;
-    use tower_service::Service;
-    use zrpc_core::grpc::OnStatus;
-
-    use super::{Shared, SheddingRecord, SheddingStage, rejection};
-    use crate::call::facts_of;
-    use crate::layers::observe::{ObserveFuture, ObserveOrReject, ObservedBody};
-
-    impl<S> Layer<S> for SheddingStage {
-        type Service = Shedding<S>;
-        fn layer(&self, inner: S) -> Shedding<S> {
-            Shedding {
-                inner,
-                shared: self.shared.clone(),
-            }
-        }
-    }
-
-    /// Sheds calls when the CPU is hot and the server is saturated.
-    #[derive(Debug, Clone)]
-    pub(crate) struct Shedding<S> {
-        inner: S,
-        shared: Option<Arc<Shared>>,
-    }
-
-    impl OnStatus for SheddingRecord {
-        fn on_status(self, c: i32) {
-            self.finish(c, Instant::now());
-        }
-    }
-
-    impl<S, ReqB, B> Service<Request<ReqB>> for Shedding<S>
-    where
-        S: Service<Request<ReqB>, Response = Response<B>>,
-        B: Default,
-    {
-        type Response = Response<ObservedBody<B, SheddingRecord>>;
-        type Error = S::Error;
-        type Future = ResponseFuture<S::Future, B>;
-
-        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-            self.inner.poll_ready(cx)
-        }
-
-        fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-            let path = req.uri().path();
-            let Some(shared) = self.shared.as_ref().filter(|s| s.watches(path)) else {
-                return ResponseFuture::observe(ObserveFuture::passthrough(self.inner.call(req)));
-            };
-            match shared.admit(path, || facts_of(&req), Instant::now(), None) {
-                Some(record) => {
-                    ResponseFuture::observe(ObserveFuture::new(self.inner.call(req), record))
-                }
-                None => ResponseFuture::rejected(rejection()),
-            }
-        }
-    }
-
-    /// Response future of the layer's service: the observed call, or the local rejection.
-    pub(crate) type ResponseFuture<F, B> = ObserveOrReject<F, B, SheddingRecord>;
-}
-
-#[cfg(test)]
 mod tests {
     use std::convert::Infallible;
+    use tonic::body::Body;
 
     use http::Request;
     use tokio::sync::Semaphore;
@@ -263,7 +192,7 @@ mod tests {
             shedder,
             streaming: StreamingMethods::new(["/s.T/Stream".to_owned()]),
         }))
-        .layer(tower::service_fn(move |_req: Request<()>| {
+        .layer(tower::service_fn(move |_req: Request<Body>| {
             let g = g.clone();
             async move {
                 g.acquire().await.unwrap().forget();
@@ -273,7 +202,7 @@ mod tests {
         let call = |path: &'static str| {
             let svc = svc.clone();
             async move {
-                let req = Request::builder().uri(path).body(()).unwrap();
+                let req = Request::builder().uri(path).body(Body::empty()).unwrap();
                 let resp = svc.oneshot(req).await.unwrap();
                 let msg = status_message_from_headers(resp.headers());
                 (final_code(resp).await, msg)

@@ -127,72 +127,9 @@ impl StatRecord {
 }
 
 #[cfg(test)]
-mod nested {
-    //! The stat stage as a tower layer of its own, for the differential test and the unit
-    //! tests (the server runs it in the governor).
-
-    use std::sync::Arc;
-    use std::task::{Context, Poll};
-
-    use http::{Request, Response};
-    use tokio::time::Instant;
-    use tower_layer::Layer;
-    use tower_service::Service;
-    use zrpc_core::grpc::OnStatus;
-
-    use super::{StatRecord, StatSettings, StatStage};
-    use crate::layers::observe::{ObserveFuture, ObservedBody};
-    use crate::layers::util::peer_addr;
-
-    impl<S> Layer<S> for StatStage {
-        type Service = Stat<S>;
-        fn layer(&self, inner: S) -> Stat<S> {
-            Stat {
-                inner,
-                settings: self.settings.clone(),
-            }
-        }
-    }
-
-    /// Logs slow calls.
-    #[derive(Debug, Clone)]
-    pub(crate) struct Stat<S> {
-        inner: S,
-        settings: Arc<StatSettings>,
-    }
-
-    impl OnStatus for StatRecord {
-        fn on_status(self, code: i32) {
-            let elapsed = self.start.elapsed();
-            self.report(elapsed, code);
-        }
-    }
-
-    impl<S, ReqB, B> Service<Request<ReqB>> for Stat<S>
-    where
-        S: Service<Request<ReqB>, Response = Response<B>>,
-    {
-        type Response = Response<ObservedBody<B, StatRecord>>;
-        type Error = S::Error;
-        type Future = ObserveFuture<S::Future, StatRecord>;
-
-        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-            self.inner.poll_ready(cx)
-        }
-
-        fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-            if !self.settings.enabled {
-                return ObserveFuture::passthrough(self.inner.call(req));
-            }
-            let record = StatRecord::start(&self.settings, &req, peer_addr(&req), Instant::now());
-            ObserveFuture::new(self.inner.call(req), record)
-        }
-    }
-}
-
-#[cfg(test)]
 mod tests {
     use std::convert::Infallible;
+    use tonic::body::Body;
 
     use tower::{Layer, ServiceExt};
 
@@ -206,14 +143,14 @@ mod tests {
             slow_threshold: Duration::from_millis(10),
             ..StatSettings::default()
         })
-        .layer(tower::service_fn(|req: Request<()>| async move {
+        .layer(tower::service_fn(|req: Request<Body>| async move {
             if req.uri().path().ends_with("Slow") {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Ok::<_, Infallible>(ok_response())
         }));
         for path in ["/a.B/Slow", "/a.B/Fast"] {
-            let req = Request::builder().uri(path).body(()).unwrap();
+            let req = Request::builder().uri(path).body(Body::empty()).unwrap();
             let resp = svc.clone().oneshot(req).await.unwrap();
             assert_eq!(final_code(resp).await, Some(0));
         }
@@ -231,7 +168,7 @@ mod tests {
                 ignore_content_methods: ["/a.B/Secret".to_owned()].into_iter().collect(),
                 ..StatSettings::default()
             })
-            .layer(tower::service_fn(|_req: Request<()>| async {
+            .layer(tower::service_fn(|_req: Request<Body>| async {
                 Ok::<_, Infallible>(ok_response())
             }))
         };
@@ -240,7 +177,7 @@ mod tests {
             (true, "/a.B/Loud"),
             (true, "/a.B/Secret"),
         ] {
-            let req = Request::builder().uri(path).body(()).unwrap();
+            let req = Request::builder().uri(path).body(Body::empty()).unwrap();
             final_code(svc(on).oneshot(req).await.unwrap()).await;
         }
         let out = logs.contents();

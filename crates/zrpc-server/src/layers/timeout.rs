@@ -150,100 +150,10 @@ pub(crate) fn reset() -> BoxError {
 }
 
 #[cfg(test)]
-mod nested {
-    //! The timeout stage as a tower layer of its own, for the differential test and the unit
-    //! tests (the server runs it in the governor).
-
-    use std::future::Future;
-    use std::pin::Pin;
-    use std::sync::Arc;
-    use std::task::{Context, Poll};
-
-    use http::{Request, Response};
-    use pin_project_lite::pin_project;
-    use tokio::time::Instant;
-    use tower_layer::Layer;
-    use tower_service::Service;
-
-    use super::{Compiled, TimeoutStage, deadline, expired};
-    use crate::call::{CallerDeadline, Timer};
-
-    impl<S> Layer<S> for TimeoutStage {
-        type Service = Timeout<S>;
-        fn layer(&self, inner: S) -> Timeout<S> {
-            Timeout {
-                inner,
-                settings: self.settings.clone(),
-            }
-        }
-    }
-
-    /// Bounds each call by its timeout.
-    #[derive(Debug, Clone)]
-    pub(crate) struct Timeout<S> {
-        inner: S,
-        settings: Option<Arc<Compiled>>,
-    }
-
-    impl<S, ReqB, B> Service<Request<ReqB>> for Timeout<S>
-    where
-        S: Service<Request<ReqB>, Response = Response<B>>,
-        B: Default,
-    {
-        type Response = Response<B>;
-        type Error = S::Error;
-        type Future = ResponseFuture<S::Future>;
-
-        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-            self.inner.poll_ready(cx)
-        }
-
-        #[inline(always)]
-        fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
-            let caller = CallerDeadline::of(req.headers()).map(|c| c.at);
-            let deadline = deadline(self.settings.as_deref(), &mut req, caller, Instant::now);
-            ResponseFuture {
-                fut: self.inner.call(req),
-                timer: Timer::new(deadline),
-            }
-        }
-    }
-
-    pin_project! {
-        /// Response future of [`Timeout`] (the timer: [`Timer`]).
-        #[derive(Debug)]
-        pub(crate) struct ResponseFuture<F> {
-            #[pin]
-            fut: F,
-            timer: Timer,
-        }
-    }
-
-    impl<F, B, E> Future for ResponseFuture<F>
-    where
-        F: Future<Output = Result<Response<B>, E>>,
-        B: Default,
-    {
-        type Output = Result<Response<B>, E>;
-
-        #[inline(always)]
-        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-            let this = self.project();
-            if let Poll::Ready(out) = this.fut.poll(cx) {
-                return Poll::Ready(out);
-            }
-            if this.timer.expired(cx) {
-                return Poll::Ready(Ok(expired()));
-            }
-            Poll::Pending
-        }
-    }
-}
-
-#[cfg(test)]
 mod tests {
     use std::convert::Infallible;
     use std::sync::atomic::{AtomicBool, Ordering};
+    use tonic::body::Body;
 
     use tower::{Layer, Service, ServiceExt};
 
@@ -253,8 +163,9 @@ mod tests {
     fn sleepy(
         d: Duration,
         finished: Arc<AtomicBool>,
-    ) -> impl Service<Request<()>, Response = Response<TestBody>, Error = Infallible> + Clone {
-        tower::service_fn(move |_req: Request<()>| {
+    ) -> impl Service<Request<Body>, Response = Response<TestBody>, Error = Infallible> + Clone
+    {
+        tower::service_fn(move |_req: Request<Body>| {
             let finished = finished.clone();
             async move {
                 tokio::time::sleep(d).await;
@@ -279,7 +190,7 @@ mod tests {
         let finished = Arc::new(AtomicBool::new(false));
         let svc = TimeoutStage::new(settings(100))
             .layer(sleepy(Duration::from_millis(handler_ms), finished.clone()));
-        let mut req = Request::builder().uri(path).body(()).unwrap();
+        let mut req = Request::builder().uri(path).body(Body::empty()).unwrap();
         if let Some(h) = header {
             req.headers_mut()
                 .insert("grpc-timeout", HeaderValue::from_str(h).unwrap());

@@ -181,122 +181,9 @@ pub(crate) fn in_scope<R>(context: &Option<TraceContext>, f: impl FnOnce() -> R)
 }
 
 #[cfg(test)]
-mod nested {
-    //! The trace stage as a tower layer of its own, for the differential test and the unit
-    //! tests (the server runs it in the governor).
-
-    use std::future::Future;
-    use std::pin::Pin;
-    use std::task::{Context, Poll};
-
-    use http::{Request, Response};
-    use pin_project_lite::pin_project;
-    use tower_layer::Layer;
-    use tower_service::Service;
-    use tracing::Span;
-    use zrpc_core::grpc::trace_context::TraceContext;
-
-    use super::{TraceRecord, TraceStage, in_scope, rpc_span};
-    use crate::layers::observe::{ObserveFuture, ObservedBody};
-
-    impl<S> Layer<S> for TraceStage {
-        type Service = Trace<S>;
-        fn layer(&self, inner: S) -> Trace<S> {
-            Trace {
-                inner,
-                enabled: self.enabled,
-            }
-        }
-    }
-
-    /// Opens a span per RPC.
-    #[derive(Debug, Clone)]
-    pub(crate) struct Trace<S> {
-        inner: S,
-        enabled: bool,
-    }
-
-    impl<S, ReqB, B> Service<Request<ReqB>> for Trace<S>
-    where
-        S: Service<Request<ReqB>, Response = Response<B>>,
-    {
-        type Response = Response<ObservedBody<B, TraceRecord>>;
-        type Error = S::Error;
-        type Future = ResponseFuture<S::Future>;
-
-        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-            self.inner.poll_ready(cx)
-        }
-
-        #[inline(always)]
-        fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-            if !self.enabled {
-                return ResponseFuture {
-                    inner: ObserveFuture::passthrough(self.inner.call(req)),
-                    span: Span::none(),
-                    context: None,
-                };
-            }
-            // The caller's trace context, for zrpc's client to pass on as it came whether or not a
-            // subscriber wants the span (an OpenTelemetry span context, when there is one, wins).
-            let context = TraceContext::extract(req.headers());
-            let span = rpc_span(&req, context.as_ref());
-            if span.is_disabled() {
-                // No subscriber records the span (no OTel exporter, log level above info): the
-                // status code would be set on nothing, so the body is not observed (one
-                // `grpc-status` parse and one armed guard fewer per call), and the future holds
-                // `Span::none()`, whose enter on each poll costs nothing (entering a disabled span
-                // that still carries its metadata does not).
-                return ResponseFuture {
-                    inner: ObserveFuture::passthrough(in_scope(&context, || self.inner.call(req))),
-                    span: Span::none(),
-                    context,
-                };
-            }
-            let fut = {
-                let _enter = span.enter();
-                in_scope(&context, || self.inner.call(req))
-            };
-            let record = TraceRecord { span: span.clone() };
-            ResponseFuture {
-                inner: ObserveFuture::new(fut, record),
-                span,
-                context,
-            }
-        }
-    }
-
-    pin_project! {
-        /// Response future of [`Trace`]: polls the handler inside the span.
-        #[derive(Debug)]
-        pub(crate) struct ResponseFuture<F> {
-            #[pin]
-            inner: ObserveFuture<F, TraceRecord>,
-            span: Span,
-            // the caller's trace context, current while the handler is polled
-            context: Option<TraceContext>,
-        }
-    }
-
-    impl<F, B, E> Future for ResponseFuture<F>
-    where
-        F: Future<Output = Result<Response<B>, E>>,
-    {
-        type Output = Result<Response<ObservedBody<B, TraceRecord>>, E>;
-
-        #[inline(always)]
-        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-            let this = self.project();
-            let _enter = this.span.enter();
-            let inner = this.inner;
-            in_scope(this.context, || inner.poll(cx))
-        }
-    }
-}
-
-#[cfg(test)]
 mod tests {
     use std::convert::Infallible;
+    use tonic::body::Body;
 
     #[cfg(feature = "otel")]
     use opentelemetry::trace::TraceContextExt;
@@ -335,7 +222,7 @@ mod tests {
     async fn the_callers_trace_context_is_current_in_the_handler() {
         const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         // no subscriber at all: the context passes through all the same
-        let svc = TraceStage::new(true).layer(tower::service_fn(|_req: Request<()>| async {
+        let svc = TraceStage::new(true).layer(tower::service_fn(|_req: Request<Body>| async {
             tokio::task::yield_now().await;
             let mut outgoing = http::HeaderMap::new();
             zrpc_core::grpc::trace_context::inject_current(&mut outgoing);
@@ -347,7 +234,7 @@ mod tests {
             .uri("/greeter.Greeter/SayHello")
             .header("traceparent", TP)
             .header("baggage", "user=alice")
-            .body(())
+            .body(Body::empty())
             .unwrap();
         let resp = svc.oneshot(req).await.unwrap();
         assert_eq!(final_code(resp).await, Some(0));
@@ -359,13 +246,13 @@ mod tests {
     #[tokio::test]
     async fn handler_runs_inside_the_rpc_span() {
         let (_guard, logs) = capture_logs();
-        let svc = TraceStage::new(true).layer(tower::service_fn(|_req: Request<()>| async {
+        let svc = TraceStage::new(true).layer(tower::service_fn(|_req: Request<Body>| async {
             tracing::info!("inside handler");
             Ok::<_, Infallible>(ok_response())
         }));
         let req = Request::builder()
             .uri("/greeter.Greeter/SayHello")
-            .body(())
+            .body(Body::empty())
             .unwrap();
         let resp = svc.oneshot(req).await.unwrap();
         assert_eq!(final_code(resp).await, Some(0));

@@ -2,7 +2,9 @@
 //! samples it takes and refuses, per-method limits.
 
 use std::convert::Infallible;
+
 use std::time::Duration;
+use tonic::body::Body;
 
 use http::Request;
 use tokio::sync::Semaphore;
@@ -37,7 +39,7 @@ fn gated(
     layer: &LimitStage,
 ) -> (
     impl tower::Service<
-        Request<()>,
+        Request<Body>,
         Response = Response<impl http_body::Body<Data: Send, Error: std::fmt::Debug> + Send>,
         Error = Infallible,
         Future: Send,
@@ -48,7 +50,7 @@ fn gated(
 ) {
     let gate = Arc::new(Semaphore::new(0));
     let g = gate.clone();
-    let svc = layer.layer(tower::service_fn(move |_req: Request<()>| {
+    let svc = layer.layer(tower::service_fn(move |_req: Request<Body>| {
         let g = g.clone();
         async move {
             g.acquire().await.unwrap().forget();
@@ -58,12 +60,12 @@ fn gated(
     (svc, gate)
 }
 
-fn request(path: &str, tier: Option<&str>) -> Request<()> {
+fn request(path: &str, tier: Option<&str>) -> Request<Body> {
     let mut b = Request::builder().uri(path);
     if let Some(t) = tier {
         b = b.header("zrpc-tier", t);
     }
-    b.body(()).unwrap()
+    b.body(Body::empty()).unwrap()
 }
 
 fn dropped(method: &str, reason: &str) -> u64 {
