@@ -35,11 +35,19 @@ pub(crate) struct State {
 pub struct ServerHandle {
     state: watch::Receiver<State>,
     shutdown: watch::Sender<bool>,
+    pause: watch::Sender<bool>,
+    #[cfg(feature = "etcd")]
+    registration: watch::Receiver<crate::registry::RegistrationState>,
 }
 
 pub(crate) struct HandleParts {
     pub(crate) state: watch::Sender<State>,
     pub(crate) shutdown: watch::Sender<bool>,
+    /// Whether the registration is paused (see [`ServerHandle::pause_registration`]).
+    pub(crate) pause: watch::Sender<bool>,
+    /// Where the registration stands, written by the publisher.
+    #[cfg(feature = "etcd")]
+    pub(crate) registration: watch::Sender<crate::registry::RegistrationState>,
 }
 
 impl HandleParts {
@@ -50,13 +58,23 @@ impl HandleParts {
             dev_server_addr: None,
         });
         let (shutdown, _) = watch::channel(false);
-        Self { state, shutdown }
+        let (pause, _) = watch::channel(false);
+        Self {
+            state,
+            shutdown,
+            pause,
+            #[cfg(feature = "etcd")]
+            registration: watch::channel(crate::registry::RegistrationState::NotRegistered).0,
+        }
     }
 
     pub(crate) fn handle(&self) -> ServerHandle {
         ServerHandle {
             state: self.state.subscribe(),
             shutdown: self.shutdown.clone(),
+            pause: self.pause.clone(),
+            #[cfg(feature = "etcd")]
+            registration: self.registration.subscribe(),
         }
     }
 
@@ -85,6 +103,33 @@ impl ServerHandle {
     /// Starts the graceful shutdown (idempotent).
     pub fn shutdown(&self) {
         self.shutdown.send_replace(true);
+    }
+
+    /// Takes the server out of discovery without stopping it: its etcd key is deleted (its
+    /// lease revoked), so go-zero's and zrpc's clients stop sending it new calls, while the
+    /// connections and calls it has go on. It stays out, an etcd restart included, until
+    /// [`resume_registration`](ServerHandle::resume_registration). Idempotent; before the server
+    /// registers it keeps the server from registering. Without `Etcd` in the config, nothing is
+    /// registered and this only records the wish.
+    pub fn pause_registration(&self) {
+        self.pause.send_replace(true);
+    }
+
+    /// Registers the server again after [`pause_registration`](ServerHandle::pause_registration),
+    /// under a new lease. Idempotent.
+    pub fn resume_registration(&self) {
+        self.pause.send_replace(false);
+    }
+
+    /// Whether the registration is paused.
+    pub fn registration_paused(&self) -> bool {
+        *self.pause.borrow()
+    }
+
+    /// Where the server's etcd registration stands (`NotRegistered` without `Etcd`).
+    #[cfg(feature = "etcd")]
+    pub fn registration(&self) -> crate::registry::RegistrationState {
+        self.registration.borrow().clone()
     }
 
     /// The current phase.

@@ -533,7 +533,7 @@ impl Base {
         }
         parts.set_phase(Phase::Serving);
         tracing::info!(target: "zrpc::server", "{} serving on {local}", conf.name);
-        let registration = crate::shutdown::start_registration(&conf, local);
+        let registration = crate::shutdown::start_registration(&conf, local, &parts);
 
         let mut shutdown = shutdown;
         tokio::select! {
@@ -777,6 +777,7 @@ impl DevServer {
             let bound = crate::devserver::bind(
                 dev,
                 parts.state.subscribe(),
+                crate::devserver::Admin::new(parts, &dev.admin_token),
                 format!("zrpc-{}", conf.listen_on),
                 async move {
                     let _ = stop_rx.await;

@@ -35,8 +35,9 @@ pub async fn signal() {
 pub(crate) fn start_registration(
     conf: &RpcServerConf,
     bound: SocketAddr,
+    parts: &crate::handle::HandleParts,
 ) -> Option<crate::registry::Publisher> {
-    crate::registry::register(conf, bound)
+    crate::registry::register_with(conf, bound, parts)
 }
 
 /// Deregisters (revokes the lease, bounded time) at the start of shutdown.

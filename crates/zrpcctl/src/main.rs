@@ -11,12 +11,16 @@
 //!   module);
 //! - `zrpcctl etcd ls [--etcd hosts] [prefix]` / `zrpcctl etcd watch <key>`: registered services,
 //!   endpoints and lease TTLs (zrpc and go-zero share the key layout), and live changes;
+//! - `zrpcctl registration <status|pause|resume> <devserver host:port> [--token T]`: a server's
+//!   etcd registration through its DevServer's `/admin` routes: take the node out of discovery
+//!   while it keeps serving (to debug or drain it), and put it back;
 //! - `zrpcctl conf check <file> [--features a,b] [--no-default-features] [--all-features]`:
 //!   validates a server or client config with the errors the server and client give at start,
 //!   as a build with zrpc's default features (or the ones given, as cargo takes them) would.
 //!
 //! Install with `cargo install --path crates/zrpcctl` (`cargo install zrpcctl` once published).
 
+mod admin;
 mod check;
 mod etcd;
 mod proto;
@@ -108,6 +112,18 @@ enum Command {
     Conf {
         #[command(subcommand)]
         command: ConfCommand,
+    },
+    /// A running server's etcd registration, through its DevServer (`DevServer.AdminToken`
+    /// for pause and resume).
+    Registration {
+        /// status, pause (out of discovery, still serving) or resume.
+        #[arg(value_enum)]
+        action: admin::Action,
+        /// The server's DevServer address (`host:port`, e.g. 127.0.0.1:6060).
+        addr: String,
+        /// The server's `DevServer.AdminToken` (default: $ZRPC_ADMIN_TOKEN).
+        #[arg(long, env = "ZRPC_ADMIN_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
 }
 
@@ -220,6 +236,18 @@ fn run(cli: Cli) -> Result<()> {
                     EtcdCommand::Watch { key, count } => etcd::watch(&etcd, &key, count).await,
                 }
             })
+        }
+        Command::Registration {
+            action,
+            addr,
+            token,
+        } => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let answer = rt.block_on(admin::registration(&addr, action, token.as_deref()))?;
+            print!("{answer}");
+            Ok(())
         }
         Command::Conf {
             command:

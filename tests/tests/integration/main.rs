@@ -18,6 +18,7 @@ mod etcd_cluster;
 mod k8s;
 mod network_faults;
 mod registration;
+mod registration_pause;
 mod server_auth;
 mod server_auth_redis;
 mod server_breaker;

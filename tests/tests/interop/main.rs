@@ -21,6 +21,7 @@ mod metrics;
 mod mixed;
 mod network_faults;
 mod parity;
+mod registration_pause;
 mod same_yaml;
 mod support;
 mod tls;

@@ -82,7 +82,7 @@ impl ShutdownConf {
 }
 
 /// The dev/ops HTTP server (go-zero `devserver.Config`). Started only when the `DevServer` key is present.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
 #[non_exhaustive]
 pub struct DevServerConf {
@@ -105,6 +105,30 @@ pub struct DevServerConf {
     pub enable_pprof: Option<bool>,
     /// Body of a healthy answer (default `OK`).
     pub health_response: String,
+    /// zrpc addition: the secret the DevServer's write routes (`POST /admin/...`: pausing and
+    /// resuming the registration) require as `Authorization: Bearer <token>`. Empty (the
+    /// default) turns them off. Never printed (`Debug` shows whether it is set).
+    pub admin_token: String,
+}
+
+impl std::fmt::Debug for DevServerConf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DevServerConf")
+            .field("enabled", &self.enabled)
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("metrics_path", &self.metrics_path)
+            .field("health_path", &self.health_path)
+            .field("enable_metrics", &self.enable_metrics)
+            .field("enable_pprof", &self.enable_pprof)
+            .field("health_response", &self.health_response)
+            // a secret: whether it is set, never its value
+            .field(
+                "admin_token",
+                &(!self.admin_token.is_empty()).then_some("<redacted>"),
+            )
+            .finish()
+    }
 }
 
 impl Default for DevServerConf {
@@ -118,6 +142,7 @@ impl Default for DevServerConf {
             enable_metrics: true,
             enable_pprof: None,
             health_response: "OK".to_owned(),
+            admin_token: String::new(),
         }
     }
 }

@@ -61,19 +61,36 @@ pub fn register(
     conf: &crate::conf::RpcServerConf,
     bound: std::net::SocketAddr,
 ) -> Option<Publisher> {
+    register_with(conf, bound, &crate::handle::HandleParts::new())
+}
+
+/// [`register`] paused and resumed through the server's handle, its state published there.
+#[cfg(feature = "etcd")]
+pub(crate) fn register_with(
+    conf: &crate::conf::RpcServerConf,
+    bound: std::net::SocketAddr,
+    parts: &crate::handle::HandleParts,
+) -> Option<Publisher> {
     if !conf.etcd.has_etcd() {
         return None;
     }
     let value = advertise_addr(&conf.listen_on, bound, conf.advertise_addr.as_deref());
     tracing::info!(target: "zrpc::server", key = %conf.etcd.key, %value, "registering in etcd");
-    Some(Publisher::spawn(conf.etcd.clone(), value))
+    Some(Publisher::spawn_with(
+        conf.etcd.clone(),
+        value,
+        parts.pause.clone(),
+        parts.pause.subscribe(),
+        parts.registration.clone(),
+    ))
 }
 
 /// Without the `etcd` feature: nothing to register.
 #[cfg(not(feature = "etcd"))]
-pub(crate) fn register(
+pub(crate) fn register_with(
     _conf: &crate::conf::RpcServerConf,
     _bound: std::net::SocketAddr,
+    _parts: &crate::handle::HandleParts,
 ) -> Option<Publisher> {
     None
 }

@@ -38,6 +38,11 @@ pub enum RegistrationState {
         /// The lease the key is attached to.
         lease: i64,
     },
+    /// Taken out of discovery by an operator ([`Publisher::pause`],
+    /// [`ServerHandle::pause_registration`](crate::ServerHandle::pause_registration)): the key
+    /// and its lease are gone, nothing is kept in etcd (an etcd restart meanwhile changes
+    /// nothing), and the server goes on serving the connections and calls it has.
+    Paused,
     /// [`Publisher::stop`] ran (the lease was revoked if etcd was reachable).
     Stopped,
 }
@@ -56,9 +61,15 @@ pub enum RegistrationState {
 ///   change is logged once.
 ///
 /// When etcd is down at start the server still serves; the log says it is not yet discoverable.
+///
+/// [`Publisher::pause`] takes the server out of discovery without stopping it (the lease is
+/// revoked, so the key is gone at once for every watcher, go-zero's and zrpc's), and
+/// [`Publisher::resume`] registers it again under a new lease. While paused nothing is kept in
+/// etcd, so a restart of etcd cannot bring the key back.
 #[derive(Debug)]
 pub struct Publisher {
     stop: watch::Sender<bool>,
+    pause: watch::Sender<bool>,
     state: watch::Receiver<RegistrationState>,
     task: Option<JoinHandle<()>>,
 }
@@ -72,19 +83,47 @@ struct Ctx {
 impl Publisher {
     /// Starts registering `value` (`host:port`) under `conf.key`. Must be called inside a Tokio runtime.
     pub fn spawn(conf: EtcdConf, value: String) -> Publisher {
+        let (pause, paused) = watch::channel(false);
+        let (state_tx, _) = watch::channel(RegistrationState::NotRegistered);
+        Publisher::spawn_with(conf, value, pause, paused, state_tx)
+    }
+
+    /// [`Publisher::spawn`] paused and resumed by `pause` (also through `paused`, a receiver
+    /// of it that a server's handle may have made before), its state published on `state`.
+    pub(crate) fn spawn_with(
+        conf: EtcdConf,
+        value: String,
+        pause: watch::Sender<bool>,
+        paused: watch::Receiver<bool>,
+        state_tx: watch::Sender<RegistrationState>,
+    ) -> Publisher {
         let (stop, stop_rx) = watch::channel(false);
-        let (state_tx, state) = watch::channel(RegistrationState::NotRegistered);
+        let state = state_tx.subscribe();
+        state_tx.send_replace(RegistrationState::NotRegistered);
         let ctx = Arc::new(Ctx {
             conf,
             value,
             state: state_tx,
         });
-        let task = tokio::spawn(supervise(ctx, stop_rx));
+        let task = tokio::spawn(supervise(ctx, stop_rx, paused));
         Publisher {
             stop,
+            pause,
             state,
             task: Some(task),
         }
+    }
+
+    /// Takes the server out of discovery until [`resume`](Publisher::resume): the lease is
+    /// revoked (its key with it); the server keeps serving. Idempotent.
+    pub fn pause(&self) {
+        self.pause.send_replace(true);
+    }
+
+    /// Registers the server again after [`pause`](Publisher::pause), under a new lease.
+    /// Idempotent.
+    pub fn resume(&self) {
+        self.pause.send_replace(false);
     }
 
     /// The registration state; `changed().await` on it to wait for a transition.
@@ -171,14 +210,46 @@ impl Reporter {
     }
 }
 
-async fn supervise(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
+/// Resolves once `rx` holds `want` (never, when its sender is gone: the value cannot change).
+async fn until(rx: &mut watch::Receiver<bool>, want: bool) {
+    if rx.wait_for(|v| *v == want).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+async fn supervise(
+    ctx: Arc<Ctx>,
+    mut stop: watch::Receiver<bool>,
+    mut paused: watch::Receiver<bool>,
+) {
     let mut lease: Option<i64> = None;
     let mut client: Option<Client> = None;
     let mut report = Reporter::default();
     loop {
+        if *paused.borrow_and_update() {
+            // Out of discovery: the key goes with its lease at once, and nothing stays in etcd
+            // that a restart of etcd could bring back.
+            ctx.state.send_replace(RegistrationState::NotRegistered);
+            if let Some(id) = lease.take() {
+                revoke(&ctx, client.take(), id).await;
+            }
+            client = None;
+            ctx.state.send_replace(RegistrationState::Paused);
+            tracing::warn!(key = %ctx.conf.key, value = %ctx.value,
+                "registration paused: out of discovery until resumed, still serving");
+            tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => break,
+                () = until(&mut paused, false) => {}
+            }
+            tracing::info!(key = %ctx.conf.key, value = %ctx.value, "registration resumed");
+            report = Reporter::default();
+            continue;
+        }
         let reason = tokio::select! {
             biased;
             _ = stop.wait_for(|s| *s) => break,
+            () = until(&mut paused, true) => continue,
             reason = attempt(&ctx, &mut client, &mut lease, &mut report) => reason,
         };
         ctx.state.send_replace(RegistrationState::NotRegistered);
@@ -188,6 +259,7 @@ async fn supervise(ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
         tokio::select! {
             biased;
             _ = stop.wait_for(|s| *s) => break,
+            () = until(&mut paused, true) => {}
             _ = tokio::time::sleep(retry_pause()) => {}
         }
     }

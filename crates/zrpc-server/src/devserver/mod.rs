@@ -2,8 +2,10 @@
 //!
 //! Routes: `/` (JSON array of the routes), `HealthPath` (default `/healthz`: 200 with
 //! `HealthResponse` while the gRPC server serves; 503 before and during shutdown, which
-//! go-zero never does) and `MetricsPath` (default `/metrics`: Prometheus text) when
-//! `EnableMetrics`. Other paths get 404, other methods than GET and HEAD 405.
+//! go-zero never does), `MetricsPath` (default `/metrics`: Prometheus text) when
+//! `EnableMetrics`, and zrpc's operator routes under `/admin` ([`admin`]: the registration's
+//! state, and pausing and resuming it, a write that needs `DevServer.AdminToken`). Other paths
+//! get 404, other methods than GET and HEAD 405.
 //!
 //! Served by hyper's HTTP/1 connection directly rather than a router: three fixed routes do
 //! not need one, and HTTP/1.1 alone is what go-zero's port speaks (Go's plaintext server has no
@@ -29,6 +31,10 @@ use crate::conf::DevServerConf;
 use crate::error::Error;
 use crate::handle::{Phase, State as ServerState};
 
+pub(crate) mod admin;
+
+pub(crate) use admin::Admin;
+
 /// How long a client may take to send a request's headers.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections served at once; an operator port needs few.
@@ -44,10 +50,28 @@ struct Routes {
     metrics_path: Option<String>,
     /// The JSON listing served at `/`.
     listing: String,
+    /// The operator routes under `/admin`.
+    admin: Admin,
 }
 
 impl Routes {
     fn answer(&self, req: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+        let authorization = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .map(|v| v.as_bytes());
+        if let Some((status, extra, body)) =
+            self.admin
+                .answer(req.method(), req.uri().path(), authorization)
+        {
+            let mut resp = Response::builder()
+                .status(status)
+                .header(header::CONTENT_TYPE, "application/json");
+            if let Some((name, value)) = extra {
+                resp = resp.header(name, value);
+            }
+            return resp.body(Full::new(Bytes::from(body))).unwrap_or_default();
+        }
         if req.method() != Method::GET && req.method() != Method::HEAD {
             return Response::builder()
                 .status(StatusCode::METHOD_NOT_ALLOWED)
@@ -98,6 +122,7 @@ impl Routes {
 pub(crate) async fn bind(
     conf: &DevServerConf,
     server: watch::Receiver<ServerState>,
+    admin: Admin,
     probe: String,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<
@@ -119,6 +144,7 @@ pub(crate) async fn bind(
     if conf.enable_metrics {
         paths.push(conf.metrics_path.clone());
     }
+    paths.push(admin::REGISTRATION.to_owned());
     let listing = format!(
         "[{}]\n",
         paths
@@ -134,6 +160,7 @@ pub(crate) async fn bind(
         health_response: conf.health_response.clone(),
         metrics_path: conf.enable_metrics.then(|| conf.metrics_path.clone()),
         listing,
+        admin,
     });
     tracing::info!(target: "zrpc::devserver", "dev server listening on {local}");
     Ok((local, serve(listener, routes, shutdown)))
@@ -213,7 +240,8 @@ mod tests {
         });
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let conf = DevServerConf::new("127.0.0.1", 0);
-        let (addr, fut) = bind(&conf, rx, "zrpc-test".to_owned(), async move {
+        let admin = Admin::new(&crate::handle::HandleParts::new(), "");
+        let (addr, fut) = bind(&conf, rx, admin, "zrpc-test".to_owned(), async move {
             let _ = stopped.await;
         })
         .await
@@ -268,7 +296,10 @@ mod tests {
         assert!(r.starts_with("HTTP/1.1 200"), "{r}");
         assert!(r.contains("text/plain; version=0.0.4"), "{r}");
         let r = exchange(addr, &get("/")).await;
-        assert!(r.ends_with("[\"/\",\"/healthz\",\"/metrics\"]\n"), "{r}");
+        assert!(
+            r.ends_with("[\"/\",\"/healthz\",\"/metrics\",\"/admin/registration\"]\n"),
+            "{r}"
+        );
         let r = exchange(addr, &get("/nope")).await;
         assert!(r.starts_with("HTTP/1.1 404"), "{r}");
         let post =
@@ -280,6 +311,105 @@ mod tests {
         let r = exchange(addr, head).await;
         assert!(
             r.starts_with("HTTP/1.1 200") && r.ends_with("\r\n\r\n"),
+            "{r}"
+        );
+    }
+
+    /// A DevServer with `AdminToken: token` over `parts`; the oneshot stops it.
+    async fn start_admin(
+        parts: &crate::handle::HandleParts,
+        token: &str,
+    ) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let conf = DevServerConf::new("127.0.0.1", 0);
+        let (addr, fut) = bind(
+            &conf,
+            parts.state.subscribe(),
+            Admin::new(parts, token),
+            "zrpc-test".to_owned(),
+            async move {
+                let _ = stopped.await;
+            },
+        )
+        .await
+        .unwrap();
+        tokio::spawn(fut);
+        (addr, stop)
+    }
+
+    fn post(path: &str, token: Option<&str>) -> String {
+        let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+    }
+
+    /// Pausing and resuming the registration takes the token; every refused write is a clear
+    /// 4xx that changes nothing.
+    #[tokio::test]
+    async fn registration_writes_take_the_admin_token_and_bad_ones_change_nothing() {
+        let parts = crate::handle::HandleParts::new();
+        let handle = parts.handle();
+        let (addr, _stop) = start_admin(&parts, "s3cret").await;
+        let pause = "/admin/registration/pause";
+        let basic = "POST /admin/registration/pause HTTP/1.1\r\nHost: x\r\n\
+                     Authorization: Basic czNjcmV0\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+        let cases = [
+            (
+                post(pause, None),
+                "401 Unauthorized",
+                "Authorization: Bearer",
+            ),
+            (
+                post(pause, Some("guess")),
+                "401 Unauthorized",
+                "Authorization: Bearer",
+            ),
+            (basic.to_owned(), "401 Unauthorized", "Bearer"),
+            (
+                post("/admin/registration/explode", Some("s3cret")),
+                "404 Not Found",
+                "pause or resume",
+            ),
+            (get(pause), "405 Method Not Allowed", "allowed: POST"),
+            (
+                post("/admin/registration", Some("s3cret")),
+                "405 Method Not Allowed",
+                "allowed: GET",
+            ),
+        ];
+        for (request, status, says) in cases {
+            let r = exchange(addr, &request).await;
+            assert!(
+                r.starts_with(&format!("HTTP/1.1 {status}")),
+                "{request}: {r}"
+            );
+            assert!(r.contains(says), "{request}: {r}");
+            assert!(!handle.registration_paused(), "{request} changed nothing");
+        }
+        let r = exchange(addr, &post(pause, Some("s3cret"))).await;
+        assert!(r.starts_with("HTTP/1.1 200 OK"), "{r}");
+        assert!(r.contains("\"paused\":true"), "{r}");
+        assert!(handle.registration_paused());
+        let r = exchange(addr, &get("/admin/registration")).await;
+        assert!(r.contains("\"paused\":true"), "{r}");
+        let r = exchange(addr, &post("/admin/registration/resume", Some("s3cret"))).await;
+        assert!(r.contains("\"paused\":false"), "{r}");
+        assert!(!handle.registration_paused());
+    }
+
+    /// Without `AdminToken` the writes are off: a user who upgrades exposes no new write.
+    #[tokio::test]
+    async fn without_an_admin_token_registration_writes_are_forbidden() {
+        let parts = crate::handle::HandleParts::new();
+        let (addr, _stop) = start_admin(&parts, "").await;
+        let r = exchange(addr, &post("/admin/registration/pause", Some(""))).await;
+        assert!(r.starts_with("HTTP/1.1 403 Forbidden"), "{r}");
+        assert!(r.contains("DevServer.AdminToken"), "{r}");
+        assert!(!parts.handle().registration_paused());
+        let r = exchange(addr, &get("/admin/registration")).await;
+        assert!(
+            r.starts_with("HTTP/1.1 200 OK") && r.contains("\"paused\":false"),
             "{r}"
         );
     }

@@ -1,0 +1,156 @@
+//! Pausing a server's registration: out of discovery without stopping it, under load from a
+//! zrpc client that discovers through etcd; back on resume; still out after an etcd restart.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use zrpc_client::conf::RpcClientConf;
+use zrpc_server::registry::RegistrationState;
+use zrpc_tests::etcd::{EtcdServer, keys_under, unique_key};
+use zrpc_tests::greeter::{TestGreeter, TestServer, start_server, test_conf};
+use zrpc_tests::pb::HelloRequest;
+use zrpc_tests::pb::greeter_client::GreeterClient;
+
+/// Waits up to `limit` for `cond`; whether it came true.
+async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cond()
+}
+
+async fn registered_server(etcd: &EtcdServer, key: &str, name: &str) -> TestServer {
+    let conf = test_conf(name)
+        .with_etcd(etcd.etcd_conf(key))
+        .with_cpu_threshold(0);
+    let server = start_server(conf, TestGreeter::new()).await;
+    let handle = server.handle.clone();
+    assert!(
+        eventually(Duration::from_secs(5), || matches!(
+            handle.registration(),
+            RegistrationState::Registered { .. }
+        ))
+        .await,
+        "{name} registers"
+    );
+    server
+}
+
+#[tokio::test]
+async fn a_paused_server_gets_no_new_calls_stays_out_across_an_etcd_restart_and_comes_back() {
+    let mut etcd = EtcdServer::start().await;
+    // The test restarts etcd: a shared cluster is not its to restart.
+    if etcd.skip_if_external("registration_pause") {
+        return;
+    }
+    let key = unique_key("pause");
+    let a = registered_server(&etcd, &key, "pause-a.rpc").await;
+    let b = registered_server(&etcd, &key, "pause-b.rpc").await;
+    let client = zrpc::client(RpcClientConf::etcd(etcd.endpoints(), key.clone()))
+        .await
+        .unwrap();
+
+    // Steady load: one call at a time, each with a short handler delay, until told to stop.
+    let failed = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = {
+        let (failed, stop) = (failed.clone(), stop.clone());
+        let mut greeter = GreeterClient::new(client.clone());
+        tokio::spawn(async move {
+            // bounded: at most 60 s of calls whatever the test does
+            let end = Instant::now() + Duration::from_secs(60);
+            while !stop.load(Ordering::Relaxed) && Instant::now() < end {
+                let req = HelloRequest {
+                    name: "sleep:5".into(),
+                };
+                if greeter.say_hello(req).await.is_err() {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || a.greeter.started() > 5
+            && b.greeter.started() > 5)
+        .await,
+        "both servers get calls"
+    );
+
+    // Pause A: its key is deleted; within 1 s it gets no new call, while it goes on serving.
+    let mut kv = etcd.client().await;
+    let a_value = a.addr.to_string();
+    let before = keys_under(&mut kv, &key).await;
+    assert_eq!(before.len(), 2, "{before:?}");
+    a.handle.pause_registration();
+    assert!(
+        eventually(Duration::from_secs(2), || a.handle.registration()
+            == RegistrationState::Paused)
+        .await
+    );
+    let after = keys_under(&mut kv, &key).await;
+    assert!(
+        after.iter().all(|(_, v)| *v != a_value) && after.len() == 1,
+        "A's key is gone: {after:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let quiet_from = a.greeter.started();
+    let b_from = b.greeter.started();
+    // Absence check: a bounded wait in which A must get nothing new while B keeps serving.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(a.greeter.started(), quiet_from, "no new call reaches A");
+    assert!(b.greeter.started() > b_from + 10, "B takes the calls");
+    assert_eq!(
+        a.greeter.started(),
+        a.greeter.finished(),
+        "A's calls in flight finished"
+    );
+    // A still serves a direct call.
+    let mut direct = a.client().await;
+    assert!(
+        direct
+            .say_hello(HelloRequest { name: "x".into() })
+            .await
+            .is_ok()
+    );
+
+    // etcd restarts while A is paused: A stays out, B comes back.
+    etcd.restart().await;
+    let mut kv = etcd.client().await;
+    let b_value = b.addr.to_string();
+    let mut seen_b = false;
+    for _ in 0..150 {
+        let keys = keys_under(&mut kv, &key).await;
+        assert!(
+            keys.iter().all(|(_, v)| *v != a_value),
+            "A stays out: {keys:?}"
+        );
+        if keys.iter().any(|(_, v)| *v == b_value) {
+            seen_b = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(seen_b, "B registers again after the restart");
+    assert_eq!(a.handle.registration(), RegistrationState::Paused);
+
+    // Resume: A's key is back and calls reach it within about a second.
+    let resumed_from = a.greeter.started();
+    a.handle.resume_registration();
+    assert!(
+        eventually(Duration::from_secs(3), || a.greeter.started()
+            > resumed_from)
+        .await,
+        "A gets calls again after resume"
+    );
+    let keys = keys_under(&mut kv, &key).await;
+    assert!(keys.iter().any(|(_, v)| *v == a_value), "{keys:?}");
+
+    stop.store(true, Ordering::Relaxed);
+    load.await.unwrap();
+    assert_eq!(failed.load(Ordering::Relaxed), 0, "no call failed");
+}
