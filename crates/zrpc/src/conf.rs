@@ -41,6 +41,7 @@ pub fn compiled_features() -> FeatureSet {
         ("reflection", cfg!(feature = "reflection")),
         ("env-filter", cfg!(feature = "env-filter")),
         ("toml", cfg!(feature = "toml")),
+        ("json5", cfg!(feature = "json5")),
         ("redis-auth", cfg!(feature = "redis-auth")),
         ("tls", cfg!(feature = "tls")),
         ("gzip", cfg!(feature = "gzip")),

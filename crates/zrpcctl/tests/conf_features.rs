@@ -207,8 +207,8 @@ fn all_features_accepts_what_a_full_build_accepts() {
     assert!(out.status.success(), "{}", text(&out));
     assert!(
         stdout(&out).contains(
-            "zrpc features: etcd, devserver, otel, reflection, env-filter, toml, redis-auth, tls, gzip, \
-             deflate, zstd"
+            "zrpc features: etcd, devserver, otel, reflection, env-filter, toml, json5, redis-auth, tls, \
+             gzip, deflate, zstd"
         ),
         "{}",
         text(&out)
