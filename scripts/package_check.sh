@@ -6,7 +6,7 @@
 #      count and size;
 #   2. write a fresh service with `zrpcctl new NAME --crates-io` (it depends on
 #      `zrpc = { package = "zrpc-rs", version = "X.Y.Z" }` and `zrpc-build = "X.Y.Z"`), and check
-#      that the README gives those very lines;
+#      that the READMEs (the repository's, the facade's, zrpc-build's) give those very lines;
 #   3. build a local registry, a directory source holding the unpacked .crate files and every
 #      other crate the service needs (`cargo vendor` of its dependencies, taken from the registry
 #      cache), that replaces crates.io for this build only (`--config` flags: no CARGO_HOME edit);
@@ -82,10 +82,13 @@ if grep -Eq 'path *=|git *=' "$work/$svc/Cargo.toml"; then
     echo "error: the service's Cargo.toml names a path or git dependency" >&2
     exit 1
 fi
-# The README's crates.io lines are the ones tested here.
-while IFS= read -r line; do
-    grep -qF "$line" README.md || { echo "error: README.md does not give the tested line: $line" >&2; exit 1; }
-done <<<"$deps"
+# The READMEs' crates.io lines (the repository's, and those crates.io shows for the facade and
+# zrpc-build) are the ones tested here.
+for readme in README.md crates/zrpc/README.md crates/zrpc-build/README.md; do
+    while IFS= read -r line; do
+        grep -qF "$line" "$readme" || { echo "error: $readme does not give the tested line: $line" >&2; exit 1; }
+    done <<<"$deps"
+done
 
 # --- 3. the local registry -----------------------------------------------------------------------
 log "local registry"
