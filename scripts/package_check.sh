@@ -71,6 +71,15 @@ if [ -z "$zrpcctl" ]; then
     zrpcctl=$target/debug/zrpcctl
     [ -x "$zrpcctl" ] || cargo build -q -p zrpcctl --locked
 fi
+# The zrpcctl that writes the service is built from the sources its package holds (its templates
+# are Rust string constants, in src/): a file the package left out would show here.
+zrpcctl_crate=$(basename "${crates[-1]}" .crate)
+rm -rf "$work/zrpcctl-src"
+mkdir -p "$work/zrpcctl-src"
+tar -xzf "${crates[-1]}" -C "$work/zrpcctl-src"
+diff -r crates/zrpcctl/src "$work/zrpcctl-src/$zrpcctl_crate/src" >/dev/null \
+    || { echo "error: the zrpcctl package's src/ differs from crates/zrpcctl/src" >&2; exit 1; }
+rm -rf "$work/zrpcctl-src"
 svc=pkgsvc
 rm -rf "$work/$svc" "$work/vendor-scratch"
 mkdir -p "$work"
@@ -132,9 +141,13 @@ svc_path=$(scripts/without_protoc.sh "$no_protoc")
     export PATH=$svc_path CARGO_TARGET_DIR=$work/target CARGO_NET_OFFLINE=true
     unset PROTOC PROTOC_INCLUDE
     if command -v protoc >/dev/null 2>&1; then echo "error: protoc still on PATH" >&2; exit 1; fi
-    cargo test \
-        --config 'source.crates-io.replace-with="zrpc-local"' \
-        --config "source.zrpc-local.directory=\"$registry\""
+    local_registry=(--config 'source.crates-io.replace-with="zrpc-local"'
+        --config "source.zrpc-local.directory=\"$registry\"")
+    # cargo takes a registry crate of an unchanged version for unchanged: zrpc's are rebuilt every
+    # run (the target dir is kept for the others).
+    cargo clean "${local_registry[@]}" -q -p zrpc-rs -p zrpc-build -p zrpc-core -p zrpc-client \
+        -p zrpc-server -p zrpc-etcd-client
+    cargo test "${local_registry[@]}"
 )
 lock=$work/$svc/Cargo.lock
 if grep -E '^source = "(path|git)\+' "$lock"; then
