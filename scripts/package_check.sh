@@ -49,12 +49,14 @@ log "cargo package ${PUBLISHED[*]}"
 # the packages themselves; verifying each package as well would build the tree again per crate.
 # --allow-dirty: a local run packages the work tree as it is; CI runs on a clean checkout.
 rm -rf "$target/package"
-cargo package "${pkg_args[@]}" --no-verify --allow-dirty --locked 2>&1 \
-    | grep -E '^ *(Packaging|Packaged)|^(warning|error)' || true
+mkdir -p "$work"
+cargo package "${pkg_args[@]}" --no-verify --allow-dirty --locked >"$work/package.log" 2>&1 \
+    || { cat "$work/package.log" >&2; exit 1; }
+grep -E '^ *(Packaging|Packaged)|^(warning|error)' "$work/package.log" || true
 crates=()
 for p in "${PUBLISHED[@]}"; do
-    version=$(cargo metadata --format-version 1 --no-deps --offline \
-        | jq -r --arg p "$p" '.packages[] | select(.name == $p) | .version')
+    version=$(cargo metadata --format-version 1 --no-deps --offline | python3 -c \
+        'import json, sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"] == sys.argv[1]))' "$p")
     f=$target/package/$p-$version.crate
     [ -f "$f" ] || { echo "error: $f was not written" >&2; exit 1; }
     crates+=("$f")

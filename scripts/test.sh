@@ -189,4 +189,21 @@ bench_out=$(mktemp -d)
 "$bench_bin" check-report "$bench_out/report.md"
 rm -rf "$bench_out"
 
+# --- 8. packaging: licenses and bans, the crates built from their packages, API stability --
+# cargo-deny and cargo-semver-checks come from crates.io, installed once when missing (cargo-deny:
+# ~3.5 CPU-minutes to install). Each step prints its time.
+log "cargo deny (licenses, duplicate versions, sources; offline)"
+cargo deny --version >/dev/null 2>&1 || cargo install --locked cargo-deny
+step_start=$(date +%s)
+cargo deny --offline check licenses bans sources
+echo "cargo deny: $(( $(date +%s) - step_start ))s"
+log "the crates from their packages alone (scripts/package_check.sh)"
+step_start=$(date +%s)
+scripts/package_check.sh
+echo "package check: $(( $(date +%s) - step_start ))s"
+log "API stability (scripts/semver_check.sh)"
+step_start=$(date +%s)
+scripts/semver_check.sh
+echo "semver check: $(( $(date +%s) - step_start ))s"
+
 log "all checks passed"
