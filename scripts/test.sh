@@ -204,4 +204,23 @@ bench_out=$(mktemp -d)
 "$bench_bin" check-report "$bench_out/report.md"
 rm -rf "$bench_out"
 
+# --- 8. packaging: licenses and bans, the crates built from their packages, API stability --
+# cargo-deny and cargo-semver-checks come from crates.io, installed once when missing (measured on
+# a shared 2-core machine: cargo-deny ~3.3 CPU-minutes, cargo-semver-checks ~9). Each step prints
+# its time: cargo deny a few seconds; the package check ~3 min cold (a debug build of the service's
+# ~150 crates), ~75 s with its target dir kept; the semver check ~7 min cold, ~80 s warm.
+log "cargo deny (licenses, duplicate versions, sources; offline)"
+cargo deny --version >/dev/null 2>&1 || cargo install --locked cargo-deny
+step_start=$(date +%s)
+cargo deny --offline check licenses bans sources
+echo "cargo deny: $(( $(date +%s) - step_start ))s"
+log "the crates from their packages alone (scripts/package_check.sh)"
+step_start=$(date +%s)
+scripts/package_check.sh
+echo "package check: $(( $(date +%s) - step_start ))s"
+log "API stability (scripts/semver_check.sh)"
+step_start=$(date +%s)
+scripts/semver_check.sh
+echo "semver check: $(( $(date +%s) - step_start ))s"
+
 log "all checks passed"
