@@ -557,6 +557,21 @@ impl TcpProxy {
         }
     }
 
+    /// Like [`TcpProxy::cut`], and returns once every forwarded connection is closed: nothing
+    /// written after it reaches the other side.
+    pub async fn cut_and_wait(&self) {
+        self.state.cut.store(true, Ordering::SeqCst);
+        let conns =
+            std::mem::take(&mut *self.state.conns.lock().unwrap_or_else(|e| e.into_inner()));
+        for c in &conns {
+            c.abort();
+        }
+        for c in conns {
+            // Err(cancelled) once the task and its two sockets are dropped
+            let _ = c.await;
+        }
+    }
+
     /// Restores the link for new connections.
     pub fn heal(&self) {
         self.state.cut.store(false, Ordering::SeqCst);

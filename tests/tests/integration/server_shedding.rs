@@ -148,7 +148,13 @@ fn calls_waiting_for_a_busy_worker_count_in_flight() {
         shed >= 100,
         "the backlog was served instead of shed: {ok} ok, {shed} shed"
     );
-    // Every call is done: none counts in flight any more (queued or allowed).
+    // Every call is done: none counts in flight any more (queued or allowed). The server drops
+    // a call's count after it sent the response, so the client can see its last reply a moment
+    // before: wait for the gauge to reach 0 (a count that leaked would stay above it).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while inflight_gauge(srv.addr) != Some(0.0) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     assert_eq!(inflight_gauge(srv.addr), Some(0.0));
     cpu.set(0);
     server_rt.block_on(srv.shutdown()).expect("clean shutdown");
