@@ -215,10 +215,14 @@ async fn etcd_resolver_applies_events_arriving_together_as_one_update() {
 
 #[tokio::test]
 async fn etcd_resolver_waits_for_etcd_then_resolves() {
-    let mut etcd = EtcdServer::start().await;
-    if etcd.skip_if_external("etcd_resolver_waits_for_etcd_then_resolves") {
+    let Some(mut etcd) = EtcdServer::start_exclusive(
+        "etcd_resolver_waits_for_etcd_then_resolves",
+        "kills and restarts etcd",
+    )
+    .await
+    else {
         return;
-    }
+    };
     let key = unique_key("disco-late");
     {
         let mut kv = etcd.client().await;
@@ -241,11 +245,14 @@ async fn etcd_resolver_waits_for_etcd_then_resolves() {
 
 #[tokio::test]
 async fn etcd_resolver_keeps_last_set_while_etcd_is_down_and_converges_after() {
-    let mut etcd = EtcdServer::start().await;
-    if etcd.skip_if_external("etcd_resolver_keeps_last_set_while_etcd_is_down_and_converges_after")
-    {
+    let Some(mut etcd) = EtcdServer::start_exclusive(
+        "etcd_resolver_keeps_last_set_while_etcd_is_down_and_converges_after",
+        "kills and restarts etcd",
+    )
+    .await
+    else {
         return;
-    }
+    };
     let key = unique_key("disco-outage");
     let mut kv = etcd.client().await;
     kv.put(format!("{key}/1"), "127.0.0.1:9001", None)
@@ -294,7 +301,16 @@ async fn etcd_resolver_keeps_last_set_while_etcd_is_down_and_converges_after() {
 
 #[tokio::test]
 async fn etcd_resolver_reloads_after_compaction_past_its_revision() {
-    let etcd = EtcdServer::start().await;
+    // Compaction is cluster-wide: on a shared etcd it would compact the history under the other
+    // tests' watches too (one resuming after a partition would have to reload).
+    let Some(etcd) = EtcdServer::start_exclusive(
+        "etcd_resolver_reloads_after_compaction_past_its_revision",
+        "compacts the cluster's history",
+    )
+    .await
+    else {
+        return;
+    };
     let key = unique_key("disco-compact");
     let proxy = TcpProxy::start(etcd.endpoint()).await;
     let mut kv = etcd.client().await;
@@ -386,7 +402,15 @@ async fn etcd_resolver_resumes_after_a_partition_without_reloading() {
 
 #[tokio::test]
 async fn etcd_watch_is_shared_and_closed_when_the_last_client_drops() {
-    let etcd = EtcdServer::start().await;
+    // It counts the cluster's watchers, which every test on a shared etcd adds to.
+    let Some(etcd) = EtcdServer::start_exclusive(
+        "etcd_watch_is_shared_and_closed_when_the_last_client_drops",
+        "counts the cluster's watchers",
+    )
+    .await
+    else {
+        return;
+    };
     let key = unique_key("disco-shared");
     let mut kv = etcd.client().await;
     kv.put(format!("{key}/1"), "127.0.0.1:9001", None)
@@ -394,7 +418,7 @@ async fn etcd_watch_is_shared_and_closed_when_the_last_client_drops() {
         .unwrap();
     let base = etcd_watchers(&etcd.endpoint()).await;
     assert!(
-        base.is_some() || etcd.is_external(),
+        base.is_some(),
         "etcd /metrics has no etcd_debugging_mvcc_watcher_total"
     );
 
@@ -733,10 +757,11 @@ async fn keys_written_in_go_zero_layout_are_discovered() {
 
 #[tokio::test]
 async fn etcd_down_15s_under_load_loses_no_call_and_changes_after_restart_are_picked_up() {
-    let mut etcd = EtcdServer::start().await;
-    if etcd.skip_if_external("etcd_down_15s_under_load") {
+    let Some(mut etcd) =
+        EtcdServer::start_exclusive("etcd_down_15s_under_load", "kills and restarts etcd").await
+    else {
         return;
-    }
+    };
     let key = unique_key("disco-e2e-outage");
     let a = start_server(registered_conf("disco-oa", &etcd, &key), TestGreeter::new()).await;
     wait_registered(&etcd, &key, &a).await;

@@ -183,10 +183,14 @@ async fn revoked_lease_is_re_registered_within_2s() {
 
 #[tokio::test]
 async fn ten_etcd_kill_restart_cycles_leave_exactly_one_key() {
-    let mut etcd = EtcdServer::start().await;
-    if etcd.skip_if_external("ten_etcd_kill_restart_cycles_leave_exactly_one_key") {
+    let Some(mut etcd) = EtcdServer::start_exclusive(
+        "ten_etcd_kill_restart_cycles_leave_exactly_one_key",
+        "kills and restarts etcd",
+    )
+    .await
+    else {
         return;
-    }
+    };
     let key = unique_key("kill-restart");
     let value = "127.0.0.1:45005".to_owned();
     let mut c = etcd.client().await;
@@ -229,10 +233,14 @@ async fn ten_etcd_kill_restart_cycles_leave_exactly_one_key() {
 
 #[tokio::test]
 async fn etcd_down_longer_than_ttl_key_back_within_2s() {
-    let mut etcd = EtcdServer::start().await;
-    if etcd.skip_if_external("etcd_down_longer_than_ttl_key_back_within_2s") {
+    let Some(mut etcd) = EtcdServer::start_exclusive(
+        "etcd_down_longer_than_ttl_key_back_within_2s",
+        "kills and restarts etcd",
+    )
+    .await
+    else {
         return;
-    }
+    };
     let key = unique_key("long-outage");
     let value = "127.0.0.1:45006".to_owned();
     let p = Publisher::spawn(conf(&etcd, &key), value.clone());
@@ -300,10 +308,14 @@ async fn partition_longer_than_ttl_gets_new_lease_never_two_keys() {
 
 #[tokio::test]
 async fn etcd_down_at_start_registers_when_it_comes_up() {
-    let mut etcd = EtcdServer::start().await;
-    if etcd.skip_if_external("etcd_down_at_start_registers_when_it_comes_up") {
+    let Some(mut etcd) = EtcdServer::start_exclusive(
+        "etcd_down_at_start_registers_when_it_comes_up",
+        "kills and restarts etcd",
+    )
+    .await
+    else {
         return;
-    }
+    };
     etcd.kill();
     let key = unique_key("down-at-start");
     let value = "127.0.0.1:45008".to_owned();
@@ -324,10 +336,12 @@ async fn etcd_down_at_start_registers_when_it_comes_up() {
 
 #[tokio::test]
 async fn stop_with_etcd_down_is_bounded() {
-    let mut etcd = EtcdServer::start().await;
-    if etcd.skip_if_external("stop_with_etcd_down_is_bounded") {
+    let Some(mut etcd) =
+        EtcdServer::start_exclusive("stop_with_etcd_down_is_bounded", "kills and restarts etcd")
+            .await
+    else {
         return;
-    }
+    };
     let key = unique_key("stop-down");
     let p = Publisher::spawn(conf(&etcd, &key), "127.0.0.1:45009".to_owned());
     registered(&p, Duration::from_secs(5)).await;
@@ -498,10 +512,14 @@ mod server_level {
 
     #[tokio::test]
     async fn etcd_down_at_start_serves_at_once_and_registers_later() {
-        let mut etcd = EtcdServer::start().await;
-        if etcd.skip_if_external("etcd_down_at_start_serves_at_once_and_registers_later") {
+        let Some(mut etcd) = EtcdServer::start_exclusive(
+            "etcd_down_at_start_serves_at_once_and_registers_later",
+            "kills and restarts etcd",
+        )
+        .await
+        else {
             return;
-        }
+        };
         etcd.kill();
         let key = unique_key("server-down-at-start");
         let t0 = Instant::now();
@@ -531,11 +549,15 @@ mod server_level {
 
 #[tokio::test]
 async fn account_is_used_and_survives_etcd_restart() {
-    let mut etcd = EtcdServer::start().await;
     // Enabling auth would break other tests sharing an external etcd.
-    if etcd.skip_if_external("account_is_used_and_survives_etcd_restart") {
+    let Some(mut etcd) = EtcdServer::start_exclusive(
+        "account_is_used_and_survives_etcd_restart",
+        "turns auth on in the cluster and restarts etcd",
+    )
+    .await
+    else {
         return;
-    }
+    };
     let mut c = etcd.client().await;
     c.user_add("root", "rootpw", None).await.expect("user add");
     c.user_grant_role("root", "root").await.expect("grant");

@@ -45,13 +45,23 @@ async fn under_attack(server: &TestServer, attack: Attack, limit: Duration) -> (
     let stop = Arc::new(AtomicBool::new(false));
     let victim = victim(server, stop.clone()).await;
     // the victim has connected and called before the attack starts
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let calls = server.greeter.finished();
+    server
+        .greeter
+        .wait_for("the victim's first call", |g| g.finished() > calls)
+        .await;
     let rss_before = rss_kb("self");
     let started = Instant::now();
     let outcome = attack_once(server.addr, attack, limit).await;
     let rss_after = rss_kb("self");
     // the victim keeps calling a little after the attack too
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let calls = server.greeter.finished();
+    server
+        .greeter
+        .wait_for("5 calls of the victim after the attack", |g| {
+            g.finished() >= calls + 5
+        })
+        .await;
     stop.store(true, Ordering::Relaxed);
     let (ok, failed) = victim.await.unwrap();
     println!(

@@ -401,6 +401,9 @@ async fn fault_slicer_one_byte_pieces_both_directions_no_failure() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fault_bandwidth_256k_messages_no_call_reaches_its_5s_deadline() {
     let toxiproxy = toxiproxy_or_skip!();
+    // 256 KiB messages queued on a slow link: tens of MB held while the tests that measure
+    // this process's RSS would count them as their own
+    let _rss = zrpc_tests::bench::rss_serial().await;
     let deadline = Duration::from_secs(5);
     let bench = Bench::start(toxiproxy, false, deadline).await;
     let big = format!(",{}", "x".repeat(256 * 1024));
