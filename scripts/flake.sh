@@ -29,6 +29,9 @@ shift $((OPTIND - 1))
 bin=$(scripts/test_binaries.sh "$name" | awk '{print $2}')
 [ -x "$bin" ] || { echo "no test binary $name" >&2; exit 1; }
 logs=$(mktemp -d -t zrpc-flake-XXXXXX)
+# a copy: a rebuild during the runs must not change the binary under test
+cp "$bin" "$logs/$name"
+bin="$logs/$name"
 cpus=$(nproc)
 hogs=()
 stop_hog() {
