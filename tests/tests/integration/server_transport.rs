@@ -15,6 +15,7 @@ use zrpc_tests::bench::{rss_kb, rss_serial};
 use zrpc_tests::greeter::{TestGreeter, TestServer, start_server, test_conf};
 use zrpc_tests::h2raw::{PREFACE, frame, grpc_headers, kind, raw_h2, read_frame};
 use zrpc_tests::pb::{HelloRequest, HelloStreamRequest};
+use zrpc_tests::wait;
 
 /// A test server with `edit` applied to its `Transport` block. Shedding is off: the suite
 /// runs many tests at once on few cores, and these tests are about the transport, not CPU.
@@ -469,8 +470,25 @@ async fn connections_over_the_cap_are_closed_at_once() {
         .expect("the fifth connection is closed");
     println!("MaxConnections 4: the fifth connection closed after {closed:?}");
     drop(held);
-    // Once the held connections are gone, new clients are served again.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Once the server has seen the held connections go, new clients are served again.
+    let url = server.url();
+    wait::until_async("a new connection served after the held ones closed", || {
+        let url = url.clone();
+        async move {
+            let Ok(channel) = tonic::transport::Endpoint::from_shared(url)
+                .unwrap()
+                .connect()
+                .await
+            else {
+                return false;
+            };
+            zrpc_tests::pb::greeter_client::GreeterClient::new(channel)
+                .say_hello(HelloRequest { name: "x".into() })
+                .await
+                .is_ok()
+        }
+    })
+    .await;
     served(&server, 10).await;
     server.shutdown().await.unwrap();
 }
