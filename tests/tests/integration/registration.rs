@@ -365,12 +365,25 @@ mod server_level {
     use zrpc_tests::pb::greeter_client::GreeterClient;
     use zrpc_tests::pb::greeter_server::{Greeter, GreeterServer};
     use zrpc_tests::pb::{HelloReply, HelloRequest, HelloStreamRequest};
+    use zrpc_tests::wait;
 
     use super::within;
 
-    /// Replies "hello <name>"; a name "sleep:<ms>" waits that long first.
+    /// Replies "hello <name>"; a name "sleep:<ms>" (or "sleep:<ms>/<tag>") waits that long
+    /// first, and is listed in [`STARTED`] as it starts.
     #[derive(Debug, Clone, Default)]
     struct Hello;
+
+    /// The names of the calls whose handler started, for a test to see its call arrive.
+    static STARTED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+    fn started(name: &str) -> bool {
+        STARTED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|n| n == name)
+    }
 
     #[tonic::async_trait]
     impl Greeter for Hello {
@@ -379,7 +392,14 @@ mod server_level {
             req: Request<HelloRequest>,
         ) -> Result<Response<HelloReply>, Status> {
             let name = req.into_inner().name;
-            if let Some(ms) = name.strip_prefix("sleep:").and_then(|v| v.parse().ok()) {
+            STARTED
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(name.clone());
+            let ms = name
+                .strip_prefix("sleep:")
+                .and_then(|v| v.split('/').next()?.parse().ok());
+            if let Some(ms) = ms {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
             }
             Ok(Response::new(HelloReply {
@@ -480,8 +500,10 @@ mod server_level {
         .expect("registered");
         // An in-flight call that outlives WrapUpTime.
         let a = addr.clone();
-        let inflight = tokio::spawn(async move { hello(&a, "sleep:1500").await });
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        let name = format!("sleep:1500/{key}");
+        let n = name.clone();
+        let inflight = tokio::spawn(async move { hello(&a, &n).await });
+        wait::until("the in-flight call in its handler", || started(&name)).await;
         let t0 = Instant::now();
         handle.shutdown();
         let key_gone = within(Duration::from_secs(3), || {
@@ -504,7 +526,7 @@ mod server_level {
         let done = inflight.await.expect("join");
         assert_eq!(
             done.as_deref(),
-            Ok("hello sleep:1500"),
+            Ok(format!("hello {name}").as_str()),
             "in-flight call completes"
         );
         handle.stopped().await;
