@@ -320,6 +320,8 @@ async fn etcd_down_at_start_registers_when_it_comes_up() {
     let key = unique_key("down-at-start");
     let value = "127.0.0.1:45008".to_owned();
     let p = Publisher::spawn(conf(&etcd, &key), value.clone());
+    // An absence check: with etcd down it must not claim to be registered; a bounded 1.5 s
+    // covers its first attempt and a retry (1 s).
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(*p.state().borrow(), RegistrationState::NotRegistered);
     let ready = etcd.restart().await;
