@@ -7,7 +7,8 @@
 #   scripts/flake.sh -n 10 -H 5             # 10 runs, the last 5 under a CPU hog
 #
 # Defaults: 10 runs, 5 under the hog, the `integration` binary. The test binary is the one
-# `cargo test` built (scripts/test_binaries.sh); logs stay in the printed directory.
+# `cargo test` built (scripts/test_binaries.sh: after a build other than scripts/test.sh's, set
+# ZRPC_TEST_SELECTION as it says); logs stay in the printed directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

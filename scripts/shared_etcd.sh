@@ -13,7 +13,8 @@
 #
 #   scripts/shared_etcd.sh [test name filter...]
 #
-# The test binaries are the ones `cargo test` built (scripts/test_binaries.sh); nothing is rebuilt.
+# The test binaries are the ones `cargo test` built (scripts/test_binaries.sh); nothing is rebuilt
+# (after a build other than scripts/test.sh's, set ZRPC_TEST_SELECTION as that script says).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

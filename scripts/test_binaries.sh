@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Prints the paths of zrpc-tests' test binaries named as arguments (default: integration interop),
-# one per line, as `cargo test` built them: asking cargo for them rebuilds nothing that is up to
-# date, so after `cargo test --workspace --all-targets` this costs no build.
-#
-#   scripts/test_binaries.sh [integration] [interop] [grpc_interop]
+# Prints "<name> <path>" for each of zrpc-tests' test binaries named as arguments (default:
+# integration interop), as `cargo test` built them. Asking cargo again rebuilds nothing that is
+# up to date, provided it is asked with the same selection (features are resolved per
+# selection): by default the one scripts/test.sh builds, `--workspace --all-targets`; set
+# ZRPC_TEST_SELECTION to the one you built with, e.g.
+#   ZRPC_TEST_SELECTION="-p zrpc-tests --test integration --test interop" scripts/flake.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(integration interop)
-args=()
-for n in "${names[@]}"; do args+=(--test "$n"); done
-cargo test -q -p zrpc-tests "${args[@]}" --no-run --locked --message-format=json |
+# shellcheck disable=SC2086 # a list of cargo arguments
+cargo test ${ZRPC_TEST_SELECTION:---workspace --all-targets} --no-run --locked --message-format=json |
   python3 -c '
 import json, sys
 want = sys.argv[1:]
@@ -19,6 +19,7 @@ for line in sys.stdin:
         m = json.loads(line)
     except ValueError:
         continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in want:
+    if (m.get("reason") == "compiler-artifact" and m.get("executable")
+            and m["package_id"].find("zrpc-tests") >= 0 and m["target"]["name"] in want):
         print(m["target"]["name"], m["executable"])
 ' "${names[@]}"
