@@ -237,9 +237,10 @@ async fn hold_toxic(
 
 /// A connection of C broken while calls run on it (`toxic` held for 1,500 calls of 20 ms,
 /// `suffix` appended to each name). Without a policy only calls on C's link fail, each with
-/// `Unavailable`, and some do. With a retry policy none fails, but where `committed`: a cut
-/// after C's answer began commits the call (it cannot be sent again), so only calls C had
-/// answered may fail.
+/// `Unavailable`, and some do. With a retry policy only calls C had answered may fail: a cut
+/// after C's answer began commits the call (it cannot be sent again). That is the case of
+/// every failure where `committed` (the cut is in the answers); where the cut is in the
+/// requests, a loaded machine can still land one on a call being answered, rarely.
 async fn broken_link(case: &str, toxic: Toxic, suffix: &str, policy: bool, committed: bool) {
     let toxiproxy = toxiproxy_or_skip!();
     let bench = Bench::start(toxiproxy, policy, Duration::from_secs(2)).await;
@@ -251,8 +252,14 @@ async fn broken_link(case: &str, toxic: Toxic, suffix: &str, policy: bool, commi
             !failures(&calls).is_empty(),
             "calls on the broken link fail"
         );
-    } else if committed {
-        for f in failures(&calls) {
+    } else {
+        // A call fails only if it could not be sent again: C had answered it (its answer had
+        // begun, which commits it). Where the cut is in the requests (`!committed`), that
+        // happens only when a loaded machine lets a cut land while a call that was already
+        // sent whole is being answered (seen once under a CPU hog on both cores); a call that
+        // failed without C answering it is the bug, whichever way the link was cut.
+        let failed = failures(&calls);
+        for f in &failed {
             assert!(
                 c.greeter.answered(&f.name),
                 "{} failed with a retry policy but C had not answered it: {:?}",
@@ -260,11 +267,13 @@ async fn broken_link(case: &str, toxic: Toxic, suffix: &str, policy: bool, commi
                 f.result
             );
         }
-    } else {
-        assert!(
-            failures(&calls).is_empty(),
-            "with a retry policy no call fails"
-        );
+        if !committed {
+            assert!(
+                failed.len() * 100 <= calls.len(),
+                "with a retry policy at most one call in a hundred fails (answered by C): {}",
+                failed.len()
+            );
+        }
     }
     if policy {
         bench.assert_some_call_retried(&calls);
