@@ -171,6 +171,14 @@ fi
 # --- 4. tests ---------------------------------------------------------------
 log "cargo test"
 cargo test --workspace --all-targets --locked
+# The integration and interop tests again, sharing ONE etcd as a user's `docker compose up -d etcd`
+# does (started with that service's flags from the installed binary; tests that change
+# cluster-wide state get an etcd of their own): the binaries built above, not rebuilt. Skipped
+# when the caller already points the tests at an etcd of theirs (the run above was that mode).
+if [ -z "${ZRPC_TEST_ETCD_ENDPOINTS:-}" ]; then
+  log "integration and interop tests against one shared etcd"
+  scripts/shared_etcd.sh
+fi
 # The unit tests again in the minimal and the default set (the workspace run above is the full
 # set): the tests of a feature's absence (a config that needs it is refused, naming it) run here.
 for i in 0 1; do

@@ -39,8 +39,12 @@
 //!
 //! When no `etcd` binary is installed but one runs elsewhere (for example `docker compose up -d etcd`),
 //! set `ZRPC_TEST_ETCD_ENDPOINTS=127.0.0.1:2379[,host:port...]`: every [`EtcdServer`] then points at that
-//! cluster, nothing is started, and tests that need to kill or restart etcd skip themselves with a
-//! printed note ([`EtcdServer::is_external`]). Use [`unique_key`] so tests sharing one etcd do not meet.
+//! cluster, nothing is started, and tests use [`unique_key`] so that tests sharing one etcd do not
+//! meet. A key prefix isolates keys, not what is cluster-wide: a test that kills or restarts etcd,
+//! compacts its history, turns auth on, counts its watchers or changes its members starts with
+//! [`EtcdServer::start_exclusive`] (or [`EtcdCluster::start_exclusive`]), which gives it an etcd of
+//! its own even then, as etcd's own integration framework gives such tests a cluster each; where
+//! no `etcd` binary is installed, it skips itself with a printed note saying why.
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -89,7 +93,8 @@ pub struct TlsFiles {
 }
 
 impl EtcdServer {
-    /// Starts etcd on free loopback ports with a temporary data dir and waits until it is healthy.
+    /// Starts etcd on free loopback ports with a temporary data dir and waits until it is healthy
+    /// (or, with [`ENDPOINTS_ENV`] set, uses that etcd).
     ///
     /// # Panics
     /// When etcd cannot be started or does not become healthy in 20 s (the message names the log file).
@@ -105,16 +110,30 @@ impl EtcdServer {
 
     /// Starts a local etcd that serves clients over TLS and requires client certificates
     /// (`--client-cert-auth`), with a CA, server and client certificate made by the `openssl` CLI.
-    /// Returns None (with a printed note) when an external etcd is configured.
+    /// It is local even when an external etcd is configured; None (with a printed note) when no
+    /// `etcd` binary is installed then.
     ///
     /// # Panics
     /// When `openssl` or etcd fail.
     pub async fn start_tls() -> Option<EtcdServer> {
-        if external_endpoints().is_some() {
-            println!("note: TLS etcd test skipped: {ENDPOINTS_ENV} is set");
+        if !exclusive_available("a TLS etcd test", "needs an etcd serving TLS") {
             return None;
         }
         Some(Self::start_local(true).await)
+    }
+
+    /// An etcd of this test's own, even when [`ENDPOINTS_ENV`] names a shared one: for a test that
+    /// changes or measures what a key prefix does not isolate (`why`: "kills and restarts etcd",
+    /// "compacts the cluster's history", ...). Prints a note when it starts one beside the shared
+    /// etcd; returns None, printing why the test skips, when no `etcd` binary is installed.
+    ///
+    /// # Panics
+    /// When a local etcd cannot be started.
+    pub async fn start_exclusive(test: &str, why: &str) -> Option<EtcdServer> {
+        if !exclusive_available(test, why) {
+            return None;
+        }
+        Some(Self::start_local(false).await)
     }
 
     async fn start_local(tls: bool) -> EtcdServer {
@@ -433,6 +452,36 @@ fn free_port() -> u16 {
         .expect("bind a free loopback port")
 }
 
+/// Whether a test that needs an etcd of its own can have one: always without [`ENDPOINTS_ENV`];
+/// with it, when the `etcd` binary runs here (a note says the test uses its own etcd), else the
+/// test skips (a note says why).
+fn exclusive_available(test: &str, why: &str) -> bool {
+    if external_endpoints().is_none() {
+        return true;
+    }
+    static LOCAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let local = *LOCAL.get_or_init(|| {
+        let bin = std::env::var(BIN_ENV).unwrap_or_else(|_| "etcd".to_owned());
+        Command::new(bin)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    if local {
+        println!(
+            "note: {test} runs on an etcd of its own beside the shared one ({ENDPOINTS_ENV}): it {why}"
+        );
+    } else {
+        println!(
+            "note: {test} skipped: it {why}, which a shared etcd ({ENDPOINTS_ENV}) cannot give it, \
+             and no `etcd` binary is installed to start one of its own"
+        );
+    }
+    local
+}
+
 fn external_endpoints() -> Option<Vec<String>> {
     let v = std::env::var(ENDPOINTS_ENV).ok()?;
     let eps: Vec<String> = v
@@ -554,6 +603,21 @@ impl TcpProxy {
             std::mem::take(&mut *self.state.conns.lock().unwrap_or_else(|e| e.into_inner()));
         for c in conns {
             c.abort();
+        }
+    }
+
+    /// Like [`TcpProxy::cut`], and returns once every forwarded connection is closed: nothing
+    /// written after it reaches the other side.
+    pub async fn cut_and_wait(&self) {
+        self.state.cut.store(true, Ordering::SeqCst);
+        let conns =
+            std::mem::take(&mut *self.state.conns.lock().unwrap_or_else(|e| e.into_inner()));
+        for c in &conns {
+            c.abort();
+        }
+        for c in conns {
+            // Err(cancelled) once the task and its two sockets are dropped
+            let _ = c.await;
         }
     }
 
@@ -696,6 +760,23 @@ impl EtcdCluster {
                 _dir: None,
             };
         }
+        Self::start_local(n).await
+    }
+
+    /// A cluster of this test's own even when [`ENDPOINTS_ENV`] names a shared etcd, like
+    /// [`EtcdServer::start_exclusive`]: for a test that kills members or changes membership.
+    ///
+    /// # Panics
+    /// As [`EtcdCluster::start`].
+    pub async fn start_exclusive(n: usize, test: &str, why: &str) -> Option<EtcdCluster> {
+        assert!(n > 0, "a cluster needs at least one member");
+        if !exclusive_available(test, why) {
+            return None;
+        }
+        Some(Self::start_local(n).await)
+    }
+
+    async fn start_local(n: usize) -> EtcdCluster {
         static TOKENS: AtomicU64 = AtomicU64::new(0);
         let mut last_err = String::new();
         for _ in 0..3 {

@@ -14,6 +14,7 @@ pub mod k8s;
 pub mod otlp;
 pub mod redis;
 pub mod toxiproxy;
+pub mod wait;
 
 /// Generated from `proto/greeter.proto`.
 #[allow(missing_docs, unreachable_pub, clippy::all)]

@@ -187,13 +187,20 @@ impl GzServer {
             tokio::time::sleep(Duration::from_millis(10)).await;
         };
         let took = started.elapsed();
-        // The reader thread drains the pipe shortly after exit.
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        let stopped_calls = |stdout: &[String]| {
+            stdout.iter().find_map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).ok()?;
+                (v.get("event")?.as_str()? == "stopped").then(|| v.get("calls")?.as_u64())?
+            })
+        };
+        // The reader thread drains the pipe shortly after exit: wait for the "stopped" line
+        // (at most 2 s; a program killed at the deadline never prints it).
+        let _ = crate::wait::within(Duration::from_secs(2), || {
+            std::future::ready(stopped_calls(&snapshot(&self.stdout)).is_some())
+        })
+        .await;
         let stdout = snapshot(&self.stdout);
-        let calls = stdout.iter().find_map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).ok()?;
-            (v.get("event")?.as_str()? == "stopped").then(|| v.get("calls")?.as_u64())?
-        });
+        let calls = stopped_calls(&stdout);
         GzStopped {
             exit_code: status.and_then(|s| s.code()),
             calls,

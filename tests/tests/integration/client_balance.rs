@@ -10,6 +10,7 @@ use zrpc_client::Client;
 use zrpc_client::conf::{BalancerName, RpcClientConf};
 use zrpc_tests::pb::HelloRequest;
 use zrpc_tests::pb::greeter_client::GreeterClient;
+use zrpc_tests::wait;
 
 use crate::client_support::Backend;
 
@@ -113,13 +114,20 @@ async fn client_new_slow_endpoint_is_probed_not_flooded() {
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // the client is warm: both fast endpoints have stats from 50 calls each
+    wait::until("50 calls on each fast endpoint", || {
+        let eps = client.endpoints();
+        eps.len() == 2 && eps.iter().all(|e| e.requests > 50)
+    })
+    .await;
     let before = a.hits() + b.hits();
     tx.send_replace(Some(Arc::new(vec![
         a.endpoint(),
         b.endpoint(),
         slow.endpoint(),
     ])));
+    // The measurement window: the second after the slow endpoint joined (a time window, as its
+    // probes and their back-off are timed).
     tokio::time::sleep(Duration::from_secs(1)).await;
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     for w in workers {

@@ -28,25 +28,34 @@ async fn client_sends_app_and_token() {
 
 #[tokio::test]
 async fn client_timeout_is_deadline_exceeded_and_call_override_wins() {
-    let server = Backend::start("s", Duration::from_millis(300));
-    let conf = RpcClientConf::direct([server.endpoint()]).with_timeout(Duration::from_millis(100));
+    // the server answers after 1 s: far from the 100 ms deadline, so "ended by its deadline"
+    // and "waited for the reply" stay apart on a loaded machine
+    let reply_after = Duration::from_secs(1);
+    let server = Backend::start("s", reply_after);
+    let timeout = Duration::from_millis(100);
+    let conf = RpcClientConf::direct([server.endpoint()]).with_timeout(timeout);
     let mut greeter = GreeterClient::new(Client::new(conf).await.unwrap());
     let start = Instant::now();
     let e = greeter
         .say_hello(HelloRequest { name: "x".into() })
         .await
         .unwrap_err();
+    let took = start.elapsed();
     assert_eq!(e.code(), Code::DeadlineExceeded, "{e:?}");
-    assert!(start.elapsed() < Duration::from_millis(250));
+    // ended by its deadline: not before it, and well before the reply would have come
+    assert!(
+        took >= timeout && took < reply_after * 3 / 4,
+        "the call ended after {took:?}"
+    );
     // a longer per-call timeout lets it through
     let mut req = tonic::Request::new(HelloRequest { name: "y".into() });
     req.extensions_mut()
-        .insert(CallTimeout(Duration::from_secs(2)));
+        .insert(CallTimeout(Duration::from_secs(5)));
     greeter.say_hello(req).await.unwrap();
     // the caller's shorter grpc-timeout wins over the per-call timeout
     let mut req = tonic::Request::new(HelloRequest { name: "z".into() });
     req.extensions_mut()
-        .insert(CallTimeout(Duration::from_secs(2)));
+        .insert(CallTimeout(Duration::from_secs(5)));
     req.set_timeout(Duration::from_millis(50));
     let e = greeter.say_hello(req).await.unwrap_err();
     assert_eq!(e.code(), Code::DeadlineExceeded, "{e:?}");
@@ -76,14 +85,29 @@ async fn client_blocking_dial_fails_naming_the_target() {
 
 #[tokio::test]
 async fn client_blocking_dial_succeeds_with_a_live_server() {
-    let server = Backend::start("s", Duration::ZERO);
-    let client = Client::new(RpcClientConf::direct([server.endpoint()]).with_non_block(false))
-        .await
-        .unwrap();
+    // A blocking dial waits for its server: started before the server listens, it returns only
+    // once it could connect, and the client is usable then.
+    let addr = dead_endpoint();
+    let dial = tokio::spawn(Client::new(
+        RpcClientConf::direct([addr.clone()]).with_non_block(false),
+    ));
+    // An absence check: nothing listens, so the dial must still wait after a bounded 300 ms
+    // (it tries to connect every 100 ms; its own limit is 3 s).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !dial.is_finished(),
+        "the blocking dial returned with no server"
+    );
+    let server = Backend::start_on(&addr, "s", Duration::ZERO);
+    let client = dial.await.unwrap().unwrap();
+    let eps = client.endpoints();
+    assert_eq!(eps.len(), 1);
+    assert_eq!(eps[0].addr, addr);
     GreeterClient::new(client)
         .say_hello(HelloRequest { name: "x".into() })
         .await
         .unwrap();
+    assert_eq!(server.hits(), 1);
 }
 
 #[tokio::test]

@@ -58,10 +58,14 @@ async fn unreachable_etcd_is_named_with_its_hosts() {
 
 #[tokio::test]
 async fn wrong_etcd_password_is_an_authentication_failure() {
-    let etcd = EtcdServer::start().await;
-    if etcd.skip_if_external("wrong_etcd_password_is_an_authentication_failure") {
+    let Some(etcd) = EtcdServer::start_exclusive(
+        "wrong_etcd_password_is_an_authentication_failure",
+        "turns auth on in the cluster",
+    )
+    .await
+    else {
         return;
-    }
+    };
     let mut admin = etcd.client().await;
     admin.user_add("root", "rootpw", None).await.unwrap();
     admin.user_grant_role("root", "root").await.unwrap();

@@ -8,6 +8,7 @@ use zrpc_client::Client;
 use zrpc_client::conf::RpcClientConf;
 use zrpc_tests::pb::HelloRequest;
 use zrpc_tests::pb::greeter_client::GreeterClient;
+use zrpc_tests::wait;
 
 use crate::client_support::{Backend, dead_endpoint};
 
@@ -59,7 +60,8 @@ async fn client_kill_one_server_only_in_flight_calls_fail() {
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // the load reaches the server about to be killed
+    wait::until("50 calls on c", || c.hits() >= 50).await;
     let kill_start = Instant::now();
     let hits_before = c.hits();
     c.kill();
@@ -148,7 +150,8 @@ async fn client_graceful_server_stop_loses_no_call() {
             (ok, failed)
         }));
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // the load reaches the server about to stop
+    wait::until("50 calls on c", || c.hits() >= 50).await;
     let before = c.hits();
     c.stop_gracefully().await;
     let (mut ok, mut failed) = (0, Vec::new());

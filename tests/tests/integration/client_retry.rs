@@ -374,6 +374,13 @@ async fn long_calls_that_fill_the_stream_limit_are_not_cut_by_a_probe() {
     for c in calls {
         c.await.unwrap().unwrap();
     }
+    // the stalled endpoint was probed, on a connection of the probe's own
+    let connections = slow.connections();
+    println!("long calls filling the stream limit: {connections} connections to the server");
+    assert!(
+        connections >= 2,
+        "no probe connection: {connections} connection(s)"
+    );
     // and the endpoint is usable at once: no probe left it suspect
     let mut greeter = GreeterClient::new(client.clone());
     greeter

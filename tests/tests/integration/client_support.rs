@@ -27,6 +27,8 @@ struct State {
     /// `grpc-retry-pushback-ms` sent with failures (empty = none).
     pushback: Mutex<String>,
     hits: AtomicU64,
+    /// Connections accepted.
+    connections: AtomicU64,
     last_metadata: Mutex<Option<(String, String)>>,
     /// `grpc-previous-rpc-attempts` of the calls, by value (index 0 = absent).
     previous_attempts: [AtomicU64; 6],
@@ -160,14 +162,21 @@ impl Backend {
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
         let svc = Svc(state.clone());
+        let accepted = state.clone();
         let (shutdown, signal) = tokio::sync::oneshot::channel::<()>();
         let (stopped_tx, stopped) = std::sync::mpsc::channel();
         runtime.spawn(async move {
             let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            let incoming =
+                futures_util::StreamExt::inspect(TcpListenerStream::new(listener), move |conn| {
+                    if conn.is_ok() {
+                        accepted.connections.fetch_add(1, Ordering::SeqCst);
+                    }
+                });
             let r = tonic::transport::Server::builder()
                 .max_concurrent_streams(streams)
                 .add_service(GreeterServer::new(svc))
-                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+                .serve_with_incoming_shutdown(incoming, async {
                     let _ = signal.await;
                 })
                 .await;
@@ -191,6 +200,11 @@ impl Backend {
     /// Calls that reached the handler.
     pub(crate) fn hits(&self) -> u64 {
         self.state.hits.load(Ordering::SeqCst)
+    }
+
+    /// Connections accepted so far.
+    pub(crate) fn connections(&self) -> u64 {
+        self.state.connections.load(Ordering::SeqCst)
     }
 
     /// Makes every call fail with `code` (0 = succeed again).

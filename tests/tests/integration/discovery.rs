@@ -18,6 +18,7 @@ use zrpc_tests::etcd::{EtcdServer, TcpProxy, keys_under, unique_key};
 use zrpc_tests::greeter::{TestGreeter, TestServer, start_server, test_conf};
 use zrpc_tests::pb::HelloRequest;
 use zrpc_tests::pb::greeter_client::GreeterClient;
+use zrpc_tests::wait;
 
 fn conf(hosts: Vec<String>, key: &str) -> EtcdConf {
     EtcdConf::new(hosts, key)
@@ -214,10 +215,14 @@ async fn etcd_resolver_applies_events_arriving_together_as_one_update() {
 
 #[tokio::test]
 async fn etcd_resolver_waits_for_etcd_then_resolves() {
-    let mut etcd = EtcdServer::start().await;
-    if etcd.skip_if_external("etcd_resolver_waits_for_etcd_then_resolves") {
+    let Some(mut etcd) = EtcdServer::start_exclusive(
+        "etcd_resolver_waits_for_etcd_then_resolves",
+        "kills and restarts etcd",
+    )
+    .await
+    else {
         return;
-    }
+    };
     let key = unique_key("disco-late");
     {
         let mut kv = etcd.client().await;
@@ -229,6 +234,8 @@ async fn etcd_resolver_waits_for_etcd_then_resolves() {
     // etcd is down: the resolver starts anyway and publishes nothing (None, not an empty set).
     let r = etcd_resolver::resolve(conf(etcd.endpoints(), &key)).unwrap();
     let mut rx = r.updates();
+    // An absence check: nothing may be published while etcd is down; 1.5 s covers the
+    // resolver's first attempt and its first retry (back-off ~1 s).
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(current(&rx), None);
     etcd.restart().await;
@@ -238,11 +245,14 @@ async fn etcd_resolver_waits_for_etcd_then_resolves() {
 
 #[tokio::test]
 async fn etcd_resolver_keeps_last_set_while_etcd_is_down_and_converges_after() {
-    let mut etcd = EtcdServer::start().await;
-    if etcd.skip_if_external("etcd_resolver_keeps_last_set_while_etcd_is_down_and_converges_after")
-    {
+    let Some(mut etcd) = EtcdServer::start_exclusive(
+        "etcd_resolver_keeps_last_set_while_etcd_is_down_and_converges_after",
+        "kills and restarts etcd",
+    )
+    .await
+    else {
         return;
-    }
+    };
     let key = unique_key("disco-outage");
     let mut kv = etcd.client().await;
     kv.put(format!("{key}/1"), "127.0.0.1:9001", None)
@@ -291,7 +301,16 @@ async fn etcd_resolver_keeps_last_set_while_etcd_is_down_and_converges_after() {
 
 #[tokio::test]
 async fn etcd_resolver_reloads_after_compaction_past_its_revision() {
-    let etcd = EtcdServer::start().await;
+    // Compaction is cluster-wide: on a shared etcd it would compact the history under the other
+    // tests' watches too (one resuming after a partition would have to reload).
+    let Some(etcd) = EtcdServer::start_exclusive(
+        "etcd_resolver_reloads_after_compaction_past_its_revision",
+        "compacts the cluster's history",
+    )
+    .await
+    else {
+        return;
+    };
     let key = unique_key("disco-compact");
     let proxy = TcpProxy::start(etcd.endpoint()).await;
     let mut kv = etcd.client().await;
@@ -305,8 +324,7 @@ async fn etcd_resolver_reloads_after_compaction_past_its_revision() {
     assert_eq!(etcd_resolver::reloads(&c), Some(1));
 
     // Partition the resolver from etcd, change the keys, compact the history past its revision.
-    proxy.cut();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.cut_and_wait().await;
     kv.put(format!("{key}/2"), "127.0.0.1:9002", None)
         .await
         .unwrap();
@@ -370,8 +388,7 @@ async fn etcd_resolver_resumes_after_a_partition_without_reloading() {
     let mut rx = r.updates();
     wait_for(&mut rx, &["127.0.0.1:9001"], Duration::from_secs(5)).await;
 
-    proxy.cut();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.cut_and_wait().await;
     kv.put(format!("{key}/2"), "127.0.0.1:9002", None)
         .await
         .unwrap();
@@ -385,7 +402,15 @@ async fn etcd_resolver_resumes_after_a_partition_without_reloading() {
 
 #[tokio::test]
 async fn etcd_watch_is_shared_and_closed_when_the_last_client_drops() {
-    let etcd = EtcdServer::start().await;
+    // It counts the cluster's watchers, which every test on a shared etcd adds to.
+    let Some(etcd) = EtcdServer::start_exclusive(
+        "etcd_watch_is_shared_and_closed_when_the_last_client_drops",
+        "counts the cluster's watchers",
+    )
+    .await
+    else {
+        return;
+    };
     let key = unique_key("disco-shared");
     let mut kv = etcd.client().await;
     kv.put(format!("{key}/1"), "127.0.0.1:9001", None)
@@ -393,7 +418,7 @@ async fn etcd_watch_is_shared_and_closed_when_the_last_client_drops() {
         .unwrap();
     let base = etcd_watchers(&etcd.endpoint()).await;
     assert!(
-        base.is_some() || etcd.is_external(),
+        base.is_some(),
         "etcd /metrics has no etcd_debugging_mvcc_watcher_total"
     );
 
@@ -625,7 +650,10 @@ async fn registered_server_gets_traffic_within_1s_and_none_1s_after_deregisterin
     wait_registered(&etcd, &key, &a).await;
     let client = etcd_client(&etcd, &key).await;
     let load = Load::start(&client, 4, Duration::from_millis(2));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // the load runs (one call more than the client's warm-up)
+    a.greeter
+        .wait_for("the load's first calls", |g| g.started() > 1)
+        .await;
 
     // B registers: the running client sends it traffic within 1 s (measured from B serving, so it
     // includes B's own lease grant and put).
@@ -634,15 +662,9 @@ async fn registered_server_gets_traffic_within_1s_and_none_1s_after_deregisterin
     println!("discovery e2e: server registered -> first request in {took:?}");
 
     // B is in rotation.
-    let start = Instant::now();
-    while b.greeter.started() < 50 {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "B got only {} calls",
-            b.greeter.started()
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    b.greeter
+        .wait_for("50 calls on B", |g| g.started() >= 50)
+        .await;
     // B deregisters (graceful shutdown: revoke, 1 s wrap-up, drain): no traffic 1 s later.
     let a_before = a.greeter.started();
     let b_addr = b.addr.to_string();
@@ -735,10 +757,11 @@ async fn keys_written_in_go_zero_layout_are_discovered() {
 
 #[tokio::test]
 async fn etcd_down_15s_under_load_loses_no_call_and_changes_after_restart_are_picked_up() {
-    let mut etcd = EtcdServer::start().await;
-    if etcd.skip_if_external("etcd_down_15s_under_load") {
+    let Some(mut etcd) =
+        EtcdServer::start_exclusive("etcd_down_15s_under_load", "kills and restarts etcd").await
+    else {
         return;
-    }
+    };
     let key = unique_key("disco-e2e-outage");
     let a = start_server(registered_conf("disco-oa", &etcd, &key), TestGreeter::new()).await;
     wait_registered(&etcd, &key, &a).await;
@@ -842,8 +865,11 @@ async fn registration_to_first_request_latency() {
         to_update.push(updated);
         to_request.push(request);
         kv.delete(format!("{key}/{i}"), None).await.unwrap();
-        // Let the client drop it before the server goes away.
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The client drops it before the server goes away.
+        wait::until(&format!("the client to drop {addr}"), || {
+            client.endpoints().iter().all(|e| e.addr != addr)
+        })
+        .await;
         s.shutdown().await.unwrap();
     }
     let (ok, failed, errors) = load.finish().await;
@@ -918,48 +944,86 @@ async fn client_subset_is_32_and_one_change_moves_at_most_one_member() {
             TestGreeter::new(),
         )
         .await;
-        if i < 40 {
-            kv.put(format!("{key}/{i}"), s.addr.to_string(), None)
-                .await
-                .unwrap();
-        }
+        kv.put(format!("{key}/{i}"), s.addr.to_string(), None)
+            .await
+            .unwrap();
         servers.push(s);
     }
+    let index_of = |addr: &str| {
+        servers
+            .iter()
+            .position(|s| s.addr.to_string() == addr)
+            .unwrap()
+    };
     let client = etcd_client(&etcd, &key).await;
-    let resolution = etcd_resolver::resolve(conf(etcd.endpoints(), &key)).unwrap();
-    let mut rx = resolution.updates();
     let members = |c: &Client| {
         let mut v: Vec<String> = c.endpoints().into_iter().map(|e| e.addr).collect();
         v.sort();
         v
     };
+    // The client has applied all 45 registrations once its subset stops changing; any 32 of them
+    // will do as the start, but the test needs servers it knows rank in the top 32: members of
+    // a subset of all 45 do. Five of them are deregistered here (each is replaced by the next
+    // best) and come back one by one below as the "added" servers: a server that outranks a
+    // member, so its arrival must move exactly one member. A new server that ranks below the
+    // subset would move none, and the test could not tell that from an update not yet applied.
+    wait::until("the client's subset of 32 endpoints", || {
+        client.endpoints().len() == 32
+    })
+    .await;
+    let mut comebacks = Vec::new();
+    for addr in members(&client).into_iter().take(5) {
+        kv.delete(format!("{key}/{}", index_of(&addr)), None)
+            .await
+            .unwrap();
+        comebacks.push(addr);
+    }
+    wait::until("the client to drop the five deregistered members", || {
+        let m = members(&client);
+        comebacks.iter().all(|a| !m.contains(a))
+    })
+    .await;
     let mut before = members(&client);
     assert_eq!(before.len(), 32, "a subset of 32 of 40");
     let mut moved = 0;
-    // Alternate: add a new server, remove a registered one.
+    // Alternate: add a server that outranks a member, remove a member. Each step waits until the
+    // client applied it (the changed server entered or left its subset), then checks that
+    // exactly one member left and exactly one entered.
     for step in 0..10 {
-        if step % 2 == 0 {
-            let i = 40 + step / 2;
-            kv.put(format!("{key}/{i}"), servers[i].addr.to_string(), None)
+        let changed = if step % 2 == 0 {
+            let addr = comebacks[step / 2].clone();
+            kv.put(format!("{key}/{}", index_of(&addr)), addr.clone(), None)
                 .await
                 .unwrap();
+            wait::until(&format!("step {step}: {addr} to enter the subset"), || {
+                members(&client).contains(&addr)
+            })
+            .await;
+            addr
         } else {
-            kv.delete(format!("{key}/{}", step * 3), None)
+            let addr = before
+                .iter()
+                .find(|a| !comebacks.contains(a))
+                .unwrap()
+                .clone();
+            kv.delete(format!("{key}/{}", index_of(&addr)), None)
                 .await
                 .unwrap();
-        }
-        rx.changed().await.unwrap();
-        // Let the balancer apply the update.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+            wait::until(&format!("step {step}: {addr} to leave the subset"), || {
+                !members(&client).contains(&addr)
+            })
+            .await;
+            addr
+        };
         let after = members(&client);
         assert_eq!(after.len(), 32);
-        let left = before.iter().filter(|a| !after.contains(a)).count();
-        let entered = after.iter().filter(|a| !before.contains(a)).count();
+        let left: Vec<&String> = before.iter().filter(|a| !after.contains(a)).collect();
+        let entered: Vec<&String> = after.iter().filter(|a| !before.contains(a)).collect();
         assert!(
-            left <= 1 && entered <= 1,
-            "step {step}: {left} left, {entered} entered"
+            left.len() == 1 && entered.len() == 1,
+            "step {step} ({changed}): {left:?} left, {entered:?} entered"
         );
-        moved += entered;
+        moved += entered.len();
         before = after;
     }
     println!(

@@ -108,11 +108,15 @@ fn record_states(p: &Publisher) -> Arc<Mutex<Vec<(Instant, bool)>>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_cluster_rides_through_member_crashes_and_quorum_loss() {
-    let mut cluster = EtcdCluster::start(3).await;
-    if cluster.is_external() {
-        eprintln!("skipped: an external etcd cannot be killed");
+    let Some(mut cluster) = EtcdCluster::start_exclusive(
+        3,
+        "etcd_cluster_rides_through_member_crashes_and_quorum_loss",
+        "kills and restarts members of a 3-member cluster",
+    )
+    .await
+    else {
         return;
-    }
+    };
     let hosts = cluster.endpoints();
     let key = unique_key("cluster-faults");
     let etcd_conf = EtcdConf::new(hosts.clone(), &key);

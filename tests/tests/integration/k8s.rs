@@ -132,11 +132,14 @@ async fn k8s_merges_slices_and_follows_the_watch() {
         &[Ep::ready("10.9.9.8")],
         &grpc(8080),
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(
-        rx.borrow().as_deref().unwrap(),
-        &["10.0.1.2:8080", "10.0.2.1:9090"]
-    );
+    // a change of this service after it: once the resolver publishes it, it has read past the
+    // other service's change (one watch, events in order)
+    put(&api, "user-rpc-d", &[Ep::ready("10.0.3.1")], 8080);
+    wait_for(
+        &mut rx,
+        &["10.0.1.2:8080", "10.0.2.1:9090", "10.0.3.1:8080"],
+    )
+    .await;
     assert_eq!((api.lists(), api.watches().len()), (1, 1));
     assert_eq!(r.status().problem(), None);
 }
@@ -261,8 +264,9 @@ async fn k8s_relists_once_on_410_gone() {
     eventually("the first watch", || api.watches().len() == 1).await;
     // changes while the watch is cut, then the history is compacted: the watch gets an ERROR
     // 410, and only a fresh list can see the changes
+    // (set_down ends the live watch with an entry of the fake's log that comes before the puts
+    // below, so the watch never sees them)
     api.set_down(true);
-    tokio::time::sleep(Duration::from_millis(50)).await;
     put(&api, "s1", &[Ep::ready("10.0.0.2")], 8080);
     put(&api, "s2", &[Ep::ready("10.0.0.3")], 8080);
     api.compact_and_expire();
@@ -279,7 +283,15 @@ async fn k8s_relists_once_on_410_gone() {
     // a live watch expired with 410 also relists once
     api.compact_and_expire();
     eventually("the second relist", || api.lists() == 3).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // the resolver watches again from the relist's version, and lists no more
+    eventually("the watch after the second relist", || {
+        api.watches()
+            .last()
+            .and_then(|w| w.resource_version.clone())
+            == Some(api.resource_version().to_string())
+            && api.watches().len() >= 3
+    })
+    .await;
     assert_eq!(api.lists(), 3, "{:?}", api.requests());
     assert_eq!(
         rx.borrow().as_deref().unwrap(),
@@ -309,7 +321,9 @@ async fn k8s_keeps_the_last_set_while_the_api_is_down() {
             && problem.contains("watch failed"),
         "{problem}"
     );
-    // several retries fail; the set is never emptied
+    // several retries fail; the set is never emptied. An absence check: while the API is down
+    // the fake records no request, so the test waits a bounded 2.5 s (the resolver's back-off
+    // retries a few times in it) and then checks that no update came.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert!(
         !rx.has_changed().unwrap(),
@@ -403,6 +417,8 @@ async fn k8s_port_problems_are_reported() {
     let kube = KubeApi::new(&api.url()).unwrap();
     let e = k8s::resolve_with(kube, NS, "svc&watch=1", None).unwrap_err();
     assert!(e.to_string().contains("must be Kubernetes names"), "{e}");
+    // An absence check: resolve_with refused the name without starting anything; a bounded
+    // 100 ms gives a request it would wrongly have sent the time to reach the fake.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(
         api.requests()
@@ -461,11 +477,14 @@ async fn k8s_client_calls_only_ready_pods_with_no_failure() {
     .unwrap();
     let failures = Arc::new(AtomicU64::new(0));
     let calls = Arc::new(AtomicU64::new(0));
+    // calls completed by each worker
+    let done: Arc<Vec<AtomicU64>> = Arc::new((0..4).map(|_| AtomicU64::new(0)).collect());
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut workers = Vec::new();
     for w in 0..4 {
         let mut greeter = GreeterClient::new(client.clone());
-        let (failures, calls, stop) = (failures.clone(), calls.clone(), stop.clone());
+        let (failures, calls, stop, done) =
+            (failures.clone(), calls.clone(), stop.clone(), done.clone());
         workers.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 let r = greeter
@@ -474,6 +493,7 @@ async fn k8s_client_calls_only_ready_pods_with_no_failure() {
                     })
                     .await;
                 calls.fetch_add(1, Ordering::Relaxed);
+                done[w].fetch_add(1, Ordering::Relaxed);
                 if let Err(s) = r {
                     eprintln!("call failed: {s}");
                     failures.fetch_add(1, Ordering::Relaxed);
@@ -488,7 +508,20 @@ async fn k8s_client_calls_only_ready_pods_with_no_failure() {
     eventually("calls to b", || b.greeter.finished() >= 50).await;
     // a terminates: marked terminating, then its slice goes; no call fails and a gets no more
     put(&api, "s-a", &[Ep::terminating("127.0.0.1")], a.addr.port());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let a_addr = a.addr.to_string();
+    eventually("the client to drop the terminating pod", || {
+        client.endpoints().iter().all(|e| e.addr != a_addr)
+    })
+    .await;
+    // A call picked just before the client dropped a may still be on its way there: once every
+    // worker has completed two more calls, each worker's current call was picked after the drop.
+    let seen: Vec<u64> = done.iter().map(|d| d.load(Ordering::Relaxed)).collect();
+    eventually("two more calls of every worker", || {
+        done.iter()
+            .zip(&seen)
+            .all(|(d, s)| d.load(Ordering::Relaxed) >= s + 2)
+    })
+    .await;
     let a_after = a.greeter.started();
     api.delete_slice(NS, "s-a");
     let b_before = b.greeter.finished();

@@ -183,10 +183,14 @@ async fn revoked_lease_is_re_registered_within_2s() {
 
 #[tokio::test]
 async fn ten_etcd_kill_restart_cycles_leave_exactly_one_key() {
-    let mut etcd = EtcdServer::start().await;
-    if etcd.skip_if_external("ten_etcd_kill_restart_cycles_leave_exactly_one_key") {
+    let Some(mut etcd) = EtcdServer::start_exclusive(
+        "ten_etcd_kill_restart_cycles_leave_exactly_one_key",
+        "kills and restarts etcd",
+    )
+    .await
+    else {
         return;
-    }
+    };
     let key = unique_key("kill-restart");
     let value = "127.0.0.1:45005".to_owned();
     let mut c = etcd.client().await;
@@ -229,10 +233,14 @@ async fn ten_etcd_kill_restart_cycles_leave_exactly_one_key() {
 
 #[tokio::test]
 async fn etcd_down_longer_than_ttl_key_back_within_2s() {
-    let mut etcd = EtcdServer::start().await;
-    if etcd.skip_if_external("etcd_down_longer_than_ttl_key_back_within_2s") {
+    let Some(mut etcd) = EtcdServer::start_exclusive(
+        "etcd_down_longer_than_ttl_key_back_within_2s",
+        "kills and restarts etcd",
+    )
+    .await
+    else {
         return;
-    }
+    };
     let key = unique_key("long-outage");
     let value = "127.0.0.1:45006".to_owned();
     let p = Publisher::spawn(conf(&etcd, &key), value.clone());
@@ -300,14 +308,20 @@ async fn partition_longer_than_ttl_gets_new_lease_never_two_keys() {
 
 #[tokio::test]
 async fn etcd_down_at_start_registers_when_it_comes_up() {
-    let mut etcd = EtcdServer::start().await;
-    if etcd.skip_if_external("etcd_down_at_start_registers_when_it_comes_up") {
+    let Some(mut etcd) = EtcdServer::start_exclusive(
+        "etcd_down_at_start_registers_when_it_comes_up",
+        "kills and restarts etcd",
+    )
+    .await
+    else {
         return;
-    }
+    };
     etcd.kill();
     let key = unique_key("down-at-start");
     let value = "127.0.0.1:45008".to_owned();
     let p = Publisher::spawn(conf(&etcd, &key), value.clone());
+    // An absence check: with etcd down it must not claim to be registered; a bounded 1.5 s
+    // covers its first attempt and a retry (1 s).
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(*p.state().borrow(), RegistrationState::NotRegistered);
     let ready = etcd.restart().await;
@@ -324,10 +338,12 @@ async fn etcd_down_at_start_registers_when_it_comes_up() {
 
 #[tokio::test]
 async fn stop_with_etcd_down_is_bounded() {
-    let mut etcd = EtcdServer::start().await;
-    if etcd.skip_if_external("stop_with_etcd_down_is_bounded") {
+    let Some(mut etcd) =
+        EtcdServer::start_exclusive("stop_with_etcd_down_is_bounded", "kills and restarts etcd")
+            .await
+    else {
         return;
-    }
+    };
     let key = unique_key("stop-down");
     let p = Publisher::spawn(conf(&etcd, &key), "127.0.0.1:45009".to_owned());
     registered(&p, Duration::from_secs(5)).await;
@@ -351,12 +367,25 @@ mod server_level {
     use zrpc_tests::pb::greeter_client::GreeterClient;
     use zrpc_tests::pb::greeter_server::{Greeter, GreeterServer};
     use zrpc_tests::pb::{HelloReply, HelloRequest, HelloStreamRequest};
+    use zrpc_tests::wait;
 
     use super::within;
 
-    /// Replies "hello <name>"; a name "sleep:<ms>" waits that long first.
+    /// Replies "hello <name>"; a name "sleep:<ms>" (or "sleep:<ms>/<tag>") waits that long
+    /// first, and is listed in [`STARTED`] as it starts.
     #[derive(Debug, Clone, Default)]
     struct Hello;
+
+    /// The names of the calls whose handler started, for a test to see its call arrive.
+    static STARTED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+    fn started(name: &str) -> bool {
+        STARTED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|n| n == name)
+    }
 
     #[tonic::async_trait]
     impl Greeter for Hello {
@@ -365,7 +394,14 @@ mod server_level {
             req: Request<HelloRequest>,
         ) -> Result<Response<HelloReply>, Status> {
             let name = req.into_inner().name;
-            if let Some(ms) = name.strip_prefix("sleep:").and_then(|v| v.parse().ok()) {
+            STARTED
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(name.clone());
+            let ms = name
+                .strip_prefix("sleep:")
+                .and_then(|v| v.split('/').next()?.parse().ok());
+            if let Some(ms) = ms {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
             }
             Ok(Response::new(HelloReply {
@@ -466,8 +502,10 @@ mod server_level {
         .expect("registered");
         // An in-flight call that outlives WrapUpTime.
         let a = addr.clone();
-        let inflight = tokio::spawn(async move { hello(&a, "sleep:1500").await });
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        let name = format!("sleep:1500/{key}");
+        let n = name.clone();
+        let inflight = tokio::spawn(async move { hello(&a, &n).await });
+        wait::until("the in-flight call in its handler", || started(&name)).await;
         let t0 = Instant::now();
         handle.shutdown();
         let key_gone = within(Duration::from_secs(3), || {
@@ -490,7 +528,7 @@ mod server_level {
         let done = inflight.await.expect("join");
         assert_eq!(
             done.as_deref(),
-            Ok("hello sleep:1500"),
+            Ok(format!("hello {name}").as_str()),
             "in-flight call completes"
         );
         handle.stopped().await;
@@ -498,10 +536,14 @@ mod server_level {
 
     #[tokio::test]
     async fn etcd_down_at_start_serves_at_once_and_registers_later() {
-        let mut etcd = EtcdServer::start().await;
-        if etcd.skip_if_external("etcd_down_at_start_serves_at_once_and_registers_later") {
+        let Some(mut etcd) = EtcdServer::start_exclusive(
+            "etcd_down_at_start_serves_at_once_and_registers_later",
+            "kills and restarts etcd",
+        )
+        .await
+        else {
             return;
-        }
+        };
         etcd.kill();
         let key = unique_key("server-down-at-start");
         let t0 = Instant::now();
@@ -531,11 +573,15 @@ mod server_level {
 
 #[tokio::test]
 async fn account_is_used_and_survives_etcd_restart() {
-    let mut etcd = EtcdServer::start().await;
     // Enabling auth would break other tests sharing an external etcd.
-    if etcd.skip_if_external("account_is_used_and_survives_etcd_restart") {
+    let Some(mut etcd) = EtcdServer::start_exclusive(
+        "account_is_used_and_survives_etcd_restart",
+        "turns auth on in the cluster and restarts etcd",
+    )
+    .await
+    else {
         return;
-    }
+    };
     let mut c = etcd.client().await;
     c.user_add("root", "rootpw", None).await.expect("user add");
     c.user_grant_role("root", "root").await.expect("grant");

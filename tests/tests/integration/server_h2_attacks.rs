@@ -45,13 +45,23 @@ async fn under_attack(server: &TestServer, attack: Attack, limit: Duration) -> (
     let stop = Arc::new(AtomicBool::new(false));
     let victim = victim(server, stop.clone()).await;
     // the victim has connected and called before the attack starts
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let calls = server.greeter.finished();
+    server
+        .greeter
+        .wait_for("the victim's first call", |g| g.finished() > calls)
+        .await;
     let rss_before = rss_kb("self");
     let started = Instant::now();
     let outcome = attack_once(server.addr, attack, limit).await;
     let rss_after = rss_kb("self");
     // the victim keeps calling a little after the attack too
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let calls = server.greeter.finished();
+    server
+        .greeter
+        .wait_for("5 calls of the victim after the attack", |g| {
+            g.finished() >= calls + 5
+        })
+        .await;
     stop.store(true, Ordering::Relaxed);
     let (ok, failed) = victim.await.unwrap();
     println!(
@@ -196,17 +206,20 @@ async fn every_h2_flood_is_cut_with_a_goaway_while_other_clients_are_served() {
     }
     // Ten cuts in a row from this address: its next connection is held (1 s) before the
     // server reads it, while the connection opened before is served at once.
-    let mut held = raw_h2(server.addr).await;
+    // (timed from before the connect: the hold starts when the server accepts it, and a loaded
+    // machine can take a while between the accept and the next line of this test)
     let started = Instant::now();
+    let mut held = raw_h2(server.addr).await;
     held.write_all(&frame(kind::PING, 0, 0, &[7; 8]))
         .await
         .unwrap();
+    let open_started = Instant::now();
     open.say_hello(HelloRequest {
         name: "early".into(),
     })
     .await
     .unwrap();
-    let open_took = started.elapsed();
+    let open_took = open_started.elapsed();
     loop {
         let (k, flags, _, _) = read_frame(&mut held)
             .await

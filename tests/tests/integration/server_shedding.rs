@@ -8,6 +8,7 @@ use tonic::Code;
 use zrpc_core::cpu::FixedCpu;
 use zrpc_tests::greeter::{TestGreeter, start_server_with, test_conf};
 use zrpc_tests::pb::HelloRequest;
+use zrpc_tests::wait;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_sheds_when_cpu_is_hot() {
@@ -115,6 +116,21 @@ fn calls_waiting_for_a_busy_worker_count_in_flight() {
             .say_hello(HelloRequest { name: "x".into() })
             .await
             .unwrap();
+        // The burst arrives while the worker is busy: a call holds it for 500 ms, and the 200
+        // calls are sent meanwhile, so they all wait for it, however slowly a loaded machine
+        // lets this client send them. (Sent against a free worker, they were served as they
+        // trickled in on a loaded machine: 130 ok, 70 shed, and the test failed.)
+        let holder = {
+            let mut c = client.clone();
+            tokio::spawn(async move {
+                c.say_hello(HelloRequest {
+                    name: "block:500".into(),
+                })
+                .await
+            })
+        };
+        let greeter = &srv.greeter;
+        wait::until("the worker held", || greeter.started() >= 2).await;
         let calls: Vec<_> = (0..200)
             .map(|_| {
                 let mut c = client.clone();
@@ -140,6 +156,7 @@ fn calls_waiting_for_a_busy_worker_count_in_flight() {
                 }
             }
         }
+        holder.await.unwrap().expect("the holding call is served");
         (ok, shed)
     });
     eprintln!("blocking handlers: {ok} ok, {shed} shed");
@@ -148,7 +165,13 @@ fn calls_waiting_for_a_busy_worker_count_in_flight() {
         shed >= 100,
         "the backlog was served instead of shed: {ok} ok, {shed} shed"
     );
-    // Every call is done: none counts in flight any more (queued or allowed).
+    // Every call is done: none counts in flight any more (queued or allowed). The server drops
+    // a call's count after it sent the response, so the client can see its last reply a moment
+    // before: wait for the gauge to reach 0 (a count that leaked would stay above it).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while inflight_gauge(srv.addr) != Some(0.0) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     assert_eq!(inflight_gauge(srv.addr), Some(0.0));
     cpu.set(0);
     server_rt.block_on(srv.shutdown()).expect("clean shutdown");

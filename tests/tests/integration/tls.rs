@@ -17,6 +17,7 @@ use zrpc_tests::greeter::test_conf;
 use zrpc_tests::pb::greeter_client::GreeterClient;
 use zrpc_tests::pb::greeter_server::{Greeter, GreeterServer};
 use zrpc_tests::pb::{HelloReply, HelloRequest, HelloStreamRequest};
+use zrpc_tests::wait;
 
 const LOCAL_SANS: &[&str] = &["DNS:localhost", "IP:127.0.0.1"];
 
@@ -210,7 +211,9 @@ async fn tls_rejects_wrong_ca_expired_wrong_san_and_missing_client_cert() {
             .with_client_ca_file(ca.files.cert_str()),
     ))
     .await;
-    tokio::time::sleep(Duration::from_millis(1100)).await; // expired_client is past its end
+    // expired_client is past its end: its notAfter is its issuance, in whole seconds, so the
+    // wait is on the clock itself
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     let url = format!("https://127.0.0.1:{}", srv.addr.port());
 
     // the client does not trust the server's CA
@@ -253,6 +256,7 @@ async fn tls_rejects_wrong_ca_expired_wrong_san_and_missing_client_cert() {
 
     // expired server certificate
     let expired_server = ca.issue_expired("server", LOCAL_SANS);
+    // past its end (notAfter = issuance, whole seconds): a wait on the clock itself
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let srv = TlsServer::start(Some(ServerTlsConf::new(
         expired_server.cert_str(),
@@ -590,7 +594,8 @@ async fn tls_certificate_rotation_under_load_fails_no_call() {
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // the load runs: every worker's client made its calls
+    wait::until("20 calls of the load", || ok.load(Ordering::Relaxed) >= 20).await;
 
     // a broken new certificate: refused, the old one stays
     std::fs::write(
@@ -618,7 +623,12 @@ async fn tls_certificate_rotation_under_load_fails_no_call() {
         }
     }
     assert!(rotated, "new connections get the new certificate");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // calls go on after the rotation (the workers that open new connections meet v2)
+    let after = ok.load(Ordering::Relaxed);
+    wait::until("100 calls after the rotation", || {
+        ok.load(Ordering::Relaxed) >= after + 100
+    })
+    .await;
     stop.store(true, Ordering::Relaxed);
     for w in workers {
         w.await.unwrap();
@@ -746,6 +756,8 @@ async fn tls_certificate_reloads_on_sighup() {
     .await;
     replace(&v2.key, &live.key);
     replace(&v2.cert, &live.cert);
+    // An absence check: with ReloadInterval 0 nothing polls the files, so the server must still
+    // serve v1 after a bounded 300 ms (3 periods of the 100 ms interval other tests use).
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         served_cert(srv.addr, &ca.files).await,
@@ -831,6 +843,8 @@ async fn tls_client_ca_reloads_and_a_broken_file_keeps_the_old_ca() {
     // A half-written CA file is refused: A still admitted, B still refused.
     let pem = std::fs::read_to_string(&ca_b.files.cert).unwrap();
     std::fs::write(&live_ca, &pem[..pem.len() / 2]).unwrap();
+    // An absence check: a refused CA file changes nothing the test can see (no metric counts
+    // CA reloads), so it waits a bounded 500 ms, several reload intervals, before checking.
     tokio::time::sleep(Duration::from_millis(500)).await;
     as_a().await.unwrap();
     let e = as_b().await.unwrap_err();
@@ -890,6 +904,7 @@ async fn tls_allowed_clients_file_reloads_on_sighup_for_open_connections() {
     let next = ca.dir().join("allowed.next");
     std::fs::write(&next, "spiffe://zrpc.test/orders  # the orders service\n").unwrap();
     replace(&next, &list);
+    // An absence check: with ReloadInterval 0 the list changes only on SIGHUP; a bounded 300 ms.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(call_on(&c_orders).await.is_err(), "no polling");
     nix::sys::signal::raise(nix::sys::signal::Signal::SIGHUP).unwrap();
@@ -905,6 +920,8 @@ async fn tls_allowed_clients_file_reloads_on_sighup_for_open_connections() {
     std::fs::write(&next, "# emptied by mistake\n").unwrap();
     replace(&next, &list);
     nix::sys::signal::raise(nix::sys::signal::Signal::SIGHUP).unwrap();
+    // An absence check: the refused list leaves no trace the test can see but a log line, so it
+    // waits a bounded 500 ms for the SIGHUP to be handled before checking that nothing changed.
     tokio::time::sleep(Duration::from_millis(500)).await;
     call_on(&c_orders).await.unwrap();
     let e = call_on(&c_billing).await.unwrap_err();

@@ -123,7 +123,12 @@ async fn a_reset_at_the_callers_deadline_is_deadline_exceeded() {
             .unwrap_err();
         let took = started.elapsed();
         assert_eq!(err.code(), Code::DeadlineExceeded, "call {i}: {err:?}");
-        assert!(took < Duration::from_secs(1), "call {i} took {took:?}");
+        // Ended by the deadline: grpc-go's handler waits for the call's end, so without the
+        // deadline the call would never end. The margin above the 50 ms is for a loaded machine.
+        assert!(
+            took >= timeout && took < Duration::from_secs(3),
+            "call {i} took {took:?}"
+        );
     }
 
     // a stream whose head came: the client reads its reset only after the deadline (it was not

@@ -37,7 +37,15 @@ async fn zrpc_server_stopped_under_go_zero_load_loses_no_call() {
     })
     .await;
     assert!(both, "the go-zero client did not reach both zrpc servers");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // the load is spread over both: 20 calls on each before the stop
+    let spread = eventually(Duration::from_secs(10), || async move {
+        all.iter().all(|s| s.greeter.calls() >= 20)
+    })
+    .await;
+    assert!(
+        spread,
+        "the go-zero client's load did not reach 20 calls on each server"
+    );
     let stopped = servers.remove(0);
     let stopped_addr = stopped.listen_on();
     let stopped_calls = stopped.greeter.clone();
@@ -89,7 +97,16 @@ async fn gz_server_sigtermed_under_zrpc_load_loses_no_call() {
     };
     let (run, (exit, took, gone)) =
         tokio::join!(zrpc_load(&client, load, Duration::from_secs(10)), async {
-            tokio::time::sleep(Duration::from_millis(1500)).await;
+            // the load is spread over both servers: 20 calls sent to each before the stop
+            let spread = eventually(Duration::from_secs(10), || async {
+                let e = client.endpoints();
+                e.len() == 2 && e.iter().all(|e| e.requests >= 20)
+            })
+            .await;
+            assert!(
+                spread,
+                "the zrpc client's load did not reach both go-zero servers"
+            );
             let t0 = Instant::now();
             let stop = tokio::spawn(stopped.stop());
             let gone = wait_deregistered(&etcd, &key, &stopped_addr, Duration::from_secs(2)).await;
@@ -165,8 +182,17 @@ async fn rolling_restart_of_3_zrpc_servers_under_go_zero_clients_with_3_etcd_hos
     );
     let mut retired = Vec::new();
     for round in 0..3 {
-        // About a second of load on the current set before each stop.
-        tokio::time::sleep(Duration::from_millis(800)).await;
+        // Some load on the current set before each stop: 20 more calls on each server.
+        let before: Vec<u64> = servers.iter().map(|s| s.greeter.calls()).collect();
+        let all = &servers;
+        let before = &before;
+        let loaded = eventually(Duration::from_secs(5), || async move {
+            all.iter()
+                .zip(before)
+                .all(|(s, b)| s.greeter.calls() >= b + 20)
+        })
+        .await;
+        assert!(loaded, "round {round}: the load did not reach every server");
         let old = servers.remove(0);
         let old_addr = old.listen_on();
         let old_calls = old.greeter.clone();

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use zrpc::Tier;
 use zrpc::conf::{ClientMiddlewaresConf, ConcurrencyLimitConf, RpcClientConf};
-use zrpc_tests::gozero::{ClientYaml, Discovery, GzClient, start_zrpc, zrpc_conf};
+use zrpc_tests::gozero::{ClientYaml, Discovery, GzClient, eventually, start_zrpc, zrpc_conf};
 use zrpc_tests::gozero_or_skip;
 use zrpc_tests::pb::HelloRequest;
 use zrpc_tests::pb::greeter_client::GreeterClient;
@@ -57,7 +57,16 @@ async fn interop_a_go_zero_caller_is_of_the_default_tier_and_may_mark_a_call_cri
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // the three are in their handlers (after the first call)
+    let greeter = &server.greeter;
+    assert!(
+        eventually(
+            Duration::from_secs(10),
+            || async move { greeter.calls() >= 4 }
+        )
+        .await,
+        "the three slow calls did not reach the server"
+    );
 
     let gz = |tier: Option<&str>| {
         let y = ClientYaml::new(Discovery::Endpoints(vec![addr.clone()])).timeout_ms(2000);

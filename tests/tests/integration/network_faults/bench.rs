@@ -2,6 +2,7 @@
 //! and what every case asserts of a run.
 
 use std::time::{Duration, Instant};
+use zrpc_tests::wait;
 
 use tonic::Code;
 use zrpc_client::Client;
@@ -76,13 +77,20 @@ impl Bench {
         );
     }
 
-    /// Waits (10 s) until `C` gets calls again after the toxic was taken off.
+    /// Waits until `C` gets calls again after the toxic was taken off (5 more calls).
+    ///
+    /// C left the fault with a high latency average, so it wins picks again only as its probes
+    /// answer fast and the average decays; how long that takes depends on the machine's load.
+    /// The check is that C is not shut out (the bug would keep it out for good), so the wait
+    /// is [`wait::LIMIT`] rather than a speed.
     pub(super) async fn c_gets_calls_again(&self) {
         let (c, _) = self.c();
         let before = c.greeter.started();
-        c.greeter
-            .wait_for("calls to C after the heal", |g| g.started() > before + 5)
-            .await;
+        let took = wait::until("5 calls to C after the heal", || {
+            c.greeter.started() > before + 5
+        })
+        .await;
+        println!("  C got 5 calls {took:?} after the heal");
     }
 
     /// Every server answers its health check with SERVING, directly (not through its proxy).
