@@ -11,18 +11,7 @@ use zrpc_tests::etcd::{EtcdServer, keys_under, unique_key};
 use zrpc_tests::greeter::{TestGreeter, TestServer, start_server, test_conf};
 use zrpc_tests::pb::HelloRequest;
 use zrpc_tests::pb::greeter_client::GreeterClient;
-
-/// Waits up to `limit` for `cond`; whether it came true.
-async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    cond()
-}
+use zrpc_tests::wait::within;
 
 async fn registered_server(etcd: &EtcdServer, key: &str, name: &str) -> TestServer {
     let conf = test_conf(name)
@@ -31,7 +20,7 @@ async fn registered_server(etcd: &EtcdServer, key: &str, name: &str) -> TestServ
     let server = start_server(conf, TestGreeter::new()).await;
     let handle = server.handle.clone();
     assert!(
-        eventually(Duration::from_secs(5), || matches!(
+        soon(Duration::from_secs(5), || matches!(
             handle.registration(),
             RegistrationState::Registered { .. }
         ))
@@ -41,13 +30,22 @@ async fn registered_server(etcd: &EtcdServer, key: &str, name: &str) -> TestServ
     server
 }
 
+/// Whether `cond` comes true within `limit` (polled; the shared wait helpers' way).
+async fn soon(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    within(limit, || std::future::ready(cond())).await.is_some()
+}
+
 #[tokio::test]
 async fn a_paused_server_gets_no_new_calls_stays_out_across_an_etcd_restart_and_comes_back() {
-    let mut etcd = EtcdServer::start().await;
-    // The test restarts etcd: a shared cluster is not its to restart.
-    if etcd.skip_if_external("registration_pause") {
+    // The test restarts etcd: an etcd of its own, also where the others share one.
+    let Some(mut etcd) = EtcdServer::start_exclusive(
+        "registration_pause::a_paused_server_gets_no_new_calls",
+        "restarts etcd",
+    )
+    .await
+    else {
         return;
-    }
+    };
     let key = unique_key("pause");
     let a = registered_server(&etcd, &key, "pause-a.rpc").await;
     let b = registered_server(&etcd, &key, "pause-b.rpc").await;
@@ -75,7 +73,7 @@ async fn a_paused_server_gets_no_new_calls_stays_out_across_an_etcd_restart_and_
         })
     };
     assert!(
-        eventually(Duration::from_secs(5), || a.greeter.started() > 5
+        soon(Duration::from_secs(5), || a.greeter.started() > 5
             && b.greeter.started() > 5)
         .await,
         "both servers get calls"
@@ -88,7 +86,7 @@ async fn a_paused_server_gets_no_new_calls_stays_out_across_an_etcd_restart_and_
     assert_eq!(before.len(), 2, "{before:?}");
     a.handle.pause_registration();
     assert!(
-        eventually(Duration::from_secs(2), || a.handle.registration()
+        soon(Duration::from_secs(2), || a.handle.registration()
             == RegistrationState::Paused)
         .await
     );
@@ -142,7 +140,7 @@ async fn a_paused_server_gets_no_new_calls_stays_out_across_an_etcd_restart_and_
     let resumed_from = a.greeter.started();
     a.handle.resume_registration();
     assert!(
-        eventually(Duration::from_secs(3), || a.greeter.started()
+        soon(Duration::from_secs(3), || a.greeter.started()
             > resumed_from)
         .await,
         "A gets calls again after resume"

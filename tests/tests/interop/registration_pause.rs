@@ -9,17 +9,11 @@ use zrpc_tests::etcd::{EtcdServer, unique_key};
 use zrpc_tests::gozero::{ClientYaml, Discovery, GzClient};
 use zrpc_tests::gozero_or_skip;
 use zrpc_tests::greeter::{TestGreeter, start_server, test_conf};
+use zrpc_tests::wait::within;
 
-/// Waits up to `limit` for `cond`; whether it came true.
-async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    cond()
+/// Whether `cond` comes true within `limit` (polled; the shared wait helpers' way).
+async fn soon(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    within(limit, || std::future::ready(cond())).await.is_some()
 }
 
 #[tokio::test]
@@ -37,7 +31,7 @@ async fn a_go_zero_client_stops_calling_a_paused_server_and_comes_back_on_resume
     for s in &servers {
         let h = s.handle.clone();
         assert!(
-            eventually(Duration::from_secs(5), || matches!(
+            soon(Duration::from_secs(5), || matches!(
                 h.registration(),
                 RegistrationState::Registered { .. }
             ))
@@ -64,7 +58,7 @@ async fn a_go_zero_client_stops_calling_a_paused_server_and_comes_back_on_resume
             .count()
     };
     assert!(
-        eventually(Duration::from_secs(8), || calls_to(&a_addr) > 5
+        soon(Duration::from_secs(8), || calls_to(&a_addr) > 5
             && calls_to(&b_addr) > 5)
         .await,
         "the go-zero client calls both servers"
@@ -72,7 +66,7 @@ async fn a_go_zero_client_stops_calling_a_paused_server_and_comes_back_on_resume
 
     a.handle.pause_registration();
     assert!(
-        eventually(Duration::from_secs(2), || a.handle.registration()
+        soon(Duration::from_secs(2), || a.handle.registration()
             == RegistrationState::Paused)
         .await
     );
@@ -90,7 +84,7 @@ async fn a_go_zero_client_stops_calling_a_paused_server_and_comes_back_on_resume
     a.handle.resume_registration();
     let resumed_at = Instant::now();
     assert!(
-        eventually(Duration::from_secs(3), || calls_to(&a_addr)
+        soon(Duration::from_secs(3), || calls_to(&a_addr)
             > a_before_resume)
         .await,
         "A gets the go-zero client's calls again after resume"
