@@ -37,7 +37,10 @@ pub(crate) fn start_registration(
     bound: SocketAddr,
     parts: &crate::handle::HandleParts,
 ) -> Option<crate::registry::Publisher> {
-    crate::registry::register_with(conf, bound, parts)
+    #[cfg(feature = "etcd")]
+    return crate::registry::register_with(conf, bound, &parts.pause, &parts.registration);
+    #[cfg(not(feature = "etcd"))]
+    crate::registry::register_with(conf, bound, &parts.pause)
 }
 
 /// Deregisters (revokes the lease, bounded time) at the start of shutdown.

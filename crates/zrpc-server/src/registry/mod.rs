@@ -61,15 +61,19 @@ pub fn register(
     conf: &crate::conf::RpcServerConf,
     bound: std::net::SocketAddr,
 ) -> Option<Publisher> {
-    register_with(conf, bound, &crate::handle::HandleParts::new())
+    let (pause, _) = tokio::sync::watch::channel(false);
+    let (state, _) = tokio::sync::watch::channel(RegistrationState::NotRegistered);
+    register_with(conf, bound, &pause, &state)
 }
 
-/// [`register`] paused and resumed through the server's handle, its state published there.
+/// [`register`] paused and resumed by `pause` (the server's handle holds it), its state
+/// published on `state`.
 #[cfg(feature = "etcd")]
 pub(crate) fn register_with(
     conf: &crate::conf::RpcServerConf,
     bound: std::net::SocketAddr,
-    parts: &crate::handle::HandleParts,
+    pause: &tokio::sync::watch::Sender<bool>,
+    state: &tokio::sync::watch::Sender<RegistrationState>,
 ) -> Option<Publisher> {
     if !conf.etcd.has_etcd() {
         return None;
@@ -79,9 +83,9 @@ pub(crate) fn register_with(
     Some(Publisher::spawn_with(
         conf.etcd.clone(),
         value,
-        parts.pause.clone(),
-        parts.pause.subscribe(),
-        parts.registration.clone(),
+        pause.clone(),
+        pause.subscribe(),
+        state.clone(),
     ))
 }
 
@@ -90,7 +94,7 @@ pub(crate) fn register_with(
 pub(crate) fn register_with(
     _conf: &crate::conf::RpcServerConf,
     _bound: std::net::SocketAddr,
-    _parts: &crate::handle::HandleParts,
+    _pause: &tokio::sync::watch::Sender<bool>,
 ) -> Option<Publisher> {
     None
 }
