@@ -51,8 +51,9 @@ impl TraceContext {
 
     /// The call's trace id (32 hex digits).
     pub fn trace_id(&self) -> &str {
-        // validated in `extract`: ASCII, `00-<32 hex>-...`
-        self.traceparent.to_str().map_or("", |t| &t[3..35])
+        // validated in `extract`: `<2 hex>-<32 hex>-...`; a later version's tail may hold
+        // octets that are not visible ASCII, so not `HeaderValue::to_str` of the whole value
+        std::str::from_utf8(&self.traceparent.as_bytes()[3..35]).unwrap_or("")
     }
 
     /// Runs `f` with this context current on this thread (a server polls its handler so), and
@@ -209,6 +210,11 @@ mod tests {
             let cx = TraceContext::extract(&headers(&[("traceparent", good)]));
             assert!(cx.is_some(), "{good:?}");
         }
+        let mut h = HeaderMap::new();
+        let odd = b"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-09-\xff";
+        h.insert("traceparent", HeaderValue::from_bytes(odd).unwrap());
+        let cx = TraceContext::extract(&h).unwrap();
+        assert_eq!(cx.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
     }
 
     #[test]
