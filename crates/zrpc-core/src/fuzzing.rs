@@ -65,8 +65,11 @@ pub fn grpc_timeout(data: &[u8]) {
         let nanos = u32::from_be_bytes(bytes[8..].try_into().unwrap_or_default()) % 1_000_000_000;
         let d = Duration::new(secs % (100_000_000 * 3600), nanos);
         let text = timeout::format(d);
-        let back = grpc_go_timeout(text.as_bytes()).expect("grpc-go refuses a formatted timeout");
-        assert_eq!(timeout::parse(text.as_bytes()), Some(back));
+        assert!(
+            grpc_go_timeout(text.as_bytes()).is_some(),
+            "grpc-go refuses {text}"
+        );
+        let back = timeout::parse(text.as_bytes()).expect("zrpc refuses its own timeout");
         if d < Duration::from_secs(99_999_999 * 3600) {
             assert!(back >= d, "{d:?} formatted as {text} is shorter");
         }
@@ -287,9 +290,11 @@ pub fn decompress(data: &[u8]) {
         frames += 1;
         assert!(frames <= body.len() * 2 + 8, "more frames than octets");
     }
-    let (sent, _) = messages(body);
+    let (sent, body_cut) = messages(body);
     let (got, cut) = messages(&out);
-    assert!(!cut, "a message handed on in part");
+    // A plain message is handed on as it comes; one the body cuts short stays short (the
+    // message decoder after this refuses it).
+    assert!(!cut || body_cut, "a message handed on in part");
     assert!(got.len() <= sent.len());
     for ((flag, payload), (out_flag, out_payload)) in sent.iter().zip(&got) {
         assert_eq!(*out_flag, 0, "a message handed on compressed");

@@ -3,7 +3,7 @@
 //!
 //! Each function drives one of the server's parsers of untrusted octets on an arbitrary input
 //! and asserts the parser's invariants: a panic is a bug found. Inputs that carry both a split
-//! and a stream (`frames`, `authority_repair`) start with [`split_input`]'s header.
+//! and a stream (`frames`, `authority_repair`) start with `split_input`'s header.
 
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
@@ -66,9 +66,9 @@ fn reference_heads(stream: &[u8]) -> (Vec<FrameHead>, bool) {
     (heads, at == stream.len())
 }
 
-/// The HTTP/2 frame scanner under any split of its input: [`FrameScanner::feed`] and
+/// The HTTP/2 frame scanner under any split of its input: `FrameScanner::feed` and
 /// `feed_whole` find the same frame headers as a plain walk of the whole stream, the payload
-/// parts handed with them are the stream's own octets, and the connection's [`FrameGuard`]
+/// parts handed with them are the stream's own octets, and the connection's `FrameGuard`
 /// (both directions) takes the same octets without panicking.
 pub fn frames(data: &[u8]) {
     let (cuts, stream) = split_input(data);
