@@ -53,7 +53,8 @@ impl TraceContext {
     pub fn trace_id(&self) -> &str {
         // validated in `extract`: `<2 hex>-<32 hex>-...`; a later version's tail may hold
         // octets that are not visible ASCII, so not `HeaderValue::to_str` of the whole value
-        std::str::from_utf8(&self.traceparent.as_bytes()[3..35]).unwrap_or("")
+        let id = self.traceparent.as_bytes().get(3..35).unwrap_or_default();
+        std::str::from_utf8(id).unwrap_or("")
     }
 
     /// Runs `f` with this context current on this thread (a server polls its handler so), and
