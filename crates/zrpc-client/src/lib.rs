@@ -15,6 +15,9 @@ mod compression;
 pub mod conf;
 mod error;
 mod failure;
+/// Entry points of zrpc's fuzz targets and of the replay of their corpora: not public API.
+#[doc(hidden)]
+pub mod fuzzing;
 mod layers;
 pub mod metrics;
 pub mod resolver;

@@ -27,6 +27,9 @@ pub mod cpu;
 pub mod etcd;
 #[doc(hidden)]
 pub mod ewma;
+/// Entry points of zrpc's fuzz targets and of the replay of their corpora: not public API.
+#[doc(hidden)]
+pub mod fuzzing;
 #[doc(hidden)]
 pub mod grpc;
 pub mod limit;

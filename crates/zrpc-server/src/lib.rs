@@ -23,6 +23,9 @@ pub mod descriptors;
 #[cfg(feature = "devserver")]
 mod devserver;
 mod error;
+/// Entry points of zrpc's fuzz targets and of the replay of their corpora: not public API.
+#[doc(hidden)]
+pub mod fuzzing;
 mod gauges;
 mod handle;
 mod layers;

@@ -184,7 +184,7 @@ pub(crate) struct EndpointSet {
 
 impl EndpointSet {
     /// Replaces everything with `kvs` (a full reload).
-    fn reload<'a>(&mut self, kvs: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) {
+    pub(crate) fn reload<'a>(&mut self, kvs: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) {
         *self = EndpointSet::default();
         for (k, v) in kvs {
             self.put(k, v);
@@ -192,7 +192,7 @@ impl EndpointSet {
     }
 
     /// A PUT of `key` = `value`; returns whether the set of distinct addresses changed.
-    fn put(&mut self, key: &[u8], value: &[u8]) -> bool {
+    pub(crate) fn put(&mut self, key: &[u8], value: &[u8]) -> bool {
         let Some(value) = address(key, value) else {
             return self.delete(key);
         };
@@ -211,7 +211,7 @@ impl EndpointSet {
 
     /// A DELETE of `key`; returns whether the set of distinct addresses changed (only when no other key holds
     /// the same address).
-    fn delete(&mut self, key: &[u8]) -> bool {
+    pub(crate) fn delete(&mut self, key: &[u8]) -> bool {
         let Some(old) = self.by_key.remove(key) else {
             return false;
         };
@@ -228,7 +228,7 @@ impl EndpointSet {
     }
 
     /// The distinct addresses, sorted.
-    fn addresses(&self) -> Vec<String> {
+    pub(crate) fn addresses(&self) -> Vec<String> {
         self.by_value.keys().cloned().collect()
     }
 }

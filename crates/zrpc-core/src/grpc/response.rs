@@ -70,18 +70,24 @@ pub fn decode_grpc_message(raw: &[u8]) -> String {
     let mut out = Vec::with_capacity(raw.len());
     let mut i = 0;
     while i < raw.len() {
-        if raw[i] == b'%' && i + 2 < raw.len() {
-            let hex = std::str::from_utf8(&raw[i + 1..i + 3]).ok();
-            if let Some(b) = hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                out.push(b);
-                i += 3;
-                continue;
-            }
+        // Two hex digits exactly, as grpc-go's `strconv.ParseUint(s, 16, 8)`: not
+        // `u8::from_str_radix`, which also takes a sign (`%+5` would become 0x05).
+        if raw[i] == b'%'
+            && let Some(&[h, l]) = raw.get(i + 1..i + 3)
+            && let (Some(h), Some(l)) = (hex_digit(h), hex_digit(l))
+        {
+            out.push(h << 4 | l);
+            i += 3;
+            continue;
         }
         out.push(raw[i]);
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+fn hex_digit(b: u8) -> Option<u8> {
+    char::from(b).to_digit(16).map(|d| d as u8)
 }
 
 /// A trailers-only gRPC error response: HTTP 200, `content-type: application/grpc`,
@@ -179,6 +185,14 @@ mod tests {
             assert_eq!(decode_grpc_message(enc.as_bytes()), m);
         }
         assert_eq!(decode_grpc_message(b"50%"), "50%");
+    }
+
+    /// Found by fuzzing against grpc-go's decoder: a sign is not a hex digit.
+    #[test]
+    fn a_percent_and_a_sign_stay_as_they_are() {
+        assert_eq!(decode_grpc_message(b"%+5"), "%+5");
+        assert_eq!(decode_grpc_message(b"%-1%2b"), "%-1+");
+        assert_eq!(decode_grpc_message(b"%4a%4A%"), "JJ%");
     }
 
     #[test]

@@ -33,8 +33,9 @@ thread_local! {
 }
 
 impl TraceContext {
-    /// The fields of `headers`, when their `traceparent` is valid (version `00` form: 32 and
-    /// 16 lowercase hex digits, neither all zeros, 2 hex digits of flags). An invalid or absent
+    /// The fields of `headers`, when their `traceparent` is valid as OpenTelemetry's propagator
+    /// reads it (32 and 16 lowercase hex digits, neither all zeros, 2 hex digits of flags, and
+    /// for version `00` nothing more and flags of at most `02`). An invalid or absent
     /// `traceparent` carries nothing, as OpenTelemetry's propagator drops it.
     pub fn extract(headers: &HeaderMap) -> Option<Self> {
         let traceparent = super::find_header(headers, &TRACEPARENT)?;
@@ -50,8 +51,10 @@ impl TraceContext {
 
     /// The call's trace id (32 hex digits).
     pub fn trace_id(&self) -> &str {
-        // validated in `extract`: ASCII, `00-<32 hex>-...`
-        self.traceparent.to_str().map_or("", |t| &t[3..35])
+        // validated in `extract`: `<2 hex>-<32 hex>-...`; a later version's tail may hold
+        // octets that are not visible ASCII, so not `HeaderValue::to_str` of the whole value
+        let id = self.traceparent.as_bytes().get(3..35).unwrap_or_default();
+        std::str::from_utf8(id).unwrap_or("")
     }
 
     /// Runs `f` with this context current on this thread (a server polls its handler so), and
@@ -142,18 +145,28 @@ pub fn merge_baggage(headers: &mut HeaderMap, baggage: &HeaderValue) {
     }
 }
 
+/// OpenTelemetry's propagators' rule (Go's `propagation/trace_context.go`, Rust's
+/// `TraceContextPropagator`): a version of 2 lowercase hex digits other than `ff`, a trace id of
+/// 32 and a span id of 16 lowercase hex digits, neither all zeros, 2 hex digits of flags;
+/// version `00` ends there and has flags of at most `02`; a later version may go on after a `-`.
 fn is_valid_traceparent(t: &[u8]) -> bool {
     let hex = |s: &[u8]| s.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
     let nonzero = |s: &[u8]| s.iter().any(|b| *b != b'0');
-    t.len() == 55
-        && &t[..3] == b"00-"
-        && t[35] == b'-'
-        && t[52] == b'-'
+    if t.len() < 55 || t[2] != b'-' || t[35] != b'-' || t[52] != b'-' {
+        return false;
+    }
+    let fields_ok = hex(&t[..2])
         && hex(&t[3..35])
         && nonzero(&t[3..35])
         && hex(&t[36..52])
         && nonzero(&t[36..52])
-        && hex(&t[53..55])
+        && hex(&t[53..55]);
+    fields_ok
+        && match &t[..2] {
+            b"ff" => false,
+            b"00" => t.len() == 55 && matches!(&t[53..55], b"00" | b"01" | b"02"),
+            _ => t.len() == 55 || t[55] == b'-',
+        }
 }
 
 #[cfg(test)]
@@ -186,11 +199,32 @@ mod tests {
         assert_eq!(out["baggage"], "user=alice");
     }
 
+    /// Found by fuzzing against OpenTelemetry's rule: a later version is taken (and passed on
+    /// as it came), version 00's unknown flags are not.
+    #[test]
+    fn later_versions_are_taken_as_opentelemetry_takes_them() {
+        for good in [
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-09-what-the-future-holds",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-02",
+        ] {
+            let cx = TraceContext::extract(&headers(&[("traceparent", good)]));
+            assert!(cx.is_some(), "{good:?}");
+        }
+        let mut h = HeaderMap::new();
+        let odd = b"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-09-\xff";
+        h.insert("traceparent", HeaderValue::from_bytes(odd).unwrap());
+        let cx = TraceContext::extract(&h).unwrap();
+        assert_eq!(cx.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
+    }
+
     #[test]
     fn an_invalid_or_absent_traceparent_carries_nothing() {
         for bad in [
             "",
-            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-03",
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01x",
             "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
             "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
             "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",

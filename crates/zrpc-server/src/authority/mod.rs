@@ -39,8 +39,8 @@
 //! what the client sent stays available to handlers through [`original_authority`].
 
 mod block;
-mod hpack;
-mod huffman;
+pub(crate) mod hpack;
+pub(crate) mod huffman;
 mod huffman_table;
 mod repair;
 #[cfg(test)]

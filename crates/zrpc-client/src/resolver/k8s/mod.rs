@@ -37,7 +37,7 @@ use super::{K8sPort, Resolution, ResolverStatus};
 use crate::Error;
 
 mod api;
-mod slices;
+pub(crate) mod slices;
 
 pub use api::KubeApi;
 use slices::{EndpointSlice, EndpointSliceList, Slices, Status, WatchEvent};
