@@ -186,7 +186,8 @@ for i in 0 1; do
   cargo test "${CRATES[@]}" --lib --locked ${CRATE_SETS[$i]}
 done
 log "cargo test --doc"
-cargo test --workspace --doc --locked
+# the vendored etcd client's examples need a live etcd on 2379 (they are upstream's, not ours)
+cargo test --workspace --doc --locked --exclude zrpc-etcd-client
 
 # --- 5. docker-compose.yml ---------------------------------------------------
 if [ -f docker-compose.yml ]; then

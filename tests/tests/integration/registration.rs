@@ -11,24 +11,7 @@ use zrpc_server::registry::{Publisher, RegistrationState};
 /// go-zero's lease time-to-live (`discov.TimeToLive`), which zrpc's registrations use.
 const TIME_TO_LIVE: i64 = 10;
 use zrpc_tests::etcd::{EtcdServer, TcpProxy, keys_under, unique_key};
-
-/// Polls `cond` every 10 ms until it holds; returns the time it took, or None after `limit`.
-async fn within<F, Fut>(limit: Duration, mut cond: F) -> Option<Duration>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let start = Instant::now();
-    loop {
-        if cond().await {
-            return Some(start.elapsed());
-        }
-        if start.elapsed() > limit {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
+use zrpc_tests::wait::within;
 
 /// Waits until the publisher reports `Registered`; returns (key, lease, time taken).
 async fn registered(p: &Publisher, limit: Duration) -> (String, i64, Duration) {
