@@ -41,7 +41,7 @@ use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::Layer;
-use tracing_subscriber::fmt::format::{Format, Json, Writer};
+use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::writer::{BoxMakeWriter, MakeWriterExt};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter};
 use tracing_subscriber::layer::SubscriberExt;
@@ -148,7 +148,7 @@ fn filter(conf: &RpcServerConf) -> Filter {
     if !exports_spans(conf) {
         // The call's span is for the exporter: with none, it would cost each call the
         // formatting of its fields for no line (log lines find the caller's trace id in its
-        // context, `JsonWithTrace`).
+        // context, `WithTrace`).
         directives.push_str(",zrpc::rpc=off");
     }
     parse_filter(&directives).unwrap_or_default()
@@ -274,10 +274,19 @@ where
         .with_writer(writer)
         .with_ansi(false);
     if log.encoding == "plain" {
-        layer.map_event_format(PlainWithTrace).boxed()
+        layer
+            .map_event_format(|format| WithTrace {
+                format,
+                json: false,
+            })
+            .boxed()
     } else {
         TraceIds
-            .and_then(layer.json().map_event_format(JsonWithTrace))
+            .and_then(
+                layer
+                    .json()
+                    .map_event_format(|format| WithTrace { format, json: true }),
+            )
             .boxed()
     }
 }
@@ -285,7 +294,7 @@ where
 /// A span's `trace` field (a call's trace id), kept in its extensions by [`TraceIds`].
 struct TraceId(String);
 
-/// Keeps the `trace` field of each span that has one, for [`JsonWithTrace`].
+/// Keeps the `trace` field of each span that has one, for [`WithTrace`].
 struct TraceIds;
 
 /// Reads a `trace` field.
@@ -333,14 +342,21 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for TraceIds {
     }
 }
 
-/// tracing-subscriber's JSON lines with go-zero's top-level `"trace"` key first when the event
-/// is inside a span with a trace id ([`TraceIds`]).
-struct JsonWithTrace(Format<Json>);
+/// tracing-subscriber's lines (`F`: its JSON or its plain format) with the call's trace id under
+/// go-zero's key when the event is written inside a traced call: JSON gets a top-level `"trace"`
+/// first, from the innermost span that has one ([`TraceIds`]) or else the caller's trace context
+/// while the server polls the call; a plain line ends with ` trace=<id>` from that context when
+/// no span gives the line its context (a span prints its own `trace` field).
+struct WithTrace<F> {
+    format: F,
+    json: bool,
+}
 
-impl<S, N> FormatEvent<S, N> for JsonWithTrace
+impl<S, N, F> FormatEvent<S, N> for WithTrace<F>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
     N: for<'a> FormatFields<'a> + 'static,
+    F: FormatEvent<S, N>,
 {
     fn format_event(
         &self,
@@ -348,57 +364,32 @@ where
         mut writer: Writer<'_>,
         event: &Event<'_>,
     ) -> std::fmt::Result {
-        // The id of the innermost span that has one, else that of the caller's trace context
-        // while the server polls the call (no span without an exporter).
-        let trace = ctx
-            .event_scope()
-            .and_then(|scope| {
+        // the innermost span's id first
+        let from_span = || {
+            ctx.event_scope().and_then(|scope| {
                 scope
                     .into_iter()
                     .find_map(|span| span.extensions().get::<TraceId>().map(|t| t.0.clone()))
             })
-            .or_else(|| with_current(|cx| cx.map(|cx| cx.trace_id().to_owned())));
+        };
+        let current = || with_current(|cx| cx.map(|cx| cx.trace_id().to_owned()));
+        let trace = match (self.json, ctx.event_scope().is_some()) {
+            (true, _) => from_span().or_else(current),
+            (false, false) => current(),
+            (false, true) => None,
+        };
         let Some(trace) = trace else {
-            return self.0.format_event(ctx, writer, event);
+            return self.format.format_event(ctx, writer, event);
         };
         let mut line = String::new();
-        self.0.format_event(ctx, Writer::new(&mut line), event)?;
-        match line.strip_prefix('{') {
-            // the id is hex (validated or generated): nothing to escape
-            Some(rest) => write!(writer, "{{\"trace\":\"{trace}\",{rest}"),
-            None => writer.write_str(&line),
+        self.format
+            .format_event(ctx, Writer::new(&mut line), event)?;
+        // the id is hex (validated or generated): nothing to escape
+        match (self.json, line.strip_prefix('{')) {
+            (true, Some(rest)) => write!(writer, "{{\"trace\":\"{trace}\",{rest}"),
+            (true, None) => writer.write_str(&line),
+            (false, _) => writeln!(writer, "{} trace={trace}", line.trim_end_matches('\n')),
         }
-    }
-}
-
-/// tracing-subscriber's plain lines, ending with ` trace=<id>` when the event is written while
-/// the server polls a call that carries a trace context and no span gives the line its context
-/// (the call's span exists only when spans are exported).
-struct PlainWithTrace(Format);
-
-impl<S, N> FormatEvent<S, N> for PlainWithTrace
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-    N: for<'a> FormatFields<'a> + 'static,
-{
-    fn format_event(
-        &self,
-        ctx: &FmtContext<'_, S, N>,
-        mut writer: Writer<'_>,
-        event: &Event<'_>,
-    ) -> std::fmt::Result {
-        let in_span = ctx.event_scope().is_some();
-        let trace = (!in_span)
-            .then(|| with_current(|cx| cx.map(|cx| cx.trace_id().to_owned())))
-            .flatten();
-        let Some(trace) = trace else {
-            return self.0.format_event(ctx, writer, event);
-        };
-        let mut line = String::new();
-        self.0.format_event(ctx, Writer::new(&mut line), event)?;
-        let body = line.strip_suffix('\n').unwrap_or(&line);
-        // the id is hex (validated): nothing to quote
-        writeln!(writer, "{body} trace={trace}")
     }
 }
 
