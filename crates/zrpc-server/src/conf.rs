@@ -13,15 +13,15 @@ use zrpc_core::grpc::compression::{self, Encoding};
 
 pub(crate) mod features;
 mod ignored;
-mod limit;
+
 mod log;
 mod redis;
 mod service;
 mod tls;
 mod transport;
 
+pub use crate::stage::limit::conf::ConcurrencyLimitConf;
 pub use ignored::IgnoredKey;
-pub use limit::ConcurrencyLimitConf;
 pub use log::{LogConf, LogFieldKeys};
 #[cfg(not(feature = "redis-auth"))]
 pub(crate) use redis::redis_auth_off;

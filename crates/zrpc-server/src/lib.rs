@@ -4,8 +4,10 @@
 //! [`RpcServerConf`] it serves your tonic services over its own HTTP/2 serve loop (hyper,
 //! HTTP/2 only, with connection limits, optional TLS and the `:authority` repair for go-zero
 //! clients) and runs each call through tracing, panic recovery, slow-call logs, Prometheus
-//! metrics, auth, a per-method breaker, adaptive shedding and timeouts, in that order, as one
-//! stage (each switched by the config). That is go-zero's order except for auth, which go-zero
+//! metrics, auth, a per-method breaker, the adaptive concurrency limit, adaptive shedding and
+//! timeouts, in that order: a list of [stages](stage) built once from the config (a stage it
+//! switches off is not in the list), to which [`Server::stage`] adds your own. That is
+//! go-zero's order except for auth, which go-zero
 //! runs last: zrpc checks credentials before the breaker and the shedder, so unauthenticated
 //! callers cannot move them (the repository's `docs/middleware.md`). Auth checks go-zero's
 //! `app`/`token` metadata against a [`TokenStore`]: [`StaticTokens`] from the config,
@@ -29,21 +31,15 @@ pub mod fuzzing;
 mod gauges;
 mod handle;
 mod layers;
-mod limit_glue;
 pub mod metrics;
 mod preflight;
 pub mod registry;
 mod server;
-mod shedding_glue;
 pub mod shutdown;
+pub mod stage;
 pub mod telemetry;
 mod tls;
 mod transport;
-
-// The governor with every stage against its stages nested one governor each, fed as the serve
-// loop feeds it.
-#[cfg(test)]
-mod differential;
 
 #[cfg(feature = "redis-auth")]
 pub use auth::RedisTokens;

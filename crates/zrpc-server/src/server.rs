@@ -25,12 +25,11 @@ use crate::auth::TokenStore;
 use crate::conf::RpcServerConf;
 use crate::error::Error;
 use crate::handle::{HandleParts, Phase, ServerHandle};
-use crate::layers::{
-    AuthStage, BreakerStage, DrainLayer, DrainSignal, GovernorLayer, LimitStage, MetricsStage,
-    RecoverStage, SheddingStage, Stages, StatSettings, StatStage, StreamingMethods,
-    TimeoutSettings, TimeoutStage, TraceStage,
-};
+use crate::layers::{DrainLayer, DrainSignal, StreamingMethods};
 use crate::shutdown;
+use crate::stage::recover::RecoverStage;
+use crate::stage::trace::TraceStage;
+use crate::stage::{Frame, GovernorLayer, LimitStage, SheddingStage, Stage};
 
 use tower::BoxError;
 
@@ -77,6 +76,8 @@ struct Base {
     parts: HandleParts,
     /// Layers around the whole chain, the first added outermost.
     outer: Vec<OuterLayer>,
+    /// The user's stages, after the built-in ones, in the order added.
+    stages: Vec<Arc<dyn Stage>>,
     /// A builder call the config makes pointless, refused when serving starts.
     refused: Option<ConfError>,
 }
@@ -124,6 +125,7 @@ impl Server {
                 authority_repair: true,
                 parts: HandleParts::new(),
                 outer: Vec::new(),
+                stages: Vec::new(),
                 refused: None,
             },
             layer: Identity::new(),
@@ -184,6 +186,18 @@ impl<L> Server<L> {
         self.base
             .outer
             .push(Box::new(move |chain| boxed(layer.layer(chain))));
+        self
+    }
+
+    /// Adds `stage` to the server's stage list, after the built-in stages (so after auth,
+    /// the breaker, the limit and the shedder, and inside the calls' timeout) and the stages
+    /// added before it. Its `admit` runs for every call the stages before it admitted,
+    /// health and reflection included ([`Call::is_infrastructure`](crate::stage::Call::is_infrastructure)
+    /// tells them apart); a [`Rejection`](crate::stage::Rejection) it gives counts in
+    /// `rpc_server_dropped_total` under its reason. See [`crate::stage`].
+    #[must_use]
+    pub fn stage(mut self, stage: impl Stage) -> Self {
+        self.base.stages.push(Arc::new(stage));
         self
     }
 
@@ -444,6 +458,7 @@ impl Base {
             authority_repair,
             parts,
             outer,
+            stages,
             refused: _,
         } = self;
         let local = listener.local_addr().map_err(Error::LocalAddr)?;
@@ -456,13 +471,10 @@ impl Base {
         let services = prepare_services(&conf, routes, &names, descriptors, streaming).await?;
 
         // Phase 2: the chain and the transport, not yet accepting calls.
-        if conf.middlewares.breaker {
-            crate::gauges::register_breakers(&breakers);
-        }
         // One shedder per server, and its concurrency limits, with their gauges (unregistered
         // when this returns).
-        let shedder = crate::shedding_glue::shedder(&conf, cpu);
-        let limit = crate::limit_glue::limit_stage(&conf, &services.streaming);
+        let shedder = crate::stage::shedding::gauges::shedder(&conf, cpu);
+        let limit = crate::stage::limit::gauges::limit_stage(&conf, &services.streaming);
         let _gauges_guard = GaugesGuard::register(shedder.as_ref(), &limit, local);
         let drain = DrainSignal::new();
         let drain_infra = DrainSignal::new();
@@ -489,7 +501,8 @@ impl Base {
         // idle and age deadlines.
         let allowed = tls.as_ref().and_then(|t| t.allowed.clone());
         let front = crate::transport::front_layer(&conf.transport, allowed);
-        let shedding = crate::shedding_glue::shedding_stage(shedder.as_ref(), &services.streaming);
+        let shedding =
+            crate::stage::shedding::gauges::shedding_stage(shedder.as_ref(), &services.streaming);
         let in_flight = shedding
             .shared()
             .map(|s| s as Arc<dyn crate::call::InFlight>);
@@ -514,6 +527,7 @@ impl Base {
             ),
             streaming: &services.streaming,
             outer,
+            stages,
         };
         let server = make_chain(
             chain,
@@ -580,10 +594,9 @@ pub type ServerChain = BoxCloneService<Request<Body>, Response<Body>, BoxError>;
 /// `outer layers -> Front -> Governor -> Drain -> Compression -> layers -> services`
 ///
 /// `Front` (`transport::front`): calls per connection, 415 for non-gRPC requests,
-/// `Tls.AllowedClients`. `Governor` (`layers::governor`): trace, recover, stat, metrics, auth,
-/// breaker, limit, shedding and timeout (the caller's deadline always), go-zero's order but
-/// for auth, which runs before the breaker, the limit and the shedder so that unauthenticated
-/// callers cannot move them (the limit is a zrpc addition).
+/// `Tls.AllowedClients`. `Governor` (`crate::stage`): inside the trace and recover frame (and
+/// the caller's deadline, always), the stage list built from the config: stat, metrics, auth,
+/// breaker, limit, shedding and timeout, then the user's stages.
 /// `Drain` ends the streams still open at the shutdown deadline. `Compression`
 /// (`crate::compression`) decompresses requests and compresses responses for every service.
 struct Chain<'a> {
@@ -596,6 +609,7 @@ struct Chain<'a> {
     drain: DrainLayer,
     streaming: &'a StreamingMethods,
     outer: Vec<OuterLayer>,
+    stages: Vec<Arc<dyn Stage>>,
 }
 
 impl Chain<'_> {
@@ -610,19 +624,19 @@ impl Chain<'_> {
         UB::Error: Into<BoxError>,
     {
         let conf = self.conf;
-        let mw = &conf.middlewares;
-        let timeout = TimeoutStage::new(timeout_settings(conf, self.streaming));
-        let stages = Stages {
-            trace: TraceStage::new(mw.trace),
-            recover: RecoverStage::new(mw.recover),
-            stat: StatStage::new(stat_settings(conf)),
-            metrics: MetricsStage::new(mw.prometheus).streaming(self.streaming.clone()),
-            auth: AuthStage::new(self.token_store, conf.strict_control),
-            breaker: BreakerStage::with_registry(mw.breaker, self.breakers),
+        let env = crate::stage::Env {
+            conf,
+            streaming: self.streaming,
+            token_store: self.token_store,
+            breakers: self.breakers,
             limit: self.limit,
             shedding: self.shedding,
-            timeout,
         };
+        let frame = Frame {
+            trace: TraceStage::new(conf.middlewares.trace),
+            recover: RecoverStage::new(conf.middlewares.recover),
+        };
+        let stages = crate::stage::list(&env, &self.stages);
         let inner = ServiceBuilder::new()
             .layer(self.drain)
             .layer(crate::compression::CompressionLayer::new(conf))
@@ -630,7 +644,8 @@ impl Chain<'_> {
             .service(routes);
         // The governor is always on: it enforces the caller's deadline whatever else the
         // config switches off.
-        let chain = self.front.layer(GovernorLayer::new(&stages).layer(inner));
+        let governor = GovernorLayer::with(frame, stages, self.streaming.clone());
+        let chain = self.front.layer(governor.layer(inner));
         if self.outer.is_empty() {
             return run(serving, chain);
         }
@@ -727,28 +742,6 @@ async fn prepare_services(
         health,
         streaming: StreamingMethods::new(streaming),
     })
-}
-
-fn stat_settings(conf: &RpcServerConf) -> StatSettings {
-    let stat = &conf.middlewares.stat_conf;
-    StatSettings {
-        enabled: conf.middlewares.stat,
-        slow_threshold: stat.slow_threshold,
-        log_requests: stat.log_request_content,
-        ignore_content_methods: stat.ignore_content_methods.iter().cloned().collect(),
-    }
-}
-
-fn timeout_settings(conf: &RpcServerConf, streaming: &StreamingMethods) -> TimeoutSettings {
-    TimeoutSettings {
-        default: conf.timeout_duration(),
-        per_method: conf
-            .method_timeouts
-            .iter()
-            .map(|m| (m.full_method.clone(), m.timeout))
-            .collect(),
-        streaming: streaming.clone(),
-    }
 }
 
 /// The DevServer of a server (`DevServer.Enabled`), running as its own task.
@@ -898,8 +891,8 @@ impl Stopping<'_> {
 
 /// The shedder's and the concurrency limits' gauges, registered while the server runs.
 struct GaugesGuard(
-    Option<crate::shedding_glue::ShedderCollector>,
-    Option<crate::limit_glue::LimitCollector>,
+    Option<crate::stage::shedding::gauges::ShedderCollector>,
+    Option<crate::stage::limit::gauges::LimitCollector>,
 );
 
 impl GaugesGuard {
@@ -909,11 +902,12 @@ impl GaugesGuard {
         local: std::net::SocketAddr,
     ) -> Self {
         let server = local.to_string();
-        let shedder =
-            shedder.and_then(|s| crate::shedding_glue::ShedderCollector::new(s.clone(), &server));
+        let shedder = shedder.and_then(|s| {
+            crate::stage::shedding::gauges::ShedderCollector::new(s.clone(), &server)
+        });
         let limit = limit
             .shared()
-            .and_then(|l| crate::limit_glue::LimitCollector::new(l, &server));
+            .and_then(|l| crate::stage::limit::gauges::LimitCollector::new(l, &server));
         if let Some(g) = &shedder {
             g.register();
         }

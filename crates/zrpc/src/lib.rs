@@ -144,6 +144,10 @@ pub use zrpc_client::resolver;
 pub use zrpc_server::registry;
 /// The shutdown signal (SIGTERM or SIGINT) that [`Server::serve`] waits for.
 pub use zrpc_server::shutdown;
+
+/// What the server decides about a call before its handler runs: the stage list, and adding a
+/// stage of your own ([`Server::stage`]).
+pub use zrpc_server::stage;
 /// Logging and OpenTelemetry set-up from the server config ([`Server::serve`] calls it; call it
 /// yourself with [`Server::serve_with_listener`]).
 pub use zrpc_server::telemetry;

@@ -1,5 +1,5 @@
 //! The caller's deadline: read from `grpc-timeout` as the request arrives, enforced by the
-//! governor's timeout stage over the whole call (`layers::timeout`).
+//! stage executor over the whole call (`stage::governor`).
 
 use std::future::Future;
 use std::pin::Pin;

@@ -58,7 +58,8 @@ struct Shared {
 
 /// Whose fault a call's final code is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Blame {
+#[non_exhaustive]
+pub enum Blame {
     /// The call succeeded or failed acceptably (go-zero's acceptable codes).
     None,
     /// The server failed: the handler returned a failure code, timed out or panicked.

@@ -1,6 +1,6 @@
 //! A call's facts, in one place: what the transport learns of a call as it arrives and fills in,
 //! and what the governing stages and the handler read. The transport (`crate::transport`) and
-//! the stages (`crate::layers`) both import this module and nothing of each other.
+//! the stages (`crate::stage`) both import this module and nothing of each other.
 //!
 //! - [`Arrival`]: one request extension per call with its connection ([`ConnInfo`]: peer
 //!   address, TLS identity, the connection's shared [`ConnState`]), its [`CallFacts`], its count
@@ -23,7 +23,8 @@ use zrpc_core::shedder::Queued;
 
 pub(crate) use conn::{CallGuard, ConnInfo, ConnState};
 pub(crate) use deadline::{CallerDeadline, Timer};
-pub(crate) use facts::{Blame, CallFacts, FactsBody, blame, record_frame};
+pub use facts::Blame;
+pub(crate) use facts::{CallFacts, FactsBody, blame, record_frame};
 #[cfg(test)]
 pub(crate) use facts::{facts_of, nested::FactsLayer};
 pub use trailers::Trailers;
@@ -67,7 +68,7 @@ impl Arrival {
 
 /// Counts a call in flight from the moment its stream is accepted, before its task runs, so
 /// that calls waiting for a busy worker thread count too: the stage that owns the count
-/// implements it (the shedder, `layers::shedding`), the transport only asks it, and the same
+/// implements it (the shedder, `stage::shedding`), the transport only asks it, and the same
 /// stage ends the count when it admits or sheds the call.
 pub(crate) trait InFlight: Send + Sync + std::fmt::Debug {
     /// The count of an accepted call to `path`; `None` for calls the stage never counts.

@@ -369,7 +369,7 @@ impl FrameGuard {
                 }
             }
             if f.kind == RST_STREAM && payload.get(..4) == Some(&REFUSED_STREAM) {
-                crate::metrics::count_drop("", crate::metrics::DropReason::StreamCap);
+                crate::metrics::count_drop("", crate::metrics::DropReason::StreamCap.label());
             }
             if matches!(f.kind, DATA | HEADERS) {
                 if let Some(p) = policy.pings.as_mut() {

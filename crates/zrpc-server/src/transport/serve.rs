@@ -420,54 +420,6 @@ where
     }
 }
 
-/// `chain` fed as the serve loop feeds it, for tests of what the chain gets: each request
-/// counted in flight by `in_flight` as it is called, its caller's deadline read, and its body
-/// and extensions prepared by the intake of a server with the default `Transport` config.
-#[cfg(test)]
-pub(crate) fn test_arrival<S>(chain: S, in_flight: Arc<dyn InFlight>) -> Arriving<S> {
-    let conf = crate::conf::TransportConf::default();
-    let settings = super::accept_settings(&conf, false);
-    Arriving {
-        chain,
-        intake: Arc::new(super::intake(&settings, &conf, Some(in_flight))),
-        conn: Arc::new(ConnInfo {
-            tcp: tonic::transport::server::TcpConnectInfo {
-                local_addr: None,
-                remote_addr: None,
-            },
-            peer: None,
-            conn: settings.table.as_ref().map(|t| t.register().state()),
-        }),
-    }
-}
-
-/// See [`test_arrival`].
-#[cfg(test)]
-#[derive(Debug, Clone)]
-pub(crate) struct Arriving<S> {
-    chain: S,
-    intake: Arc<Intake>,
-    conn: Arc<ConnInfo>,
-}
-
-#[cfg(test)]
-impl<S: Service<Request<Body>>> Service<Request<Body>> for Arriving<S> {
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.chain.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request<Body>) -> S::Future {
-        let queued = self.intake.queue(&req);
-        let caller = CallerDeadline::of(req.headers());
-        let req = self.intake.prepare(req, self.conn.clone(), queued, caller);
-        self.chain.call(req)
-    }
-}
-
 /// A chain's error that is a [`Status`] becomes its response (what tonic's `RecoverError`
 /// did); any other error resets the stream.
 #[cold]

@@ -18,42 +18,70 @@ use zrpc_core::grpc::code;
 use parking_lot::RwLock;
 use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec};
 
-use super::util::{StreamingMethods, method_of};
+use super::{Admission, Call, End, Env, Stage};
+use crate::layers::util::{StreamingMethods, method_of};
 use crate::metrics::{ServerMetrics, server_metrics};
 
-/// The metrics stage's settings; `enabled` is `Middlewares.Prometheus`.
+/// The metrics stage (`Middlewares.Prometheus`): its families and the handles of the methods
+/// it has seen; `None` = off.
 #[derive(Debug, Clone)]
 pub(crate) struct MetricsStage {
-    enabled: bool,
-    streaming: StreamingMethods,
+    state: Option<Arc<State>>,
 }
 
 impl MetricsStage {
     /// A metrics stage (no streaming method known: every call counts as unary).
     pub(crate) fn new(enabled: bool) -> Self {
-        Self {
-            enabled,
-            streaming: StreamingMethods::default(),
-        }
+        Self::with_streaming(enabled, StreamingMethods::default())
     }
 
     /// The streaming methods, recorded in the `rpc_server_streams_*` families instead of
     /// go-zero's (default: none).
     #[must_use]
-    pub(crate) fn streaming(mut self, streaming: StreamingMethods) -> Self {
-        self.streaming = streaming;
-        self
+    pub(crate) fn streaming(self, streaming: StreamingMethods) -> Self {
+        Self::with_streaming(self.state.is_some(), streaming)
     }
 
-    /// A new state for the stage, when it is on.
-    pub(crate) fn state(&self) -> Option<Arc<State>> {
-        self.enabled.then(|| {
-            Arc::new(State {
-                metrics: server_metrics(),
-                streaming: self.streaming.clone(),
-                methods: RwLock::new(Vec::new()),
-            })
-        })
+    fn with_streaming(enabled: bool, streaming: StreamingMethods) -> Self {
+        MetricsStage {
+            state: enabled.then(|| {
+                Arc::new(State {
+                    metrics: server_metrics(),
+                    streaming,
+                    methods: RwLock::new(Vec::new()),
+                })
+            }),
+        }
+    }
+
+    /// The stage's state, when it is on.
+    #[cfg(test)]
+    pub(crate) fn state(&self) -> Option<&Arc<State>> {
+        self.state.as_ref()
+    }
+}
+
+/// The stage, when `Middlewares.Prometheus` is on.
+pub(crate) fn build(env: &Env<'_>) -> Option<Box<dyn Stage>> {
+    env.conf
+        .middlewares
+        .prometheus
+        .then(|| Box::new(MetricsStage::new(true).streaming(env.streaming.clone())) as _)
+}
+
+impl Stage for MetricsStage {
+    fn admit(&self, call: &mut Call<'_>) -> Admission {
+        match &self.state {
+            Some(state) => {
+                let start = call.now();
+                Admission::built_in(state.start(call.request(), start))
+            }
+            None => Admission::pass(),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "metrics"
     }
 }
 
@@ -167,13 +195,9 @@ enum Method {
 }
 
 impl MetricsRecord {
-    /// When the call started.
-    pub(crate) fn started(&self) -> Instant {
-        self.start
-    }
-
-    /// Records the call's code and its duration, `elapsed`.
-    pub(crate) fn report(self, elapsed: std::time::Duration, c: i32) {
+    /// Records the call's code and its duration.
+    pub(crate) fn finish(self, end: &End<'_>) {
+        let (elapsed, c) = (end.now.saturating_duration_since(self.start), end.code);
         let ms = elapsed.as_secs_f64() * 1000.0;
         match self.method {
             Method::Cached(handles) => handles.record(ms, c),
@@ -273,7 +297,7 @@ mod tests {
                 final_code(svc.clone().oneshot(req).await.unwrap()).await;
             }
         }
-        let state = svc.metrics_state().unwrap();
+        let state = layer.state().unwrap();
         let kept: Vec<String> = state
             .methods
             .read()
@@ -305,10 +329,7 @@ mod tests {
             let req = Request::builder().uri(&path).body(Body::empty()).unwrap();
             final_code(svc.clone().oneshot(req).await.unwrap()).await;
         }
-        assert_eq!(
-            svc.metrics_state().unwrap().methods.read().len(),
-            CACHED_METHODS
-        );
+        assert_eq!(layer.state().unwrap().methods.read().len(), CACHED_METHODS);
         let last = format!("/metrics.Cap/M{}", CACHED_METHODS + 4);
         assert_eq!(
             server_metrics()

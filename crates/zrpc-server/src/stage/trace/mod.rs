@@ -37,9 +37,9 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use zrpc_core::grpc::trace_context::TraceContext;
 use zrpc_core::grpc::{OnStatus, method};
 
-use super::util::peer_addr;
+use crate::layers::util::peer_addr;
 #[cfg(feature = "otel")]
-use super::util::{BAGGAGE, TRACEPARENT, find};
+use crate::layers::util::{BAGGAGE, TRACEPARENT, find};
 
 #[cfg(feature = "otel")]
 fn propagator() -> &'static TextMapCompositePropagator {

@@ -22,14 +22,16 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use http::{HeaderMap, HeaderName, Response};
+use http::{HeaderMap, HeaderName};
 use parking_lot::RwLock;
 use zrpc_core::grpc::code;
 use zrpc_core::limit::{ConcurrencyLimit, LimitConfig, LimitPermit, RejectReason, TIER_KEY, Tier};
 
-use super::util::{DropLog, StreamingMethods, find, is_infra};
-use crate::call::{Blame, CallFacts, blame};
-use crate::metrics::{DropReason, count_drop};
+use super::shedding::OVERLOADED_MESSAGE;
+use super::{Admission, Call, End, Env, Rejection, Stage};
+use crate::call::Blame;
+use crate::layers::util::{DropLog, StreamingMethods, find, is_infra};
+use crate::metrics::DropReason;
 
 /// The `zrpc-tier` metadata key.
 pub(crate) const TIER: HeaderName = HeaderName::from_static(TIER_KEY);
@@ -78,23 +80,16 @@ impl Shared {
         !is_infra(path) && !self.streaming.contains(path)
     }
 
-    /// Admits a call to `path` with `headers` at `now`: its record, or `None` when it is
-    /// rejected (counted and logged with the reason). `facts` is asked only for an admitted
-    /// call.
+    /// Admits a call to `path` with `headers` at `now`: its record, or its rejection
+    /// (logged with the reason, at most once a second per reason).
     #[inline]
-    pub(crate) fn admit(
-        &self,
-        headers: &HeaderMap,
-        path: &str,
-        facts: impl FnOnce() -> Option<CallFacts>,
-        now: Instant,
-    ) -> Option<LimitRecord> {
+    pub(crate) fn admit(&self, headers: &HeaderMap, path: &str, now: Instant) -> Admission {
         let tier = tier_of(headers);
         match &self.limits {
-            Limits::Server(limit) => self.acquire(limit, tier, path, facts, now),
+            Limits::Server(limit) => self.acquire(limit, tier, path, now),
             Limits::PerMethod { .. } => {
                 let limit = self.of_method(path, now);
-                self.acquire(&limit, tier, path, facts, now)
+                self.acquire(&limit, tier, path, now)
             }
         }
     }
@@ -104,30 +99,33 @@ impl Shared {
         limit: &Arc<ConcurrencyLimit>,
         tier: Tier,
         path: &str,
-        facts: impl FnOnce() -> Option<CallFacts>,
         now: Instant,
-    ) -> Option<LimitRecord> {
+    ) -> Admission {
         match limit.acquire(tier, now) {
-            Ok(permit) => Some(LimitRecord {
-                permit,
-                facts: facts(),
-            }),
-            Err(rejected) => {
-                self.rejected(limit, tier, path, rejected.reason());
-                None
-            }
+            Ok(permit) => Admission::built_in(LimitRecord { permit }),
+            Err(rejected) => self.rejected(limit, tier, path, rejected.reason()),
         }
     }
 
-    /// Counts and logs a rejection.
+    /// Logs a rejection; its answer, counted under its reason.
     #[cold]
-    fn rejected(&self, limit: &ConcurrencyLimit, tier: Tier, method: &str, reason: RejectReason) {
+    fn rejected(
+        &self,
+        limit: &ConcurrencyLimit,
+        tier: Tier,
+        method: &str,
+        reason: RejectReason,
+    ) -> Admission {
         let (reason, log) = match reason {
             RejectReason::Tier => (DropReason::Tier, &self.tier_log),
             _ => (DropReason::Limit, &self.limit_log),
         };
-        count_drop(method, reason);
-        let Some(dropped) = log.due() else { return };
+        let answer = Admission::reject(
+            Rejection::of(code::RESOURCE_EXHAUSTED, OVERLOADED_MESSAGE).dropped(reason.label()),
+        );
+        let Some(dropped) = log.due() else {
+            return answer;
+        };
         let s = limit.stats();
         let (limit, inflight) = (s.limit, s.inflight);
         match reason {
@@ -154,6 +152,7 @@ impl Shared {
                  second)"
             ),
         }
+        answer
     }
 
     /// The limit of `path` (per method), made on its first call.
@@ -240,29 +239,48 @@ impl LimitStage {
     }
 }
 
+/// The stage, when `ConcurrencyLimit` is present and enabled; its gauges are registered
+/// with the server (`gauges`).
+pub(crate) fn build(env: &Env<'_>) -> Option<Box<dyn Stage>> {
+    env.limit
+        .shared
+        .is_some()
+        .then(|| Box::new(env.limit.clone()) as _)
+}
+
+impl Stage for LimitStage {
+    fn admit(&self, call: &mut Call<'_>) -> Admission {
+        match &self.shared {
+            Some(shared) if shared.watches(call.method()) => {
+                let now = call.now().into_std();
+                shared.admit(call.headers(), call.method(), now)
+            }
+            _ => Admission::pass(),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "limit"
+    }
+}
+
 /// Reports the call's round-trip time to its limit.
 #[derive(Debug)]
 pub(crate) struct LimitRecord {
     permit: LimitPermit,
-    facts: Option<CallFacts>,
 }
 
 impl LimitRecord {
-    /// Reports the final code `c`, the call having ended at `now`: a sample unless the caller
-    /// caused the failure or cancelled the call.
-    pub(crate) fn finish(self, c: i32, now: Instant) {
-        if c != code::CANCELLED && blame(self.facts.as_ref(), c) != Blame::Caller {
-            self.permit.sample(now);
+    /// A sample, unless the handler never ran (a later stage rejected the call: its request
+    /// was never read), the caller caused the failure or cancelled the call.
+    pub(crate) fn finish(self, end: &End<'_>) {
+        if end.handled && end.code != code::CANCELLED && end.blame() != Blame::Caller {
+            self.permit.sample(end.now.into_std());
         }
     }
 }
 
-/// The answer to a call the limit rejects: the CPU shedder's (`ResourceExhausted "service
-/// overloaded"`), so that callers see one answer for every overload.
-#[inline]
-pub(crate) fn rejection<B: Default>() -> Response<B> {
-    super::shedding::rejection()
-}
-
+pub(crate) mod conf;
+pub(crate) mod gauges;
 #[cfg(test)]
 mod tests;

@@ -6,9 +6,10 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{GaugeVec, Opts};
 
+use super::Shared;
+use super::{LimitSettings, LimitStage};
 use crate::conf::RpcServerConf;
-use crate::layers::limit::Shared;
-use crate::layers::{LimitSettings, LimitStage, StreamingMethods};
+use crate::layers::StreamingMethods;
 
 /// The limit stage (off without an enabled `ConcurrencyLimit`), its limits starting now.
 pub(crate) fn limit_stage(conf: &RpcServerConf, streaming: &StreamingMethods) -> LimitStage {

@@ -23,12 +23,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderValue, Request, Response};
-use tokio::time::Instant;
+use http::{HeaderValue, Response};
 use tower::BoxError;
 use zrpc_core::grpc::{code, status_response, timeout as grpc_timeout};
 
-use super::util::{GRPC_TIMEOUT, StreamingMethods, is_infra};
+use super::{Admission, Call, Env, Stage};
+use crate::layers::util::{GRPC_TIMEOUT, StreamingMethods, is_infra};
 
 /// Settings of the timeout stage.
 #[derive(Debug, Clone, Default)]
@@ -90,45 +90,55 @@ impl TimeoutStage {
             }),
         }
     }
-
-    /// The compiled settings (`None`: off), for the governor.
-    pub(crate) fn compiled(&self) -> Option<Arc<Compiled>> {
-        self.settings.clone()
-    }
 }
 
-/// The deadline of `req`: its `caller`'s, or the server's own timeout (`settings`: `None` when
-/// there is none) from `now()` (the call's clock read, or a fresh one) when that is sooner, for
-/// a unary method that is not health or reflection; with the server's, the effective
-/// `grpc-timeout` is written into its headers for the handler.
-#[inline]
-pub(crate) fn deadline<B>(
-    settings: Option<&Compiled>,
-    req: &mut Request<B>,
-    caller: Option<Instant>,
-    now: impl FnOnce() -> Instant,
-) -> Option<Instant> {
-    let Some(settings) = settings else {
-        return caller;
-    };
-    let path = req.uri().path();
-    if is_infra(path) || settings.streaming.contains(path) {
-        return caller;
-    }
-    let Some((server, header)) = settings.limit_for(path) else {
-        return caller;
-    };
-    // Past the end of time there is no deadline (tokio's own `sleep` would wait
-    // "forever", ~30 years).
-    let ours = now().checked_add(*server);
-    match (caller, ours) {
-        // The caller's deadline is sooner: its header already says so.
-        (Some(caller), Some(ours)) if caller < ours => Some(caller),
-        (Some(caller), None) => Some(caller),
-        _ => {
-            req.headers_mut().insert(GRPC_TIMEOUT, header.clone());
-            ours
+/// The stage, when there is a default or a per-method timeout.
+pub(crate) fn build(env: &Env<'_>) -> Option<Box<dyn Stage>> {
+    let conf = env.conf;
+    let stage = TimeoutStage::new(TimeoutSettings {
+        default: conf.timeout_duration(),
+        per_method: conf
+            .method_timeouts
+            .iter()
+            .map(|m| (m.full_method.clone(), m.timeout))
+            .collect(),
+        streaming: env.streaming.clone(),
+    });
+    stage.settings.is_some().then(|| Box::new(stage) as _)
+}
+
+impl Stage for TimeoutStage {
+    /// The call's deadline: its caller's, or the server's own timeout when sooner, for a unary
+    /// method that is not health or reflection; with the server's, the effective
+    /// `grpc-timeout` is written into its headers for the handler.
+    fn admit(&self, call: &mut Call<'_>) -> Admission {
+        let Some(settings) = &self.settings else {
+            return Admission::pass();
+        };
+        let path = call.method();
+        if is_infra(path) || settings.streaming.contains(path) {
+            return Admission::pass();
         }
+        let Some((server, header)) = settings.limit_for(path) else {
+            return Admission::pass();
+        };
+        // Past the end of time there is no deadline (tokio's own `sleep` would wait
+        // "forever", ~30 years).
+        let Some(ours) = call.now().checked_add(*server) else {
+            return Admission::pass();
+        };
+        // The caller's deadline is sooner: its header already says so.
+        if call.deadline().is_none_or(|caller| caller >= ours) {
+            call.request_mut()
+                .headers_mut()
+                .insert(GRPC_TIMEOUT, header.clone());
+            call.set_deadline(Some(ours));
+        }
+        Admission::pass()
+    }
+
+    fn name(&self) -> &'static str {
+        "timeout"
     }
 }
 
@@ -151,6 +161,7 @@ pub(crate) fn reset() -> BoxError {
 
 #[cfg(test)]
 mod tests {
+    use http::Request;
     use std::convert::Infallible;
     use std::sync::atomic::{AtomicBool, Ordering};
     use tonic::body::Body;

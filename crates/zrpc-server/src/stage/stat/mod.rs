@@ -13,10 +13,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use http::Request;
 use http::uri::PathAndQuery;
 
-use super::util::method_of;
+use super::{Admission, Call, End, Env, Stage};
+use crate::layers::util::method_of;
 
 /// Settings of the stat stage.
 #[derive(Debug, Clone)]
@@ -55,10 +55,37 @@ impl StatStage {
             settings: Arc::new(settings),
         }
     }
+}
 
-    /// The settings, when the stage is on.
-    pub(crate) fn enabled_settings(&self) -> Option<Arc<StatSettings>> {
-        self.settings.enabled.then(|| self.settings.clone())
+/// The stage, when `Middlewares.Stat` is on.
+pub(crate) fn build(env: &Env<'_>) -> Option<Box<dyn Stage>> {
+    let conf = env.conf;
+    let stat = &conf.middlewares.stat_conf;
+    conf.middlewares.stat.then(|| {
+        Box::new(StatStage::new(StatSettings {
+            enabled: true,
+            slow_threshold: stat.slow_threshold,
+            log_requests: stat.log_request_content,
+            ignore_content_methods: stat.ignore_content_methods.iter().cloned().collect(),
+        })) as Box<dyn Stage>
+    })
+}
+
+impl Stage for StatStage {
+    fn admit(&self, call: &mut Call<'_>) -> Admission {
+        if !self.settings.enabled {
+            return Admission::pass();
+        }
+        Admission::built_in(StatRecord {
+            start: call.now(),
+            method: method_of(call.request()),
+            peer: call.peer(),
+            settings: Arc::clone(&self.settings),
+        })
+    }
+
+    fn name(&self) -> &'static str {
+        "stat"
     }
 }
 
@@ -84,28 +111,9 @@ impl std::fmt::Display for Peer {
 }
 
 impl StatRecord {
-    /// The record of a call from `peer` started at `start`.
-    pub(crate) fn start<B>(
-        settings: &Arc<StatSettings>,
-        req: &Request<B>,
-        peer: Option<SocketAddr>,
-        start: Instant,
-    ) -> Self {
-        StatRecord {
-            start,
-            method: method_of(req),
-            peer,
-            settings: settings.clone(),
-        }
-    }
-
-    /// When the call started.
-    pub(crate) fn started(&self) -> Instant {
-        self.start
-    }
-
-    /// Logs the call, `elapsed` after its start, if it was slow (or every call is logged).
-    pub(crate) fn report(self, elapsed: std::time::Duration, code: i32) {
+    /// Logs the call if it was slow (or every call is logged).
+    pub(crate) fn finish(self, end: &End<'_>) {
+        let (elapsed, code) = (end.now.saturating_duration_since(self.start), end.code);
         // The peer is formatted only into a line that is written: formatting a `SocketAddr`
         // into a `String` on every call would be one of the costliest steps of the chain.
         let peer = Peer(self.peer);
@@ -128,6 +136,7 @@ impl StatRecord {
 
 #[cfg(test)]
 mod tests {
+    use http::Request;
     use std::convert::Infallible;
     use tonic::body::Body;
 

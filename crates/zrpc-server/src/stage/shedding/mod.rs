@@ -16,13 +16,13 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use http::Response;
-use zrpc_core::grpc::{code, status_response};
+use zrpc_core::grpc::code;
 use zrpc_core::shedder::{AdaptiveShedder, Queued, ShedderPromise};
 
-use super::util::{DropLog, StreamingMethods, is_infra};
-use crate::call::{Blame, CallFacts, blame};
-use crate::metrics::{DropReason, count_drop};
+use super::{Admission, Call, End, Env, Rejection, Stage};
+use crate::call::Blame;
+use crate::layers::util::{DropLog, StreamingMethods, is_infra};
+use crate::metrics::DropReason;
 
 /// The message of a shedding rejection (go-zero's).
 pub(crate) const OVERLOADED_MESSAGE: &str = "service overloaded";
@@ -58,30 +58,23 @@ impl Shared {
         !is_infra(path) && !self.settings.streaming.contains(path)
     }
 
-    /// Admits a call to `path` at `now`: its record, or `None` when it is shed (the drop is
-    /// counted and logged). `facts` is asked only for an admitted call; `queued`: its count
-    /// since its stream was accepted, when the serve loop made one.
-    pub(crate) fn admit(
-        &self,
-        path: &str,
-        facts: impl FnOnce() -> Option<CallFacts>,
-        now: Instant,
-        queued: Option<Queued>,
-    ) -> Option<SheddingRecord> {
+    /// Admits a call to `path` at `now`: its record, or its rejection (logged at most once a
+    /// second). `queued`: its count since its stream was accepted, when the serve loop made
+    /// one.
+    pub(crate) fn admit(&self, path: &str, now: Instant, queued: Option<Queued>) -> Admission {
         let shedder = &self.settings.shedder;
         let decision = match queued {
             Some(queued) => shedder.allow_queued(queued, now),
             None => shedder.allow(now),
         };
         match decision {
-            Ok(promise) => Some(SheddingRecord {
-                promise,
-                facts: facts(),
-            }),
+            Ok(promise) => Admission::built_in(SheddingRecord { promise }),
             Err(_overloaded) => {
-                count_drop(path, DropReason::Shedder);
                 self.log_drop(path);
-                None
+                Admission::reject(
+                    Rejection::of(code::RESOURCE_EXHAUSTED, OVERLOADED_MESSAGE)
+                        .dropped(DropReason::Shedder.label()),
+                )
             }
         }
     }
@@ -123,29 +116,50 @@ impl SheddingStage {
     }
 }
 
+/// The stage, when `CpuThreshold` is not 0.
+pub(crate) fn build(env: &Env<'_>) -> Option<Box<dyn Stage>> {
+    env.shedding
+        .shared
+        .is_some()
+        .then(|| Box::new(env.shedding.clone()) as _)
+}
+
+impl Stage for SheddingStage {
+    fn admit(&self, call: &mut Call<'_>) -> Admission {
+        let Some(shared) = &self.shared else {
+            return Admission::pass();
+        };
+        // A call the serve loop counted as queued is one the shedder watches.
+        let queued = call.queued.take();
+        if queued.is_none() && !shared.watches(call.method()) {
+            return Admission::pass();
+        }
+        let now = call.now().into_std();
+        shared.admit(call.method(), now, queued)
+    }
+
+    fn name(&self) -> &'static str {
+        "shedding"
+    }
+}
+
 /// Reports the call's outcome to the shedder.
 #[derive(Debug)]
 pub(crate) struct SheddingRecord {
     promise: ShedderPromise,
-    facts: Option<CallFacts>,
 }
 
 impl SheddingRecord {
-    /// Reports the final code `c`, the call having ended at `now`.
-    pub(crate) fn finish(self, c: i32, now: Instant) {
-        if c == code::DEADLINE_EXCEEDED || blame(self.facts.as_ref(), c) == Blame::Caller {
+    /// A failure when the deadline passed or the caller caused it, else a pass (go-zero's
+    /// rule, but for the caller's failures).
+    pub(crate) fn finish(self, end: &End<'_>) {
+        let now = end.now.into_std();
+        if end.code == code::DEADLINE_EXCEEDED || end.blame() == Blame::Caller {
             self.promise.fail(now);
         } else {
             self.promise.pass(now);
         }
     }
-}
-
-/// The answer to a call that is shed.
-#[cold]
-#[inline(never)]
-pub(crate) fn rejection<B: Default>() -> Response<B> {
-    status_response(code::RESOURCE_EXHAUSTED, OVERLOADED_MESSAGE)
 }
 
 #[cfg(test)]
@@ -248,3 +262,4 @@ mod tests {
         assert_eq!(tokio::spawn(call("/s.T/M")).await.unwrap().0, Some(0));
     }
 }
+pub(crate) mod gauges;

@@ -199,7 +199,7 @@ mod tests {
         // The log has the message, the panic site and a stack.
         let out = logs.contents();
         assert!(out.contains("panic: boom"), "{out}");
-        assert!(out.contains("layers/recover.rs:"), "{out}");
+        assert!(out.contains("stage/recover/mod.rs:"), "{out}");
     }
 
     #[tokio::test]

@@ -6,7 +6,8 @@ use std::convert::Infallible;
 use std::time::Duration;
 use tonic::body::Body;
 
-use http::Request;
+use crate::call::CallFacts;
+use http::{Request, Response};
 use tokio::sync::Semaphore;
 use tower::{Layer, ServiceExt};
 use zrpc_core::grpc::status_message_from_headers;
@@ -136,8 +137,16 @@ fn drops_are_logged_at_most_once_per_second_per_reason() {
     let shared = l.shared().unwrap();
     let limit = &shared.limits()[0].1;
     for _ in 0..50 {
-        shared.rejected(limit, Tier::Default, "/l.T/Log", RejectReason::Tier);
-        shared.rejected(limit, Tier::Critical, "/l.T/Log", RejectReason::Limit);
+        // Counted as the list counts a rejection.
+        for a in [
+            shared.rejected(limit, Tier::Default, "/l.T/Log", RejectReason::Tier),
+            shared.rejected(limit, Tier::Critical, "/l.T/Log", RejectReason::Limit),
+        ] {
+            let crate::stage::Verdict::Reject(r) = a.0 else {
+                panic!("not a rejection")
+            };
+            let _: Response<Body> = crate::stage::governor::rejected("/l.T/Log", r);
+        }
     }
     let out = logs.contents();
     assert_eq!(out.matches("service overloaded").count(), 2, "{out}");
@@ -160,23 +169,32 @@ fn only_calls_the_server_worked_on_are_samples() {
         f.mark_request_ended();
         Some(f)
     };
-    let admit = |facts: Option<CallFacts>| {
-        shared
-            .admit(&headers, "/l.T/M", move || facts, t0)
-            .expect("admitted")
+    // Admits a call that ends as `facts` say, with `c` at `at`.
+    let call = |facts: Option<CallFacts>, c: i32, at: Instant| {
+        let crate::stage::Verdict::Record(crate::stage::AnyRecord::Limit(r)) =
+            shared.admit(&headers, "/l.T/M", t0).0
+        else {
+            panic!("not admitted")
+        };
+        r.finish(&crate::stage::End {
+            code: c,
+            now: tokio::time::Instant::from_std(at),
+            facts: facts.as_ref(),
+            handled: true,
+        });
     };
     // The measurement's sample.
-    admit(read()).finish(code::OK, t0 + 10 * ms);
+    call(read(), code::OK, t0 + 10 * ms);
     assert_eq!(limit.stats().min_rtt, Some(10 * ms));
     // Cancelled by the caller, or failed before its request arrived: no sample.
-    admit(read()).finish(code::CANCELLED, t0 + 500 * ms);
-    admit(Some(CallFacts::default())).finish(code::INTERNAL, t0 + 500 * ms);
+    call(read(), code::CANCELLED, t0 + 500 * ms);
+    call(Some(CallFacts::default()), code::INTERNAL, t0 + 500 * ms);
     assert_eq!(limit.stats().sample_rtt, None);
     assert_eq!(limit.stats().inflight, 0);
     // The server's own failure and its timeout are.
-    admit(read()).finish(code::INTERNAL, t0 + 30 * ms);
+    call(read(), code::INTERNAL, t0 + 30 * ms);
     assert_eq!(limit.stats().sample_rtt, Some(30 * ms));
-    admit(read()).finish(code::DEADLINE_EXCEEDED, t0 + 2000 * ms);
+    call(read(), code::DEADLINE_EXCEEDED, t0 + 2000 * ms);
     assert_eq!(limit.stats().sample_rtt, Some(2000 * ms));
 }
 

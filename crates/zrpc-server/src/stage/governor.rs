@@ -1,42 +1,26 @@
-//! [`Governor`]: the server's governing stages as one service, for the chain the server builds.
+//! [`Governor`]: the executor of the server's stage list (`crate::stage`).
 //!
-//! The stages, outer to inner, and what each does here, as its own layer would:
+//! It reads what the transport learnt of the call as it arrived (`call::Arrival`: the call's
+//! facts, its count in flight, the caller's deadline), runs the list's [`Stage::admit`] in
+//! order, then the handler, and feeds the records of the stages that admitted the call with
+//! one read of its final status. Around every step it keeps the three concerns that wrap the
+//! whole call rather than its admission: the call's span and trace context (`Frame::trace`),
+//! a panic turned into `Internal "panic: ..."` (`Frame::recover`), and the caller's deadline,
+//! always enforced.
 //!
-//! `trace -> recover -> stat -> metrics -> auth -> breaker -> limit -> shedding -> timeout`
+//! One service, one response future and one body wrapper for all the stages: nested tower
+//! layers would each clone their service, move the request through their `call`, build their
+//! future inside the next and wrap the body again, and several would parse `grpc-status`.
 //!
-//! The governor reads what the transport learnt of the call as it arrived (`call::Arrival`:
-//! the call's facts, its count in flight, the caller's deadline) and is always on: the caller's
-//! deadline is enforced over the whole call whatever else the config switches off.
-//!
-//! As nested layers, every call would pay for the nesting itself, whatever each stage did:
-//! tower clones each service (an `Arc` each), the request is moved through every `call`, the
-//! response futures are built inside one another and moved out again, the response's body is
-//! wrapped once per observing stage, and several of those wrappers parse `grpc-status`. Here
-//! one future carries the call, one body wrapper reads the final status once and hands it to
-//! every record, and the settings sit behind one `Arc`.
-//!
-//! The behaviour is the nested chain's, stage by stage (each stage's module keeps its tower
-//! form for the tests only, and shares its code with this one):
-//!
-//! - A call rejected by a stage is seen by the stages outside it only: auth's rejection by
-//!   trace, stat and metrics; the breaker's also; a call the limit rejects or the shedder
-//!   sheds by the breaker too (as the response of a nested layer), and a shed call by the
-//!   limit (no sample: its request was never read). Each record is armed when its stage admits the
-//!   call, so the one final report reaches exactly those.
-//! - Records report inner first (shedding, limit, breaker, metrics, stat, trace), the order
-//!   of nested bodies.
-//! - A panic, in the handler's `call`, its future or its body, becomes `Internal "panic: ..."`
-//!   (logged with its stack), and the call's facts blame the server. Where this differs from
-//!   the nested chain, on purpose: there stat and metrics sit inside recover and see the
-//!   panicked handler dropped (`Cancelled`), or for a panic in the handler's `call` nothing at
-//!   all (the unwinding drops the records made before it, the shedder's as a failure); here
-//!   every record is armed before the handler runs and sees the `Internal` the caller gets.
-//! - One clock read (tokio's) serves every stage; the breaker and shedding layers read std's.
-//!
-//! The tests drive this service: each stage's unit tests with only that stage on (the
-//! test-only `Layer` of every `*Stage` below), and `governor/tests.rs` with the stages together.
+//! - A call a stage rejects is seen by the records of the stages before it, as by nested
+//!   layers, with [`End::reached_handler`] false (the limit takes no sample from it).
+//! - Records finish inner first, the order of nested bodies, with one clock read.
+//! - A panic, in a stage, the handler's `call`, its future or its body, becomes `Internal
+//!   "panic: ..."` (logged with its stack), the call's facts blame the server, and every
+//!   record sees the `Internal` the caller gets.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -44,41 +28,30 @@ use std::task::{Context, Poll};
 use http::uri::PathAndQuery;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
+use smallvec::SmallVec;
 use tonic::body::Body;
 use tower_layer::Layer;
 use tower_service::Service;
 use tracing::Span;
-use zrpc_core::breaker::BreakerRegistry;
 use zrpc_core::grpc::trace_context::TraceContext;
 use zrpc_core::grpc::{OnStatus, StatusGuard, code, status_from_headers, status_response};
 use zrpc_core::shedder::Queued;
 
-use super::auth::{self, AuthStage, Check, Policy, TokenFuture, TokenStore};
-use super::breaker::{self, BreakerRecord, BreakerStage};
-use super::limit::{self, LimitRecord, LimitStage};
-use super::metrics::{self, MetricsStage};
-use super::outcome::{Both, RecordersRecord};
 use super::recover::{RecoverStage, guarded_if, mark_panicked, panic_response, panic_trailers};
-use super::shedding::{self, SheddingRecord, SheddingStage};
-use super::stat::{StatRecord, StatSettings, StatStage};
-use super::timeout::{self, Compiled, TimeoutStage};
+use super::timeout;
 use super::trace::{TraceRecord, TraceStage, in_scope, rpc_span};
-use super::util::{is_infra, method_of, peer_addr};
+use super::{AnyRecord, Call, End, Rejection, Stage, Verdict};
 use crate::call::{Arrival, CallFacts, CallerDeadline, Timer};
+use crate::layers::StreamingMethods;
+use crate::layers::util::{method_of, peer_addr};
 use tower::BoxError;
 
-/// The stages' settings, as their layers were configured.
-#[derive(Debug)]
-pub(crate) struct Stages {
+/// What wraps every call whatever its stages: its span (`Middlewares.Trace`) and catching
+/// its panics (`Middlewares.Recover`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Frame {
     pub(crate) trace: TraceStage,
     pub(crate) recover: RecoverStage,
-    pub(crate) stat: StatStage,
-    pub(crate) metrics: MetricsStage,
-    pub(crate) auth: AuthStage,
-    pub(crate) breaker: BreakerStage,
-    pub(crate) limit: LimitStage,
-    pub(crate) shedding: SheddingStage,
-    pub(crate) timeout: TimeoutStage,
 }
 
 /// What every [`Governor`] reads, behind one `Arc`.
@@ -86,14 +59,14 @@ pub(crate) struct Stages {
 struct Governance {
     trace: bool,
     recover: bool,
-    stat: Option<Arc<StatSettings>>,
-    metrics: Option<Arc<metrics::State>>,
-    auth: Option<Arc<dyn TokenStore>>,
-    policy: Arc<Policy>,
-    breaker: Option<Arc<BreakerRegistry>>,
-    limit: Option<Arc<limit::Shared>>,
-    shedding: Option<Arc<shedding::Shared>>,
-    timeout: Option<Arc<Compiled>>,
+    stages: Box<[Arc<dyn Stage>]>,
+    streaming: StreamingMethods,
+}
+
+impl std::fmt::Debug for dyn Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// Adds [`Governor`].
@@ -103,20 +76,18 @@ pub(crate) struct GovernorLayer {
 }
 
 impl GovernorLayer {
-    pub(crate) fn new(stages: &Stages) -> Self {
-        let (auth, policy) = stages.auth.parts();
+    /// Runs `stages` in order inside `frame`; `streaming` says which methods stream.
+    pub(crate) fn with(
+        frame: Frame,
+        stages: Vec<Arc<dyn Stage>>,
+        streaming: StreamingMethods,
+    ) -> Self {
         GovernorLayer {
             shared: Arc::new(Governance {
-                trace: stages.trace.is_on(),
-                recover: stages.recover.is_on(),
-                stat: stages.stat.enabled_settings(),
-                metrics: stages.metrics.state(),
-                auth,
-                policy,
-                breaker: stages.breaker.registry(),
-                limit: stages.limit.shared(),
-                shedding: stages.shedding.shared(),
-                timeout: stages.timeout.compiled(),
+                trace: frame.trace.is_on(),
+                recover: frame.recover.is_on(),
+                stages: stages.into_boxed_slice(),
+                streaming,
             }),
         }
     }
@@ -132,7 +103,7 @@ impl<S> Layer<S> for GovernorLayer {
     }
 }
 
-/// The governing stages of the server's chain as one service (see the [module docs](self)).
+/// The server's stage list as one service (see the [module docs](self)).
 #[derive(Debug, Clone)]
 pub(crate) struct Governor<S> {
     inner: S,
@@ -141,73 +112,74 @@ pub(crate) struct Governor<S> {
 
 /// The records of the stages that admitted a call, fed by one read of its final status.
 ///
-/// Boxed: a fully governed call's records are a few hundred bytes, and inline they would move
-/// with the call's future and again with its response (into the body, through hyper's stream
-/// task), each move a copy into memory the call had not touched yet. One allocation, served
-/// from the allocator's per-thread cache, costs less than those copies and their cache misses.
+/// Boxed: inline they would move with the call's future and again with its response (into the
+/// body, through hyper's stream task), each move a copy into memory the call had not touched
+/// yet. One allocation, served from the allocator's per-thread cache, costs less.
 #[derive(Debug)]
 pub(crate) struct Records(Box<RecordSet>);
 
 #[derive(Debug)]
 struct RecordSet {
-    guards: Both<BreakerRecord, SheddingRecord>,
-    // Between the two guards in the chain: reported after the shedder, before the breaker.
-    limit: Option<LimitRecord>,
-    recorders: Option<RecordersRecord>,
+    /// Outer first; they finish in reverse.
+    records: SmallVec<[AnyRecord; 4]>,
     trace: Option<TraceRecord>,
     /// The caller's deadline: a reset at it is the deadline passing (`call::CallerDeadline`).
     caller: Option<CallerDeadline>,
     /// The caller's trace context, current for the end-of-call lines (moved in from the
     /// call's future when its response head is ready).
     context: Option<TraceContext>,
+    facts: Option<CallFacts>,
+    /// The handler was called.
+    handled: bool,
 }
 
 impl RecordSet {
-    fn is_empty(&self) -> bool {
-        self.guards.is_empty()
-            && self.limit.is_none()
-            && self.recorders.is_none()
-            && self.trace.is_none()
+    fn new(caller: Option<CallerDeadline>, facts: Option<CallFacts>) -> Self {
+        RecordSet {
+            records: SmallVec::new(),
+            trace: None,
+            caller,
+            context: None,
+            facts,
+            handled: false,
+        }
     }
 }
 
 impl OnStatus for Records {
     fn on_status(self, mut c: i32) {
         let RecordSet {
-            guards,
-            limit,
-            recorders,
+            records,
             trace,
             caller,
             context,
+            facts,
+            handled,
         } = *self.0;
-        // One clock read for every record that wants the end of the call.
-        let now =
-            (!guards.is_empty() || limit.is_some() || recorders.is_some() || caller.is_some())
-                .then(tokio::time::Instant::now);
+        // One clock read for every record.
+        let now = (!records.is_empty() || caller.is_some()).then(tokio::time::Instant::now);
         if c == code::CANCELLED
             && let (Some(caller), Some(now)) = (caller, now)
             && caller.passed_for_reset(now)
         {
             c = code::DEADLINE_EXCEEDED;
         }
-        // Inner first, as nested bodies would report.
-        if let Some(now) = now {
-            let Both { outer, inner } = guards;
-            if let Some(shedding) = inner {
-                shedding.finish(c, now.into_std());
-            }
-            if let Some(limit) = limit {
-                limit.finish(c, now.into_std());
-            }
-            if let Some(breaker) = outer {
-                breaker.finish(c, now.into_std());
-            }
-            if let Some(r) = recorders {
-                // inside the call's span: its end-of-call log lines carry the trace id
-                let _span = trace.as_ref().map(TraceRecord::enter);
-                in_scope(&context, || r.finish(c, now));
-            }
+        if let Some(now) = now
+            && !records.is_empty()
+        {
+            let end = End {
+                code: c,
+                now,
+                facts: facts.as_ref(),
+                handled,
+            };
+            // Inside the call's span: end-of-call log lines carry the trace id.
+            let _span = trace.as_ref().map(TraceRecord::enter);
+            in_scope(&context, || {
+                for r in records.into_iter().rev() {
+                    r.finish(&end);
+                }
+            });
         }
         if let Some(t) = trace {
             t.on_status(c);
@@ -330,12 +302,12 @@ where
 }
 
 impl Governance {
-    /// Auth, then (when it passes at once) [`admit`](Self::admit): the call's first state.
+    /// Runs the stages from `entry.from` on: the call's next state.
     #[inline(always)]
-    fn start<S, B>(
+    fn admit<S, B>(
         self: &Arc<Self>,
         inner: &mut S,
-        req: Request<Body>,
+        mut req: Request<Body>,
         entry: Entry,
         guard: &mut StatusGuard<Records>,
         timer: &mut Timer,
@@ -344,129 +316,85 @@ impl Governance {
         S: Service<Request<Body>, Response = Response<B>> + Clone,
         B: Default,
     {
-        match auth::check(self.auth.as_ref(), &self.policy, &req) {
-            Check::Pass => self.admit(inner, req, entry, guard, timer),
-            Check::Reject(c, m) => State::answer(status_response(c, &m)),
-            Check::Pending(lookup, token) => {
-                let clone = inner.clone();
-                let inner = std::mem::replace(inner, clone);
-                State::lookup(
-                    lookup,
-                    Pending {
-                        inner,
-                        req,
-                        // Admitted when the store answers: the clock is read then. A call
-                        // waiting for its token no longer counts in the shedder's flight:
-                        // callers that have not proved who they are do not move it.
-                        entry: Entry {
-                            now: None,
-                            queued: None,
-                            ..entry
+        let mut call = Call::new(
+            &mut req,
+            entry.peer,
+            &self.streaming,
+            entry.now,
+            entry.deadline,
+            entry.queued,
+        );
+        for (i, stage) in self.stages.iter().enumerate().skip(entry.from) {
+            match stage.admit(&mut call).0 {
+                Verdict::Pass => {}
+                Verdict::Record(r) => records(guard, &entry.facts, entry.caller).push(r),
+                Verdict::Reject(r) => {
+                    drop(call);
+                    return State::answer(rejected(req.uri().path(), r));
+                }
+                Verdict::Wait(wait) => {
+                    let deadline = call.deadline();
+                    drop(call);
+                    let clone = inner.clone();
+                    let inner = std::mem::replace(inner, clone);
+                    return State::wait(
+                        wait,
+                        Pending {
+                            inner,
+                            req,
+                            // The clock is read again when the wait ends. A waiting call no
+                            // longer counts in the shedder's flight: callers that have not
+                            // proved who they are do not move it.
+                            entry: Entry {
+                                from: i + 1,
+                                deadline,
+                                now: None,
+                                queued: None,
+                                ..entry
+                            },
+                            shared: Arc::clone(self),
                         },
-                        token,
-                        shared: Arc::clone(self),
-                    },
-                )
-            }
-        }
-    }
-
-    /// Breaker, limit, shedding, timeout, then the handler: what follows a passed auth check.
-    #[inline(always)]
-    fn admit<S, B>(
-        &self,
-        inner: &mut S,
-        mut req: Request<Body>,
-        entry: Entry,
-        guard: &mut StatusGuard<Records>,
-        timer: &mut Timer,
-    ) -> State<S, B>
-    where
-        S: Service<Request<Body>, Response = Response<B>>,
-        B: Default,
-    {
-        let Entry {
-            facts,
-            caller,
-            mut now,
-            queued,
-        } = entry;
-        let path = req.uri().path();
-        let registry = self.breaker.as_ref().filter(|_| !is_infra(path));
-        // A call the serve loop counted as queued is one the shedder watches.
-        let shedder = self
-            .shedding
-            .as_ref()
-            .filter(|s| queued.is_some() || s.watches(path));
-        let limiter = self.limit.as_ref().filter(|l| l.watches(path));
-        if registry.is_some() || limiter.is_some() || shedder.is_some() {
-            let now = now.get_or_insert_with(tokio::time::Instant::now).into_std();
-            let facts = || facts.clone();
-            let mut guards = Both::default();
-            if let Some(registry) = registry {
-                match BreakerRecord::admit(registry, path, facts, now) {
-                    Some(record) => guards.outer = Some(record),
-                    None => return State::answer(breaker::rejection()),
-                }
-            }
-            let mut limit = None;
-            if let Some(limiter) = limiter {
-                match limiter.admit(req.headers(), path, facts, now) {
-                    Some(record) => limit = Some(record),
-                    None => {
-                        // The breaker sees the rejection's code, as from a nested layer.
-                        if let Some(outer) = guards.outer {
-                            outer.on_status(code::RESOURCE_EXHAUSTED);
-                        }
-                        return State::answer(limit::rejection());
-                    }
-                }
-            }
-            if let Some(shedder) = shedder {
-                match shedder.admit(path, facts, now, queued) {
-                    Some(record) => guards.inner = Some(record),
-                    None => {
-                        // The breaker sees the shed call's code, as it would from the
-                        // response of a nested shedding layer; the limit's permit is
-                        // dropped (no sample: the request was never read).
-                        if let Some(outer) = guards.outer {
-                            outer.on_status(code::RESOURCE_EXHAUSTED);
-                        }
-                        return State::answer(shedding::rejection());
-                    }
-                }
-            }
-            match guard.get_mut() {
-                Some(records) => {
-                    records.0.guards = guards;
-                    records.0.limit = limit;
-                }
-                None => {
-                    *guard = StatusGuard::new(Records(Box::new(RecordSet {
-                        guards,
-                        limit,
-                        recorders: None,
-                        trace: None,
-                        caller,
-                        context: None,
-                    })));
+                    );
                 }
             }
         }
-        // The server's own timeout, when it is sooner than the caller's deadline (the timer
-        // holds the caller's already).
-        if let Some(settings) = self.timeout.as_deref() {
-            *timer = Timer::new(timeout::deadline(
-                Some(settings),
-                &mut req,
-                caller.map(|c| c.at),
-                || *now.get_or_insert_with(tokio::time::Instant::now),
-            ));
+        let deadline = call.deadline();
+        drop(call);
+        if deadline != timer.deadline() {
+            *timer = Timer::new(deadline);
+        }
+        if let Some(records) = guard.get_mut() {
+            records.0.handled = true;
         }
         State::Call {
             fut: inner.call(req),
         }
     }
+}
+
+/// The record set, made on the first record of a call without a span.
+fn records<'a>(
+    guard: &'a mut StatusGuard<Records>,
+    facts: &Option<CallFacts>,
+    caller: Option<CallerDeadline>,
+) -> &'a mut SmallVec<[AnyRecord; 4]> {
+    if guard.get_mut().is_none() {
+        *guard = StatusGuard::new(Records(Box::new(RecordSet::new(caller, facts.clone()))));
+    }
+    match guard.get_mut() {
+        Some(r) => &mut r.0.records,
+        None => unreachable!("armed above"),
+    }
+}
+
+/// The answer to a call a stage rejected, counted as a drop when it says so.
+#[cold]
+#[inline(never)]
+pub(crate) fn rejected<B: Default>(path: &str, r: Rejection) -> Response<B> {
+    if let Some(reason) = r.reason {
+        crate::metrics::count_drop(path, reason);
+    }
+    status_response(r.code, &r.message)
 }
 
 impl<S, B> Service<Request<Body>> for Governor<S>
@@ -504,12 +432,15 @@ where
             ),
         };
         let entry = Entry {
+            from: 0,
             facts,
+            peer,
             caller,
+            deadline: caller.map(|c| c.at),
             now: None,
             queued,
         };
-        self.call_with(req, entry, peer)
+        self.call_with(req, entry)
     }
 }
 
@@ -518,14 +449,9 @@ where
     S: Service<Request<Body>, Response = Response<B>> + Clone,
     B: Default,
 {
-    /// The call of `req` from `peer`, admitted as `entry` says.
+    /// The call of `req`, admitted as `entry` says.
     #[inline(always)]
-    fn call_with(
-        &mut self,
-        req: Request<Body>,
-        entry: Entry,
-        peer: Option<std::net::SocketAddr>,
-    ) -> ResponseFuture<S, B> {
+    fn call_with(&mut self, req: Request<Body>, entry: Entry) -> ResponseFuture<S, B> {
         let g = &*self.shared;
         // Recover's method (for the log line) and the facts it marks on a panic, which the
         // breaker and the shedder read too.
@@ -547,47 +473,23 @@ where
         };
         // A disabled span (no subscriber records it) would end with a code set on nothing:
         // no record, and the future holds `Span::none()` (see `trace`).
-        let (trace, span) = if span.is_disabled() {
-            (None, Span::none())
+        let mut guard = StatusGuard::disarmed();
+        let span = if span.is_disabled() {
+            Span::none()
         } else {
-            (Some(TraceRecord::new(span.clone())), span)
+            let mut records = RecordSet::new(entry.caller, entry.facts.clone());
+            records.trace = Some(TraceRecord::new(span.clone()));
+            guard = StatusGuard::new(Records(Box::new(records)));
+            span
         };
-        // One clock read for both durations, the breaker's and the shedder's admission and
-        // the timeout's deadline.
-        let mut entry = entry;
-        let recorders = if g.stat.is_some() || g.metrics.is_some() {
-            let start = *entry.now.insert(tokio::time::Instant::now());
-            Some(RecordersRecord::new(
-                g.stat
-                    .as_ref()
-                    .map(|s| StatRecord::start(s, &req, peer, start)),
-                g.metrics.as_ref().map(|m| m.start(&req, start)),
-            ))
-        } else {
-            None
-        };
-        let records = RecordSet {
-            guards: Both::default(),
-            limit: None,
-            recorders,
-            trace,
-            caller: entry.caller,
-            context: None,
-        };
-        let mut guard = if records.is_empty() {
-            StatusGuard::disarmed()
-        } else {
-            StatusGuard::new(Records(Box::new(records)))
-        };
-        let mut timer = Timer::new(entry.caller.map(|c| c.at));
+        let mut timer = Timer::new(entry.deadline);
         let facts = entry.facts.clone();
         let _enter = span.enter();
         let (inner, shared) = (&mut self.inner, &self.shared);
-        // Recover covers what runs inside it in the nested chain: a token store's lookup, the
-        // inner layers' and the handler's `call`.
+        // Recover covers what runs inside it: the stages' `admit` and the handler's `call`.
         let state = match guarded_if(recover.as_ref(), || {
             in_scope(&context, || {
-                shared.start(inner, req, entry, &mut guard, &mut timer)
+                shared.admit(inner, req, entry, &mut guard, &mut timer)
             })
         }) {
             Ok(state) => state,
@@ -616,35 +518,41 @@ struct Recovering {
     facts: Option<CallFacts>,
 }
 
-/// What admitting a call needs besides its request.
+/// Where the list is in admitting a call, and what it knows of it.
 #[derive(Debug)]
 struct Entry {
+    /// The next stage to run.
+    from: usize,
     /// The call's facts.
     facts: Option<CallFacts>,
+    peer: Option<SocketAddr>,
     /// The deadline the caller set.
     caller: Option<CallerDeadline>,
+    /// The call's deadline so far (the caller's, or a stage's sooner one).
+    deadline: Option<tokio::time::Instant>,
     /// The clock, when the call read it already (as its start).
     now: Option<tokio::time::Instant>,
     /// The call's count in the shedder's flight since its stream was accepted.
     queued: Option<Queued>,
 }
 
-/// A call waiting for its token lookup.
+/// A call waiting for a stage's decision.
 struct Pending<S> {
     inner: S,
     req: Request<Body>,
     entry: Entry,
-    token: Vec<u8>,
     shared: Arc<Governance>,
 }
+
+type Decision = Pin<Box<dyn Future<Output = super::Admission> + Send>>;
 
 pin_project! {
     #[project = StateProj]
     enum State<S: Service<Request<Body>>, B> {
         Call { #[pin] fut: S::Future },
-        // Boxed: the lookup's service and request, and a stage's answer, are off the common
-        // path, and inline they would make every call's future larger.
-        Lookup { lookup: TokenFuture, pending: Option<Box<Pending<S>>> },
+        // Boxed: a waiting call's service and request, and a stage's answer, are off the
+        // common path, and inline they would make every call's future larger.
+        Wait { decision: Decision, pending: Option<Box<Pending<S>>> },
         Answer { resp: Option<Box<Response<B>>> },
     }
 }
@@ -658,12 +566,12 @@ impl<S: Service<Request<Body>>, B> State<S, B> {
         }
     }
 
-    /// Waits for a token store's answer (off the common path: out of line).
+    /// Waits for a stage's decision (off the common path: out of line).
     #[cold]
     #[inline(never)]
-    fn lookup(lookup: TokenFuture, pending: Pending<S>) -> Self {
-        State::Lookup {
-            lookup,
+    fn wait(decision: Decision, pending: Pending<S>) -> Self {
+        State::Wait {
+            decision,
             pending: Some(Box::new(pending)),
         }
     }
@@ -695,7 +603,7 @@ impl<S: Service<Request<Body>>, B> std::fmt::Debug for ResponseFuture<S, B> {
 
 impl<S, B> Future for ResponseFuture<S, B>
 where
-    S: Service<Request<Body>, Response = Response<B>>,
+    S: Service<Request<Body>, Response = Response<B>> + Clone,
     B: Default,
 {
     type Output = Result<Response<GovernedBody<B>>, S::Error>;
@@ -766,7 +674,7 @@ fn step<S, B>(
     cx: &mut Context<'_>,
 ) -> Step<B, S::Error>
 where
-    S: Service<Request<Body>, Response = Response<B>>,
+    S: Service<Request<Body>, Response = Response<B>> + Clone,
     B: Default,
 {
     match state.as_mut().project() {
@@ -780,10 +688,10 @@ where
             Some(r) => Step::Answer(*r),
             None => Step::Pending,
         },
-        StateProj::Lookup { lookup, pending } => {
-            let Poll::Ready(found) = lookup.as_mut().poll(cx) else {
-                // The caller's deadline bounds the lookup too (the timer holds it until the
-                // call is admitted): a slow store answers `DeadlineExceeded` at the deadline.
+        StateProj::Wait { decision, pending } => {
+            let Poll::Ready(admission) = decision.as_mut().poll(cx) else {
+                // The call's deadline bounds a stage's wait too: a slow token store answers
+                // `DeadlineExceeded` at the deadline.
                 return if timer.expired(cx) {
                     Step::Answer(timeout::expired())
                 } else {
@@ -797,12 +705,25 @@ where
                 mut inner,
                 req,
                 entry,
-                token,
                 shared,
             } = *p;
-            let next = match auth::decide(found, &token, &shared.policy) {
-                Check::Reject(c, m) => State::answer(status_response(c, &m)),
-                _ => shared.admit(&mut inner, req, entry, guard, timer),
+            let next = match admission.0 {
+                Verdict::Reject(r) => State::answer(rejected(req.uri().path(), r)),
+                Verdict::Wait(decision) => State::wait(
+                    decision,
+                    Pending {
+                        inner,
+                        req,
+                        entry,
+                        shared,
+                    },
+                ),
+                verdict => {
+                    if let Verdict::Record(r) = verdict {
+                        records(guard, &entry.facts, entry.caller).push(r);
+                    }
+                    shared.admit(&mut inner, req, entry, guard, timer)
+                }
             };
             state.set(next);
             Step::Next
@@ -810,32 +731,61 @@ where
     }
 }
 
-/// The metrics stage's state this governor records into, for its tests.
+/// The built-in stages as the tests set them, each off unless a test turns it on.
 #[cfg(test)]
-impl<S> Governor<S> {
-    pub(crate) fn metrics_state(&self) -> Option<&Arc<metrics::State>> {
-        self.shared.metrics.as_ref()
-    }
+#[derive(Debug, Clone)]
+pub(crate) struct Stages {
+    pub(crate) trace: TraceStage,
+    pub(crate) recover: RecoverStage,
+    pub(crate) stat: super::StatStage,
+    pub(crate) metrics: super::MetricsStage,
+    pub(crate) auth: super::AuthStage,
+    pub(crate) breaker: super::BreakerStage,
+    pub(crate) limit: super::LimitStage,
+    pub(crate) shedding: super::SheddingStage,
+    pub(crate) timeout: super::TimeoutStage,
 }
 
-/// Every stage off, for the tests to turn one on (the caller's deadline still holds).
 #[cfg(test)]
 impl Stages {
+    /// Every stage off (the caller's deadline still holds).
     pub(crate) fn off() -> Self {
         Stages {
             trace: TraceStage::new(false),
             recover: RecoverStage::new(false),
-            stat: StatStage::new(StatSettings {
+            stat: super::StatStage::new(super::StatSettings {
                 enabled: false,
-                ..StatSettings::default()
+                ..super::StatSettings::default()
             }),
-            metrics: MetricsStage::new(false),
-            auth: AuthStage::new(None, false),
-            breaker: BreakerStage::new(false),
-            limit: LimitStage::new(None, std::time::Instant::now()),
-            shedding: SheddingStage::new(None),
-            timeout: TimeoutStage::new(super::TimeoutSettings::default()),
+            metrics: super::MetricsStage::new(false),
+            auth: super::AuthStage::new(None, false),
+            breaker: super::BreakerStage::new(false),
+            limit: super::LimitStage::new(None, std::time::Instant::now()),
+            shedding: super::SheddingStage::new(None),
+            timeout: super::TimeoutStage::new(super::TimeoutSettings::default()),
         }
+    }
+}
+
+#[cfg(test)]
+impl GovernorLayer {
+    /// The list of `stages`, in the server's order (a stage that is off admits every call).
+    pub(crate) fn new(stages: &Stages) -> Self {
+        let s = stages.clone();
+        let list: Vec<Arc<dyn Stage>> = vec![
+            Arc::new(s.stat),
+            Arc::new(s.metrics),
+            Arc::new(s.auth),
+            Arc::new(s.breaker),
+            Arc::new(s.limit),
+            Arc::new(s.shedding),
+            Arc::new(s.timeout),
+        ];
+        let frame = Frame {
+            trace: s.trace,
+            recover: s.recover,
+        };
+        GovernorLayer::with(frame, list, StreamingMethods::default())
     }
 }
 
@@ -856,6 +806,11 @@ macro_rules! one_stage_layer {
         }
     )*};
 }
+
+#[cfg(test)]
+use super::{
+    AuthStage, BreakerStage, LimitStage, MetricsStage, SheddingStage, StatStage, TimeoutStage,
+};
 
 #[cfg(test)]
 one_stage_layer!(

@@ -9,8 +9,9 @@ use prometheus::{Gauge, Opts};
 use zrpc_core::cpu::{CpuUsage, system_cpu};
 use zrpc_core::shedder::{AdaptiveShedder, ShedderConfig};
 
+use super::{SheddingSettings, SheddingStage};
 use crate::conf::RpcServerConf;
-use crate::layers::{SheddingSettings, SheddingStage, StreamingMethods};
+use crate::layers::StreamingMethods;
 
 /// The server's shedder (`None` when `CpuThreshold` is 0), reading `cpu` (`None` = the
 /// process-wide sampler).

@@ -13,13 +13,13 @@
 
 use std::sync::Arc;
 
-use http::Request;
 use subtle::ConstantTimeEq;
 use zrpc_core::grpc::code;
 
-use super::util::{APP, DropLog, TOKEN, find, is_infra};
+use super::{Admission, Call, Env, Rejection, Stage};
 use crate::Error;
-pub(crate) use crate::auth::{Lookup, TokenFuture, TokenStore};
+use crate::auth::{Lookup, TokenStore};
+use crate::layers::util::{APP, DropLog, TOKEN, find};
 
 /// The auth stage's settings: the token store (`None`: auth off) and the policy.
 #[derive(Debug, Clone)]
@@ -59,83 +59,83 @@ impl AuthStage {
             }),
         }
     }
+}
 
-    /// The store (`None`: auth off) and the policy, for the governor.
-    pub(crate) fn parts(&self) -> (Option<Arc<dyn TokenStore>>, Arc<Policy>) {
-        (self.store.clone(), Arc::clone(&self.policy))
+/// The stage, when the server has a token store (`Auth`, or `Server::token_store`).
+pub(crate) fn build(env: &Env<'_>) -> Option<Box<dyn Stage>> {
+    let store = env.token_store.clone()?;
+    Some(Box::new(AuthStage::new(
+        Some(store),
+        env.conf.strict_control,
+    )))
+}
+
+impl Stage for AuthStage {
+    fn admit(&self, call: &mut Call<'_>) -> Admission {
+        let Some(store) = &self.store else {
+            return Admission::pass();
+        };
+        if call.is_infrastructure() {
+            return Admission::pass();
+        }
+        let headers = call.headers();
+        let (Some(app), Some(token)) = (header(headers, &APP), header(headers, &TOKEN)) else {
+            return denied("app/token required");
+        };
+        let Ok(app) = std::str::from_utf8(app) else {
+            return denied("access denied");
+        };
+        match store.lookup(app) {
+            Lookup::Ready(found) => decide(found, token, &self.policy),
+            Lookup::Pending(lookup) => {
+                let (token, policy) = (token.to_vec(), Arc::clone(&self.policy));
+                Admission::wait(async move { decide(lookup.await, &token, &policy) })
+            }
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "auth"
     }
 }
 
-fn header<'a, B>(req: &'a Request<B>, name: &http::HeaderName) -> Option<&'a [u8]> {
-    find(req.headers(), name)
+fn header<'a>(headers: &'a http::HeaderMap, name: &http::HeaderName) -> Option<&'a [u8]> {
+    find(headers, name)
         .map(http::HeaderValue::as_bytes)
         .filter(|v| !v.is_empty())
 }
 
-/// What the credentials of a call decide, before any I/O.
-pub(crate) enum Check {
-    /// Let it through (auth off, an exempt method, a good token, or a lenient verdict).
-    Pass,
-    /// Answer with this code and message.
-    Reject(i32, std::borrow::Cow<'static, str>),
-    /// The store must look the app up: the lookup and the caller's token, for [`decide`].
-    Pending(TokenFuture, Vec<u8>),
+#[cold]
+fn denied(message: &'static str) -> Admission {
+    Admission::reject(Rejection::of(code::UNAUTHENTICATED, message))
 }
 
-/// Checks `req`'s `app`/`token` against `store` (`None`: auth off).
-#[inline]
-pub(crate) fn check<B>(
-    store: Option<&Arc<dyn TokenStore>>,
-    policy: &Policy,
-    req: &Request<B>,
-) -> Check {
-    let Some(store) = store else {
-        return Check::Pass;
-    };
-    if is_infra(req.uri().path()) {
-        return Check::Pass;
-    }
-    let (Some(app), Some(token)) = (header(req, &APP), header(req, &TOKEN)) else {
-        return Check::Reject(code::UNAUTHENTICATED, "app/token required".into());
-    };
-    let Ok(app) = std::str::from_utf8(app) else {
-        return Check::Reject(code::UNAUTHENTICATED, "access denied".into());
-    };
-    match store.lookup(app) {
-        Lookup::Ready(found) => decide(found, token, policy),
-        Lookup::Pending(lookup) => Check::Pending(lookup, token.to_vec()),
-    }
-}
-
-/// The verdict on a looked-up token ([`Check::Pass`] or [`Check::Reject`]).
-pub(crate) fn decide(
-    found: Result<Option<Arc<str>>, Error>,
-    token: &[u8],
-    policy: &Policy,
-) -> Check {
+/// The verdict on a looked-up token.
+fn decide(found: Result<Option<Arc<str>>, Error>, token: &[u8], policy: &Policy) -> Admission {
     let strict = policy.strict;
     match found {
         Ok(Some(expected)) => {
             if bool::from(expected.as_bytes().ct_eq(token)) {
-                Check::Pass
+                Admission::pass()
             } else {
-                Check::Reject(code::UNAUTHENTICATED, "access denied".into())
+                denied("access denied")
             }
         }
-        Ok(None) if strict => Check::Reject(code::UNAUTHENTICATED, "access denied".into()),
+        Ok(None) if strict => denied("access denied"),
         // go-zero answers with the store's own error text (`redis: nil`, a dial error).
-        Err(Error::TokenStore(m)) if strict => Check::Reject(code::INTERNAL, m.into()),
-        Err(e) if strict => Check::Reject(code::INTERNAL, e.to_string().into()),
-        Ok(None) => Check::Pass,
+        Err(Error::TokenStore(m)) if strict => Admission::reject(Rejection::of(code::INTERNAL, m)),
+        Err(e) if strict => Admission::reject(Rejection::of(code::INTERNAL, e.to_string())),
+        Ok(None) => Admission::pass(),
         Err(e) => {
             policy.log_allowed(&e);
-            Check::Pass
+            Admission::pass()
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use http::Request;
     use std::convert::Infallible;
     use tonic::body::Body;
 
@@ -146,8 +146,8 @@ mod tests {
     use zrpc_core::grpc::status_message_from_headers;
 
     use super::*;
-    use crate::layers::governor::GovernedBody;
     use crate::layers::test_util::{TestBody, final_code, ok_response};
+    use crate::stage::governor::GovernedBody;
 
     #[derive(Debug)]
     struct SlowStore(Result<Option<&'static str>, &'static str>);

@@ -9,12 +9,14 @@ use zrpc_core::shedder::{AdaptiveShedder, ShedderConfig};
 
 use super::*;
 use crate::auth::StaticTokens;
+use crate::auth::TokenStore;
 use crate::call::{FactsLayer, facts_of};
 use crate::layers::StreamingMethods;
-use crate::layers::TimeoutSettings;
-use crate::layers::breaker::BREAKER_OPEN_MESSAGE;
-use crate::layers::shedding::{OVERLOADED_MESSAGE, SheddingSettings};
 use crate::layers::test_util::{TestBody, final_code, response_with_code};
+use crate::stage::breaker::BREAKER_OPEN_MESSAGE;
+use crate::stage::shedding::{OVERLOADED_MESSAGE, SheddingSettings};
+use crate::stage::{StatSettings, TimeoutSettings};
+use zrpc_core::breaker::BreakerRegistry;
 
 fn stages() -> Stages {
     Stages {
@@ -461,4 +463,161 @@ async fn a_handlers_trailers_reach_the_caller() {
     let values: Vec<_> = headers.get_all("x-cache").iter().collect();
     assert_eq!(values, ["hit", "again"]);
     assert_eq!(headers["x-id-bin"], "AQI");
+}
+
+/// What a user stage saw of the calls it admitted: `(code, reached_handler)` per call.
+#[derive(Debug, Default, Clone)]
+struct Seen(Arc<std::sync::Mutex<Vec<(tonic::Code, bool)>>>);
+
+impl super::super::Record for Seen {
+    fn finish(self: Box<Self>, end: &super::super::End<'_>) {
+        self.0
+            .lock()
+            .unwrap()
+            .push((end.code(), end.reached_handler()));
+    }
+}
+
+/// Records every call, then rejects the calls to methods ending in `Reject`, and waits 1 s
+/// (a slow remote decision) for those ending in `Slow`.
+#[derive(Debug, Default)]
+struct Gate(Seen);
+
+impl Stage for Gate {
+    fn admit(&self, call: &mut super::super::Call<'_>) -> super::super::Admission {
+        use super::super::{Admission, Rejection};
+        let m = call.method().to_owned();
+        if m.ends_with("Reject") {
+            Admission::reject(
+                Rejection::new(tonic::Code::PermissionDenied, "gated").dropped("gate"),
+            )
+        } else if m.ends_with("Slow") {
+            Admission::wait(async {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                Admission::pass()
+            })
+        } else {
+            Admission::record(self.0.clone())
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_user_stage_admits_rejects_and_waits_within_the_deadline() {
+    let seen = Seen::default();
+    let outer = Seen::default();
+    // A user stage before it records every call, the rejected ones too.
+    #[derive(Debug)]
+    struct Outer(Seen);
+    impl Stage for Outer {
+        fn admit(&self, _: &mut super::super::Call<'_>) -> super::super::Admission {
+            super::super::Admission::record(self.0.clone())
+        }
+    }
+    let svc = GovernorLayer::with(
+        Frame {
+            trace: TraceStage::new(false),
+            recover: RecoverStage::new(false),
+        },
+        vec![Arc::new(Outer(outer.clone())), Arc::new(Gate(seen.clone()))],
+        StreamingMethods::default(),
+    )
+    .layer(answering(code::OK));
+    let dropped = || {
+        crate::metrics::server_metrics()
+            .dropped_total
+            .with_label_values(&["/user.G/Reject", "gate"])
+            .get()
+    };
+    let before = dropped();
+
+    let resp = svc.clone().oneshot(request("/user.G/Pass")).await.unwrap();
+    assert_eq!(final_code(resp).await, Some(code::OK));
+    let resp = svc
+        .clone()
+        .oneshot(request("/user.G/Reject"))
+        .await
+        .unwrap();
+    assert_eq!(
+        status_message_from_headers(resp.headers()).as_deref(),
+        Some("gated")
+    );
+    assert_eq!(final_code(resp).await, Some(code::PERMISSION_DENIED));
+    assert_eq!(dropped(), before + 1);
+    // A wait longer than the caller's deadline ends at the deadline.
+    let mut slow = request("/user.G/Slow");
+    slow.headers_mut()
+        .insert("grpc-timeout", http::HeaderValue::from_static("200m"));
+    let started = tokio::time::Instant::now();
+    let resp = svc.clone().oneshot(slow).await.unwrap();
+    assert_eq!(final_code(resp).await, Some(code::DEADLINE_EXCEEDED));
+    assert_eq!(started.elapsed(), Duration::from_millis(200));
+    // Without a deadline the wait ends with the stage's decision.
+    let resp = svc.oneshot(request("/user.G/Slow")).await.unwrap();
+    assert_eq!(final_code(resp).await, Some(code::OK));
+
+    use tonic::Code::{DeadlineExceeded, Ok, PermissionDenied};
+    assert_eq!(*seen.0.lock().unwrap(), [(Ok, true)]);
+    assert_eq!(
+        *outer.0.lock().unwrap(),
+        [
+            (Ok, true),
+            (PermissionDenied, false),
+            (DeadlineExceeded, false),
+            (Ok, true)
+        ]
+    );
+}
+
+#[test]
+fn the_list_holds_only_what_the_config_switches_on() {
+    let names = |conf: &crate::conf::RpcServerConf, store: bool| {
+        let streaming = StreamingMethods::default();
+        let env = super::super::Env {
+            conf,
+            streaming: &streaming,
+            token_store: store
+                .then(|| Arc::new(StaticTokens::new([("a", "b")])) as Arc<dyn TokenStore>),
+            breakers: Arc::new(BreakerRegistry::new(BreakerConfig::default())),
+            limit: crate::stage::limit::gauges::limit_stage(conf, &streaming),
+            shedding: crate::stage::shedding::gauges::shedding_stage(
+                crate::stage::shedding::gauges::shedder(
+                    conf,
+                    Some(Arc::new(FixedCpu::new(0)) as Arc<dyn zrpc_core::cpu::CpuUsage>),
+                )
+                .as_ref(),
+                &streaming,
+            ),
+        };
+        let user: Arc<dyn Stage> = Arc::new(Gate::default());
+        super::super::list(&env, &[user])
+            .iter()
+            .map(|s| s.name())
+            .collect::<Vec<_>>()
+    };
+    let gate = std::any::type_name::<Gate>();
+    // go-zero's defaults: no auth, no concurrency limit.
+    let conf = crate::conf::RpcServerConf::new("list", "127.0.0.1:0");
+    assert_eq!(
+        names(&conf, false),
+        ["stat", "metrics", "breaker", "shedding", "timeout", gate]
+    );
+    // Everything on.
+    let mut on = conf.clone();
+    on.auth = true;
+    on.concurrency_limit = Some(crate::conf::ConcurrencyLimitConf::default());
+    assert_eq!(
+        names(&on, true),
+        [
+            "stat", "metrics", "auth", "breaker", "limit", "shedding", "timeout", gate
+        ]
+    );
+    // Everything off: only the user's stage is left.
+    let mut off = conf;
+    off.middlewares.stat = false;
+    off.middlewares.prometheus = false;
+    off.middlewares.breaker = false;
+    off.cpu_threshold = 0;
+    off.timeout = 0;
+    assert_eq!(names(&off, false), [gate]);
 }

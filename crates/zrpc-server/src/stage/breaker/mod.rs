@@ -24,14 +24,13 @@
 //! any interceptor runs, so go-zero's breaker never sees them either.)
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use http::Response;
 use zrpc_core::breaker::{BreakerPromise, BreakerRegistry};
-use zrpc_core::grpc::{OnStatus, code, status_response};
+use zrpc_core::grpc::code;
 
-use crate::call::{Blame, CallFacts, blame};
-use crate::metrics::{DropReason, count_drop};
+use super::{Admission, Call, End, Env, Rejection, Stage};
+use crate::call::Blame;
+use crate::metrics::DropReason;
 
 /// The message of a breaker rejection (go-zero's).
 pub(crate) const BREAKER_OPEN_MESSAGE: &str = "circuit breaker is open";
@@ -55,10 +54,43 @@ impl BreakerStage {
             registry: enabled.then_some(registry),
         }
     }
+}
 
-    /// The registry, when the stage is on.
-    pub(crate) fn registry(&self) -> Option<Arc<BreakerRegistry>> {
-        self.registry.clone()
+/// The stage, when `Middlewares.Breaker` is on; its gauges are registered with it.
+pub(crate) fn build(env: &Env<'_>) -> Option<Box<dyn Stage>> {
+    if !env.conf.middlewares.breaker {
+        return None;
+    }
+    crate::gauges::register_breakers(&env.breakers);
+    Some(Box::new(BreakerStage::with_registry(
+        true,
+        Arc::clone(&env.breakers),
+    )))
+}
+
+impl Stage for BreakerStage {
+    fn admit(&self, call: &mut Call<'_>) -> Admission {
+        let Some(registry) = &self.registry else {
+            return Admission::pass();
+        };
+        if call.is_infrastructure() {
+            return Admission::pass();
+        }
+        let path = call.method();
+        let Some(breaker) = registry.find(path) else {
+            return Admission::built_in(BreakerRecord(Record::Learn {
+                registry: Arc::clone(registry),
+                method: path.to_owned(),
+            }));
+        };
+        match breaker.allow(call.now().into_std()) {
+            Ok(promise) => Admission::built_in(BreakerRecord(Record::Guarded(promise))),
+            Err(_open) => rejection(call.method()),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "breaker"
     }
 }
 
@@ -68,10 +100,7 @@ pub(crate) struct BreakerRecord(Record);
 
 #[derive(Debug)]
 enum Record {
-    Guarded {
-        promise: BreakerPromise,
-        facts: Option<CallFacts>,
-    },
+    Guarded(BreakerPromise),
     /// A method without a breaker yet: it gets one if the call shows the method exists.
     Learn {
         registry: Arc<BreakerRegistry>,
@@ -79,18 +108,13 @@ enum Record {
     },
 }
 
-impl OnStatus for BreakerRecord {
-    fn on_status(self, c: i32) {
-        self.finish(c, Instant::now());
-    }
-}
-
 impl BreakerRecord {
-    /// Reports the final code `c`, the call having ended at `now`.
-    pub(crate) fn finish(self, c: i32, now: Instant) {
+    /// Reports the final code: a failure the server caused is one for the breaker.
+    pub(crate) fn finish(self, end: &End<'_>) {
         match self.0 {
-            Record::Guarded { promise, facts } => {
-                match blame(facts.as_ref(), c) {
+            Record::Guarded(promise) => {
+                let now = end.now.into_std();
+                match end.blame() {
                     Blame::Server => promise.reject(now),
                     // A caller-caused failure is acceptable, like a go-zero acceptable code:
                     // the server did its job.
@@ -98,7 +122,7 @@ impl BreakerRecord {
                 }
             }
             Record::Learn { registry, method } => {
-                if c != code::UNIMPLEMENTED {
+                if end.code != code::UNIMPLEMENTED {
                     let _ = registry.get(&method);
                 }
             }
@@ -106,48 +130,14 @@ impl BreakerRecord {
     }
 }
 
-/// The answer to a call the breaker rejects.
+/// The rejection of a call the open breaker drops (logged at debug level).
 #[cold]
 #[inline(never)]
-pub(crate) fn rejection<B: Default>() -> Response<B> {
-    status_response(code::UNAVAILABLE, BREAKER_OPEN_MESSAGE)
-}
-
-impl BreakerRecord {
-    /// Admits a call to `path` (not health nor reflection) at `now`: its record, or `None`
-    /// when the method's breaker is open (the drop is counted and logged). `facts` is asked
-    /// only for a guarded method.
-    pub(crate) fn admit(
-        registry: &Arc<BreakerRegistry>,
-        path: &str,
-        facts: impl FnOnce() -> Option<CallFacts>,
-        now: Instant,
-    ) -> Option<Self> {
-        let Some(breaker) = registry.find(path) else {
-            return Some(BreakerRecord(Record::Learn {
-                registry: Arc::clone(registry),
-                method: path.to_owned(),
-            }));
-        };
-        match breaker.allow(now) {
-            Ok(promise) => Some(BreakerRecord(Record::Guarded {
-                promise,
-                facts: facts(),
-            })),
-            Err(_open) => {
-                dropped(path);
-                None
-            }
-        }
-    }
-}
-
-/// Counts and logs a call the open breaker drops.
-#[cold]
-#[inline(never)]
-fn dropped(path: &str) {
-    count_drop(path, DropReason::Breaker);
+fn rejection(path: &str) -> Admission {
     tracing::debug!(target: "zrpc::breaker", method = path, "{BREAKER_OPEN_MESSAGE}");
+    Admission::reject(
+        Rejection::of(code::UNAVAILABLE, BREAKER_OPEN_MESSAGE).dropped(DropReason::Breaker.label()),
+    )
 }
 
 #[cfg(test)]
