@@ -1,5 +1,7 @@
-//! Client metrics, registered in `prometheus::default_registry()` (the DevServer of zrpc-server
-//! exports that registry next to its own, so client metrics appear on `/metrics` too).
+//! Client metrics, registered in `prometheus::default_registry()`, the one registry of both sides
+//! (the DevServer of zrpc-server serves it on `/metrics`). The handles (`client_metrics`,
+//! `registry`, `ClientMetrics`) are for zrpc's own crates and tests, outside the API semver
+//! covers: the public surface is the families' names and labels (`docs/metrics.md`).
 //!
 //! go-zero's families (`clientinterceptors/prometheusinterceptor.go`):
 //! - `rpc_client_requests_duration_ms{method}`, buckets 1, 2, 5, ..., 5000 ms;
@@ -36,15 +38,18 @@ use prometheus::{GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Reg
 
 use crate::balancer::service::Shared;
 
+#[doc(hidden)]
 pub use zrpc_core::metrics::DURATION_BUCKETS_MS;
 
 /// The registry holding the client metrics: `prometheus::default_registry()`.
+#[doc(hidden)]
 #[must_use]
 pub fn registry() -> &'static Registry {
     prometheus::default_registry()
 }
 
 /// The client metric families (handles: clones record into the same series).
+#[doc(hidden)]
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ClientMetrics {
@@ -211,6 +216,7 @@ pub fn is_streaming_method(full_method: &str) -> bool {
 
 /// The client metric families in the global registry, registered on first use (go-zero's
 /// package-level metrics, exported by the DevServer's `/metrics`).
+#[doc(hidden)]
 pub fn client_metrics() -> &'static ClientMetrics {
     static METRICS: OnceLock<ClientMetrics> = OnceLock::new();
     METRICS.get_or_init(|| {

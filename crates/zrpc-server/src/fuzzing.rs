@@ -10,9 +10,9 @@ use std::task::{Context, Poll, Waker};
 
 use tokio::io::{AsyncRead, ReadBuf};
 
-use crate::authority::Repair;
-use crate::authority::hpack::{self, Walker};
-use crate::authority::huffman;
+use crate::transport::authority::Repair;
+use crate::transport::authority::hpack::{self, Walker};
+use crate::transport::authority::huffman;
 use crate::transport::conn::{ConnLimits, Guarded};
 use crate::transport::frames::{FRAME_HEADER_LEN, FrameGuard, FrameHead, FrameScanner};
 

@@ -16,7 +16,6 @@
 //! (`/metrics`, `/healthz`), registers in etcd and shuts down gracefully.
 
 mod auth;
-mod authority;
 mod call;
 mod compression;
 pub mod conf;
@@ -44,7 +43,6 @@ mod transport;
 #[cfg(feature = "redis-auth")]
 pub use auth::RedisTokens;
 pub use auth::{Lookup, StaticTokens, TokenFuture, TokenStore};
-pub use authority::original_authority;
 pub use call::Trailers;
 pub use conf::RpcServerConf;
 pub use error::Error;
@@ -55,3 +53,4 @@ pub use preflight::preflight;
 pub use server::linked_streaming_methods;
 pub use server::{Server, ServerChain, WrapUpHook};
 pub use tls::{PeerIdentity, TlsError};
+pub use transport::authority::original_authority;

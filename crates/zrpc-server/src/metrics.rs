@@ -1,4 +1,6 @@
-//! zrpc's Prometheus metrics: one process-wide registry, lazily created.
+//! zrpc's Prometheus metrics, in `prometheus::default_registry()`: the one registry of both
+//! sides (the client's families live there too) and the one most Rust code registers into, so
+//! [`render`] and the DevServer's `/metrics` serve zrpc's families with the application's own.
 //!
 //! Names and labels are go-zero's (`serverinterceptors/prometheusinterceptor.go`):
 //! `rpc_server_requests_duration_ms{method}` (buckets 1..5000 ms) and
@@ -14,13 +16,14 @@
 //! lifetime in `rpc_server_requests_duration_ms` would skew the latency a mixed Go/Rust fleet's
 //! dashboards compare.
 //!
-//! On Linux the registry also holds the standard process metrics (`process_cpu_seconds_total`,
+//! On Linux zrpc adds the standard process metrics (`process_cpu_seconds_total`,
 //! `process_resident_memory_bytes`, `process_open_fds`, `process_start_time_seconds`, ...), read
 //! at scrape time ([`process`](self) module docs say why not prometheus's `process` feature).
 //!
-//! Several servers in one process share these families (go-zero does the same). The
-//! DevServer's `/metrics` serves this registry plus `prometheus::default_registry()`, so
-//! metrics registered there (by the client crate or by users) show up too.
+//! Several servers in one process share these families (go-zero does the same). The handles
+//! (`server_metrics`, `registry`) are for zrpc's own crates and tests, outside the API semver
+//! covers: the public surface is the families' names and labels (`docs/metrics.md`) and
+//! [`render`].
 
 use std::sync::OnceLock;
 
@@ -29,22 +32,26 @@ use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 #[cfg(target_os = "linux")]
 mod process;
 
+#[doc(hidden)]
 pub use zrpc_core::metrics::DURATION_BUCKETS_MS;
 
-/// The process-wide zrpc registry (with the process metrics on Linux).
+/// The registry of zrpc's metrics, `prometheus::default_registry()`, with the process metrics
+/// added on first use (on Linux).
+#[doc(hidden)]
 pub fn registry() -> &'static Registry {
-    static REGISTRY: OnceLock<Registry> = OnceLock::new();
-    REGISTRY.get_or_init(|| {
-        let registry = Registry::new();
+    static PROCESS: std::sync::Once = std::sync::Once::new();
+    let registry = prometheus::default_registry();
+    PROCESS.call_once(|| {
         #[cfg(target_os = "linux")]
         if let Err(e) = registry.register(Box::new(process::ProcessCollector::new())) {
             tracing::error!(target: "zrpc::metrics", "cannot register process metrics: {e}");
         }
-        registry
-    })
+    });
+    registry
 }
 
 /// The server metric families.
+#[doc(hidden)]
 #[derive(Debug)]
 pub struct ServerMetrics {
     /// `rpc_server_requests_duration_ms{method}`.
@@ -62,6 +69,7 @@ pub struct ServerMetrics {
 }
 
 /// The server metric families, registered in [`registry`] on first use.
+#[doc(hidden)]
 pub fn server_metrics() -> &'static ServerMetrics {
     static METRICS: OnceLock<ServerMetrics> = OnceLock::new();
     METRICS.get_or_init(|| {
@@ -185,11 +193,11 @@ pub(crate) fn count_drop(method: &str, reason: &str) {
         .inc();
 }
 
-/// Renders [`registry`] and the default registry in the Prometheus text format.
+/// Renders every metric of the process's registry (`prometheus::default_registry()`: zrpc's
+/// server and client families, the process metrics and the application's own) in the
+/// Prometheus text format, as the DevServer's `/metrics` serves them.
 pub fn render() -> String {
-    let mut families = registry().gather();
-    families.extend(prometheus::default_registry().gather());
-    families.sort_by(|a, b| a.name().cmp(b.name()));
+    let families = registry().gather();
     let mut out = String::new();
     if let Err(e) = prometheus::TextEncoder::new().encode_utf8(&families, &mut out) {
         tracing::error!(target: "zrpc::metrics", "cannot encode metrics: {e}");

@@ -496,7 +496,7 @@ impl Base {
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         // zrpc's accept loop (`crate::transport`): back-off on accept errors, the connection
         // cap, TCP_NODELAY; each connection is read through the `:authority` repair for
-        // grpc-go's multi-host targets (`crate::authority`, innermost; it steps aside after the
+        // grpc-go's multi-host targets (`crate::transport::authority`, innermost; it steps aside after the
         // first header block of any client that does not need it) and under the handshake,
         // idle and age deadlines.
         let allowed = tls.as_ref().and_then(|t| t.allowed.clone());

@@ -3,9 +3,9 @@
 //! `rpc_server_requests_duration_ms{method}`, `rpc_server_requests_code_total{method,code}`,
 //! `rpc_client_requests_duration_ms{method}` and `rpc_client_requests_code_total{method,code}`
 //! (buckets 1..5000 ms, numeric `code`), plus zrpc's additions (local rejections, shedder and
-//! balancer gauges). The DevServer's `/metrics` serves all of them; to serve them yourself,
-//! render [`server::render`] (it includes `prometheus::default_registry()`, where the client
-//! metrics live).
+//! balancer gauges). Both sides register in one registry, `prometheus::default_registry()`,
+//! where your own metrics go too; the DevServer's `/metrics` serves it, and [`server::render`]
+//! renders it to serve it yourself. `docs/metrics.md` lists every family.
 
 /// Server metrics (`zrpc_server::metrics`).
 pub mod server {

@@ -21,6 +21,9 @@ pub(crate) struct ConnInfo {
     /// `Guarded` (`transport::conn`) when the server keeps them: each request
     /// carries its connection's state, so no per-request table lookup is needed.
     pub(crate) conn: Option<Arc<ConnState>>,
+    /// The `:authority` the client sent when the transport had to rewrite it
+    /// (`transport::authority`), set on the connection's first repair.
+    pub(crate) authority: Option<Arc<std::sync::OnceLock<Arc<str>>>>,
 }
 
 /// One connection's open calls and the time the last one ended.

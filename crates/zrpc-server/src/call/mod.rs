@@ -58,6 +58,7 @@ impl Arrival {
                 },
                 peer: None,
                 conn: None,
+                authority: None,
             }),
             facts: CallFacts::default(),
             queued: None,

@@ -148,40 +148,42 @@ impl RecordSet {
 
 impl OnStatus for Records {
     fn on_status(self, mut c: i32) {
-        let RecordSet {
-            records,
-            trace,
-            caller,
-            context,
-            facts,
-            handled,
-        } = *self.0;
+        // In place: moving the set out of its box would copy every record.
+        let mut set = self.0;
         // One clock read for every record.
-        let now = (!records.is_empty() || caller.is_some()).then(tokio::time::Instant::now);
+        let now = (!set.records.is_empty() || set.caller.is_some()).then(tokio::time::Instant::now);
         if c == code::CANCELLED
-            && let (Some(caller), Some(now)) = (caller, now)
+            && let (Some(caller), Some(now)) = (set.caller, now)
             && caller.passed_for_reset(now)
         {
             c = code::DEADLINE_EXCEEDED;
         }
         if let Some(now) = now
-            && !records.is_empty()
+            && !set.records.is_empty()
         {
+            let RecordSet {
+                records,
+                trace,
+                context,
+                facts,
+                handled,
+                ..
+            } = &mut *set;
             let end = End {
                 code: c,
                 now,
                 facts: facts.as_ref(),
-                handled,
+                handled: *handled,
             };
             // Inside the call's span: end-of-call log lines carry the trace id.
             let _span = trace.as_ref().map(TraceRecord::enter);
-            in_scope(&context, || {
-                for r in records.into_iter().rev() {
+            in_scope(context, || {
+                for r in records.drain(..).rev() {
                     r.finish(&end);
                 }
             });
         }
-        if let Some(t) = trace {
+        if let Some(t) = set.trace.take() {
             t.on_status(c);
         }
     }

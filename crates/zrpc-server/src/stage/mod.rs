@@ -87,13 +87,8 @@ pub struct Call<'a> {
     deadline: Option<Instant>,
     /// The call's count in the shedder's flight since its stream was accepted.
     pub(crate) queued: Option<Queued>,
-    kind: Option<Kind>,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Kind {
-    infra: bool,
-    streaming: bool,
+    /// Whether the method streams, once looked up.
+    streams: Option<bool>,
 }
 
 impl<'a> Call<'a> {
@@ -112,7 +107,7 @@ impl<'a> Call<'a> {
             now,
             deadline,
             queued,
-            kind: None,
+            streams: None,
         }
     }
 
@@ -148,28 +143,19 @@ impl<'a> Call<'a> {
         self.deadline
     }
 
-    /// Whether the method streams (declared or learned from the descriptor sets).
+    /// Whether the method streams (declared or learned from the descriptor sets), looked up
+    /// once per call.
     pub fn is_streaming(&mut self) -> bool {
-        self.kind().streaming
+        let (req, streaming) = (&self.req, self.streaming);
+        *self
+            .streams
+            .get_or_insert_with(|| streaming.contains(req.uri().path()))
     }
 
     /// Whether the method is health checking or reflection, which the governing stages leave
     /// alone.
-    pub fn is_infrastructure(&mut self) -> bool {
-        self.kind().infra
-    }
-
-    /// The call's kind, looked up once.
-    fn kind(&mut self) -> Kind {
-        let (req, streaming) = (&self.req, self.streaming);
-        *self.kind.get_or_insert_with(|| {
-            let path = req.uri().path();
-            let infra = is_infra(path);
-            Kind {
-                infra,
-                streaming: !infra && streaming.contains(path),
-            }
-        })
+    pub fn is_infrastructure(&self) -> bool {
+        is_infra(self.method())
     }
 
     pub(crate) fn request(&self) -> &Request<Body> {

@@ -29,7 +29,7 @@ use super::conn::{ConnLimits, Guarded};
 use super::cuts::{CutLog, Peer};
 use super::io::ConnIo;
 use super::streams::ConnTable;
-use crate::authority::Repair;
+use crate::transport::authority::Repair;
 
 /// What the accept loop needs to know.
 #[derive(Debug, Clone)]
@@ -276,14 +276,8 @@ fn wrap(
     peer: std::net::SocketAddr,
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> Accepted {
-    let local = match &io {
-        ConnIo::Plain(s) => s.local_addr(),
-        #[cfg(feature = "tls")]
-        ConnIo::Tls(s) => s.get_ref().0.local_addr(),
-    };
-    let addrs = local.ok().map(|local| (local, peer));
     let entry = settings.table.as_ref().map(|table| table.register());
-    let repair = Repair::new(settings.authority_repair, addrs);
+    let repair = Repair::new(settings.authority_repair, Some(peer));
     let peer = Peer {
         ip: peer.ip(),
         cuts: Arc::clone(&settings.cuts),

@@ -13,7 +13,7 @@
 //! - **Frame policies** below h2 ([`frames`](super::frames)): ping floods
 //!   (`KeepaliveMinTime`, grpc-go's enforcement policy, GOAWAY `too_many_pings`) and floods of
 //!   resets and control frames; a cut is counted and logged by [`cuts`](super::cuts).
-//! - **`:authority` repair** ([`authority`](crate::authority)): octets are read into h2's own
+//! - **`:authority` repair** ([`authority`](crate::transport::authority)): octets are read into h2's own
 //!   buffer and scanned there; only an incomplete header block that the repair holds is kept
 //!   aside ([`Held`]) until the rest of it arrives.
 //! - **Hold**: a new connection from an address cut again and again is not read for a while
@@ -35,8 +35,8 @@ use tonic::transport::server::Connected;
 use super::cuts::Peer;
 use super::frames::{FrameGuard, Violation};
 use super::streams::ConnEntry;
-use crate::authority::Repair;
 use crate::call::ConnInfo;
+use crate::transport::authority::Repair;
 
 /// Deadlines and limits applied to every accepted connection.
 #[derive(Debug, Clone, Copy, Default)]
@@ -357,6 +357,7 @@ impl<T: Connected<ConnectInfo = ConnInfo>> Connected for Guarded<T> {
     fn connect_info(&self) -> ConnInfo {
         let mut info = self.inner.connect_info();
         info.conn = self.entry.as_ref().map(ConnEntry::state);
+        info.authority = Some(self.repair.original());
         info
     }
 }

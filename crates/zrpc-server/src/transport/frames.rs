@@ -9,7 +9,7 @@
 //! - the **handshake deadline**: [`FrameGuard::handshaken`] once the preface and a whole first
 //!   frame are in;
 //! - the **frame policies** below;
-//! - the **`:authority` repair** ([`Repair`](crate::authority::Repair)): while it watches the
+//! - the **`:authority` repair** ([`Repair`](crate::transport::authority::Repair)): while it watches the
 //!   connection, [`FrameGuard::read_to_block`] stops before each header block, which the repair
 //!   holds until complete, repairs in place and hands back to [`FrameGuard::read`].
 //!

@@ -35,6 +35,7 @@ impl Connected for ConnIo {
                 tcp: tcp.connect_info(),
                 peer: None,
                 conn: None,
+                authority: None,
             },
             #[cfg(feature = "tls")]
             ConnIo::Tls(tls) => {
@@ -45,6 +46,7 @@ impl Connected for ConnIo {
                         .peer_certificates()
                         .and_then(|certs| PeerIdentity::from_chain(certs.to_vec())),
                     conn: None,
+                    authority: None,
                 }
             }
         }

@@ -23,6 +23,7 @@
 //! logs every connection cut for breaking a limit ([`cuts`]).
 
 mod accept;
+pub(crate) mod authority;
 mod backoff;
 mod budget;
 pub(crate) mod conn;

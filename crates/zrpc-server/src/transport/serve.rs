@@ -446,6 +446,7 @@ mod tests {
             },
             peer: None,
             conn: None,
+            authority: None,
         };
         let intake = Intake {
             budget: RequestBudget::new(None, None),

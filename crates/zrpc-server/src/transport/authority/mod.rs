@@ -46,29 +46,9 @@ mod repair;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::sync::{Arc, LazyLock};
-
-use parking_lot::Mutex;
-use tonic::transport::server::TcpConnectInfo;
+use std::sync::Arc;
 
 pub(crate) use repair::Repair;
-
-/// What clients sent on connections whose `:authority` was repaired, by (local, remote)
-/// address. Touched only when a connection needs a repair and when it closes.
-static ORIGINALS: LazyLock<Mutex<HashMap<ConnAddrs, Arc<str>>>> = LazyLock::new(Default::default);
-
-/// A connection's (local, remote) addresses.
-type ConnAddrs = (SocketAddr, SocketAddr);
-
-fn record(addrs: ConnAddrs, original: String) {
-    ORIGINALS.lock().insert(addrs, Arc::from(original));
-}
-
-fn forget(addrs: ConnAddrs) {
-    ORIGINALS.lock().remove(&addrs);
-}
 
 /// The `:authority` the client really sent, when zrpc had to rewrite it for `h2` to accept the
 /// request; `None` when the request's authority is what the client sent.
@@ -80,9 +60,8 @@ fn forget(addrs: ConnAddrs) {
 /// (see `docs/migrating-from-go-zero.md`).
 ///
 /// Pass the request's extensions (`tonic::Request::extensions()` or
-/// `http::Request::extensions()`); the lookup uses the connection's addresses
-/// (`TcpConnectInfo`). It is the first rewritten value of the connection: grpc-go sends one
-/// authority per connection.
+/// `http::Request::extensions()`). It is a fact of the call's connection, the first rewritten
+/// value on it: grpc-go sends one authority per connection.
 ///
 /// # Examples
 ///
@@ -92,7 +71,6 @@ fn forget(addrs: ConnAddrs) {
 /// # }
 /// ```
 pub fn original_authority(extensions: &http::Extensions) -> Option<Arc<str>> {
-    let info = extensions.get::<TcpConnectInfo>()?;
-    let key = (info.local_addr()?, info.remote_addr()?);
-    ORIGINALS.lock().get(&key).cloned()
+    let arrival = extensions.get::<crate::call::Arrival>()?;
+    arrival.conn.authority.as_ref()?.get().cloned()
 }

@@ -4,7 +4,9 @@
 
 use crate::transport::frames::{FrameGuard, Violation};
 
-use super::ConnAddrs;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+
 use super::block::{self, Block};
 use super::hpack::{BlockReport, Walker};
 
@@ -15,10 +17,12 @@ const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 #[derive(Debug)]
 pub(crate) struct Repair {
     state: State,
-    /// The connection's addresses, the key of the record of what the client sent.
-    addrs: Option<ConnAddrs>,
-    /// The connection's first repair was logged (and recorded under `addrs`, to be forgotten
-    /// when the connection goes).
+    /// The client's address, for the log line.
+    peer: Option<SocketAddr>,
+    /// What the client sent, once repaired: shared with the connection's `ConnInfo`, read back
+    /// by [`original_authority`](super::original_authority).
+    original: Arc<OnceLock<Arc<str>>>,
+    /// The connection's first repair was logged and recorded.
     noted: bool,
 }
 
@@ -34,14 +38,19 @@ enum State {
 }
 
 impl Repair {
-    /// The repair of a new connection from `addrs` (local, remote), which key the record read
-    /// back by [`original_authority`](super::original_authority); `on`: the server repairs.
-    pub(crate) fn new(on: bool, addrs: Option<ConnAddrs>) -> Self {
+    /// The repair of a new connection from `peer`; `on`: the server repairs.
+    pub(crate) fn new(on: bool, peer: Option<SocketAddr>) -> Self {
         Repair {
             state: if on { State::Watching(0) } else { State::Off },
-            addrs,
+            peer,
+            original: Arc::default(),
             noted: false,
         }
+    }
+
+    /// Where the connection's original authority will be, for its `ConnInfo`.
+    pub(crate) fn original(&self) -> Arc<OnceLock<Arc<str>>> {
+        Arc::clone(&self.original)
     }
 
     /// True while header blocks are held until complete: before the first one, and on a
@@ -115,7 +124,7 @@ impl Repair {
 
     /// Logs the connection's first repair and records what the client sent.
     fn note(&mut self, original: String, repaired: String) {
-        let peer = self.addrs.map(|(_, remote)| remote);
+        let peer = self.peer;
         tracing::debug!(
             target: "zrpc::server::authority",
             ?peer,
@@ -124,9 +133,7 @@ impl Repair {
             "rewrote an :authority that h2 would reject (a grpc-go client with several etcd hosts \
              or endpoints in its target); later requests on this connection are repaired too"
         );
-        if let Some(addrs) = self.addrs {
-            super::record(addrs, original);
-        }
+        let _ = self.original.set(Arc::from(original));
         self.noted = true;
     }
 
@@ -140,13 +147,5 @@ impl Repair {
     #[cfg(test)]
     pub(crate) fn repaired(&self) -> bool {
         self.noted
-    }
-}
-
-impl Drop for Repair {
-    fn drop(&mut self) {
-        if let (true, Some(addrs)) = (self.noted, self.addrs) {
-            super::forget(addrs);
-        }
     }
 }
