@@ -32,9 +32,9 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
 
 use parking_lot::{Mutex, RwLock};
-use prometheus::core::{Collector, Desc};
-use prometheus::proto::MetricFamily;
-use prometheus::{GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+
+use zrpc_core::metrics::ScrapedGauges;
 
 use crate::balancer::service::Shared;
 
@@ -233,7 +233,7 @@ pub fn client_metrics() -> &'static ClientMetrics {
 fn balancers() -> &'static Mutex<Vec<Weak<Shared>>> {
     static BALANCERS: OnceLock<Mutex<Vec<Weak<Shared>>>> = OnceLock::new();
     BALANCERS.get_or_init(|| {
-        if let Err(e) = registry().register(Box::new(EndpointCollector::new())) {
+        if let Err(e) = registry().register(Box::new(endpoint_gauges())) {
             tracing::error!(target: "zrpc::metrics", "cannot register endpoint gauges: {e}");
         }
         Mutex::new(Vec::new())
@@ -247,98 +247,70 @@ pub(crate) fn track(shared: &Arc<Shared>) {
     list.push(Arc::downgrade(shared));
 }
 
-struct EndpointCollector {
-    lag: GaugeVec,
-    inflight: GaugeVec,
-    success: GaugeVec,
-    down: GaugeVec,
-    descs: Vec<Desc>,
-    // `collect` resets and refills the vectors: two scrapes at once would see each
-    // other's empty vectors.
-    scrape: Mutex<()>,
-}
-
-impl EndpointCollector {
-    fn new() -> Self {
-        let gauge = |name: &str, help: &str| {
-            GaugeVec::new(Opts::new(name, help), &["target", "endpoint"])
-                .unwrap_or_else(|_| unreachable!())
-        };
-        let lag = gauge(
-            "rpc_client_endpoint_lag_ms",
-            "EWMA latency of the endpoint (ms).",
-        );
-        let inflight = gauge(
-            "rpc_client_endpoint_inflight",
-            "requests in flight on the endpoint.",
-        );
-        let success = gauge(
-            "rpc_client_endpoint_success",
-            "EWMA success score of the endpoint (0..1000).",
-        );
-        let down = gauge(
-            "rpc_client_endpoint_down",
-            "1 while the endpoint is in transport-failure back-off.",
-        );
-        let descs = [&lag, &inflight, &success, &down]
-            .iter()
-            .flat_map(|g| g.desc().into_iter().cloned())
-            .collect();
-        EndpointCollector {
-            lag,
-            inflight,
-            success,
-            down,
-            descs,
-            scrape: Mutex::new(()),
-        }
-    }
-}
-
-impl Collector for EndpointCollector {
-    fn desc(&self) -> Vec<&Desc> {
-        self.descs.iter().collect()
-    }
-
-    fn collect(&self) -> Vec<MetricFamily> {
-        let _one_scrape = self.scrape.lock();
-        for g in [&self.lag, &self.inflight, &self.success, &self.down] {
-            g.reset();
-        }
-        let live: Vec<Arc<Shared>> = balancers()
-            .lock()
-            .iter()
-            .filter_map(Weak::upgrade)
-            .collect();
-        let now = Instant::now();
-        for b in live {
-            let clock = b.clock();
-            for e in b.endpoints().iter() {
-                let labels = [&*b.target, &*e.addr];
-                let s = &e.stats;
-                self.lag.with_label_values(&labels).set(s.lag_nanos() / 1e6);
-                self.inflight
-                    .with_label_values(&labels)
-                    .set(s.inflight() as f64);
-                self.success.with_label_values(&labels).set(s.success());
-                self.down
-                    .with_label_values(&labels)
-                    .set(if s.is_down(clock.nanos(now)) {
-                        1.0
-                    } else {
-                        0.0
-                    });
+/// `rpc_client_endpoint_*{target,endpoint}` of every live balancer, read at scrape time.
+fn endpoint_gauges() -> ScrapedGauges<()> {
+    let labels: &[&str] = &["target", "endpoint"];
+    ScrapedGauges::new(
+        (),
+        &[],
+        &[
+            (
+                "rpc_client_endpoint_lag_ms",
+                "EWMA latency of the endpoint (ms).",
+                labels,
+            ),
+            (
+                "rpc_client_endpoint_inflight",
+                "requests in flight on the endpoint.",
+                labels,
+            ),
+            (
+                "rpc_client_endpoint_success",
+                "EWMA success score of the endpoint (0..1000).",
+                labels,
+            ),
+            (
+                "rpc_client_endpoint_down",
+                "1 while the endpoint is in transport-failure back-off.",
+                labels,
+            ),
+        ],
+        |(), gauges| {
+            let [lag, inflight, success, down] = gauges else {
+                return;
+            };
+            let live: Vec<Arc<Shared>> = balancers()
+                .lock()
+                .iter()
+                .filter_map(Weak::upgrade)
+                .collect();
+            let now = Instant::now();
+            for b in live {
+                let clock = b.clock();
+                for e in b.endpoints().iter() {
+                    let labels = [&*b.target, &*e.addr];
+                    let s = &e.stats;
+                    lag.with_label_values(&labels).set(s.lag_nanos() / 1e6);
+                    #[allow(clippy::cast_precision_loss)]
+                    inflight.with_label_values(&labels).set(s.inflight() as f64);
+                    success.with_label_values(&labels).set(s.success());
+                    down.with_label_values(&labels)
+                        .set(if s.is_down(clock.nanos(now)) {
+                            1.0
+                        } else {
+                            0.0
+                        });
+                }
             }
-        }
-        [&self.lag, &self.inflight, &self.success, &self.down]
-            .iter()
-            .flat_map(|g| g.collect())
-            .collect()
-    }
+        },
+    )
+    .unwrap_or_else(|| unreachable!("static metric options are valid"))
 }
 
 #[cfg(test)]
 mod tests {
+    use prometheus::core::Collector;
+
     use super::*;
     use crate::balancer::endpoint::ConnectOptions;
     use crate::balancer::service::Balancer;
@@ -358,7 +330,7 @@ mod tests {
             None,
         );
         track(&b.shared);
-        let c = Arc::new(EndpointCollector::new());
+        let c = Arc::new(endpoint_gauges());
         let scrapers: Vec<_> = (0..4)
             .map(|_| {
                 let c = Arc::clone(&c);

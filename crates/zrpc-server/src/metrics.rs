@@ -193,6 +193,19 @@ pub(crate) fn count_drop(method: &str, reason: &str) {
         .inc();
 }
 
+/// Registers `gauges` (scrape-time collectors) in [`registry`]; `what` names them in the
+/// warning when they cannot be.
+pub(crate) fn register<C: prometheus::core::Collector + Clone + 'static>(gauges: &C, what: &str) {
+    if let Err(e) = registry().register(Box::new(gauges.clone())) {
+        tracing::warn!(target: "zrpc::metrics", "cannot register {what} gauges: {e}");
+    }
+}
+
+/// Unregisters `gauges` (a server's, at its shutdown).
+pub(crate) fn unregister<C: prometheus::core::Collector + Clone + 'static>(gauges: &C) {
+    let _ = registry().unregister(Box::new(gauges.clone()));
+}
+
 /// Renders every metric of the process's registry (`prometheus::default_registry()`: zrpc's
 /// server and client families, the process metrics and the application's own) in the
 /// Prometheus text format, as the DevServer's `/metrics` serves them.

@@ -902,17 +902,16 @@ impl GaugesGuard {
         local: std::net::SocketAddr,
     ) -> Self {
         let server = local.to_string();
-        let shedder = shedder.and_then(|s| {
-            crate::stage::shedding::gauges::ShedderCollector::new(s.clone(), &server)
-        });
+        let shedder = shedder
+            .and_then(|s| crate::stage::shedding::gauges::shedder_gauges(s.clone(), &server));
         let limit = limit
             .shared()
-            .and_then(|l| crate::stage::limit::gauges::LimitCollector::new(l, &server));
+            .and_then(|l| crate::stage::limit::gauges::limit_gauges(l, &server));
         if let Some(g) = &shedder {
-            g.register();
+            crate::metrics::register(g, "shedder");
         }
         if let Some(g) = &limit {
-            g.register();
+            crate::metrics::register(g, "concurrency-limit");
         }
         GaugesGuard(shedder, limit)
     }
@@ -921,10 +920,10 @@ impl GaugesGuard {
 impl Drop for GaugesGuard {
     fn drop(&mut self) {
         if let Some(g) = &self.0 {
-            g.unregister();
+            crate::metrics::unregister(g);
         }
         if let Some(g) = &self.1 {
-            g.unregister();
+            crate::metrics::unregister(g);
         }
     }
 }

@@ -3,10 +3,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use prometheus::core::{Collector, Desc};
-use prometheus::proto::MetricFamily;
-use prometheus::{Gauge, Opts};
 use zrpc_core::cpu::{CpuUsage, system_cpu};
+use zrpc_core::metrics::ScrapedGauges;
 use zrpc_core::shedder::{AdaptiveShedder, ShedderConfig};
 
 use super::{SheddingSettings, SheddingStage};
@@ -40,90 +38,63 @@ pub(crate) fn shedding_stage(
 
 /// Gauges of one server's shedder (zrpc additions), read at scrape time, with a const
 /// `server` label (the bound address) so several servers in one process can coexist.
-#[derive(Debug, Clone)]
-pub(crate) struct ShedderCollector {
-    shedder: Arc<AdaptiveShedder>,
-    cpu: Gauge,
-    inflight: Gauge,
-    max_flight: Gauge,
-    min_rt_ms: Gauge,
-    hot: Gauge,
-}
+pub(crate) type ShedderCollector = ScrapedGauges<Arc<AdaptiveShedder>>;
 
-impl ShedderCollector {
-    pub(crate) fn new(shedder: Arc<AdaptiveShedder>, server: &str) -> Option<Self> {
-        let g = |name: &str, help: &str| {
-            Gauge::with_opts(Opts::new(name, help).const_label("server", server)).ok()
-        };
-        Some(Self {
-            shedder,
-            cpu: g(
+/// The gauges of `shedder`, for the server bound at `server`.
+pub(crate) fn shedder_gauges(
+    shedder: Arc<AdaptiveShedder>,
+    server: &str,
+) -> Option<ShedderCollector> {
+    ScrapedGauges::new(
+        shedder,
+        &[("server", server)],
+        &[
+            (
                 "rpc_server_shedder_cpu_millicpu",
                 "CPU usage seen by the shedder (millicpu).",
-            )?,
-            inflight: g(
+                &[],
+            ),
+            (
                 "rpc_server_shedder_inflight",
                 "Requests in flight counted by the shedder.",
-            )?,
-            max_flight: g(
+                &[],
+            ),
+            (
                 "rpc_server_shedder_max_flight",
                 "Estimated capacity in requests in flight (Little's law).",
-            )?,
-            min_rt_ms: g(
+                &[],
+            ),
+            (
                 "rpc_server_shedder_min_rt_ms",
                 "Lowest bucket-average response time of the window (ms).",
-            )?,
-            hot: g(
+                &[],
+            ),
+            (
                 "rpc_server_shedder_hot",
                 "1 while the CPU is over the threshold or cooling off.",
-            )?,
-        })
-    }
-
-    fn gauges(&self) -> [&Gauge; 5] {
-        [
-            &self.cpu,
-            &self.inflight,
-            &self.max_flight,
-            &self.min_rt_ms,
-            &self.hot,
-        ]
-    }
-
-    /// Registers in the zrpc registry.
-    pub(crate) fn register(&self) {
-        if let Err(e) = crate::metrics::registry().register(Box::new(self.clone())) {
-            tracing::warn!(target: "zrpc::metrics", "cannot register shedder gauges: {e}");
-        }
-    }
-
-    /// Unregisters (at shutdown).
-    pub(crate) fn unregister(&self) {
-        let _ = crate::metrics::registry().unregister(Box::new(self.clone()));
-    }
-}
-
-impl Collector for ShedderCollector {
-    fn desc(&self) -> Vec<&Desc> {
-        self.gauges()
-            .into_iter()
-            .flat_map(Collector::desc)
-            .collect()
-    }
-
-    fn collect(&self) -> Vec<MetricFamily> {
-        let s = self.shedder.stats(Instant::now());
-        #[allow(clippy::cast_precision_loss)]
-        {
-            self.cpu.set(s.cpu as f64);
-            self.inflight.set(s.flying as f64);
-        }
-        self.max_flight.set(s.max_flight);
-        self.min_rt_ms.set(s.min_rt.as_secs_f64() * 1000.0);
-        self.hot.set(if s.hot { 1.0 } else { 0.0 });
-        self.gauges()
-            .into_iter()
-            .flat_map(Collector::collect)
-            .collect()
-    }
+                &[],
+            ),
+        ],
+        |shedder, gauges| {
+            let [cpu, inflight, max_flight, min_rt, hot] = gauges else {
+                return;
+            };
+            let s = shedder.stats(Instant::now());
+            #[allow(clippy::cast_precision_loss)]
+            {
+                cpu.with_label_values(&[] as &[&str]).set(s.cpu as f64);
+                inflight
+                    .with_label_values(&[] as &[&str])
+                    .set(s.flying as f64);
+            }
+            max_flight
+                .with_label_values(&[] as &[&str])
+                .set(s.max_flight);
+            min_rt
+                .with_label_values(&[] as &[&str])
+                .set(s.min_rt.as_secs_f64() * 1000.0);
+            hot.with_label_values(&[] as &[&str])
+                .set(if s.hot { 1.0 } else { 0.0 });
+        },
+    )
 }
