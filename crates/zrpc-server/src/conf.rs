@@ -114,9 +114,10 @@ pub struct RpcServerConf {
     /// zrpc addition: response messages smaller than this many octets are sent uncompressed
     /// (default 1024).
     pub compression_min_size: usize,
-    /// zrpc addition: the most octets a compressed request message may decompress to (and be
-    /// compressed to); a larger one ends its call with `ResourceExhausted` (default 4 MiB,
-    /// tonic's and grpc-go's message limit).
+    /// zrpc addition: the largest request message, in octets: an uncompressed one as it
+    /// arrives, a compressed one decompressed (and compressed); a larger one ends its call with
+    /// `ResourceExhausted`, as grpc-go answers (default 4 MiB, tonic's and grpc-go's message
+    /// limit).
     pub max_decompressed_size: usize,
     /// The file this config was loaded from (named by the errors of a start).
     #[serde(skip)]

@@ -506,7 +506,10 @@ impl Base {
         let in_flight = shedding
             .shared()
             .map(|s| s as Arc<dyn crate::call::InFlight>);
-        let intake = crate::transport::intake(&accept, &conf.transport, in_flight);
+        // The largest uncompressed request message is the decompressed one's (both 4 MiB by
+        // default, tonic's and grpc-go's limit), answered as gRPC's table says.
+        let max_message = Some(conf.max_decompressed_size).filter(|&m| m > 0);
+        let intake = crate::transport::intake(&accept, &conf.transport, max_message, in_flight);
         let incoming = crate::transport::incoming(listener, accept);
         let http2 = crate::transport::http2(&conf.transport);
         let stopped = Box::pin(async move {

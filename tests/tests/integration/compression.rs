@@ -145,6 +145,41 @@ async fn a_grpcio_zip_bomb_ends_its_call_with_resource_exhausted() {
     server.shutdown().await.unwrap();
 }
 
+/// A request message over the server's 4 MiB limit is `ResourceExhausted` with grpc-go's
+/// words, as gRPC's status-code table says (tonic's own decoder would answer `OutOfRange`), for
+/// grpcio as for a zrpc client, and the server goes on serving.
+#[tokio::test]
+async fn an_oversized_uncompressed_request_is_resource_exhausted_as_grpc_go_answers() {
+    let server = server("oversized-request", |_| {}).await;
+    // one ~5 MiB message, sent uncompressed
+    let piece = hello(&"z".repeat(1021));
+    let v = grpcio(server.addr, SAY_HELLO, &piece, "none", 5 * 1024).await;
+    assert_eq!(v["code"], "RESOURCE_EXHAUSTED", "{v}");
+    let len = piece.len() * 5 * 1024;
+    assert_eq!(
+        v["details"].as_str().unwrap(),
+        format!("grpc: received message larger than max ({len} vs. 4194304)")
+    );
+    // A zrpc client's call (tonic's encoder) gets the same answer.
+    let client = zrpc_client(server.addr, |_| {}).await;
+    let err = GreeterClient::new(client)
+        .say_hello(HelloRequest {
+            name: "x".repeat(5 * 1024 * 1024),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err:?}");
+    assert_eq!(
+        err.message(),
+        "grpc: received message larger than max (5242885 vs. 4194304)"
+    );
+    // A message of exactly the limit is served.
+    assert_eq!(piece.len(), 1024);
+    let v = grpcio(server.addr, SAY_HELLO, &piece, "none", 4 * 1024).await;
+    assert_eq!(v["code"], "OK", "{}", v["details"]);
+    server.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn edge_cases_get_the_statuses_the_spec_names() {
     let server = server("compression-edges", |_| {}).await;

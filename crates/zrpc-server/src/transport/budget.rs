@@ -42,6 +42,9 @@ pub(crate) struct Budget {
     used: AtomicUsize,
     conn_max: Option<usize>,
     message_timeout: Option<Duration>,
+    /// The largest uncompressed request message (`MaxDecompressedSize`; a compressed one is
+    /// the compression layer's).
+    max_message: Option<usize>,
 }
 
 /// Adds `n` to `used` unless that passes `max`.
@@ -63,7 +66,14 @@ impl Budget {
             used: AtomicUsize::new(0),
             conn_max: None,
             message_timeout,
+            max_message: None,
         }
+    }
+
+    /// Refuses uncompressed request messages longer than `max` octets.
+    pub(crate) fn with_max_message(mut self, max: Option<usize>) -> Self {
+        self.max_message = max;
+        self
     }
 
     /// At most `conn_max` octets per connection (`None` = only the server's budget).
@@ -206,15 +216,29 @@ impl<B> BudgetedBody<B> {
     }
 }
 
-/// Follows the framing over `data`; returns whether a message is incomplete afterwards and
-/// how many octets of it arrived in `data` (those of completed messages are released).
+/// What [`follow`] found in a frame's data.
+#[derive(Debug, PartialEq, Eq)]
+struct Followed {
+    /// A message is incomplete afterwards.
+    pending: bool,
+    /// Octets of the pending message in the data (those of completed messages are released).
+    octets: usize,
+    /// A message completed.
+    completed: bool,
+    /// The length an uncompressed message's prefix declared past `max_message`.
+    oversized: Option<usize>,
+}
+
+/// Follows the framing over `data`, refusing an uncompressed message longer than
+/// `max_message` as soon as its prefix arrives.
 fn follow(
     data: &[u8],
     prefix: &mut [u8; PREFIX_LEN],
     prefix_seen: &mut usize,
     payload_left: &mut usize,
-) -> (bool, usize, bool) {
-    // (message pending, octets of the pending message in `data`, a message completed)
+    max_message: Option<usize>,
+) -> Followed {
+    let mut oversized = None;
     let mut rest = data;
     let mut pending_octets = 0;
     let mut completed = false;
@@ -228,6 +252,10 @@ fn follow(
             if *prefix_seen == PREFIX_LEN {
                 *payload_left =
                     u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
+                if prefix[0] == 0 && max_message.is_some_and(|max| *payload_left > max) {
+                    oversized = Some(*payload_left);
+                    break;
+                }
             } else {
                 break;
             }
@@ -242,8 +270,12 @@ fn follow(
             completed = true;
         }
     }
-    let pending = *prefix_seen > 0;
-    (pending, pending_octets, completed)
+    Followed {
+        pending: *prefix_seen > 0,
+        octets: pending_octets,
+        completed,
+        oversized,
+    }
 }
 
 impl<B> http_body::Body for BudgetedBody<B>
@@ -317,12 +349,27 @@ where
         let Some(data) = frame.data_ref() else {
             return Poll::Ready(Some(Ok(frame)));
         };
-        let (pending, octets, completed) = follow(
+        let Followed {
+            pending,
+            octets,
+            completed,
+            oversized,
+        } = follow(
             data.chunk(),
             this.prefix,
             this.prefix_seen,
             this.payload_left,
+            this.budget.max_message,
         );
+        if let (Some(len), Some(max)) = (oversized, this.budget.max_message) {
+            *this.done = true;
+            this.budget
+                .release(this.conn.as_deref(), std::mem::take(this.charged));
+            // gRPC's status table and grpc-go's words (tonic's decoder would say `OutOfRange`).
+            return Poll::Ready(Some(Err(Status::resource_exhausted(format!(
+                "grpc: received message larger than max ({len} vs. {max})"
+            )))));
+        }
         if completed {
             this.budget
                 .release(this.conn.as_deref(), std::mem::take(this.charged));

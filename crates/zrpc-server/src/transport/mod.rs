@@ -95,16 +95,26 @@ pub(crate) fn front_layer(
 /// What the serve loop does to each request before the chain ([`serve::Intake`]): the
 /// request-bytes budget, whose body records the call's facts, and the count of accepted calls
 /// in flight for the stage that owns it (`in_flight`).
+/// `max_message`: the largest uncompressed request message (`MaxDecompressedSize`).
 pub(crate) fn intake(
     settings: &AcceptSettings,
     conf: &TransportConf,
+    max_message: Option<usize>,
     in_flight: Option<Arc<dyn crate::call::InFlight>>,
 ) -> serve::Intake {
     let max = conf.max_buffered_request_bytes();
     let conn_max = conf.max_connection_buffered_request_bytes();
     let timeout = conf.message_receive_timeout();
-    let budget = (max.is_some() || conn_max.is_some() || timeout.is_some())
-        .then(|| Arc::new(Budget::new(max, timeout).with_conn_max(conn_max)));
+    let budget =
+        (max.is_some() || conn_max.is_some() || timeout.is_some() || max_message.is_some()).then(
+            || {
+                Arc::new(
+                    Budget::new(max, timeout)
+                        .with_conn_max(conn_max)
+                        .with_max_message(max_message),
+                )
+            },
+        );
     serve::Intake {
         budget: RequestBudget::new(budget, settings.table.clone()),
         in_flight,
