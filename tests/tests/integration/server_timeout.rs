@@ -190,8 +190,10 @@ async fn an_overrun_of_the_callers_deadline_is_a_deadline_exceeded_breaker_failu
     client.say_hello(hello("first")).await.unwrap();
     let before = code_count(false, SAY_HELLO, Code::DeadlineExceeded);
     for _ in 0..CALLS {
-        let mut req = tonic::Request::new(hello("sleep:1000"));
-        req.set_timeout(Duration::from_millis(100));
+        // A deadline of 1 s: the caller's reset counts as its deadline up to 100 ms before the
+        // server's timer (its request may take that long to arrive on a busy machine).
+        let mut req = tonic::Request::new(hello("sleep:3000"));
+        req.set_timeout(Duration::from_secs(1));
         let err = client.say_hello(req).await.unwrap_err();
         assert!(
             matches!(err.code(), Code::DeadlineExceeded | Code::Cancelled),
