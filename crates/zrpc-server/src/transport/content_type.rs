@@ -1,4 +1,5 @@
-//! HTTP 415 for requests whose `content-type` is not `application/grpc*`.
+//! HTTP 415 for requests whose `content-type` is not `application/grpc*`, and HTTP 400 for a
+//! `grpc-timeout` that does not parse.
 //!
 //! The gRPC over HTTP/2 spec: "If Content-Type does not begin with `application/grpc`, gRPC
 //! servers SHOULD respond with HTTP status of 415 (Unsupported Media Type). This will prevent
@@ -27,31 +28,36 @@ pub(crate) fn unsupported<B: Default>(value: Option<&HeaderValue>) -> Response<B
         |v| String::from_utf8_lossy(v.as_bytes()).into_owned(),
     );
     let message = format!("invalid gRPC request content-type {shown:?}");
+    refused(StatusCode::UNSUPPORTED_MEDIA_TYPE, "3", &message)
+}
+
+/// The answer to a request whose `grpc-timeout` does not parse: HTTP 400 with `Internal`, as
+/// grpc-go's server answers it (the spec's HTTP-to-gRPC table maps 400 to `Internal` too).
+#[cold]
+#[inline(never)]
+pub(crate) fn malformed_timeout<B: Default>(value: &HeaderValue) -> Response<B> {
+    let shown = String::from_utf8_lossy(value.as_bytes());
+    let message = format!(
+        "malformed grpc-timeout {shown:?}: want 1 to 8 digits and a unit (H, M, S, m, u, n)"
+    );
+    refused(StatusCode::BAD_REQUEST, "13", &message)
+}
+
+/// An HTTP `status` answer with a gRPC status (`code`, `message`) in its head, for gRPC clients
+/// that read only those.
+fn refused<B: Default>(status: StatusCode, code: &'static str, message: &str) -> Response<B> {
     let mut res = Response::new(B::default());
-    *res.status_mut() = StatusCode::UNSUPPORTED_MEDIA_TYPE;
+    *res.status_mut() = status;
     let h = res.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/grpc"),
     );
-    h.insert("grpc-status", HeaderValue::from_static("3"));
-    if let Ok(v) = HeaderValue::from_str(&percent_encode(&message)) {
+    h.insert("grpc-status", HeaderValue::from_static(code));
+    if let Ok(v) = HeaderValue::from_str(&zrpc_core::grpc::encode_grpc_message(message)) {
         h.insert("grpc-message", v);
     }
     res
-}
-
-/// grpc-message's percent-encoding (printable ASCII but `%` passes).
-fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if (0x20..0x7f).contains(&b) && b != b'%' {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]

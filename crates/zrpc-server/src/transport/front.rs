@@ -3,7 +3,8 @@
 //!
 //! 1. counts the call open on its connection, for `Transport.MaxConnectionIdle`
 //!    ([`streams`](super::streams));
-//! 2. answers HTTP 415 to a request that is not gRPC ([`content_type`](super::content_type));
+//! 2. answers HTTP 415 to a request that is not gRPC, and HTTP 400 (`Internal`) to one whose
+//!    `grpc-timeout` does not parse, as grpc-go does ([`content_type`](super::content_type));
 //! 3. answers `PermissionDenied` to a client missing from `Tls.AllowedClients`.
 //!
 //! It reads the connection from the [`Arrival`] the serve loop puts in every request's
@@ -21,9 +22,10 @@ use tonic::body::Body;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::content_type::{is_grpc, unsupported};
+use super::content_type::{is_grpc, malformed_timeout, unsupported};
 use super::streams::CountedBody;
 use crate::call::{Arrival, CallGuard};
+use crate::layers::util::GRPC_TIMEOUT;
 use crate::tls::allow::AllowList;
 use crate::tls::allow::denied;
 
@@ -92,6 +94,17 @@ where
         let content_type = zrpc_core::grpc::find_header(req.headers(), &header::CONTENT_TYPE);
         if !is_grpc(content_type) {
             return ResponseFuture::rejected(unsupported(content_type), guard);
+        }
+        // The serve loop read the caller's deadline; without one, a `grpc-timeout` that is
+        // there did not parse.
+        if req
+            .extensions()
+            .get::<Arrival>()
+            .is_none_or(|a| a.caller.is_none())
+            && let Some(v) = zrpc_core::grpc::find_header(req.headers(), &GRPC_TIMEOUT)
+            && zrpc_core::grpc::timeout::parse(v.as_bytes()).is_none()
+        {
+            return ResponseFuture::rejected(malformed_timeout(v), guard);
         }
         if let Some(message) = denied(
             settings.allowed.as_deref(),
