@@ -445,6 +445,8 @@ pub fn code_name(code: u32) -> &'static str {
 /// What a unary call written by hand ([`unary`]) got back.
 #[derive(Debug)]
 pub struct RawReply {
+    /// The HTTP status.
+    pub status: http::StatusCode,
     /// The response head.
     pub headers: http::HeaderMap,
     /// The body's octets, as sent (gRPC message frames).
@@ -471,14 +473,28 @@ impl RawReply {
 /// `headers` besides the gRPC ones, `body` as the wire octets. No client-side deadline: what
 /// the reply says and when it comes is the server's doing.
 pub async fn unary(addr: SocketAddr, headers: &[(&str, &str)], body: Vec<u8>) -> RawReply {
+    let mut all = vec![("content-type", "application/grpc"), ("te", "trailers")];
+    all.extend_from_slice(headers);
+    request(addr, crate::greeter::SAY_HELLO, &all, body)
+        .await
+        .expect("a response")
+}
+
+/// A POST of `body` to `path` with exactly `headers` (h2's client, no gRPC library); the
+/// stream's error when the server resets it before its response head. The body is sent whole
+/// even when the server answers first.
+pub async fn request(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> Result<RawReply, h2::Error> {
     let tcp = TcpStream::connect(addr).await.expect("connect");
     let (client, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
     tokio::spawn(conn);
     let mut req = http::Request::builder()
         .method("POST")
-        .uri(format!("http://{addr}{}", crate::greeter::SAY_HELLO))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers");
+        .uri(format!("http://{addr}{path}"));
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
@@ -486,19 +502,19 @@ pub async fn unary(addr: SocketAddr, headers: &[(&str, &str)], body: Vec<u8>) ->
     let (resp, mut send) = client
         .send_request(req.body(()).expect("a request"), false)
         .expect("send");
-    send.send_data(bytes::Bytes::from(body), true)
-        .expect("send data");
-    let (parts, mut recv) = resp.await.expect("a response").into_parts();
+    // The server may answer and reset the stream before it reads the whole body.
+    let _ = send.send_data(bytes::Bytes::from(body), true);
+    let (parts, mut recv) = resp.await?.into_parts();
     let mut body = Vec::new();
-    while let Some(chunk) = recv.data().await {
-        let chunk = chunk.expect("data");
+    while let Some(Ok(chunk)) = recv.data().await {
         let _ = recv.flow_control().release_capacity(chunk.len());
         body.extend_from_slice(&chunk);
     }
-    let trailers = recv.trailers().await.expect("trailers");
-    RawReply {
+    let trailers = recv.trailers().await.ok().flatten();
+    Ok(RawReply {
+        status: parts.status,
         headers: parts.headers,
         body,
         trailers,
-    }
+    })
 }

@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use zrpc_tests::grpcgo::{GrpcGoServer, ZrpcInteropServer};
+use zrpc_tests::h2raw;
 
 const UNARY_CALL: &str = "/grpc.testing.TestService/UnaryCall";
 const CUT_SHORT: &str = "a message cut short (prefix says 10 octets, 3 sent)";
@@ -40,47 +40,30 @@ fn framed(flag: u8, payload: &[u8]) -> Vec<u8> {
 
 /// One request to `path` on 127.0.0.1:`port` with exactly `headers` and `body`.
 async fn raw(port: u16, path: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Answer {
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .expect("connect");
-    let (client, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
-    tokio::spawn(conn);
-    let mut req = http::Request::builder()
-        .method("POST")
-        .uri(format!("http://127.0.0.1:{port}{path}"));
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let mut client = client.ready().await.expect("h2 ready");
-    let (resp, mut send) = client
-        .send_request(req.body(()).expect("a request"), false)
-        .expect("send");
-    // The server may answer and reset the stream before it reads the whole body.
-    let _ = send.send_data(Bytes::from(body), true);
-    let resp = match tokio::time::timeout(Duration::from_secs(10), resp).await {
-        Ok(Ok(resp)) => resp,
-        Ok(Err(e)) => {
-            return Answer {
-                http: 0,
-                grpc: None,
-                message: format!("stream ended: {e}"),
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let reply = tokio::time::timeout(
+        Duration::from_secs(10),
+        h2raw::request(addr, path, headers, body),
+    )
+    .await
+    .expect("an answer within 10 s");
+    match reply {
+        Ok(reply) => {
+            let h = match &reply.trailers {
+                Some(t) if t.contains_key("grpc-status") => t,
+                _ => &reply.headers,
             };
+            Answer {
+                http: reply.status.as_u16(),
+                grpc: zrpc_core::grpc::status_from_headers(h),
+                message: zrpc_core::grpc::status_message_from_headers(h).unwrap_or_default(),
+            }
         }
-        Err(_) => panic!("no answer within 10 s"),
-    };
-    let (parts, mut recv) = resp.into_parts();
-    while let Some(Ok(chunk)) = recv.data().await {
-        let _ = recv.flow_control().release_capacity(chunk.len());
-    }
-    let trailers = recv.trailers().await.ok().flatten();
-    let h = match &trailers {
-        Some(t) if t.contains_key("grpc-status") => t,
-        _ => &parts.headers,
-    };
-    Answer {
-        http: parts.status.as_u16(),
-        grpc: zrpc_core::grpc::status_from_headers(h),
-        message: zrpc_core::grpc::status_message_from_headers(h).unwrap_or_default(),
+        Err(e) => Answer {
+            http: 0,
+            grpc: None,
+            message: format!("stream ended: {e}"),
+        },
     }
 }
 
