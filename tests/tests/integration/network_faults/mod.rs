@@ -24,7 +24,11 @@ const WORKERS: usize = 8;
 /// A test server's config with CPU-adaptive shedding off: on a shared machine the CPU runs hot
 /// and the shedder would answer `ResourceExhausted` for reasons no network fault causes.
 pub(crate) fn server_conf(name: &str) -> zrpc_server::RpcServerConf {
-    test_conf(name).with_cpu_threshold(0)
+    // The callers' deadlines are the ones the tests state: without `Timeout: 0` the server's own
+    // 2 s (go-zero's default) would end a call whose request is still crossing a slowed link.
+    test_conf(name)
+        .with_cpu_threshold(0)
+        .with_timeout(std::time::Duration::ZERO)
 }
 
 /// `greeter.Greeter` retried on `UNAVAILABLE` (3 attempts, the default back-off).
