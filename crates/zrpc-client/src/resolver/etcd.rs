@@ -263,27 +263,79 @@ impl Out {
     }
 
     /// Publishes what [`Kept`] makes of the addresses of `set` if it differs from the last
-    /// published set.
+    /// published set. The log line names how many endpoints and the first few that changed, not
+    /// the whole set (a fleet of 10,000 made every update a ~200 KB line).
     fn publish(&mut self, set: &EndpointSet, prefix: &str) {
         let kept = &mut self.kept;
         let addresses = kept.next(set.addresses(), std::time::Instant::now());
         self.tx.send_if_modified(|current| {
-            if current.as_deref() == Some(&addresses) {
+            let before = current.as_deref().map_or(&[][..], Vec::as_slice);
+            if current.is_some() && before == addresses.as_slice() {
                 return false;
             }
+            let changes = Changes::between(before, &addresses);
             if kept.holding() {
                 tracing::warn!(
                     prefix,
-                    endpoints = ?addresses,
+                    endpoints = addresses.len(),
+                    %changes,
                     "etcd resolver: no endpoint is registered any more; keeping those whose keys went within {:?} until one registers again (a partition between the servers and etcd expires their leases while they run)",
                     kept::HOLD
                 );
             } else {
-                tracing::info!(prefix, endpoints = ?addresses, "etcd resolver: endpoints updated");
+                tracing::info!(prefix, endpoints = addresses.len(), %changes, "etcd resolver: endpoints updated");
             }
-            *current = Some(Arc::new(addresses.clone()));
+            *current = Some(addresses);
             true
         });
+    }
+}
+
+/// The addresses an update added and removed (both sets sorted), for a log line: the first
+/// [`Changes::NAMED`] of each, and how many in all.
+struct Changes<'a> {
+    added: Vec<&'a String>,
+    removed: Vec<&'a String>,
+    counts: (usize, usize),
+}
+
+impl<'a> Changes<'a> {
+    const NAMED: usize = 5;
+
+    fn between(before: &'a [String], after: &'a [String]) -> Changes<'a> {
+        let mut added = kept::missing(after, before);
+        let mut removed = kept::missing(before, after);
+        let mut c = Changes {
+            added: added.by_ref().take(Self::NAMED).collect(),
+            removed: removed.by_ref().take(Self::NAMED).collect(),
+            counts: (0, 0),
+        };
+        c.counts = (c.added.len() + added.count(), c.removed.len() + removed.count());
+        c
+    }
+}
+
+impl std::fmt::Display for Changes<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut sep = "";
+        for (sign, list, count) in [
+            ('+', &self.added, self.counts.0),
+            ('-', &self.removed, self.counts.1),
+        ] {
+            if count == 0 {
+                continue;
+            }
+            write!(f, "{sep}{sign}{count} [")?;
+            sep = " ";
+            for (i, a) in list.iter().enumerate() {
+                write!(f, "{}{a}", if i > 0 { " " } else { "" })?;
+            }
+            if count > list.len() {
+                write!(f, " ...")?;
+            }
+            write!(f, "]")?;
+        }
+        Ok(())
     }
 }
 
@@ -667,6 +719,21 @@ mod tests {
             rx.borrow_and_update().as_deref().unwrap().as_slice(),
             ["a:1"]
         );
+    }
+
+    #[test]
+    fn an_update_logs_what_changed_not_the_whole_set() {
+        let s = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+        let before: Vec<String> = (0..100).map(|i| format!("10.0.0.{i:03}:80")).collect();
+        let mut after = before[10..].to_vec();
+        after.push("10.0.9.1:80".into());
+        let line = Changes::between(&before, &after).to_string();
+        assert_eq!(
+            line,
+            "+1 [10.0.9.1:80] -10 [10.0.0.000:80 10.0.0.001:80 10.0.0.002:80 10.0.0.003:80 10.0.0.004:80 ...]"
+        );
+        assert_eq!(Changes::between(&s(&["a"]), &s(&["a"])).to_string(), "");
+        assert_eq!(Changes::between(&[], &s(&["a", "b"])).to_string(), "+2 [a b]");
     }
 
     #[test]
