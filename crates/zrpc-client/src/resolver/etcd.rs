@@ -310,7 +310,10 @@ impl<'a> Changes<'a> {
             removed: removed.by_ref().take(Self::NAMED).collect(),
             counts: (0, 0),
         };
-        c.counts = (c.added.len() + added.count(), c.removed.len() + removed.count());
+        c.counts = (
+            c.added.len() + added.count(),
+            c.removed.len() + removed.count(),
+        );
         c
     }
 }
@@ -531,7 +534,17 @@ async fn run(conf: EtcdConf, tx: Sender, reloads: Arc<AtomicU64>, status: Resolv
     }
 }
 
-/// Applies watch responses until the watch ends, advancing `pos`.
+/// The shortest time between two publishes while events keep coming: 1 µs per address, at most
+/// 50 ms. A publish copies and compares the whole set and the balancer selects its subset
+/// again, ~1 ms at 10,000 addresses: a rolling deploy of such a fleet (a thousand events a
+/// second) took three quarters of a core when every event was published on its own. The first
+/// event after a quiet spell is published at once; the rest of a burst waits at most this long.
+fn publish_gap(addresses: usize) -> Duration {
+    Duration::from_micros(addresses as u64).min(Duration::from_millis(50))
+}
+
+/// Applies watch responses until the watch ends, advancing `pos`; publishes at most once per
+/// [`publish_gap`].
 async fn watch_loop(
     responses: &mut etcd_client::WatchResponseStream,
     set: &mut EndpointSet,
@@ -541,12 +554,27 @@ async fn watch_loop(
     pos: &mut Position,
     empty: &(dyn Fn(&EndpointSet) + Sync),
 ) -> WatchEnd {
+    let mut pending = false;
+    // the last publish of this loop (the full load's was before it: the first event is at once)
+    let mut last: Option<tokio::time::Instant> = None;
+    let gap_over = |last: Option<tokio::time::Instant>, set: &EndpointSet| {
+        last.map_or(tokio::time::Instant::now(), |l| {
+            l + publish_gap(set.by_value.len())
+        })
+    };
     loop {
+        let due = gap_over(last, set);
         let first = tokio::select! {
             next = responses.next() => next,
             () = out.tx.closed() => return WatchEnd::Failed,
+            () = tokio::time::sleep_until(due), if pending => {
+                out.publish(set, prefix);
+                empty(set);
+                pending = false;
+                last = Some(tokio::time::Instant::now());
+                continue;
+            }
         };
-        let mut changed = false;
         let mut end = None;
         let mut next = first;
         // Apply this response and every response already buffered, then publish once.
@@ -579,7 +607,7 @@ async fn watch_loop(
                             break;
                         }
                     }
-                    changed |= apply(set, &resp, pos);
+                    pending |= apply(set, &resp, pos);
                 }
                 Some(Err(e)) => {
                     tracing::warn!(prefix, error = %e, "etcd resolver: watch error, keeping the last known endpoints and reconnecting");
@@ -600,10 +628,14 @@ async fn watch_loop(
                 None => break,
             }
         }
-        // Events applied before a failure are real (they came from etcd, in order): publish them.
-        if changed {
+        // Events applied before a failure are real (they came from etcd, in order): publish
+        // them, whatever the gap.
+        let now = tokio::time::Instant::now();
+        if pending && (end.is_some() || now >= gap_over(last, set)) {
             out.publish(set, prefix);
             empty(set);
+            pending = false;
+            last = Some(now);
         }
         if let Some(end) = end {
             return end;
@@ -733,7 +765,10 @@ mod tests {
             "+1 [10.0.9.1:80] -10 [10.0.0.000:80 10.0.0.001:80 10.0.0.002:80 10.0.0.003:80 10.0.0.004:80 ...]"
         );
         assert_eq!(Changes::between(&s(&["a"]), &s(&["a"])).to_string(), "");
-        assert_eq!(Changes::between(&[], &s(&["a", "b"])).to_string(), "+2 [a b]");
+        assert_eq!(
+            Changes::between(&[], &s(&["a", "b"])).to_string(),
+            "+2 [a b]"
+        );
     }
 
     #[test]
@@ -791,6 +826,13 @@ mod tests {
             registry_key(&a),
             registry_key(&EtcdConf::new(["h1:2379"], "k"))
         );
+    }
+
+    #[test]
+    fn the_publish_gap_grows_with_the_set_and_is_bounded() {
+        assert_eq!(publish_gap(3), Duration::from_micros(3));
+        assert_eq!(publish_gap(10_000), Duration::from_millis(10));
+        assert_eq!(publish_gap(1_000_000), Duration::from_millis(50));
     }
 
     #[test]
