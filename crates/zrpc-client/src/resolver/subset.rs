@@ -16,7 +16,10 @@ pub const DEFAULT_SUBSET_SIZE: usize = 32;
 /// input count once. The result keeps the input order of the selected endpoints (first occurrence). Adding or
 /// removing one endpoint changes at most one member of the result.
 pub fn select(endpoints: &[String], seed: u64, size: usize) -> Vec<String> {
-    let mut seen = std::collections::HashSet::with_capacity(endpoints.len());
+    // foldhash, not std's SipHash: this runs over every endpoint on each update (`zrpc-bench
+    // scale`: 568 -> 470 µs per selection at 10,000 endpoints)
+    let mut seen: std::collections::HashSet<&str, foldhash::fast::RandomState> =
+        std::collections::HashSet::with_capacity_and_hasher(endpoints.len(), Default::default());
     let distinct: Vec<(usize, &String)> = endpoints
         .iter()
         .enumerate()
