@@ -72,7 +72,10 @@ impl Kept {
 }
 
 /// The members of `old` not in `new` (both sorted).
-pub(super) fn missing<'a>(old: &'a [String], new: &'a [String]) -> impl Iterator<Item = &'a String> {
+pub(super) fn missing<'a>(
+    old: &'a [String],
+    new: &'a [String],
+) -> impl Iterator<Item = &'a String> {
     let mut rest = new.iter().peekable();
     old.iter().filter(move |a| {
         while rest.next_if(|b| b < a).is_some() {}
