@@ -41,6 +41,7 @@ mod noise;
 mod proc;
 mod report;
 mod scale_client;
+mod scale_serve;
 mod scenarios;
 mod serve;
 mod stats;
@@ -136,6 +137,9 @@ enum Cmd {
     /// (internal) one client of N endpoints (the `scale` scenario).
     #[command(hide = true)]
     ScaleClient(scale_client::ScaleClientArgs),
+    /// (internal) many greeter endpoints from one process (the `scale` scenario's churn).
+    #[command(hide = true)]
+    ScaleServe(scale_serve::ScaleServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -144,6 +148,7 @@ fn main() -> ExitCode {
         Cmd::Serve(a) => serve::run(a),
         Cmd::Load(a) => load::run(a),
         Cmd::ScaleClient(a) => scale_client::run(a),
+        Cmd::ScaleServe(a) => scale_serve::run(a),
         Cmd::CheckReport { file } => check::run(&file),
         Cmd::Compare { a, b, tolerance } => compare::run(&a, &b, tolerance),
         cmd => {
@@ -163,6 +168,7 @@ fn main() -> ExitCode {
                 Cmd::Serve(_)
                 | Cmd::Load(_)
                 | Cmd::ScaleClient(_)
+                | Cmd::ScaleServe(_)
                 | Cmd::CheckReport { .. }
                 | Cmd::Compare { .. } => {
                     unreachable!("handled above")

@@ -43,6 +43,13 @@ pub(crate) struct ScaleClientArgs {
     /// Log at info into a sink (what a service logging at go-zero's default level pays).
     #[arg(long)]
     log: bool,
+    /// Churn: seconds of calls (plus one) while the harness replaces a tenth of the endpoints
+    /// every second.
+    #[arg(long, default_value_t = 0)]
+    churn_secs: u64,
+    /// Churn: calls per second (open loop, `SayHello`) during the churn.
+    #[arg(long, default_value_t = 200)]
+    rate: u64,
 }
 
 pub(crate) fn run(args: ScaleClientArgs) -> Result<()> {
@@ -92,7 +99,11 @@ async fn settled_rss_kib() -> f64 {
     for _ in 0..50 {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let now = read();
-        same = if (now - last).abs() <= 8.0 { same + 1 } else { 0 };
+        same = if (now - last).abs() <= 8.0 {
+            same + 1
+        } else {
+            0
+        };
         last = now;
         if same >= 3 {
             break;
@@ -164,6 +175,11 @@ async fn main(args: ScaleClientArgs) -> Result<()> {
     let (Some(resolution), Some(etcd)) = (target, etcd.as_mut()) else {
         return Ok(());
     };
+    if args.churn_secs > 0 {
+        let out = churn(&args, &client, &resolution, etcd).await?;
+        println!("{out}");
+        return Ok(());
+    }
     let mut updates = Vec::new();
     for round in 0..args.updates {
         let held = client.endpoints();
@@ -212,4 +228,162 @@ async fn main(args: ScaleClientArgs) -> Result<()> {
     let rss2 = settled_rss_kib().await;
     println!("{}", json!({ "updates": updates, "rss2_kib": rss2 }));
     Ok(())
+}
+
+fn rss_kib() -> f64 {
+    crate::proc::rss_mb_of(i32::try_from(std::process::id()).unwrap_or(0)) * 1024.0
+}
+
+/// Calls at `--rate` for `--churn-secs` + 1 s while the harness replaces a tenth of the keys
+/// every second; then the resolver's set is compared with a fresh read of the prefix.
+async fn churn(
+    args: &ScaleClientArgs,
+    client: &zrpc::Client,
+    resolution: &zrpc::resolver::Resolution,
+    etcd: &mut etcd_client::Client,
+) -> Result<serde_json::Value> {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use zrpc_tests::pb::HelloRequest;
+    use zrpc_tests::pb::greeter_client::GreeterClient;
+
+    let failed = Arc::new(AtomicU64::new(0));
+    let ok = Arc::new(AtomicU64::new(0));
+    let codes = Arc::new(codes::Codes::default());
+    let sockets_before = sockets();
+    let pid = i32::try_from(std::process::id()).unwrap_or(0);
+    let cpu0 = crate::proc::cpu_us_of(pid);
+    let started = Instant::now();
+    let until = started + Duration::from_secs(args.churn_secs + 1);
+    let mut rss = vec![rss_kib()];
+    let mut sampled = started;
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate.max(1) as f64));
+    let mut calls = tokio::task::JoinSet::new();
+    while Instant::now() < until {
+        tick.tick().await;
+        let mut g = GreeterClient::new(client.clone());
+        let (failed, ok, codes) = (failed.clone(), ok.clone(), codes.clone());
+        calls.spawn(async move {
+            let req = HelloRequest {
+                name: "churn".into(),
+            };
+            match g.say_hello(req).await {
+                Ok(_) => ok.fetch_add(1, Ordering::Relaxed),
+                Err(e) => {
+                    codes.add(&e);
+                    failed.fetch_add(1, Ordering::Relaxed)
+                }
+            };
+        });
+        while calls.try_join_next().is_some() {}
+        if sampled.elapsed() >= Duration::from_secs(5) {
+            sampled = Instant::now();
+            rss.push(rss_kib());
+        }
+    }
+    while calls.join_next().await.is_some() {}
+    let secs = started.elapsed().as_secs_f64();
+    let cpu = (crate::proc::cpu_us_of(pid) - cpu0) / 1e6 / secs;
+    let resp = etcd
+        .get(
+            format!("{}/", args.key),
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await?;
+    let mut want: Vec<String> = resp
+        .kvs()
+        .iter()
+        .filter_map(|kv| kv.value_str().ok().map(str::to_owned))
+        .collect();
+    want.sort_unstable();
+    want.dedup();
+    let matches = poll_async(Duration::from_secs(10), || {
+        resolution
+            .updates()
+            .borrow()
+            .as_ref()
+            .is_some_and(|s| **s == want)
+    })
+    .await;
+    let rss_after = settled_rss_kib().await;
+    let codes: BTreeMap<String, u64> = codes.take();
+    Ok(json!({
+        "ok": ok.load(Ordering::Relaxed),
+        "failed": failed.load(Ordering::Relaxed),
+        "codes": codes,
+        "cpu_share": cpu,
+        "rss_kib": rss,
+        "rss_after_kib": rss_after,
+        "set_matches_etcd": matches,
+        "etcd_keys": want.len(),
+        "held": client.endpoints().len(),
+        "sockets_before": sockets_before,
+        "sockets_after": sockets(),
+    }))
+}
+
+/// This process's open sockets (its connections: etcd's, the endpoints'), each counted once
+/// however many descriptors it has.
+fn sockets() -> usize {
+    let links: std::collections::HashSet<String> = std::fs::read_dir("/proc/self/fd")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .map(|l| l.to_string_lossy().into_owned())
+        .filter(|l| l.starts_with("socket:"))
+        .collect();
+    links.len()
+}
+
+/// [`poll`] from a task: checks every millisecond.
+async fn poll_async(limit: Duration, done: impl Fn() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    false
+}
+
+mod codes {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+
+    /// Failed calls by status code, with the first message of each.
+    #[derive(Debug, Default)]
+    pub(super) struct Codes(Mutex<BTreeMap<String, u64>>);
+
+    impl Codes {
+        pub(super) fn add(&self, s: &tonic::Status) {
+            let mut m = self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let first = !m.keys().any(|k| k.starts_with(&format!("{:?}", s.code())));
+            let key = if first {
+                format!(
+                    "{:?}: {}",
+                    s.code(),
+                    s.message().chars().take(200).collect::<String>()
+                )
+            } else {
+                m.keys()
+                    .find(|k| k.starts_with(&format!("{:?}", s.code())))
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            *m.entry(key).or_default() += 1;
+        }
+
+        pub(super) fn take(&self) -> BTreeMap<String, u64> {
+            std::mem::take(
+                &mut *self
+                    .0
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            )
+        }
+    }
 }

@@ -5,7 +5,9 @@
 //! - memory: a client process whose direct target lists N endpoints (`scale-client`), RSS
 //!   growth per endpoint, no connection opened;
 //! - etcd: N keys under one prefix of a real etcd; the initial load, the RSS per endpoint, and
-//!   the time from a DELETE or PUT to the picker's set.
+//!   the time from a DELETE or PUT to the picker's set;
+//! - churn (not in `--quick`): a tenth of N real listeners replaced in etcd every second under
+//!   calls: failed calls, the client's CPU and memory, the set afterwards.
 
 use std::hint::black_box;
 use std::process::Command;
@@ -13,9 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use zrpc_client::sim::{
-    DEFAULT_SUBSET_SIZE, EndpointStats, P2cPicker, ThreadRng, subset_select,
-};
+use zrpc_client::sim::{DEFAULT_SUBSET_SIZE, EndpointStats, P2cPicker, ThreadRng, subset_select};
 
 use super::{Ctx, start_etcd};
 use crate::proc::Proc;
@@ -52,9 +52,14 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
     match start_etcd(ctx) {
         Ok((etcd_proc, etcd)) => {
             let (t, notes) = etcd_updates(ctx, &sizes, &etcd)?;
-            drop(etcd_proc);
             section.tables.push(t);
             section.notes.extend(notes);
+            if !ctx.opts.quick {
+                let (t, notes) = churn(ctx, &sizes, &etcd)?;
+                section.tables.push(t);
+                section.notes.extend(notes);
+            }
+            drop(etcd_proc);
         }
         Err(e) => {
             let mut t = Table::new("etcd", &["keys", "initial load, ms"]);
@@ -192,7 +197,9 @@ fn client_run(ctx: &Ctx<'_>, args: &[String], updates: bool) -> Result<Vec<serde
 }
 
 fn num(v: &serde_json::Value, k: &str) -> f64 {
-    v.get(k).and_then(serde_json::Value::as_f64).unwrap_or(f64::NAN)
+    v.get(k)
+        .and_then(serde_json::Value::as_f64)
+        .unwrap_or(f64::NAN)
 }
 
 fn memory(ctx: &Ctx<'_>, sizes: &[usize]) -> Result<(Table, Vec<String>)> {
@@ -349,7 +356,11 @@ fn etcd_updates(ctx: &Ctx<'_>, sizes: &[usize], etcd: &str) -> Result<(Table, Ve
     let p50max = |v: &[f64]| {
         let mut s = v.to_vec();
         s.sort_by(f64::total_cmp);
-        format!("{} / {}", f(percentile(&s, 0.5), 2), f(percentile(&s, 1.0), 2))
+        format!(
+            "{} / {}",
+            f(percentile(&s, 0.5), 2),
+            f(percentile(&s, 1.0), 2)
+        )
     };
     for (i, &n) in sizes.iter().enumerate() {
         t.row(vec![
@@ -371,4 +382,204 @@ fn etcd_updates(ctx: &Ctx<'_>, sizes: &[usize], etcd: &str) -> Result<(Table, Ve
          resolver (etcd connection included) to its first set of all N."
     )];
     Ok((t, notes))
+}
+
+/// Seconds of churn per fleet size, and calls per second meanwhile.
+const CHURN_SECS: u64 = 60;
+const CHURN_RATE: u64 = 200;
+
+fn churn(ctx: &Ctx<'_>, sizes: &[usize], etcd: &str) -> Result<(Table, Vec<String>)> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut t = Table::new(
+        &format!(
+            "Churn: a tenth of the N endpoints replaced every second for {CHURN_SECS} s (a PUT of \
+             a new key on a spare listener, then the DELETE of an old key, spread over the \
+             second), {CHURN_RATE} calls/s through the client meanwhile; one run per N"
+        ),
+        &[
+            "endpoints",
+            "replacements/s",
+            "replacements done",
+            "calls",
+            "failed",
+            "client CPU during the churn, % of a core",
+            "client RSS at 5 s / end / settled after, MiB",
+            "client sockets before / after",
+            "resolver's set = etcd's after",
+        ],
+    );
+    let mut notes = Vec::new();
+    let pb = ctx.progress(sizes.len() as u64, "scale churn");
+    for &n in sizes {
+        pb.inc(1);
+        let spares = (n / 10).max(1) + 1;
+        let mut cmd = Command::new(&ctx.env.me);
+        cmd.args(["scale-serve", "--ports", &(n + spares).to_string()]);
+        let mut server = Proc::spawn("zrpc-bench scale-serve", cmd, None, true)?;
+        let v = server.wait_json(Duration::from_secs(120), |v| v.get("ports").is_some())?;
+        let ports: Vec<u64> = v["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(serde_json::Value::as_u64)
+            .collect();
+        let key = format!("scale/churn{n}");
+        rt.block_on(async {
+            let mut c = etcd_client::Client::connect([etcd], None).await?;
+            let all: Vec<usize> = (0..n).collect();
+            for chunk in all.chunks(100) {
+                let ops: Vec<etcd_client::TxnOp> = chunk
+                    .iter()
+                    .map(|&i| {
+                        etcd_client::TxnOp::put(
+                            format!("{key}/{i}"),
+                            format!("127.0.0.1:{}", ports[i]),
+                            None,
+                        )
+                    })
+                    .collect();
+                c.txn(etcd_client::Txn::new().and_then(ops)).await?;
+            }
+            anyhow::Ok(())
+        })?;
+        let args = [
+            "--n".to_owned(),
+            n.to_string(),
+            "--etcd".into(),
+            etcd.to_owned(),
+            "--key".into(),
+            key,
+            "--warm-key".into(),
+            "scale/warm".into(),
+            "--churn-secs".into(),
+            CHURN_SECS.to_string(),
+            "--rate".into(),
+            CHURN_RATE.to_string(),
+        ];
+        let mut cmd = Command::new(&ctx.env.me);
+        cmd.arg("scale-client").arg("--log").args(args);
+        let mut p = Proc::spawn("zrpc-bench scale-client", cmd, None, true)?;
+        p.wait_json(Duration::from_secs(120), |v| v.get("rss1_kib").is_some())?;
+        let (replaced, errors) =
+            rt.block_on(replace(etcd, &format!("scale/churn{n}"), &ports, n))?;
+        let v = p.wait_json(Duration::from_secs(CHURN_SECS + 120), |v| {
+            v.get("failed").is_some()
+        })?;
+        p.finish(Duration::from_secs(10))?;
+        drop(server);
+        let rss: Vec<f64> = v["rss_kib"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(serde_json::Value::as_f64)
+            .collect();
+        let mib = |k: f64| f(k / 1024.0, 1);
+        let failed = num(&v, "failed");
+        t.row(vec![
+            n.to_string(),
+            (n / 10).max(1).to_string(),
+            format!("{} of {}", replaced, (n / 10).max(1) as u64 * CHURN_SECS),
+            f(num(&v, "ok") + failed, 0),
+            f(failed, 0),
+            f(num(&v, "cpu_share") * 100.0, 1),
+            format!(
+                "{} / {} / {}",
+                mib(rss.get(1).copied().unwrap_or(f64::NAN)),
+                mib(rss.last().copied().unwrap_or(f64::NAN)),
+                mib(num(&v, "rss_after_kib"))
+            ),
+            format!("{} / {}", v["sockets_before"], v["sockets_after"]),
+            if v["set_matches_etcd"].as_bool() == Some(true) {
+                "yes".into()
+            } else {
+                "NO".into()
+            },
+        ]);
+        notes.push(format!(
+            "{n} endpoints: client RSS every 5 s of the churn, MiB: {}.",
+            rss.iter().map(|k| mib(*k)).collect::<Vec<_>>().join(", ")
+        ));
+        if failed > 0.0 {
+            notes.push(format!(
+                "{n} endpoints, failed calls by status: {}",
+                v["codes"]
+            ));
+        }
+        if errors > 0 {
+            notes.push(format!(
+                "{n} endpoints: {errors} replacements failed in etcd."
+            ));
+        }
+        if v["etcd_keys"].as_u64() != Some(n as u64) {
+            notes.push(format!(
+                "{n} endpoints: etcd held {} keys after the churn.",
+                v["etcd_keys"]
+            ));
+        }
+    }
+    pb.finish_and_clear();
+    notes.push(
+        "The endpoints are bare tonic greeters, one listener each on 127.0.0.1:0, all in one \
+         process (`scale-serve`); a replaced endpoint's listener keeps serving, as a server \
+         that deregisters and then drains would, so a failed call is the client's doing \
+         (picking an endpoint it should not, or finding none), not a server's. The client's \
+         CPU holds its calls, the resolver and the picker's updates; the writes to etcd are \
+         the harness's. The first row's CPU is mostly the calls'."
+            .into(),
+    );
+    Ok((t, notes))
+}
+
+/// A tenth of the `n` keys under `key` replaced every second for [`CHURN_SECS`]: a PUT of a new
+/// key on a spare port, then the DELETE of an old key, spread over each second (up to 256 in
+/// flight). Returns (replacements done, failed).
+async fn replace(etcd: &str, key: &str, ports: &[u64], n: usize) -> Result<(u64, u64)> {
+    let c = etcd_client::Client::connect([etcd], None).await?;
+    // key id -> port index; the spares' port indexes
+    let mut active: Vec<(usize, usize)> = (0..n).map(|i| (i, i)).collect();
+    let mut spares: Vec<usize> = (n..ports.len()).collect();
+    let per_sec = (n / 10).max(1);
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut rand = move |len: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % len as u64) as usize
+    };
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / per_sec as f64));
+    let mut ops = tokio::task::JoinSet::new();
+    let (mut done, mut errors) = (0u64, 0u64);
+    let mut count = |r: Result<Result<()>, tokio::task::JoinError>| match r {
+        Ok(Ok(())) => done += 1,
+        _ => errors += 1,
+    };
+    for next_key in n..n + per_sec * CHURN_SECS as usize {
+        tick.tick().await;
+        let (old_key, old_port) = active.swap_remove(rand(active.len()));
+        let new_port = spares.swap_remove(rand(spares.len()));
+        spares.push(old_port);
+        active.push((next_key, new_port));
+        let (put, del) = (format!("{key}/{next_key}"), format!("{key}/{old_key}"));
+        let value = format!("127.0.0.1:{}", ports[new_port]);
+        let mut kv = c.kv_client();
+        ops.spawn(async move {
+            kv.put(put, value, None).await?;
+            kv.delete(del, None).await?;
+            anyhow::Ok(())
+        });
+        while let Some(r) = ops.try_join_next() {
+            count(r);
+        }
+        if ops.len() > 256
+            && let Some(r) = ops.join_next().await
+        {
+            count(r);
+        }
+    }
+    while let Some(r) = ops.join_next().await {
+        count(r);
+    }
+    Ok((done, errors))
 }
