@@ -45,17 +45,24 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
         ),
         ..Section::default()
     };
+    let lost = |a: &crate::noise::Snapshot| ctx.noise.lost_share(a, &ctx.noise.snap()) * 100.0;
+    let t0 = ctx.noise.snap();
     section.tables.push(pick_cost(ctx, &sizes));
     let (mem, notes) = memory(ctx, &sizes)?;
     section.tables.push(mem);
     section.notes.extend(notes);
+    let mut noise = vec![format!("pick cost and memory {:.0}%", lost(&t0))];
     match start_etcd(ctx) {
         Ok((etcd_proc, etcd)) => {
+            let t1 = ctx.noise.snap();
             let (t, notes) = etcd_updates(ctx, &sizes, &etcd)?;
+            noise.push(format!("etcd updates {:.0}%", lost(&t1)));
             section.tables.push(t);
             section.notes.extend(notes);
             if !ctx.opts.quick {
+                let t2 = ctx.noise.snap();
                 let (t, notes) = churn(ctx, &sizes, &etcd)?;
+                noise.push(format!("churn {:.0}%", lost(&t2)));
                 section.tables.push(t);
                 section.notes.extend(notes);
             }
@@ -67,6 +74,10 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
             section.tables.push(t);
         }
     }
+    section.notes.push(format!(
+        "Noise monitor: share of the machine other processes and steal took: {}.",
+        noise.join(", ")
+    ));
     Ok(section)
 }
 
