@@ -40,7 +40,7 @@ pub(crate) const REQUIRED: [(&str, &str); 15] = [
     (SECTIONS[7], "RSS growth per connection"),
     (SECTIONS[8], "messages/s"),
     (SECTIONS[9], "octets sent per call"),
-    (SECTIONS[10], "ns per pick, client's set"),
+    (SECTIONS[10], "CPU ns per pick, client's set"),
     (SECTIONS[10], "PUT -> picker with it"),
 ];
 
