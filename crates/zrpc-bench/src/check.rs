@@ -9,7 +9,7 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 
 /// The section titles a full report has, in order.
-pub(crate) const SECTIONS: [&str; 10] = [
+pub(crate) const SECTIONS: [&str; 11] = [
     "Overhead: throughput, CPU and memory",
     "Latency: serial calls",
     "Balance: one slow node",
@@ -20,12 +20,13 @@ pub(crate) const SECTIONS: [&str; 10] = [
     "Memory per idle connection",
     "Server streaming and 256 KiB requests",
     "gzip on 256 KiB requests",
+    "Scaling with the fleet",
 ];
 
 /// What each section must contain besides a table (the columns and tables that carry the
 /// method: spreads next to ratios, the noise-free instruction counts, the real overload factor,
 /// the per-fault time to the last call, registration timed from the process start).
-pub(crate) const REQUIRED: [(&str, &str); 13] = [
+pub(crate) const REQUIRED: [(&str, &str); 15] = [
     (SECTIONS[0], "vs bare tonic (min..max)"),
     (SECTIONS[0], "CPU/req vs bare tonic (min..max)"),
     (SECTIONS[0], "Instructions per request under callgrind"),
@@ -39,6 +40,8 @@ pub(crate) const REQUIRED: [(&str, &str); 13] = [
     (SECTIONS[7], "RSS growth per connection"),
     (SECTIONS[8], "messages/s"),
     (SECTIONS[9], "octets sent per call"),
+    (SECTIONS[10], "CPU ns per pick, client's set"),
+    (SECTIONS[10], "PUT -> picker with it"),
 ];
 
 /// Checks the report at `path`; the error lists every problem found.

@@ -40,6 +40,8 @@ mod load;
 mod noise;
 mod proc;
 mod report;
+mod scale_client;
+mod scale_serve;
 mod scenarios;
 mod serve;
 mod stats;
@@ -107,6 +109,9 @@ enum Cmd {
     Payloads,
     /// Unary calls with a 256 KiB text request, with and without gzip: zrpc and bare tonic.
     Compression,
+    /// A client's costs at 10 to 10,000 endpoints: pick cost, memory per endpoint, etcd load and
+    /// update latency.
+    Scale,
     /// Checks that a report is well formed (every section, table and chart): the smoke test.
     CheckReport {
         /// The report.
@@ -129,6 +134,12 @@ enum Cmd {
     /// (internal) run the Rust load generator.
     #[command(hide = true)]
     Load(load::LoadArgs),
+    /// (internal) one client of N endpoints (the `scale` scenario).
+    #[command(hide = true)]
+    ScaleClient(scale_client::ScaleClientArgs),
+    /// (internal) many greeter endpoints from one process (the `scale` scenario's churn).
+    #[command(hide = true)]
+    ScaleServe(scale_serve::ScaleServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -136,6 +147,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Cmd::Serve(a) => serve::run(a),
         Cmd::Load(a) => load::run(a),
+        Cmd::ScaleClient(a) => scale_client::run(a),
+        Cmd::ScaleServe(a) => scale_serve::run(a),
         Cmd::CheckReport { file } => check::run(&file),
         Cmd::Compare { a, b, tolerance } => compare::run(&a, &b, tolerance),
         cmd => {
@@ -151,7 +164,13 @@ fn main() -> ExitCode {
                 Cmd::Memory => &[scenarios::Kind::Memory],
                 Cmd::Payloads => &[scenarios::Kind::Payloads],
                 Cmd::Compression => &[scenarios::Kind::Compression],
-                Cmd::Serve(_) | Cmd::Load(_) | Cmd::CheckReport { .. } | Cmd::Compare { .. } => {
+                Cmd::Scale => &[scenarios::Kind::Scale],
+                Cmd::Serve(_)
+                | Cmd::Load(_)
+                | Cmd::ScaleClient(_)
+                | Cmd::ScaleServe(_)
+                | Cmd::CheckReport { .. }
+                | Cmd::Compare { .. } => {
                     unreachable!("handled above")
                 }
             };

@@ -40,5 +40,6 @@ pub mod sim {
     pub use crate::balancer::rng::{RandomSource, ThreadRng};
     pub use crate::balancer::round_robin::RoundRobin;
     pub use crate::balancer::stats::{Clock, EndpointStats};
+    pub use crate::resolver::subset::{DEFAULT_SUBSET_SIZE, select as subset_select};
     pub use crate::retry::MAX_ATTEMPTS;
 }

@@ -12,6 +12,7 @@ mod memory;
 mod overhead;
 mod overload;
 mod payloads;
+mod scale;
 mod shed;
 
 use std::cell::Cell;
@@ -72,10 +73,12 @@ pub(crate) enum Kind {
     Payloads,
     /// 256 KiB requests with and without gzip.
     Compression,
+    /// A client's costs at 10 to 10,000 endpoints.
+    Scale,
 }
 
 /// Every scenario, in report order.
-pub(crate) const ALL: [Kind; 10] = [
+pub(crate) const ALL: [Kind; 11] = [
     Kind::Overhead,
     Kind::Latency,
     Kind::Balance,
@@ -86,6 +89,7 @@ pub(crate) const ALL: [Kind; 10] = [
     Kind::Memory,
     Kind::Payloads,
     Kind::Compression,
+    Kind::Scale,
 ];
 
 impl Kind {
@@ -101,6 +105,7 @@ impl Kind {
             Kind::Memory => "Memory per idle connection",
             Kind::Payloads => "Server streaming and 256 KiB requests",
             Kind::Compression => "gzip on 256 KiB requests",
+            Kind::Scale => "Scaling with the fleet",
         }
     }
 }
@@ -146,6 +151,7 @@ pub(crate) fn run(which: &[Kind], opts: &Opts) -> Result<()> {
             Kind::Memory => memory::run(&ctx),
             Kind::Payloads => payloads::run(&ctx),
             Kind::Compression => compression::run(&ctx),
+            Kind::Scale => scale::run(&ctx),
         };
         crate::proc::kill_all();
         let mut section = result.unwrap_or_else(|e| {

@@ -8,15 +8,18 @@
 //! so different clients pick different subsets and the load spreads over the whole fleet.
 
 /// go-zero's subset size (`subsetSize = 32`).
-pub(crate) const DEFAULT_SUBSET_SIZE: usize = 32;
+pub const DEFAULT_SUBSET_SIZE: usize = 32;
 
 /// Picks at most `size` endpoints of `endpoints` by rendezvous hashing with `seed`.
 ///
 /// Deterministic (same input, same seed -> same output, across processes and platforms); duplicates in the
 /// input count once. The result keeps the input order of the selected endpoints (first occurrence). Adding or
 /// removing one endpoint changes at most one member of the result.
-pub(crate) fn select(endpoints: &[String], seed: u64, size: usize) -> Vec<String> {
-    let mut seen = std::collections::HashSet::with_capacity(endpoints.len());
+pub fn select(endpoints: &[String], seed: u64, size: usize) -> Vec<String> {
+    // foldhash, not std's SipHash: this runs over every endpoint on each update (`zrpc-bench
+    // scale`: 568 -> 470 µs per selection at 10,000 endpoints)
+    let mut seen: std::collections::HashSet<&str, foldhash::fast::RandomState> =
+        std::collections::HashSet::with_capacity_and_hasher(endpoints.len(), Default::default());
     let distinct: Vec<(usize, &String)> = endpoints
         .iter()
         .enumerate()
