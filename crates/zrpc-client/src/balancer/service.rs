@@ -263,13 +263,13 @@ impl Shared {
                 return self
                     .ring
                     .pick(req.extensions().get(), pool, now)?
-                    .ok_or_else(|| self.no_endpoint());
+                    .ok_or_else(|| self.no_endpoint(pool.len()));
             }
             BalancerName::RoundRobin => self.rr.pick_at(pool, now),
             _ => self.p2c.pick_at(pool, now, &mut ThreadRng),
         };
         i.map(|i| Arc::clone(&pool[i]))
-            .ok_or_else(|| self.no_endpoint())
+            .ok_or_else(|| self.no_endpoint(pool.len()))
     }
 
     /// The resolver's current problem, if any (etcd unreachable, empty key, DNS failure...).
@@ -277,10 +277,18 @@ impl Shared {
         self.status.problem()
     }
 
-    fn no_endpoint(&self) -> tonic::Status {
+    /// No endpoint among `pool` (`0`: the set is empty): the resolver's problem, or the figure.
+    fn no_endpoint(&self, pool: usize) -> tonic::Status {
         match self.status.problem() {
             Some(p) => self.unresolved(&p),
-            None => no_endpoint_status(format!("no endpoint available for target {}", self.target)),
+            None if pool == 0 => no_endpoint_status(format!(
+                "no endpoint available for target {}: the resolver's last set has no endpoints",
+                self.target
+            )),
+            None => no_endpoint_status(format!(
+                "no endpoint available for target {}: none of the {pool} endpoints tried is usable",
+                self.target
+            )),
         }
     }
 
@@ -425,7 +433,7 @@ impl Balancer {
         let shared = &*self.shared;
         let set = shared.set.load();
         if set.is_empty() {
-            return Err(shared.no_endpoint());
+            return Err(shared.no_endpoint(0));
         }
         let clock = shared.p2c.clock();
         let at = clock.nanos(now);
