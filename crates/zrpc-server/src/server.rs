@@ -492,7 +492,16 @@ impl Base {
             t.watch()
         });
 
-        let dev = DevServer::start(&conf, &parts).await?;
+        // The open connections, counted per connection for the admin view.
+        let connections = Arc::new(crate::transport::serve::Connections::default());
+        let sources = ViewSources {
+            local,
+            limit: &limit,
+            shedder: shedder.as_ref(),
+            breakers: &breakers,
+            connections: &connections,
+        };
+        let dev = DevServer::start(&conf, &parts, &sources).await?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         // zrpc's accept loop (`crate::transport`): back-off on accept errors, the connection
         // cap, TCP_NODELAY; each connection is read through the `:authority` repair for
@@ -506,7 +515,7 @@ impl Base {
         let in_flight = shedding
             .shared()
             .map(|s| s as Arc<dyn crate::call::InFlight>);
-        let intake = crate::transport::intake(&accept, &conf.transport, in_flight);
+        let intake = crate::transport::intake(&accept, &conf.transport, in_flight, connections);
         let incoming = crate::transport::incoming(listener, accept);
         let http2 = crate::transport::http2(&conf.transport);
         let stopped = Box::pin(async move {
@@ -744,6 +753,15 @@ async fn prepare_services(
     })
 }
 
+/// What the DevServer's admin view reads of a server.
+struct ViewSources<'a> {
+    local: std::net::SocketAddr,
+    limit: &'a LimitStage,
+    shedder: Option<&'a Arc<zrpc_core::shedder::AdaptiveShedder>>,
+    breakers: &'a Arc<BreakerRegistry>,
+    connections: &'a Arc<crate::transport::serve::Connections>,
+}
+
 /// The DevServer of a server (`DevServer.Enabled`), running as its own task.
 struct DevServer {
     stop: tokio::sync::oneshot::Sender<()>,
@@ -753,7 +771,11 @@ struct DevServer {
 impl DevServer {
     /// Binds and spawns it. go-zero starts one DevServer per process: a second server of the
     /// process with the same DevServer port goes on without one (metrics are process-wide).
-    async fn start(conf: &RpcServerConf, parts: &HandleParts) -> Result<Self, Error> {
+    async fn start(
+        conf: &RpcServerConf,
+        parts: &HandleParts,
+        sources: &ViewSources<'_>,
+    ) -> Result<Self, Error> {
         let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let Some(dev) = conf.dev_server.as_ref().filter(|d| d.enabled) else {
             return Ok(DevServer { stop, task: None });
@@ -762,15 +784,25 @@ impl DevServer {
         // load (or by `Server::new`): nothing to start.
         #[cfg(not(feature = "devserver"))]
         {
-            let _ = (dev, parts, stop_rx);
+            let _ = (dev, parts, sources, stop_rx);
             Ok(DevServer { stop, task: None })
         }
         #[cfg(feature = "devserver")]
         {
+            let view = crate::devserver::ServerView::new(
+                conf,
+                sources.local,
+                sources.limit.shared(),
+                sources.shedder.cloned(),
+                conf.middlewares
+                    .breaker
+                    .then(|| Arc::clone(sources.breakers)),
+                Arc::clone(sources.connections),
+            );
             let bound = crate::devserver::bind(
                 dev,
                 parts.state.subscribe(),
-                crate::devserver::Admin::new(parts, &dev.admin_token),
+                crate::devserver::Admin::new(parts, &dev.admin_token).with_view(view),
                 format!("zrpc-{}", conf.listen_on),
                 async move {
                     let _ = stop_rx.await;

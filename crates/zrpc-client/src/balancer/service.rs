@@ -36,6 +36,8 @@ pub(crate) struct Shared {
     alive: watch::Sender<()>,
     /// The resolver's status, quoted in "no endpoint" errors.
     status: ResolverStatus,
+    /// When the last set was applied (Unix ms; 0 = never), for the admin view.
+    updated_ms: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Shared {
@@ -89,6 +91,7 @@ impl Balancer {
             seed,
             alive: watch::channel(()).0,
             status,
+            updated_ms: std::sync::atomic::AtomicU64::new(0),
         });
         if let Some(set) = updates.borrow_and_update().clone() {
             shared.apply(&set);
@@ -219,6 +222,11 @@ impl Shared {
             self.ring.update(&next);
         }
         self.set.store(Arc::new(next));
+        let unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        self.updated_ms
+            .store(unix_ms, std::sync::atomic::Ordering::Relaxed);
         self.ready.send_replace(true);
     }
 
@@ -459,3 +467,4 @@ impl Balancer {
 
 #[cfg(test)]
 mod tests;
+mod view;

@@ -38,7 +38,8 @@ pub use error::debug_report;
 pub use etcd::EtcdConf;
 #[doc(hidden)]
 pub use features::{
-    DEFAULT_FEATURES, FEATURES, FeatureSet, UnknownFeature, feature_on, with_features,
+    DEFAULT_FEATURES, FEATURES, FeatureSet, UnknownFeature, feature_on, format_compiled,
+    with_features,
 };
 pub use file::ConfFile;
 pub use redis::{CacheConf, NodeConf, RedisConf, RedisKeyConf};

@@ -98,6 +98,7 @@ pub(crate) fn intake(
     settings: &AcceptSettings,
     conf: &TransportConf,
     in_flight: Option<Arc<dyn crate::call::InFlight>>,
+    connections: Arc<serve::Connections>,
 ) -> serve::Intake {
     let max = conf.max_buffered_request_bytes();
     let conn_max = conf.max_connection_buffered_request_bytes();
@@ -107,5 +108,6 @@ pub(crate) fn intake(
     serve::Intake {
         budget: RequestBudget::new(budget, settings.table.clone()),
         in_flight,
+        connections,
     }
 }

@@ -68,6 +68,34 @@ pub(crate) struct Intake {
     pub(crate) budget: RequestBudget,
     /// The stage that counts calls in flight from the moment their stream is accepted.
     pub(crate) in_flight: Option<Arc<dyn InFlight>>,
+    /// The connections open now (the admin view): counted per connection, never per call.
+    pub(crate) connections: Arc<Connections>,
+}
+
+/// The count of a server's open connections.
+#[derive(Debug, Default)]
+pub(crate) struct Connections(std::sync::atomic::AtomicUsize);
+
+impl Connections {
+    /// Connections open now.
+    pub(crate) fn open(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Counts a connection until the returned guard drops.
+    fn opened(self: &Arc<Self>) -> OpenConnection {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        OpenConnection(Arc::clone(self))
+    }
+}
+
+/// One open connection, counted until dropped.
+struct OpenConnection(Arc<Connections>);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl Intake {
@@ -167,13 +195,18 @@ where
             // fn keeps its arguments apart from its locals, and the connection (the IO
             // wrappers, h2's state, the service) pinned inside it would be stored twice.
             let conn = Box::pin(builder.serve_connection(TokioIo::new(io), svc));
-            tokio::spawn(serve_connection(
+            let open = intake.connections.opened();
+            let served = serve_connection(
                 conn,
                 stop_rx.clone(),
                 http2.max_connection_age,
                 idle,
                 http2.keepalive_timeout,
-            ));
+            );
+            tokio::spawn(async move {
+                served.await;
+                drop(open);
+            });
         }
     }
     let _ = stop_tx.send(());
@@ -450,6 +483,7 @@ mod tests {
         let intake = Intake {
             budget: RequestBudget::new(None, None),
             in_flight: None,
+            connections: Arc::default(),
         };
         let caller = CallerDeadline::of(req.headers());
         Dispatch {
