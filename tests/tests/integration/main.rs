@@ -3,6 +3,7 @@
 // crate's helpers are test code too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod admin_page;
 mod client_balance;
 mod client_breaker;
 mod client_calls;

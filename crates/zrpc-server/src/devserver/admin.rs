@@ -2,6 +2,8 @@
 //! registration's state, and pausing and resuming it (a node out of discovery, to debug or
 //! drain it, while it keeps serving).
 //!
+//! - `GET /admin`: the admin page, the state below drawn as tables and live charts by the page
+//!   itself ([`PAGE_HTML`]).
 //! - `GET /admin/state`: the server's stages, drops, connections, registration, config (its
 //!   secrets redacted), build, and every zrpc client of the process ([`super::state`]). With
 //!   `DevServer.AdminToken` set it needs `Authorization: Bearer <token>` (401 without); without
@@ -23,6 +25,20 @@ use crate::handle::HandleParts;
 pub(crate) const REGISTRATION: &str = "/admin/registration";
 /// The live state, as JSON.
 pub(crate) const STATE: &str = "/admin/state";
+/// The admin page: the live state for a browser.
+pub(crate) const PAGE: &str = "/admin";
+
+/// The admin page (`GET /admin`): HTML and inline script that read `/admin/state` every
+/// second and draw its tables and charts, with no external asset (the machine may have no
+/// internet). It shows nothing by itself: with `AdminToken` set it asks for the token (or
+/// takes it from the URL's fragment, `/admin#token=...`, which browsers never send).
+pub(crate) const PAGE_HTML: &str = include_str!("admin.html");
+
+/// The page's content security policy: its own inline script and style, requests to its own
+/// origin, nothing else.
+pub(crate) const PAGE_CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; \
+     style-src 'unsafe-inline'; connect-src 'self'; img-src data:; base-uri 'none'; \
+     form-action 'none'; frame-ancestors 'none'";
 
 /// What the admin routes read and steer.
 pub(crate) struct Admin {

@@ -60,6 +60,9 @@ struct Routes {
 
 impl Routes {
     fn answer(&self, req: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+        if req.uri().path() == admin::PAGE {
+            return page(req.method());
+        }
         let authorization = req
             .headers()
             .get(header::AUTHORIZATION)
@@ -121,6 +124,25 @@ impl Routes {
     }
 }
 
+/// The admin page, for GET and HEAD.
+fn page(method: &Method) -> Response<Full<Bytes>> {
+    if *method != Method::GET && *method != Method::HEAD {
+        return Response::builder()
+            .status(StatusCode::METHOD_NOT_ALLOWED)
+            .header(header::ALLOW, "GET, HEAD")
+            .body(Full::default())
+            .unwrap_or_default();
+    }
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
+        .header(header::CONTENT_SECURITY_POLICY, admin::PAGE_CSP)
+        .header(header::CACHE_CONTROL, "no-store")
+        .header(header::X_CONTENT_TYPE_OPTIONS, "nosniff")
+        .body(Full::new(Bytes::from_static(admin::PAGE_HTML.as_bytes())))
+        .unwrap_or_default()
+}
+
 /// Binds the DevServer; returns its address and the serving future, which ends once
 /// `shutdown` resolved and the connections open then have finished their requests.
 pub(crate) async fn bind(
@@ -148,6 +170,7 @@ pub(crate) async fn bind(
     if conf.enable_metrics {
         paths.push(conf.metrics_path.clone());
     }
+    paths.push(admin::PAGE.to_owned());
     paths.push(admin::STATE.to_owned());
     paths.push(admin::REGISTRATION.to_owned());
     let listing = format!(
@@ -303,7 +326,7 @@ mod tests {
         let r = exchange(addr, &get("/")).await;
         assert!(
             r.ends_with(
-                "[\"/\",\"/healthz\",\"/metrics\",\"/admin/state\",\"/admin/registration\"]\n"
+                "[\"/\",\"/healthz\",\"/metrics\",\"/admin\",\"/admin/state\",\"/admin/registration\"]\n"
             ),
             "{r}"
         );
@@ -558,6 +581,28 @@ mod tests {
             "{v}"
         );
         drop(stop);
+    }
+
+    /// The admin page: HTML with its own script, no external asset, a strict policy.
+    #[tokio::test]
+    async fn the_admin_page_is_self_contained() {
+        let (addr, _state, _stop, _task) = start().await;
+        let r = exchange(addr, &get("/admin")).await;
+        assert!(r.starts_with("HTTP/1.1 200 OK"), "{r}");
+        assert!(r.contains("text/html; charset=utf-8"), "{r}");
+        assert!(
+            r.contains("content-security-policy: default-src 'none'"),
+            "{r}"
+        );
+        assert!(r.contains("fetch(\"/admin/state\""), "{r}");
+        // nothing loaded from elsewhere
+        for external in ["http://", "https://", "src=", "<link"] {
+            assert!(!r.contains(external), "{external} in the page");
+        }
+        let post =
+            "POST /admin HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+        let r = exchange(addr, post).await;
+        assert!(r.starts_with("HTTP/1.1 405"), "{r}");
     }
 
     /// Without `AdminToken` the state view is open to whoever reaches the port, as `/metrics`.
