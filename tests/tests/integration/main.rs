@@ -20,6 +20,7 @@ mod k8s;
 mod network_faults;
 mod registration;
 mod registration_pause;
+mod rejections_explained;
 mod server_auth;
 mod server_auth_redis;
 mod server_breaker;
