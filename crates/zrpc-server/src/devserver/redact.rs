@@ -4,8 +4,8 @@
 
 use serde_json::Value;
 
-/// What a secret's value reads as once redacted.
-pub(crate) const REDACTED: &str = "<redacted>";
+/// What a secret's value reads as once redacted (as in the configs' `Debug`).
+pub(crate) use zrpc_core::conf::REDACTED;
 
 /// Whether the config key `key` (PascalCase, as in the file) holds a secret.
 fn is_secret(key: &str) -> bool {
