@@ -78,7 +78,8 @@ use std::time::Duration;
 /// too. Servers map it to `Unavailable`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BreakerOpen {
-    figures: Option<Figures>,
+    /// Boxed: `allow`'s result stays as small as the promise it carries when the call passes.
+    figures: Option<Box<Figures>>,
 }
 
 /// The breaker's window when it dropped a request.
@@ -101,11 +102,11 @@ impl BreakerOpen {
     /// A drop, whose window (the drop counted) is `stats`.
     pub(crate) fn at(stats: BreakerStats, window: Duration, ratio: f64) -> Self {
         BreakerOpen {
-            figures: Some(Figures {
+            figures: Some(Box::new(Figures {
                 stats,
                 window,
                 chance: (ratio.clamp(0.0, 1.0) * 100.0).round() as u8,
-            }),
+            })),
         }
     }
 
@@ -113,7 +114,7 @@ impl BreakerOpen {
     /// made this error.
     #[must_use]
     pub fn stats(&self) -> Option<BreakerStats> {
-        self.figures.map(|f| f.stats)
+        self.figures.as_ref().map(|f| f.stats)
     }
 
     /// The message naming the breaker `name` (a method, `/pkg.Service/Method`):
@@ -121,8 +122,8 @@ impl BreakerOpen {
     /// (150 failed, 12 succeeded; drop chance 81%)`.
     #[must_use]
     pub fn explain(&self, name: &str) -> String {
-        match self.figures {
-            Some(x) => format!("circuit breaker is open: {name} {}", Explained(x)),
+        match self.figures.as_deref() {
+            Some(x) => format!("circuit breaker is open: {name} {}", Explained(*x)),
             None => format!("circuit breaker is open: {name}"),
         }
     }
@@ -150,8 +151,8 @@ impl fmt::Display for Explained {
 impl fmt::Display for BreakerOpen {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("circuit breaker is open")?;
-        match self.figures {
-            Some(x) => write!(f, ": {}", Explained(x)),
+        match self.figures.as_deref() {
+            Some(x) => write!(f, ": {}", Explained(*x)),
             None => Ok(()),
         }
     }

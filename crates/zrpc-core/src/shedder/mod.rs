@@ -71,7 +71,8 @@ use std::fmt;
 /// 900, 40 calls in flight over 32.4 (average 38.0)`. Servers map it to `ResourceExhausted`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Overloaded {
-    figures: Option<Figures>,
+    /// Boxed: `allow`'s result stays as small as the promise it carries when the call passes.
+    figures: Option<Box<Figures>>,
 }
 
 /// What the shedder saw when it dropped a request.
@@ -104,40 +105,40 @@ impl Overloaded {
     ) -> Self {
         let tenths = |v: f64| (v.max(0.0) * 10.0).round() as u64;
         Overloaded {
-            figures: Some(Figures {
+            figures: Some(Box::new(Figures {
                 cpu,
                 threshold,
                 flying,
                 avg_flying: tenths(avg_flying),
                 max_flight: tenths(max_flight),
-            }),
+            })),
         }
     }
 
     /// The CPU usage (millicpu) the request was dropped at, when the shedder dropped it.
     #[must_use]
     pub fn cpu(&self) -> Option<u64> {
-        self.figures.map(|f| f.cpu)
+        self.figures.as_ref().map(|f| f.cpu)
     }
 
     /// The requests in flight the request was dropped at, when the shedder dropped it.
     #[must_use]
     pub fn flying(&self) -> Option<i64> {
-        self.figures.map(|f| f.flying)
+        self.figures.as_ref().map(|f| f.flying)
     }
 
     /// The estimated capacity in requests in flight (after the overload factor) the request
     /// was dropped at, when the shedder dropped it.
     #[must_use]
     pub fn max_flight(&self) -> Option<f64> {
-        self.figures.map(|f| f.max_flight as f64 / 10.0)
+        self.figures.as_ref().map(|f| f.max_flight as f64 / 10.0)
     }
 }
 
 impl fmt::Display for Overloaded {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("service overloaded")?;
-        let Some(x) = self.figures else {
+        let Some(x) = self.figures.as_deref() else {
             return Ok(());
         };
         let tenths = |v: u64| format!("{}.{}", v / 10, v % 10);
