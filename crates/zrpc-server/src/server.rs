@@ -754,6 +754,7 @@ async fn prepare_services(
 }
 
 /// What the DevServer's admin view reads of a server.
+#[cfg_attr(not(feature = "devserver"), allow(dead_code))] // no view without the DevServer
 struct ViewSources<'a> {
     local: std::net::SocketAddr,
     limit: &'a LimitStage,

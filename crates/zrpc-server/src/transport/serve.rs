@@ -78,6 +78,7 @@ pub(crate) struct Connections(std::sync::atomic::AtomicUsize);
 
 impl Connections {
     /// Connections open now.
+    #[cfg_attr(not(feature = "devserver"), allow(dead_code))] // read by the admin view only
     pub(crate) fn open(&self) -> usize {
         self.0.load(std::sync::atomic::Ordering::Relaxed)
     }
