@@ -493,7 +493,9 @@ impl Base {
         });
 
         // The open connections, counted per connection for the admin view.
-        let connections = Arc::new(crate::transport::serve::Connections::default());
+        let connections = Arc::new(crate::transport::connections::Connections::new(
+            conf.transport.max_connection_idle().is_some(),
+        ));
         let sources = ViewSources {
             local,
             limit: &limit,
@@ -760,7 +762,7 @@ struct ViewSources<'a> {
     limit: &'a LimitStage,
     shedder: Option<&'a Arc<zrpc_core::shedder::AdaptiveShedder>>,
     breakers: &'a Arc<BreakerRegistry>,
-    connections: &'a Arc<crate::transport::serve::Connections>,
+    connections: &'a Arc<crate::transport::connections::Connections>,
 }
 
 /// The DevServer of a server (`DevServer.Enabled`), running as its own task.

@@ -122,6 +122,21 @@ fn server(out: &mut String, s: &Value, registration: &Value) {
         cell(&s["listen_on"]),
         cell(&s["connections"]["open"])
     );
+    let peers: Vec<String> = s["connections"]["peers"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|p| {
+            let calls = p["open_calls"]
+                .as_u64()
+                .map_or(String::new(), |n| format!(", {n} calls open"));
+            format!("{} ({}{calls})", cell(&p["addr"]), cell(&p["connections"]))
+        })
+        .collect();
+    if !peers.is_empty() {
+        let _ = writeln!(out, "peers: {}", peers.join(", "));
+    }
     let _ = writeln!(
         out,
         "registration: {}{}{}",
@@ -316,7 +331,11 @@ mod tests {
             "phase": "serving",
             "registration": { "paused": false, "state": "registered", "key": "hello.rpc/7", "lease": 7 },
             "server": {
-                "name": "hello.rpc", "listen_on": "127.0.0.1:8080", "connections": { "open": 3 },
+                "name": "hello.rpc", "listen_on": "127.0.0.1:8080",
+                "connections": { "open": 3, "peers": [
+                    { "addr": "10.0.0.1", "connections": 2, "open_calls": 5 },
+                    { "addr": "10.0.0.2", "connections": 1, "open_calls": null },
+                ] },
                 "limit": [{ "method": "*", "limit": 12, "inflight": 12, "min_rtt_ms": 1.0,
                             "sample_rtt_ms": 2.5, "measuring": false }],
                 "shedder": null,
@@ -339,6 +358,7 @@ mod tests {
         for line in [
             "zrpc 0.1.0 (devserver, etcd), phase serving",
             "server hello.rpc on 127.0.0.1:8080: 3 connections open",
+            "peers: 10.0.0.1 (2, 5 calls open), 10.0.0.2 (1)",
             "registration: registered, key hello.rpc/7, lease 7",
             "  METHOD  LIMIT  IN FLIGHT  MIN RTT  SAMPLE RTT  MEASURING",
             "  *       12     12         1.00ms   2.50ms      no",

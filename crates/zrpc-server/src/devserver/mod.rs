@@ -545,6 +545,7 @@ mod tests {
         let server = &v["server"];
         assert_eq!(server["name"], "view.rpc");
         assert_eq!(server["connections"]["open"], 0);
+        assert_eq!(server["connections"]["peers"], serde_json::json!([]));
         // the limit measuring its minimum round-trip time at its lowest value
         assert_eq!(server["limit"][0]["method"], "*");
         assert_eq!(server["limit"][0]["limit"], 3);

@@ -21,8 +21,10 @@ use zrpc_core::breaker::BreakerRegistry;
 use zrpc_core::shedder::AdaptiveShedder;
 
 use crate::conf::RpcServerConf;
-use crate::transport::serve::Connections;
+use crate::transport::connections::Connections;
 
+/// The client addresses shown, those with the most connections first.
+const MAX_PEERS: usize = 32;
 /// How often a reading of the drop counters is kept.
 const READING_EVERY: Duration = Duration::from_secs(5);
 /// How long readings are kept.
@@ -79,7 +81,14 @@ impl ServerView {
         json!({
             "name": self.name,
             "listen_on": self.listen_on,
-            "connections": { "open": self.connections.open() },
+            "connections": {
+                "open": self.connections.open(),
+                "peers": self.connections.peers(MAX_PEERS).into_iter().map(|p| json!({
+                    "addr": p.addr.to_string(),
+                    "connections": p.connections,
+                    "open_calls": p.open_calls,
+                })).collect::<Vec<_>>(),
+            },
             "limit": self.limit.as_ref().map(|l| limit(l)),
             "shedder": self.shedder.as_ref().map(|s| shedder(s, now)),
             "breakers": self.breakers.as_ref().map(|b| breakers(b, now)),

@@ -26,6 +26,7 @@ mod accept;
 mod backoff;
 mod budget;
 pub(crate) mod conn;
+pub(crate) mod connections;
 mod content_type;
 mod cuts;
 pub(crate) mod frames;
@@ -98,7 +99,7 @@ pub(crate) fn intake(
     settings: &AcceptSettings,
     conf: &TransportConf,
     in_flight: Option<Arc<dyn crate::call::InFlight>>,
-    connections: Arc<serve::Connections>,
+    connections: Arc<connections::Connections>,
 ) -> serve::Intake {
     let max = conf.max_buffered_request_bytes();
     let conn_max = conf.max_connection_buffered_request_bytes();

@@ -69,34 +69,7 @@ pub(crate) struct Intake {
     /// The stage that counts calls in flight from the moment their stream is accepted.
     pub(crate) in_flight: Option<Arc<dyn InFlight>>,
     /// The connections open now (the admin view): counted per connection, never per call.
-    pub(crate) connections: Arc<Connections>,
-}
-
-/// The count of a server's open connections.
-#[derive(Debug, Default)]
-pub(crate) struct Connections(std::sync::atomic::AtomicUsize);
-
-impl Connections {
-    /// Connections open now.
-    #[cfg_attr(not(feature = "devserver"), allow(dead_code))] // read by the admin view only
-    pub(crate) fn open(&self) -> usize {
-        self.0.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Counts a connection until the returned guard drops.
-    fn opened(self: &Arc<Self>) -> OpenConnection {
-        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        OpenConnection(Arc::clone(self))
-    }
-}
-
-/// One open connection, counted until dropped.
-struct OpenConnection(Arc<Connections>);
-
-impl Drop for OpenConnection {
-    fn drop(&mut self) {
-        self.0.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-    }
+    pub(crate) connections: Arc<super::connections::Connections>,
 }
 
 impl Intake {
@@ -183,6 +156,9 @@ where
                 None => break,
             };
             let conn = Arc::new(io.connect_info());
+            let open = intake
+                .connections
+                .opened(conn.tcp.remote_addr.map(|a| a.ip()), conn.conn.as_ref());
             let idle = http2
                 .max_connection_idle
                 .zip(conn.conn.clone())
@@ -196,7 +172,6 @@ where
             // fn keeps its arguments apart from its locals, and the connection (the IO
             // wrappers, h2's state, the service) pinned inside it would be stored twice.
             let conn = Box::pin(builder.serve_connection(TokioIo::new(io), svc));
-            let open = intake.connections.opened();
             let served = serve_connection(
                 conn,
                 stop_rx.clone(),
