@@ -105,12 +105,17 @@ pub(crate) fn render(v: &Value) -> String {
         features.join(", "),
         cell(&v["phase"])
     );
-    server(&mut out, &v["server"], &v["registration"]);
+    server(
+        &mut out,
+        &v["server"],
+        &v["registration"],
+        &v["taken_at_unix_ms"],
+    );
     clients(&mut out, &v["clients"]);
     out
 }
 
-fn server(out: &mut String, s: &Value, registration: &Value) {
+fn server(out: &mut String, s: &Value, registration: &Value, now_ms: &Value) {
     if s.is_null() {
         out.push_str("server: not serving yet\n");
         return;
@@ -148,6 +153,13 @@ fn server(out: &mut String, s: &Value, registration: &Value) {
             .as_i64()
             .map_or(String::new(), |l| format!(", lease {l:x}")),
     );
+    if let (Some(renewed), Some(now)) = (
+        registration["last_keepalive_unix_ms"].as_u64(),
+        now_ms.as_u64(),
+    ) {
+        let ago = now.saturating_sub(renewed) as f64 / 1000.0;
+        let _ = writeln!(out, "  lease last renewed {ago:.1}s ago");
+    }
     match s["limit"].as_array() {
         None => out.push_str("concurrency limit: off\n"),
         Some(limits) => {
@@ -329,7 +341,9 @@ mod tests {
         let view = json!({
             "build": { "version": "0.1.0", "features": ["devserver", "etcd"] },
             "phase": "serving",
-            "registration": { "paused": false, "state": "registered", "key": "hello.rpc/7", "lease": 7 },
+            "taken_at_unix_ms": 1_000_000_u64,
+            "registration": { "paused": false, "state": "registered", "key": "hello.rpc/7", "lease": 7,
+                              "last_keepalive_unix_ms": 997_500_u64 },
             "server": {
                 "name": "hello.rpc", "listen_on": "127.0.0.1:8080",
                 "connections": { "open": 3, "peers": [
@@ -360,6 +374,7 @@ mod tests {
             "server hello.rpc on 127.0.0.1:8080: 3 connections open",
             "peers: 10.0.0.1 (2, 5 calls open), 10.0.0.2 (1)",
             "registration: registered, key hello.rpc/7, lease 7",
+            "  lease last renewed 2.5s ago",
             "  METHOD  LIMIT  IN FLIGHT  MIN RTT  SAMPLE RTT  MEASURING",
             "  *       12     12         1.00ms   2.50ms      no",
             "shedder: off (CpuThreshold 0)",

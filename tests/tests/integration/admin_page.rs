@@ -220,3 +220,40 @@ async fn the_admin_page_shows_the_live_endpoints_and_values_in_a_headless_browse
         image.len()
     );
 }
+
+/// The view's registration: the etcd key, the lease and when etcd last renewed it.
+#[tokio::test]
+async fn the_admin_view_shows_the_registration_and_its_last_keepalive() {
+    let etcd = zrpc_tests::etcd::EtcdServer::start().await;
+    let key = zrpc_tests::etcd::unique_key("admin-view");
+    let conf = test_conf("admin-view.rpc")
+        .with_etcd(etcd.etcd_conf(&key))
+        .with_dev_server(DevServerConf::new("127.0.0.1", 0));
+    let server = start_server(conf, TestGreeter::new()).await;
+    let dev = server.handle.dev_server_addr().expect("a DevServer");
+    let view = || async {
+        let (status, body) = zrpc_tests::greeter::http_get(dev, "/admin/state")
+            .await
+            .unwrap();
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()
+    };
+    let waited = zrpc_tests::wait::within(Duration::from_secs(10), || async {
+        view().await["registration"]["state"] == "registered"
+    })
+    .await;
+    assert!(waited.is_some(), "not registered within 10 s");
+    let registered = view().await;
+    let r = &registered["registration"];
+    assert!(
+        r["key"].as_str().is_some_and(|k| k.starts_with(&key)),
+        "{r}"
+    );
+    assert!(r["lease"].as_i64().is_some_and(|l| l > 0), "{r}");
+    let renewed = r["last_keepalive_unix_ms"]
+        .as_u64()
+        .expect("a renewal time");
+    let taken = registered["taken_at_unix_ms"].as_u64().unwrap();
+    assert!(renewed <= taken && taken - renewed < 10_000, "{r}");
+    server.shutdown().await.expect("clean shutdown");
+}

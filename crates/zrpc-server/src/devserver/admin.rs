@@ -45,6 +45,9 @@ pub(crate) struct Admin {
     pause: watch::Sender<bool>,
     #[cfg(feature = "etcd")]
     registration: watch::Receiver<crate::registry::RegistrationState>,
+    /// When etcd last renewed the registration's lease (Unix ms; 0 = never).
+    #[cfg(feature = "etcd")]
+    renewed: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// `DevServer.AdminToken`; `None` (empty) turns the writes off.
     token: Option<String>,
     server: watch::Receiver<crate::handle::State>,
@@ -66,6 +69,8 @@ impl Admin {
             pause: parts.pause.clone(),
             #[cfg(feature = "etcd")]
             registration: parts.registration.subscribe(),
+            #[cfg(feature = "etcd")]
+            renewed: std::sync::Arc::clone(&parts.renewed),
             token: (!token.is_empty()).then(|| token.to_owned()),
             server: parts.state.subscribe(),
             view: None,
@@ -179,7 +184,14 @@ impl Admin {
                 S::Stopped => ("stopped", None, None),
                 _ => ("not_registered", None, None),
             };
-            serde_json::json!({ "paused": paused, "state": state, "key": key, "lease": lease })
+            let renewed = self.renewed.load(std::sync::atomic::Ordering::Relaxed);
+            serde_json::json!({
+                "paused": paused,
+                "state": state,
+                "key": key,
+                "lease": lease,
+                "last_keepalive_unix_ms": (renewed > 0).then_some(renewed),
+            })
         }
         #[cfg(not(feature = "etcd"))]
         {
