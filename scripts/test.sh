@@ -22,6 +22,8 @@ command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 # valgrind: zrpc-bench's callgrind column (instructions per request), smoke-tested in step 7.
 command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
+# chromium: the admin page's test loads it in a headless browser (tests/tests/integration/admin_page.rs).
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ -z "${ZRPC_TEST_ETCD_ENDPOINTS:-}" ]; then
   command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
   command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)

@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod certs;
 pub mod etcd;
+pub mod explained;
 pub mod gobuild;
 pub mod gozero;
 pub mod greeter;

@@ -67,8 +67,14 @@ pub struct Client {
     /// Request and response compression (`crate::compression`).
     compression: Arc<crate::compression::Compression>,
     target: Arc<str>,
-    /// Keeps the resolver running.
+    /// Keeps the resolver running, and the client in the admin view, while a clone lives.
+    _held: Arc<Held>,
+}
+
+/// What a client keeps alive for as long as one of its clones lives.
+struct Held {
     _resolution: Arc<dyn Any + Send + Sync>,
+    _view: Arc<dyn zrpc_core::inspect::Inspect>,
 }
 
 impl std::fmt::Debug for Client {
@@ -280,6 +286,7 @@ impl Client {
             breakers.clone(),
             metrics.clone(),
         );
+        let view_breakers = breakers.clone();
         let observe = (m.trace || m.duration || m.prometheus || m.breaker).then(|| {
             Observe::builder(&target_name)
                 .trace(m.trace)
@@ -288,16 +295,26 @@ impl Client {
                 .breakers(breakers)
                 .build()
         });
+        let retry = Retry::new(balancer, policies);
+        let view = crate::inspect::ClientView {
+            balancer: retry.balancer().clone(),
+            breakers: view_breakers,
+            policies: retry.policies().cloned(),
+        }
+        .register();
         let client = Client {
             observe,
             // the balancer enforces the deadline (one timer per call, see `layers::timeout`)
             timeout: m.timeout.then(|| Timeout::new(conf.timeout_duration())),
             credentials,
             tiers: Tiers::new(&conf),
-            retry: Retry::new(balancer, policies),
+            retry,
             compression: crate::compression::Compression::new(&conf),
             target: target_name,
-            _resolution: resolution.into_source(),
+            _held: Arc::new(Held {
+                _resolution: resolution.into_source(),
+                _view: view,
+            }),
         };
         if !conf.non_block {
             client.wait_usable(service_name).await?;

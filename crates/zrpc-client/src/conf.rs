@@ -25,7 +25,7 @@ mod tier;
 ///
 /// Where the servers are comes from, in go-zero's priority: `Endpoints` > `Target` > `Etcd`
 /// (see [`RpcClientConf::build_target`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
 #[non_exhaustive]
 pub struct RpcClientConf {
@@ -90,6 +90,35 @@ pub struct RpcClientConf {
     /// The file this config was loaded from (named by the errors of `Client::new`).
     #[serde(skip)]
     file: zrpc_core::conf::ConfFile,
+}
+
+/// `Token` (and `Etcd.Pass`) show whether they are set, never their values.
+impl std::fmt::Debug for RpcClientConf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RpcClientConf")
+            .field("etcd", &self.etcd)
+            .field("endpoints", &self.endpoints)
+            .field("target", &self.target)
+            .field("app", &self.app)
+            .field("token", &zrpc_core::conf::redacted(&self.token))
+            .field("non_block", &self.non_block)
+            .field("timeout", &self.timeout)
+            .field("keepalive_time", &self.keepalive_time)
+            .field("middlewares", &self.middlewares)
+            .field("balancer_name", &self.balancer_name)
+            .field("tls", &self.tls)
+            .field("p2c", &self.p2c)
+            .field("method_config", &self.method_config)
+            .field("retry_budget", &self.retry_budget)
+            .field("compression", &self.compression)
+            .field("method_compression", &self.method_compression)
+            .field("compression_min_size", &self.compression_min_size)
+            .field("max_decompressed_size", &self.max_decompressed_size)
+            .field("tier", &self.tier)
+            .field("method_tiers", &self.method_tiers)
+            .field("file", &self.file)
+            .finish()
+    }
 }
 
 fn is_default_min_size(v: &usize) -> bool {
@@ -635,6 +664,23 @@ impl<'de> Deserialize<'de> for BalancerName {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_never_prints_the_token_or_the_etcd_password() {
+        let mut c = RpcClientConf::direct(["127.0.0.1:1"]);
+        c.app = "app-name".to_owned();
+        c.token = "client-token".to_owned();
+        c.etcd.pass = "etcd-pw".to_owned();
+        let shown = format!("{c:?}");
+        assert!(
+            !shown.contains("client-token") && !shown.contains("etcd-pw"),
+            "{shown}"
+        );
+        assert_eq!(shown.matches("<redacted>").count(), 2, "{shown}");
+        assert!(shown.contains("app-name"), "{shown}");
+        // unset: shown as unset
+        assert!(format!("{:?}", RpcClientConf::default()).contains("token: None"));
+    }
 
     #[test]
     fn defaults_match_go_zero() {

@@ -18,6 +18,7 @@ mod failure;
 /// Entry points of zrpc's fuzz targets and of the replay of their corpora: not public API.
 #[doc(hidden)]
 pub mod fuzzing;
+mod inspect;
 mod layers;
 pub mod metrics;
 pub mod resolver;

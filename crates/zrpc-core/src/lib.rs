@@ -32,6 +32,8 @@ pub mod ewma;
 pub mod fuzzing;
 #[doc(hidden)]
 pub mod grpc;
+#[doc(hidden)]
+pub mod inspect;
 pub mod limit;
 #[doc(hidden)]
 pub mod metrics;

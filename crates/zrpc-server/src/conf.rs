@@ -576,8 +576,9 @@ impl MethodTimeoutConf {
     }
 }
 
-/// One static token (`AuthTokens` entry, a zrpc addition).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+/// One static token (`AuthTokens` entry, a zrpc addition). `Debug` shows whether the token is
+/// set, never its value.
+#[derive(Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
 #[non_exhaustive]
 pub struct AuthTokenConf {
@@ -585,6 +586,15 @@ pub struct AuthTokenConf {
     pub app: String,
     /// The expected `token` metadata value.
     pub token: String,
+}
+
+impl std::fmt::Debug for AuthTokenConf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthTokenConf")
+            .field("app", &self.app)
+            .field("token", &zrpc_core::conf::redacted(&self.token))
+            .finish()
+    }
 }
 
 impl AuthTokenConf {

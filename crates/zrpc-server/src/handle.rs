@@ -48,6 +48,10 @@ pub(crate) struct HandleParts {
     /// Where the registration stands, written by the publisher.
     #[cfg(feature = "etcd")]
     pub(crate) registration: watch::Sender<crate::registry::RegistrationState>,
+    /// When etcd last renewed the registration's lease (Unix ms; 0 = never), written by the
+    /// publisher, read by the admin view.
+    #[cfg(feature = "etcd")]
+    pub(crate) renewed: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl HandleParts {
@@ -65,6 +69,8 @@ impl HandleParts {
             pause,
             #[cfg(feature = "etcd")]
             registration: watch::channel(crate::registry::RegistrationState::NotRegistered).0,
+            #[cfg(feature = "etcd")]
+            renewed: std::sync::Arc::default(),
         }
     }
 

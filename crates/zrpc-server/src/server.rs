@@ -492,7 +492,18 @@ impl Base {
             t.watch()
         });
 
-        let dev = DevServer::start(&conf, &parts).await?;
+        // The open connections, counted per connection for the admin view.
+        let connections = Arc::new(crate::transport::connections::Connections::new(
+            conf.transport.max_connection_idle().is_some(),
+        ));
+        let sources = ViewSources {
+            local,
+            limit: &limit,
+            shedder: shedder.as_ref(),
+            breakers: &breakers,
+            connections: &connections,
+        };
+        let dev = DevServer::start(&conf, &parts, &sources).await?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         // zrpc's accept loop (`crate::transport`): back-off on accept errors, the connection
         // cap, TCP_NODELAY; each connection is read through the `:authority` repair for
@@ -509,7 +520,13 @@ impl Base {
         // The largest uncompressed request message is the decompressed one's (both 4 MiB by
         // default, tonic's and grpc-go's limit), answered as gRPC's table says.
         let max_message = Some(conf.max_decompressed_size).filter(|&m| m > 0);
-        let intake = crate::transport::intake(&accept, &conf.transport, max_message, in_flight);
+        let intake = crate::transport::intake(
+            &accept,
+            &conf.transport,
+            max_message,
+            in_flight,
+            connections,
+        );
         let incoming = crate::transport::incoming(listener, accept);
         let http2 = crate::transport::http2(&conf.transport);
         let stopped = Box::pin(async move {
@@ -747,6 +764,16 @@ async fn prepare_services(
     })
 }
 
+/// What the DevServer's admin view reads of a server.
+#[cfg_attr(not(feature = "devserver"), allow(dead_code))] // no view without the DevServer
+struct ViewSources<'a> {
+    local: std::net::SocketAddr,
+    limit: &'a LimitStage,
+    shedder: Option<&'a Arc<zrpc_core::shedder::AdaptiveShedder>>,
+    breakers: &'a Arc<BreakerRegistry>,
+    connections: &'a Arc<crate::transport::connections::Connections>,
+}
+
 /// The DevServer of a server (`DevServer.Enabled`), running as its own task.
 struct DevServer {
     stop: tokio::sync::oneshot::Sender<()>,
@@ -756,7 +783,11 @@ struct DevServer {
 impl DevServer {
     /// Binds and spawns it. go-zero starts one DevServer per process: a second server of the
     /// process with the same DevServer port goes on without one (metrics are process-wide).
-    async fn start(conf: &RpcServerConf, parts: &HandleParts) -> Result<Self, Error> {
+    async fn start(
+        conf: &RpcServerConf,
+        parts: &HandleParts,
+        sources: &ViewSources<'_>,
+    ) -> Result<Self, Error> {
         let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let Some(dev) = conf.dev_server.as_ref().filter(|d| d.enabled) else {
             return Ok(DevServer { stop, task: None });
@@ -765,15 +796,25 @@ impl DevServer {
         // load (or by `Server::new`): nothing to start.
         #[cfg(not(feature = "devserver"))]
         {
-            let _ = (dev, parts, stop_rx);
+            let _ = (dev, parts, sources, stop_rx);
             Ok(DevServer { stop, task: None })
         }
         #[cfg(feature = "devserver")]
         {
+            let view = crate::devserver::ServerView::new(
+                conf,
+                sources.local,
+                sources.limit.shared(),
+                sources.shedder.cloned(),
+                conf.middlewares
+                    .breaker
+                    .then(|| Arc::clone(sources.breakers)),
+                Arc::clone(sources.connections),
+            );
             let bound = crate::devserver::bind(
                 dev,
                 parts.state.subscribe(),
-                crate::devserver::Admin::new(parts, &dev.admin_token),
+                crate::devserver::Admin::new(parts, &dev.admin_token).with_view(view),
                 format!("zrpc-{}", conf.listen_on),
                 async move {
                     let _ = stop_rx.await;

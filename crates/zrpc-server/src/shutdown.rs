@@ -38,7 +38,13 @@ pub(crate) fn start_registration(
     parts: &crate::handle::HandleParts,
 ) -> Option<crate::registry::Publisher> {
     #[cfg(feature = "etcd")]
-    return crate::registry::register_with(conf, bound, &parts.pause, &parts.registration);
+    return crate::registry::register_with(
+        conf,
+        bound,
+        &parts.pause,
+        &parts.registration,
+        &parts.renewed,
+    );
     #[cfg(not(feature = "etcd"))]
     crate::registry::register_with(conf, bound, &parts.pause)
 }

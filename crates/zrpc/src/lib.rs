@@ -132,8 +132,9 @@ pub use zrpc_server::{
     TokenFuture, TokenStore, Trailers, original_authority, preflight,
 };
 
-/// Local rejections, as marker errors: the breaker is open (`Unavailable "circuit breaker is
-/// open"` on the wire) and the shedder dropped the call (`ResourceExhausted "service overloaded"`).
+/// Local rejections, with the figures they were made at: the breaker is open (`Unavailable
+/// "circuit breaker is open: ..."` on the wire) and the shedder dropped the call
+/// (`ResourceExhausted "service overloaded: ..."`).
 pub use zrpc_core::{breaker::BreakerOpen, shedder::Overloaded};
 
 /// Client-side discovery: targets and resolvers (direct, etcd, DNS, Kubernetes), and

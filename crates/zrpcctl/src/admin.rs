@@ -45,6 +45,18 @@ pub(crate) async fn registration(
         )
         .into());
     }
+    exchange(addr, method, &path, token, MAX_ANSWER).await
+}
+
+/// `method path` with `token` at the DevServer `addr`: the body of a 2xx answer (at most `max`
+/// octets read), else an error naming the status and the server's reason.
+pub(crate) async fn exchange(
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    max: u64,
+) -> Result<String> {
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
@@ -53,7 +65,7 @@ pub(crate) async fn registration(
         let mut stream = TcpStream::connect(addr).await?;
         stream.write_all(request.as_bytes()).await?;
         let mut raw = Vec::new();
-        stream.take(MAX_ANSWER).read_to_end(&mut raw).await?;
+        stream.take(max).read_to_end(&mut raw).await?;
         Ok::<_, std::io::Error>(raw)
     };
     let raw = tokio::time::timeout(TIMEOUT, exchange)

@@ -14,6 +14,10 @@
 //! - `zrpcctl registration <status|pause|resume> <devserver host:port> [--token T]`: a server's
 //!   etcd registration through its DevServer's `/admin` routes: take the node out of discovery
 //!   while it keeps serving (to debug or drain it), and put it back;
+//! - `zrpcctl inspect <devserver host:port> [--json] [--watch] [--token T]`: the process's live
+//!   state from its DevServer's admin view (`/admin/state`): the server's limit, shedder,
+//!   breakers, drops, connections and registration, and each zrpc client's endpoints (EWMA
+//!   latency, calls in flight, success, state), breakers and retry budget;
 //! - `zrpcctl conf check <file> [--features a,b] [--no-default-features] [--all-features]`:
 //!   validates a server or client config with the errors the server and client give at start,
 //!   as a build with zrpc's default features (or the ones given, as cargo takes them) would.
@@ -23,6 +27,7 @@
 mod admin;
 mod check;
 mod etcd;
+mod inspect;
 mod proto;
 mod scaffold;
 mod templates;
@@ -122,6 +127,25 @@ enum Command {
         /// The server's DevServer address (`host:port`, e.g. 127.0.0.1:6060).
         addr: String,
         /// The server's `DevServer.AdminToken` (default: $ZRPC_ADMIN_TOKEN).
+        #[arg(long, env = "ZRPC_ADMIN_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+    },
+    /// A running process's live state through its DevServer's admin view: the server's stages
+    /// (limit, shedder, breakers), drops, connections and registration, and every zrpc client
+    /// with its endpoints.
+    Inspect {
+        /// The DevServer address (`host:port`, e.g. 127.0.0.1:6060).
+        addr: String,
+        /// Print the view as JSON, as the server sends it.
+        #[arg(long)]
+        json: bool,
+        /// Read it again every second.
+        #[arg(long)]
+        watch: bool,
+        /// With --watch: stop after this many views (tests).
+        #[arg(long, hide = true)]
+        times: Option<u64>,
+        /// The server's `DevServer.AdminToken`, when one is set (default: $ZRPC_ADMIN_TOKEN).
         #[arg(long, env = "ZRPC_ADMIN_TOKEN", hide_env_values = true)]
         token: Option<String>,
     },
@@ -248,6 +272,18 @@ fn run(cli: Cli) -> Result<()> {
             let answer = rt.block_on(admin::registration(&addr, action, token.as_deref()))?;
             print!("{answer}");
             Ok(())
+        }
+        Command::Inspect {
+            addr,
+            json,
+            watch,
+            times,
+            token,
+        } => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(inspect::run(&addr, token.as_deref(), json, watch, times))
         }
         Command::Conf {
             command:

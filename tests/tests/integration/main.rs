@@ -3,6 +3,7 @@
 // crate's helpers are test code too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod admin_page;
 mod client_balance;
 mod client_breaker;
 mod client_calls;
@@ -19,6 +20,7 @@ mod k8s;
 mod network_faults;
 mod registration;
 mod registration_pause;
+mod rejections_explained;
 mod server_auth;
 mod server_auth_redis;
 mod server_breaker;

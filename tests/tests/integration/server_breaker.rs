@@ -1,6 +1,7 @@
 //! Server breaker: a method that keeps failing opens its breaker.
 
 use tonic::Code;
+use zrpc_tests::explained;
 use zrpc_tests::greeter::{TestGreeter, start_server, test_conf};
 use zrpc_tests::pb::HelloRequest;
 
@@ -19,7 +20,10 @@ async fn server_breaker_opens_after_repeated_failures() {
             .unwrap_err();
         match e.code() {
             Code::Unavailable => {
-                assert_eq!(e.message(), "circuit breaker is open");
+                // go-zero's words, then the method and its breaker's window
+                let figures = explained::breaker_open(e.message(), "/greeter.Greeter/SayHello")
+                    .unwrap_or_else(|| panic!("{e:?}"));
+                assert_eq!(figures.succeeded, 0, "{e:?}");
                 open += 1;
             }
             Code::Internal => internal += 1,

@@ -126,8 +126,10 @@ async fn overload(name: &str, limit: Option<ConcurrencyLimitConf>) -> (Tally, Ta
         };
         match res {
             Ok(_) => t.ok += 1,
+            // go-zero's words, then the limit (or the tier's share) and the calls in flight
             Err(s)
-                if s.code() == Code::ResourceExhausted && s.message() == "service overloaded" =>
+                if s.code() == Code::ResourceExhausted
+                    && zrpc_tests::explained::limited(s.message()).is_some() =>
             {
                 t.rejected += 1;
             }

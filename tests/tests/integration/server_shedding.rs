@@ -1,11 +1,13 @@
 //! Server shedding: with a (fake) hot CPU and a saturated server, calls are shed
-//! with `ResourceExhausted "service overloaded"`.
+//! with `ResourceExhausted "service overloaded: CPU ... millicpu over threshold ..., N calls in
+//! flight over ..."`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tonic::Code;
 use zrpc_core::cpu::FixedCpu;
+use zrpc_tests::explained;
 use zrpc_tests::greeter::{TestGreeter, start_server_with, test_conf};
 use zrpc_tests::pb::HelloRequest;
 use zrpc_tests::wait;
@@ -42,14 +44,16 @@ async fn server_sheds_when_cpu_is_hot() {
             // Shedding sits inside the breaker (go-zero order): sheds count as failures,
             // so a long overload can also open the method's breaker.
             Err(e) if e.code() == Code::Unavailable => {
-                assert_eq!(e.message(), "circuit breaker is open");
+                let open = explained::breaker_open(e.message(), "/greeter.Greeter/SayHello");
+                assert!(open.is_some(), "{e:?}");
                 breaker += 1;
             }
             Err(e) => {
-                assert_eq!(
-                    (e.code(), e.message()),
-                    (Code::ResourceExhausted, "service overloaded")
-                );
+                assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+                // go-zero's words, then the injected CPU and the flight that shed the call
+                let (cpu, threshold, _) = explained::shed(e.message())
+                    .unwrap_or_else(|| panic!("not the shedder's: {e:?}"));
+                assert_eq!((cpu, threshold), (990, 900), "{e:?}");
                 shed += 1;
             }
         }
@@ -147,11 +151,8 @@ fn calls_waiting_for_a_busy_worker_count_in_flight() {
             match call.await.unwrap() {
                 Ok(_) => ok += 1,
                 Err(e) => {
-                    assert_eq!(
-                        (e.code(), e.message()),
-                        (Code::ResourceExhausted, "service overloaded"),
-                        "{e:?}"
-                    );
+                    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+                    assert!(explained::shed(e.message()).is_some(), "{e:?}");
                     shed += 1;
                 }
             }

@@ -82,7 +82,11 @@ async fn interop_a_go_zero_caller_is_of_the_default_tier_and_may_mark_a_call_cri
     assert_eq!(run.calls.len(), 1, "{}", run.explain());
     assert_eq!(
         (run.calls[0].code.as_str(), run.calls[0].message.as_str()),
-        ("ResourceExhausted", "service overloaded"),
+        (
+            "ResourceExhausted",
+            "service overloaded: the default tier's share of the concurrency limit is in use \
+             (3 in flight, share 3 of limit 4)"
+        ),
         "{}",
         run.explain()
     );
@@ -101,6 +105,11 @@ async fn interop_a_go_zero_caller_is_of_the_default_tier_and_may_mark_a_call_cri
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err:?}");
+    assert_eq!(
+        err.message(),
+        "service overloaded: the sheddable tier's share of the concurrency limit is in use (3 \
+         in flight, share 2 of limit 4)"
+    );
 
     for h in held {
         h.await.unwrap().expect("the held calls are served");

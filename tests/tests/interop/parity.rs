@@ -9,6 +9,7 @@ use std::time::Duration;
 use tonic::Code;
 use zrpc_core::cpu::FixedCpu;
 use zrpc_tests::etcd::{EtcdCluster, unique_key};
+use zrpc_tests::explained;
 use zrpc_tests::gozero::{
     CallLine, ClientYaml, Discovery, GzClient, GzServer, Programs, ServerYaml, ZrpcServer,
     say_hello, start_zrpc, start_zrpc_with, wait_registered, zrpc_conf,
@@ -340,26 +341,37 @@ async fn parity_server_breaker_opens_with_unavailable() {
         let mut tally: BTreeMap<(String, String), u64> = BTreeMap::new();
         for _ in 0..100 {
             let r = say_hello(&mut c, "code:13").await;
-            *tally
-                .entry((format!("{:?}", r.code), r.message))
-                .or_default() += 1;
+            // go-zero's message is its words alone; zrpc's starts with them, then names the
+            // method and its breaker's window, checked here to add up and tallied as
+            // `<words>: <method> ...`
+            let message = match side {
+                "zrpc" if r.code == Code::Unavailable => {
+                    match explained::breaker_open(&r.message, "/greeter.Greeter/SayHello") {
+                        Some(_) => "circuit breaker is open: /greeter.Greeter/SayHello ...".into(),
+                        None => r.message,
+                    }
+                }
+                _ => r.message,
+            };
+            *tally.entry((format!("{:?}", r.code), message)).or_default() += 1;
         }
         println!("parity breaker: 100 failing calls to the {side} server: {tally:?}");
         tallies.push((side, tally));
     }
     for (side, tally) in &tallies {
+        let words = match *side {
+            "go-zero" => "circuit breaker is open",
+            _ => "circuit breaker is open: /greeter.Greeter/SayHello ...",
+        };
         let open = tally
-            .get(&(
-                "Unavailable".to_owned(),
-                "circuit breaker is open".to_owned(),
-            ))
+            .get(&("Unavailable".to_owned(), words.to_owned()))
             .copied()
             .unwrap_or(0);
         assert!(open > 0, "{side}: the breaker never opened: {tally:?}");
         for (code, message) in tally.keys() {
             assert!(
                 (code == "Internal" && message == "forced 13")
-                    || (code == "Unavailable" && message == "circuit breaker is open"),
+                    || (code == "Unavailable" && message == words),
                 "{side}: unexpected {code} {message}"
             );
         }
@@ -395,28 +407,30 @@ async fn parity_shedding_status_is_resource_exhausted_service_overloaded() {
     let mut tally: BTreeMap<(String, String), u64> = BTreeMap::new();
     for c in calls {
         let r = c.await.expect("call task");
-        let message = if r.code == Code::Ok {
-            "hello".to_owned()
-        } else {
-            r.message
+        // go-zero's words first, then the injected CPU and the flight that shed the call:
+        // checked here, tallied as `<words>: CPU <cpu> millicpu over threshold <t>, ...`
+        let message = match explained::shed(&r.message) {
+            _ if r.code == Code::Ok => "hello".to_owned(),
+            Some((cpu, threshold, _)) => {
+                format!("service overloaded: CPU {cpu} millicpu over threshold {threshold}, ...")
+            }
+            None => r.message,
         };
         *tally.entry((format!("{:?}", r.code), message)).or_default() += 1;
     }
     println!(
         "parity shedding (zrpc server, CPU 99%, ~100 in flight): {tally:?}; go-zero's string: ResourceExhausted \"service overloaded\""
     );
+    let words = "service overloaded: CPU 990 millicpu over threshold 900, ...";
     let shed = tally
-        .get(&(
-            "ResourceExhausted".to_owned(),
-            "service overloaded".to_owned(),
-        ))
+        .get(&("ResourceExhausted".to_owned(), words.to_owned()))
         .copied()
         .unwrap_or(0);
     assert!(shed > 0, "nothing shed: {tally:?}");
     assert!(
         tally
             .keys()
-            .all(|(c, m)| (c == "Ok") || (c == "ResourceExhausted" && m == "service overloaded")),
+            .all(|(c, m)| (c == "Ok") || (c == "ResourceExhausted" && m == words)),
         "{tally:?}"
     );
 }

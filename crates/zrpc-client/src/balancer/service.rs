@@ -36,6 +36,8 @@ pub(crate) struct Shared {
     alive: watch::Sender<()>,
     /// The resolver's status, quoted in "no endpoint" errors.
     status: ResolverStatus,
+    /// When the last set was applied (Unix ms; 0 = never), for the admin view.
+    updated_ms: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Shared {
@@ -89,6 +91,7 @@ impl Balancer {
             seed,
             alive: watch::channel(()).0,
             status,
+            updated_ms: std::sync::atomic::AtomicU64::new(0),
         });
         if let Some(set) = updates.borrow_and_update().clone() {
             shared.apply(&set);
@@ -219,6 +222,11 @@ impl Shared {
             self.ring.update(&next);
         }
         self.set.store(Arc::new(next));
+        let unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        self.updated_ms
+            .store(unix_ms, std::sync::atomic::Ordering::Relaxed);
         self.ready.send_replace(true);
     }
 
@@ -263,13 +271,13 @@ impl Shared {
                 return self
                     .ring
                     .pick(req.extensions().get(), pool, now)?
-                    .ok_or_else(|| self.no_endpoint());
+                    .ok_or_else(|| self.no_endpoint(pool.len()));
             }
             BalancerName::RoundRobin => self.rr.pick_at(pool, now),
             _ => self.p2c.pick_at(pool, now, &mut ThreadRng),
         };
         i.map(|i| Arc::clone(&pool[i]))
-            .ok_or_else(|| self.no_endpoint())
+            .ok_or_else(|| self.no_endpoint(pool.len()))
     }
 
     /// The resolver's current problem, if any (etcd unreachable, empty key, DNS failure...).
@@ -277,10 +285,18 @@ impl Shared {
         self.status.problem()
     }
 
-    fn no_endpoint(&self) -> tonic::Status {
+    /// No endpoint among `pool` (`0`: the set is empty): the resolver's problem, or the figure.
+    fn no_endpoint(&self, pool: usize) -> tonic::Status {
         match self.status.problem() {
             Some(p) => self.unresolved(&p),
-            None => no_endpoint_status(format!("no endpoint available for target {}", self.target)),
+            None if pool == 0 => no_endpoint_status(format!(
+                "no endpoint available for target {}: the resolver's last set has no endpoints",
+                self.target
+            )),
+            None => no_endpoint_status(format!(
+                "no endpoint available for target {}: none of the {pool} endpoints tried is usable",
+                self.target
+            )),
         }
     }
 
@@ -425,7 +441,7 @@ impl Balancer {
         let shared = &*self.shared;
         let set = shared.set.load();
         if set.is_empty() {
-            return Err(shared.no_endpoint());
+            return Err(shared.no_endpoint(0));
         }
         let clock = shared.p2c.clock();
         let at = clock.nanos(now);
@@ -451,3 +467,4 @@ impl Balancer {
 
 #[cfg(test)]
 mod tests;
+mod view;

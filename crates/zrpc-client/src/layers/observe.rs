@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use tonic::body::Body;
 use tower::BoxError;
-use zrpc_core::breaker::{BreakerPromise, BreakerRegistry};
+use zrpc_core::breaker::{BreakerOpen, BreakerPromise, BreakerRegistry};
 use zrpc_core::grpc::{OnStatus, code};
 
 use super::method::{MethodState, Methods};
@@ -205,7 +205,7 @@ impl Observe {
         if let Some(b) = &outcome.method.breaker {
             match b.allow(start) {
                 Ok(p) => outcome.promise = Some(p),
-                Err(_open) => return Err(rejected(outcome)),
+                Err(open) => return Err(rejected(outcome, shared.methods.target(), &open)),
             }
         }
         Ok(outcome)
@@ -215,11 +215,11 @@ impl Observe {
 /// Records a call the open breaker rejected; its error.
 #[cold]
 #[inline(never)]
-fn rejected(outcome: Outcome) -> BoxError {
+fn rejected(outcome: Outcome, target: &str, open: &BreakerOpen) -> BoxError {
     if let Some(m) = &outcome.method.metrics {
         m.dropped(&outcome.method.path, DropReason::Breaker);
     }
-    let err: BoxError = breaker::open().into();
+    let err: BoxError = breaker::open(open, &outcome.method.path, target).into();
     outcome.record(code_of_error(&*err), Detail::Error(&*err));
     err
 }
@@ -407,11 +407,25 @@ mod tests {
                 .unwrap_err();
             let status = err.downcast::<tonic::Status>().unwrap();
             assert_eq!(status.code(), tonic::Code::Unavailable);
-            if status.message() == breaker::BREAKER_OPEN {
+            // each names what refused the call and the figure that did
+            if status.message().starts_with(breaker::BREAKER_OPEN) {
+                let figures = status
+                    .message()
+                    .strip_prefix(&format!(
+                        "{}: /greeter.Greeter/SayHello to direct:///x:1 dropped ",
+                        breaker::BREAKER_OPEN
+                    ))
+                    .unwrap_or_else(|| panic!("{status:?}"));
+                assert!(
+                    figures.contains(" failed, 0 succeeded; drop chance "),
+                    "{status:?}"
+                );
                 breaker += 1;
             } else {
-                assert!(
-                    status.message().starts_with("no endpoint available"),
+                assert_eq!(
+                    status.message(),
+                    "no endpoint available for target direct:///x:1: the resolver's last set \
+                     has no endpoints",
                     "{status:?}"
                 );
                 no_endpoint += 1;

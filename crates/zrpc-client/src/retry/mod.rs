@@ -63,6 +63,11 @@ impl Retry {
         &self.balancer
     }
 
+    /// The client's policies and budget, when its config names a policy.
+    pub(crate) fn policies(&self) -> Option<&Arc<Policies>> {
+        self.policies.as_ref()
+    }
+
     /// Starts a call whose deadline and timeout the timeout stage computed, its first attempt
     /// picked at `now`. Its future yields the [`Answer`] whose final status the caller reads.
     #[inline]

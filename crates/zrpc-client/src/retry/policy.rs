@@ -135,6 +135,11 @@ impl Policies {
         u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
 
+    /// Retries and hedges the budget still allows now (the admin view).
+    pub(crate) fn budget_remaining(&self) -> f64 {
+        self.budget.remaining(self.nanos(Instant::now()))
+    }
+
     /// Counts a call into the budget (every call of the client, with a policy or not).
     pub(crate) fn deposit(&self, now: Instant) {
         self.budget.deposit(self.nanos(now));

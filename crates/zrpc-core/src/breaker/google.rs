@@ -288,7 +288,10 @@ impl GoogleBreaker {
         if stat.rng.random::<f64>() < ratio {
             stat.outcomes.add(Outcome::Drop, now);
             self.note_bad(&stat.outcomes);
-            return Err(BreakerOpen::new());
+            let mut h = h;
+            h.drops += 1;
+            h.total += 1;
+            return Err(BreakerOpen::at(h, self.config.window, ratio));
         }
         self.last_pass.store(now);
         Ok(())

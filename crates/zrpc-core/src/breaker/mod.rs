@@ -68,26 +68,93 @@ pub use google::{BreakerPromise, BreakerStats, GoogleBreaker};
 pub use registry::BreakerRegistry;
 
 use std::fmt;
+use std::time::Duration;
 
 /// The error returned when the breaker rejects a request (go-zero `ErrServiceUnavailable`).
 ///
-/// Displays as `circuit breaker is open`. Servers map it to `Unavailable`.
+/// Displays as `circuit breaker is open` (go-zero's words), followed, when the breaker made it,
+/// by its window's figures: `circuit breaker is open: dropped 38 of the last 200 calls in 10s
+/// (150 failed, 12 succeeded; drop chance 81%)`; [`explain`](Self::explain) names the breaker
+/// too. Servers map it to `Unavailable`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BreakerOpen {
-    _priv: (),
+    /// Boxed: `allow`'s result stays as small as the promise it carries when the call passes.
+    figures: Option<Box<Figures>>,
+}
+
+/// The breaker's window when it dropped a request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Figures {
+    /// The window, the drop counted.
+    stats: BreakerStats,
+    window: Duration,
+    /// The drop probability, in percent.
+    chance: u8,
 }
 
 impl BreakerOpen {
     /// Creates the marker error.
     #[must_use]
     pub fn new() -> Self {
-        BreakerOpen { _priv: () }
+        BreakerOpen { figures: None }
+    }
+
+    /// A drop, whose window (the drop counted) is `stats`.
+    pub(crate) fn at(stats: BreakerStats, window: Duration, ratio: f64) -> Self {
+        BreakerOpen {
+            figures: Some(Box::new(Figures {
+                stats,
+                window,
+                chance: (ratio.clamp(0.0, 1.0) * 100.0).round() as u8,
+            })),
+        }
+    }
+
+    /// The breaker's window when it dropped the request (the drop counted), when the breaker
+    /// made this error.
+    #[must_use]
+    pub fn stats(&self) -> Option<BreakerStats> {
+        self.figures.as_ref().map(|f| f.stats)
+    }
+
+    /// The message naming the breaker `name` (a method, `/pkg.Service/Method`):
+    /// `circuit breaker is open: /pkg.Service/Method dropped 38 of the last 200 calls in 10s
+    /// (150 failed, 12 succeeded; drop chance 81%)`.
+    #[must_use]
+    pub fn explain(&self, name: &str) -> String {
+        match self.figures.as_deref() {
+            Some(x) => format!("circuit breaker is open: {name} {}", Explained(*x)),
+            None => format!("circuit breaker is open: {name}"),
+        }
+    }
+}
+
+/// The figures of a drop, as words.
+struct Explained(Figures);
+
+impl fmt::Display for Explained {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Figures {
+            stats,
+            window,
+            chance,
+        } = self.0;
+        write!(
+            f,
+            "dropped {} of the last {} calls in {window:?} ({} failed, {} succeeded; drop \
+             chance {chance}%)",
+            stats.drops, stats.total, stats.failures, stats.accepts
+        )
     }
 }
 
 impl fmt::Display for BreakerOpen {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("circuit breaker is open")
+        f.write_str("circuit breaker is open")?;
+        match self.figures.as_deref() {
+            Some(x) => write!(f, ": {}", Explained(*x)),
+            None => Ok(()),
+        }
     }
 }
 

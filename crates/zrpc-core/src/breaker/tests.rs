@@ -159,7 +159,26 @@ fn rejected_call_returns_breaker_error() {
     mark_failed(&b, 10_000, t0);
     let now = t0 + TEST_INTERVAL;
     let r = b.do_with_acceptable(now, || Err::<(), _>(BreakerOpen::new()), |_| false);
-    assert_eq!(r, Err(BreakerOpen::new()));
+    // The breaker's own error (with its window), not the request's.
+    let open = r.unwrap_err();
+    assert_ne!(open, BreakerOpen::new());
+    let s = open.stats().expect("the breaker's figures");
+    // 100 successes; 10 000 failed or dropped calls, the unresolved promise's failure and
+    // this drop.
+    assert_eq!(
+        (s.accepts, s.failures + s.drops, s.total),
+        (100, 10_002, 10_102)
+    );
+    assert_eq!(
+        open.to_string(),
+        format!(
+            "circuit breaker is open: dropped {} of the last 10102 calls in 100ms ({} failed, \
+             100 succeeded; drop chance {}%)",
+            s.drops,
+            s.failures,
+            (b.drop_ratio(now) * 100.0).round()
+        )
+    );
 }
 
 #[test]
@@ -376,6 +395,46 @@ fn breaker_open_says_circuit_breaker_is_open() {
 }
 
 #[test]
+fn a_drop_explains_itself_with_the_window() {
+    let b = Arc::new(GoogleBreaker::with_seed(BreakerConfig::default(), 7));
+    let now = Instant::now();
+    for _ in 0..200 {
+        b.mark_failure(now);
+    }
+    // A call let through fails too (its promise dropped unresolved).
+    let mut passed = 0;
+    let open = (0..100)
+        .find_map(|_| match b.allow(now) {
+            Ok(_promise) => {
+                passed += 1;
+                None
+            }
+            Err(open) => Some(open),
+        })
+        .expect("200 failures open the breaker");
+    let s = open.stats().expect("figures");
+    // The drop itself is counted.
+    assert_eq!((s.failures, s.accepts, s.drops), (200 + passed, 0, 1));
+    assert_eq!(s.total, s.failures + s.drops);
+    assert_eq!(s, b.stats(now));
+    let text = open.to_string();
+    let figures = format!(
+        "dropped 1 of the last {} calls in 10s ({} failed, 0 succeeded; drop chance ",
+        s.total, s.failures
+    );
+    assert!(
+        text.starts_with(&format!("circuit breaker is open: {figures}")),
+        "{text}"
+    );
+    assert!(text.ends_with("%)"), "{text}");
+    let named = open.explain("/pkg.S/M");
+    assert!(
+        named.starts_with(&format!("circuit breaker is open: /pkg.S/M {figures}")),
+        "{named}"
+    );
+}
+
+#[test]
 fn registry_reuses_breakers_by_name() {
     let r = BreakerRegistry::new(config(TEST_BUCKETS, TEST_INTERVAL, 5.0));
     assert!(r.is_empty());
@@ -550,3 +609,5 @@ fn v2_stops_dropping_after_the_recovery_run() {
     assert_eq!(v2.drop_ratio(now - bucket), 0.0);
     assert!(gz.drop_ratio(now - bucket) > 0.5);
 }
+// The figures of a drop are boxed: a call that passes moves no more than its promise.
+static_assertions::const_assert!(std::mem::size_of::<BreakerOpen>() <= 8);

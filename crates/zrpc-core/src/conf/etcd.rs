@@ -15,7 +15,7 @@ use super::{ConfError, Validate};
 /// | `User`, `Pass` | string | `""` | used only when both are set |
 /// | `CertFile`, `CertKeyFile`, `CACertFile` | string | `""` | TLS, used only when all three are set; needs the `tls` cargo feature |
 /// | `InsecureSkipVerify` | bool | `false` | skip server certificate verification |
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
 #[non_exhaustive]
 pub struct EtcdConf {
@@ -39,6 +39,23 @@ pub struct EtcdConf {
     pub ca_cert_file: String,
     /// Skip verification of the etcd server certificate.
     pub insecure_skip_verify: bool,
+}
+
+/// `Pass` shows whether it is set, never its value.
+impl std::fmt::Debug for EtcdConf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdConf")
+            .field("hosts", &self.hosts)
+            .field("key", &self.key)
+            .field("id", &self.id)
+            .field("user", &self.user)
+            .field("pass", &super::redacted(&self.pass))
+            .field("cert_file", &self.cert_file)
+            .field("cert_key_file", &self.cert_key_file)
+            .field("ca_cert_file", &self.ca_cert_file)
+            .field("insecure_skip_verify", &self.insecure_skip_verify)
+            .finish()
+    }
 }
 
 impl EtcdConf {

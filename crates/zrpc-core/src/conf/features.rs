@@ -131,6 +131,15 @@ pub fn with_features<R>(set: &FeatureSet, f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Whether this crate was built with the config-file format `name` (`toml`, `json5`): the
+/// facade turns these on here, so the crates above cannot ask `cfg!` themselves (the admin
+/// view's list of build features).
+#[doc(hidden)]
+#[must_use]
+pub fn format_compiled(name: &str) -> bool {
+    (name == "toml" && cfg!(feature = "toml")) || (name == "json5" && cfg!(feature = "json5"))
+}
+
 /// Whether the config checks treat the feature `name` as present: `compiled` (the caller's
 /// `cfg!(feature = "...")`) and, inside [`with_features`], in its set.
 pub fn feature_on(name: &str, compiled: bool) -> bool {

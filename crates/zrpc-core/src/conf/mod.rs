@@ -36,9 +36,21 @@ pub use error::ConfError;
 #[doc(hidden)]
 pub use error::debug_report;
 pub use etcd::EtcdConf;
+
+/// What a secret's value reads as wherever a config is shown (`Debug`, the admin view).
+#[doc(hidden)]
+pub const REDACTED: &str = "<redacted>";
+
+/// A secret as `Debug` shows it: whether it is set, never its value.
+#[doc(hidden)]
+#[must_use]
+pub fn redacted(secret: &str) -> Option<&'static str> {
+    (!secret.is_empty()).then_some(REDACTED)
+}
 #[doc(hidden)]
 pub use features::{
-    DEFAULT_FEATURES, FEATURES, FeatureSet, UnknownFeature, feature_on, with_features,
+    DEFAULT_FEATURES, FEATURES, FeatureSet, UnknownFeature, feature_on, format_compiled,
+    with_features,
 };
 pub use file::ConfFile;
 pub use redis::{CacheConf, NodeConf, RedisConf, RedisKeyConf};

@@ -23,7 +23,7 @@ use super::{ConfError, Embed, Validate, duration, one_of};
 /// | `Protocol` | int | `3` | RESP version, 2 or 3 |
 /// | `MaintNotifications` | string | `disabled` | `disabled`, `enabled` or `auto` |
 /// | `PingTimeout` | duration | `1s` | |
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
 #[non_exhaustive]
 #[allow(clippy::struct_excessive_bools)]
@@ -50,6 +50,24 @@ pub struct RedisConf {
     /// Ping timeout (Go duration, default 1s).
     #[serde(with = "duration")]
     pub ping_timeout: Duration,
+}
+
+/// `Pass` shows whether it is set, never its value.
+impl std::fmt::Debug for RedisConf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisConf")
+            .field("host", &self.host)
+            .field("kind", &self.kind)
+            .field("user", &self.user)
+            .field("pass", &super::redacted(&self.pass))
+            .field("tls", &self.tls)
+            .field("non_block", &self.non_block)
+            .field("disable_identity", &self.disable_identity)
+            .field("protocol", &self.protocol)
+            .field("maint_notifications", &self.maint_notifications)
+            .field("ping_timeout", &self.ping_timeout)
+            .finish()
+    }
 }
 
 impl Default for RedisConf {

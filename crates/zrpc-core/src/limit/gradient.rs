@@ -185,14 +185,16 @@ impl ConcurrencyLimit {
                 (None, (full * n / d).max(1))
             }
         };
-        if let Some((count, max)) = own
-            && count.fetch_add(1, Ordering::AcqRel) >= max
-        {
-            count.fetch_sub(1, Ordering::AcqRel);
-            if class == Class::Measured {
-                self.end_overdue_measurement(now);
+        if let Some((count, max)) = own {
+            let before = count.fetch_add(1, Ordering::AcqRel);
+            if before >= max {
+                count.fetch_sub(1, Ordering::AcqRel);
+                let measured = class == Class::Measured;
+                if measured {
+                    self.end_overdue_measurement(now);
+                }
+                return Err(Rejected::at_limit(tier, full, max, before, measured));
             }
-            return Err(Rejected::limit());
         }
         let before = self.inflight.fetch_add(1, Ordering::AcqRel);
         if before < bound {
@@ -205,9 +207,9 @@ impl ConcurrencyLimit {
         }
         self.end(class);
         Err(if before < full {
-            Rejected::tier()
+            Rejected::at_share(tier, full, bound, before)
         } else {
-            Rejected::limit()
+            Rejected::at_limit(tier, full, full, before, false)
         })
     }
 

@@ -101,22 +101,49 @@ pub enum RejectReason {
 /// `ResourceExhausted`, as the CPU shedder's [`Overloaded`](crate::shedder::Overloaded).
 ///
 /// Displays as `service overloaded` (go-zero's shedder's words, so that callers see one
-/// message for every overload rejection); [`reason`](Self::reason) says which bound it was.
+/// message for every overload rejection) followed by the bound that refused the call and the
+/// figures it was refused at, e.g. `service overloaded: concurrency limit 12 reached (12 in
+/// flight)`; [`reason`](Self::reason) says which bound it was.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejected {
     reason: RejectReason,
+    tier: Tier,
+    /// The limit when the call was refused.
+    limit: u32,
+    /// The bound the call met: the limit, the tier's share of it, or `min_limit` while the
+    /// minimum round-trip time is measured.
+    bound: u32,
+    /// The calls counted against `bound` when the call was refused.
+    inflight: u32,
+    measuring: bool,
 }
 
 impl Rejected {
-    fn limit() -> Self {
+    pub(super) fn at_limit(
+        tier: Tier,
+        limit: u32,
+        bound: u32,
+        inflight: u32,
+        measuring: bool,
+    ) -> Self {
         Rejected {
             reason: RejectReason::Limit,
+            tier,
+            limit,
+            bound,
+            inflight,
+            measuring,
         }
     }
 
-    fn tier() -> Self {
+    pub(super) fn at_share(tier: Tier, limit: u32, bound: u32, inflight: u32) -> Self {
         Rejected {
             reason: RejectReason::Tier,
+            tier,
+            limit,
+            bound,
+            inflight,
+            measuring: false,
         }
     }
 
@@ -125,11 +152,70 @@ impl Rejected {
     pub fn reason(&self) -> RejectReason {
         self.reason
     }
+
+    /// The tier of the refused call.
+    #[must_use]
+    pub fn call_tier(&self) -> Tier {
+        self.tier
+    }
+
+    /// The concurrency limit when the call was refused.
+    #[must_use]
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// The bound the call met: the limit (for a critical call, the critical calls' own count),
+    /// its tier's share of it, or `min_limit` while the minimum round-trip time is measured.
+    #[must_use]
+    pub fn bound(&self) -> u32 {
+        self.bound
+    }
+
+    /// The calls in flight counted against [`bound`](Self::bound) when the call was refused.
+    #[must_use]
+    pub fn inflight(&self) -> u32 {
+        self.inflight
+    }
+
+    /// Whether the limit was measuring the minimum round-trip time (only `min_limit` calls of
+    /// the lower tiers at once).
+    #[must_use]
+    pub fn measuring(&self) -> bool {
+        self.measuring
+    }
 }
 
 impl fmt::Display for Rejected {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("service overloaded")
+        let Rejected {
+            tier,
+            limit,
+            bound,
+            inflight,
+            ..
+        } = *self;
+        match self.reason {
+            RejectReason::Tier => write!(
+                f,
+                "service overloaded: the {tier} tier's share of the concurrency limit is in use \
+                 ({inflight} in flight, share {bound} of limit {limit})"
+            ),
+            _ if self.measuring => write!(
+                f,
+                "service overloaded: {inflight} calls in flight while the concurrency limit \
+                 measures the minimum round-trip time (at most {bound} at once; limit {limit})"
+            ),
+            _ if tier == Tier::Critical => write!(
+                f,
+                "service overloaded: concurrency limit {limit} reached by critical calls \
+                 ({inflight} critical in flight)"
+            ),
+            _ => write!(
+                f,
+                "service overloaded: concurrency limit {limit} reached ({inflight} in flight)"
+            ),
+        }
     }
 }
 

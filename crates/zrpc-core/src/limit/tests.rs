@@ -61,7 +61,14 @@ fn starts_by_measuring_the_minimum_rtt_at_the_lowest_limit() {
         .collect();
     let err = l.acquire(Tier::Default, t0).unwrap_err();
     assert_eq!(err.reason(), RejectReason::Limit);
-    assert_eq!(err.to_string(), "service overloaded");
+    // go-zero's words, then the bound and its figures.
+    assert_eq!(
+        err.to_string(),
+        "service overloaded: 3 calls in flight while the concurrency limit measures the minimum \
+         round-trip time (at most 3 at once; limit 3)"
+    );
+    assert_eq!((err.limit(), err.bound(), err.inflight()), (3, 3, 3));
+    assert!(err.measuring());
     drop(held);
     let now = measure(&l, t0, 10 * MS);
     let s = l.stats();
@@ -304,10 +311,18 @@ fn tiers_are_admitted_up_to_their_share_and_say_so() {
     };
     let sheddable = admit(Tier::Sheddable, &mut held);
     assert_eq!(sheddable, full / 2);
+    let err = l.acquire(Tier::Sheddable, now).unwrap_err();
+    assert_eq!(err.reason(), RejectReason::Tier);
     assert_eq!(
-        l.acquire(Tier::Sheddable, now).unwrap_err().reason(),
-        RejectReason::Tier
+        err.to_string(),
+        format!(
+            "service overloaded: the sheddable tier's share of the concurrency limit is in use \
+             ({} in flight, share {} of limit {full})",
+            full / 2,
+            full / 2
+        )
     );
+    assert_eq!(err.call_tier(), Tier::Sheddable);
     let default = admit(Tier::Default, &mut held);
     assert_eq!(sheddable + default, full * 3 / 4);
     assert_eq!(
@@ -318,11 +333,26 @@ fn tiers_are_admitted_up_to_their_share_and_say_so() {
     // admitted whatever the lower tiers hold.
     let critical = admit(Tier::Critical, &mut held);
     assert_eq!(critical, full);
+    let err = l.acquire(Tier::Critical, now).unwrap_err();
+    assert_eq!(err.reason(), RejectReason::Limit);
     assert_eq!(
-        l.acquire(Tier::Critical, now).unwrap_err().reason(),
-        RejectReason::Limit
+        err.to_string(),
+        format!(
+            "service overloaded: concurrency limit {full} reached by critical calls ({full} \
+             critical in flight)"
+        )
     );
     assert_eq!(l.stats().inflight, full * 3 / 4 + full);
+    // Past the whole limit, a call of a lower tier meets the limit itself.
+    let err = l.acquire(Tier::Default, now).unwrap_err();
+    assert_eq!(err.reason(), RejectReason::Limit);
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "service overloaded: concurrency limit {full} reached ({} in flight)",
+            full * 3 / 4 + full
+        )
+    );
     // The lower tiers get no place until the calls in flight are below their share again
     // (here: three quarters of the limit are critical calls, and more of them would be
     // admitted).

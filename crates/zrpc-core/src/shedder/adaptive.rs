@@ -147,9 +147,16 @@ impl AdaptiveShedder {
 
     /// Admits or drops a request, `own` of the queued requests being its own count.
     fn decide(self: &Arc<Self>, now: Instant, own: i64) -> Result<ShedderPromise, Overloaded> {
-        if self.should_drop_counting(now, self.cpu.millicpu(), own) {
+        let cpu = self.cpu.millicpu();
+        if let Some((flying, max_flight)) = self.should_drop_at(now, cpu, own) {
             self.dropped_recently.store(true, Ordering::Relaxed);
-            return Err(Overloaded::new());
+            return Err(Overloaded::at(
+                cpu,
+                self.cpu_threshold,
+                flying,
+                self.avg_flying(),
+                max_flight,
+            ));
         }
         self.flying.fetch_add(1, Ordering::AcqRel);
         Ok(ShedderPromise {
@@ -197,12 +204,18 @@ impl AdaptiveShedder {
     /// go-zero `shouldDrop()`.
     #[cfg(test)]
     pub(super) fn should_drop(&self, now: Instant, cpu: u64) -> bool {
-        self.should_drop_counting(now, cpu, 0)
+        self.should_drop_at(now, cpu, 0).is_some()
     }
 
-    /// go-zero `shouldDrop()`, for a request that is `own` of the queued ones.
-    fn should_drop_counting(&self, now: Instant, cpu: u64, own: i64) -> bool {
-        (self.system_overloaded(now, cpu) || self.still_hot(now)) && self.high_thru(now, cpu, own)
+    /// go-zero `shouldDrop()`, for a request that is `own` of the queued ones: when it drops
+    /// the request, the requests in flight and the capacity (after the overload factor) they
+    /// passed.
+    fn should_drop_at(&self, now: Instant, cpu: u64, own: i64) -> Option<(i64, f64)> {
+        if self.system_overloaded(now, cpu) || self.still_hot(now) {
+            self.high_thru(now, cpu, own)
+        } else {
+            None
+        }
     }
 
     fn system_overloaded(&self, now: Instant, cpu: u64) -> bool {
@@ -228,15 +241,17 @@ impl AdaptiveShedder {
         false
     }
 
-    fn high_thru(&self, now: Instant, cpu: u64, own: i64) -> bool {
-        let flying = (self.flying() - own) as f64;
+    /// The requests in flight and the capacity they passed, when they did.
+    fn high_thru(&self, now: Instant, cpu: u64, own: i64) -> Option<(i64, f64)> {
+        let flying = self.flying() - own;
         // max_flight * factor >= 0.1, so nothing in flight never sheds; skip the window lock.
-        if flying <= 0.0 {
-            return false;
+        if flying <= 0 {
+            return None;
         }
         let (max_pass, min_rt_us) = self.window_stats(now);
         let max_flight = self.max_flight_of(max_pass, min_rt_us) * self.overload_factor(cpu);
-        self.avg_flying() > max_flight && flying > max_flight
+        (self.avg_flying() > max_flight && flying as f64 > max_flight)
+            .then_some((flying, max_flight))
     }
 
     /// `max(1, max_pass * min_rt * buckets_per_second)` (go-zero `maxFlight()`).

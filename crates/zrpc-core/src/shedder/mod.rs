@@ -66,23 +66,100 @@ use std::fmt;
 
 /// The error returned when the shedder drops a request (go-zero `ErrServiceOverloaded`).
 ///
-/// Displays as `service overloaded`. Servers map it to `ResourceExhausted`.
+/// Displays as `service overloaded` (go-zero's words), followed, when the shedder made it, by
+/// the figures it dropped the request at: `service overloaded: CPU 950 millicpu over threshold
+/// 900, 40 calls in flight over 32.4 (average 38.0)`. Servers map it to `ResourceExhausted`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Overloaded {
-    _priv: (),
+    /// Boxed: `allow`'s result stays as small as the promise it carries when the call passes.
+    figures: Option<Box<Figures>>,
+}
+
+/// What the shedder saw when it dropped a request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Figures {
+    cpu: u64,
+    threshold: u64,
+    flying: i64,
+    /// Tenths of a request.
+    avg_flying: u64,
+    /// The estimated capacity after the overload factor, in tenths of a request.
+    max_flight: u64,
 }
 
 impl Overloaded {
     /// Creates the marker error.
     #[must_use]
     pub fn new() -> Self {
-        Overloaded { _priv: () }
+        Overloaded { figures: None }
+    }
+
+    /// The drop of a request seen with `flying` in flight (moving average `avg_flying`) over
+    /// the capacity `max_flight`, at `cpu` millicpu against `threshold`.
+    pub(crate) fn at(
+        cpu: u64,
+        threshold: u64,
+        flying: i64,
+        avg_flying: f64,
+        max_flight: f64,
+    ) -> Self {
+        let tenths = |v: f64| (v.max(0.0) * 10.0).round() as u64;
+        Overloaded {
+            figures: Some(Box::new(Figures {
+                cpu,
+                threshold,
+                flying,
+                avg_flying: tenths(avg_flying),
+                max_flight: tenths(max_flight),
+            })),
+        }
+    }
+
+    /// The CPU usage (millicpu) the request was dropped at, when the shedder dropped it.
+    #[must_use]
+    pub fn cpu(&self) -> Option<u64> {
+        self.figures.as_ref().map(|f| f.cpu)
+    }
+
+    /// The requests in flight the request was dropped at, when the shedder dropped it.
+    #[must_use]
+    pub fn flying(&self) -> Option<i64> {
+        self.figures.as_ref().map(|f| f.flying)
+    }
+
+    /// The estimated capacity in requests in flight (after the overload factor) the request
+    /// was dropped at, when the shedder dropped it.
+    #[must_use]
+    pub fn max_flight(&self) -> Option<f64> {
+        self.figures.as_ref().map(|f| f.max_flight as f64 / 10.0)
     }
 }
 
 impl fmt::Display for Overloaded {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("service overloaded")
+        f.write_str("service overloaded")?;
+        let Some(x) = self.figures.as_deref() else {
+            return Ok(());
+        };
+        let tenths = |v: u64| format!("{}.{}", v / 10, v % 10);
+        match x.cpu.cmp(&x.threshold) {
+            std::cmp::Ordering::Less => write!(
+                f,
+                ": CPU {} millicpu, under threshold {} but cooling off after recent drops",
+                x.cpu, x.threshold
+            )?,
+            std::cmp::Ordering::Equal => write!(f, ": CPU {} millicpu at threshold", x.cpu)?,
+            std::cmp::Ordering::Greater => {
+                write!(f, ": CPU {} millicpu over threshold {}", x.cpu, x.threshold)?
+            }
+        }
+        write!(
+            f,
+            ", {} calls in flight over {} (average {})",
+            x.flying,
+            tenths(x.max_flight),
+            tenths(x.avg_flying)
+        )
     }
 }
 

@@ -122,7 +122,22 @@ fn should_drop() {
     assert!(!s.should_drop(now, cpu.millicpu()));
     // allow() returns the error and records the drop
     cpu.set(950);
-    assert_eq!(s.allow(now).unwrap_err(), Overloaded::new());
+    let err = s.allow(now).unwrap_err();
+    assert_eq!(err.cpu(), Some(950));
+    let text = err.to_string();
+    assert!(
+        text.starts_with("service overloaded: CPU 950 millicpu over threshold 900, "),
+        "{text}"
+    );
+    let (flying, max_flight) = (err.flying().unwrap(), err.max_flight().unwrap());
+    assert_eq!(flying, 80, "{text}");
+    // 49.5 at the threshold, times the overload factor at 950 millicpu (0.5).
+    assert!((max_flight - 24.75).abs() < 0.051, "{text}");
+    assert!(text.ends_with("(average 80.0)"), "{text}");
+    assert!(
+        text.contains(&format!("{flying} calls in flight over {max_flight:.1}")),
+        "{text}"
+    );
     assert!(s.dropped_recently.load(Ordering::Relaxed));
     assert_eq!(Overloaded::new().to_string(), "service overloaded");
 }
@@ -327,3 +342,5 @@ fn a_cloned_queued_count_is_one_more_request_until_it_drops() {
     drop(promise);
     assert_eq!(s.flying(), 0);
 }
+// The figures of a drop are boxed: a call that passes moves no more than its promise.
+static_assertions::const_assert!(std::mem::size_of::<Overloaded>() <= 8);

@@ -53,6 +53,12 @@ impl ConnState {
         CallGuard(self.clone())
     }
 
+    /// Calls open on the connection now (the admin view).
+    #[cfg_attr(not(feature = "devserver"), allow(dead_code))]
+    pub(crate) fn open_calls(&self) -> usize {
+        self.open.load(Ordering::Acquire)
+    }
+
     /// When the connection became idle; `None` while a call is open.
     pub(crate) fn idle_since(&self) -> Option<Instant> {
         (self.open.load(Ordering::Acquire) == 0).then(|| {

@@ -123,10 +123,7 @@ impl std::fmt::Debug for DevServerConf {
             .field("enable_pprof", &self.enable_pprof)
             .field("health_response", &self.health_response)
             // a secret: whether it is set, never its value
-            .field(
-                "admin_token",
-                &(!self.admin_token.is_empty()).then_some("<redacted>"),
-            )
+            .field("admin_token", &zrpc_core::conf::redacted(&self.admin_token))
             .finish()
     }
 }
@@ -174,8 +171,9 @@ impl DevServerConf {
     }
 }
 
-/// OpenTelemetry settings (go-zero `trace.Config`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// OpenTelemetry settings (go-zero `trace.Config`). `Debug` shows the names of the
+/// `OtlpHeaders`, never their values (exporters' API keys go there).
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields, default)]
 #[non_exhaustive]
 pub struct TelemetryConf {
@@ -195,6 +193,26 @@ pub struct TelemetryConf {
     pub otlp_http_secure: bool,
     /// Do not start the exporter.
     pub disabled: bool,
+}
+
+impl std::fmt::Debug for TelemetryConf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let headers: BTreeMap<&str, &str> = self
+            .otlp_headers
+            .keys()
+            .map(|k| (k.as_str(), zrpc_core::conf::REDACTED))
+            .collect();
+        f.debug_struct("TelemetryConf")
+            .field("name", &self.name)
+            .field("endpoint", &self.endpoint)
+            .field("sampler", &self.sampler)
+            .field("batcher", &self.batcher)
+            .field("otlp_headers", &headers)
+            .field("otlp_http_path", &self.otlp_http_path)
+            .field("otlp_http_secure", &self.otlp_http_secure)
+            .field("disabled", &self.disabled)
+            .finish()
+    }
 }
 
 impl Default for TelemetryConf {

@@ -426,3 +426,36 @@ fn a_json5_config_loads_as_its_yaml_twin() {
         assert!(e.contains("json5"), "{e}");
     }
 }
+
+#[test]
+fn debug_never_prints_a_secret() {
+    // read without the checks (a build without `redis-auth` or `otel` refuses those keys)
+    let conf: RpcServerConf = serde_yaml_ng::from_str(
+        r#"
+Name: s.rpc
+ListenOn: 127.0.0.1:8080
+Etcd: { Hosts: [127.0.0.1:2379], Key: s.rpc, User: root, Pass: etcd-pw }
+Redis: { Host: 127.0.0.1:6379, Pass: redis-pw, Key: apps }
+Auth: true
+AuthTokens: [{ App: a, Token: static-token }]
+DevServer: { AdminToken: admin-secret }
+Telemetry: { Endpoint: http://collector:4317, OtlpHeaders: { api-key: otlp-secret } }
+"#,
+    )
+    .unwrap();
+    let shown = format!("{conf:?}");
+    for secret in [
+        "etcd-pw",
+        "redis-pw",
+        "static-token",
+        "admin-secret",
+        "otlp-secret",
+    ] {
+        assert!(!shown.contains(secret), "{secret} in {shown}");
+    }
+    assert_eq!(shown.matches("<redacted>").count(), 5, "{shown}");
+    // what is not secret stays
+    for kept in ["root", "apps", "api-key", "collector:4317"] {
+        assert!(shown.contains(kept), "{kept} missing from {shown}");
+    }
+}

@@ -1,6 +1,13 @@
-//! The DevServer's operator routes under `/admin`: the registration's state, and pausing and
-//! resuming it (a node out of discovery, to debug or drain it, while it keeps serving).
+//! The DevServer's operator routes under `/admin`: the process's live state, the
+//! registration's state, and pausing and resuming it (a node out of discovery, to debug or
+//! drain it, while it keeps serving).
 //!
+//! - `GET /admin`: the admin page, the state below drawn as tables and live charts by the page
+//!   itself ([`PAGE_HTML`]).
+//! - `GET /admin/state`: the server's stages, drops, connections, registration, config (its
+//!   secrets redacted), build, and every zrpc client of the process ([`super::state`]). With
+//!   `DevServer.AdminToken` set it needs `Authorization: Bearer <token>` (401 without); without
+//!   one it is readable by whoever reaches the port, as `/metrics` is.
 //! - `GET /admin/registration`: `{"paused":false,"state":"registered","key":"...","lease":7}`.
 //! - `POST /admin/registration/pause` and `POST /admin/registration/resume`: with
 //!   `Authorization: Bearer <DevServer.AdminToken>`. Writes are off while `AdminToken` is empty
@@ -16,14 +23,36 @@ use crate::handle::HandleParts;
 
 /// The registration route; its actions are `<REGISTRATION>/<action>`.
 pub(crate) const REGISTRATION: &str = "/admin/registration";
+/// The live state, as JSON.
+pub(crate) const STATE: &str = "/admin/state";
+/// The admin page: the live state for a browser.
+pub(crate) const PAGE: &str = "/admin";
+
+/// The admin page (`GET /admin`): HTML and inline script that read `/admin/state` every
+/// second and draw its tables and charts, with no external asset (the machine may have no
+/// internet). It shows nothing by itself: with `AdminToken` set it asks for the token (or
+/// takes it from the URL's fragment, `/admin#token=...`, which browsers never send).
+pub(crate) const PAGE_HTML: &str = include_str!("admin.html");
+
+/// The page's content security policy: its own inline script and style, requests to its own
+/// origin, nothing else.
+pub(crate) const PAGE_CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; \
+     style-src 'unsafe-inline'; connect-src 'self'; img-src data:; base-uri 'none'; \
+     form-action 'none'; frame-ancestors 'none'";
 
 /// What the admin routes read and steer.
 pub(crate) struct Admin {
     pause: watch::Sender<bool>,
     #[cfg(feature = "etcd")]
     registration: watch::Receiver<crate::registry::RegistrationState>,
+    /// When etcd last renewed the registration's lease (Unix ms; 0 = never).
+    #[cfg(feature = "etcd")]
+    renewed: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// `DevServer.AdminToken`; `None` (empty) turns the writes off.
     token: Option<String>,
+    server: watch::Receiver<crate::handle::State>,
+    /// The server's stages and config, once it serves.
+    view: Option<super::state::ServerView>,
 }
 
 /// An answer: status, extra header, content type and body.
@@ -40,7 +69,49 @@ impl Admin {
             pause: parts.pause.clone(),
             #[cfg(feature = "etcd")]
             registration: parts.registration.subscribe(),
+            #[cfg(feature = "etcd")]
+            renewed: std::sync::Arc::clone(&parts.renewed),
             token: (!token.is_empty()).then(|| token.to_owned()),
+            server: parts.state.subscribe(),
+            view: None,
+        }
+    }
+
+    /// The admin routes showing `view` in `/admin/state`.
+    pub(crate) fn with_view(mut self, view: super::state::ServerView) -> Self {
+        self.view = Some(view);
+        self
+    }
+
+    /// `Ok` when `authorization` carries the token, or no token is set and `open` (reads are
+    /// open without a token, writes are off).
+    fn authorize(&self, authorization: Option<&[u8]>, open: bool) -> Result<(), Answer> {
+        let Some(token) = self.token.as_deref() else {
+            return if open {
+                Ok(())
+            } else {
+                Err(error(
+                    StatusCode::FORBIDDEN,
+                    "admin writes are off: set DevServer.AdminToken to a secret and send it as \
+                     `Authorization: Bearer <token>`",
+                ))
+            };
+        };
+        let given = authorization
+            .and_then(|v| v.strip_prefix(b"Bearer "))
+            .unwrap_or_default();
+        if bool::from(given.ct_eq(token.as_bytes())) {
+            Ok(())
+        } else {
+            Err((
+                StatusCode::UNAUTHORIZED,
+                Some((header::WWW_AUTHENTICATE, "Bearer")),
+                json_error(if open {
+                    "this view needs `Authorization: Bearer <DevServer.AdminToken>`"
+                } else {
+                    "a write needs `Authorization: Bearer <DevServer.AdminToken>`"
+                }),
+            ))
         }
     }
 
@@ -51,6 +122,15 @@ impl Admin {
         path: &str,
         authorization: Option<&[u8]>,
     ) -> Option<Answer> {
+        if path == STATE {
+            return Some(match *method {
+                Method::GET | Method::HEAD => match self.authorize(authorization, true) {
+                    Ok(()) => (StatusCode::OK, None, self.live_state().to_string() + "\n"),
+                    Err(refused) => refused,
+                },
+                _ => not_allowed("GET, HEAD"),
+            });
+        }
         if path == REGISTRATION {
             return Some(match *method {
                 Method::GET | Method::HEAD => (StatusCode::OK, None, self.state()),
@@ -61,22 +141,8 @@ impl Admin {
         if *method != Method::POST {
             return Some(not_allowed("POST"));
         }
-        let Some(token) = self.token.as_deref() else {
-            return Some(error(
-                StatusCode::FORBIDDEN,
-                "admin writes are off: set DevServer.AdminToken to a secret and send it as \
-                 `Authorization: Bearer <token>`",
-            ));
-        };
-        let given = authorization
-            .and_then(|v| v.strip_prefix(b"Bearer "))
-            .unwrap_or_default();
-        if !bool::from(given.ct_eq(token.as_bytes())) {
-            return Some((
-                StatusCode::UNAUTHORIZED,
-                Some((header::WWW_AUTHENTICATE, "Bearer")),
-                json_error("a write needs `Authorization: Bearer <DevServer.AdminToken>`"),
-            ));
+        if let Err(refused) = self.authorize(authorization, false) {
+            return Some(refused);
         }
         let paused = match action {
             "pause" => true,
@@ -103,6 +169,11 @@ impl Admin {
 
     /// The registration's state as JSON.
     fn state(&self) -> String {
+        self.registration().to_string() + "\n"
+    }
+
+    /// The registration's state.
+    fn registration(&self) -> serde_json::Value {
         let paused = *self.pause.borrow();
         #[cfg(feature = "etcd")]
         {
@@ -113,14 +184,32 @@ impl Admin {
                 S::Stopped => ("stopped", None, None),
                 _ => ("not_registered", None, None),
             };
-            serde_json::json!({ "paused": paused, "state": state, "key": key, "lease": lease })
-                .to_string()
-                + "\n"
+            let renewed = self.renewed.load(std::sync::atomic::Ordering::Relaxed);
+            serde_json::json!({
+                "paused": paused,
+                "state": state,
+                "key": key,
+                "lease": lease,
+                "last_keepalive_unix_ms": (renewed > 0).then_some(renewed),
+            })
         }
         #[cfg(not(feature = "etcd"))]
         {
-            serde_json::json!({ "paused": paused, "state": "not_registered" }).to_string() + "\n"
+            serde_json::json!({ "paused": paused, "state": "not_registered" })
         }
+    }
+
+    /// The live state (`GET /admin/state`), read now.
+    fn live_state(&self) -> serde_json::Value {
+        let phase = format!("{:?}", self.server.borrow().phase).to_ascii_lowercase();
+        serde_json::json!({
+            "taken_at_unix_ms": super::state::unix_ms(),
+            "build": super::state::build(),
+            "phase": phase,
+            "server": self.view.as_ref().map(super::state::ServerView::snapshot),
+            "registration": self.registration(),
+            "clients": zrpc_core::inspect::client_snapshots(),
+        })
     }
 }
 

@@ -3,8 +3,9 @@
 //! Routes: `/` (JSON array of the routes), `HealthPath` (default `/healthz`: 200 with
 //! `HealthResponse` while the gRPC server serves; 503 before and during shutdown, which
 //! go-zero never does), `MetricsPath` (default `/metrics`: Prometheus text) when
-//! `EnableMetrics`, and zrpc's operator routes under `/admin` ([`admin`]: the registration's
-//! state, and pausing and resuming it, a write that needs `DevServer.AdminToken`). Other paths
+//! `EnableMetrics`, and zrpc's operator routes under `/admin` ([`admin`]: the live state of the
+//! server and the process's clients ([`state`]), the registration's state, and pausing and
+//! resuming it, a write that needs `DevServer.AdminToken`). Other paths
 //! get 404, other methods than GET and HEAD 405.
 //!
 //! Served by hyper's HTTP/1 connection directly rather than a router: three fixed routes do
@@ -32,8 +33,11 @@ use crate::error::Error;
 use crate::handle::{Phase, State as ServerState};
 
 pub(crate) mod admin;
+mod redact;
+pub(crate) mod state;
 
 pub(crate) use admin::Admin;
+pub(crate) use state::ServerView;
 
 /// How long a client may take to send a request's headers.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -56,6 +60,9 @@ struct Routes {
 
 impl Routes {
     fn answer(&self, req: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+        if req.uri().path() == admin::PAGE {
+            return page(req.method());
+        }
         let authorization = req
             .headers()
             .get(header::AUTHORIZATION)
@@ -117,6 +124,25 @@ impl Routes {
     }
 }
 
+/// The admin page, for GET and HEAD.
+fn page(method: &Method) -> Response<Full<Bytes>> {
+    if *method != Method::GET && *method != Method::HEAD {
+        return Response::builder()
+            .status(StatusCode::METHOD_NOT_ALLOWED)
+            .header(header::ALLOW, "GET, HEAD")
+            .body(Full::default())
+            .unwrap_or_default();
+    }
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
+        .header(header::CONTENT_SECURITY_POLICY, admin::PAGE_CSP)
+        .header(header::CACHE_CONTROL, "no-store")
+        .header(header::X_CONTENT_TYPE_OPTIONS, "nosniff")
+        .body(Full::new(Bytes::from_static(admin::PAGE_HTML.as_bytes())))
+        .unwrap_or_default()
+}
+
 /// Binds the DevServer; returns its address and the serving future, which ends once
 /// `shutdown` resolved and the connections open then have finished their requests.
 pub(crate) async fn bind(
@@ -144,6 +170,8 @@ pub(crate) async fn bind(
     if conf.enable_metrics {
         paths.push(conf.metrics_path.clone());
     }
+    paths.push(admin::PAGE.to_owned());
+    paths.push(admin::STATE.to_owned());
     paths.push(admin::REGISTRATION.to_owned());
     let listing = format!(
         "[{}]\n",
@@ -297,7 +325,9 @@ mod tests {
         assert!(r.contains("text/plain; version=0.0.4"), "{r}");
         let r = exchange(addr, &get("/")).await;
         assert!(
-            r.ends_with("[\"/\",\"/healthz\",\"/metrics\",\"/admin/registration\"]\n"),
+            r.ends_with(
+                "[\"/\",\"/healthz\",\"/metrics\",\"/admin\",\"/admin/state\",\"/admin/registration\"]\n"
+            ),
             "{r}"
         );
         let r = exchange(addr, &get("/nope")).await;
@@ -412,6 +442,178 @@ mod tests {
             r.starts_with("HTTP/1.1 200 OK") && r.contains("\"paused\":false"),
             "{r}"
         );
+    }
+
+    /// A server's view over real stages: a limit, a hot shedder, a breaker that failed.
+    fn view_of(conf: &crate::conf::RpcServerConf) -> ServerView {
+        use zrpc_core::breaker::{BreakerConfig, BreakerRegistry};
+        let streaming = crate::layers::StreamingMethods::default();
+        let limit = crate::stage::limit::gauges::limit_stage(conf, &streaming);
+        let cpu = Arc::new(zrpc_core::cpu::FixedCpu::new(950));
+        let shedder = crate::stage::shedding::gauges::shedder(conf, Some(cpu));
+        let breakers = Arc::new(BreakerRegistry::new(BreakerConfig::default()));
+        let now = std::time::Instant::now();
+        for _ in 0..50 {
+            breakers.get("/v.S/Fails").mark_failure(now);
+        }
+        ServerView::new(
+            conf,
+            "127.0.0.1:8080".parse().unwrap(),
+            limit.shared(),
+            shedder,
+            Some(breakers),
+            Arc::default(),
+        )
+    }
+
+    /// `GET /admin/state` shows the stages, the registration, the build and the config
+    /// without its secrets; with `AdminToken` set it needs the token, and every refused
+    /// request is a clear 4xx that changes nothing.
+    #[tokio::test]
+    async fn the_state_view_shows_the_stages_and_takes_the_token_when_set() {
+        let conf = crate::conf::RpcServerConf::new("view.rpc", "127.0.0.1:8080")
+            .with_cpu_threshold(900)
+            .with_concurrency_limit(crate::conf::ConcurrencyLimitConf::default())
+            .with_dev_server(DevServerConf {
+                admin_token: "s3cret".to_owned(),
+                ..DevServerConf::default()
+            });
+        let parts = crate::handle::HandleParts::new();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (addr, fut) = bind(
+            &DevServerConf::new("127.0.0.1", 0),
+            parts.state.subscribe(),
+            Admin::new(&parts, "s3cret").with_view(view_of(&conf)),
+            "zrpc-test".to_owned(),
+            async move {
+                let _ = stopped.await;
+            },
+        )
+        .await
+        .unwrap();
+        tokio::spawn(fut);
+        let get_with = |token: Option<&str>| {
+            let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+            format!("GET /admin/state HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n")
+        };
+        let cases = [
+            (
+                get_with(None),
+                "401 Unauthorized",
+                "Bearer <DevServer.AdminToken>",
+            ),
+            (
+                get_with(Some("guess")),
+                "401 Unauthorized",
+                "Bearer <DevServer.AdminToken>",
+            ),
+            (
+                post("/admin/state", Some("s3cret")),
+                "405 Method Not Allowed",
+                "allowed: GET, HEAD",
+            ),
+            (get("/admin/state/more"), "404 Not Found", ""),
+        ];
+        for (request, status, says) in cases {
+            let r = exchange(addr, &request).await;
+            assert!(
+                r.starts_with(&format!("HTTP/1.1 {status}")),
+                "{request}: {r}"
+            );
+            assert!(r.contains(says), "{request}: {r}");
+            assert!(!r.contains("\"limit\""), "{request} showed the state: {r}");
+            assert!(
+                !parts.handle().registration_paused(),
+                "{request} changed nothing"
+            );
+        }
+        let r = exchange(addr, &get_with(Some("s3cret"))).await;
+        assert!(r.starts_with("HTTP/1.1 200 OK"), "{r}");
+        assert!(r.contains("application/json"), "{r}");
+        let body = &r[r.find("\r\n\r\n").unwrap() + 4..];
+        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(v["phase"], "starting");
+        assert_eq!(v["registration"]["paused"], false);
+        assert!(v["build"]["version"].is_string());
+        assert!(
+            v["build"]["features"]
+                .as_array()
+                .unwrap()
+                .contains(&"devserver".into())
+        );
+        assert!(v["clients"].is_array());
+        let server = &v["server"];
+        assert_eq!(server["name"], "view.rpc");
+        assert_eq!(server["connections"]["open"], 0);
+        assert_eq!(server["connections"]["peers"], serde_json::json!([]));
+        // the limit measuring its minimum round-trip time at its lowest value
+        assert_eq!(server["limit"][0]["method"], "*");
+        assert_eq!(server["limit"][0]["limit"], 3);
+        assert_eq!(server["limit"][0]["measuring"], true);
+        assert_eq!(server["shedder"]["cpu_millicpu"], 950);
+        assert_eq!(server["shedder"]["threshold_millicpu"], 900);
+        assert_eq!(server["shedder"]["hot"], true);
+        let b = &server["breakers"][0];
+        assert_eq!(
+            (b["method"].as_str(), b["state"].as_str()),
+            (Some("/v.S/Fails"), Some("open"))
+        );
+        assert_eq!(
+            (b["failures"].as_u64(), b["total"].as_u64()),
+            (Some(50), Some(50))
+        );
+        assert!(server["drops"]["total"].is_object());
+        assert!(
+            server["drops"]["last_1m"].is_null(),
+            "no earlier reading yet"
+        );
+        // the config, its secret redacted
+        assert_eq!(server["config"]["Name"], "view.rpc");
+        assert_eq!(server["config"]["CpuThreshold"], 900);
+        assert_eq!(server["config"]["DevServer"]["AdminToken"], "<redacted>");
+        assert!(!body.contains("s3cret"), "{body}");
+        // a second view has a reading to count the recent drops from
+        let r = exchange(addr, &get_with(Some("s3cret"))).await;
+        let body = &r[r.find("\r\n\r\n").unwrap() + 4..];
+        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        let recent = &v["server"]["drops"]["last_1m"];
+        assert!(
+            recent["seconds"].as_u64().is_some() && recent["by_reason"].is_object(),
+            "{v}"
+        );
+        drop(stop);
+    }
+
+    /// The admin page: HTML with its own script, no external asset, a strict policy.
+    #[tokio::test]
+    async fn the_admin_page_is_self_contained() {
+        let (addr, _state, _stop, _task) = start().await;
+        let r = exchange(addr, &get("/admin")).await;
+        assert!(r.starts_with("HTTP/1.1 200 OK"), "{r}");
+        assert!(r.contains("text/html; charset=utf-8"), "{r}");
+        assert!(
+            r.contains("content-security-policy: default-src 'none'"),
+            "{r}"
+        );
+        assert!(r.contains("fetch(\"/admin/state\""), "{r}");
+        // nothing loaded from elsewhere
+        for external in ["http://", "https://", "src=", "<link"] {
+            assert!(!r.contains(external), "{external} in the page");
+        }
+        let post =
+            "POST /admin HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+        let r = exchange(addr, post).await;
+        assert!(r.starts_with("HTTP/1.1 405"), "{r}");
+    }
+
+    /// Without `AdminToken` the state view is open to whoever reaches the port, as `/metrics`.
+    #[tokio::test]
+    async fn without_an_admin_token_the_state_view_is_open() {
+        let parts = crate::handle::HandleParts::new();
+        let (addr, _stop) = start_admin(&parts, "").await;
+        let r = exchange(addr, &get("/admin/state")).await;
+        assert!(r.starts_with("HTTP/1.1 200 OK"), "{r}");
+        assert!(r.contains("\"registration\""), "{r}");
     }
 
     // Paused: the runtime moves the clock on to the server's timer while nothing else runs.

@@ -63,17 +63,18 @@ pub fn register(
 ) -> Option<Publisher> {
     let (pause, _) = tokio::sync::watch::channel(false);
     let (state, _) = tokio::sync::watch::channel(RegistrationState::NotRegistered);
-    register_with(conf, bound, &pause, &state)
+    register_with(conf, bound, &pause, &state, &std::sync::Arc::default())
 }
 
 /// [`register`] paused and resumed by `pause` (the server's handle holds it), its state
-/// published on `state`.
+/// published on `state`, the time of the lease's last renewal on `renewed` (Unix ms).
 #[cfg(feature = "etcd")]
 pub(crate) fn register_with(
     conf: &crate::conf::RpcServerConf,
     bound: std::net::SocketAddr,
     pause: &tokio::sync::watch::Sender<bool>,
     state: &tokio::sync::watch::Sender<RegistrationState>,
+    renewed: &std::sync::Arc<std::sync::atomic::AtomicU64>,
 ) -> Option<Publisher> {
     if !conf.etcd.has_etcd() {
         return None;
@@ -86,6 +87,7 @@ pub(crate) fn register_with(
         pause.clone(),
         pause.subscribe(),
         state.clone(),
+        std::sync::Arc::clone(renewed),
     ))
 }
 

@@ -1,6 +1,7 @@
 //! The etcd publisher: one key per server, kept alive and healed (go-zero `core/discov/publisher.go`).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use etcd_client::{
@@ -78,6 +79,18 @@ struct Ctx {
     conf: EtcdConf,
     value: String,
     state: watch::Sender<RegistrationState>,
+    /// When etcd last renewed the lease (Unix ms; 0 = never), for the admin view.
+    renewed: Arc<AtomicU64>,
+}
+
+impl Ctx {
+    /// etcd renewed (or granted) the lease now.
+    fn renewed_now(&self) {
+        let unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        self.renewed.store(unix_ms, Ordering::Relaxed);
+    }
 }
 
 impl Publisher {
@@ -85,17 +98,19 @@ impl Publisher {
     pub fn spawn(conf: EtcdConf, value: String) -> Publisher {
         let (pause, paused) = watch::channel(false);
         let (state_tx, _) = watch::channel(RegistrationState::NotRegistered);
-        Publisher::spawn_with(conf, value, pause, paused, state_tx)
+        Publisher::spawn_with(conf, value, pause, paused, state_tx, Arc::default())
     }
 
     /// [`Publisher::spawn`] paused and resumed by `pause` (also through `paused`, a receiver
-    /// of it that a server's handle may have made before), its state published on `state`.
+    /// of it that a server's handle may have made before), its state published on `state`,
+    /// the time of the lease's last renewal (Unix ms) on `renewed`.
     pub(crate) fn spawn_with(
         conf: EtcdConf,
         value: String,
         pause: watch::Sender<bool>,
         paused: watch::Receiver<bool>,
         state_tx: watch::Sender<RegistrationState>,
+        renewed: Arc<AtomicU64>,
     ) -> Publisher {
         let (stop, stop_rx) = watch::channel(false);
         let state = state_tx.subscribe();
@@ -104,6 +119,7 @@ impl Publisher {
             conf,
             value,
             state: state_tx,
+            renewed,
         });
         let task = tokio::spawn(supervise(ctx, stop_rx, paused));
         Publisher {
@@ -385,6 +401,7 @@ async fn session(
         Ok(w) => w,
         Err(f) => return f,
     };
+    ctx.renewed_now();
     ctx.state.send_replace(RegistrationState::Registered {
         key: key.clone(),
         lease: id,
@@ -444,7 +461,10 @@ async fn keep(
                 }
             }
             ack = acks.message() => match ack {
-                Ok(Some(r)) if r.ttl() > 0 => last_ack = Instant::now(),
+                Ok(Some(r)) if r.ttl() > 0 => {
+                    last_ack = Instant::now();
+                    ctx.renewed_now();
+                }
                 Ok(Some(_)) => return Failure::LeaseGone,
                 Ok(None) => return Failure::Broken("keepalive: stream closed".to_owned()),
                 Err(e) => return Failure::Broken(format!("keepalive: {e}")),

@@ -27,6 +27,7 @@ pub(crate) mod authority;
 mod backoff;
 mod budget;
 pub(crate) mod conn;
+pub(crate) mod connections;
 mod content_type;
 mod cuts;
 pub(crate) mod frames;
@@ -101,6 +102,7 @@ pub(crate) fn intake(
     conf: &TransportConf,
     max_message: Option<usize>,
     in_flight: Option<Arc<dyn crate::call::InFlight>>,
+    connections: Arc<connections::Connections>,
 ) -> serve::Intake {
     let max = conf.max_buffered_request_bytes();
     let conn_max = conf.max_connection_buffered_request_bytes();
@@ -118,5 +120,6 @@ pub(crate) fn intake(
     serve::Intake {
         budget: RequestBudget::new(budget, settings.table.clone()),
         in_flight,
+        connections,
     }
 }

@@ -68,6 +68,8 @@ pub(crate) struct Intake {
     pub(crate) budget: RequestBudget,
     /// The stage that counts calls in flight from the moment their stream is accepted.
     pub(crate) in_flight: Option<Arc<dyn InFlight>>,
+    /// The connections open now (the admin view): counted per connection, never per call.
+    pub(crate) connections: Arc<super::connections::Connections>,
 }
 
 impl Intake {
@@ -154,6 +156,9 @@ where
                 None => break,
             };
             let conn = Arc::new(io.connect_info());
+            let open = intake
+                .connections
+                .opened(conn.tcp.remote_addr.map(|a| a.ip()), conn.conn.as_ref());
             let idle = http2
                 .max_connection_idle
                 .zip(conn.conn.clone())
@@ -167,13 +172,17 @@ where
             // fn keeps its arguments apart from its locals, and the connection (the IO
             // wrappers, h2's state, the service) pinned inside it would be stored twice.
             let conn = Box::pin(builder.serve_connection(TokioIo::new(io), svc));
-            tokio::spawn(serve_connection(
+            let served = serve_connection(
                 conn,
                 stop_rx.clone(),
                 http2.max_connection_age,
                 idle,
                 http2.keepalive_timeout,
-            ));
+            );
+            tokio::spawn(async move {
+                served.await;
+                drop(open);
+            });
         }
     }
     let _ = stop_tx.send(());
@@ -451,6 +460,7 @@ mod tests {
         let intake = Intake {
             budget: RequestBudget::new(None, None),
             in_flight: None,
+            connections: Arc::default(),
         };
         let caller = CallerDeadline::of(req.headers());
         Dispatch {

@@ -23,6 +23,7 @@ pub(crate) fn text(out: &Output) -> String {
 }
 
 /// The root of this checkout.
+#[allow(dead_code)] // not every test binary needs it
 pub(crate) fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .ancestors()

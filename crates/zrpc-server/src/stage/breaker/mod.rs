@@ -3,7 +3,9 @@
 //!
 //! Each method has its own [`GoogleBreaker`](zrpc_core::breaker::GoogleBreaker) from a
 //! process-wide [`BreakerRegistry`] keyed by `/pkg.Service/Method`. A rejected call gets
-//! `Unavailable "circuit breaker is open"` and counts in
+//! `Unavailable "circuit breaker is open: ..."` (go-zero's words, then the method and its
+//! breaker's window: `/pkg.S/M dropped 38 of the last 200 calls in 10s (150 failed, 12
+//! succeeded; drop chance 81%)`) and counts in
 //! `rpc_server_dropped_total{reason="breaker"}`. The outcome of an allowed call is
 //! its final code: `DeadlineExceeded`, `Internal`, `Unavailable` (which includes a nested
 //! breaker's "circuit breaker is open"), `DataLoss`, `Unimplemented` and `ResourceExhausted`
@@ -25,15 +27,46 @@
 
 use std::sync::Arc;
 
-use zrpc_core::breaker::{BreakerPromise, BreakerRegistry};
+use zrpc_core::breaker::{BreakerOpen, BreakerPromise, BreakerRegistry};
 use zrpc_core::grpc::code;
 
 use super::{Admission, Call, End, Env, Rejection, Stage};
 use crate::call::Blame;
 use crate::metrics::DropReason;
 
-/// The message of a breaker rejection (go-zero's).
+/// The message of a breaker rejection (go-zero's), which the method and the breaker's
+/// window follow.
+#[cfg(test)]
 pub(crate) const BREAKER_OPEN_MESSAGE: &str = "circuit breaker is open";
+
+/// The figures of a breaker rejection of `method` in `message`: `[dropped, total, failed,
+/// succeeded, chance %]`; `None` when `message` is not a breaker rejection. Panics when it
+/// is one whose figures do not add up.
+#[cfg(test)]
+pub(crate) fn breaker_figures(message: &str, method: &str) -> Option<[u64; 5]> {
+    let rest = message.strip_prefix(BREAKER_OPEN_MESSAGE)?;
+    let figures = rest
+        .strip_prefix(&format!(": {method} dropped "))
+        .unwrap_or_else(|| panic!("not explained: {message}"));
+    let numbers: Vec<u64> = figures
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|n| !n.is_empty())
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    // dropped D of the last T calls in 10s (F failed, A succeeded; drop chance P%)
+    let [d, t, window, f, a, p] = numbers[..] else {
+        panic!("not explained: {message}");
+    };
+    assert_eq!(
+        figures,
+        format!(
+            "{d} of the last {t} calls in {window}s ({f} failed, {a} succeeded; drop chance {p}%)"
+        ),
+        "{message}"
+    );
+    assert!(d >= 1 && d + f + a == t && p <= 100, "{message}");
+    Some([d, t, f, a, p])
+}
 
 /// The breaker stage's settings: the registry when `Middlewares.Breaker` is on.
 #[derive(Debug, Clone)]
@@ -85,7 +118,7 @@ impl Stage for BreakerStage {
         };
         match breaker.allow(call.now().into_std()) {
             Ok(promise) => Admission::built_in(BreakerRecord(Record::Guarded(promise))),
-            Err(_open) => rejection(call.method()),
+            Err(open) => rejection(call.method(), &open),
         }
     }
 
@@ -130,13 +163,15 @@ impl BreakerRecord {
     }
 }
 
-/// The rejection of a call the open breaker drops (logged at debug level).
+/// The rejection of a call the open breaker drops (logged at debug level): go-zero's words,
+/// then the method and its breaker's window.
 #[cold]
 #[inline(never)]
-fn rejection(path: &str) -> Admission {
-    tracing::debug!(target: "zrpc::breaker", method = path, "{BREAKER_OPEN_MESSAGE}");
+fn rejection(path: &str, open: &BreakerOpen) -> Admission {
+    let message = open.explain(path);
+    tracing::debug!(target: "zrpc::breaker", method = path, "{message}");
     Admission::reject(
-        Rejection::of(code::UNAVAILABLE, BREAKER_OPEN_MESSAGE).dropped(DropReason::Breaker.label()),
+        Rejection::of(code::UNAVAILABLE, message).dropped(DropReason::Breaker.label()),
     )
 }
 
@@ -167,8 +202,8 @@ mod tests {
                 .body(Body::empty())
                 .unwrap();
             let resp = svc.clone().oneshot(req).await.unwrap();
-            if status_message_from_headers(resp.headers()).as_deref() == Some(BREAKER_OPEN_MESSAGE)
-            {
+            let msg = status_message_from_headers(resp.headers()).unwrap_or_default();
+            if breaker_figures(&msg, "/b.T/Fails").is_some() {
                 rejected += 1;
                 assert_eq!(final_code(resp).await, Some(code::UNAVAILABLE));
             } else {
@@ -217,8 +252,8 @@ mod tests {
                 .unwrap();
             req.extensions_mut().insert(facts());
             let resp = svc.clone().oneshot(req).await.unwrap();
-            if status_message_from_headers(resp.headers()).as_deref() == Some(BREAKER_OPEN_MESSAGE)
-            {
+            let msg = status_message_from_headers(resp.headers()).unwrap_or_default();
+            if breaker_figures(&msg, "/b.T/M").is_some() {
                 rejected += 1;
             }
             let _ = final_code(resp).await;

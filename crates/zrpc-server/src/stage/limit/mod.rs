@@ -4,7 +4,9 @@
 //! One [`ConcurrencyLimit`] per server, or one per method (`ConcurrencyLimit.PerMethod`). A
 //! call's tier is its `zrpc-tier` metadata (`critical`, `default`, `sheddable`); a call without
 //! it (every go-zero caller) or with another value is of the default tier. A rejected call gets
-//! `ResourceExhausted "service overloaded"`, as the CPU shedder's, and counts in
+//! `ResourceExhausted "service overloaded: ..."`, go-zero's words as the CPU shedder's, followed
+//! by the bound that refused it and its figures (`concurrency limit 12 reached (12 in
+//! flight)`, `the sheddable tier's share of the concurrency limit is in use (...)`), and counts in
 //! `rpc_server_dropped_total{reason="limit"}` (the limit was reached) or `{reason="tier"}`
 //! (the tier's share of it was); each reason is logged at most once per second.
 //!
@@ -25,9 +27,10 @@ use std::time::Instant;
 use http::{HeaderMap, HeaderName};
 use parking_lot::RwLock;
 use zrpc_core::grpc::code;
-use zrpc_core::limit::{ConcurrencyLimit, LimitConfig, LimitPermit, RejectReason, TIER_KEY, Tier};
+use zrpc_core::limit::{
+    ConcurrencyLimit, LimitConfig, LimitPermit, RejectReason, Rejected, TIER_KEY, Tier,
+};
 
-use super::shedding::OVERLOADED_MESSAGE;
 use super::{Admission, Call, End, Env, Rejection, Stage};
 use crate::call::Blame;
 use crate::layers::util::{DropLog, StreamingMethods, find, is_infra};
@@ -103,56 +106,32 @@ impl Shared {
     ) -> Admission {
         match limit.acquire(tier, now) {
             Ok(permit) => Admission::built_in(LimitRecord { permit }),
-            Err(rejected) => self.rejected(limit, tier, path, rejected.reason()),
+            Err(rejected) => self.rejected(tier, path, &rejected),
         }
     }
 
-    /// Logs a rejection; its answer, counted under its reason.
+    /// Logs a rejection; its answer (go-zero's "service overloaded", then the bound and its
+    /// figures), counted under its reason.
     #[cold]
-    fn rejected(
-        &self,
-        limit: &ConcurrencyLimit,
-        tier: Tier,
-        method: &str,
-        reason: RejectReason,
-    ) -> Admission {
-        let (reason, log) = match reason {
+    fn rejected(&self, tier: Tier, method: &str, rejected: &Rejected) -> Admission {
+        let (reason, log) = match rejected.reason() {
             RejectReason::Tier => (DropReason::Tier, &self.tier_log),
             _ => (DropReason::Limit, &self.limit_log),
         };
-        let answer = Admission::reject(
-            Rejection::of(code::RESOURCE_EXHAUSTED, OVERLOADED_MESSAGE).dropped(reason.label()),
-        );
-        let Some(dropped) = log.due() else {
-            return answer;
-        };
-        let s = limit.stats();
-        let (limit, inflight) = (s.limit, s.inflight);
-        match reason {
-            DropReason::Tier => tracing::warn!(
+        let message = rejected.to_string();
+        if let Some(dropped) = log.due() {
+            let (limit, inflight) = (rejected.limit(), rejected.inflight());
+            tracing::warn!(
                 target: "zrpc::limit",
                 method,
                 %tier,
                 limit,
                 inflight,
                 dropped,
-                "[RPC] dropped, service overloaded: the {tier} tier's share of the concurrency \
-                 limit is in use ({inflight} calls in flight, limit {limit}; {dropped} such \
-                 drops in the last second)"
-            ),
-            _ => tracing::warn!(
-                target: "zrpc::limit",
-                method,
-                %tier,
-                limit,
-                inflight,
-                dropped,
-                "[RPC] dropped, service overloaded: the concurrency limit is reached \
-                 ({inflight} calls in flight, limit {limit}; {dropped} such drops in the last \
-                 second)"
-            ),
+                "[RPC] dropped, {message} ({dropped} such drops in the last second)"
+            );
         }
-        answer
+        Admission::reject(Rejection::of(code::RESOURCE_EXHAUSTED, message).dropped(reason.label()))
     }
 
     /// The limit of `path` (per method), made on its first call.

@@ -98,18 +98,34 @@ async fn tiers_are_admitted_up_to_their_share_and_rejections_say_why() {
     let a = call("/l.T/M", None);
     let b = call("/l.T/M", Some("urgent"));
     tokio::task::yield_now().await;
-    let shed = (
-        Some(code::RESOURCE_EXHAUSTED),
-        Some("service overloaded".to_owned()),
+    // go-zero's words, then the bound that refused the call and its figures.
+    let shed = |message: &str| (Some(code::RESOURCE_EXHAUSTED), Some(message.to_owned()));
+    assert_eq!(
+        call("/l.T/M", Some("default")).await.unwrap(),
+        shed(
+            "service overloaded: the default tier's share of the concurrency limit is in use \
+             (2 in flight, share 2 of limit 3)"
+        )
     );
-    assert_eq!(call("/l.T/M", Some("default")).await.unwrap(), shed);
-    assert_eq!(call("/l.T/M", Some("sheddable")).await.unwrap(), shed);
+    assert_eq!(
+        call("/l.T/M", Some("sheddable")).await.unwrap(),
+        shed(
+            "service overloaded: the sheddable tier's share of the concurrency limit is in use \
+             (2 in flight, share 1 of limit 3)"
+        )
+    );
     assert_eq!(dropped("/l.T/M", "tier"), 2);
     // Critical calls are counted against the whole limit by themselves: three are admitted
     // beside the default tier's two, the next one finds the limit reached.
     let critical: Vec<_> = (0..3).map(|_| call("/l.T/M", Some("CRITICAL"))).collect();
     tokio::task::yield_now().await;
-    assert_eq!(call("/l.T/M", Some("critical")).await.unwrap(), shed);
+    assert_eq!(
+        call("/l.T/M", Some("critical")).await.unwrap(),
+        shed(
+            "service overloaded: concurrency limit 3 reached by critical calls (3 critical in \
+             flight)"
+        )
+    );
     assert_eq!(dropped("/l.T/M", "limit"), 1);
     // Streams and health are never limited.
     let stream = call("/l.T/Stream", None);
@@ -125,7 +141,7 @@ async fn tiers_are_admitted_up_to_their_share_and_rejections_say_why() {
     assert_eq!(out.matches("tier's share").count(), 1, "{out}");
     assert!(out.contains("the default tier's share"), "{out}");
     assert!(
-        out.contains("the concurrency limit is reached (5 calls in flight, limit 3"),
+        out.contains("concurrency limit 3 reached by critical calls (3 critical in flight)"),
         "{out}"
     );
 }
@@ -136,11 +152,25 @@ fn drops_are_logged_at_most_once_per_second_per_reason() {
     let l = layer(false, config());
     let shared = l.shared().unwrap();
     let limit = &shared.limits()[0].1;
+    // The limit's own rejections: its first sample ends the measurement (limit 3), two
+    // default calls fill their tier's share, three critical ones the limit.
+    let now = Instant::now();
+    limit.acquire(Tier::Default, now).unwrap().sample(now);
+    let mut held: Vec<_> = (0..2)
+        .map(|_| limit.acquire(Tier::Default, now).unwrap())
+        .collect();
+    let tier = limit.acquire(Tier::Default, now).unwrap_err();
+    held.extend((0..3).map(|_| limit.acquire(Tier::Critical, now).unwrap()));
+    let full = limit.acquire(Tier::Critical, now).unwrap_err();
+    assert_eq!(
+        (tier.reason(), full.reason()),
+        (RejectReason::Tier, RejectReason::Limit)
+    );
     for _ in 0..50 {
         // Counted as the list counts a rejection.
         for a in [
-            shared.rejected(limit, Tier::Default, "/l.T/Log", RejectReason::Tier),
-            shared.rejected(limit, Tier::Critical, "/l.T/Log", RejectReason::Limit),
+            shared.rejected(Tier::Default, "/l.T/Log", &tier),
+            shared.rejected(Tier::Critical, "/l.T/Log", &full),
         ] {
             let crate::stage::Verdict::Reject(r) = a.0 else {
                 panic!("not a rejection")

@@ -1,7 +1,9 @@
 //! Shedding: CPU-adaptive load shedding (go-zero `serverinterceptors/sheddinginterceptor.go`).
 //!
 //! One [`AdaptiveShedder`] per server. A dropped call gets
-//! `ResourceExhausted "service overloaded"` and counts in
+//! `ResourceExhausted "service overloaded: ..."` (go-zero's words, then the CPU and the flight
+//! that shed it: `CPU 950 millicpu over threshold 900, 40 calls in flight over 32.0 (average
+//! 38.5)`) and counts in
 //! `rpc_server_dropped_total{reason="shedder"}`; drops are logged at most once
 //! per second (go-zero logs every one). An allowed call is reported as failed when its final
 //! code is `DeadlineExceeded`, else as passed (go-zero's rule). Known streaming methods and
@@ -24,7 +26,8 @@ use crate::call::Blame;
 use crate::layers::util::{DropLog, StreamingMethods, is_infra};
 use crate::metrics::DropReason;
 
-/// The message of a shedding rejection (go-zero's).
+/// The message of a shedding rejection (go-zero's), which the figures follow.
+#[cfg(test)]
 pub(crate) const OVERLOADED_MESSAGE: &str = "service overloaded";
 
 /// Settings of the shedding stage.
@@ -69,23 +72,25 @@ impl Shared {
         };
         match decision {
             Ok(promise) => Admission::built_in(SheddingRecord { promise }),
-            Err(_overloaded) => {
-                self.log_drop(path);
+            Err(overloaded) => {
+                // go-zero's words, then the CPU and the flight that shed the call.
+                let message = overloaded.to_string();
+                self.log_drop(path, &message);
                 Admission::reject(
-                    Rejection::of(code::RESOURCE_EXHAUSTED, OVERLOADED_MESSAGE)
+                    Rejection::of(code::RESOURCE_EXHAUSTED, message)
                         .dropped(DropReason::Shedder.label()),
                 )
             }
         }
     }
 
-    fn log_drop(&self, method: &str) {
+    fn log_drop(&self, method: &str, message: &str) {
         if let Some(dropped) = self.log.due() {
             tracing::warn!(
                 target: "zrpc::shedding",
                 method,
                 dropped,
-                "[RPC] dropped, service overloaded ({dropped} drops in the last second)"
+                "[RPC] dropped, {message} ({dropped} drops in the last second)"
             );
         }
     }
@@ -190,7 +195,7 @@ mod tests {
         }));
         let shared = layer.shared.unwrap();
         for _ in 0..50 {
-            shared.log_drop("/s.T/M");
+            shared.log_drop("/s.T/M", "service overloaded: CPU 1000 millicpu");
         }
         let out = logs.contents();
         assert_eq!(out.matches("service overloaded").count(), 1, "{out}");
@@ -235,7 +240,14 @@ mod tests {
         }
         let (code, msg) = tokio::spawn(call("/s.T/M")).await.unwrap();
         if code == Some(code::RESOURCE_EXHAUSTED) {
-            assert_eq!(msg.as_deref(), Some(OVERLOADED_MESSAGE));
+            // go-zero's words, then the CPU and the flight that shed the call.
+            let msg = msg.unwrap_or_default();
+            assert!(
+                msg.starts_with(&format!(
+                    "{OVERLOADED_MESSAGE}: CPU 1000 millicpu over threshold 900, 50 calls in flight over "
+                )),
+                "{msg}"
+            );
             shed += 1;
         }
         assert_eq!(shed, 1, "a hot, saturated server sheds");
