@@ -326,3 +326,34 @@ fn check_inflate(encoding: Encoding, payload: &[u8], out: &[u8], limit: usize) {
 
 #[cfg(not(feature = "gzip"))]
 fn check_inflate(_: Encoding, _: &[u8], _: &[u8], _: usize) {}
+
+/// Replays every input of the fuzz corpus of `target` (`fuzz/corpus/<target>/` of the repository
+/// holding the crate at `manifest_dir`) through `run`, failing on the first that panics: the
+/// corpus replay of each crate's `tests/fuzz_corpora.rs`. A packaged crate has no corpora: the
+/// replay then says so and passes.
+pub fn replay(manifest_dir: &str, target: &str, run: fn(&[u8])) {
+    let dir = std::path::Path::new(manifest_dir)
+        .join("../../fuzz/corpus")
+        .join(target);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        eprintln!(
+            "note: no fuzz corpus at {} (a packaged crate?): nothing replayed",
+            dir.display()
+        );
+        return;
+    };
+    let mut files: Vec<_> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "the corpus of {target} is empty");
+    for path in &files {
+        let data = std::fs::read(path)
+            .unwrap_or_else(|e| panic!("{}: cannot be read: {e}", path.display()));
+        let outcome = std::panic::catch_unwind(|| run(&data));
+        assert!(outcome.is_ok(), "{target}: {} fails", path.display());
+    }
+    eprintln!("{target}: {} inputs replayed", files.len());
+}

@@ -25,9 +25,9 @@ use tower_service::Service;
 use super::content_type::{is_grpc, malformed_timeout, unsupported};
 use super::streams::CountedBody;
 use crate::call::{Arrival, CallGuard};
-use crate::layers::util::GRPC_TIMEOUT;
 use crate::tls::allow::AllowList;
 use crate::tls::allow::denied;
+use zrpc_core::grpc::timeout::GRPC_TIMEOUT_HEADER as GRPC_TIMEOUT;
 
 /// What [`Front`] does, shared by every clone.
 #[derive(Debug)]
