@@ -91,9 +91,28 @@ async fn inspect_shows_a_client_with_a_slow_endpoint_and_a_server_whose_limit_re
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-
-    let json = inspect(vec!["inspect".into(), dev.clone(), "--json".into()]).await;
+    // Until the view shows what the load builds: calls refused by the limit, and the slow
+    // endpoint's latency score past its 200 ms (bounded; the assertions below say what failed).
+    let settled = |json: &str| {
+        let Ok(v) = serde_json::from_str::<Value>(json) else {
+            return false;
+        };
+        let drops = &v["server"]["drops"]["total"];
+        let refused = drops["tier"].as_u64().unwrap_or(0) + drops["limit"].as_u64().unwrap_or(0);
+        let slow = v["clients"].as_array().into_iter().flatten().any(|c| {
+            c["target"] == target.as_str()
+                && c["endpoints"].as_array().into_iter().flatten().any(|e| {
+                    e["addr"] == addrs[2].as_str() && e["ewma_ms"].as_f64().unwrap_or(0.0) >= 200.0
+                })
+        });
+        refused > 0 && slow
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let mut json = inspect(vec!["inspect".into(), dev.clone(), "--json".into()]).await;
+    while !settled(&json) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await; // poll interval of a bounded wait
+        json = inspect(vec!["inspect".into(), dev.clone(), "--json".into()]).await;
+    }
     let shown = inspect(vec!["inspect".into(), dev.clone()]).await;
     let watched = inspect(vec![
         "inspect".into(),

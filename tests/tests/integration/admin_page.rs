@@ -129,7 +129,29 @@ async fn the_admin_page_shows_the_live_endpoints_and_values_in_a_headless_browse
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // Until the view shows what the load builds: the slow endpoint's latency score past its
+    // 200 ms (bounded; the assertions on the page say what failed).
+    let slow = addrs[2].clone();
+    let shows_slow = |body: &str| {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(body) else {
+            return false;
+        };
+        v["clients"].as_array().into_iter().flatten().any(|c| {
+            c["endpoints"].as_array().into_iter().flatten().any(|e| {
+                e["addr"] == slow.as_str() && e["ewma_ms"].as_f64().unwrap_or(0.0) >= 200.0
+            })
+        })
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let (_, body) = zrpc_tests::greeter::http_get(dev, "/admin/state")
+            .await
+            .expect("the admin view");
+        if shows_slow(&body) || tokio::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await; // poll interval of a bounded wait
+    }
 
     let url = format!("http://{dev}/admin");
     let budget = format!("--virtual-time-budget={BUDGET_MS}");
