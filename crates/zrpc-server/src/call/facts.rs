@@ -258,8 +258,8 @@ where
 
 #[cfg(test)]
 pub(crate) mod nested {
-    //! The facts stage as a tower layer of its own, for the differential test and the unit
-    //! tests (the server's transport makes every call's facts as it arrives).
+    //! The facts stage as a tower layer of its own, for the unit tests (the server's transport
+    //! makes every call's facts as it arrives).
 
     use std::task::{Context, Poll};
 
