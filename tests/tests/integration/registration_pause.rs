@@ -136,14 +136,19 @@ async fn a_paused_server_gets_no_new_calls_stays_out_across_an_etcd_restart_and_
     assert!(seen_b, "B registers again after the restart");
     assert_eq!(a.handle.registration(), RegistrationState::Paused);
 
-    // Resume: A's key is back and calls reach it within about a second.
+    // Resume: A's key is back and calls reach it within a second.
     let resumed_from = a.greeter.started();
     a.handle.resume_registration();
+    let resumed_at = Instant::now();
     assert!(
-        soon(Duration::from_secs(3), || a.greeter.started()
+        soon(Duration::from_secs(1), || a.greeter.started()
             > resumed_from)
         .await,
-        "A gets calls again after resume"
+        "A gets calls again within 1 s of the resume"
+    );
+    println!(
+        "zrpc client: calls back {:?} after resume",
+        resumed_at.elapsed()
     );
     let keys = keys_under(&mut kv, &key).await;
     assert!(keys.iter().any(|(_, v)| *v == a_value), "{keys:?}");
