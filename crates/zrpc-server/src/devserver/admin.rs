@@ -83,6 +83,13 @@ impl Admin {
         self
     }
 
+    /// Keeps a reading of the drop counters for the view's recent windows.
+    pub(crate) fn keep_reading(&self, now: std::time::Instant) {
+        if let Some(view) = &self.view {
+            view.keep_reading(now);
+        }
+    }
+
     /// `Ok` when `authorization` carries the token, or no token is set and `open` (reads are
     /// open without a token, writes are off).
     fn authorize(&self, authorization: Option<&[u8]>, open: bool) -> Result<(), Answer> {

@@ -5,10 +5,11 @@
 //! count of open connections (kept per connection, not per call), and the clients' snapshots
 //! (`zrpc_core::inspect`). No call does any work for the view.
 //!
-//! Drops over the last minute and ten minutes are the differences from the counters seen by
-//! earlier views: the view keeps a reading at most every 5 s for 11 minutes, so the windows
-//! need someone (the admin page, `zrpcctl inspect --watch`, a scraper) to look now and then;
-//! until a reading that old exists, a window says how many seconds it covers.
+//! Drops over the last minute and ten minutes are differences from earlier readings of the drop
+//! counters, which the DevServer takes every 5 s and keeps for 11 minutes (one counter family
+//! read, not per-call work). A window ends at the view and starts at the newest reading at
+//! least its length old; until the DevServer has run that long it starts at the first reading,
+//! and says how many seconds it covers.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -26,7 +27,7 @@ use crate::transport::connections::Connections;
 /// The client addresses shown, those with the most connections first.
 const MAX_PEERS: usize = 32;
 /// How often a reading of the drop counters is kept.
-const READING_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const READING_EVERY: Duration = Duration::from_secs(5);
 /// How long readings are kept.
 const READINGS_FOR: Duration = Duration::from_secs(11 * 60);
 
@@ -97,9 +98,10 @@ impl ServerView {
         })
     }
 
-    /// The drop counters: in all, by method and reason, and over the last minute and ten.
-    fn drops(&self, now: Instant) -> Value {
-        let (by_reason, by_method) = dropped();
+    /// Keeps a reading of the drop counters taken at `now` (the DevServer's timer calls this
+    /// every [`READING_EVERY`]), and forgets those older than the longest window needs.
+    pub(crate) fn keep_reading(&self, now: Instant) {
+        let (by_reason, _) = dropped();
         let mut readings = self.readings.lock();
         while readings
             .front()
@@ -107,36 +109,46 @@ impl ServerView {
         {
             readings.pop_front();
         }
-        let window = |span: Duration| {
-            // the newest reading at least `span` old, else the oldest there is
-            let base = readings
-                .iter()
-                .rev()
-                .find(|(t, _)| now.saturating_duration_since(*t) >= span)
-                .or_else(|| readings.front())?;
-            let delta: BTreeMap<&String, u64> = by_reason
-                .iter()
-                .map(|(r, n)| (r, n.saturating_sub(base.1.get(r).copied().unwrap_or(0))))
-                .collect();
-            Some(json!({
-                "seconds": now.saturating_duration_since(base.0).as_secs(),
-                "by_reason": delta,
-            }))
-        };
-        let view = json!({
-            "total": by_reason,
-            "last_1m": window(Duration::from_secs(60)),
-            "last_10m": window(Duration::from_secs(600)),
-            "by_method": by_method,
-        });
-        if readings
-            .back()
-            .is_none_or(|(t, _)| now.saturating_duration_since(*t) >= READING_EVERY)
-        {
-            readings.push_back((now, by_reason));
-        }
-        view
+        readings.push_back((now, by_reason));
     }
+
+    /// The drop counters: in all, by method and reason, and over the last minute and ten.
+    fn drops(&self, now: Instant) -> Value {
+        let (by_reason, by_method) = dropped();
+        let readings = self.readings.lock();
+        json!({
+            "total": by_reason,
+            "last_1m": window(&readings, &by_reason, now, Duration::from_secs(60)),
+            "last_10m": window(&readings, &by_reason, now, Duration::from_secs(600)),
+            "by_method": by_method,
+        })
+    }
+}
+
+/// The drops by reason from the newest reading at least `span` before `now` (else the oldest
+/// there is) to the counts `current`; `null` without a reading.
+fn window(
+    readings: &VecDeque<(Instant, BTreeMap<String, u64>)>,
+    current: &BTreeMap<String, u64>,
+    now: Instant,
+    span: Duration,
+) -> Value {
+    let Some((at, base)) = readings
+        .iter()
+        .rev()
+        .find(|(t, _)| now.saturating_duration_since(*t) >= span)
+        .or_else(|| readings.front())
+    else {
+        return Value::Null;
+    };
+    let delta: BTreeMap<&String, u64> = current
+        .iter()
+        .map(|(r, n)| (r, n.saturating_sub(base.get(r).copied().unwrap_or(0))))
+        .collect();
+    json!({
+        "seconds": now.saturating_duration_since(*at).as_secs(),
+        "by_reason": delta,
+    })
 }
 
 /// Each limit (`*` for the server's, else per method).
@@ -249,4 +261,48 @@ pub(crate) fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(limit: u64, breaker: u64) -> BTreeMap<String, u64> {
+        BTreeMap::from([("limit".into(), limit), ("breaker".into(), breaker)])
+    }
+
+    /// Each window starts at the newest reading at least its length old, or at the first one
+    /// while the readings are younger, and says how long it covers.
+    #[test]
+    fn the_recent_windows_count_from_the_right_reading() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let none = VecDeque::new();
+        assert!(window(&none, &counts(1, 0), t0, Duration::from_secs(60)).is_null());
+
+        let readings: VecDeque<_> = [(at(0), counts(0, 0)), (at(5), counts(2, 1))]
+            .into_iter()
+            .collect();
+        // younger than a minute: from the first reading, covering 30 s
+        let w = window(&readings, &counts(7, 1), at(30), Duration::from_secs(60));
+        assert_eq!(w["seconds"], 30);
+        assert_eq!(
+            (
+                w["by_reason"]["limit"].as_u64(),
+                w["by_reason"]["breaker"].as_u64()
+            ),
+            (Some(7), Some(1))
+        );
+
+        let readings: VecDeque<_> = (0..=120).map(|i| (at(i * 5), counts(i * 10, i))).collect();
+        // at 605 s: the last minute starts at 545 s (reading 109), ten minutes at 5 s (reading 1)
+        let now = at(605);
+        let current = counts(1210, 121);
+        let m = window(&readings, &current, now, Duration::from_secs(60));
+        assert_eq!(m["seconds"], 60);
+        assert_eq!(m["by_reason"]["limit"], 1210 - 1090);
+        let ten = window(&readings, &current, now, Duration::from_secs(600));
+        assert_eq!(ten["seconds"], 600);
+        assert_eq!(ten["by_reason"]["breaker"], 121 - 1);
+    }
 }
