@@ -199,6 +199,7 @@ async fn etcd_cluster_rides_through_member_crashes_and_quorum_loss() {
                         _ => st.checks_unreadable += 1,
                     }
                 }
+                // the checker's period (a sampling loop, not a wait)
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         })
@@ -206,6 +207,7 @@ async fn etcd_cluster_rides_through_member_crashes_and_quorum_loss() {
     let reloads = || etcd_resolver::reloads(&etcd_conf).unwrap_or(0);
     let mut reloads_at = vec![reloads()];
     let t0 = Instant::now();
+    // A phase of the scenario: 2 s of steady load before the first fault.
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     // 1. SIGKILL the leader; a new one is elected; it comes back
@@ -248,6 +250,7 @@ async fn etcd_cluster_rides_through_member_crashes_and_quorum_loss() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     drop((greeter, late));
+    // A phase of the scenario: the killed leader stays down 2 s under load.
     tokio::time::sleep(Duration::from_secs(2)).await;
     cluster.restart_member(leader).await;
 
@@ -260,6 +263,7 @@ async fn etcd_cluster_rides_through_member_crashes_and_quorum_loss() {
         .expect("a leader");
     let follower = (leader + 1) % 3;
     cluster.kill_member(follower);
+    // A phase of the scenario: the follower stays down 3 s under load.
     tokio::time::sleep(Duration::from_secs(3)).await;
     cluster.restart_member(follower).await;
 
@@ -273,6 +277,7 @@ async fn etcd_cluster_rides_through_member_crashes_and_quorum_loss() {
     let other = (leader + 1) % 3;
     cluster.kill_member(leader);
     cluster.kill_member(other);
+    // A phase of the scenario: 20 s without quorum (longer than a lease's TTL).
     tokio::time::sleep(Duration::from_secs(20)).await;
     phase.store(4, Ordering::Relaxed);
     reloads_at.push(reloads());
@@ -326,6 +331,7 @@ async fn etcd_cluster_rides_through_member_crashes_and_quorum_loss() {
         .iter()
         .map(|log| log.lock().unwrap().iter().filter(|e| !e.1).count() - 1)
         .collect();
+    // A phase of the scenario: 3 s of load after the heal, counted with the rest.
     tokio::time::sleep(Duration::from_secs(3)).await;
     reloads_at.push(reloads());
 

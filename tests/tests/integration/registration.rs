@@ -187,6 +187,7 @@ async fn ten_etcd_kill_restart_cycles_leave_exactly_one_key() {
     for cycle in 0..10 {
         etcd.kill();
         not_registered(&p, Duration::from_secs(5)).await;
+        // etcd stays down a little after the publisher saw it go (an outage of some length)
         tokio::time::sleep(Duration::from_millis(200)).await;
         let ready = etcd.restart().await;
         let (full, _, _) = registered(&p, Duration::from_secs(2)).await;
@@ -229,6 +230,7 @@ async fn etcd_down_longer_than_ttl_key_back_within_2s() {
     let p = Publisher::spawn(conf(&etcd, &key), value.clone());
     let (_, lease, _) = registered(&p, Duration::from_secs(5)).await;
     etcd.kill();
+    // The clock itself: etcd stays down past the lease's TTL, so the lease has expired.
     tokio::time::sleep(Duration::from_secs(TIME_TO_LIVE as u64 + 1)).await;
     let ready = etcd.restart().await;
     let (full, new_lease, _) = registered(&p, Duration::from_secs(2)).await;
@@ -534,6 +536,7 @@ mod server_level {
         assert_eq!(hello(&addr, "early").await.as_deref(), Ok("hello early"));
         let answered = t0.elapsed();
         assert!(answered < Duration::from_secs(1), "{answered:?}");
+        // etcd stays down past the publisher's first retry (1 s), so it registers from a retry
         tokio::time::sleep(Duration::from_millis(1200)).await;
         let ready = etcd.restart().await;
         let mut c = etcd.client().await;

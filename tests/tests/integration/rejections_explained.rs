@@ -70,6 +70,7 @@ async fn five_kinds_of_rejection_each_name_the_stage_and_its_figures() {
                 c.say_hello(hello("sleep:100")).await
             }));
         }
+        // load pacing: 5 new calls every 10 ms
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let mut shed = None;

@@ -283,6 +283,7 @@ async fn redis_tokens_are_cached_and_concurrent_misses_share_one_hget() {
         ok(),
         "cached"
     );
+    // The clock itself: past the cache's TTL, the next call reads Redis again.
     tokio::time::sleep(ttl + Duration::from_millis(100)).await;
     assert_eq!(
         call(&mut c, Some("billing"), Some("new")).await,

@@ -35,6 +35,7 @@ async fn server_sheds_when_cpu_is_hot() {
                 .await
             }));
         }
+        // load pacing: 10 new calls every 10 ms
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let (mut ok, mut shed, mut breaker) = (0, 0, 0);
@@ -64,6 +65,7 @@ async fn server_sheds_when_cpu_is_hot() {
 
     // Cool CPU, nothing in flight: no shedding.
     cpu.set(0);
+    // The clock itself: past the shedder's 1 s cool-off after its last drop.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let mut c = client.clone();
     for _ in 0..20 {

@@ -451,6 +451,7 @@ async fn connections_get_goaway_at_max_connection_age() {
             .say_hello(HelloRequest { name: "x".into() })
             .await
             .expect("served across connection ages");
+        // The clock itself: the calls are spread over the connection's age limits.
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     server.shutdown().await.unwrap();
@@ -776,6 +777,7 @@ async fn accept_errors_back_off_under_fd_exhaustion() {
         }
     }
     let connected = (held.len(), connecting.elapsed());
+    // The server's CPU is measured over a 3 s window, after 0.5 s for the last accepts to settle.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let window = Duration::from_secs(3);
     let before = cpu_ticks(pid);

@@ -402,6 +402,7 @@ async fn parity_shedding_status_is_resource_exhausted_service_overloaded() {
                 async move { say_hello(&mut c, "sleep:100").await },
             ));
         }
+        // load pacing: 10 new calls every 10 ms
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let mut tally: BTreeMap<(String, String), u64> = BTreeMap::new();
