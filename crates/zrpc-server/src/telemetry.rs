@@ -1,7 +1,8 @@
 //! Logging and OpenTelemetry set-up (go-zero `ServiceConf.SetUp`: logx + trace agent).
 //!
 //! [`init`] installs a global `tracing` subscriber and, when `Telemetry.Endpoint` is set and
-//! `Telemetry.Disabled` is false, an OTLP/gRPC span exporter with go-zero's sampler
+//! `Telemetry.Disabled` is false, a span exporter for `Telemetry.Batcher` as go-zero has them
+//! (`otlpgrpc`, `otlphttp`, `zipkin`, `file`: see [`tracer_provider`]) with go-zero's sampler
 //! (`ParentBased(TraceIdRatioBased(Sampler))`), `service.name` and `OtlpHeaders`. Without an
 //! endpoint no call gets a span (formatting its fields for no reader cost a JSON-logging
 //! service about a quarter of each call's instructions); the caller's trace id still reaches
@@ -32,11 +33,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 #[cfg(feature = "otel")]
+mod export;
+#[cfg(feature = "otel")]
+mod file;
+#[cfg(feature = "otel")]
+mod zipkin;
+
+#[cfg(feature = "otel")]
 use opentelemetry::trace::TracerProvider as _;
 #[cfg(feature = "otel")]
-use opentelemetry_sdk::Resource;
-#[cfg(feature = "otel")]
-use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Subscriber};
@@ -166,46 +172,20 @@ fn exports_spans(conf: &RpcServerConf) -> bool {
     cfg!(feature = "otel") && exporting(conf).is_some()
 }
 
-/// The OTLP/gRPC tracer provider of `conf` (`None` when `Telemetry.Endpoint` is empty or
-/// `Telemetry.Disabled`). Build it inside a Tokio runtime (the exporter uses tonic).
-/// A loaded config refuses `Telemetry.Batcher` `zipkin` or `file` with an `Endpoint` (OTLP/gRPC
-/// cannot reach either); `otlphttp` is reported by [`RpcServerConf::ignored_keys`], and any
-/// batcher exports with OTLP/gRPC here.
+/// The tracer provider of `conf`, exporting with its `Telemetry.Batcher` (`otlpgrpc`,
+/// `otlphttp`, `zipkin` or `file`) to `Telemetry.Endpoint`; `None` when the endpoint is empty or
+/// `Telemetry.Disabled`. Build it inside a Tokio runtime: the exporters send from it.
 ///
 /// # Errors
 ///
-/// [`Error::Telemetry`] when the exporter cannot be built or `OtlpHeaders` is not valid metadata.
+/// [`Error::Telemetry`] when the exporter cannot be built (a `file` that cannot be opened, for
+/// one) or `OtlpHeaders` is not valid metadata.
 #[cfg(feature = "otel")]
 pub fn tracer_provider(conf: &RpcServerConf) -> Result<Option<SdkTracerProvider>, Error> {
     let Some(t) = exporting(conf) else {
         return Ok(None);
     };
-    let endpoint = if t.endpoint.contains("://") {
-        t.endpoint.clone()
-    } else {
-        format!("http://{}", t.endpoint)
-    };
-    let metadata = t.metadata().map_err(|e| Error::Telemetry(e.to_string()))?;
-    use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_tonic()
-        .with_endpoint(endpoint)
-        .with_metadata(metadata)
-        .build()
-        .map_err(|e| Error::Telemetry(e.to_string()))?;
-    Ok(Some(
-        SdkTracerProvider::builder()
-            .with_batch_exporter(exporter)
-            .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
-                t.sampler,
-            ))))
-            .with_resource(
-                Resource::builder()
-                    .with_service_name(conf.telemetry_name().to_owned())
-                    .build(),
-            )
-            .build(),
-    ))
+    export::provider(t, conf.telemetry_name()).map(Some)
 }
 
 /// The directory of the `file` / `volume` log files: `Path`, or `Path/<ServiceName>/<hostname>`
@@ -434,7 +414,16 @@ fn init_otel(
     let _ = tracing_subscriber::registry()
         .with(filter)
         .with(fmt)
-        .with(tracing_opentelemetry::layer().with_tracer(tracer))
+        .with(
+            // go-zero's spans carry the RPC's attributes only: not the code location, thread,
+            // target and busy/idle times tracing-opentelemetry adds by default (work per span)
+            tracing_opentelemetry::layer()
+                .with_tracer(tracer)
+                .with_location(false)
+                .with_threads(false)
+                .with_target(false)
+                .with_tracked_inactivity(false),
+        )
         .try_init();
     Ok(TelemetryGuard {
         provider: Some(provider),

@@ -1,6 +1,8 @@
 //! One trace across Go and Rust: a go-zero v1.10.3 client calls a zrpc service (a process of its
 //! own, `zrpc_relay`), whose handler calls a go-zero server with zrpc's client; all three export
-//! their spans with OTLP/gRPC to one collector that the test runs (`zrpc_tests::otlp`).
+//! their spans to one collector that the test runs (`zrpc_tests::otlp`), with each of go-zero's
+//! batchers in turn: OTLP/gRPC, OTLP/HTTP, Zipkin, and `file` (one span file per process, where
+//! zrpc's lines must also have the shape of go-zero's).
 //!
 //! - With `Telemetry` on the zrpc service: four spans, one trace id, each span's parent the one
 //!   before it (go-zero client -> zrpc server -> zrpc client -> go-zero server).
@@ -18,16 +20,70 @@ use std::time::Duration;
 
 use zrpc_tests::gozero::{GzClient, GzServer, Programs, ServerYaml, free_port, wait_tcp};
 use zrpc_tests::gozero_or_skip;
-use zrpc_tests::otlp::{Collector, SpanRecord};
+use zrpc_tests::otlp::{Collector, SpanRecord, file_spans};
 
 const SERVER: i32 = 2;
 const CLIENT: i32 = 3;
 
-fn telemetry(name: &str, collector: &Collector) -> String {
-    format!(
-        "Telemetry:\n  Name: {name}\n  Endpoint: {}\n  Sampler: 1.0\n  Batcher: otlpgrpc\n",
-        collector.addr
-    )
+/// How every process of the chain exports its spans: go-zero's `Telemetry.Batcher` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Batcher {
+    OtlpGrpc,
+    OtlpHttp,
+    Zipkin,
+    File,
+}
+
+/// Where the spans go: the collector, or a directory of span files (one per process).
+struct Sink {
+    batcher: Batcher,
+    collector: Collector,
+    files: tempfile::TempDir,
+}
+
+impl Sink {
+    async fn start(batcher: Batcher) -> Sink {
+        Sink {
+            batcher,
+            collector: Collector::start().await,
+            files: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// The `Telemetry` block of the process `name`.
+    fn telemetry(&self, name: &str) -> String {
+        let (batcher, endpoint) = match self.batcher {
+            Batcher::OtlpGrpc => ("otlpgrpc", self.collector.addr.to_string()),
+            Batcher::OtlpHttp => ("otlphttp", self.collector.http_addr.to_string()),
+            Batcher::Zipkin => (
+                "zipkin",
+                format!("http://{}/api/v2/spans", self.collector.http_addr),
+            ),
+            Batcher::File => ("file", self.file(name).display().to_string()),
+        };
+        format!(
+            "Telemetry:\n  Name: {name}\n  Endpoint: {endpoint}\n  Sampler: 1.0\n  Batcher: {batcher}\n"
+        )
+    }
+
+    fn file(&self, name: &str) -> std::path::PathBuf {
+        self.files.path().join(format!("{name}.json"))
+    }
+
+    /// The spans of every process, once `want` arrived (or 20 s passed).
+    async fn spans(&self, want: usize) -> Vec<SpanRecord> {
+        if self.batcher != Batcher::File {
+            self.collector
+                .wait_for(Duration::from_secs(20), |s| s.len() >= want)
+                .await;
+            return self.collector.spans();
+        }
+        // the processes have exited, their files flushed
+        ["gz-client", "relay.rpc", "gz-server"]
+            .iter()
+            .flat_map(|name| file_spans(&self.file(name)).0)
+            .collect()
+    }
 }
 
 /// The relay process; SIGTERM on drop (it drains and flushes its spans).
@@ -112,8 +168,7 @@ struct Chain {
     relay_log: Vec<String>,
 }
 
-async fn run_chain(p: &Programs, zrpc_telemetry: bool) -> Chain {
-    let collector = Collector::start().await;
+async fn run_chain(p: &Programs, zrpc_telemetry: bool, sink: &Sink) -> Chain {
     let gz_yaml = ServerYaml {
         name: "gz-server".into(),
         port: free_port(),
@@ -121,17 +176,17 @@ async fn run_chain(p: &Programs, zrpc_telemetry: bool) -> Chain {
         etcd: None,
         timeout: None,
         cpu_threshold: 0,
-        extra: telemetry("gz-server", &collector),
+        extra: sink.telemetry("gz-server"),
     };
     let gz = GzServer::start(p, &gz_yaml, &[]).await;
     let mut relay = Relay::start(
         &gz.addr,
-        zrpc_telemetry.then(|| telemetry("relay.rpc", &collector)),
+        zrpc_telemetry.then(|| sink.telemetry("relay.rpc")),
     )
     .await;
     let client_yaml = format!(
         "Name: gz-client\nLog:\n  Mode: console\n  Level: error\n{}Greeter:\n  Endpoints:\n  - {}\n",
-        telemetry("gz-client", &collector),
+        sink.telemetry("gz-client"),
         relay.addr
     );
     let run = GzClient::with_yaml(p, client_yaml)
@@ -146,11 +201,8 @@ async fn run_chain(p: &Programs, zrpc_telemetry: bool) -> Chain {
     let relay_log = relay.stop().await;
     let _ = gz.stop().await;
     let want = if zrpc_telemetry { 4 } else { 2 };
-    collector
-        .wait_for(Duration::from_secs(20), |s| s.len() >= want)
-        .await;
     Chain {
-        spans: collector.spans(),
+        spans: sink.spans(want).await,
         meta,
         relay_log,
     }
@@ -234,12 +286,12 @@ fn check_common(chain: &Chain) -> &SpanRecord {
     root
 }
 
-#[tokio::test]
-async fn one_trace_across_go_and_rust_with_telemetry_on_the_zrpc_service() {
-    let p = gozero_or_skip!();
-    let chain = run_chain(p, true).await;
+/// The four spans of a chain whose every process exports with `batcher`.
+async fn one_trace_with_telemetry_on_the_zrpc_service(p: &Programs, batcher: Batcher) -> Sink {
+    let sink = Sink::start(batcher).await;
+    let chain = run_chain(p, true, &sink).await;
     print(
-        "go-zero client -> zrpc (Telemetry) -> go-zero server",
+        &format!("go-zero client -> zrpc (Telemetry) -> go-zero server, {batcher:?}"),
         &chain,
     );
     let root = check_common(&chain);
@@ -256,21 +308,75 @@ async fn one_trace_across_go_and_rust_with_telemetry_on_the_zrpc_service() {
     assert_eq!(relay_server.parent, root.span_id);
     assert_eq!(relay_client.parent, relay_server.span_id);
     assert_eq!(gz_server.parent, relay_client.span_id);
+    sink
 }
 
 #[tokio::test]
-async fn one_trace_across_go_and_rust_without_telemetry_on_the_zrpc_service() {
+async fn one_trace_across_go_and_rust_with_telemetry_on_the_zrpc_service() {
     let p = gozero_or_skip!();
-    let chain = run_chain(p, false).await;
-    print(
-        "go-zero client -> zrpc (no Telemetry) -> go-zero server",
-        &chain,
-    );
-    let root = check_common(&chain);
-    assert_eq!(chain.spans.len(), 2, "{:#?}", chain.spans);
-    let gz_server = one(&chain.spans, "gz-server", SERVER);
+    one_trace_with_telemetry_on_the_zrpc_service(p, Batcher::OtlpGrpc).await;
+}
+
+#[tokio::test]
+async fn one_trace_across_go_and_rust_over_otlp_http() {
+    let p = gozero_or_skip!();
+    one_trace_with_telemetry_on_the_zrpc_service(p, Batcher::OtlpHttp).await;
+}
+
+#[tokio::test]
+async fn one_trace_across_go_and_rust_over_zipkin() {
+    let p = gozero_or_skip!();
+    one_trace_with_telemetry_on_the_zrpc_service(p, Batcher::Zipkin).await;
+}
+
+/// The `file` batcher: one trace across the three span files, and zrpc's lines in the shape of
+/// go-zero's (the same keys at every level, and attributes typed as Go types them).
+#[tokio::test]
+async fn one_trace_across_go_and_rust_in_span_files_of_go_zeros_shape() {
+    let p = gozero_or_skip!();
+    let sink = one_trace_with_telemetry_on_the_zrpc_service(p, Batcher::File).await;
+    let server_line = |name: &str| {
+        let (_, lines) = file_spans(&sink.file(name));
+        lines
+            .into_iter()
+            .find(|l| l["SpanKind"] == SERVER)
+            .unwrap_or_else(|| panic!("no server span in {name}'s file"))
+    };
+    let (go, rust) = (&server_line("gz-server"), &server_line("relay.rpc"));
+    println!("go-zero's line: {go}\nzrpc's line:    {rust}");
+    assert_eq!(shape(go), shape(rust), "go-zero: {go}\nzrpc: {rust}");
+    // the same first attributes, typed alike
+    let first = |v: &serde_json::Value| v["Attributes"][0].clone();
+    assert_eq!(first(go)["Key"], "rpc.system");
+    assert_eq!(first(rust), first(go));
+    let status_code = |v: &serde_json::Value| {
+        v["Attributes"]
+            .as_array()
+            .and_then(|a| a.iter().find(|a| a["Key"] == "rpc.grpc.status_code"))
+            .map(|a| a["Value"].clone())
+    };
     assert_eq!(
-        gz_server.parent, root.span_id,
-        "passed through the zrpc service unchanged"
+        status_code(rust),
+        status_code(go),
+        "the status code attribute, typed as go-zero's"
     );
+    assert_eq!(
+        rust["Parent"]["Remote"], true,
+        "the caller's context came over the wire"
+    );
+    assert_eq!(rust["Status"]["Code"], "Unset");
+}
+
+/// The keys of a JSON object, recursively; a list (or Go's `null` for an empty one) and a
+/// scalar each stand for their kind.
+fn shape(v: &serde_json::Value) -> serde_json::Value {
+    match v {
+        serde_json::Value::Object(m) => serde_json::Value::Array(
+            m.iter()
+                .map(|(k, v)| serde_json::json!([k, shape(v)]))
+                .collect(),
+        ),
+        serde_json::Value::Array(_) | serde_json::Value::Null => "list".into(),
+        _ => "scalar".into(),
+    }
 }

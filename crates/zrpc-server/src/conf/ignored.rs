@@ -72,20 +72,17 @@ impl RpcServerConf {
             .as_ref()
             .filter(|t| !t.endpoint.is_empty() && !t.disabled)
         {
+            // as in go-zero, the OTLP/HTTP keys mean nothing to the other batchers
+            let other = t.batcher != "otlphttp";
             push(
-                t.batcher != "otlpgrpc",
-                "Telemetry.Batcher",
-                "only otlpgrpc is implemented; spans are exported with OTLP/gRPC to Telemetry.Endpoint",
-            );
-            push(
-                !t.otlp_http_path.is_empty(),
+                other && !t.otlp_http_path.is_empty(),
                 "Telemetry.OtlpHttpPath",
-                "used only by the otlphttp batcher, which is not implemented",
+                "used only by the otlphttp batcher",
             );
             push(
-                t.otlp_http_secure,
+                other && t.otlp_http_secure,
                 "Telemetry.OtlpHttpSecure",
-                "used only by the otlphttp batcher, which is not implemented",
+                "used only by the otlphttp batcher",
             );
         }
         log_keys(&self.log, &mut push);

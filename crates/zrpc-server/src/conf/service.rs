@@ -249,30 +249,47 @@ impl Validate for TelemetryConf {
 }
 
 impl TelemetryConf {
-    /// zrpc exports spans only with OTLP/gRPC. A `zipkin` or `file` batcher with an `Endpoint`
-    /// names a Zipkin URL or a file path, which OTLP/gRPC can never reach, so the combination is
-    /// an error rather than a warning followed by export failures. (`otlphttp` stays a warning
-    /// from [`RpcServerConf::ignored_keys`](super::RpcServerConf::ignored_keys): collectors
-    /// commonly take OTLP/gRPC on the same host.)
+    /// What each batcher's `Endpoint` must be, as go-zero reads it: `otlpgrpc` and `otlphttp` a
+    /// `host:port` (a leading `http://` is accepted), `zipkin` the collector's `http://` URL,
+    /// `file` a path. zrpc's HTTP exporters speak plain HTTP only, so `https` is refused here
+    /// rather than failing at every export.
     fn exportable(&self) -> Result<(), ConfError> {
         if self.endpoint.is_empty() || self.disabled {
             return Ok(());
         }
-        let why = match self.batcher.as_str() {
-            "zipkin" => "a Zipkin endpoint does not accept",
-            "file" => "does not write to a file",
-            _ => return Ok(()),
+        let https = |key: &str, what: &str| {
+            ConfError::invalid(
+                key.to_owned(),
+                format!(
+                    "{what}: zrpc exports over plain HTTP only; send to a collector or agent \
+                     that takes plain HTTP (usually one on the same host), or use `Batcher: \
+                     otlpgrpc`"
+                ),
+            )
         };
-        Err(ConfError::invalid(
-            "Telemetry.Batcher",
-            format!(
-                "batcher {:?} is not supported (Endpoint {:?}): zrpc exports spans only with \
-                 OTLP/gRPC, which {why}; set `Batcher: otlpgrpc` with the endpoint of an OTLP \
-                 collector (e.g. otel-collector:4317), or remove `Telemetry.Endpoint` to export \
-                 nothing",
-                self.batcher, self.endpoint
-            ),
-        ))
+        match self.batcher.as_str() {
+            "otlphttp" if self.otlp_http_secure => Err(https(
+                "Telemetry.OtlpHttpSecure",
+                "true asks for HTTPS to the OTLP/HTTP endpoint",
+            )),
+            "otlphttp" if self.endpoint.starts_with("https://") => Err(https(
+                "Telemetry.Endpoint",
+                &format!("{:?} is an HTTPS endpoint", self.endpoint),
+            )),
+            "zipkin" if self.endpoint.starts_with("https://") => Err(https(
+                "Telemetry.Endpoint",
+                &format!("{:?} is an HTTPS endpoint", self.endpoint),
+            )),
+            "zipkin" if !self.endpoint.starts_with("http://") => Err(ConfError::invalid(
+                "Telemetry.Endpoint",
+                format!(
+                    "{:?} is not a URL: the zipkin batcher takes the collector's URL, e.g. \
+                     http://zipkin:9411/api/v2/spans",
+                    self.endpoint
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// `OtlpHeaders` as gRPC metadata for the OTLP/gRPC exporter.
@@ -420,26 +437,28 @@ mod tests {
         from_str_with_env(&text, Format::Yaml, "greet.yaml", |_| None)
     }
 
+    #[cfg(feature = "otel")]
     #[test]
-    fn a_zipkin_or_file_batcher_with_an_endpoint_is_an_error() {
-        let e = load("{Endpoint: http://zipkin:9411/api/v2/spans, Batcher: zipkin}").unwrap_err();
-        assert_eq!(e.path(), Some("Telemetry.Batcher"));
+    fn each_batcher_takes_its_kind_of_endpoint() {
+        load("{Endpoint: http://zipkin:9411/api/v2/spans, Batcher: zipkin}").unwrap();
+        load("{Endpoint: /var/log/trace.log, Batcher: file}").unwrap();
+        load("{Endpoint: otel:4318, Batcher: otlphttp, OtlpHttpPath: /v1/traces}").unwrap();
+        load("{Endpoint: http://otel:4318, Batcher: otlphttp}").unwrap();
+
+        let e = load("{Endpoint: zipkin:9411, Batcher: zipkin}").unwrap_err();
+        assert_eq!(e.path(), Some("Telemetry.Endpoint"));
         assert_eq!(
             e.to_string(),
-            "config file greet.yaml: `Telemetry.Batcher`: batcher \"zipkin\" is not supported \
-             (Endpoint \"http://zipkin:9411/api/v2/spans\"): zrpc exports spans only with \
-             OTLP/gRPC, which a Zipkin endpoint does not accept; set `Batcher: otlpgrpc` with the \
-             endpoint of an OTLP collector (e.g. otel-collector:4317), or remove \
-             `Telemetry.Endpoint` to export nothing"
+            "config file greet.yaml: `Telemetry.Endpoint`: \"zipkin:9411\" is not a URL: the \
+             zipkin batcher takes the collector's URL, e.g. http://zipkin:9411/api/v2/spans"
         );
-        let e = load("{Endpoint: /var/log/trace.log, Batcher: file}")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("batcher \"file\" is not supported")
-                && e.contains("does not write to a file"),
-            "{e}"
-        );
+        let e = load("{Endpoint: otel:4318, Batcher: otlphttp, OtlpHttpSecure: true}").unwrap_err();
+        assert_eq!(e.path(), Some("Telemetry.OtlpHttpSecure"));
+        assert!(e.to_string().contains("plain HTTP only"), "{e}");
+        let e = load("{Endpoint: https://zipkin/api/v2/spans, Batcher: zipkin}").unwrap_err();
+        assert_eq!(e.path(), Some("Telemetry.Endpoint"));
+        // nothing is exported: nothing to check
+        load("{Endpoint: https://z, Batcher: zipkin, Disabled: true}").unwrap();
     }
 
     #[cfg(feature = "otel")]
@@ -449,14 +468,7 @@ mod tests {
         load("{Batcher: zipkin}").unwrap();
         load("{Endpoint: http://zipkin:9411, Batcher: zipkin, Disabled: true}").unwrap();
         load("{Endpoint: otel:4317, Batcher: otlpgrpc}").unwrap();
-        // otlphttp stays a warning (RpcServerConf::ignored_keys)
         let c = load("{Endpoint: otel:4318, Batcher: otlphttp}").unwrap();
-        assert!(
-            c.ignored_keys()
-                .iter()
-                .any(|k| k.key == "Telemetry.Batcher"),
-            "{:?}",
-            c.ignored_keys()
-        );
+        assert!(c.ignored_keys().is_empty(), "{:?}", c.ignored_keys());
     }
 }
