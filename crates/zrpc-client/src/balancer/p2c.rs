@@ -27,7 +27,8 @@
 //!   flight and its last answer is older than its probe interval, `max(1 s, 30 x its latency)`,
 //!   doubling with each probe while it keeps losing, at most [`PROBE_MAX`]; winning a pair on its
 //!   load resets the interval. The probe's answer replaces the stale latency (fresh, not averaged
-//!   with a minute-old sample), so a healed endpoint is back at once;
+//!   with a minute-old sample), so a healed endpoint is back at once; so does the answer to the
+//!   probe that follows a transport failure or a stall (see [`EndpointStats::on_done`]);
 //! - **ejection**: [`EJECT_AFTER`](super::EJECT_AFTER) consecutive failed calls (failure codes,
 //!   timeouts) eject an endpoint for 1 s doubling to 30 s, then one trial call at a time until one
 //!   succeeds; an ejected endpoint is used only when every other one is ejected or down (the whole

@@ -478,7 +478,8 @@ impl EndpointStats {
     /// `now` (ns). go-zero's `Done` math, with zrpc's fixes:
     ///
     /// ```text
-    /// w       = exp(-(now - last_done) / 10s)   (0 for the first sample: it replaces)
+    /// w       = exp(-(now - last_done) / 10s)   (0 for the first sample, a re-probe's and a
+    ///                                            probe's answer: they replace)
     /// lag     = lag * w + sample * (1 - w)       sample = now - start, but for a failure or a
     ///                                            cancellation max(sample, lag) (never "fast")
     /// success = success * w + (1000 | 0) * (1 - w)
@@ -506,10 +507,15 @@ impl EndpointStats {
         let prev = self
             .last_done
             .swap(now.saturating_add(1), Ordering::Relaxed);
-        // a v2 re-probe measures an endpoint whose stats are stale: its sample replaces them
+        // a v2 re-probe measures an endpoint whose stats are stale: its sample replaces them;
+        // so does a probe answered after a transport failure or a stall (the stats describe the
+        // failure: how long it took to detect, not how fast the endpoint answers), so a healed
+        // endpoint is back at once rather than after its failure's latency decays
         let reprobe =
             self.reprobe.load(Ordering::Relaxed) && self.reprobe.swap(false, Ordering::Relaxed);
-        let w = if empty || prev == 0 || reprobe {
+        let answered_probe =
+            !failure && code != code::CANCELLED && self.probing.load(Ordering::Relaxed);
+        let w = if empty || prev == 0 || reprobe || answered_probe {
             0.0
         } else {
             decay_weight(

@@ -84,12 +84,27 @@ impl Bench {
     /// The check is that C is not shut out (the bug would keep it out for good), so the wait
     /// is [`wait::LIMIT`] rather than a speed.
     pub(super) async fn c_gets_calls_again(&self) {
-        let (c, _) = self.c();
+        let (c, proxy) = self.c();
         let before = c.greeter.started();
-        let took = wait::until("5 calls to C after the heal", || {
-            c.greeter.started() > before + 5
+        let took = wait::within(wait::LIMIT, || {
+            std::future::ready(c.greeter.started() > before + 5)
         })
         .await;
+        let Some(took) = took else {
+            // what the client made of C, for the failure's cause
+            let proxied = proxy.endpoint();
+            let views: Vec<serde_json::Value> = zrpc_core::inspect::client_snapshots()
+                .into_iter()
+                .filter(|v| v.to_string().contains(&proxied))
+                .collect();
+            panic!(
+                "C ({proxied}) got {} calls within {:?} of the heal, not 5; the client's view: \
+                 {:#}",
+                c.greeter.started() - before,
+                wait::LIMIT,
+                serde_json::Value::Array(views)
+            );
+        };
         println!("  C got 5 calls {took:?} after the heal");
     }
 

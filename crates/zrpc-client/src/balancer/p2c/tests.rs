@@ -317,6 +317,31 @@ fn transport_failure_takes_an_endpoint_out_then_probes_it() {
     assert!(!s[1].is_down(402 * MS));
 }
 
+/// A healed endpoint is back at once: the answer to its probe replaces the latency and the
+/// success score left by the failure (whose 1.3 s measured how long the failure took to detect),
+/// rather than being averaged with them for tens of seconds, during which it would lose every
+/// pair and be re-probed only every 30 x its latency.
+#[test]
+fn a_probe_answered_after_a_transport_failure_replaces_the_stale_latency() {
+    let s = EndpointStats::new();
+    warm(&s, 1, 10 * MS);
+    s.on_pick();
+    s.on_transport_failure(100 * MS, 1_400 * MS);
+    assert!(
+        s.lag_nanos() > 100.0 * MS as f64,
+        "the failure's mark: {}",
+        s.lag_nanos()
+    );
+    assert!(s.success() < 1000.0);
+    assert!(s.is_probing());
+    // healed: the probe, 2 s later, answers in 1 ms
+    s.on_pick();
+    s.on_done(3_400 * MS, 3_401 * MS, code::OK);
+    assert_eq!(s.lag(), Some(Duration::from_millis(1)));
+    assert_eq!(s.success(), 1000.0);
+    assert!(!s.is_probing());
+}
+
 #[test]
 fn all_down_returns_the_first_to_recover() {
     let t0 = Instant::now();
