@@ -16,14 +16,6 @@ use crate::rpc::auth::{
     UserAddResponse, UserChangePasswordResponse, UserDeleteResponse, UserGetResponse,
     UserGrantRoleResponse, UserListResponse, UserRevokeRoleResponse,
 };
-use crate::rpc::cluster::{
-    ClusterClient, MemberAddOptions, MemberAddResponse, MemberListResponse, MemberPromoteResponse,
-    MemberRemoveResponse, MemberUpdateResponse,
-};
-use crate::rpc::election::{
-    CampaignResponse, ElectionClient, LeaderResponse, ObserveStream, ProclaimOptions,
-    ProclaimResponse, ResignOptions, ResignResponse,
-};
 use crate::rpc::kv::{
     CompactionOptions, CompactionResponse, DeleteOptions, DeleteResponse, GetOptions, GetResponse,
     KvClient, PutOptions, PutResponse, Txn, TxnResponse,
@@ -32,7 +24,6 @@ use crate::rpc::lease::{
     LeaseClient, LeaseGrantOptions, LeaseGrantResponse, LeaseKeepAliveStream, LeaseKeeper,
     LeaseLeasesResponse, LeaseRevokeResponse, LeaseTimeToLiveOptions, LeaseTimeToLiveResponse,
 };
-use crate::rpc::lock::{LockClient, LockOptions, LockResponse, UnlockResponse};
 use crate::rpc::maintenance::{
     AlarmAction, AlarmOptions, AlarmResponse, AlarmType, DefragmentResponse, HashKvResponse,
     HashResponse, MaintenanceClient, MoveLeaderResponse, SnapshotStreaming, StatusResponse,
@@ -63,11 +54,8 @@ pub struct Client {
     kv: KvClient,
     watch: WatchClient,
     lease: LeaseClient,
-    lock: LockClient,
     auth: AuthClient,
     maintenance: MaintenanceClient,
-    cluster: ClusterClient,
-    election: ElectionClient,
     /// Note: the relevant [`ConnectOptions::user`] maintenance is
     /// the [`Self::client_caller`] responsibility.
     options: ConnectOptions,
@@ -262,20 +250,14 @@ impl Client {
         let kv = KvClient::new(builder.clone());
         let watch = WatchClient::new(builder.clone());
         let lease = LeaseClient::new(builder.clone());
-        let lock = LockClient::new(builder.clone());
-        let cluster = ClusterClient::new(builder.clone());
         let maintenance = MaintenanceClient::new(builder.clone());
-        let election = ElectionClient::new(builder.clone());
 
         Self {
             kv,
             watch,
             lease,
-            lock,
             auth,
             maintenance,
-            cluster,
-            election,
             options,
             tx,
             client_caller: builder.build(|_| ()),
@@ -347,24 +329,6 @@ impl Client {
     #[inline]
     pub fn maintenance_client(&self) -> MaintenanceClient {
         self.maintenance.clone()
-    }
-
-    /// Gets a cluster client.
-    #[inline]
-    pub fn cluster_client(&self) -> ClusterClient {
-        self.cluster.clone()
-    }
-
-    /// Gets a lock client.
-    #[inline]
-    pub fn lock_client(&self) -> LockClient {
-        self.lock.clone()
-    }
-
-    /// Gets a election client.
-    #[inline]
-    pub fn election_client(&self) -> ElectionClient {
-        self.election.clone()
     }
 
     /// Put the given key into the key-value store.
@@ -476,29 +440,6 @@ impl Client {
     #[inline]
     pub async fn leases(&mut self) -> Result<LeaseLeasesResponse> {
         self.lease.leases().await
-    }
-
-    /// Lock acquires a distributed shared lock on a given named lock.
-    /// On success, it will return a unique key that exists so long as the
-    /// lock is held by the caller. This key can be used in conjunction with
-    /// transactions to safely ensure updates to etcd only occur while holding
-    /// lock ownership. The lock is held until Unlock is called on the key or the
-    /// lease associate with the owner expires.
-    #[inline]
-    pub async fn lock(
-        &mut self,
-        name: impl Into<Vec<u8>>,
-        options: Option<LockOptions>,
-    ) -> Result<LockResponse> {
-        self.lock.lock(name, options).await
-    }
-
-    /// Unlock takes a key returned by Lock and releases the hold on lock. The
-    /// next Lock caller waiting for the lock will then be woken up and given
-    /// ownership of the lock.
-    #[inline]
-    pub async fn unlock(&mut self, key: impl Into<Vec<u8>>) -> Result<UnlockResponse> {
-        self.lock.unlock(key).await
     }
 
     /// Enables authentication.
@@ -663,101 +604,10 @@ impl Client {
         self.maintenance.snapshot().await
     }
 
-    /// Adds current connected server as a member.
-    #[inline]
-    pub async fn member_add<E: AsRef<str>, S: AsRef<[E]>>(
-        &mut self,
-        urls: S,
-        options: Option<MemberAddOptions>,
-    ) -> Result<MemberAddResponse> {
-        let mut eps = Vec::new();
-        for e in urls.as_ref() {
-            let e = e.as_ref();
-            let url = if e.starts_with(HTTP_PREFIX) || e.starts_with(HTTPS_PREFIX) {
-                e.to_string()
-            } else {
-                HTTP_PREFIX.to_owned() + e
-            };
-            eps.push(url);
-        }
-
-        self.cluster.member_add(eps, options).await
-    }
-
-    /// Remove a member.
-    #[inline]
-    pub async fn member_remove(&mut self, id: u64) -> Result<MemberRemoveResponse> {
-        self.cluster.member_remove(id).await
-    }
-
-    /// Updates the member.
-    #[inline]
-    pub async fn member_update(
-        &mut self,
-        id: u64,
-        url: impl Into<Vec<String>>,
-    ) -> Result<MemberUpdateResponse> {
-        self.cluster.member_update(id, url).await
-    }
-
-    /// Promotes the member.
-    #[inline]
-    pub async fn member_promote(&mut self, id: u64) -> Result<MemberPromoteResponse> {
-        self.cluster.member_promote(id).await
-    }
-
-    /// Lists members.
-    #[inline]
-    pub async fn member_list(&mut self) -> Result<MemberListResponse> {
-        self.cluster.member_list().await
-    }
-
     /// Moves the current leader node to target node.
     #[inline]
     pub async fn move_leader(&mut self, target_id: u64) -> Result<MoveLeaderResponse> {
         self.maintenance.move_leader(target_id).await
-    }
-
-    /// Puts a value as eligible for the election on the prefix key.
-    /// Multiple sessions can participate in the election for the
-    /// same prefix, but only one can be the leader at a time.
-    #[inline]
-    pub async fn campaign(
-        &mut self,
-        name: impl Into<Vec<u8>>,
-        value: impl Into<Vec<u8>>,
-        lease: i64,
-    ) -> Result<CampaignResponse> {
-        self.election.campaign(name, value, lease).await
-    }
-
-    /// Lets the leader announce a new value without another election.
-    #[inline]
-    pub async fn proclaim(
-        &mut self,
-        value: impl Into<Vec<u8>>,
-        options: Option<ProclaimOptions>,
-    ) -> Result<ProclaimResponse> {
-        self.election.proclaim(value, options).await
-    }
-
-    /// Returns the leader value for the current election.
-    #[inline]
-    pub async fn leader(&mut self, name: impl Into<Vec<u8>>) -> Result<LeaderResponse> {
-        self.election.leader(name).await
-    }
-
-    /// Returns a channel that reliably observes ordered leader proposals
-    /// as GetResponse values on every current elected leader key.
-    #[inline]
-    pub async fn observe(&mut self, name: impl Into<Vec<u8>>) -> Result<ObserveStream> {
-        self.election.observe(name).await
-    }
-
-    /// Releases election leadership and then start a new election
-    #[inline]
-    pub async fn resign(&mut self, option: Option<ResignOptions>) -> Result<ResignResponse> {
-        self.election.resign(option).await
     }
 
     /// Refresh the authentication token if the client has credentials options.

@@ -8,9 +8,6 @@
 //! - Lease
 //! - Auth
 //! - Maintenance
-//! - Cluster
-//! - Lock
-//! - Election
 //!
 //! # Usage
 //!
@@ -88,14 +85,6 @@ pub use crate::rpc::auth::{
     UserDeleteResponse, UserGetResponse, UserGrantRoleResponse, UserListResponse,
     UserRevokeRoleResponse,
 };
-pub use crate::rpc::cluster::{
-    ClusterClient, Member, MemberAddOptions, MemberAddResponse, MemberListResponse,
-    MemberPromoteResponse, MemberRemoveResponse, MemberUpdateResponse,
-};
-pub use crate::rpc::election::{
-    CampaignResponse, ElectionClient, LeaderKey, LeaderResponse, ObserveStream, ProclaimOptions,
-    ProclaimResponse, ResignOptions, ResignResponse,
-};
 pub use crate::rpc::kv::{
     CompactionOptions, CompactionResponse, Compare, CompareOp, DeleteOptions, DeleteResponse,
     GetOptions, GetResponse, GetStreamResponse, KvClient, PutOptions, PutResponse, SortOrder,
@@ -106,7 +95,6 @@ pub use crate::rpc::lease::{
     LeaseKeepAliveStream, LeaseKeeper, LeaseLeasesResponse, LeaseRevokeResponse, LeaseStatus,
     LeaseTimeToLiveOptions, LeaseTimeToLiveResponse,
 };
-pub use crate::rpc::lock::{LockClient, LockOptions, LockResponse, UnlockResponse};
 pub use crate::rpc::maintenance::{
     AlarmAction, AlarmMember, AlarmOptions, AlarmResponse, AlarmType, DefragmentResponse,
     DowngradeInfo, DowngradeOptions, DowngradeResponse, HashKvResponse, HashResponse,
@@ -171,14 +159,6 @@ pub mod proto {
     };
     pub use crate::rpc::pb::mvccpb::Event as PbEvent;
     pub use crate::rpc::pb::mvccpb::KeyValue as PbKeyValue;
-    pub use crate::rpc::pb::v3electionpb::{
-        CampaignResponse as PbCampaignResponse, LeaderKey as PbLeaderKey,
-        LeaderResponse as PbLeaderResponse, ProclaimResponse as PbProclaimResponse,
-        ResignResponse as PbResignResponse,
-    };
-    pub use crate::rpc::pb::v3lockpb::{
-        LockResponse as PbLockResponse, UnlockResponse as PbUnlockResponse,
-    };
 
     #[cfg(feature = "build-server")]
     pub use crate::rpc::pb::etcdserverpb::{

@@ -15,20 +15,12 @@ const PROTOS: &[&str] = &[
     "proto/etcd/api/authpb/auth.proto",
     "proto/etcd/api/etcdserverpb/rpc.proto",
     "proto/etcd/api/mvccpb/kv.proto",
-    "proto/etcd/server/etcdserver/api/v3election/v3electionpb/v3election.proto",
-    "proto/etcd/server/etcdserver/api/v3lock/v3lockpb/v3lock.proto",
 ];
 
 /// The generated files the crate includes (`src/rpc/pb/mod.rs`), one per proto package. The
 /// generator also writes the imported packages (`google.api`, ...), which etcd-client never
 /// included.
-const PACKAGES: &[&str] = &[
-    "authpb",
-    "etcdserverpb",
-    "mvccpb",
-    "v3electionpb",
-    "v3lockpb",
-];
+const PACKAGES: &[&str] = &["authpb", "etcdserverpb", "mvccpb"];
 
 #[test]
 fn checked_in_code_is_what_the_protos_generate() {

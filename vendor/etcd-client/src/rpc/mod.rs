@@ -7,11 +7,8 @@ pub(crate) mod pb;
 mod pb;
 
 pub mod auth;
-pub mod cluster;
-pub mod election;
 pub mod kv;
 pub mod lease;
-pub mod lock;
 pub mod maintenance;
 pub mod watch;
 

@@ -14,7 +14,3 @@ pub mod authpb;
 pub mod etcdserverpb;
 #[rustfmt::skip]
 pub mod mvccpb;
-#[rustfmt::skip]
-pub mod v3electionpb;
-#[rustfmt::skip]
-pub mod v3lockpb;
