@@ -61,7 +61,7 @@ fi
 
 # --- 1b. Go programs: go-zero and grpc-go interop, Toxiproxy ------------------
 # Real go-zero v1.10.3 programs (interop/gozero) that the interop tests run next to zrpc,
-# grpc-go v1.80.0's own gRPC interop client and server (interop/grpc-go) for the interop matrix,
+# grpc-go v1.83.2's own gRPC interop client and server (interop/grpc-go) for the interop matrix,
 # and Shopify's Toxiproxy v2.12.0 (interop/toxiproxy), the fault proxy of the network-fault tests
 # (tests/tests/integration/network_faults/). Without Go those tests skip themselves loudly; in
 # CI a missing Go is an error.

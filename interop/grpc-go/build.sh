@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds grpc-go v1.80.0's own interop programs (google.golang.org/grpc/interop/client and
+# Builds grpc-go v1.83.2's own interop programs (google.golang.org/grpc/interop/client and
 # interop/server, as bin/grpc-go-client and bin/grpc-go-server) and this directory's programs
 # (bin/testing-descriptors, bin/gzip-interop). go.mod/go.sum are committed: the build never edits them
 # (-mod=readonly) and never fetches a toolchain (GOTOOLCHAIN=local). A cold module cache downloads

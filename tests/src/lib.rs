@@ -10,6 +10,7 @@ pub mod gobuild;
 pub mod gozero;
 pub mod greeter;
 pub mod grpcgo;
+pub mod grpcio;
 pub mod h2raw;
 pub mod k8s;
 pub mod otlp;

@@ -472,8 +472,14 @@ impl Future for ResponseFuture {
                     ready!(call.poll(cx))
                 };
                 Poll::Ready(
-                    crate::response::end(answer, *deadline, *timeout, outcome.take())
-                        .and_then(|resp| std::mem::take(inflate).response(resp)),
+                    crate::response::end(
+                        answer,
+                        *deadline,
+                        *timeout,
+                        outcome.take(),
+                        Some(inflate.limit()),
+                    )
+                    .and_then(|resp| std::mem::take(inflate).response(resp)),
                 )
             }
         }

@@ -126,6 +126,12 @@ pub(crate) struct Inflate {
 }
 
 impl Inflate {
+    /// The longest response message (`MaxDecompressedSize`).
+    #[inline]
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
     /// The response, decompressed when it says it is compressed.
     #[inline]
     pub(crate) fn response(

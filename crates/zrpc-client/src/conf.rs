@@ -75,9 +75,10 @@ pub struct RpcClientConf {
     /// (default 1024).
     #[serde(skip_serializing_if = "is_default_min_size")]
     pub compression_min_size: usize,
-    /// zrpc addition: the most octets a compressed response message may decompress to (and be
-    /// compressed to); a larger one fails the call with `ResourceExhausted` (default 4 MiB,
-    /// tonic's and grpc-go's message limit).
+    /// zrpc addition: the most octets a response message may have, or a compressed one
+    /// decompress to (and be compressed to); a larger one fails the call with
+    /// `ResourceExhausted` and grpc-go's words (default 4 MiB, tonic's and grpc-go's message
+    /// limit). Above 4 MiB, raise the generated client's `max_decoding_message_size` too.
     #[serde(skip_serializing_if = "is_default_limit")]
     pub max_decompressed_size: usize,
     /// zrpc addition: the priority tier of every call, sent as `zrpc-tier` metadata (none by

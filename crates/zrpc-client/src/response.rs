@@ -1,7 +1,10 @@
 //! The end of a call: its answer handed to the caller with one body wrapper ([`CallBody`]),
 //! which reads the final status once (for the endpoint and the recorders together), ends the
 //! call at its deadline while the body is still awaited (streams included), and reports a
-//! failure of the body with the code grpc-go gives it.
+//! failure of the body with the code grpc-go gives it. An uncompressed response message longer
+//! than the client's limit (`MaxDecompressedSize`) ends the call with `ResourceExhausted` and
+//! grpc-go's words as soon as its prefix arrives, as grpc-go's client does (tonic's decoder
+//! would say `OutOfRange` after buffering it); compressed ones are bounded by the decompressor.
 //!
 //! Before the response headers, the call's deadline is enforced by one timer (tonic's
 //! `grpc-timeout` timer or the attempt's own, see `balancer::endpoint::Attempt`). After them,
@@ -19,6 +22,7 @@ use std::time::{Duration, Instant};
 use http_body::Frame;
 use tonic::body::Body;
 use tower::BoxError;
+use zrpc_core::grpc::framing::{self, Framing};
 use zrpc_core::grpc::{code, status_from_headers};
 
 use crate::balancer::endpoint::{Answer, Done};
@@ -27,15 +31,23 @@ use crate::layers::observe::{Detail, Outcome};
 use crate::layers::{Response, code_of_error};
 
 /// The end of a call: its answer wired to the endpoint and the recorders ([`finish`]), or its
-/// error recorded (tonic's own expiry past the deadline is `DeadlineExceeded`).
+/// error recorded (tonic's own expiry past the deadline is `DeadlineExceeded`). `max_message`:
+/// the longest uncompressed response message.
 pub(crate) fn end(
     answer: Result<Answer, BoxError>,
     deadline: Option<Instant>,
     timeout: Option<Duration>,
     outcome: Option<Outcome>,
+    max_message: Option<usize>,
 ) -> Result<Response, BoxError> {
     match answer {
-        Ok(Answer { resp, done }) => Ok(finish(resp, done, outcome, deadline, timeout)),
+        Ok(Answer { resp, done }) => Ok(finish(
+            resp,
+            done,
+            outcome,
+            (deadline, timeout),
+            max_message,
+        )),
         Err(err) => {
             let err = match deadline {
                 Some(d) if code_of_error(&*err) == code::CANCELLED && is_past(d) => {
@@ -54,13 +66,13 @@ pub(crate) fn end(
 /// Wires the final status of `resp` to the endpoint's completion and the observing stage's
 /// recorders, read once for both with one clock reading: from the headers of a trailers-only
 /// response now, else from the trailers at the end of the body (one wrapper, one box), which
-/// also ends the call at `deadline`.
+/// also ends the call at `deadline` and bounds its messages.
 fn finish(
     resp: Response,
     done: Option<Done>,
     outcome: Option<Outcome>,
-    deadline: Option<Instant>,
-    timeout: Option<Duration>,
+    (deadline, timeout): (Option<Instant>, Option<Duration>),
+    max_message: Option<usize>,
 ) -> Response {
     let (parts, body) = resp.into_parts();
     let body = match status_from_headers(&parts.headers) {
@@ -80,6 +92,8 @@ fn finish(
             deadline,
             timeout,
             timer: None,
+            framing: Framing::default(),
+            max_message,
         }),
     };
     http::Response::from_parts(parts, body)
@@ -157,6 +171,28 @@ struct CallBody {
     timeout: Option<Duration>,
     /// Armed at the deadline when the body first makes its caller wait.
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    framing: Framing,
+    max_message: Option<usize>,
+}
+
+impl CallBody {
+    /// A message of `len` octets over `max`: the stream is dropped (reset with CANCEL), the
+    /// caller told with grpc-go's words, the call recorded as `ResourceExhausted`.
+    #[cold]
+    fn too_large(&mut self, len: usize, max: usize) -> tonic::Status {
+        self.inner = Body::empty();
+        self.deadline = None;
+        self.max_message = None;
+        let status = tonic::Status::resource_exhausted(framing::too_large(len, max));
+        let now = Instant::now();
+        if let Some(d) = self.end.done.take() {
+            d.finish(code::RESOURCE_EXHAUSTED, now);
+        }
+        if let Some(o) = self.end.outcome.take() {
+            o.record_at(code::RESOURCE_EXHAUSTED, Detail::Error(&status), now);
+        }
+        status
+    }
 }
 
 impl http_body::Body for CallBody {
@@ -170,6 +206,12 @@ impl http_body::Body for CallBody {
         let this = &mut *self;
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
+                if let Some(max) = this.max_message
+                    && let Some(data) = frame.data_ref()
+                    && let Some(len) = this.framing.follow(data, Some(max)).oversized
+                {
+                    return Poll::Ready(Some(Err(this.too_large(len, max))));
+                }
                 if this.end.is_armed()
                     && let Some(trailers) = frame.trailers_ref()
                 {
@@ -271,7 +313,7 @@ mod tests {
         // trailers-only Unavailable: both at once
         let (done, outcome) = start();
         let resp: Response = zrpc_core::grpc::status_response(14, "down");
-        drop(finish(resp, done, outcome, None, None));
+        drop(finish(resp, done, outcome, (None, None), None));
         assert_eq!(count("14"), 1);
         assert_eq!(endpoint.stats.inflight(), 0);
         assert!(
@@ -281,14 +323,14 @@ mod tests {
 
         // OK in the trailers: both at the end of the body, not before
         let (done, outcome) = start();
-        let resp = finish(trailed("0"), done, outcome, None, None);
+        let resp = finish(trailed("0"), done, outcome, (None, None), None);
         assert_eq!((count("0"), endpoint.stats.inflight()), (0, 1));
         resp.into_body().collect().await.unwrap();
         assert_eq!((count("0"), endpoint.stats.inflight()), (1, 0));
 
         // dropped before its trailers: Cancelled, for both
         let (done, outcome) = start();
-        drop(finish(trailed("0"), done, outcome, None, None));
+        drop(finish(trailed("0"), done, outcome, (None, None), None));
         assert_eq!((count("1"), endpoint.stats.inflight()), (1, 0));
         assert_eq!(endpoint.stats.requests(), 3);
         let calls = metrics
@@ -296,6 +338,48 @@ mod tests {
             .with_label_values(&["/p.S/M"])
             .get_sample_count();
         assert_eq!(calls, 3, "one duration per call");
+    }
+
+    /// An uncompressed message over the limit ends the call at its prefix with
+    /// `ResourceExhausted` in grpc-go's words, recorded so for both; a compressed one is left
+    /// to the decompressor.
+    #[tokio::test]
+    async fn a_message_over_the_limit_is_resource_exhausted_at_its_prefix() {
+        use http_body_util::BodyExt;
+
+        let registry = prometheus::Registry::new();
+        let metrics = ClientMetrics::register(&registry).unwrap();
+        let observe = Observe::builder("direct:///x:1")
+            .metrics(Some(metrics.clone()))
+            .build();
+        let endpoint = Arc::new(Endpoint::new("127.0.0.1:1", &ConnectOptions::default()).unwrap());
+        let count = |c: &str| metrics.code_total.with_label_values(&["/p.S/M", c]).get();
+        let call = |flag: u8| {
+            let mut req = http::Request::builder()
+                .uri("/p.S/M")
+                .body(Body::empty())
+                .unwrap();
+            endpoint.stats.on_pick();
+            let outcome = observe.begin(&mut req, Instant::now()).unwrap();
+            // a prefix declaring 11 octets, and 2 of them
+            let body = http_body_util::Full::new(bytes::Bytes::from(vec![flag, 0, 0, 0, 11, 1, 2]));
+            let resp = http::Response::new(Body::new(body));
+            let done = Some(Done::for_test(Arc::clone(&endpoint)));
+            finish(resp, done, Some(outcome), (None, None), Some(10))
+        };
+
+        let err = call(0).into_body().frame().await.unwrap().unwrap_err();
+        assert_eq!(err.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(
+            err.message(),
+            "grpc: received message larger than max (11 vs. 10)"
+        );
+        assert_eq!((count("8"), endpoint.stats.inflight()), (1, 0));
+
+        let mut body = call(1).into_body();
+        assert!(body.frame().await.unwrap().unwrap().is_data());
+        drop(body);
+        assert_eq!(count("8"), 1, "the compressed one is not refused here");
     }
 }
 
@@ -398,6 +482,7 @@ mod edge_tests {
             attempt.await.map_err(|e| e.status.into()),
             Some(deadline),
             Some(timeout),
+            None,
             None,
         )
         .map_err(|e| *e.downcast::<tonic::Status>().unwrap());

@@ -214,6 +214,7 @@ async fn send_all(
             .and_then(|()| payload::response(req.response_type, p.size))
             .map(|payload| StreamingOutputCallResponse {
                 payload: Some(payload),
+                ..StreamingOutputCallResponse::default()
             });
         let refused = message.is_err();
         tx.send(message).await.map_err(|_| ())?;

@@ -1,4 +1,4 @@
-//! gRPC's interop programs next to zrpc: grpc-go v1.80.0's own interop client and server
+//! gRPC's interop programs next to zrpc: grpc-go v1.83.2's own interop client and server
 //! (`interop/grpc-go/`, built from the Go module proxy), and zrpc's (the `zrpc-interop` crate)
 //! served in-process, with test certificates made here.
 //!

@@ -1,12 +1,14 @@
-//! The status a server answers to bad input, zrpc's beside grpc-go's: the same raw HTTP/2
-//! requests (h2's client, no gRPC library) to grpc-go's stock interop server and to zrpc's
-//! `TestService`, case by case. Where gRPC's status-code table names the code, both must answer
-//! it; where the two differ on purpose, the case says why. The table is printed (run with
-//! `--nocapture`) and kept in `docs/interop.md`.
+//! The status a server answers to bad input, zrpc's beside grpc-go's and grpcio's: the same raw
+//! HTTP/2 requests (h2's client, no gRPC library) to grpc-go's stock interop server, to grpcio's
+//! (`tests/python/grpcio_server.py`, gRPC core) and to zrpc's `TestService`, case by case. zrpc
+//! must answer grpc-go's HTTP status and code; where the two differ on purpose, the case says
+//! why. grpcio's answers are asserted as observed, its differences named at each case. The table
+//! is printed (run with `--nocapture`) and kept in `docs/interop.md`.
 
 use std::time::Duration;
 
 use zrpc_tests::grpcgo::{GrpcGoServer, ZrpcInteropServer};
+use zrpc_tests::grpcio::GrpcioServer;
 use zrpc_tests::h2raw;
 
 const UNARY_CALL: &str = "/grpc.testing.TestService/UnaryCall";
@@ -80,12 +82,14 @@ fn headers<'a>(but: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
     h
 }
 
-/// One case: what is sent, and what gRPC's table (or the spec) says the server answers.
+/// One case: what is sent, and grpcio's answer (HTTP status, `grpc-status`; `(0, None)`: the
+/// stream reset).
 struct Case {
     name: &'static str,
     path: &'static str,
     headers: Vec<(&'static str, &'static str)>,
     body: Vec<u8>,
+    grpcio: (u16, Option<i32>),
 }
 
 fn cases() -> Vec<Case> {
@@ -96,18 +100,21 @@ fn cases() -> Vec<Case> {
             path: UNARY_CALL,
             headers: headers(&[]),
             body: empty.clone(),
+            grpcio: (200, Some(0)),
         },
         Case {
             name: "an uncompressed message over 4 MiB",
             path: UNARY_CALL,
             headers: headers(&[]),
             body: framed(0, &vec![0; 5 * 1024 * 1024]),
+            grpcio: (200, Some(8)),
         },
         Case {
             name: "a message that does not decode",
             path: UNARY_CALL,
             headers: headers(&[]),
             body: framed(0, &[0xff, 0xff, 0xff]),
+            grpcio: (200, Some(13)),
         },
         Case {
             name: CUT_SHORT,
@@ -118,48 +125,61 @@ fn cases() -> Vec<Case> {
                 b.truncate(8);
                 b
             },
+            // grpc core reads the cut-short body as no message at all
+            grpcio: (200, Some(12)),
         },
         Case {
             name: "the compressed flag without grpc-encoding",
             path: UNARY_CALL,
             headers: headers(&[]),
             body: framed(1, &[1, 2, 3]),
+            grpcio: (200, Some(13)),
         },
         Case {
             name: "grpc-encoding the server lacks (br)",
             path: UNARY_CALL,
             headers: headers(&[("grpc-encoding", "br")]),
             body: framed(1, &[1, 2, 3]),
+            // grpc core refuses an unknown encoding while parsing the headers
+            grpcio: (200, Some(13)),
         },
         Case {
             name: "an unknown method",
             path: "/grpc.testing.TestService/Nope",
             headers: headers(&[]),
             body: empty.clone(),
+            grpcio: (200, Some(12)),
         },
         Case {
             name: "an unknown service",
             path: "/grpc.testing.Nope/UnaryCall",
             headers: headers(&[]),
             body: empty.clone(),
+            grpcio: (200, Some(12)),
         },
         Case {
             name: "a malformed grpc-timeout (1x)",
             path: UNARY_CALL,
             headers: headers(&[("grpc-timeout", "1x")]),
             body: empty.clone(),
+            // grpc core: a status, but HTTP 200 (grpc-go and zrpc answer 400)
+            grpcio: (200, Some(13)),
         },
         Case {
             name: "content-type text/plain",
             path: UNARY_CALL,
             headers: headers(&[("content-type", "text/plain")]),
             body: empty.clone(),
+            // grpc core does not check the content-type
+            grpcio: (200, Some(0)),
         },
         Case {
             name: "no te: trailers",
             path: UNARY_CALL,
             headers: headers(&[("te", "")]),
             body: empty,
+            // grpc core resets the stream (RST_STREAM INTERNAL_ERROR)
+            grpcio: (0, None),
         },
     ]
 }
@@ -170,12 +190,23 @@ async fn bad_input_gets_grpc_gos_status_codes() {
     let p = zrpc_tests::grpcgo_or_skip!();
     let go = GrpcGoServer::start(p, None).await;
     let zrpc = ZrpcInteropServer::start(None).await;
+    let py = GrpcioServer::start().await;
     let mut rows = Vec::new();
+    let mut grpcio_rows = Vec::new();
     for case in cases() {
         let theirs = raw(go.port, case.path, &case.headers, case.body.clone()).await;
+        let grpcio = raw(py.port, case.path, &case.headers, case.body.clone()).await;
         let ours = raw(zrpc.port(), case.path, &case.headers, case.body).await;
-        println!("| {} | {ours} | {theirs} |", case.name);
+        println!("| {} | {ours} | {theirs} | {grpcio} |", case.name);
+        grpcio_rows.push((case.name, case.grpcio, grpcio));
         rows.push((case.name, ours, theirs));
+    }
+    for (name, want, grpcio) in &grpcio_rows {
+        assert_eq!(
+            (grpcio.http, grpcio.grpc),
+            *want,
+            "{name}: grpcio answered {grpcio}"
+        );
     }
     for (name, ours, theirs) in &rows {
         match *name {

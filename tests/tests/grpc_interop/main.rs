@@ -1,4 +1,4 @@
-//! gRPC's official interop cases between grpc-go v1.80.0 and zrpc, both ways, and zrpc to
+//! gRPC's official interop cases between grpc-go v1.83.2 and zrpc, both ways, and zrpc to
 //! zrpc, in plaintext and over TLS: one test per case, direction and transport, named
 //! `<direction>::<transport>::<case>`:
 //!
@@ -22,6 +22,7 @@
 // crate's helpers are test code too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod client_limits;
 mod codes;
 mod matrix;
 mod protos;

@@ -1,4 +1,4 @@
-//! The repository's `proto/grpc/testing/*.proto` against the descriptors grpc-go v1.80.0 compiled
+//! The repository's `proto/grpc/testing/*.proto` against the descriptors grpc-go v1.83.2 compiled
 //! from the official files (`testing-descriptors` prints them): every message, enum and service
 //! the repository defines is the same, field by field (name, number, label, type, type name,
 //! oneof, map entry), and every type grpc-go's `TestService` and `UnimplementedService` reach is

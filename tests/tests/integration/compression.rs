@@ -138,7 +138,10 @@ async fn a_grpcio_zip_bomb_ends_its_call_with_resource_exhausted() {
     let v = grpcio(server.addr, SAY_HELLO, &piece, "gzip", 16 * 1024).await;
     assert_eq!(v["code"], "RESOURCE_EXHAUSTED", "{v}");
     let details = v["details"].as_str().unwrap();
-    assert!(details.contains("MaxDecompressedSize"), "{details}");
+    assert_eq!(
+        details,
+        "grpc: received message after decompression larger than max 4194304"
+    );
     // the server goes on serving
     let v = grpcio(server.addr, SAY_HELLO, &hello("after"), "gzip", 1).await;
     assert_eq!(reply_of(&v), "hello after");
@@ -451,7 +454,11 @@ async fn streams_and_limits_on_the_client() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err}");
-    assert!(err.message().contains("MaxDecompressedSize"), "{err}");
+    assert_eq!(
+        err.message(),
+        "grpc: received message after decompression larger than max 1000",
+        "grpc-go's words"
+    );
     server.shutdown().await.unwrap();
 }
 

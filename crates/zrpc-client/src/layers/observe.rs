@@ -241,7 +241,7 @@ where
     let mut outcome = StatusGuard::new(observe.begin(&mut req, Instant::now())?);
     let answer = inner.ready().await?.call(req).await;
     let answer = answer.map(|resp| crate::balancer::endpoint::Answer { resp, done: None });
-    crate::response::end(answer, None, None, outcome.take())
+    crate::response::end(answer, None, None, outcome.take(), None)
 }
 
 #[cfg(test)]

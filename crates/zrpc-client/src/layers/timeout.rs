@@ -211,7 +211,7 @@ mod stage_tests {
             .unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
         let cancelled: tower::BoxError = tonic::Status::cancelled("Timeout expired").into();
-        let err = crate::response::end(Err(cancelled), Some(deadline), Some(timeout), None)
+        let err = crate::response::end(Err(cancelled), Some(deadline), Some(timeout), None, None)
             .map(|_: Response| ())
             .unwrap_err();
         let status = err.downcast::<tonic::Status>().unwrap();

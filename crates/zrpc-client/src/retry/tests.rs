@@ -24,7 +24,7 @@ impl tower::Service<http::Request<Body>> for Retry {
         let now = Instant::now();
         let (deadline, timeout) = crate::layers::timeout::caller_deadline(&req, now);
         let call = Retry::call(self, req, deadline, timeout, now);
-        Box::pin(async move { crate::response::end(call.await, deadline, timeout, None) })
+        Box::pin(async move { crate::response::end(call.await, deadline, timeout, None, None) })
     }
 }
 

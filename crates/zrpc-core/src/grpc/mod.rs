@@ -15,11 +15,14 @@
 //! - [`method`]: the full method (`/pkg.Service/Method`) from a request path;
 //! - [`status_response`]: a trailers-only error response with an empty body;
 //! - [`trace_context`]: W3C trace-context pass-through for builds without OpenTelemetry;
+//! - [`framing`]: a body's message framing followed chunk by chunk, and the message limit in
+//!   grpc-go's words;
 //! - [`compression`]: gRPC message compression on the frames of a body (`gzip`, `deflate`,
 //!   `zstd`, each behind the cargo feature of that name).
 
 pub mod code;
 pub mod compression;
+pub mod framing;
 pub mod method;
 pub mod timeout;
 pub mod trace_context;

@@ -27,13 +27,12 @@ use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 use tonic::Status;
 use tonic::body::Body;
+use zrpc_core::grpc::framing::{self, Followed, Framing};
 
 use super::streams::ConnTable;
 use crate::call::{CallFacts, ConnState, FactsBody, record_frame};
 
 use tower::BoxError;
-
-const PREFIX_LEN: usize = 5;
 
 /// The per-server budget, the per-connection share and the message timeout.
 #[derive(Debug)]
@@ -170,10 +169,8 @@ pin_project! {
         inner: B,
         budget: Arc<Budget>,
         conn: Option<Arc<ConnState>>,
-        // Octets of the current message's prefix still to come, then of its payload.
-        prefix: [u8; PREFIX_LEN],
-        prefix_seen: usize,
-        payload_left: usize,
+        // Where the body is in its messages.
+        framing: Framing,
         // Octets of the current (incomplete) message charged to the budget.
         charged: usize,
         timer: Option<Pin<Box<Sleep>>>,
@@ -198,9 +195,7 @@ impl<B> BudgetedBody<B> {
             inner,
             budget,
             conn: None,
-            prefix: [0; PREFIX_LEN],
-            prefix_seen: 0,
-            payload_left: 0,
+            framing: Framing::default(),
             charged: 0,
             timer: None,
             timer_armed: false,
@@ -213,68 +208,6 @@ impl<B> BudgetedBody<B> {
     pub(crate) fn on_connection(mut self, conn: Option<Arc<ConnState>>) -> Self {
         self.conn = conn;
         self
-    }
-}
-
-/// What [`follow`] found in a frame's data.
-#[derive(Debug, PartialEq, Eq)]
-struct Followed {
-    /// A message is incomplete afterwards.
-    pending: bool,
-    /// Octets of the pending message in the data (those of completed messages are released).
-    octets: usize,
-    /// A message completed.
-    completed: bool,
-    /// The length an uncompressed message's prefix declared past `max_message`.
-    oversized: Option<usize>,
-}
-
-/// Follows the framing over `data`, refusing an uncompressed message longer than
-/// `max_message` as soon as its prefix arrives.
-fn follow(
-    data: &[u8],
-    prefix: &mut [u8; PREFIX_LEN],
-    prefix_seen: &mut usize,
-    payload_left: &mut usize,
-    max_message: Option<usize>,
-) -> Followed {
-    let mut oversized = None;
-    let mut rest = data;
-    let mut pending_octets = 0;
-    let mut completed = false;
-    while !rest.is_empty() {
-        if *prefix_seen < PREFIX_LEN {
-            let take = (PREFIX_LEN - *prefix_seen).min(rest.len());
-            prefix[*prefix_seen..*prefix_seen + take].copy_from_slice(&rest[..take]);
-            *prefix_seen += take;
-            pending_octets += take;
-            rest = &rest[take..];
-            if *prefix_seen == PREFIX_LEN {
-                *payload_left =
-                    u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
-                if prefix[0] == 0 && max_message.is_some_and(|max| *payload_left > max) {
-                    oversized = Some(*payload_left);
-                    break;
-                }
-            } else {
-                break;
-            }
-        }
-        let take = (*payload_left).min(rest.len());
-        *payload_left -= take;
-        pending_octets += take;
-        rest = &rest[take..];
-        if *payload_left == 0 {
-            *prefix_seen = 0;
-            pending_octets = 0;
-            completed = true;
-        }
-    }
-    Followed {
-        pending: *prefix_seen > 0,
-        octets: pending_octets,
-        completed,
-        oversized,
     }
 }
 
@@ -354,20 +287,13 @@ where
             octets,
             completed,
             oversized,
-        } = follow(
-            data.chunk(),
-            this.prefix,
-            this.prefix_seen,
-            this.payload_left,
-            this.budget.max_message,
-        );
+        } = this.framing.follow(data.chunk(), this.budget.max_message);
         if let (Some(len), Some(max)) = (oversized, this.budget.max_message) {
             *this.done = true;
             this.budget
                 .release(this.conn.as_deref(), std::mem::take(this.charged));
-            // gRPC's status table and grpc-go's words (tonic's decoder would say `OutOfRange`).
-            return Poll::Ready(Some(Err(Status::resource_exhausted(format!(
-                "grpc: received message larger than max ({len} vs. {max})"
+            return Poll::Ready(Some(Err(Status::resource_exhausted(framing::too_large(
+                len, max,
             )))));
         }
         if completed {

@@ -1,4 +1,4 @@
-// Command testing-descriptors writes the descriptors that grpc-go v1.80.0 compiled from the
+// Command testing-descriptors writes the descriptors that grpc-go v1.83.2 compiled from the
 // official grpc.testing protos (empty.proto, messages.proto, test.proto) to stdout, as an
 // encoded google.protobuf.FileDescriptorSet. zrpc's tests compare them field by field with the
 // descriptors of the repository's own proto/grpc/testing/*.proto, so that zrpc's interop programs

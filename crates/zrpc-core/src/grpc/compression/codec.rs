@@ -59,10 +59,7 @@ pub(super) fn decompress(
         _ => {
             return Err(CodecError::new(
                 code::RESOURCE_EXHAUSTED,
-                format!(
-                    "a {encoding} message decompresses to more than the limit of {limit} octets \
-                     (MaxDecompressedSize)"
-                ),
+                crate::grpc::framing::too_large_decompressed(limit),
             ));
         }
     };

@@ -231,10 +231,7 @@ fn next_frame<E>(
                 }
                 1 if len > limit => Some(Err(codec_error(
                     code::RESOURCE_EXHAUSTED,
-                    format!(
-                        "a compressed message of {len} octets is larger than the limit of \
-                         {limit} octets (MaxDecompressedSize)"
-                    ),
+                    crate::grpc::framing::too_large(len, limit),
                 ))),
                 1 => {
                     *state = State::Compressed { left: len };
