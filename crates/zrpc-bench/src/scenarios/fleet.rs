@@ -410,7 +410,8 @@ impl Fleet {
             let t = Instant::now();
             let fresh = self.start_servers(outgoing.len())?;
             let addrs: Vec<String> = fresh.iter().map(|s| s.addr.clone()).collect();
-            self.wait_etcd(&addrs, true, Duration::from_secs(30))?;
+            // generous: on a starved machine (load average above 100 seen) registration takes long
+            self.wait_etcd(&addrs, true, Duration::from_secs(120))?;
             register_ms.push(t.elapsed().as_secs_f64() * 1000.0);
             for s in &outgoing {
                 s.proc.signal(Signal::SIGTERM);
