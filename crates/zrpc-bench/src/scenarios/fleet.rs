@@ -283,28 +283,47 @@ impl Fleet {
     fn start_servers(&mut self, n: usize) -> Result<Vec<FleetServer>> {
         let mut started = Vec::with_capacity(n);
         for _ in 0..n {
-            let listen = format!("127.0.0.1:{}", free_port()?);
-            let spec = ServerSpec {
-                profile: Profile::Quiet,
-                etcd: Some((self.hosts.clone(), KEY.to_owned())),
-                ..ServerSpec::default()
-            };
-            let yaml = self.file("server.yaml");
-            std::fs::write(&yaml, zrpc_yaml(&listen, &spec))?;
-            let mut cmd = Command::new(&self.env.me);
-            // Events on stdout: read by a blocking thread, no file polling for 200 servers.
-            cmd.args(["serve", "--kind", "zrpc", "--threads", "1"])
-                .args(["--events", "/dev/stdout", "--conf"])
-                .arg(&yaml);
-            let proc = Proc::spawn("zrpc-bench serve (fleet)", cmd, None, true)?;
-            started.push(FleetServer { proc, addr: listen });
+            started.push(self.spawn_server()?);
         }
         for s in &mut started {
-            s.proc
-                .wait_json(Duration::from_secs(60), |v| v["event"] == "ready")
-                .with_context(|| format!("server {} never said ready", s.addr))?;
+            // A free port can be taken by another process before the server binds it: start
+            // that one again on another port.
+            for retry in 0.. {
+                match s
+                    .proc
+                    .wait_json(Duration::from_secs(60), |v| v["event"] == "ready")
+                {
+                    Ok(_) => break,
+                    Err(e)
+                        if retry < 3
+                            && format!("{e:#}{}", s.proc.stderr_tail())
+                                .contains("Address already in use") =>
+                    {
+                        *s = self.spawn_server()?;
+                    }
+                    Err(e) => return Err(e.context(format!("server {} never said ready", s.addr))),
+                }
+            }
         }
         Ok(started)
+    }
+
+    fn spawn_server(&mut self) -> Result<FleetServer> {
+        let listen = format!("127.0.0.1:{}", free_port()?);
+        let spec = ServerSpec {
+            profile: Profile::Quiet,
+            etcd: Some((self.hosts.clone(), KEY.to_owned())),
+            ..ServerSpec::default()
+        };
+        let yaml = self.file("server.yaml");
+        std::fs::write(&yaml, zrpc_yaml(&listen, &spec))?;
+        let mut cmd = Command::new(&self.env.me);
+        // Events on stdout: read by a blocking thread, no file polling for 200 servers.
+        cmd.args(["serve", "--kind", "zrpc", "--threads", "1"])
+            .args(["--events", "/dev/stdout", "--conf"])
+            .arg(&yaml);
+        let proc = Proc::spawn("zrpc-bench serve (fleet)", cmd, None, true)?;
+        Ok(FleetServer { proc, addr: listen })
     }
 
     /// Waits until etcd holds every address of `want` (`present`) or none (`!present`).
