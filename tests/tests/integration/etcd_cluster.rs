@@ -456,6 +456,8 @@ async fn registration_with_a_member_down_succeeds_at_the_first_attempt() {
     for i in 0..10 {
         let p = Publisher::spawn(conf.clone(), format!("127.0.0.1:{}", 30_000 + i));
         let mut state = p.state();
+        // the state the publisher starts with is not an attempt
+        state.borrow_and_update();
         // every failed attempt publishes `NotRegistered` again: count them until registered
         let mut failed = 0;
         let registered = tokio::time::timeout(Duration::from_secs(30), async {
