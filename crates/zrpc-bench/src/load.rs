@@ -83,6 +83,10 @@ pub(crate) struct LoadArgs {
     /// would send them; one connection holds at most the server's `MaxConcurrentStreams`).
     #[arg(long, default_value_t = 1)]
     connections: usize,
+    /// Log the resolver's endpoint sets, failed calls and call counts to this file as the run
+    /// goes (`watch_log.rs`; the `fleet` run).
+    #[arg(long)]
+    watch: Option<PathBuf>,
 }
 
 /// What each call sends.
@@ -120,6 +124,7 @@ async fn call(c: &mut Caller, shape: &Shape, critical: bool) -> (u32, Option<Str
         Caller::Tonic(g) => g.say_hello(req).await,
         Caller::Zrpc(g) => g.say_hello(req).await,
     };
+    crate::watch_log::done(res.as_ref().err());
     match res {
         Ok(resp) => (
             0,
@@ -262,6 +267,11 @@ async fn connect(args: &LoadArgs) -> Result<Caller> {
                 conf.compression = Some(zrpc::compression::Encoding::Gzip);
             }
             let client = zrpc::client(conf).await?;
+            if args.watch.is_some() {
+                // the client's own resolution: one etcd watch per target in a process
+                let target = zrpc::resolver::Target::parse(client.target())?;
+                crate::watch_log::views(zrpc::resolver::resolve(&target)?);
+            }
             Ok(Caller::Zrpc(GreeterClient::new(client)))
         }
         other => bail!("--client {other}: expected zrpc or tonic"),
@@ -269,6 +279,9 @@ async fn connect(args: &LoadArgs) -> Result<Caller> {
 }
 
 async fn load(args: LoadArgs) -> Result<Summary> {
+    if let Some(path) = &args.watch {
+        crate::watch_log::open(path)?;
+    }
     let mut caller = connect(&args).await?;
     let mut callers = vec![caller.clone()];
     for _ in 1..args.connections.max(1) {

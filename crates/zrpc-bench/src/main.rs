@@ -45,6 +45,7 @@ mod scale_serve;
 mod scenarios;
 mod serve;
 mod stats;
+mod watch_log;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -112,6 +113,10 @@ enum Cmd {
     /// A client's costs at 10 to 10,000 endpoints: pick cost, memory per endpoint, etcd load and
     /// update latency.
     Scale,
+    /// A fleet on this machine: a 3-member etcd cluster, 200 zrpc server processes, 20 clients
+    /// (zrpc and go-zero); steady load, a rolling deploy, a third killed, etcd's leader killed.
+    /// Prints a Markdown table (not part of `all`: it takes minutes and most of the machine).
+    Fleet(scenarios::fleet::FleetArgs),
     /// Checks that a report is well formed (every section, table and chart): the smoke test.
     CheckReport {
         /// The report.
@@ -149,6 +154,12 @@ fn main() -> ExitCode {
         Cmd::Load(a) => load::run(a),
         Cmd::ScaleClient(a) => scale_client::run(a),
         Cmd::ScaleServe(a) => scale_serve::run(a),
+        Cmd::Fleet(a) => {
+            install_ctrl_c();
+            let r = scenarios::fleet::run(a);
+            proc::kill_all();
+            r
+        }
         Cmd::CheckReport { file } => check::run(&file),
         Cmd::Compare { a, b, tolerance } => compare::run(&a, &b, tolerance),
         cmd => {
@@ -169,6 +180,7 @@ fn main() -> ExitCode {
                 | Cmd::Load(_)
                 | Cmd::ScaleClient(_)
                 | Cmd::ScaleServe(_)
+                | Cmd::Fleet(_)
                 | Cmd::CheckReport { .. }
                 | Cmd::Compare { .. } => {
                     unreachable!("handled above")

@@ -254,6 +254,42 @@ fn has_io_error(err: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// Whether `err` says the request never reached etcd: the channel could not connect to the member
+/// it picked (refused, unreachable). Such a request is safe to send again, whatever it does.
+pub fn never_sent(err: &etcd_client::Error) -> bool {
+    causes(err)
+        .iter()
+        .any(|c| c.to_ascii_lowercase().contains("connect error"))
+}
+
+/// Attempts [`retry_unsent`] makes at a request that keeps failing before it reaches etcd.
+pub const UNSENT_ATTEMPTS: u32 = 8;
+
+/// Runs `op` until it succeeds, fails in etcd, or has failed [`UNSENT_ATTEMPTS`] times before
+/// reaching etcd ([`never_sent`]).
+///
+/// etcd-client spreads requests over every host with tonic's balanced channel, which keeps
+/// picking a member that is down (its reconnecting endpoint reports ready, then fails the call):
+/// with one member of three down, a third of all requests fail at once although two members
+/// would answer. grpc-go, go-zero's etcd client, picks only among connected members. Sending
+/// again picks again: 8 attempts leave a one-member-down cluster a (1/3)^8 chance of failing.
+///
+/// # Errors
+/// The last attempt's error.
+pub async fn retry_unsent<T, F, Fut>(mut op: F) -> Result<T, etcd_client::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, etcd_client::Error>>,
+{
+    let mut left = UNSENT_ATTEMPTS;
+    loop {
+        match op().await {
+            Err(e) if left > 1 && never_sent(&e) => left -= 1,
+            r => return r,
+        }
+    }
+}
+
 /// A message for `err` that names its cause and the hosts of `conf`, e.g.
 /// `etcd unreachable at 127.0.0.1:1: tcp connect error: Connection refused (os error 111)` or
 /// `etcd authentication failed at h:2379 for user "u": etcdserver: authentication failed, ...`.
@@ -329,8 +365,12 @@ pub async fn connect(conf: &EtcdConf) -> Result<Client, EtcdError> {
     let options = connect_options(conf)?;
     let hosts = hosts_label(conf);
     let attempt = async {
-        let mut client = Client::connect(&conf.hosts, Some(options)).await?;
-        client.status().await?;
+        let client = Client::connect(&conf.hosts, Some(options)).await?;
+        retry_unsent(|| {
+            let mut c = client.clone();
+            async move { c.status().await }
+        })
+        .await?;
         Ok::<_, etcd_client::Error>(client)
     };
     let bound = DIAL_TIMEOUT + REQUEST_TIMEOUT;
@@ -454,6 +494,23 @@ mod tests {
         let e = connect(&conf).await.err().unwrap().to_string();
         assert!(e.starts_with("etcd unreachable at 127.0.0.1:1: "), "{e}");
         assert!(e.contains("refused"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_refused_request_is_sent_again_then_reported() {
+        // Nothing listens on port 1: every attempt is refused before reaching etcd.
+        let client = Client::connect(["127.0.0.1:1"], None).await.unwrap();
+        let mut attempts = 0;
+        let e = retry_unsent(|| {
+            attempts += 1;
+            let mut c = client.clone();
+            async move { c.status().await }
+        })
+        .await
+        .err()
+        .unwrap();
+        assert!(never_sent(&e), "{e}");
+        assert_eq!(attempts, UNSENT_ATTEMPTS);
     }
 
     #[tokio::test]

@@ -431,3 +431,59 @@ async fn etcd_cluster_rides_through_member_crashes_and_quorum_loss() {
         p.stop().await;
     }
 }
+
+/// With one member of three down, a server that lists all three in `Etcd.Hosts` registers at
+/// its first attempt: a request the balanced channel sent toward the dead member (connection
+/// refused, never reached etcd) is sent again, instead of failing the attempt and waiting a
+/// second (a third of the requests picked the dead member; a registration takes five).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registration_with_a_member_down_succeeds_at_the_first_attempt() {
+    let Some(mut cluster) = EtcdCluster::start_exclusive(
+        3,
+        "registration_with_a_member_down_succeeds_at_the_first_attempt",
+        "kills a member of a 3-member cluster",
+    )
+    .await
+    else {
+        return;
+    };
+    let leader = cluster
+        .wait_leader(Duration::from_secs(5))
+        .await
+        .expect("a leader");
+    cluster.kill_member(leader);
+    cluster
+        .wait_leader(Duration::from_secs(10))
+        .await
+        .expect("a new leader");
+    let key = unique_key("member-down");
+    let conf = EtcdConf::new(cluster.endpoints(), &key);
+    let mut failed_attempts = Vec::new();
+    for i in 0..10 {
+        let p = Publisher::spawn(conf.clone(), format!("127.0.0.1:{}", 30_000 + i));
+        let mut state = p.state();
+        // the state the publisher starts with is not an attempt
+        state.borrow_and_update();
+        // every failed attempt publishes `NotRegistered` again: count them until registered
+        let mut failed = 0;
+        let registered = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                if state.changed().await.is_err() {
+                    return false;
+                }
+                match *state.borrow_and_update() {
+                    RegistrationState::Registered { .. } => return true,
+                    _ => failed += 1,
+                }
+            }
+        })
+        .await;
+        assert_eq!(registered, Ok(true), "publisher {i} never registered");
+        failed_attempts.push(failed);
+        p.stop().await;
+    }
+    assert!(
+        failed_attempts.iter().all(|f| *f == 0),
+        "failed attempts before registering, per publisher: {failed_attempts:?}"
+    );
+}

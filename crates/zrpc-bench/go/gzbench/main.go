@@ -6,7 +6,7 @@
 //	gzbench serve -listen 127.0.0.1:P [-delay-ms 0] [-spin-us 0] [-fail-ms 0] [-cpu-threshold 0]
 //	              [-slots 0 -slot-ms 10] [-etcd h1,h2 -key k] [-events file]
 //	gzbench load  -endpoints a,b | -etcd h -key k  [-c 1] [-n 1000] [-duration-ms 0] [-rate 0]
-//	              [-warmup 0] [-timeout-ms 0] [-records file] [-wait-ms 10000]
+//	              [-warmup 0] [-timeout-ms 0] [-records file] [-wait-ms 10000] [-watch file]
 package main
 
 import (
@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/status"
 
 	"zrpc-interop/gozero/greeter"
@@ -210,6 +211,9 @@ func call(cli greeter.GreeterClient, timeout time.Duration) (int, string) {
 	}
 	var header metadata.MD
 	_, err := cli.SayHello(ctx, &greeter.HelloRequest{Name: "bench"}, grpc.Header(&header))
+	if watch != nil {
+		watch.done(err)
+	}
 	if err != nil {
 		if strings.Contains(err.Error(), "circuit breaker is open") {
 			return dropped, ""
@@ -245,6 +249,7 @@ func load(args []string) {
 	records := fs.String("records", "", "write every call here")
 	fs.Int("threads", 0, "ignored (GOMAXPROCS decides)")
 	waitMs := fs.Int("wait-ms", 10000, "retry the first call until it succeeds or this passes")
+	watchPath := fs.String("watch", "", "log the resolver's address lists, failed calls and call counts here")
 	fs.Parse(args)
 
 	yaml := "NonBlock: true\n"
@@ -261,7 +266,20 @@ func load(args []string) {
 		fmt.Fprintln(os.Stderr, "gzbench: config:", err)
 		os.Exit(2)
 	}
-	cli := greeter.NewGreeterClient(zrpc.MustNewClient(c).Conn())
+	var opts []zrpc.ClientOption
+	if *watchPath != "" {
+		w, err := newWatchLog(*watchPath)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "gzbench:", err)
+			os.Exit(2)
+		}
+		watch = w
+		if base := resolver.Get("etcd"); base != nil {
+			opts = append(opts, zrpc.WithDialOption(grpc.WithResolvers(viewBuilder{base})))
+		}
+		go w.tick()
+	}
+	cli := greeter.NewGreeterClient(zrpc.MustNewClient(c, opts...).Conn())
 
 	deadline := time.Now().Add(time.Duration(*waitMs) * time.Millisecond)
 	for {
@@ -413,4 +431,72 @@ func open(cli greeter.GreeterClient, rate float64, dur, timeout time.Duration, t
 	}
 	wg.Wait()
 	return all
+}
+
+// ---- -watch: what the fleet run reads ----
+
+// watchLog appends lines to the -watch file, each written at once (the harness may SIGKILL the
+// generator and reads the file as it grows):
+//
+//	view <unix_ms> <addr,addr,...>   the addresses go-zero's etcd resolver handed to grpc
+//	fail <unix_ms> <code> <message>  a failed call
+//	count <unix_ms> <calls> <failed> calls completed so far, every second
+type watchLog struct {
+	mu            sync.Mutex
+	f             *os.File
+	calls, failed atomic.Int64
+}
+
+var watch *watchLog
+
+func newWatchLog(path string) (*watchLog, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return &watchLog{f: f}, nil
+}
+
+func (w *watchLog) line(s string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.f.WriteString(s)
+}
+
+func unixMs() float64 { return float64(time.Now().UnixNano()) / 1e6 }
+
+func (w *watchLog) done(err error) {
+	w.calls.Add(1)
+	if err == nil {
+		return
+	}
+	w.failed.Add(1)
+	msg := strings.ReplaceAll(status.Convert(err).Message(), "\n", " ")
+	w.line(fmt.Sprintf("fail %.3f %s %s\n", unixMs(), codeName(int(status.Code(err))), msg))
+}
+
+func (w *watchLog) tick() {
+	for range time.Tick(time.Second) {
+		w.line(fmt.Sprintf("count %.3f %d %d\n", unixMs(), w.calls.Load(), w.failed.Load()))
+	}
+}
+
+// viewBuilder wraps go-zero's etcd resolver: every address list it hands to grpc is logged.
+type viewBuilder struct{ base resolver.Builder }
+
+func (b viewBuilder) Build(t resolver.Target, cc resolver.ClientConn, o resolver.BuildOptions) (resolver.Resolver, error) {
+	return b.base.Build(t, viewConn{cc}, o)
+}
+
+func (b viewBuilder) Scheme() string { return b.base.Scheme() }
+
+type viewConn struct{ resolver.ClientConn }
+
+func (c viewConn) UpdateState(s resolver.State) error {
+	addrs := make([]string, 0, len(s.Addresses))
+	for _, a := range s.Addresses {
+		addrs = append(addrs, a.Addr)
+	}
+	watch.line(fmt.Sprintf("view %.3f %s\n", unixMs(), strings.Join(addrs, ",")))
+	return c.ClientConn.UpdateState(s)
 }

@@ -6,6 +6,7 @@ mod balance;
 mod breaker;
 mod compression;
 mod failover;
+pub(crate) mod fleet;
 mod instructions;
 mod latency;
 mod memory;

@@ -450,7 +450,11 @@ async fn run(conf: EtcdConf, tx: Sender, reloads: Arc<AtomicU64>, status: Resolv
         let pos = match position {
             Some(pos) => pos,
             None => {
-                let get = c.get(prefix.as_str(), Some(GetOptions::new().with_prefix()));
+                // a request that never reached etcd (a member down) is sent again at once
+                let get = zrpc_core::etcd::retry_unsent(|| {
+                    let (mut c, prefix) = (c.clone(), prefix.clone());
+                    async move { c.get(prefix, Some(GetOptions::new().with_prefix())).await }
+                });
                 match tokio::time::timeout(REQUEST_TIMEOUT, get).await {
                     Ok(Ok(resp)) => {
                         set.reload(resp.kvs().iter().map(|kv| (kv.key(), kv.value())));
@@ -488,25 +492,26 @@ async fn run(conf: EtcdConf, tx: Sender, reloads: Arc<AtomicU64>, status: Resolv
         let options = WatchOptions::new()
             .with_prefix()
             .with_start_revision(pos.revision + 1);
-        let stream =
-            match tokio::time::timeout(REQUEST_TIMEOUT, c.watch(prefix.as_str(), Some(options)))
-                .await
-            {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(e)) => {
-                    failures += 1;
-                    report(&status, &prefix, zrpc_core::etcd::describe(&conf, &e));
-                    continue;
-                }
-                Err(_) => {
-                    failures += 1;
-                    tracing::warn!(
-                        prefix,
-                        "etcd resolver: watch creation timed out, keeping the last known endpoints"
-                    );
-                    continue;
-                }
-            };
+        let watch = zrpc_core::etcd::retry_unsent(|| {
+            let (mut c, prefix, options) = (c.clone(), prefix.clone(), options.clone());
+            async move { c.watch(prefix, Some(options)).await }
+        });
+        let stream = match tokio::time::timeout(REQUEST_TIMEOUT, watch).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => {
+                failures += 1;
+                report(&status, &prefix, zrpc_core::etcd::describe(&conf, &e));
+                continue;
+            }
+            Err(_) => {
+                failures += 1;
+                tracing::warn!(
+                    prefix,
+                    "etcd resolver: watch creation timed out, keeping the last known endpoints"
+                );
+                continue;
+            }
+        };
         // Keep the request half open: closing it would end the watch.
         let (_requests, mut responses) = stream.split();
         let mut pos = pos;

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 use zrpc_core::conf::EtcdConf;
-use zrpc_core::etcd::{REQUEST_TIMEOUT, connect};
+use zrpc_core::etcd::{REQUEST_TIMEOUT, connect, retry_unsent};
 
 /// Lease time-to-live in seconds (go-zero `discov.TimeToLive`).
 pub(crate) const TIME_TO_LIVE: i64 = 10;
@@ -288,11 +288,15 @@ async fn supervise(
 
 async fn revoke(ctx: &Ctx, client: Option<Client>, id: i64) {
     let work = async {
-        let mut client = match client {
+        let client = match client {
             Some(c) => c,
             None => connect(&ctx.conf).await.map_err(|e| e.to_string())?,
         };
-        match client.lease_revoke(id).await {
+        let revoked = retry_unsent(|| {
+            let mut c = client.clone();
+            async move { c.lease_revoke(id).await }
+        });
+        match revoked.await {
             Ok(_) => Ok(()),
             Err(e) if is_lease_gone(&e) => Ok(()),
             Err(e) => Err(e.to_string()),
@@ -315,12 +319,19 @@ fn is_lease_gone(e: &etcd_client::Error) -> bool {
     e.to_string().contains("lease not found")
 }
 
-/// Bounds a unary etcd call (the client's own timeout does not cover waiting for a connection).
-async fn bounded<T>(
+/// Bounds an etcd call on a clone of `client` (the client's own timeout does not cover waiting
+/// for a connection); a call that never reached etcd is sent again (`retry_unsent`: a member
+/// that is down must not fail the registration while the others answer).
+async fn bounded<T, Fut>(
     what: &str,
-    fut: impl Future<Output = Result<T, etcd_client::Error>>,
-) -> Result<T, Failure> {
-    match tokio::time::timeout(REQUEST_TIMEOUT, fut).await {
+    client: &Client,
+    op: impl Fn(Client) -> Fut,
+) -> Result<T, Failure>
+where
+    Fut: Future<Output = Result<T, etcd_client::Error>>,
+{
+    let call = retry_unsent(|| op(client.clone()));
+    match tokio::time::timeout(REQUEST_TIMEOUT, call).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) if is_lease_gone(&e) => Err(Failure::LeaseGone),
         Ok(Err(e)) => Err(Failure::Broken(format!("{what}: {e}"))),
@@ -379,16 +390,23 @@ async fn session(
 ) -> Failure {
     let id = match *lease {
         Some(id) => id,
-        None => match bounded("grant lease", client.lease_grant(TIME_TO_LIVE, None)).await {
+        None => match bounded("grant lease", &client, |mut c| async move {
+            c.lease_grant(TIME_TO_LIVE, None).await
+        })
+        .await
+        {
             Ok(g) => *lease.insert(g.id()),
             Err(f) => return f,
         },
     };
-    let (mut keeper, mut acks) =
-        match bounded("keep lease alive", client.lease_keep_alive(id)).await {
-            Ok(pair) => pair,
-            Err(f) => return f,
-        };
+    let (mut keeper, mut acks) = match bounded("keep lease alive", &client, |mut c| async move {
+        c.lease_keep_alive(id).await
+    })
+    .await
+    {
+        Ok(pair) => pair,
+        Err(f) => return f,
+    };
     let key = full_key(&ctx.conf, id);
     let rev = match put_key(&mut client, &key, &ctx.value, id).await {
         Ok(rev) => rev,
@@ -397,7 +415,11 @@ async fn session(
     let options = WatchOptions::new()
         .with_start_revision(rev + 1)
         .with_filters([WatchFilterType::NoPut]);
-    let mut deletes = match bounded("watch key", client.watch(key.as_str(), Some(options))).await {
+    let watch = |mut c: Client| {
+        let (key, options) = (key.clone(), options.clone());
+        async move { c.watch(key, Some(options)).await }
+    };
+    let mut deletes = match bounded("watch key", &client, watch).await {
         Ok(w) => w,
         Err(f) => return f,
     };
@@ -431,7 +453,11 @@ async fn put_key(client: &mut Client, key: &str, value: &str, lease: i64) -> Res
             value,
             Some(PutOptions::new().with_lease(lease)),
         )]);
-    let resp = bounded("put key", client.txn(txn)).await?;
+    let resp = bounded("put key", client, |mut c| {
+        let txn = txn.clone();
+        async move { c.txn(txn).await }
+    })
+    .await?;
     Ok(resp.header().map(|h| h.revision()).unwrap_or(0))
 }
 
