@@ -426,7 +426,8 @@ impl Default for ProfileTypeConf {
     }
 }
 
-#[cfg(test)]
+// Telemetry with an endpoint loads only in builds that can export.
+#[cfg(all(test, feature = "otel"))]
 mod tests {
     use zrpc_core::conf::{Format, from_str_with_env};
 
@@ -437,7 +438,6 @@ mod tests {
         from_str_with_env(&text, Format::Yaml, "greet.yaml", |_| None)
     }
 
-    #[cfg(feature = "otel")]
     #[test]
     fn each_batcher_takes_its_kind_of_endpoint() {
         load("{Endpoint: http://zipkin:9411/api/v2/spans, Batcher: zipkin}").unwrap();
@@ -461,7 +461,6 @@ mod tests {
         load("{Endpoint: https://z, Batcher: zipkin, Disabled: true}").unwrap();
     }
 
-    #[cfg(feature = "otel")]
     #[test]
     fn a_batcher_that_exports_nothing_or_otlp_loads() {
         // nothing is exported: no endpoint, or disabled
