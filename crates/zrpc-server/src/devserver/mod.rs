@@ -204,8 +204,13 @@ async fn serve(
     let (stop_tx, stop_rx) = watch::channel(());
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut shutdown = std::pin::pin!(shutdown);
-    // The admin view's drop windows read from these readings (the first one now).
-    let mut readings = tokio::time::interval(state::READING_EVERY);
+    // The admin view's drop windows read from these readings: the first one before the first
+    // request can be answered, then one every period.
+    routes.admin.keep_reading(std::time::Instant::now());
+    let mut readings = tokio::time::interval_at(
+        tokio::time::Instant::now() + state::READING_EVERY,
+        state::READING_EVERY,
+    );
     readings.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let stream = tokio::select! {
