@@ -37,7 +37,7 @@ pub(crate) const REQUIRED: [(&str, &str); 15] = [
     (SECTIONS[5], "critical OK"),
     (SECTIONS[6], "last call to the victim started"),
     (SECTIONS[6], "process start -> first request"),
-    (SECTIONS[7], "RSS growth per connection"),
+    (SECTIONS[7], "KiB per connection"),
     (SECTIONS[8], "messages/s"),
     (SECTIONS[9], "octets sent per call"),
     (SECTIONS[10], "CPU ns per pick, client's set"),
