@@ -331,9 +331,9 @@ impl Client {
     /// A snapshot of the current endpoints and their balancer stats.
     #[must_use]
     pub fn endpoints(&self) -> Vec<EndpointInfo> {
-        self.retry
-            .balancer()
-            .shared
+        let shared = &self.retry.balancer().shared;
+        let now = shared.clock().coarse_now();
+        shared
             .endpoints()
             .iter()
             .map(|e| EndpointInfo {
@@ -342,6 +342,7 @@ impl Client {
                 success: e.stats.success(),
                 inflight: e.stats.inflight(),
                 requests: e.stats.requests(),
+                state: crate::balancer::service::view::state(&e.stats, now),
             })
             .collect()
     }
@@ -414,6 +415,40 @@ pub struct EndpointInfo {
     pub inflight: u64,
     /// Calls sent since the endpoint joined.
     pub requests: u64,
+    /// Whether the balancer sends calls there.
+    pub state: EndpointState,
+}
+
+/// What the balancer makes of an endpoint ([`EndpointInfo::state`]; the admin view shows the
+/// same names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EndpointState {
+    /// Usable.
+    Healthy,
+    /// Cold or recovering: one call at a time until its first answer.
+    Probing,
+    /// In back-off after a transport failure (connection refused, reset).
+    Down,
+    /// Its connection was lost, a call ran into its deadline or its calls stalled: no call goes
+    /// there while another endpoint is usable, until an out-of-band probe is answered.
+    Suspect,
+    /// Consecutive failed calls (`P2c.Rules: v2`): out of the pick for a back-off.
+    Ejected,
+}
+
+impl EndpointState {
+    /// The state's name: `healthy`, `probing`, `down`, `suspect` or `ejected`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndpointState::Healthy => "healthy",
+            EndpointState::Probing => "probing",
+            EndpointState::Down => "down",
+            EndpointState::Suspect => "suspect",
+            EndpointState::Ejected => "ejected",
+        }
+    }
 }
 
 pin_project! {

@@ -27,7 +27,7 @@ mod retry;
 mod tls;
 
 pub use balancer::{HashKey, hash_key};
-pub use client::{Client, ClientHandles, EndpointInfo, ResponseFuture};
+pub use client::{Client, ClientHandles, EndpointInfo, EndpointState, ResponseFuture};
 pub use error::Error;
 pub use layers::tier::set_tier;
 pub use layers::timeout::CallTimeout;

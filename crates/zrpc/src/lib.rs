@@ -123,7 +123,9 @@ pub use conf::{
     ServerMiddlewaresConf, ShutdownConf,
 };
 
-pub use zrpc_client::{CallTimeout, Client, EndpointInfo, HashKey, hash_key, set_tier};
+pub use zrpc_client::{
+    CallTimeout, Client, EndpointInfo, EndpointState, HashKey, hash_key, set_tier,
+};
 /// A call's priority tier (`critical`, `default`, `sheddable`), sent as `zrpc-tier` metadata;
 /// a server with a concurrency limit (`ConcurrencyLimit`) sheds the lower tiers first.
 pub use zrpc_core::limit::Tier;

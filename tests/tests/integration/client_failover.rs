@@ -1,11 +1,11 @@
-//! Failover: a server killed mid-run costs only the calls in flight on it; a dead endpoint is
-//! skipped by transparent retry.
+//! Failover: a server killed mid-run costs only the calls in flight on it; a killed server leaves
+//! the pick when its connection closes; a dead endpoint is skipped by transparent retry.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use zrpc_client::Client;
 use zrpc_client::conf::RpcClientConf;
+use zrpc_client::{Client, EndpointState};
 use zrpc_tests::pb::HelloRequest;
 use zrpc_tests::pb::greeter_client::GreeterClient;
 use zrpc_tests::wait;
@@ -95,6 +95,68 @@ async fn client_kill_one_server_only_in_flight_calls_fail() {
     );
     assert!(after_kill > AFTER_KILL, "the run went on after the kill");
     assert!(hits_before > 0);
+}
+
+/// Servers killed between calls leave the pick as soon as the client reads their connections'
+/// close (as grpc-go takes a subchannel whose connection broke out of its picker): no later call
+/// is sent there. Without that, each killed server takes one call to be found out, re-sent at
+/// best, and a call whose every send meets a killed server fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_killed_servers_leave_the_pick_before_a_call_is_sent_there() {
+    let live: Vec<Backend> = (0..3)
+        .map(|i| Backend::start(&format!("live{i}"), Duration::ZERO))
+        .collect();
+    let mut doomed: Vec<Backend> = (0..3)
+        .map(|i| Backend::start(&format!("doomed{i}"), Duration::ZERO))
+        .collect();
+    let doomed_addrs: Vec<String> = doomed.iter().map(Backend::endpoint).collect();
+    let conf = RpcClientConf::direct(live.iter().chain(&doomed).map(Backend::endpoint));
+    let client = Client::new(conf).await.unwrap();
+    let mut greeter = GreeterClient::new(client.clone());
+    // every server gets calls, so each endpoint holds a connection
+    let warm_until = Instant::now() + Duration::from_secs(20);
+    while live.iter().chain(&doomed).any(|b| b.hits() == 0) {
+        assert!(Instant::now() < warm_until, "a server got no call");
+        greeter
+            .say_hello(HelloRequest { name: "w".into() })
+            .await
+            .unwrap();
+    }
+    for b in &mut doomed {
+        b.kill();
+    }
+    let killed = |c: &Client| -> Vec<_> {
+        c.endpoints()
+            .into_iter()
+            .filter(|e| doomed_addrs.contains(&e.addr))
+            .collect()
+    };
+    let took = wait::until("the killed servers' endpoints to turn suspect", || {
+        killed(&client)
+            .iter()
+            .all(|e| e.state == EndpointState::Suspect)
+    })
+    .await;
+    println!("killed servers out of the pick {took:?} after the kill");
+    let sent_before: u64 = killed(&client).iter().map(|e| e.requests).sum();
+    let live_before: u64 = live.iter().map(Backend::hits).sum();
+    for i in 0..300 {
+        let r = greeter
+            .say_hello(HelloRequest {
+                name: format!("{i}"),
+            })
+            .await;
+        assert!(r.is_ok(), "call {i}: {r:?}");
+    }
+    let sent_after: u64 = killed(&client).iter().map(|e| e.requests).sum();
+    assert_eq!(
+        sent_after, sent_before,
+        "a call was sent to a killed server"
+    );
+    assert_eq!(
+        live.iter().map(Backend::hits).sum::<u64>() - live_before,
+        300
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

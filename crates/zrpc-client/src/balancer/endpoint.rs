@@ -324,21 +324,35 @@ impl Endpoint {
         if self.reads_seen.swap(reads, Ordering::Relaxed) != reads {
             self.stats.heard(now);
         } else if self.stats.is_stalled(now) {
-            self.suspect(clock);
+            self.suspect(clock, "calls stalled");
         }
     }
 
-    /// A call ran into its deadline here, or its calls stalled: the endpoint turns suspect (no user call goes to it
-    /// while another endpoint is usable) until an out-of-band probe is answered. A deadline
-    /// says nothing of why: a server that froze, a lost network path, or only a slow call; the
-    /// probe, not the next user call, finds out which.
-    pub(crate) fn suspect(self: &Arc<Self>, clock: Clock) {
+    /// Makes the endpoint suspect as soon as its last connection is lost (a read EOF or an I/O
+    /// error: the server was killed, restarted or closed it), as grpc-go takes a subchannel whose
+    /// connection broke out of its picker. No user call then learns of a dead server by being
+    /// sent there; a server that only closed an idle connection answers the probe at once.
+    pub(crate) fn watch_connection(self: &Arc<Self>, clock: Clock) {
+        let endpoint = Arc::downgrade(self);
+        self.wire.on_connection_lost(move || {
+            if let Some(ep) = endpoint.upgrade() {
+                ep.suspect(clock, "connection lost");
+            }
+        });
+    }
+
+    /// A call ran into its deadline here, its calls stalled or its connection was lost (`why`):
+    /// the endpoint turns suspect (no user call goes to it while another endpoint is usable)
+    /// until an out-of-band probe is answered. A deadline says nothing of why: a server that
+    /// froze, a lost network path, or only a slow call; the probe, not the next user call, finds
+    /// out which.
+    pub(crate) fn suspect(self: &Arc<Self>, clock: Clock, why: &'static str) {
         if !self.stats.suspect() {
             return;
         }
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
-                tracing::debug!(endpoint = %self.addr, "no answer in time: probing the endpoint out of band");
+                tracing::debug!(endpoint = %self.addr, "{why}: probing the endpoint out of band");
                 rt.spawn(probe_until_answered(Arc::downgrade(self), clock));
             }
             // no runtime to probe from (a body dropped outside one): usable again at once
@@ -607,7 +621,7 @@ impl Done {
             .on_done_limited(self.start, self.clock.nanos(now), c, &endpoint.ejection);
         if c == code::DEADLINE_EXCEEDED && !endpoint.stats.recently_verified(self.clock.nanos(now))
         {
-            endpoint.suspect(self.clock);
+            endpoint.suspect(self.clock, "no answer in time");
         }
     }
 }

@@ -204,7 +204,11 @@ impl Shared {
             match by_addr.get(addr.as_str()) {
                 Some(e) => next.push(Arc::clone(e)),
                 None => match Endpoint::new(addr, &self.connect) {
-                    Ok(e) => next.push(Arc::new(e)),
+                    Ok(e) => {
+                        let e = Arc::new(e);
+                        e.watch_connection(self.p2c.clock());
+                        next.push(e);
+                    }
                     Err(err) => {
                         tracing::error!(target = %self.target, endpoint = %addr, "invalid endpoint address: {err}")
                     }
@@ -467,4 +471,4 @@ impl Balancer {
 
 #[cfg(test)]
 mod tests;
-mod view;
+pub(crate) mod view;

@@ -69,6 +69,17 @@ pub(crate) struct Wire {
     sockets: parking_lot::Mutex<Vec<Arc<std::net::TcpStream>>>,
     /// Times [`Wire::close_all`] closed connections.
     closings: AtomicU64,
+    /// Told when the last established connection is lost (see [`Wire::on_connection_lost`]).
+    lost_hook: std::sync::OnceLock<LostHook>,
+}
+
+/// What the endpoint does when its last established connection is lost.
+struct LostHook(Box<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for LostHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LostHook")
+    }
 }
 
 /// The state of a [`Wire`] when a request was handed to the connection.
@@ -90,6 +101,13 @@ impl Wire {
             losses: self.losses.load(Ordering::SeqCst),
             closings: self.closings.load(Ordering::Relaxed),
         }
+    }
+
+    /// Calls `hook` (from the connection's task) each time the endpoint's last established
+    /// connection is lost by a read EOF or an I/O error: the server died, restarted or closed
+    /// it. Not when the client itself drops the connection. Set once; later calls are ignored.
+    pub(crate) fn on_connection_lost(&self, hook: impl Fn() + Send + Sync + 'static) {
+        let _ = self.lost_hook.set(LostHook(Box::new(hook)));
     }
 
     /// Arms (or disarms) the peek before each write.
@@ -261,10 +279,18 @@ impl Drop for Watched {
 }
 
 impl Watched {
-    /// Records a loss of this connection.
+    /// Records a loss of this connection (the first one of a live connection tells the hook
+    /// when no other connection of the endpoint is live).
     fn lost(&mut self) {
+        let was_live = self.live;
         self.not_live();
         self.wire.on_loss();
+        if was_live
+            && !self.wire.is_live()
+            && let Some(hook) = self.wire.lost_hook.get()
+        {
+            (hook.0)();
+        }
     }
 
     fn not_live(&mut self) {

@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 
 use super::Shared;
 use crate::balancer::stats::EndpointStats;
+use crate::client::EndpointState;
 
 impl Shared {
     /// The resolver's state: whether the first set came, its problem, when the last set was
@@ -31,7 +32,7 @@ impl Shared {
                 let s = &e.stats;
                 json!({
                     "addr": &*e.addr,
-                    "state": state(s, now),
+                    "state": state(s, now).as_str(),
                     "ewma_ms": s.lag().map(|d| d.as_secs_f64() * 1000.0),
                     "inflight": s.inflight(),
                     "success": s.success(),
@@ -48,20 +49,18 @@ impl Shared {
     }
 }
 
-/// An endpoint's state at `now` (ns): `down` (transport-failure back-off), `suspect` (a call
-/// ran into its deadline, probed out of band), `ejected` (consecutive failures), `probing`
-/// (cold or recovering: one call at a time) or `healthy`.
-fn state(s: &EndpointStats, now: u64) -> &'static str {
+/// An endpoint's state at `now` (ns), as [`EndpointState`] names it.
+pub(crate) fn state(s: &EndpointStats, now: u64) -> EndpointState {
     if s.is_unreachable(now) {
-        "down"
+        EndpointState::Down
     } else if s.is_suspect() {
-        "suspect"
+        EndpointState::Suspect
     } else if s.is_ejected(now) {
-        "ejected"
+        EndpointState::Ejected
     } else if s.is_probing() {
-        "probing"
+        EndpointState::Probing
     } else {
-        "healthy"
+        EndpointState::Healthy
     }
 }
 
