@@ -44,6 +44,25 @@ pub(crate) fn find<'a, T: StdError + 'static>(err: &'a (dyn StdError + 'static))
     None
 }
 
+/// `err` and its source chain, joined with ": " (a source that repeats the text before it is
+/// skipped): tonic's transport error says only "transport error", its cause (a broken pipe, a
+/// refused connection) is in the chain.
+pub(crate) fn describe(err: &(dyn StdError + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut last = out.clone();
+    let mut cur = err.source();
+    while let Some(e) = cur {
+        let text = e.to_string();
+        if !last.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        last = text;
+        cur = e.source();
+    }
+    out
+}
+
 /// True when tonic's `grpc-timeout` timer (or the attempt's own) ended the call.
 pub(crate) fn is_timeout(err: &(dyn StdError + 'static)) -> bool {
     find::<tonic::TimeoutExpired>(err).is_some()

@@ -23,7 +23,7 @@ use http_body::Frame;
 use tonic::body::Body;
 use tower::BoxError;
 use zrpc_core::grpc::framing::{self, Framing};
-use zrpc_core::grpc::{code, status_from_headers};
+use zrpc_core::grpc::{code, is_grpc_content_type, status_from_headers};
 
 use crate::balancer::endpoint::{Answer, Done};
 use crate::failure::{BodyFailure, body_failure, deadline_exceeded, is_past};
@@ -75,6 +75,10 @@ fn finish(
     max_message: Option<usize>,
 ) -> Response {
     let (parts, body) = resp.into_parts();
+    if !is_grpc_content_type(parts.headers.get(http::header::CONTENT_TYPE)) {
+        let body = not_grpc(&parts, body, done, outcome);
+        return http::Response::from_parts(parts, body);
+    }
     let body = match status_from_headers(&parts.headers) {
         Some(c) => {
             let now = Instant::now();
@@ -97,6 +101,115 @@ fn finish(
         }),
     };
     http::Response::from_parts(parts, body)
+}
+
+/// The most of a non-gRPC response's body quoted in its status (grpc-go's `nonGRPCDataMaxLen`).
+const NOT_GRPC_DATA: usize = 1024;
+
+/// A response whose `content-type` is not gRPC's: a proxy's, load balancer's or web server's
+/// answer. As grpc-go's client: the code from gRPC's HTTP-to-gRPC table for its HTTP status
+/// (`Unknown` for a status the table lacks, 200 included), `grpc-status` ignored, and grpc-go's
+/// words, with the first 1 KiB of the body quoted (an error page says what went wrong). tonic
+/// alone would decode the page as gRPC messages (`Internal`, "invalid compression flag").
+#[cold]
+#[inline(never)]
+fn not_grpc(
+    parts: &http::response::Parts,
+    body: Body,
+    done: Option<Done>,
+    outcome: Option<Outcome>,
+) -> Body {
+    let status = parts.status;
+    let c = match status.as_u16() {
+        400 => code::INTERNAL,
+        401 => code::UNAUTHENTICATED,
+        403 => code::PERMISSION_DENIED,
+        404 => code::UNIMPLEMENTED,
+        429 | 502 | 503 | 504 => code::UNAVAILABLE,
+        _ => code::UNKNOWN,
+    };
+    let content_type = match parts.headers.get(http::header::CONTENT_TYPE) {
+        Some(v) => format!(
+            "transport: received unexpected content-type {:?}",
+            String::from_utf8_lossy(v.as_bytes())
+        ),
+        None => "malformed header: missing HTTP content-type".to_owned(),
+    };
+    let message = format!(
+        "unexpected HTTP status code received from server: {} ({}); {content_type}",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or("")
+    );
+    let now = Instant::now();
+    if let Some(d) = done {
+        d.finish(c, now);
+    }
+    let status = tonic::Status::new(tonic::Code::from(c), message);
+    if let Some(o) = outcome {
+        o.record_at(c, Detail::Error(&status), now);
+    }
+    Body::new(NotGrpcBody {
+        inner: body,
+        status: Some(status),
+        data: Vec::new(),
+    })
+}
+
+/// The body of a non-gRPC response ([`not_grpc`]): its first [`NOT_GRPC_DATA`] octets are
+/// collected, then the call ends with the status, the octets quoted.
+struct NotGrpcBody {
+    inner: Body,
+    status: Option<tonic::Status>,
+    data: Vec<u8>,
+}
+
+impl http_body::Body for NotGrpcBody {
+    type Data = bytes::Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<bytes::Bytes>, tonic::Status>>> {
+        let this = &mut *self;
+        let Some(status) = &this.status else {
+            return Poll::Ready(None);
+        };
+        loop {
+            let ended = match Pin::new(&mut this.inner).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Some(d) = frame.data_ref() {
+                        let n = d.len().min(NOT_GRPC_DATA - this.data.len());
+                        this.data.extend_from_slice(&d[..n]);
+                    }
+                    this.data.len() >= NOT_GRPC_DATA
+                }
+                // the body ended, or failed: the status says what came
+                Poll::Ready(Some(Err(_)) | None) => true,
+            };
+            if ended {
+                let message = if this.data.is_empty() {
+                    status.message().to_owned()
+                } else {
+                    format!(
+                        "{}\ndata: {:?}",
+                        status.message(),
+                        String::from_utf8_lossy(&this.data)
+                    )
+                };
+                let status = tonic::Status::new(status.code(), message);
+                this.status = None;
+                // the rest of the body is not read: dropping it resets the stream
+                this.inner = Body::empty();
+                return Poll::Ready(Some(Err(status)));
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.status.is_none()
+    }
 }
 
 /// The recorders of one call's end.
@@ -307,7 +420,10 @@ mod tests {
             trailers.insert("grpc-status", c.parse().unwrap());
             let body = http_body_util::Full::new(bytes::Bytes::from_static(b"msg"))
                 .with_trailers(async move { Some(Ok(trailers)) });
-            http::Response::new(Body::new(body))
+            http::Response::builder()
+                .header("content-type", "application/grpc")
+                .body(Body::new(body))
+                .unwrap()
         };
 
         // trailers-only Unavailable: both at once
@@ -363,7 +479,10 @@ mod tests {
             let outcome = observe.begin(&mut req, Instant::now()).unwrap();
             // a prefix declaring 11 octets, and 2 of them
             let body = http_body_util::Full::new(bytes::Bytes::from(vec![flag, 0, 0, 0, 11, 1, 2]));
-            let resp = http::Response::new(Body::new(body));
+            let resp = http::Response::builder()
+                .header("content-type", "application/grpc")
+                .body(Body::new(body))
+                .unwrap();
             let done = Some(Done::for_test(Arc::clone(&endpoint)));
             finish(resp, done, Some(outcome), (None, None), Some(10))
         };
@@ -499,6 +618,38 @@ mod edge_tests {
                 None => panic!("the body ended whole"),
             }
         }
+    }
+
+    #[tokio::test]
+    async fn a_response_that_is_not_grpc_is_judged_by_its_http_status_and_quotes_1_kib() {
+        let page = |status: u16, content_type: Option<&str>, body: Vec<u8>| {
+            let mut b = http::Response::builder().status(status);
+            if let Some(t) = content_type {
+                b = b.header("content-type", t);
+            }
+            let resp = b
+                .body(tonic::body::Body::new(http_body_util::Full::new(
+                    bytes::Bytes::from(body),
+                )))
+                .unwrap();
+            super::finish(resp, None, None, (None, None), None)
+        };
+        let err = body_error(page(503, Some("text/html"), vec![b'x'; 5000])).await;
+        assert_eq!(err.code(), tonic::Code::Unavailable);
+        let want = format!(
+            "unexpected HTTP status code received from server: 503 (Service Unavailable); \
+             transport: received unexpected content-type \"text/html\"\ndata: \"{}\"",
+            "x".repeat(super::NOT_GRPC_DATA)
+        );
+        assert_eq!(err.message(), want);
+        // a 200 without a content-type: Unknown, in grpc-go's words; no body, no data
+        let err = body_error(page(200, None, Vec::new())).await;
+        assert_eq!(err.code(), tonic::Code::Unknown);
+        assert_eq!(
+            err.message(),
+            "unexpected HTTP status code received from server: 200 (OK); malformed header: \
+             missing HTTP content-type"
+        );
     }
 
     /// Asserts what the endpoint recorded of its one call: a transport failure or not.

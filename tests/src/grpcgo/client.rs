@@ -1,5 +1,5 @@
 //! One run of grpc-go's stock interop client ([`run_grpcgo_client`]) or of `gzip-interop`'s
-//! ([`run_gzip_client`]).
+//! ([`run_gzip_client`], [`grpcgo_unary_status`]).
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -54,6 +54,47 @@ pub async fn run_gzip_client(
     certs: Option<&InteropCerts>,
 ) -> ClientRun {
     run(&p.gzip, case, port, certs, &["--mode=client"]).await
+}
+
+/// What a grpc-go client answers to one `UnaryCall` asking for `size` octets (gzip-compressed
+/// when `compressed`) from `127.0.0.1:<port>`, receiving at most `max_recv` octets (`None`:
+/// grpc-go's default, 4 MiB): the status code and message (`gzip-interop`'s `unary_status`).
+///
+/// # Panics
+/// When the program cannot be started, fails, or prints no status.
+pub async fn grpcgo_unary_status(
+    p: &GrpcGoPrograms,
+    port: u16,
+    size: usize,
+    compressed: bool,
+    max_recv: Option<usize>,
+) -> (i32, String) {
+    let mut extra = vec![
+        "--mode=client".to_owned(),
+        format!("--response_size={size}"),
+    ];
+    if compressed {
+        extra.push("--response_compressed".to_owned());
+    }
+    if let Some(m) = max_recv {
+        extra.push(format!("--max_recv_size={m}"));
+    }
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let run = run(&p.gzip, "unary_status", port, None, &extra).await;
+    assert!(run.passed(), "gzip-interop unary_status: {}", run.output);
+    let line = run
+        .output
+        .lines()
+        .find_map(|l| l.strip_prefix("status "))
+        .unwrap_or_else(|| panic!("no status line in: {}", run.output));
+    let v: serde_json::Value =
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("bad status line {line}: {e}"));
+    let code = v["code"].as_i64().and_then(|c| i32::try_from(c).ok());
+    let message = v["message"].as_str().map(str::to_owned);
+    match (code, message) {
+        (Some(c), Some(m)) => (c, m),
+        _ => panic!("bad status line: {line}"),
+    }
 }
 
 async fn run(

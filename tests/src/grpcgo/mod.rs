@@ -13,7 +13,8 @@
 //!   every interface, as grpc-go wrote it; its port is read from its log line).
 //! - [`run_grpcgo_client`]: one `grpc-go-client --test_case=...` run, bounded in time.
 //! - `gzip-interop`: grpc-go with gzip registered, for the compression cases
-//!   ([`GrpcGoServer::start_gzip`], [`run_gzip_client`]).
+//!   ([`GrpcGoServer::start_gzip`], [`run_gzip_client`]), and one call whose status a grpc-go
+//!   client prints ([`grpcgo_unary_status`]).
 //! - `testing-descriptors`: grpc-go's compiled `grpc.testing` descriptors, for the proto check.
 //!
 //! # The zrpc side
@@ -31,7 +32,7 @@ mod zrpc;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-pub use client::{ClientRun, run_grpcgo_client, run_gzip_client};
+pub use client::{ClientRun, grpcgo_unary_status, run_grpcgo_client, run_gzip_client};
 pub use server::GrpcGoServer;
 pub use zrpc::{InteropCerts, SERVER_NAME, ZrpcInteropServer, zrpc_runner};
 

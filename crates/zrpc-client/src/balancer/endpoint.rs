@@ -16,7 +16,7 @@ use tower::BoxError;
 use zrpc_core::grpc::{OnStatus, StatusGuard, code};
 
 use super::stats::{Clock, EjectionLimit, EndpointStats};
-use super::wire::{Connector, Mark, Wire};
+use super::wire::{Connector, FirstAnswer, Mark, Wire};
 use crate::failure::{
     BodyFailure, body_failure, is_connection_loss, is_h2_failure, is_timeout, never_reached_server,
     remote_reset, reset_code,
@@ -279,24 +279,35 @@ impl Endpoint {
         if let Some(done) = done {
             done.transport_failure(now);
         }
-        let retryable = never_reached_server(&*err)
-            || (is_connection_loss(&*err) && self.wire.unsent_since(mark));
+        let lost = is_connection_loss(&*err);
+        let retryable = never_reached_server(&*err) || (lost && self.wire.unsent_since(mark));
         // a plaintext connection answered with a TLS record fails in h2 (it reads the record
         // as a frame), or in hyper for a request h2 had not taken yet: say what the bytes were
-        let hint = if self.wire.answered_tls() && is_h2_failure(&*err) {
+        let answer = self.wire.first_answer();
+        let hint = if answer == FirstAnswer::Tls && is_h2_failure(&*err) {
             "; the server answered with a TLS record: the server may require TLS (set Tls in the \
              client config)"
+        } else if answer == FirstAnswer::Http1 && (is_h2_failure(&*err) || lost) {
+            "; the server answered in HTTP/1.1: it is not a gRPC server (gRPC needs HTTP/2)"
+        } else if answer == FirstAnswer::Nothing && (is_h2_failure(&*err) || lost) {
+            "; the server closed the connection before sending a byte: it may not be a gRPC \
+             server (an HTTP/1.1 server closes so on the HTTP/2 preface)"
         } else if self.wire.closed_since(mark) {
             "; the connection was closed by the client after a probe got no answer and no byte \
              for 1s (a frozen or unreachable server)"
         } else {
             ""
         };
+        let chain = crate::failure::describe(&*err);
         let status = tonic::Status::from_error(err);
+        // tonic's own words for a transport error say nothing of its cause
+        let message = match status.message() {
+            "transport error" => &chain,
+            m => m,
+        };
         let status = tonic::Status::unavailable(format!(
-            "{target}: endpoint {}: {}{hint}",
-            self.addr,
-            status.message()
+            "{target}: endpoint {}: {message}{hint}",
+            self.addr
         ));
         if past_deadline {
             // the call is over: its caller learns that, the endpoint what happened

@@ -33,7 +33,7 @@ use std::future::Future;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -58,9 +58,9 @@ pub(crate) struct Wire {
     marked: AtomicU64,
     /// Connections established and not yet lost (no read EOF, no I/O error, not dropped).
     live: AtomicUsize,
-    /// The first bytes the server sent on the latest plaintext connection that got any were a
-    /// TLS record (see [`Wire::answered_tls`]).
-    tls_answer: AtomicBool,
+    /// What the server's first bytes on the latest plaintext connection were (a
+    /// [`FirstAnswer`] as `u8`; see [`Wire::first_answer`]).
+    first_answer: AtomicU8,
     /// Reads that returned bytes, on every connection: a probe that waited while this stood
     /// still saw a connection that carries nothing (see [`Wire::reads`]).
     reads: AtomicU64,
@@ -80,6 +80,22 @@ impl std::fmt::Debug for LostHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("LostHook")
     }
+}
+
+/// What a server's first bytes on a plaintext connection were ([`Wire::first_answer`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FirstAnswer {
+    /// Anything else, or not known yet: an HTTP/2 server's first byte is the top byte of its
+    /// SETTINGS frame's length (0).
+    Http2 = 0,
+    /// A TLS record: a TLS server reading the client's HTTP/2 preface as a bad TLS record
+    /// answers with a TLS alert (`0x15 0x03 ...`).
+    Tls = 1,
+    /// `HTTP/1.`: an HTTP/1.1 server answering the preface (`PRI * HTTP/2.0`) as a bad request.
+    Http1 = 2,
+    /// The connection was closed (or reset) before the server sent a byte: an HTTP/1.1 server
+    /// that does not take the preface for a request, or a server refusing the client.
+    Nothing = 3,
 }
 
 /// The state of a [`Wire`] when a request was handed to the connection.
@@ -139,13 +155,16 @@ impl Wire {
         self.live.load(Ordering::Relaxed) > 0
     }
 
-    /// True when the server answered the latest plaintext connection (of those it sent anything
-    /// on) with a TLS record: a TLS server reading the client's HTTP/2 preface as a bad TLS
-    /// record answers with a TLS alert (`0x15 0x03 ...`), and the first byte a real HTTP/2
-    /// server sends is the top byte of its SETTINGS frame's length (0). Only a plaintext
-    /// connection is watched for it: under TLS every server sends TLS records.
-    pub(crate) fn answered_tls(&self) -> bool {
-        self.tls_answer.load(Ordering::Relaxed)
+    /// What the server answered on the latest plaintext connection that got an answer or was
+    /// closed: the first bytes tell a server that is not HTTP/2 from one that is. Only a
+    /// plaintext connection is watched: under TLS every server sends TLS records.
+    pub(crate) fn first_answer(&self) -> FirstAnswer {
+        match self.first_answer.load(Ordering::Relaxed) {
+            1 => FirstAnswer::Tls,
+            2 => FirstAnswer::Http1,
+            3 => FirstAnswer::Nothing,
+            _ => FirstAnswer::Http2,
+        }
     }
 
     /// Reads that returned bytes so far, on every connection of the endpoint.
@@ -202,7 +221,7 @@ pub(crate) struct Connector {
     pub(crate) wire: Arc<Wire>,
     pub(crate) connect_timeout: Option<Duration>,
     /// The connection carries HTTP/2 directly (no TLS over it): its first bytes from the
-    /// server are checked for a TLS record ([`Wire::answered_tls`]).
+    /// server are looked at ([`Wire::first_answer`]).
     pub(crate) plaintext: bool,
 }
 
@@ -282,6 +301,11 @@ impl Watched {
     /// Records a loss of this connection (the first one of a live connection tells the hook
     /// when no other connection of the endpoint is live).
     fn lost(&mut self) {
+        if std::mem::take(&mut self.sniff) {
+            self.wire
+                .first_answer
+                .store(FirstAnswer::Nothing as u8, Ordering::Relaxed);
+        }
         let was_live = self.live;
         self.not_live();
         self.wire.on_loss();
@@ -343,8 +367,17 @@ impl AsyncRead for Watched {
                 this.wire.reads.fetch_add(1, Ordering::Relaxed);
                 if this.sniff {
                     this.sniff = false;
-                    let tls = is_tls_record(&buf.filled()[before..]);
-                    this.wire.tls_answer.store(tls, Ordering::Relaxed);
+                    let first = &buf.filled()[before..];
+                    let answer = if is_tls_record(first) {
+                        FirstAnswer::Tls
+                    } else if first.starts_with(b"HTTP/1.") {
+                        FirstAnswer::Http1
+                    } else {
+                        FirstAnswer::Http2
+                    };
+                    this.wire
+                        .first_answer
+                        .store(answer as u8, Ordering::Relaxed);
                 }
             }
             Poll::Ready(Err(_)) => this.lost(),
@@ -572,21 +605,26 @@ mod tests {
             connect_timeout: None,
             plaintext,
         };
-        // (server's first bytes, plaintext, flagged)
-        let cases: [(&[u8], bool, bool); 4] = [
+        // (server's first bytes, plaintext, what they tell)
+        let cases: [(&[u8], bool, FirstAnswer); 5] = [
             // rustls' fatal decode_error alert, its answer to an HTTP/2 preface
-            (&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32], true, true),
+            (
+                &[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32],
+                true,
+                FirstAnswer::Tls,
+            ),
             // an HTTP/2 server's SETTINGS frame header clears it
             (
                 &[0x00, 0x00, 0x12, 0x04, 0x00, 0x00, 0x00, 0x00, 0x00],
                 true,
-                false,
+                FirstAnswer::Http2,
             ),
             // a ServerHello on a TLS connection is not looked at
-            (&[0x16, 0x03, 0x03, 0x00, 0x7a], false, false),
-            (&[0x16, 0x03, 0x01], true, true),
+            (&[0x16, 0x03, 0x03, 0x00, 0x7a], false, FirstAnswer::Http2),
+            (&[0x16, 0x03, 0x01], true, FirstAnswer::Tls),
+            (b"HTTP/1.1 400 Bad Request\r\n", true, FirstAnswer::Http1),
         ];
-        for (bytes, plaintext, flagged) in cases {
+        for (bytes, plaintext, told) in cases {
             let mut io = tower::Service::call(&mut connect(plaintext), uri.clone())
                 .await
                 .unwrap()
@@ -595,12 +633,22 @@ mod tests {
             server.write_all(bytes).await.unwrap();
             let mut buf = [0u8; 16];
             assert!(io.read(&mut buf).await.unwrap() > 0);
-            assert_eq!(wire.answered_tls(), flagged, "{bytes:02x?}");
+            assert_eq!(wire.first_answer(), told, "{bytes:02x?}");
             // later bytes of the same connection are not looked at
             server.write_all(&[0x00, 0x00]).await.unwrap();
             assert!(io.read(&mut buf).await.unwrap() > 0);
-            assert_eq!(wire.answered_tls(), flagged, "{bytes:02x?}");
+            assert_eq!(wire.first_answer(), told, "{bytes:02x?}");
         }
+        // closed before a byte
+        let mut io = tower::Service::call(&mut connect(true), uri.clone())
+            .await
+            .unwrap()
+            .into_inner();
+        let (server, _) = l.accept().await.unwrap();
+        drop(server);
+        let mut buf = [0u8; 16];
+        assert_eq!(io.read(&mut buf).await.unwrap(), 0);
+        assert_eq!(wire.first_answer(), FirstAnswer::Nothing);
         assert!(is_tls_record(&[0x15]));
         assert!(!is_tls_record(&[0x15, 0x00]));
         assert!(!is_tls_record(b"HTTP/1.1 400"));

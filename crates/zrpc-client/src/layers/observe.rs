@@ -259,7 +259,10 @@ mod tests {
         trailers.insert("grpc-status", c.parse().unwrap());
         let body = http_body_util::Full::new(Bytes::from_static(b"msg"))
             .with_trailers(async move { Some(Ok(trailers)) });
-        http::Response::new(Body::new(body))
+        http::Response::builder()
+            .header("content-type", "application/grpc")
+            .body(Body::new(body))
+            .unwrap()
     }
 
     fn request() -> http::Request<Body> {

@@ -35,5 +35,5 @@ pub use body::StatusBody;
 pub use guard::{OnStatus, StatusGuard};
 pub use response::{
     GRPC_MESSAGE, GRPC_STATUS, decode_grpc_message, encode_grpc_message, find_header,
-    status_from_headers, status_message_from_headers, status_response,
+    is_grpc_content_type, status_from_headers, status_message_from_headers, status_response,
 };

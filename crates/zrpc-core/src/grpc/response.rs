@@ -112,9 +112,49 @@ pub fn status_response<B: Default>(code: i32, message: &str) -> Response<B> {
     resp
 }
 
+/// Whether a `content-type` is gRPC's: `application/grpc`, alone or followed by `+` or `;`
+/// (ASCII case ignored). The server answers other requests 415; the client takes a response
+/// without it for a proxy's or web server's answer (gRPC's HTTP-to-gRPC status table).
+#[must_use]
+pub fn is_grpc_content_type(value: Option<&HeaderValue>) -> bool {
+    value.is_some_and(|v| {
+        let v = v.as_bytes();
+        v.len() >= 16
+            && v[..16].eq_ignore_ascii_case(b"application/grpc")
+            && matches!(v.get(16), None | Some(b'+' | b';'))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recognises_grpc_content_types() {
+        for ok in [
+            "application/grpc",
+            "application/grpc+proto",
+            "Application/GRPC+json",
+            "application/grpc;charset=utf-8",
+        ] {
+            assert!(
+                is_grpc_content_type(Some(&HeaderValue::from_static(ok))),
+                "{ok}"
+            );
+        }
+        for bad in [
+            "application/json",
+            "application/grpcx",
+            "text/plain",
+            "application/grp",
+        ] {
+            assert!(
+                !is_grpc_content_type(Some(&HeaderValue::from_static(bad))),
+                "{bad}"
+            );
+        }
+        assert!(!is_grpc_content_type(None));
+    }
 
     #[test]
     fn find_header_answers_as_get_for_small_and_large_maps() {

@@ -8,16 +8,7 @@
 //! `grpc-message` naming the content-type, for gRPC clients that look only at those.
 
 use http::{HeaderValue, Response, StatusCode, header};
-
-/// Whether a request's `content-type` is gRPC's (see the module docs).
-pub(crate) fn is_grpc(value: Option<&HeaderValue>) -> bool {
-    value.is_some_and(|v| {
-        let v = v.as_bytes();
-        v.len() >= 16
-            && v[..16].eq_ignore_ascii_case(b"application/grpc")
-            && matches!(v.get(16), None | Some(b'+' | b';'))
-    })
-}
+pub(crate) use zrpc_core::grpc::is_grpc_content_type as is_grpc;
 
 /// The answer to a request that is not gRPC.
 #[cold]
@@ -63,27 +54,6 @@ fn refused<B: Default>(status: StatusCode, code: &'static str, message: &str) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn recognises_grpc_content_types() {
-        for ok in [
-            "application/grpc",
-            "application/grpc+proto",
-            "Application/GRPC+json",
-            "application/grpc;charset=utf-8",
-        ] {
-            assert!(is_grpc(Some(&HeaderValue::from_static(ok))), "{ok}");
-        }
-        for bad in [
-            "application/json",
-            "application/grpcx",
-            "text/plain",
-            "application/grp",
-        ] {
-            assert!(!is_grpc(Some(&HeaderValue::from_static(bad))), "{bad}");
-        }
-        assert!(!is_grpc(None));
-    }
 
     #[test]
     fn unsupported_answer_is_415_with_invalid_argument() {

@@ -20,12 +20,18 @@
 //
 // Whether a message came compressed is read from grpc-go's stats: its compressed length differs
 // from its length (the cases' payloads are zeros, which gzip shrinks).
+//
+// One more client case, unary_status, makes one UnaryCall asking for --response_size octets
+// (--response_compressed asks for gzip), receiving at most --max_recv_size octets when set, and
+// prints the call's status as `status {"code":N,"message":"..."}` on stdout: what a grpc-go client answers,
+// for tests that compare another client's answer with it. It exits 0 whatever the status.
 package main
 
 import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -33,6 +39,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -60,6 +67,9 @@ var (
 	caFile     = flag.String("ca_file", "", "client: the CA certificate (PEM)")
 	_          = flag.Bool("use_test_ca", false, "client: accepted as grpc-go's client does; the CA is --ca_file")
 	testCase   = flag.String("test_case", "", "client: the case to run")
+	respSize   = flag.Int("response_size", 0, "client, unary_status: the response payload's size")
+	respGzip   = flag.Bool("response_compressed", false, "client, unary_status: ask for a gzip response")
+	maxRecv    = flag.Int("max_recv_size", 0, "client, unary_status: the receive limit (0: grpc-go's 4 MiB)")
 )
 
 func main() {
@@ -229,7 +239,11 @@ func runCase(name string) error {
 		creds = credentials.NewTLS(&tls.Config{RootCAs: roots, ServerName: *override})
 	}
 	addr := net.JoinHostPort(*serverHost, strconv.Itoa(*serverPort))
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds), grpc.WithStatsHandler(recorder{}))
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithStatsHandler(recorder{})}
+	if *maxRecv > 0 {
+		opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(*maxRecv)))
+	}
+	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return err
 	}
@@ -245,6 +259,8 @@ func runCase(name string) error {
 		return clientCompressedStreaming(ctx, tc)
 	case "server_compressed_streaming":
 		return serverCompressedStreaming(ctx, tc)
+	case "unary_status":
+		return unaryStatus(ctx, tc)
 	}
 	return fmt.Errorf("unknown test case %q", name)
 }
@@ -366,5 +382,22 @@ func serverCompressedStreaming(ctx context.Context, tc testgrpc.TestServiceClien
 	if got := c.all(); len(got) != 2 || !got[0] || got[1] {
 		return fmt.Errorf("responses came compressed=%v, want [true false]", got)
 	}
+	return nil
+}
+
+func unaryStatus(ctx context.Context, tc testgrpc.TestServiceClient) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req := &testpb.SimpleRequest{ResponseSize: int32(*respSize)}
+	if *respGzip {
+		req.ResponseCompressed = &testpb.BoolValue{Value: true}
+	}
+	_, err := tc.UnaryCall(ctx, req)
+	s := status.Convert(err)
+	line, err := json.Marshal(map[string]any{"code": s.Code(), "message": s.Message()})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("status %s\n", line)
 	return nil
 }
