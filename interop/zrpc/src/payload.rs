@@ -4,9 +4,10 @@ use zrpc::tonic::Status;
 
 use crate::pb::{Payload, PayloadType};
 
-/// The largest payload body the server makes (4 MiB, gRPC's usual receive limit): a request
-/// cannot make it allocate more than this per response.
-pub(crate) const MAX_RESPONSE_BODY: i32 = 4 << 20;
+/// The largest payload body the server makes (8 MiB: past gRPC's usual 4 MiB receive limit, so
+/// that a client's limit can be tested): a request cannot make it allocate more than this per
+/// response.
+pub(crate) const MAX_RESPONSE_BODY: i32 = 8 << 20;
 
 /// A `COMPRESSABLE` payload of `size` zeros, as a client sends it.
 pub(crate) fn zeros(size: usize) -> Payload {
@@ -72,7 +73,7 @@ mod tests {
                 "{kind} {size}"
             );
         }
-        assert_eq!(response(0, MAX_RESPONSE_BODY).unwrap().body.len(), 4 << 20);
+        assert_eq!(response(0, MAX_RESPONSE_BODY).unwrap().body.len(), 8 << 20);
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! - CompressedRequest and CompressedResponse (`expect_compressed`, `response_compressed`,
 //!   `ResponseParameters.compressed`): see [`conf`].
 //!
-//! Payloads are zeros of type `COMPRESSABLE`; another type, a negative size or one over 4 MiB is
+//! Payloads are zeros of type `COMPRESSABLE`; another type, a negative size or one over 8 MiB is
 //! `InvalidArgument`.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
