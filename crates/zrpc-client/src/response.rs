@@ -98,6 +98,8 @@ fn finish(
             timer: None,
             framing: Framing::default(),
             max_message,
+            ended: false,
+            mid_message: false,
         }),
     };
     http::Response::from_parts(parts, body)
@@ -286,6 +288,11 @@ struct CallBody {
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
     framing: Framing,
     max_message: Option<usize>,
+    /// The call's end came (its trailers) or was given (an error): a stream that ends before
+    /// is a broken one.
+    ended: bool,
+    /// The body stopped inside a message (as far as the framing is followed: with a limit).
+    mid_message: bool,
 }
 
 impl CallBody {
@@ -296,6 +303,7 @@ impl CallBody {
         self.inner = Body::empty();
         self.deadline = None;
         self.max_message = None;
+        self.ended = true;
         let status = tonic::Status::resource_exhausted(framing::too_large(len, max));
         let now = Instant::now();
         if let Some(d) = self.end.done.take() {
@@ -321,29 +329,47 @@ impl http_body::Body for CallBody {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(max) = this.max_message
                     && let Some(data) = frame.data_ref()
-                    && let Some(len) = this.framing.follow(data, Some(max)).oversized
                 {
-                    return Poll::Ready(Some(Err(this.too_large(len, max))));
+                    let followed = this.framing.follow(data, Some(max));
+                    if let Some(len) = followed.oversized {
+                        return Poll::Ready(Some(Err(this.too_large(len, max))));
+                    }
+                    this.mid_message = followed.pending;
                 }
-                if this.end.is_armed()
-                    && let Some(trailers) = frame.trailers_ref()
-                {
-                    let c = status_from_headers(trailers).unwrap_or(code::UNKNOWN);
-                    this.end.record(c, Instant::now());
+                if let Some(trailers) = frame.trailers_ref() {
+                    this.ended = true;
+                    if this.end.is_armed() {
+                        let c = status_from_headers(trailers).unwrap_or(code::UNKNOWN);
+                        this.end.record(c, Instant::now());
+                    }
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(status))) => {
+                this.ended = true;
                 let status = this
                     .end
                     .failed(status, this.deadline, this.timeout, Instant::now());
                 Poll::Ready(Some(Err(status)))
             }
+            Poll::Ready(None) if this.ended => Poll::Ready(None),
             Poll::Ready(None) => {
-                if this.end.is_armed() {
-                    this.end.record(code::UNKNOWN, Instant::now());
+                // the stream ended without a status, or inside a message: `Internal` in grpc-go's
+                // words (tonic would say `Unknown`, or `Internal` "Unexpected EOF decoding stream")
+                this.ended = true;
+                let status = tonic::Status::internal(if this.mid_message {
+                    "unexpected EOF"
+                } else {
+                    "server closed the stream without sending trailers"
+                });
+                let now = Instant::now();
+                if let Some(d) = this.end.done.take() {
+                    d.finish(code::INTERNAL, now);
                 }
-                Poll::Ready(None)
+                if let Some(o) = this.end.outcome.take() {
+                    o.record_at(code::INTERNAL, Detail::Error(&status), now);
+                }
+                Poll::Ready(Some(Err(status)))
             }
             Poll::Pending => {
                 let Some(deadline) = this.deadline else {
@@ -359,6 +385,7 @@ impl http_body::Body for CallBody {
                 }
                 // the deadline: the stream is dropped (reset with CANCEL), the caller told
                 this.deadline = None;
+                this.ended = true;
                 this.inner = Body::empty();
                 let now = Instant::now();
                 if let Some(d) = this.end.done.take() {

@@ -22,6 +22,7 @@
 // crate's helpers are test code too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod client_codes;
 mod client_limits;
 mod codes;
 mod matrix;

@@ -300,8 +300,10 @@ impl Endpoint {
         };
         let chain = crate::failure::describe(&*err);
         let status = tonic::Status::from_error(err);
-        // tonic's own words for a transport error say nothing of its cause
+        // tonic's own words for a transport error, or a refused stream, say nothing of the cause
+        let refused = "stream terminated by RST_STREAM with error code: REFUSED_STREAM";
         let message = match status.message() {
+            _ if reset == Some(h2::Reason::REFUSED_STREAM) => refused,
             "transport error" => &chain,
             m => m,
         };
