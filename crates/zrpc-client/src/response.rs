@@ -23,7 +23,7 @@ use http_body::Frame;
 use tonic::body::Body;
 use tower::BoxError;
 use zrpc_core::grpc::framing::{self, Framing};
-use zrpc_core::grpc::{code, is_grpc_content_type, status_from_headers};
+use zrpc_core::grpc::{code, find_header, is_grpc_content_type, status_from_headers};
 
 use crate::balancer::endpoint::{Answer, Done};
 use crate::failure::{BodyFailure, body_failure, deadline_exceeded, is_past};
@@ -75,7 +75,7 @@ fn finish(
     max_message: Option<usize>,
 ) -> Response {
     let (parts, body) = resp.into_parts();
-    if !is_grpc_content_type(parts.headers.get(http::header::CONTENT_TYPE)) {
+    if !is_grpc_content_type(find_header(&parts.headers, &http::header::CONTENT_TYPE)) {
         let body = not_grpc(&parts, body, done, outcome);
         return http::Response::from_parts(parts, body);
     }
