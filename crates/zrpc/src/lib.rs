@@ -94,8 +94,8 @@
 //!
 //! On by default: `etcd` (registration and discovery in etcd), `devserver` (`/metrics`,
 //! `/healthz`), `gzip` (gRPC message compression, which every go-zero service accepts) and
-//! `client` ([`client()`], [`Client`], [`RpcClientConf`], [`resolver`]: zrpc-client, a third of
-//! a default service's build CPU; a service that calls no other service leaves it out with
+//! `client` ([`client()`], [`Client`], [`RpcClientConf`], [`resolver`]: zrpc-client, 4 more
+//! crates in a service; one that calls no other service leaves it out with
 //! `default-features = false, features = ["etcd", "devserver", "gzip"]`, as `zrpcctl new` writes).
 //! Opt-in: `deflate` and `zstd` (the other registered compressions), `otel` (OTLP trace export and W3C trace-context propagation),
 //! `reflection`, `env-filter` (`RUST_LOG`'s full syntax), `toml` (`.toml` configs),
