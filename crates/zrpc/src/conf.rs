@@ -12,6 +12,8 @@ pub use zrpc_core::conf::{
     from_str, from_str_with_env, load, load_with_env,
 };
 
+#[cfg(feature = "client")]
+#[cfg_attr(docsrs, doc(cfg(feature = "client")))]
 pub use zrpc_client::conf::{
     BalancerName, ClientMiddlewaresConf, ClientTlsConf, HedgingPolicyConf, MethodCompressionConf,
     MethodConf, MethodName, MethodTierConf, RetryBudgetConf, RetryPolicyConf, RpcClientConf,
@@ -47,6 +49,7 @@ pub fn compiled_features() -> FeatureSet {
         ("gzip", cfg!(feature = "gzip")),
         ("deflate", cfg!(feature = "deflate")),
         ("zstd", cfg!(feature = "zstd")),
+        ("client", cfg!(feature = "client")),
     ] {
         if on {
             // every name is one of FEATURES (zrpcctl's tests compare them with Cargo.toml)

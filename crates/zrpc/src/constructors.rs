@@ -1,6 +1,8 @@
-//! [`server`] and [`client`]: go-zero's `zrpc.NewServer` and `zrpc.NewClient`.
+//! [`server`] and `client`: go-zero's `zrpc.NewServer` and `zrpc.NewClient`.
 
-use crate::{Client, Error, RpcClientConf, RpcServerConf, Server};
+#[cfg(feature = "client")]
+use crate::{Client, RpcClientConf};
+use crate::{Error, RpcServerConf, Server};
 
 /// Builds a server from its config (go-zero `zrpc.NewServer`); add services with
 /// [`Server::add_service`], then [`Server::serve`].
@@ -44,6 +46,7 @@ pub fn server(conf: RpcServerConf) -> Result<Server, Error> {
 ///     .await?;
 /// # Ok(()) }
 /// ```
+#[cfg(feature = "client")]
 pub async fn client(conf: RpcClientConf) -> Result<Client, Error> {
     // streaming methods of the linked protos: their calls go to the client's stream families
     static DECLARED: std::sync::Once = std::sync::Once::new();

@@ -15,6 +15,8 @@ pub enum Error {
     #[error(transparent)]
     Server(#[from] zrpc_server::Error),
     /// The client could not be built.
+    #[cfg(feature = "client")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "client")))]
     #[error(transparent)]
     Client(#[from] zrpc_client::Error),
     /// An I/O error, e.g. binding a listener yourself for [`Server::serve_with_listener`](crate::Server::serve_with_listener).
@@ -40,6 +42,7 @@ mod tests {
     #[test]
     fn facade_types_are_shareable() {
         shareable::<Error>();
+        #[cfg(feature = "client")]
         shareable::<crate::Client>();
         shareable::<crate::ServerHandle>();
     }
@@ -85,6 +88,7 @@ mod tests {
         assert!(debug.contains("disk on fire"), "{debug}");
     }
 
+    #[cfg(feature = "client")]
     #[tokio::test]
     async fn client_errors_convert() {
         let err = crate::client(crate::RpcClientConf::target("nope:///x"))

@@ -93,7 +93,10 @@
 //! # Cargo features
 //!
 //! On by default: `etcd` (registration and discovery in etcd), `devserver` (`/metrics`,
-//! `/healthz`) and `gzip` (gRPC message compression, which every go-zero service accepts).
+//! `/healthz`), `gzip` (gRPC message compression, which every go-zero service accepts) and
+//! `client` ([`client()`], [`Client`], [`RpcClientConf`], [`resolver`]: zrpc-client, 4 more
+//! crates in a service; one that calls no other service leaves it out with
+//! `default-features = false, features = ["etcd", "devserver", "gzip"]`, as `zrpcctl new` writes).
 //! Opt-in: `deflate` and `zstd` (the other registered compressions), `otel` (OTLP trace export and W3C trace-context propagation),
 //! `reflection`, `env-filter` (`RUST_LOG`'s full syntax), `toml` (`.toml` configs),
 //! `redis-auth` (go-zero's Redis token store) and `tls` (`Tls` blocks, TLS to etcd and `k8s://`
@@ -106,6 +109,8 @@
 //! `middleware.md` (both chains, their order, adding a layer), `overload.md` (the CPU shedder,
 //! the adaptive concurrency limit and its tiers) and `migrating-from-go-zero.md`.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 #[doc(hidden)]
 pub mod codegen;
 pub mod compression;
@@ -114,15 +119,21 @@ mod constructors;
 mod error;
 pub mod metrics;
 
-pub use constructors::{client, server};
+#[cfg(feature = "client")]
+#[cfg_attr(docsrs, doc(cfg(feature = "client")))]
+pub use constructors::client;
+pub use constructors::server;
 pub use error::Error;
 
+#[cfg(feature = "client")]
+#[cfg_attr(docsrs, doc(cfg(feature = "client")))]
 #[doc(no_inline)]
-pub use conf::{
-    BalancerName, ClientMiddlewaresConf, EtcdConf, RpcClientConf, RpcServerConf,
-    ServerMiddlewaresConf, ShutdownConf,
-};
+pub use conf::{BalancerName, ClientMiddlewaresConf, RpcClientConf};
+#[doc(no_inline)]
+pub use conf::{EtcdConf, RpcServerConf, ServerMiddlewaresConf, ShutdownConf};
 
+#[cfg(feature = "client")]
+#[cfg_attr(docsrs, doc(cfg(feature = "client")))]
 pub use zrpc_client::{
     CallTimeout, Client, EndpointInfo, EndpointState, HashKey, hash_key, set_tier,
 };
@@ -141,6 +152,8 @@ pub use zrpc_core::{breaker::BreakerOpen, shedder::Overloaded};
 
 /// Client-side discovery: targets and resolvers (direct, etcd, DNS, Kubernetes), and
 /// [`Resolution`](resolver::Resolution) for a discovery of your own.
+#[cfg(feature = "client")]
+#[cfg_attr(docsrs, doc(cfg(feature = "client")))]
 pub use zrpc_client::resolver;
 /// Server-side etcd registration: the self-healing [`Publisher`](registry::Publisher) and
 /// [`advertise_addr`](registry::advertise_addr).

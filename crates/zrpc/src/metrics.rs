@@ -13,6 +13,8 @@ pub mod server {
 }
 
 /// Client metrics (`zrpc_client::metrics`).
+#[cfg(feature = "client")]
+#[cfg_attr(docsrs, doc(cfg(feature = "client")))]
 pub mod client {
     pub use zrpc_client::metrics::*;
 }

@@ -105,12 +105,16 @@ pub(crate) fn check(
     kind: Option<Kind>,
     features: &FeatureSet,
 ) -> Result<(Kind, Vec<String>)> {
-    zrpc::conf::with_features(features, || check_as_built(path, kind))
+    zrpc::conf::with_features(features, || check_as_built(path, kind, features))
         .map_err(|e| fail(format!("{e}\nnote: {}", checked_as(features))))
 }
 
 /// [`check`] inside the feature override.
-fn check_as_built(path: &Path, kind: Option<Kind>) -> Result<(Kind, Vec<String>)> {
+fn check_as_built(
+    path: &Path,
+    kind: Option<Kind>,
+    features: &FeatureSet,
+) -> Result<(Kind, Vec<String>)> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| fail(format!("{}: cannot read the file: {e}", path.display())))?;
     let top_keys: Vec<String> = zrpc::conf::load::<OtherKeys>(path)
@@ -145,6 +149,14 @@ fn check_as_built(path: &Path, kind: Option<Kind>) -> Result<(Kind, Vec<String>)
             notes.extend(conf.ignored_keys().iter().map(|k| format!("warning: {k}")));
         }
         Kind::Client => {
+            // a build without the client cannot load one (`zrpc::RpcClientConf` is not there)
+            if !features.contains("client") {
+                return Err(fail(format!(
+                    "{}: a client config, and this build of zrpc has no client: enable the \
+                     `client` cargo feature of zrpc (pass --server if it is a server's config)",
+                    path.display()
+                )));
+            }
             let _conf: zrpc::RpcClientConf = zrpc::conf::load(path).map_err(|e| {
                 fail(format!(
                     "{e}\n(checked as a client config; pass --server if it is a server's)"

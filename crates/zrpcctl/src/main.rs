@@ -189,10 +189,10 @@ enum ConfCommand {
         client: bool,
         /// zrpc features the service's build enables, on top of the defaults unless
         /// --no-default-features (comma-separated, repeatable: etcd, devserver, otel,
-        /// reflection, env-filter, toml, json5, redis-auth, tls, gzip, deflate, zstd).
+        /// reflection, env-filter, toml, json5, redis-auth, tls, gzip, deflate, zstd, client).
         #[arg(long, short = 'F', value_name = "FEATURES")]
         features: Vec<String>,
-        /// Check as a build without zrpc's default features (etcd, devserver, gzip).
+        /// Check as a build without zrpc's default features (etcd, devserver, gzip, client).
         #[arg(long)]
         no_default_features: bool,
         /// Check as a build with every zrpc feature.

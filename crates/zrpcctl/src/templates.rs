@@ -1,5 +1,16 @@
 //! The files `zrpcctl new` writes once (the generated glue is built in `scaffold.rs`).
 
+/// The zrpc lines of a scaffold's `Cargo.toml`.
+#[derive(Debug)]
+pub(crate) struct Deps {
+    /// `[dependencies]`: zrpc's default features but `client` (the service calls no other yet).
+    pub(crate) zrpc: String,
+    /// `[dev-dependencies]`: `client` on top, for the test that calls the service.
+    pub(crate) zrpc_dev: String,
+    /// `[build-dependencies]`.
+    pub(crate) zrpc_build: String,
+}
+
 /// goctl's `rpc new` proto: one `Ping`.
 pub(crate) fn default_proto(package: &str, service: &str) -> String {
     format!(
@@ -10,7 +21,12 @@ pub(crate) fn default_proto(package: &str, service: &str) -> String {
     )
 }
 
-pub(crate) fn cargo_toml(name: &str, (zrpc, zrpc_build): &(String, String)) -> String {
+pub(crate) fn cargo_toml(name: &str, deps: &Deps) -> String {
+    let Deps {
+        zrpc,
+        zrpc_dev,
+        zrpc_build,
+    } = deps;
     format!(
         r#"[package]
 name = "{name}"
@@ -20,6 +36,7 @@ publish = false
 
 [dependencies]
 # The generated code needs only zrpc (it re-exports tonic and prost at the versions it uses).
+# To call other services (`zrpc::client`), add "client" to its features.
 {zrpc}
 tokio = {{ version = "1", features = ["macros", "rt-multi-thread"] }}
 # The service's own config keys (src/config.rs).
@@ -31,6 +48,8 @@ tokio-stream = "0.1"
 {zrpc_build}
 
 [dev-dependencies]
+# The test calls the service through zrpc's client (tests only: not in the release binary).
+{zrpc_dev}
 tokio = {{ version = "1", features = ["macros", "rt-multi-thread", "net", "sync", "time"] }}
 
 # A crate of its own, not a member of an enclosing workspace.
@@ -131,6 +150,7 @@ pub struct Config {{
     // A key of your own, `DataSource: root:secret@tcp(127.0.0.1:3306)/{ident}` in the file:
     // pub data_source: String,
     // A client of another service, `UserRpc: {{ Etcd: {{ Hosts: [127.0.0.1:2379], Key: user.rpc }} }}`
+    // (zrpc's `client` feature: add it in Cargo.toml)
     // (check it in `validate` with `self.user_rpc.validate_at("UserRpc")?`, and give it the
     // file's name for the errors of its start: `fn loaded_from(&mut self, file: &str) {{
     // self.user_rpc.loaded_from(file) }}` in `impl Validate`):
@@ -196,7 +216,8 @@ pub mod svc;
 
 pub(crate) fn svc_rs() -> String {
     r#"//! The state every call shares (go-zero's ServiceContext): the config, clients of other
-//! services (`zrpc::client(...)`), stores. Built once in main.rs. Your code: never overwritten.
+//! services (`zrpc::client(...)`, with zrpc's `client` feature), stores. Built once in main.rs.
+//! Your code: never overwritten.
 
 use crate::config::Config;
 

@@ -91,9 +91,26 @@ fn scaffolded_crate_builds_serves_and_streams_past_timeout() {
         log.contains("client_stream_longer_than_timeout_completes ... ok"),
         "{log}"
     );
+    let test_time = started.elapsed();
+    // The tests call the service through zrpc's client; the service's own build (`cargo build`,
+    // the release binary) leaves it out: only the dev-dependency turns `client` on.
+    let tree = |edges: &str| {
+        let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["tree", "--offline", "--prefix", "none", "-e", edges])
+            .current_dir(&krate)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let has_client = |tree: &str| tree.lines().any(|l| l.starts_with("zrpc-client "));
+    let built = tree("normal,build");
+    assert!(built.contains("zrpc-server "), "{built}");
+    assert!(!has_client(&built), "{built}");
+    assert!(has_client(&tree("normal,build,dev")));
     println!(
-        "zrpcctl new: {scaffold_time:?}; cargo test of the scaffold (build + run): {:?}",
-        started.elapsed()
+        "zrpcctl new: {scaffold_time:?}; cargo test of the scaffold (build + run): {test_time:?}"
     );
 }
 

@@ -124,7 +124,7 @@ fn the_defaults_are_said_and_can_be_left_out() {
     assert!(out.status.success(), "{}", text(&out));
     assert!(
         stdout(&out).contains(
-            "checked as a build with zrpc features: etcd, devserver, gzip (zrpc's defaults"
+            "checked as a build with zrpc features: etcd, devserver, gzip, client (zrpc's defaults"
         ),
         "{}",
         text(&out)
@@ -178,6 +178,20 @@ fn the_defaults_are_said_and_can_be_left_out() {
         "{}",
         text(&out)
     );
+
+    // a build without `client` (a server that calls no other service) has no client config
+    let client = "Target: direct:///127.0.0.1:1\n";
+    let server_only = ["--no-default-features", "--features", "etcd,devserver,gzip"];
+    let out = check(tmp.path(), "c.yaml", client, &server_only);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("`client` cargo feature"),
+        "{}",
+        text(&out)
+    );
+    let with_client = ["--no-default-features", "--features", "etcd,client"];
+    let out = check(tmp.path(), "c.yaml", client, &with_client);
+    assert!(out.status.success(), "{}", text(&out));
 }
 
 /// With `--all-features` zrpcctl accepts what a build with every feature (this test's, through
@@ -208,7 +222,7 @@ fn all_features_accepts_what_a_full_build_accepts() {
     assert!(
         stdout(&out).contains(
             "zrpc features: etcd, devserver, otel, reflection, env-filter, toml, json5, redis-auth, tls, \
-             gzip, deflate, zstd"
+             gzip, deflate, zstd, client"
         ),
         "{}",
         text(&out)

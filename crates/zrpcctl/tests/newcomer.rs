@@ -185,6 +185,21 @@ fn newcomer_scaffold_survives_proto_changes() {
             "    fn validate(&self) -> Result<(), ConfError> {\n        self.user_rpc.validate_at(\"UserRpc\")",
         );
     std::fs::write(&config_rs, &config_text).unwrap();
+    // a client config needs zrpc's client, as the generated Cargo.toml says
+    let manifest_path = krate.join("Cargo.toml");
+    let manifest = std::fs::read_to_string(&manifest_path).unwrap();
+    let server_only = r#"default-features = false, features = ["etcd", "devserver", "gzip"] }"#;
+    assert!(
+        manifest.contains("add \"client\" to its features") && manifest.contains(server_only),
+        "{manifest}"
+    );
+    let with_client =
+        r#"default-features = false, features = ["etcd", "devserver", "gzip", "client"] }"#;
+    std::fs::write(
+        &manifest_path,
+        manifest.replacen(server_only, with_client, 1),
+    )
+    .unwrap();
     let yaml = krate.join("etc/shop.yaml");
     let yaml_text = std::fs::read_to_string(&yaml).unwrap()
         + "DataSource: root:secret@tcp(127.0.0.1:3306)/shop\n"

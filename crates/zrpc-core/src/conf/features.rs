@@ -26,10 +26,11 @@ pub const FEATURES: &[&str] = &[
     "gzip",
     "deflate",
     "zstd",
+    "client",
 ];
 
 /// The `default` features of the `zrpc` crate.
-pub const DEFAULT_FEATURES: &[&str] = &["etcd", "devserver", "gzip"];
+pub const DEFAULT_FEATURES: &[&str] = &["etcd", "devserver", "gzip", "client"];
 
 // one bit each in `FeatureSet`
 const _: () = assert!(FEATURES.len() <= 16);

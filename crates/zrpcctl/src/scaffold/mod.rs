@@ -29,7 +29,7 @@ use self::wiring::RpcName;
 pub(crate) use self::write::Report;
 use self::write::write;
 use crate::proto::{self, camel, file_stem};
-use crate::templates;
+use crate::templates::{self, Deps};
 use crate::{Result, fail};
 
 /// Where the zrpc crates come from.
@@ -303,17 +303,20 @@ fn check_name(name: &str) -> Result<()> {
     }
 }
 
-/// The `[dependencies]` and `[build-dependencies]` lines for zrpc.
-fn dependencies(source: &Source) -> Result<(String, String)> {
-    match source {
-        Source::Git(url) => Ok((
-            format!("zrpc = {{ package = \"zrpc-rs\", git = \"{url}\" }}"),
+/// The features of a service that calls no other: zrpc's defaults without `client`.
+const SERVER_FEATURES: &str = r#"features = ["etcd", "devserver", "gzip"]"#;
+
+/// The zrpc lines for `source`.
+fn dependencies(source: &Source) -> Result<Deps> {
+    let (from, zrpc_build) = match source {
+        Source::Git(url) => (
+            format!("git = \"{url}\""),
             format!("zrpc-build = {{ git = \"{url}\" }}"),
-        )),
-        Source::Published(version) => Ok((
-            format!("zrpc = {{ package = \"zrpc-rs\", version = \"{version}\" }}"),
+        ),
+        Source::Published(version) => (
+            format!("version = \"{version}\""),
             format!("zrpc-build = \"{version}\""),
-        )),
+        ),
         Source::Path(root) => {
             let root = root
                 .canonicalize()
@@ -327,10 +330,18 @@ fn dependencies(source: &Source) -> Result<(String, String)> {
                 }
             }
             let r = root.display();
-            Ok((
-                format!("zrpc = {{ package = \"zrpc-rs\", path = \"{r}/crates/zrpc\" }}"),
+            (
+                format!("path = \"{r}/crates/zrpc\""),
                 format!("zrpc-build = {{ path = \"{r}/crates/zrpc-build\" }}"),
-            ))
+            )
         }
-    }
+    };
+    let zrpc = |features: &str| {
+        format!("zrpc = {{ package = \"zrpc-rs\", {from}, default-features = false, {features} }}")
+    };
+    Ok(Deps {
+        zrpc: zrpc(SERVER_FEATURES),
+        zrpc_dev: zrpc(r#"features = ["client"]"#),
+        zrpc_build,
+    })
 }

@@ -548,7 +548,14 @@ fn the_default_dependency_is_the_git_line_the_readme_gives() {
     let (root, _) = new(tmp.path(), "calc", None, &[], &Source::Git(url)).unwrap();
     let toml = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
     let lines = [
-        format!("zrpc = {{ package = \"zrpc-rs\", git = \"{url}\" }}"),
+        format!(
+            "zrpc = {{ package = \"zrpc-rs\", git = \"{url}\", default-features = false, \
+             features = [\"etcd\", \"devserver\", \"gzip\"] }}"
+        ),
+        format!(
+            "zrpc = {{ package = \"zrpc-rs\", git = \"{url}\", default-features = false, \
+             features = [\"client\"] }}"
+        ),
         format!("zrpc-build = {{ git = \"{url}\" }}"),
     ];
     for line in &lines {
@@ -564,9 +571,46 @@ fn the_default_dependency_is_the_git_line_the_readme_gives() {
     let published = new(tmp.path(), "pub", None, &[], &Source::Published("0.1.0")).unwrap();
     let toml = std::fs::read_to_string(published.0.join("Cargo.toml")).unwrap();
     assert!(
-        toml.contains("zrpc = { package = \"zrpc-rs\", version = \"0.1.0\" }"),
+        toml.contains(
+            "zrpc = { package = \"zrpc-rs\", version = \"0.1.0\", default-features = false, \
+             features = [\"etcd\", \"devserver\", \"gzip\"] }"
+        ),
         "{toml}"
     );
+}
+
+/// The service depends on zrpc's default features but `client`, which only its test uses (a
+/// dev-dependency: cargo builds the release binary without it), and says how to turn it on.
+#[test]
+fn the_service_builds_without_the_client_and_its_test_with_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, _) = new(tmp.path(), "calc", None, &[], &Source::Published("0.1.0")).unwrap();
+    let toml = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let section = |name: &str| {
+        let start = toml.find(&format!("\n[{name}]\n")).unwrap();
+        let rest = &toml[start + 1..];
+        rest[..rest[1..].find("\n[").map_or(rest.len(), |i| i + 1)].to_owned()
+    };
+    let defaults: Vec<String> = zrpc::conf::DEFAULT_FEATURES
+        .iter()
+        .filter(|f| **f != "client")
+        .map(|f| format!("\"{f}\""))
+        .collect();
+    assert_eq!(defaults.len() + 1, zrpc::conf::DEFAULT_FEATURES.len());
+    let server = format!(
+        "default-features = false, features = [{}] }}",
+        defaults.join(", ")
+    );
+    let deps = section("dependencies");
+    assert!(deps.contains(&server), "{deps}");
+    assert!(deps.contains("add \"client\" to its features"), "{deps}");
+    let dev = section("dev-dependencies");
+    assert!(
+        dev.contains("default-features = false, features = [\"client\"] }"),
+        "{dev}"
+    );
+    let test = std::fs::read_to_string(root.join("tests/calc.rs")).unwrap();
+    assert!(test.contains("zrpc::client("), "{test}");
 }
 
 #[test]
