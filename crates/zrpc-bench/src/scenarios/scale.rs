@@ -42,7 +42,10 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
              selects the subset again over all N. The endpoints are addresses on 127.0.0.1 \
              where nothing listens: a client connects lazily, no call is made, so no \
              connection is opened (the memory is per endpoint without a connection). Client \
-             processes log at info into a sink, as a service at go-zero's default level does.",
+             processes log at info into a sink, as a service at go-zero's default level does. \
+             Beside zrpc, go-zero v1.10.3's client (`zrpc.NewClient` with its defaults, in \
+             `gzbench scale`, the same flags and figures) where go-zero has the same part: \
+             memory, etcd and churn.",
             sizes[0],
             sizes[sizes.len() - 1]
         ),
