@@ -54,8 +54,13 @@ type update struct {
 }
 
 type updates struct {
-	mu  sync.Mutex
-	all []update
+	mu sync.Mutex
+	// every update (kept while timing single changes; off for the churn, whose thousands of
+	// lists would be this program's memory, not go-zero's)
+	keep bool
+	all  []update
+	n    int
+	lst  map[string]bool
 }
 
 func (u *updates) add(addrs []resolver.Address) {
@@ -64,23 +69,24 @@ func (u *updates) add(addrs []resolver.Address) {
 		m[a.Addr] = true
 	}
 	u.mu.Lock()
-	u.all = append(u.all, update{time.Now(), m})
+	u.n++
+	u.lst = m
+	if u.keep {
+		u.all = append(u.all, update{time.Now(), m})
+	}
 	u.mu.Unlock()
 }
 
 func (u *updates) count() int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return len(u.all)
+	return u.n
 }
 
 func (u *updates) last() map[string]bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if len(u.all) == 0 {
-		return nil
-	}
-	return u.all[len(u.all)-1].addrs
+	return u.lst
 }
 
 // first waits up to limit for an update after the first `from` that satisfies ok; its time.
@@ -102,7 +108,10 @@ func (u *updates) first(from int, limit time.Duration, ok func(map[string]bool) 
 	}
 }
 
-var published, applied updates
+var published, applied = updates{keep: true}, updates{keep: true}
+
+// time spent inside grpc's handling of the resolver's lists (the balancer applying them), ns
+var inUpdate atomic.Int64
 
 type stampResolver struct{ base resolver.Builder }
 
@@ -116,7 +125,10 @@ type stampConn struct{ resolver.ClientConn }
 
 func (c stampConn) UpdateState(s resolver.State) error {
 	published.add(s.Addresses)
-	return c.ClientConn.UpdateState(s)
+	t := time.Now()
+	err := c.ClientConn.UpdateState(s)
+	inUpdate.Add(int64(time.Since(t)))
+	return err
 }
 
 type stampBuilder struct{ balancer.Builder }
@@ -372,8 +384,14 @@ func (a *scaleArgs) churn(cli zrpc.Client, etcd *clientv3.Client) map[string]any
 	var mu sync.Mutex
 	codes := map[string]int64{}
 	firstMsg := map[string]string{}
+	for _, u := range []*updates{&published, &applied} {
+		u.mu.Lock()
+		u.keep, u.all = false, nil
+		u.mu.Unlock()
+	}
 	socketsBefore := sockets()
 	updates0 := published.count()
+	inUpdate.Store(0)
 	cpu0 := cpuNs()
 	started := time.Now()
 	dur := time.Duration(a.churnSecs+1) * time.Second
@@ -457,5 +475,6 @@ func (a *scaleArgs) churn(cli zrpc.Client, etcd *clientv3.Client) map[string]any
 		"sockets_before": socketsBefore, "sockets_after": sockets(),
 		"dialed": dialed, "dials": attempts,
 		"resolver_updates": published.count() - updates0,
+		"in_update_s":      float64(inUpdate.Load()) / 1e9,
 	}
 }

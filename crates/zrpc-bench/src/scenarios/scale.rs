@@ -724,9 +724,14 @@ fn churn_run(
     ));
     if client == Client::GoZero {
         notes.push(format!(
-            "{who}: {} address lists handed to grpc during the churn; {} connection attempts \
-             to {} addresses since the client was built.",
-            v["resolver_updates"], v["dials"], v["dialed"]
+            "{who}: {} address lists handed to grpc during the churn ({} changes in etcd), \
+             {:.1} s spent inside grpc's handling of them (go-zero's watch waits for it); {} \
+             connection attempts to {} addresses since the client was built.",
+            v["resolver_updates"],
+            2 * replaced,
+            num(&v, "in_update_s"),
+            v["dials"],
+            v["dialed"]
         ));
     }
     if failed > 0.0 {
