@@ -724,7 +724,8 @@ fn churn_run(
     ));
     if client == Client::GoZero {
         notes.push(format!(
-            "{who}: {} address lists handed to grpc during the churn ({} changes in etcd), \
+            "{who}: {} address lists handed to grpc from the start of the churn to the end of \
+             the run (the churn made {} changes in etcd; the run ends up to 15 s after it), \
              {:.1} s spent inside grpc's handling of them (go-zero's watch waits for it); {} \
              connection attempts to {} addresses since the client was built.",
             v["resolver_updates"],
