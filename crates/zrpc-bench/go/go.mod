@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/zeromicro/go-zero v1.10.3
+	go.etcd.io/etcd/client/v3 v3.5.21
 	google.golang.org/grpc v1.80.0
 	zrpc-interop/gozero v0.0.0
 )
@@ -53,7 +54,6 @@ require (
 	github.com/x448/float16 v0.8.4 // indirect
 	go.etcd.io/etcd/api/v3 v3.5.21 // indirect
 	go.etcd.io/etcd/client/pkg/v3 v3.5.21 // indirect
-	go.etcd.io/etcd/client/v3 v3.5.21 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel v1.40.0 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.40.0 // indirect

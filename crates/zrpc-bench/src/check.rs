@@ -25,8 +25,9 @@ pub(crate) const SECTIONS: [&str; 11] = [
 
 /// What each section must contain besides a table (the columns and tables that carry the
 /// method: spreads next to ratios, the noise-free instruction counts, the real overload factor,
-/// the per-fault time to the last call, registration timed from the process start).
-pub(crate) const REQUIRED: [(&str, &str); 15] = [
+/// the per-fault time to the last call, registration timed from the process start, go-zero
+/// beside zrpc as the fleet grows).
+pub(crate) const REQUIRED: [(&str, &str); 16] = [
     (SECTIONS[0], "vs bare tonic (min..max)"),
     (SECTIONS[0], "CPU/req vs bare tonic (min..max)"),
     (SECTIONS[0], "Instructions per request under callgrind"),
@@ -42,6 +43,7 @@ pub(crate) const REQUIRED: [(&str, &str); 15] = [
     (SECTIONS[9], "octets sent per call"),
     (SECTIONS[10], "CPU ns per pick, client's set"),
     (SECTIONS[10], "PUT -> picker with it"),
+    (SECTIONS[10], "| go-zero |"),
 ];
 
 /// Checks the report at `path`; the error lists every problem found.

@@ -7,6 +7,7 @@
 //	              [-slots 0 -slot-ms 10] [-etcd h1,h2 -key k] [-events file]
 //	gzbench load  -endpoints a,b | -etcd h -key k  [-c 1] [-n 1000] [-duration-ms 0] [-rate 0]
 //	              [-warmup 0] [-timeout-ms 0] [-records file] [-wait-ms 10000] [-watch file]
+//	gzbench scale -n N [-etcd h -key k -warm-key k10] [-updates 0] [-churn-secs 0 -rate 200]
 package main
 
 import (
@@ -39,7 +40,7 @@ const dropped = 114 // the harness's code for "refused by the client's breaker"
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: gzbench serve|load [flags]")
+		fmt.Fprintln(os.Stderr, "usage: gzbench serve|load|scale [flags]")
 		os.Exit(2)
 	}
 	logx.DisableStat()
@@ -50,8 +51,10 @@ func main() {
 		serve(os.Args[2:])
 	case "load":
 		load(os.Args[2:])
+	case "scale":
+		scale(os.Args[2:])
 	default:
-		fmt.Fprintf(os.Stderr, "gzbench: unknown command %q (serve, load)\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "gzbench: unknown command %q (serve, load, scale)\n", os.Args[1])
 		os.Exit(2)
 	}
 }

@@ -8,6 +8,9 @@
 //!   the time from a DELETE or PUT to the picker's set;
 //! - churn (not in `--quick`): a tenth of N real listeners replaced in etcd every second under
 //!   calls: failed calls, the client's CPU and memory, the set afterwards.
+//!
+//! Memory, etcd and churn run go-zero v1.10.3's client too (`gzbench scale`, the same flags and
+//! JSON as `scale-client`), beside zrpc's; go-zero's picker is internal, so it has no pick cost.
 
 use std::hint::black_box;
 use std::process::Command;
@@ -39,7 +42,10 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
              selects the subset again over all N. The endpoints are addresses on 127.0.0.1 \
              where nothing listens: a client connects lazily, no call is made, so no \
              connection is opened (the memory is per endpoint without a connection). Client \
-             processes log at info into a sink, as a service at go-zero's default level does.",
+             processes log at info into a sink, as a service at go-zero's default level does. \
+             Beside zrpc, go-zero v1.10.3's client (`zrpc.NewClient` with its defaults, in \
+             `gzbench scale`, the same flags and figures) where go-zero has the same part: \
+             memory, etcd and churn.",
             sizes[0],
             sizes[sizes.len() - 1]
         ),
@@ -48,6 +54,13 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
     let lost = |a: &crate::noise::Snapshot| ctx.noise.lost_share(a, &ctx.noise.snap()) * 100.0;
     let t0 = ctx.noise.snap();
     section.tables.push(pick_cost(ctx, &sizes));
+    section.notes.push(
+        "go-zero has no pick cost here: its `p2c_ewma` picker and its subset are in internal \
+         packages (`zrpc/internal/balancer/p2c`, `zrpc/resolver/internal`), which another \
+         module cannot import, and a copy would not be go-zero. Its picker sees at most 32 \
+         endpoints (the subset its resolver hands grpc), READY ones only."
+            .into(),
+    );
     let (mem, notes) = memory(ctx, &sizes)?;
     section.tables.push(mem);
     section.notes.extend(notes);
@@ -202,14 +215,81 @@ fn pick_cost(ctx: &Ctx<'_>, sizes: &[usize]) -> Table {
             f(median(sel[i].clone()), 1),
         ]);
     }
+    t.row(vec![
+        "go-zero, any N".into(),
+        "min(N, 32), random".into(),
+        "n/a".into(),
+        "-".into(),
+        "n/a".into(),
+        "-".into(),
+        "n/a".into(),
+    ]);
     t
 }
 
-/// One `scale-client` run: its JSON lines (the summary, then with `updates` the update times).
-fn client_run(ctx: &Ctx<'_>, args: &[String], updates: bool) -> Result<Vec<serde_json::Value>> {
-    let mut cmd = Command::new(&ctx.env.me);
-    cmd.arg("scale-client").arg("--log").args(args);
-    let mut p = Proc::spawn("zrpc-bench scale-client", cmd, None, true)?;
+/// Whose client a run measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Client {
+    Zrpc,
+    GoZero,
+}
+
+const CLIENTS: [Client; 2] = [Client::Zrpc, Client::GoZero];
+
+impl Client {
+    fn label(self) -> &'static str {
+        match self {
+            Client::Zrpc => "zrpc",
+            Client::GoZero => "go-zero",
+        }
+    }
+
+    /// The client process (`scale-client` or `gzbench scale`, which take the same flags), or
+    /// why it cannot run.
+    fn command(self, ctx: &Ctx<'_>, args: &[String]) -> Result<Proc> {
+        let cmd = match self {
+            Client::Zrpc => {
+                let mut cmd = Command::new(&ctx.env.me);
+                cmd.arg("scale-client").arg("--log").args(args);
+                cmd
+            }
+            Client::GoZero => {
+                let gz = ctx.gozero().map_err(|e| anyhow::anyhow!(e))?;
+                let mut cmd = Command::new(gz);
+                cmd.arg("scale").args(args);
+                cmd
+            }
+        };
+        Proc::spawn(&format!("{} scale client", self.label()), cmd, None, true)
+    }
+}
+
+/// A row for a client that could not run: `n`, the client, why, then `-`.
+fn skipped(t: &mut Table, n: usize, client: Client, why: &str) {
+    t.skipped_row(&n.to_string(), why);
+    if let Some(row) = t.rows.last_mut() {
+        row.insert(1, client.label().into());
+        row.truncate(t.headers.len());
+    }
+}
+
+/// The two clients in the order of `round` (alternating).
+fn order(round: usize) -> [Client; 2] {
+    if round.is_multiple_of(2) {
+        CLIENTS
+    } else {
+        [CLIENTS[1], CLIENTS[0]]
+    }
+}
+
+/// One client run: its JSON lines (the summary, then with `updates` the update times).
+fn client_run(
+    ctx: &Ctx<'_>,
+    client: Client,
+    args: &[String],
+    updates: bool,
+) -> Result<Vec<serde_json::Value>> {
+    let mut p = client.command(ctx, args)?;
     let mut out = vec![p.wait_json(Duration::from_secs(120), |v| v.get("rss1_kib").is_some())?];
     if updates {
         out.push(p.wait_json(Duration::from_secs(300), |v| v.get("updates").is_some())?);
@@ -227,15 +307,33 @@ fn num(v: &serde_json::Value, k: &str) -> f64 {
 fn memory(ctx: &Ctx<'_>, sizes: &[usize]) -> Result<(Table, Vec<String>)> {
     let rounds = ctx.size(1, 3);
     let k = sizes.len();
-    let (mut growth, mut held) = (vec![vec![]; k], vec![0.0; k]);
+    // per client: RSS growth per size and round, the last run's held and dialled counts
+    let mut growth = [vec![vec![]; k], vec![vec![]; k]];
+    let mut held = [vec![0.0; k], vec![0.0; k]];
+    let mut dialed = vec![(f64::NAN, f64::NAN); k];
+    let mut gz_err = None;
     let pb = ctx.progress((rounds * k) as u64, "scale mem");
     for round in 0..rounds {
         for j in 0..k {
             let i = (j + round) % k;
             pb.inc(1);
-            let v = client_run(ctx, &["--n".into(), sizes[i].to_string()], false)?;
-            growth[i].push(num(&v[0], "rss1_kib") - num(&v[0], "rss0_kib"));
-            held[i] = num(&v[0], "held");
+            for client in order(round) {
+                let c = client as usize;
+                let args = ["--n".to_owned(), sizes[i].to_string()];
+                let v = match client_run(ctx, client, &args, false) {
+                    Ok(v) => v,
+                    Err(e) if client == Client::GoZero => {
+                        gz_err = Some(format!("{e:#}"));
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                growth[c][i].push(num(&v[0], "rss1_kib") - num(&v[0], "rss0_kib"));
+                held[c][i] = num(&v[0], "held");
+                if client == Client::GoZero {
+                    dialed[i] = (num(&v[0], "dialed"), num(&v[0], "dials"));
+                }
+            }
         }
     }
     pb.finish_and_clear();
@@ -243,10 +341,12 @@ fn memory(ctx: &Ctx<'_>, sizes: &[usize]) -> Result<(Table, Vec<String>)> {
         &format!(
             "Memory: a client process whose direct target lists N endpoints (127.0.0.1, nothing \
              listening, no call made); RSS growth from building the client to holding its set, \
-             median of {rounds} alternating rounds, a fresh process per run"
+             median of {rounds} alternating rounds (zrpc and go-zero alternate too), a fresh \
+             process per run"
         ),
         &[
             "endpoints",
+            "client",
             "endpoints in the picker",
             "connections opened",
             "client RSS growth, KiB",
@@ -254,27 +354,47 @@ fn memory(ctx: &Ctx<'_>, sizes: &[usize]) -> Result<(Table, Vec<String>)> {
             "per endpoint beyond the first 10, bytes",
         ],
     );
-    let base = median(growth[0].clone());
     for (i, &n) in sizes.iter().enumerate() {
-        let g = median(growth[i].clone());
-        let beyond = if i == 0 {
-            "-".into()
-        } else {
-            f((g - base) * 1024.0 / (n - sizes[0]) as f64, 0)
-        };
-        t.row(vec![
-            n.to_string(),
-            f(held[i], 0),
-            "0".into(),
-            f(g, 0),
-            f(g * 1024.0 / n as f64, 0),
-            beyond,
-        ]);
+        for client in CLIENTS {
+            let c = client as usize;
+            if growth[c][i].is_empty() {
+                skipped(&mut t, n, client, gz_err.as_deref().unwrap_or("no run"));
+                continue;
+            }
+            let g = median(growth[c][i].clone());
+            let beyond = if i == 0 || growth[c][0].is_empty() {
+                "-".into()
+            } else {
+                let base = median(growth[c][0].clone());
+                f((g - base) * 1024.0 / (n - sizes[0]) as f64, 0)
+            };
+            let conns = match client {
+                Client::Zrpc => "0".to_owned(),
+                Client::GoZero => format!("{} (refused; {} attempts)", dialed[i].0, dialed[i].1),
+            };
+            t.row(vec![
+                n.to_string(),
+                client.label().into(),
+                f(held[c][i], 0),
+                conns,
+                f(g, 0),
+                f(g * 1024.0 / n as f64, 0),
+                beyond,
+            ]);
+        }
     }
     let notes = vec![
         "RSS moves in 4 KiB pages and with the allocator's arenas: at 10 and 100 endpoints the \
          growth is mostly the client's fixed cost, so the per-endpoint figure that matters is the \
          one beyond the first 10 at 1,000 and 10,000."
+            .into(),
+        "go-zero's direct resolver hands grpc a random subset of 32 of the N endpoints (so does \
+         its etcd resolver, again on every change), and grpc's balancer dials every address it \
+         is given at once: the go-zero client tries to connect to all of them (refused here; the \
+         attempts are counted by a dialer passed with `zrpc.WithDialOption`, from building the \
+         client to the RSS reading, retries after grpc's backoff included). zrpc connects an \
+         endpoint on its first call. go-zero's RSS is the Go runtime's (heap not yet collected \
+         included), read the same way (settled: three readings 100 ms apart within 8 KiB)."
             .into(),
     ];
     Ok((t, notes))
@@ -312,14 +432,12 @@ fn etcd_updates(ctx: &Ctx<'_>, sizes: &[usize], etcd: &str) -> Result<(Table, Ve
         anyhow::Ok(())
     })?;
     let put_s = t0.elapsed().as_secs_f64();
-    let mut load = vec![vec![]; k];
-    let mut picker = vec![vec![]; k];
-    let mut mem = vec![vec![]; k];
-    let mut growth_after = vec![vec![]; k];
-    let mut del = vec![vec![]; k];
-    let mut put = vec![vec![]; k];
-    let mut published = vec![vec![]; k];
-    let mut ack = vec![vec![]; k];
+    // per client and size: the figures of every run
+    let mut runs: [Vec<EtcdRuns>; 2] = Default::default();
+    for r in &mut runs {
+        r.resize_with(k, EtcdRuns::default);
+    }
+    let mut gz_err = None;
     let pb = ctx.progress((rounds * k) as u64, "scale etcd");
     for round in 0..rounds {
         for j in 0..k {
@@ -338,33 +456,29 @@ fn etcd_updates(ctx: &Ctx<'_>, sizes: &[usize], etcd: &str) -> Result<(Table, Ve
                 "--updates".into(),
                 pairs.to_string(),
             ];
-            let v = client_run(ctx, &args, true)?;
-            load[i].push(num(&v[0], "load_ms"));
-            picker[i].push(num(&v[0], "picker_ms"));
-            let g = num(&v[0], "rss1_kib") - num(&v[0], "rss0_kib");
-            mem[i].push(g * 1024.0 / n as f64);
-            growth_after[i].push(num(&v[1], "rss2_kib") - num(&v[0], "rss1_kib"));
-            for u in v[1]["updates"].as_array().into_iter().flatten() {
-                let applied = num(u, "applied_ms");
-                let applied = if applied.is_nan() { 10_000.0 } else { applied };
-                match u["op"].as_str() {
-                    Some("put") => put[i].push(applied),
-                    _ => del[i].push(applied),
-                }
-                published[i].push(num(u, "published_ms"));
-                ack[i].push(num(u, "ack_ms"));
+            for client in order(round) {
+                let v = match client_run(ctx, client, &args, true) {
+                    Ok(v) => v,
+                    Err(e) if client == Client::GoZero => {
+                        gz_err = Some(format!("{e:#}"));
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                runs[client as usize][i].add(&v, n);
             }
         }
     }
     pb.finish_and_clear();
     let mut t = Table::new(
         &format!(
-            "etcd: N keys under one prefix (one etcd on 127.0.0.1); per N, {rounds} client \
-             processes, each timing {pairs} DELETEs of a key whose address the picker holds and \
-             the PUTs that restore them"
+            "etcd: N keys under one prefix (one etcd on 127.0.0.1); per N and client, {rounds} \
+             client processes (zrpc and go-zero alternate), each timing {pairs} DELETEs of a key \
+             whose address the picker holds and the PUTs that restore them"
         ),
         &[
             "keys",
+            "client",
             "initial load: resolver has all N, ms",
             "picker holds its set, ms",
             "RSS growth per endpoint, bytes",
@@ -385,25 +499,82 @@ fn etcd_updates(ctx: &Ctx<'_>, sizes: &[usize], etcd: &str) -> Result<(Table, Ve
         )
     };
     for (i, &n) in sizes.iter().enumerate() {
-        t.row(vec![
-            n.to_string(),
-            f(median(load[i].clone()), 1),
-            f(median(picker[i].clone()), 1),
-            f(median(mem[i].clone()), 0),
-            p50max(&del[i]),
-            p50max(&put[i]),
-            f(median(published[i].clone()), 2),
-            f(median(ack[i].clone()), 2),
-            format!("{:+.0}", median(growth_after[i].clone())),
-        ]);
+        for client in CLIENTS {
+            let r = &runs[client as usize][i];
+            if r.load.is_empty() {
+                skipped(&mut t, n, client, gz_err.as_deref().unwrap_or("no run"));
+                continue;
+            }
+            t.row(vec![
+                n.to_string(),
+                client.label().into(),
+                f(median(r.load.clone()), 1),
+                f(median(r.picker.clone()), 1),
+                f(median(r.mem.clone()), 0),
+                p50max(&r.del),
+                p50max(&r.put),
+                f(median(r.published.clone()), 2),
+                f(median(r.ack.clone()), 2),
+                format!("{:+.0}", median(r.growth_after.clone())),
+            ]);
+        }
     }
-    let notes = vec![format!(
-        "Writing the keys (transactions of 100 puts, before the clients): {put_s:.1} s. The \
-         times run from just before the client's own etcd request (its answer included) to \
-         the first 20 µs poll that saw the change; the initial load from starting the \
-         resolver (etcd connection included) to its first set of all N."
-    )];
+    let notes = vec![
+        format!(
+            "Writing the keys (transactions of 100 puts, before the clients): {put_s:.1} s. The \
+             times run from just before the client's own etcd request (its answer included) to \
+             the change; the initial load from building the resolver (zrpc: etcd connection \
+             included) to its first set of all N. zrpc's times are the first 20 µs poll of its \
+             resolver's and picker's sets that saw the change."
+        ),
+        "go-zero: the times are stamped inside grpc's calls, by wrapping the registered \
+         builders (grpc's public resolver and balancer APIs) around go-zero's own: \
+         \"resolver published\" is go-zero's etcd resolver handing grpc its address list (its \
+         `discov.Subscriber` listener, which loads all N before the first list), and \"picker\" \
+         is that list applied by go-zero's `p2c_ewma` balancer (subconns made and removed). \
+         Its resolver hands on a fresh random subset of 32 on every change, so after a PUT the \
+         time is to its next list, which holds the restored address only by chance (32 in N). \
+         go-zero keeps one etcd connection per host list for the whole process, so its initial \
+         load reuses the warm-up client's. Its balancer dials every address of each list at \
+         once (nothing listens here: refused, retried after grpc's backoff)."
+            .into(),
+    ];
     Ok((t, notes))
+}
+
+/// The etcd figures of one client at one N, over its runs.
+#[derive(Debug, Default)]
+struct EtcdRuns {
+    load: Vec<f64>,
+    picker: Vec<f64>,
+    mem: Vec<f64>,
+    growth_after: Vec<f64>,
+    del: Vec<f64>,
+    put: Vec<f64>,
+    published: Vec<f64>,
+    ack: Vec<f64>,
+}
+
+impl EtcdRuns {
+    /// Adds one run's JSON lines (its summary and its updates) of a client of `n` keys.
+    fn add(&mut self, v: &[serde_json::Value], n: usize) {
+        self.load.push(num(&v[0], "load_ms"));
+        self.picker.push(num(&v[0], "picker_ms"));
+        let g = num(&v[0], "rss1_kib") - num(&v[0], "rss0_kib");
+        self.mem.push(g * 1024.0 / n as f64);
+        self.growth_after
+            .push(num(&v[1], "rss2_kib") - num(&v[0], "rss1_kib"));
+        for u in v[1]["updates"].as_array().into_iter().flatten() {
+            let applied = num(u, "applied_ms");
+            let applied = if applied.is_nan() { 10_000.0 } else { applied };
+            match u["op"].as_str() {
+                Some("put") => self.put.push(applied),
+                _ => self.del.push(applied),
+            }
+            self.published.push(num(u, "published_ms"));
+            self.ack.push(num(u, "ack_ms"));
+        }
+    }
 }
 
 /// Seconds of churn per fleet size, and calls per second meanwhile.
@@ -418,10 +589,12 @@ fn churn(ctx: &Ctx<'_>, sizes: &[usize], etcd: &str) -> Result<(Table, Vec<Strin
         &format!(
             "Churn: a tenth of the N endpoints replaced every second for {CHURN_SECS} s (a PUT of \
              a new key on a spare listener, then the DELETE of an old key, spread over the \
-             second), {CHURN_RATE} calls/s through the client meanwhile; one run per N"
+             second), {CHURN_RATE} calls/s through the client meanwhile; one run per N and \
+             client (the first client alternates with N), both on the same listeners"
         ),
         &[
             "endpoints",
+            "client",
             "replacements/s",
             "replacements done",
             "calls",
@@ -434,7 +607,7 @@ fn churn(ctx: &Ctx<'_>, sizes: &[usize], etcd: &str) -> Result<(Table, Vec<Strin
     );
     let mut notes = Vec::new();
     let pb = ctx.progress(sizes.len() as u64, "scale churn");
-    for &n in sizes {
+    for (round, &n) in sizes.iter().enumerate() {
         pb.inc(1);
         let spares = (n / 10).max(1) + 1;
         let mut cmd = Command::new(&ctx.env.me);
@@ -447,98 +620,24 @@ fn churn(ctx: &Ctx<'_>, sizes: &[usize], etcd: &str) -> Result<(Table, Vec<Strin
             .flatten()
             .filter_map(serde_json::Value::as_u64)
             .collect();
-        let key = format!("scale/churn{n}");
-        rt.block_on(async {
-            let mut c = etcd_client::Client::connect([etcd], None).await?;
-            let all: Vec<usize> = (0..n).collect();
-            for chunk in all.chunks(100) {
-                let ops: Vec<etcd_client::TxnOp> = chunk
-                    .iter()
-                    .map(|&i| {
-                        etcd_client::TxnOp::put(
-                            format!("{key}/{i}"),
-                            format!("127.0.0.1:{}", ports[i]),
-                            None,
-                        )
-                    })
-                    .collect();
-                c.txn(etcd_client::Txn::new().and_then(ops)).await?;
+        let mut rows = Vec::new();
+        for client in order(round) {
+            match churn_run(ctx, &rt, client, n, etcd, &ports, &mut notes) {
+                Ok(row) => rows.push((client, Some(row))),
+                Err(e) if client == Client::GoZero => {
+                    notes.push(format!("{n} endpoints, go-zero: {e:#}"));
+                    rows.push((client, None));
+                }
+                Err(e) => return Err(e),
             }
-            anyhow::Ok(())
-        })?;
-        let args = [
-            "--n".to_owned(),
-            n.to_string(),
-            "--etcd".into(),
-            etcd.to_owned(),
-            "--key".into(),
-            key,
-            "--warm-key".into(),
-            "scale/warm".into(),
-            "--churn-secs".into(),
-            CHURN_SECS.to_string(),
-            "--rate".into(),
-            CHURN_RATE.to_string(),
-        ];
-        let mut cmd = Command::new(&ctx.env.me);
-        cmd.arg("scale-client").arg("--log").args(args);
-        let mut p = Proc::spawn("zrpc-bench scale-client", cmd, None, true)?;
-        p.wait_json(Duration::from_secs(120), |v| v.get("rss1_kib").is_some())?;
-        let (replaced, errors) =
-            rt.block_on(replace(etcd, &format!("scale/churn{n}"), &ports, n))?;
-        let v = p.wait_json(Duration::from_secs(CHURN_SECS + 120), |v| {
-            v.get("failed").is_some()
-        })?;
-        p.finish(Duration::from_secs(10))?;
+        }
         drop(server);
-        let rss: Vec<f64> = v["rss_kib"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(serde_json::Value::as_f64)
-            .collect();
-        let mib = |k: f64| f(k / 1024.0, 1);
-        let failed = num(&v, "failed");
-        t.row(vec![
-            n.to_string(),
-            (n / 10).max(1).to_string(),
-            format!("{} of {}", replaced, (n / 10).max(1) as u64 * CHURN_SECS),
-            f(num(&v, "ok") + failed, 0),
-            f(failed, 0),
-            f(num(&v, "cpu_share") * 100.0, 1),
-            format!(
-                "{} / {} / {}",
-                mib(rss.get(1).copied().unwrap_or(f64::NAN)),
-                mib(rss.last().copied().unwrap_or(f64::NAN)),
-                mib(num(&v, "rss_after_kib"))
-            ),
-            format!("{} / {}", v["sockets_before"], v["sockets_after"]),
-            if v["set_matches_etcd"].as_bool() == Some(true) {
-                "yes".into()
-            } else {
-                "NO".into()
-            },
-        ]);
-        notes.push(format!(
-            "{n} endpoints: client RSS every 5 s of the churn, MiB: {}.",
-            rss.iter().map(|k| mib(*k)).collect::<Vec<_>>().join(", ")
-        ));
-        if failed > 0.0 {
-            notes.push(format!(
-                "{n} endpoints, failed calls by status: {}",
-                v["codes"]
-            ));
-        }
-        if errors > 0 {
-            notes.push(format!(
-                "{n} endpoints: {errors} replacements failed in etcd."
-            ));
-        }
-        if v["etcd_keys"].as_u64() != Some(n as u64) {
-            notes.push(format!(
-                "{n} endpoints: etcd held {} keys after the churn.",
-                v["etcd_keys"]
-            ));
+        rows.sort_by_key(|(c, _)| *c as usize);
+        for (client, row) in rows {
+            match row {
+                Some(row) => t.row(row),
+                None => skipped(&mut t, n, client, "the run failed (notes)"),
+            }
         }
     }
     pb.finish_and_clear();
@@ -548,10 +647,127 @@ fn churn(ctx: &Ctx<'_>, sizes: &[usize], etcd: &str) -> Result<(Table, Vec<Strin
          that deregisters and then drains would, so a failed call is the client's doing \
          (picking an endpoint it should not, or finding none), not a server's. The client's \
          CPU holds its calls, the resolver and the picker's updates; the writes to etcd are \
-         the harness's. The first row's CPU is mostly the calls'."
+         the harness's. The first row's CPU is mostly the calls'. Each client has a prefix of \
+         its own, written afresh on the first N listeners; go-zero's client is `zrpc.NewClient` \
+         with go-zero's defaults (`p2c_ewma`, breaker, 2 s timeout), and its set is a \
+         `discov.Subscriber` on the same prefix (it shares the resolver's watch)."
             .into(),
     );
     Ok((t, notes))
+}
+
+/// One churn run of `client` over `n` of the `ports` (a prefix of its own): its table row.
+fn churn_run(
+    ctx: &Ctx<'_>,
+    rt: &tokio::runtime::Runtime,
+    client: Client,
+    n: usize,
+    etcd: &str,
+    ports: &[u64],
+    notes: &mut Vec<String>,
+) -> Result<Vec<String>> {
+    let key = match client {
+        Client::Zrpc => format!("scale/churn{n}"),
+        Client::GoZero => format!("scale/gzchurn{n}"),
+    };
+    rt.block_on(async {
+        let mut c = etcd_client::Client::connect([etcd], None).await?;
+        let all: Vec<usize> = (0..n).collect();
+        for chunk in all.chunks(100) {
+            let ops: Vec<etcd_client::TxnOp> = chunk
+                .iter()
+                .map(|&i| {
+                    etcd_client::TxnOp::put(
+                        format!("{key}/{i}"),
+                        format!("127.0.0.1:{}", ports[i]),
+                        None,
+                    )
+                })
+                .collect();
+            c.txn(etcd_client::Txn::new().and_then(ops)).await?;
+        }
+        anyhow::Ok(())
+    })?;
+    let args = [
+        "--n".to_owned(),
+        n.to_string(),
+        "--etcd".into(),
+        etcd.to_owned(),
+        "--key".into(),
+        key.clone(),
+        "--warm-key".into(),
+        "scale/warm".into(),
+        "--churn-secs".into(),
+        CHURN_SECS.to_string(),
+        "--rate".into(),
+        CHURN_RATE.to_string(),
+    ];
+    let mut p = client.command(ctx, &args)?;
+    p.wait_json(Duration::from_secs(120), |v| v.get("rss1_kib").is_some())?;
+    let (replaced, errors) = rt.block_on(replace(etcd, &key, ports, n))?;
+    let v = p.wait_json(Duration::from_secs(CHURN_SECS + 120), |v| {
+        v.get("failed").is_some()
+    })?;
+    p.finish(Duration::from_secs(10))?;
+    let rss: Vec<f64> = v["rss_kib"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(serde_json::Value::as_f64)
+        .collect();
+    let mib = |k: f64| f(k / 1024.0, 1);
+    let failed = num(&v, "failed");
+    let who = format!("{n} endpoints, {}", client.label());
+    notes.push(format!(
+        "{who}: client RSS every 5 s of the churn, MiB: {}.",
+        rss.iter().map(|k| mib(*k)).collect::<Vec<_>>().join(", ")
+    ));
+    if client == Client::GoZero {
+        notes.push(format!(
+            "{who}: {} address lists handed to grpc from the start of the churn to the end of \
+             the run (the churn made {} changes in etcd; the run ends up to 15 s after it), \
+             {:.1} s spent inside grpc's handling of them (go-zero's watch waits for it); {} \
+             connection attempts to {} addresses since the client was built.",
+            v["resolver_updates"],
+            2 * replaced,
+            num(&v, "in_update_s"),
+            v["dials"],
+            v["dialed"]
+        ));
+    }
+    if failed > 0.0 {
+        notes.push(format!("{who}, failed calls by status: {}", v["codes"]));
+    }
+    if errors > 0 {
+        notes.push(format!("{who}: {errors} replacements failed in etcd."));
+    }
+    if v["etcd_keys"].as_u64() != Some(n as u64) {
+        notes.push(format!(
+            "{who}: etcd held {} keys after the churn.",
+            v["etcd_keys"]
+        ));
+    }
+    Ok(vec![
+        n.to_string(),
+        client.label().into(),
+        (n / 10).max(1).to_string(),
+        format!("{} of {}", replaced, (n / 10).max(1) as u64 * CHURN_SECS),
+        f(num(&v, "ok") + failed, 0),
+        f(failed, 0),
+        f(num(&v, "cpu_share") * 100.0, 1),
+        format!(
+            "{} / {} / {}",
+            mib(rss.get(1).copied().unwrap_or(f64::NAN)),
+            mib(rss.last().copied().unwrap_or(f64::NAN)),
+            mib(num(&v, "rss_after_kib"))
+        ),
+        format!("{} / {}", v["sockets_before"], v["sockets_after"]),
+        if v["set_matches_etcd"].as_bool() == Some(true) {
+            "yes".into()
+        } else {
+            "NO".into()
+        },
+    ])
 }
 
 /// A tenth of the `n` keys under `key` replaced every second for [`CHURN_SECS`]: a PUT of a new
