@@ -1,6 +1,7 @@
 //! A raw HTTP/2 client for hostile-client tests: frames written by hand, so that a test can
 //! send what no well-behaved client library would (floods, resets, endless headers), and the
 //! HTTP/2 flood attacks that `docs/security.md` lists, each run against one server address.
+//! For the other side, [`h2_server`]: a server whose answers a test writes itself.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -517,4 +518,36 @@ pub async fn request(
         body,
         trailers,
     })
+}
+
+/// An HTTP/2 server on 127.0.0.1:0 (the h2 crate's) that hands every request's response half
+/// to `answer`, for tests of what a client does with answers no gRPC server would give. It
+/// serves until the runtime ends; returns its port.
+///
+/// # Panics
+/// When it cannot listen.
+pub async fn h2_server<F>(answer: F) -> u16
+where
+    F: Fn(h2::server::SendResponse<bytes::Bytes>) + Send + Sync + 'static,
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("listen on 127.0.0.1:0");
+    let port = listener.local_addr().expect("its address").port();
+    let answer = std::sync::Arc::new(answer);
+    tokio::spawn(async move {
+        while let Ok((sock, _)) = listener.accept().await {
+            let answer = std::sync::Arc::clone(&answer);
+            tokio::spawn(async move {
+                let Ok(mut conn) = h2::server::handshake(sock).await else {
+                    return;
+                };
+                // accepting drives the connection: the answers' frames go out meanwhile
+                while let Some(Ok((_req, respond))) = conn.accept().await {
+                    answer(respond);
+                }
+            });
+        }
+    });
+    port
 }

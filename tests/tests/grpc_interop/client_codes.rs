@@ -85,23 +85,12 @@ fn answer(script: Script, mut respond: h2::server::SendResponse<Bytes>) -> Resul
     }
 }
 
-/// A server on 127.0.0.1:0 answering every call as `script` says, until the runtime ends.
+/// A server on 127.0.0.1:0 answering every call as `script` says.
 async fn scripted_server(script: Script) -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        while let Ok((sock, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let Ok(mut conn) = h2::server::handshake(sock).await else {
-                    return;
-                };
-                while let Some(Ok((_req, respond))) = conn.accept().await {
-                    let _ = answer(script, respond);
-                }
-            });
-        }
-    });
-    port
+    zrpc_tests::h2raw::h2_server(move |respond| {
+        let _ = answer(script, respond);
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -208,31 +208,20 @@ async fn http1_bad_request_server() -> u16 {
     port
 }
 
-/// An HTTP/2 server on 127.0.0.1:0 (the h2 crate's) answering every request with `status`,
-/// `content-type: text/plain` and a body, no gRPC header: a proxy or load balancer's error page.
+/// An HTTP/2 server answering every request with `status`, `content-type: text/plain` and a
+/// body, no gRPC header: a proxy or load balancer's error page.
 async fn http2_status_server(status: u16) -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        while let Ok((sock, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let Ok(mut conn) = h2::server::handshake(sock).await else {
-                    return;
-                };
-                while let Some(Ok((_req, mut respond))) = conn.accept().await {
-                    let resp = http::Response::builder()
-                        .status(status)
-                        .header("content-type", "text/plain")
-                        .body(())
-                        .unwrap();
-                    if let Ok(mut body) = respond.send_response(resp, false) {
-                        let _ = body.send_data(bytes::Bytes::from_static(b"no gRPC here\n"), true);
-                    }
-                }
-            });
+    zrpc_tests::h2raw::h2_server(move |mut respond| {
+        let resp = http::Response::builder()
+            .status(status)
+            .header("content-type", "text/plain")
+            .body(())
+            .unwrap();
+        if let Ok(mut body) = respond.send_response(resp, false) {
+            let _ = body.send_data(bytes::Bytes::from_static(b"no gRPC here\n"), true);
         }
-    });
-    port
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
