@@ -62,37 +62,49 @@ fn grpc_response(frames: BoxStream) -> http::Response<Body> {
 impl tonic::codegen::Service<http::Request<Body>> for Many {
     type Response = http::Response<Body>;
     type Error = Infallible;
-    type Future = std::future::Ready<Result<Self::Response, Infallible>>;
+    type Future = futures_util::future::BoxFuture<'static, Result<Self::Response, Infallible>>;
 
     fn poll_ready(&mut self, _: &mut TaskContext<'_>) -> Poll<Result<(), Infallible>> {
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
-        use futures_util::StreamExt;
-        let path = req.uri().path();
-        let method = path
-            .strip_prefix("/bench.Many/")
-            .unwrap_or_default()
-            .to_owned();
-        let index = method
-            .strip_prefix('M')
-            .and_then(|i| i.parse::<usize>().ok());
-        let resp = match index {
-            Some(i) if i < self.methods => {
-                // One empty message (no compression, length 0), then `grpc-status: 0`.
-                let mut trailers = http::HeaderMap::new();
-                trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
-                let frames = [
-                    Ok(Frame::data(Bytes::from_static(&[0, 0, 0, 0, 0]))),
-                    Ok(Frame::trailers(trailers)),
-                ];
-                grpc_response(futures_util::stream::iter(frames).boxed())
-            }
-            _ if path == HOLD => grpc_response(futures_util::stream::pending().boxed()),
-            _ => tonic::Status::unimplemented(format!("no method {path}")).into_http(),
-        };
-        std::future::ready(Ok(resp))
+        let methods = self.methods;
+        Box::pin(async move { Ok(answer(methods, req).await) })
+    }
+}
+
+/// The answer to `req` of a service with `methods` methods. The request is read to its end
+/// first, as a service decodes it: a stream answered before its request ended is reset by the
+/// server, and h2 takes many such resets for an attack (GOAWAY `too_many_internal_resets`).
+async fn answer(methods: usize, req: http::Request<Body>) -> http::Response<Body> {
+    use futures_util::StreamExt;
+    use http_body_util::BodyExt;
+    let (parts, body) = req.into_parts();
+    if body.collect().await.is_err() {
+        return tonic::Status::cancelled("request body").into_http();
+    }
+    let path = parts.uri.path();
+    let method = path
+        .strip_prefix("/bench.Many/")
+        .unwrap_or_default()
+        .to_owned();
+    let index = method
+        .strip_prefix('M')
+        .and_then(|i| i.parse::<usize>().ok());
+    match index {
+        Some(i) if i < methods => {
+            // One empty message (no compression, length 0), then `grpc-status: 0`.
+            let mut trailers = http::HeaderMap::new();
+            trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+            let frames = [
+                Ok(Frame::data(Bytes::from_static(&[0, 0, 0, 0, 0]))),
+                Ok(Frame::trailers(trailers)),
+            ];
+            grpc_response(futures_util::stream::iter(frames).boxed())
+        }
+        _ if path == HOLD => grpc_response(futures_util::stream::pending().boxed()),
+        _ => tonic::Status::unimplemented(format!("no method {path}")).into_http(),
     }
 }
 

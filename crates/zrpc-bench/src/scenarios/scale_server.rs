@@ -150,7 +150,7 @@ fn methods_run(
 pub(super) fn methods(ctx: &Ctx<'_>) -> Result<(Table, Vec<String>)> {
     let sizes = ctx.size(vec![1, 100], vec![1, 100, 1_000, 10_000]);
     let rounds = ctx.size(1, 3);
-    let timed = ctx.size(2_000, 30_000);
+    let timed = ctx.size(2_000, 20_000);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
