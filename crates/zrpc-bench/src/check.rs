@@ -27,7 +27,7 @@ pub(crate) const SECTIONS: [&str; 11] = [
 /// method: spreads next to ratios, the noise-free instruction counts, the real overload factor,
 /// the per-fault time to the last call, registration timed from the process start, go-zero
 /// beside zrpc as the fleet grows).
-pub(crate) const REQUIRED: [(&str, &str); 16] = [
+pub(crate) const REQUIRED: [(&str, &str); 18] = [
     (SECTIONS[0], "vs bare tonic (min..max)"),
     (SECTIONS[0], "CPU/req vs bare tonic (min..max)"),
     (SECTIONS[0], "Instructions per request under callgrind"),
@@ -44,6 +44,8 @@ pub(crate) const REQUIRED: [(&str, &str); 16] = [
     (SECTIONS[10], "CPU ns per pick, client's set"),
     (SECTIONS[10], "PUT -> picker with it"),
     (SECTIONS[10], "| go-zero |"),
+    (SECTIONS[10], "CPU per call vs bare tonic (min..max)"),
+    (SECTIONS[10], "per open stream, bytes"),
 ];
 
 /// Checks the report at `path`; the error lists every problem found.

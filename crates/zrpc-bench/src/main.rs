@@ -37,6 +37,7 @@ mod check;
 mod compare;
 mod env;
 mod load;
+mod many_serve;
 mod noise;
 mod proc;
 mod report;
@@ -111,7 +112,7 @@ enum Cmd {
     /// Unary calls with a 256 KiB text request, with and without gzip: zrpc and bare tonic.
     Compression,
     /// A client's costs at 10 to 10,000 endpoints: pick cost, memory per endpoint, etcd load and
-    /// update latency.
+    /// update latency; a server's costs at 1 to 10,000 methods and 10 to 1,000 open streams.
     Scale,
     /// A fleet on this machine: a 3-member etcd cluster, 200 zrpc server processes, 20 clients
     /// (zrpc and go-zero); steady load, a rolling deploy, a third killed, etcd's leader killed.
@@ -145,6 +146,9 @@ enum Cmd {
     /// (internal) many greeter endpoints from one process (the `scale` scenario's churn).
     #[command(hide = true)]
     ScaleServe(scale_serve::ScaleServeArgs),
+    /// (internal) one service of N methods, bare tonic or zrpc (the `scale` scenario's server).
+    #[command(hide = true)]
+    ManyServe(many_serve::ManyServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -154,6 +158,7 @@ fn main() -> ExitCode {
         Cmd::Load(a) => load::run(a),
         Cmd::ScaleClient(a) => scale_client::run(a),
         Cmd::ScaleServe(a) => scale_serve::run(a),
+        Cmd::ManyServe(a) => many_serve::run(a),
         Cmd::Fleet(a) => {
             install_ctrl_c();
             let r = scenarios::fleet::run(a);
@@ -180,6 +185,7 @@ fn main() -> ExitCode {
                 | Cmd::Load(_)
                 | Cmd::ScaleClient(_)
                 | Cmd::ScaleServe(_)
+                | Cmd::ManyServe(_)
                 | Cmd::Fleet(_)
                 | Cmd::CheckReport { .. }
                 | Cmd::Compare { .. } => {

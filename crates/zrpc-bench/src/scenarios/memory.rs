@@ -92,7 +92,7 @@ fn open(rt: &tokio::runtime::Runtime, addr: &str, n: usize) -> Result<Vec<tokio:
 
 /// The RSS in KiB once it stopped moving: three readings 100 ms apart within 8 KiB of each
 /// other, or the last reading after `limit`.
-fn settled_rss_kib(pid: i32, limit: Duration) -> f64 {
+pub(super) fn settled_rss_kib(pid: i32, limit: Duration) -> f64 {
     let read = || crate::proc::rss_mb_of(pid) * 1024.0;
     let deadline = Instant::now() + limit;
     let mut last = read();

@@ -14,6 +14,7 @@ mod overhead;
 mod overload;
 mod payloads;
 mod scale;
+mod scale_server;
 mod shed;
 
 use std::cell::Cell;

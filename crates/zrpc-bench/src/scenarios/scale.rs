@@ -11,6 +11,9 @@
 //!
 //! Memory, etcd and churn run go-zero v1.10.3's client too (`gzbench scale`, the same flags and
 //! JSON as `scale-client`), beside zrpc's; go-zero's picker is internal, so it has no pick cost.
+//!
+//! The server's side (`scale_server.rs`): methods per service and streams per connection, zrpc's
+//! full default chain beside bare tonic.
 
 use std::hint::black_box;
 use std::process::Command;
@@ -45,7 +48,9 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
              processes log at info into a sink, as a service at go-zero's default level does. \
              Beside zrpc, go-zero v1.10.3's client (`zrpc.NewClient` with its defaults, in \
              `gzbench scale`, the same flags and figures) where go-zero has the same part: \
-             memory, etcd and churn.",
+             memory, etcd and churn. The last two tables are the server's side: methods per \
+             service and streams per connection, zrpc's full default chain beside bare tonic \
+             (connections: the memory section).",
             sizes[0],
             sizes[sizes.len() - 1]
         ),
@@ -87,6 +92,16 @@ pub(super) fn run(ctx: &Ctx<'_>) -> Result<Section> {
             section.tables.push(t);
         }
     }
+    let t3 = ctx.noise.snap();
+    let (t, notes) = super::scale_server::methods(ctx)?;
+    noise.push(format!("server methods {:.0}%", lost(&t3)));
+    section.tables.push(t);
+    section.notes.extend(notes);
+    let t4 = ctx.noise.snap();
+    let (t, notes) = super::scale_server::streams(ctx)?;
+    noise.push(format!("server streams {:.0}%", lost(&t4)));
+    section.tables.push(t);
+    section.notes.extend(notes);
     section.notes.push(format!(
         "Noise monitor: share of the machine other processes and steal took: {}.",
         noise.join(", ")
