@@ -8,6 +8,7 @@
 //! Unlike go-zero, metrics are always recorded when the stage is on (go-zero records only when a
 //! Prometheus endpoint is enabled).
 
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use tokio::time::Instant;
 
@@ -48,7 +49,7 @@ impl MetricsStage {
                 Arc::new(State {
                     metrics: server_metrics(),
                     streaming,
-                    methods: RwLock::new(Vec::new()),
+                    methods: RwLock::new(HashMap::default()),
                 })
             }),
         }
@@ -85,8 +86,10 @@ impl Stage for MetricsStage {
     }
 }
 
-/// Methods whose metric handles are kept (see [`State::methods`]).
-const CACHED_METHODS: usize = 64;
+/// Methods whose metric handles are kept (see [`State::methods`]): as many as the limit stage
+/// keeps limits for. A server whose calls spread over more methods than this records the rest
+/// with the per-call lookup.
+const CACHED_METHODS: usize = 1024;
 
 /// The stage's metric families and the handles of the methods it has seen.
 #[derive(Debug)]
@@ -97,8 +100,9 @@ pub(crate) struct State {
     /// labels into the vector's map on every call. Only methods whose call ended with a code
     /// other than `Unimplemented` are kept (random paths of a hostile caller take no room), at
     /// most [`CACHED_METHODS`]; other calls use the per-call lookup, which records the same
-    /// series.
-    methods: RwLock<Vec<Arc<MethodHandles>>>,
+    /// series. A map: with a list, the calls of a server with many methods spent their time
+    /// scanning it (CPU per call grew x1.4 from 1 to 10,000 methods, `zrpc-bench scale`).
+    methods: RwLock<HashMap<Box<str>, Arc<MethodHandles>, foldhash::fast::RandomState>>,
 }
 
 /// One method's histogram and its counters by code (resolved on the first call with the code).
@@ -130,11 +134,7 @@ impl State {
     }
 
     fn find(&self, method: &str) -> Option<Arc<MethodHandles>> {
-        self.methods
-            .read()
-            .iter()
-            .find(|h| *h.method == *method)
-            .cloned()
+        self.methods.read().get(method).cloned()
     }
 
     /// Records a call of a method without handles, and keeps handles for it when it exists.
@@ -155,11 +155,11 @@ impl State {
                 code_total,
             });
             let mut methods = self.methods.write();
-            match methods.iter().find(|h| *h.method == *method) {
+            match methods.get(method) {
                 Some(h) => h.clone(),
                 None => {
                     if methods.len() < CACHED_METHODS {
-                        methods.push(handles.clone());
+                        methods.insert(method.into(), handles.clone());
                     }
                     handles
                 }
@@ -298,13 +298,14 @@ mod tests {
             }
         }
         let state = layer.state().unwrap();
-        let kept: Vec<String> = state
+        let mut kept: Vec<String> = state
             .methods
             .read()
-            .iter()
+            .values()
             .map(|h| h.method.to_string())
             .collect();
-        assert_eq!(kept, ["/metrics.C/Ok", "/metrics.C/Big"]);
+        kept.sort();
+        assert_eq!(kept, ["/metrics.C/Big", "/metrics.C/Ok"]);
         let count = |method: &str, c: &str| m.code_total.with_label_values(&[method, c]).get();
         assert_eq!(count("/metrics.C/Ok", "0"), 3);
         assert_eq!(count("/metrics.C/Nope", "12"), 3);
