@@ -122,7 +122,7 @@ fn path(method: &str) -> PathAndQuery {
         .unwrap_or_else(|_| PathAndQuery::from_static("/"))
 }
 
-/// The figures of one methods run: (RSS growth KiB calling M1..M<N-1> once, CPU µs per call).
+/// The figures of one methods run: (RSS growth KiB calling `M1` .. `M<N-1>` once, CPU µs per call).
 fn methods_run(
     ctx: &Ctx<'_>,
     rt: &tokio::runtime::Runtime,
