@@ -5,6 +5,9 @@
 //! than the client's limit (`MaxDecompressedSize`) ends the call with `ResourceExhausted` and
 //! grpc-go's words as soon as its prefix arrives, as grpc-go's client does (tonic's decoder
 //! would say `OutOfRange` after buffering it); compressed ones are bounded by the decompressor.
+//! A stream that ends without trailers is `Internal`, in grpc-go's words, and a response that is
+//! not gRPC (its content-type) is judged by its HTTP status, as grpc-go's client judges it
+//! (gRPC's HTTP-to-gRPC table, the body's first 1 KiB quoted).
 //!
 //! Before the response headers, the call's deadline is enforced by one timer (tonic's
 //! `grpc-timeout` timer or the attempt's own, see `balancer::endpoint::Attempt`). After them,

@@ -1,5 +1,7 @@
 //! One server: its address, its stats and its HTTP/2 connection (a lazily connected tonic
-//! `Channel`, which reconnects on demand; the picker's back-off spaces the attempts).
+//! `Channel`, which reconnects on demand; the picker's back-off spaces the attempts). A lost
+//! connection, a call past its deadline or stalled calls make it suspect until an out-of-band
+//! probe is answered.
 
 use std::future::Future;
 use std::pin::Pin;

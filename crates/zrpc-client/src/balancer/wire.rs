@@ -28,6 +28,11 @@
 //! body, window updates, pings and the second write of each unary call) skip it. A mark taken
 //! between the check and the write counts that write as possibly carrying its request (not
 //! retryable): the safe side. A serial unary call on an armed connection thus peeks once.
+//!
+//! The same watch serves two more ends: the loss of the endpoint's last live connection is told
+//! to the endpoint ([`Wire::on_connection_lost`]: it turns suspect and is probed), and the first
+//! bytes a server sends on a plaintext connection tell a TLS, HTTP/1.1 or silent server from an
+//! HTTP/2 one ([`Wire::first_answer`], for the error's hint).
 
 use std::future::Future;
 use std::io::{self, IoSlice};
