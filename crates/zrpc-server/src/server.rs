@@ -22,10 +22,11 @@ use zrpc_core::breaker::BreakerRegistry;
 use zrpc_core::conf::{ConfError, Validate};
 
 use crate::auth::TokenStore;
+use crate::call::StreamingMethods;
 use crate::conf::RpcServerConf;
 use crate::error::Error;
 use crate::handle::{HandleParts, Phase, ServerHandle};
-use crate::layers::{DrainLayer, DrainSignal, StreamingMethods};
+use crate::layers::{DrainLayer, DrainSignal};
 use crate::shutdown;
 use crate::stage::recover::RecoverStage;
 use crate::stage::trace::TraceStage;
@@ -474,7 +475,7 @@ impl Base {
         // One shedder per server, and its concurrency limits, with their gauges (unregistered
         // when this returns).
         let shedder = crate::stage::shedding::gauges::shedder(&conf, cpu);
-        let limit = crate::stage::limit::gauges::limit_stage(&conf, &services.streaming);
+        let limit = crate::stage::limit::gauges::limit_stage(&conf);
         let _gauges_guard = GaugesGuard::register(shedder.as_ref(), &limit, local);
         let drain = DrainSignal::new();
         let drain_infra = DrainSignal::new();
@@ -512,8 +513,7 @@ impl Base {
         // idle and age deadlines.
         let allowed = tls.as_ref().and_then(|t| t.allowed.clone());
         let front = crate::transport::front_layer(&conf.transport, allowed);
-        let shedding =
-            crate::stage::shedding::gauges::shedding_stage(shedder.as_ref(), &services.streaming);
+        let shedding = crate::stage::shedding::gauges::shedding_stage(shedder.as_ref());
         let in_flight = shedding
             .shared()
             .map(|s| s as Arc<dyn crate::call::InFlight>);
@@ -524,6 +524,7 @@ impl Base {
             &accept,
             &conf.transport,
             max_message,
+            services.streaming.clone(),
             in_flight,
             connections,
         );
@@ -540,11 +541,7 @@ impl Base {
             shedding,
             token_store,
             breakers,
-            drain: DrainLayer::new(
-                drain.clone(),
-                drain_infra.clone(),
-                services.streaming.clone(),
-            ),
+            drain: DrainLayer::new(drain.clone(), drain_infra.clone()),
             streaming: &services.streaming,
             outer,
             stages,
@@ -627,6 +624,7 @@ struct Chain<'a> {
     token_store: Option<Arc<dyn TokenStore>>,
     breakers: Arc<BreakerRegistry>,
     drain: DrainLayer,
+    /// The transport's set, for the governor's requests without an `Arrival`.
     streaming: &'a StreamingMethods,
     outer: Vec<OuterLayer>,
     stages: Vec<Arc<dyn Stage>>,
@@ -646,7 +644,6 @@ impl Chain<'_> {
         let conf = self.conf;
         let env = crate::stage::Env {
             conf,
-            streaming: self.streaming,
             token_store: self.token_store,
             breakers: self.breakers,
             limit: self.limit,

@@ -23,11 +23,25 @@ impl CallerDeadline {
     /// it once as the request arrives and hands it to the governor in the call's `Arrival`).
     #[inline]
     pub(crate) fn of(headers: &http::HeaderMap) -> Option<CallerDeadline> {
-        let timeout = grpc_timeout::from_headers(headers)?;
-        Some(CallerDeadline {
-            at: Instant::now().checked_add(timeout)?,
-            timeout,
-        })
+        Self::read(headers).0
+    }
+
+    /// [`of`](Self::of), and whether a `grpc-timeout` is there that does not parse (which
+    /// the transport's `Front` answers with HTTP 400, as grpc-go does): one scan of the
+    /// headers for both.
+    #[inline]
+    pub(crate) fn read(headers: &http::HeaderMap) -> (Option<CallerDeadline>, bool) {
+        let Some(value) = zrpc_core::grpc::find_header(headers, &grpc_timeout::GRPC_TIMEOUT_HEADER)
+        else {
+            return (None, false);
+        };
+        let Some(timeout) = grpc_timeout::parse(value.as_bytes()) else {
+            return (None, true);
+        };
+        let deadline = Instant::now()
+            .checked_add(timeout)
+            .map(|at| CallerDeadline { at, timeout });
+        (deadline, false)
     }
 
     /// Whether a caller that went away at `now` did so because its deadline passed: at the

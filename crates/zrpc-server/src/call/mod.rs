@@ -3,8 +3,12 @@
 //! the stages (`crate::stage`) both import this module and nothing of each other.
 //!
 //! - [`Arrival`]: one request extension per call with its connection ([`ConnInfo`]: peer
-//!   address, TLS identity, the connection's shared [`ConnState`]), its [`CallFacts`], its count
-//!   in the server's in-flight calls since its stream was accepted, and the caller's deadline;
+//!   address, TLS identity, the connection's shared [`ConnState`]), its [`CallKind`], its
+//!   [`CallFacts`], its count in the server's in-flight calls since its stream was accepted, and
+//!   the caller's deadline;
+//! - [`CallKind`]: whether the call streams and whether it is health or reflection, looked up
+//!   once per call from its path ([`StreamingMethods::kind`]) as the transport accepts its
+//!   stream; every stage and the drain read it from the `Arrival` rather than the path;
 //! - [`CallFacts`]: whose fault a failure is (recorded by the transport's request body), and the
 //!   trailers the handler adds ([`Trailers`]);
 //! - [`CallerDeadline`] and [`Timer`]: the caller's `grpc-timeout`, read once as the request
@@ -15,6 +19,7 @@
 mod conn;
 mod deadline;
 mod facts;
+mod kind;
 mod trailers;
 
 use std::sync::Arc;
@@ -27,6 +32,7 @@ pub use facts::Blame;
 pub(crate) use facts::{CallFacts, FactsBody, blame, record_frame};
 #[cfg(test)]
 pub(crate) use facts::{facts_of, nested::FactsLayer};
+pub(crate) use kind::{CallKind, StreamingMethods};
 pub use trailers::Trailers;
 
 /// What the transport knows of a call, in its request's extensions for the chain's stages
@@ -37,6 +43,8 @@ pub use trailers::Trailers;
 pub(crate) struct Arrival {
     /// The connection's facts, one `Arc` per connection.
     pub(crate) conn: Arc<ConnInfo>,
+    /// The call's kind, resolved from its path as its stream was accepted.
+    pub(crate) kind: CallKind,
     /// The call's facts, recorded by the transport's request body.
     pub(crate) facts: CallFacts,
     /// The call's count in the server's in-flight calls since its stream was accepted (taken
@@ -44,13 +52,23 @@ pub(crate) struct Arrival {
     pub(crate) queued: Option<Queued>,
     /// The deadline the caller's `grpc-timeout` set when the request arrived.
     pub(crate) caller: Option<CallerDeadline>,
+    /// The request's `grpc-timeout` is there but does not parse.
+    pub(crate) malformed_timeout: bool,
 }
 
 #[cfg(test)]
 impl Arrival {
-    /// A call's arrival on a connection the tests know nothing about, without a deadline.
+    /// A unary call's arrival on a connection the tests know nothing about, without a
+    /// deadline.
     pub(crate) fn for_test() -> Arrival {
+        Arrival::for_test_kind(CallKind::UNARY)
+    }
+
+    /// A call of `kind` arriving on a connection the tests know nothing about, without a
+    /// deadline.
+    pub(crate) fn for_test_kind(kind: CallKind) -> Arrival {
         Arrival {
+            kind,
             conn: Arc::new(ConnInfo {
                 tcp: tonic::transport::server::TcpConnectInfo {
                     local_addr: None,
@@ -63,7 +81,17 @@ impl Arrival {
             facts: CallFacts::default(),
             queued: None,
             caller: None,
+            malformed_timeout: false,
         }
+    }
+}
+
+/// The kind of the call whose extensions are `ext`: its [`Arrival`]'s, or for a request that came
+/// without one, what the governor resolved and put there itself; `None` when neither did.
+pub(crate) fn kind_of(ext: &http::Extensions) -> Option<CallKind> {
+    match ext.get::<Arrival>() {
+        Some(a) => Some(a.kind),
+        None => ext.get::<CallKind>().copied(),
     }
 }
 
@@ -72,6 +100,6 @@ impl Arrival {
 /// implements it (the shedder, `stage::shedding`), the transport only asks it, and the same
 /// stage ends the count when it admits or sheds the call.
 pub(crate) trait InFlight: Send + Sync + std::fmt::Debug {
-    /// The count of an accepted call to `path`; `None` for calls the stage never counts.
-    fn accepted(&self, path: &str) -> Option<Queued>;
+    /// The count of an accepted call of `kind`; `None` for calls the stage never counts.
+    fn accepted(&self, kind: CallKind) -> Option<Queued>;
 }

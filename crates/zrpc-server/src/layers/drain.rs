@@ -4,7 +4,8 @@
 //!
 //! Not a go-zero stage (go-zero kills the process at WaitTime). It sits innermost, just
 //! outside the user layers, so metrics and the breaker see the `Unavailable`. It only
-//! watches known streaming methods ([`StreamingMethods`]): unary calls pay nothing.
+//! watches known streaming methods, as the call's kind says ([`CallKind`], resolved once as the
+//! call arrived and read from its `Arrival`): unary calls pay nothing.
 //! The health `Watch` and reflection streams are ended earlier, when draining starts, so
 //! a watching client does not hold the shutdown until the deadline.
 
@@ -23,7 +24,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 use zrpc_core::grpc::{GRPC_MESSAGE, GRPC_STATUS, code, status_response};
 
-use super::util::{StreamingMethods, is_infra};
+use crate::call::{CallKind, kind_of};
 
 /// A watched stream's wait for the cut.
 type Cut = Pin<Box<OwnedNotified>>;
@@ -74,24 +75,15 @@ pub(crate) struct DrainLayer {
 struct Shared {
     signal: Arc<DrainSignal>,
     infra: Arc<DrainSignal>,
-    streaming: StreamingMethods,
 }
 
 impl DrainLayer {
-    /// A drain layer: `streaming` methods end at `signal`; the health `Watch` and
-    /// reflection streams end at `infra` (when draining starts: they would otherwise hold
-    /// their connection open until the deadline).
-    pub(crate) fn new(
-        signal: Arc<DrainSignal>,
-        infra: Arc<DrainSignal>,
-        streaming: StreamingMethods,
-    ) -> Self {
+    /// A drain layer: streaming calls end at `signal`; the health `Watch` and reflection
+    /// streams end at `infra` (when draining starts: they would otherwise hold their
+    /// connection open until the deadline).
+    pub(crate) fn new(signal: Arc<DrainSignal>, infra: Arc<DrainSignal>) -> Self {
         Self {
-            shared: Arc::new(Shared {
-                signal,
-                infra,
-                streaming,
-            }),
+            shared: Arc::new(Shared { signal, infra }),
         }
     }
 }
@@ -114,12 +106,12 @@ pub(crate) struct Drain<S> {
 }
 
 impl Shared {
-    /// The signal that ends a call to `path`, and its wait (registered now); none for the
+    /// The signal that ends a call of `kind`, and its wait (registered now); none for the
     /// calls not watched (unary calls of the user's services).
-    fn watch(&self, path: &str) -> (Option<Cut>, Option<Arc<DrainSignal>>) {
-        let signal = if is_infra(path) {
+    fn watch(&self, kind: CallKind) -> (Option<Cut>, Option<Arc<DrainSignal>>) {
+        let signal = if kind.infra {
             Some(&self.infra)
-        } else if self.streaming.contains(path) {
+        } else if kind.streaming {
             Some(&self.signal)
         } else {
             None
@@ -143,7 +135,9 @@ where
 
     #[inline(always)]
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        let (cut, signal) = self.shared.watch(req.uri().path());
+        // The governor, outside, makes sure every call has its kind.
+        let kind = kind_of(req.extensions()).unwrap_or_else(|| CallKind::by_path(req.uri().path()));
+        let (cut, signal) = self.shared.watch(kind);
         ResponseFuture {
             cut,
             signal,
@@ -274,14 +268,16 @@ mod tests {
     use zrpc_core::grpc::{status_from_headers, status_message_from_headers};
 
     use super::*;
-    use crate::layers::test_util::{TestBody, final_code, ok_response};
+    use crate::layers::test_util::{TestBody, arriving, final_code, ok_response};
 
     fn layer(signal: &Arc<DrainSignal>) -> DrainLayer {
-        DrainLayer::new(
-            signal.clone(),
-            DrainSignal::new(),
-            StreamingMethods::new(["/d.T/Stream".to_owned()]),
-        )
+        DrainLayer::new(signal.clone(), DrainSignal::new())
+    }
+
+    /// A call to `/d.T/Stream`, a streaming method.
+    fn stream() -> Request<()> {
+        let req = Request::builder().uri("/d.T/Stream").body(()).unwrap();
+        arriving(req, CallKind::STREAMING)
     }
 
     #[tokio::test]
@@ -290,7 +286,7 @@ mod tests {
         let svc = layer(&signal).layer(tower::service_fn(|_req: Request<()>| async {
             Ok::<_, Infallible>(Response::new(TestBody::Pending))
         }));
-        let req = Request::builder().uri("/d.T/Stream").body(()).unwrap();
+        let req = stream();
         let resp = svc.oneshot(req).await.unwrap();
         let s = signal.clone();
         tokio::spawn(async move {
@@ -307,7 +303,7 @@ mod tests {
             std::future::pending::<()>().await;
             Ok::<_, Infallible>(ok_response())
         }));
-        let req = Request::builder().uri("/d.T/Stream").body(()).unwrap();
+        let req = stream();
         let call = tokio::spawn(svc.oneshot(req));
         tokio::task::yield_now().await;
         signal.cut();

@@ -8,4 +8,3 @@ pub(crate) mod util;
 pub(crate) mod test_util;
 
 pub(crate) use drain::{DrainLayer, DrainSignal};
-pub(crate) use util::StreamingMethods;

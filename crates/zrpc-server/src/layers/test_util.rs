@@ -6,10 +6,23 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Response};
+use http::{HeaderMap, HeaderValue, Request, Response};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use zrpc_core::grpc::status_from_headers;
+
+use crate::call::{Arrival, CallKind, CallerDeadline};
+
+/// `req` as the transport hands a call of `kind` to the chain: with its `Arrival` (on a
+/// connection the tests know nothing about, the caller's deadline read from its headers).
+pub(crate) fn arriving<B>(mut req: Request<B>, kind: CallKind) -> Request<B> {
+    let caller = CallerDeadline::of(req.headers());
+    req.extensions_mut().insert(Arrival {
+        caller,
+        ..Arrival::for_test_kind(kind)
+    });
+    req
+}
 
 /// A scripted response body.
 #[derive(Debug, Default)]

@@ -1,12 +1,12 @@
 //! [`Governor`]: the executor of the server's stage list (`crate::stage`).
 //!
 //! It reads what the transport learnt of the call as it arrived (`call::Arrival`: the call's
-//! facts, its count in flight, the caller's deadline), runs the list's [`Stage::admit`] in
-//! order, then the handler, and feeds the records of the stages that admitted the call with
-//! one read of its final status. Around every step it keeps the three concerns that wrap the
-//! whole call rather than its admission: the call's span and trace context (`Frame::trace`),
-//! a panic turned into `Internal "panic: ..."` (`Frame::recover`), and the caller's deadline,
-//! always enforced.
+//! kind, its facts, its count in flight, the caller's deadline), runs the list's
+//! [`Stage::admit`] in order, then the handler, and feeds the records of the stages that
+//! admitted the call with one read of its final status. Around every step it keeps the three
+//! concerns that wrap the whole call rather than its admission: the call's span and trace
+//! context (`Frame::trace`), a panic turned into `Internal "panic: ..."` (`Frame::recover`), and
+//! the caller's deadline, always enforced.
 //!
 //! One service, one response future and one body wrapper for all the stages: nested tower
 //! layers would each clone their service, move the request through their `call`, build their
@@ -41,8 +41,7 @@ use super::recover::{RecoverStage, guarded_if, mark_panicked, panic_response, pa
 use super::timeout;
 use super::trace::{TraceRecord, TraceStage, in_scope, rpc_span};
 use super::{AnyRecord, Call, End, Rejection, Stage, Verdict};
-use crate::call::{Arrival, CallFacts, CallerDeadline, Timer};
-use crate::layers::StreamingMethods;
+use crate::call::{Arrival, CallFacts, CallKind, CallerDeadline, StreamingMethods, Timer};
 use crate::layers::util::{method_of, peer_addr};
 use tower::BoxError;
 
@@ -60,6 +59,8 @@ struct Governance {
     trace: bool,
     recover: bool,
     stages: Box<[Arc<dyn Stage>]>,
+    /// The server's streaming methods, the transport's set: the kind of a request that came
+    /// without an `Arrival` is looked up here (the transport resolved every other's).
     streaming: StreamingMethods,
 }
 
@@ -76,7 +77,8 @@ pub(crate) struct GovernorLayer {
 }
 
 impl GovernorLayer {
-    /// Runs `stages` in order inside `frame`; `streaming` says which methods stream.
+    /// Runs `stages` in order inside `frame`; `streaming` says which methods stream, for a
+    /// request that came without the transport's `Arrival`.
     pub(crate) fn with(
         frame: Frame,
         stages: Vec<Arc<dyn Stage>>,
@@ -321,7 +323,7 @@ impl Governance {
         let mut call = Call::new(
             &mut req,
             entry.peer,
-            &self.streaming,
+            entry.kind,
             entry.now,
             entry.deadline,
             entry.queued,
@@ -413,28 +415,36 @@ where
     }
 
     /// Reads what the serve loop put in the request's extensions (its `Arrival`): the
-    /// call's facts, the peer's address, the call's count in flight since its stream was
-    /// accepted and the caller's deadline.
+    /// call's kind and facts, the peer's address, the call's count in flight since its stream
+    /// was accepted and the caller's deadline.
     #[inline(always)]
     fn call(&mut self, mut req: Request<Body>) -> Self::Future {
-        let (facts, queued, peer, caller) = match req.extensions_mut().get_mut::<Arrival>() {
+        let (kind, facts, queued, peer, caller) = match req.extensions_mut().get_mut::<Arrival>() {
             Some(a) => (
+                a.kind,
                 Some(a.facts.clone()),
                 a.queued.take(),
                 a.conn.tcp.remote_addr,
                 a.caller,
             ),
             // A request that did not come through the serve loop (the unit tests'; their
-            // nested facts layer puts the call's facts in the extensions).
-            None => (
-                req.extensions().get::<CallFacts>().cloned(),
-                None,
-                peer_addr(&req),
-                CallerDeadline::of(req.headers()),
-            ),
+            // nested facts layer puts the call's facts in the extensions). Its kind is looked
+            // up here, and left in its extensions for the drain inside.
+            None => {
+                let kind = self.shared.streaming.kind(req.uri().path());
+                req.extensions_mut().insert(kind);
+                (
+                    kind,
+                    req.extensions().get::<CallFacts>().cloned(),
+                    None,
+                    peer_addr(&req),
+                    CallerDeadline::of(req.headers()),
+                )
+            }
         };
         let entry = Entry {
             from: 0,
+            kind,
             facts,
             peer,
             caller,
@@ -525,6 +535,8 @@ struct Recovering {
 struct Entry {
     /// The next stage to run.
     from: usize,
+    /// The call's kind.
+    kind: CallKind,
     /// The call's facts.
     facts: Option<CallFacts>,
     peer: Option<SocketAddr>,

@@ -14,6 +14,10 @@
 //! caller's deadline bounding the wait. Records finish inner first, with one read of the final
 //! status and one clock read for all of them.
 //!
+//! What kind of call it is ([`Call::is_streaming`], [`Call::is_infrastructure`]) is looked up
+//! once per call, from its path, as the transport accepts its stream (`call::CallKind`, in the
+//! call's `Arrival`): the stages read it, none looks the path up again.
+//!
 //! Three concerns wrap every poll of a call rather than its admission, and are how the list
 //! runs rather than stages in it: the call's span and trace context (`Middlewares.Trace`),
 //! turning a panic into `Internal` (`Middlewares.Recover`), and the caller's deadline, which
@@ -40,9 +44,7 @@ use tonic::body::Body;
 use zrpc_core::shedder::Queued;
 
 pub use crate::call::Blame;
-use crate::call::CallFacts;
-use crate::layers::StreamingMethods;
-use crate::layers::util::is_infra;
+use crate::call::{CallFacts, CallKind};
 
 pub(crate) mod auth;
 pub(crate) mod breaker;
@@ -82,20 +84,19 @@ pub trait Stage: Send + Sync + 'static {
 pub struct Call<'a> {
     req: &'a mut Request<Body>,
     peer: Option<SocketAddr>,
-    streaming: &'a StreamingMethods,
+    /// Resolved once per call, as its stream was accepted (`call::Arrival`).
+    kind: CallKind,
     now: Option<Instant>,
     deadline: Option<Instant>,
     /// The call's count in the shedder's flight since its stream was accepted.
     pub(crate) queued: Option<Queued>,
-    /// Whether the method streams, once looked up.
-    streams: Option<bool>,
 }
 
 impl<'a> Call<'a> {
     pub(crate) fn new(
         req: &'a mut Request<Body>,
         peer: Option<SocketAddr>,
-        streaming: &'a StreamingMethods,
+        kind: CallKind,
         now: Option<Instant>,
         deadline: Option<Instant>,
         queued: Option<Queued>,
@@ -103,11 +104,10 @@ impl<'a> Call<'a> {
         Call {
             req,
             peer,
-            streaming,
+            kind,
             now,
             deadline,
             queued,
-            streams: None,
         }
     }
 
@@ -143,19 +143,21 @@ impl<'a> Call<'a> {
         self.deadline
     }
 
-    /// Whether the method streams (declared or learned from the descriptor sets), looked up
-    /// once per call.
+    /// Whether the method streams (declared or learned from the descriptor sets), as the
+    /// transport found once per call when it accepted the call's stream.
     pub fn is_streaming(&mut self) -> bool {
-        let (req, streaming) = (&self.req, self.streaming);
-        *self
-            .streams
-            .get_or_insert_with(|| streaming.contains(req.uri().path()))
+        self.kind.streaming
     }
 
     /// Whether the method is health checking or reflection, which the governing stages leave
-    /// alone.
+    /// alone (found once per call, with [`is_streaming`](Self::is_streaming)).
     pub fn is_infrastructure(&self) -> bool {
-        is_infra(self.method())
+        self.kind.infra
+    }
+
+    /// The call's kind (both of the above).
+    pub(crate) fn kind(&self) -> CallKind {
+        self.kind
     }
 
     pub(crate) fn request(&self) -> &Request<Body> {
@@ -370,7 +372,6 @@ built_in_records!(
 /// What building the built-in stages needs besides the config.
 pub(crate) struct Env<'a> {
     pub(crate) conf: &'a crate::conf::RpcServerConf,
-    pub(crate) streaming: &'a StreamingMethods,
     pub(crate) token_store: Option<Arc<dyn crate::auth::TokenStore>>,
     pub(crate) breakers: Arc<zrpc_core::breaker::BreakerRegistry>,
     pub(crate) shedding: SheddingStage,

@@ -95,12 +95,12 @@ where
         if !is_grpc(content_type) {
             return ResponseFuture::rejected(unsupported(content_type), guard);
         }
-        // The serve loop read the caller's deadline; without one, a `grpc-timeout` that is
-        // there did not parse.
+        // The serve loop read the `grpc-timeout` and noted one that does not parse; a request
+        // without its facts (a unit test's) is read here.
         if req
             .extensions()
             .get::<Arrival>()
-            .is_none_or(|a| a.caller.is_none())
+            .is_none_or(|a| a.malformed_timeout)
             && let Some(v) = zrpc_core::grpc::find_header(req.headers(), &GRPC_TIMEOUT)
             && zrpc_core::grpc::timeout::parse(v.as_bytes()).is_none()
         {

@@ -93,14 +93,15 @@ pub(crate) fn front_layer(
     FrontLayer::new(conf.max_connection_idle().is_some(), allowed)
 }
 
-/// What the serve loop does to each request before the chain ([`serve::Intake`]): the
-/// request-bytes budget, whose body records the call's facts, and the count of accepted calls
-/// in flight for the stage that owns it (`in_flight`).
+/// What the serve loop does to each request before the chain ([`serve::Intake`]): the call's
+/// kind, looked up in `streaming`, the request-bytes budget, whose body records the call's
+/// facts, and the count of accepted calls in flight for the stage that owns it (`in_flight`).
 /// `max_message`: the largest uncompressed request message (`MaxDecompressedSize`).
 pub(crate) fn intake(
     settings: &AcceptSettings,
     conf: &TransportConf,
     max_message: Option<usize>,
+    streaming: crate::call::StreamingMethods,
     in_flight: Option<Arc<dyn crate::call::InFlight>>,
     connections: Arc<connections::Connections>,
 ) -> serve::Intake {
@@ -119,6 +120,7 @@ pub(crate) fn intake(
         );
     serve::Intake {
         budget: RequestBudget::new(budget, settings.table.clone()),
+        streaming,
         in_flight,
         connections,
     }

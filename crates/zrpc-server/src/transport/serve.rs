@@ -8,8 +8,9 @@
 //!
 //! - the body boxed once (under the request-bytes budget, recording the call's facts) and
 //!   what the transport knows of the call put in the request's extensions ([`Intake`]: the
-//!   call's [`Arrival`], with the caller's deadline read as the request arrived; the governor's
-//!   timeout stage enforces it over the whole call);
+//!   call's [`Arrival`], with its kind looked up once from its path as its stream is accepted
+//!   and the caller's deadline read as the request arrived; the governor's timeout stage
+//!   enforces it over the whole call);
 //! - **an error of the chain that is a `Status`** becomes that status's response; any other
 //!   error resets the stream.
 //!
@@ -38,7 +39,9 @@ use tonic::transport::server::Connected;
 use tower_service::Service;
 
 use super::budget::RequestBudget;
-use crate::call::{Arrival, CallerDeadline, ConnInfo, ConnState, InFlight};
+use crate::call::{
+    Arrival, CallKind, CallerDeadline, ConnInfo, ConnState, InFlight, StreamingMethods,
+};
 
 use tower::BoxError;
 use zrpc_core::shedder::Queued;
@@ -59,13 +62,15 @@ pub(crate) struct Http2 {
     pub(crate) max_connection_idle: Option<Duration>,
 }
 
-/// What the serve loop does to every request before the chain sees it: the body under the
-/// request-bytes budget (boxed once, as tonic's `Body`), the call counted in flight from the
-/// moment its stream is accepted, and what the transport knows of the call in the request's
-/// extensions (see [`Intake::prepare`]).
+/// What the serve loop does to every request before the chain sees it: the call's kind looked
+/// up, the body under the request-bytes budget (boxed once, as tonic's `Body`), the call
+/// counted in flight from the moment its stream is accepted, and what the transport knows of
+/// the call in the request's extensions (see [`Intake::prepare`]).
 #[derive(Debug)]
 pub(crate) struct Intake {
     pub(crate) budget: RequestBudget,
+    /// The server's streaming methods: each call's kind is looked up here, once.
+    pub(crate) streaming: StreamingMethods,
     /// The stage that counts calls in flight from the moment their stream is accepted.
     pub(crate) in_flight: Option<Arc<dyn InFlight>>,
     /// The connections open now (the admin view): counted per connection, never per call.
@@ -73,14 +78,17 @@ pub(crate) struct Intake {
 }
 
 impl Intake {
-    /// Counts a call in flight as hyper accepts its stream (in the connection's task), so that
-    /// calls waiting for a worker thread count too: with handlers that keep their thread busy,
-    /// they are most of the calls in the server (see
+    /// The kind of the call `req` opens: looked up here once, read by every stage.
+    fn kind<RB>(&self, req: &Request<RB>) -> CallKind {
+        self.streaming.kind(req.uri().path())
+    }
+
+    /// Counts a call of `kind` in flight as hyper accepts its stream (in the connection's
+    /// task), so that calls waiting for a worker thread count too: with handlers that keep
+    /// their thread busy, they are most of the calls in the server (see
     /// [`AdaptiveShedder::queue`](zrpc_core::shedder::AdaptiveShedder::queue)).
-    fn queue<RB>(&self, req: &Request<RB>) -> Option<Queued> {
-        self.in_flight
-            .as_ref()
-            .and_then(|c| c.accepted(req.uri().path()))
+    fn queue(&self, kind: CallKind) -> Option<Queued> {
+        self.in_flight.as_ref().and_then(|c| c.accepted(kind))
     }
 
     /// `req` as the chain gets it: its body under the budget, and in its extensions tonic's
@@ -90,8 +98,9 @@ impl Intake {
         &self,
         req: Request<RB>,
         conn: Arc<ConnInfo>,
+        kind: CallKind,
         queued: Option<Queued>,
-        caller: Option<CallerDeadline>,
+        (caller, malformed_timeout): (Option<CallerDeadline>, bool),
     ) -> Request<Body>
     where
         RB: http_body::Body<Data = Bytes> + Send + 'static,
@@ -105,9 +114,11 @@ impl Intake {
         }
         ext.insert(Arrival {
             conn,
+            kind,
             facts,
             queued,
             caller,
+            malformed_timeout,
         });
         req
     }
@@ -266,20 +277,13 @@ async fn serve_connection<S, B, IO>(
     B::Error: Into<BoxError>,
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let mut aged = pin!(async {
-        match max_age {
-            Some(age) => tokio::time::sleep(age).await,
-            None => std::future::pending().await,
-        }
-    });
-    let mut idled = pin!(async {
-        match &idle {
-            Some(idle) => idle.passed().await,
-            None => std::future::pending().await,
-        }
-    });
-    // When a client that was sent an idle GOAWAY is dropped.
-    let mut drop_at: Option<Instant> = None;
+    // Timers only where a limit is set, each boxed: an idle connection's task holds no timer
+    // state it does not use (by default no age or idle limit is set; inline, their state took
+    // room in every connection's task, set or not).
+    let mut aged = max_age.map(|age| Box::pin(tokio::time::sleep(age)));
+    let mut idled = idle.map(|idle| Box::pin(async move { idle.passed().await }));
+    // Set when a client that was sent an idle GOAWAY is to be dropped.
+    let mut dropped: Option<Pin<Box<tokio::time::Sleep>>> = None;
     let mut closing = false;
     loop {
         tokio::select! {
@@ -289,20 +293,20 @@ async fn serve_connection<S, B, IO>(
                 }
                 return;
             }
-            () = &mut aged, if !closing => {
+            () = armed(&mut aged), if !closing => {
                 closing = true;
                 conn.as_mut().graceful_shutdown();
             }
-            () = &mut idled, if !closing => {
+            () = armed(&mut idled), if !closing => {
                 tracing::debug!(
                     target: "zrpc::server",
                     "no call for Transport.MaxConnectionIdle: closing the connection (GOAWAY)"
                 );
                 closing = true;
                 conn.as_mut().graceful_shutdown();
-                drop_at = Some(Instant::now() + grace);
+                dropped = Some(Box::pin(tokio::time::sleep(grace)));
             }
-            () = tokio::time::sleep_until(drop_at.unwrap_or_else(Instant::now)), if drop_at.is_some() => {
+            () = armed(&mut dropped) => {
                 tracing::debug!(
                     target: "zrpc::server",
                     "the client did not close its idle connection after the GOAWAY: dropped"
@@ -314,6 +318,14 @@ async fn serve_connection<S, B, IO>(
                 conn.as_mut().graceful_shutdown();
             }
         }
+    }
+}
+
+/// The end of `timer`, or never when there is none.
+async fn armed<F: Future<Output = ()>>(timer: &mut Option<Pin<Box<F>>>) {
+    match timer {
+        Some(timer) => timer.as_mut().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -336,8 +348,9 @@ where
     type Future = Dispatch<S, Incoming>;
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
-        let queued = self.intake.queue(&req);
-        let caller = CallerDeadline::of(req.headers());
+        let kind = self.intake.kind(&req);
+        let queued = self.intake.queue(kind);
+        let caller = CallerDeadline::read(req.headers());
         Dispatch {
             state: State::Start {
                 start: Some(Start {
@@ -345,6 +358,7 @@ where
                     req,
                     conn: Arc::clone(&self.conn),
                     intake: Arc::clone(&self.intake),
+                    kind,
                     queued,
                     caller,
                 }),
@@ -359,10 +373,12 @@ struct Start<S, RB> {
     req: Request<RB>,
     conn: Arc<ConnInfo>,
     intake: Arc<Intake>,
+    // Its kind, looked up as its stream was accepted.
+    kind: CallKind,
     // Its count in flight until then.
     queued: Option<Queued>,
-    // The deadline its caller set.
-    caller: Option<CallerDeadline>,
+    // The deadline its caller set, and whether its `grpc-timeout` did not parse.
+    caller: (Option<CallerDeadline>, bool),
 }
 
 pin_project! {
@@ -409,13 +425,14 @@ where
                         req,
                         conn,
                         intake,
+                        kind,
                         queued,
                         caller,
                     }) = start.take()
                     else {
                         return Poll::Pending;
                     };
-                    let fut = chain.call(intake.prepare(req, conn, queued, caller));
+                    let fut = chain.call(intake.prepare(req, conn, kind, queued, caller));
                     state.set(State::Called { fut });
                 }
                 StateProj::Called { fut } => {
@@ -459,10 +476,11 @@ mod tests {
         };
         let intake = Intake {
             budget: RequestBudget::new(None, None),
+            streaming: StreamingMethods::default(),
             in_flight: None,
             connections: Arc::default(),
         };
-        let caller = CallerDeadline::of(req.headers());
+        let caller = CallerDeadline::read(req.headers());
         Dispatch {
             state: State::Start {
                 start: Some(Start {
@@ -471,6 +489,7 @@ mod tests {
                     conn: Arc::new(conn),
                     caller,
                     intake: Arc::new(intake),
+                    kind: CallKind::UNARY,
                     queued: None,
                 }),
             },
@@ -497,12 +516,21 @@ mod tests {
         let svc = tower::service_fn(|req: Request<Body>| async move {
             let arrival = req.extensions().get::<Arrival>().cloned().unwrap();
             Ok::<_, Infallible>(Response::new(format!(
-                "{:?}",
-                arrival.caller.map(|c| c.timeout)
+                "{:?} {}",
+                arrival.caller.map(|c| c.timeout),
+                arrival.malformed_timeout
             )))
         });
         let resp = dispatch(svc, request(Some("200m"))).await.unwrap();
-        assert_eq!(resp.body(), "Some(200ms)");
+        assert_eq!(resp.body(), "Some(200ms) false");
+        let resp = dispatch(svc, request(Some("1x"))).await.unwrap();
+        assert_eq!(
+            resp.body(),
+            "None true",
+            "a grpc-timeout that does not parse"
+        );
+        let resp = dispatch(svc, request(None)).await.unwrap();
+        assert_eq!(resp.body(), "None false");
     }
 
     #[tokio::test]

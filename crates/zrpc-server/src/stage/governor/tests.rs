@@ -10,9 +10,8 @@ use zrpc_core::shedder::{AdaptiveShedder, ShedderConfig};
 use super::*;
 use crate::auth::StaticTokens;
 use crate::auth::TokenStore;
-use crate::call::{FactsLayer, facts_of};
-use crate::layers::StreamingMethods;
-use crate::layers::test_util::{TestBody, final_code, response_with_code};
+use crate::call::{CallKind, FactsLayer, StreamingMethods, facts_of};
+use crate::layers::test_util::{TestBody, arriving, final_code, response_with_code};
 use crate::stage::breaker::breaker_figures;
 use crate::stage::shedding::{OVERLOADED_MESSAGE, SheddingSettings};
 use crate::stage::{StatSettings, TimeoutSettings};
@@ -80,10 +79,7 @@ async fn a_failing_method_opens_its_breaker_and_a_cold_cpu_sheds_nothing() {
     ));
     let svc = GovernorLayer::new(&Stages {
         breaker: breaker_on(&registry),
-        shedding: SheddingStage::new(Some(SheddingSettings {
-            shedder,
-            streaming: StreamingMethods::default(),
-        })),
+        shedding: SheddingStage::new(Some(SheddingSettings { shedder })),
         ..stages()
     })
     .layer(answering(code::INTERNAL));
@@ -336,27 +332,28 @@ async fn a_body_past_the_callers_deadline_ends_in_a_cancel_reset() {
     use http_body_util::BodyExt;
 
     let m = crate::metrics::server_metrics();
-    let streaming = StreamingMethods::new(["/governor.D/Stream".to_owned()]);
     let svc = GovernorLayer::new(&Stages {
-        metrics: MetricsStage::new(true).streaming(streaming.clone()),
-        timeout: TimeoutStage::new(TimeoutSettings {
-            streaming,
-            ..TimeoutSettings::default()
-        }),
+        metrics: MetricsStage::new(true),
+        timeout: TimeoutStage::new(TimeoutSettings::default()),
         ..stages()
     })
     .layer(tower::service_fn(|_req: Request<Body>| async {
         Ok::<_, Infallible>(Response::new(stalling_body()))
     }));
-    for (path, family) in [
-        ("/governor.D/Unary", &m.code_total),
-        ("/governor.D/Stream", &m.stream_code_total),
+    for (path, kind, family) in [
+        ("/governor.D/Unary", CallKind::UNARY, &m.code_total),
+        (
+            "/governor.D/Stream",
+            CallKind::STREAMING,
+            &m.stream_code_total,
+        ),
     ] {
         let count = || family.with_label_values(&[path, "4"]).get();
         let before = count();
         let mut req = request(path);
         req.headers_mut()
             .insert("grpc-timeout", http::HeaderValue::from_static("300m"));
+        let req = arriving(req, kind);
         let start = tokio::time::Instant::now();
         let mut body = svc.clone().oneshot(req).await.unwrap().into_body();
         assert!(body.frame().await.unwrap().unwrap().is_data(), "{path}");
@@ -572,21 +569,18 @@ async fn a_user_stage_admits_rejects_and_waits_within_the_deadline() {
 #[test]
 fn the_list_holds_only_what_the_config_switches_on() {
     let names = |conf: &crate::conf::RpcServerConf, store: bool| {
-        let streaming = StreamingMethods::default();
         let env = super::super::Env {
             conf,
-            streaming: &streaming,
             token_store: store
                 .then(|| Arc::new(StaticTokens::new([("a", "b")])) as Arc<dyn TokenStore>),
             breakers: Arc::new(BreakerRegistry::new(BreakerConfig::default())),
-            limit: crate::stage::limit::gauges::limit_stage(conf, &streaming),
+            limit: crate::stage::limit::gauges::limit_stage(conf),
             shedding: crate::stage::shedding::gauges::shedding_stage(
                 crate::stage::shedding::gauges::shedder(
                     conf,
                     Some(Arc::new(FixedCpu::new(0)) as Arc<dyn zrpc_core::cpu::CpuUsage>),
                 )
                 .as_ref(),
-                &streaming,
             ),
         };
         let user: Arc<dyn Stage> = Arc::new(Gate::default());
@@ -620,4 +614,83 @@ fn the_list_holds_only_what_the_config_switches_on() {
     off.cpu_threshold = 0;
     off.timeout = 0;
     assert_eq!(names(&off, false), [gate]);
+}
+
+/// What kind of call a user stage was told each call is: `(is_streaming, is_infrastructure)`.
+#[derive(Debug, Default)]
+struct Kinds(std::sync::Mutex<Vec<(bool, bool)>>);
+
+impl Stage for Kinds {
+    fn admit(&self, call: &mut super::super::Call<'_>) -> super::super::Admission {
+        let kind = (call.is_streaming(), call.is_infrastructure());
+        self.0.lock().unwrap().push(kind);
+        super::super::Admission::pass()
+    }
+}
+
+/// The stages and the layers inside the governor read the call's kind from its `Arrival`; a
+/// request without one gets the same kind from the governor's own lookup, so nothing depends
+/// on whether the transport made the request.
+#[tokio::test]
+async fn the_calls_kind_is_the_arrivals_or_else_looked_up_once() {
+    let kinds = Arc::new(Kinds::default());
+    let svc = GovernorLayer::with(
+        Frame {
+            trace: TraceStage::new(false),
+            recover: RecoverStage::new(false),
+        },
+        vec![kinds.clone() as Arc<dyn Stage>],
+        StreamingMethods::new(
+            ["/governor.K/Stream", "/grpc.health.v1.Health/Watch"].map(str::to_owned),
+        ),
+    )
+    .layer(tower::service_fn(|req: Request<Body>| async move {
+        // What the drain, inside, reads.
+        let kind = crate::call::kind_of(req.extensions()).unwrap();
+        Ok::<_, Infallible>(response_with_code(i32::from(kind.streaming)))
+    }));
+    let cases = [
+        ("/governor.K/Unary", CallKind::UNARY),
+        ("/governor.K/Stream", CallKind::STREAMING),
+        (
+            "/grpc.health.v1.Health/Check",
+            CallKind {
+                streaming: false,
+                infra: true,
+            },
+        ),
+        (
+            "/grpc.health.v1.Health/Watch",
+            CallKind {
+                streaming: true,
+                infra: true,
+            },
+        ),
+    ];
+    for (path, kind) in cases {
+        for arrived in [false, true] {
+            let req = if arrived {
+                arriving(request(path), kind)
+            } else {
+                request(path)
+            };
+            let resp = svc.clone().oneshot(req).await.unwrap();
+            let inner = final_code(resp).await;
+            assert_eq!(inner, Some(i32::from(kind.streaming)), "{path}, {arrived}");
+            let seen = kinds.0.lock().unwrap().pop();
+            assert_eq!(
+                seen,
+                Some((kind.streaming, kind.infra)),
+                "{path}, {arrived}"
+            );
+        }
+    }
+    // The Arrival's kind is the call's, whatever the governor's set says: it is not looked up
+    // again.
+    let resp = svc
+        .oneshot(arriving(request("/governor.K/Unary"), CallKind::STREAMING))
+        .await
+        .unwrap();
+    assert_eq!(final_code(resp).await, Some(1));
+    assert_eq!(kinds.0.lock().unwrap().pop(), Some((true, false)));
 }

@@ -7,15 +7,13 @@ use zrpc_core::metrics::ScrapedGauges;
 use super::Shared;
 use super::{LimitSettings, LimitStage};
 use crate::conf::RpcServerConf;
-use crate::layers::StreamingMethods;
 
 /// The limit stage (off without an enabled `ConcurrencyLimit`), its limits starting now.
-pub(crate) fn limit_stage(conf: &RpcServerConf, streaming: &StreamingMethods) -> LimitStage {
+pub(crate) fn limit_stage(conf: &RpcServerConf) -> LimitStage {
     LimitStage::new(
         conf.concurrency_limit_enabled().map(|l| LimitSettings {
             config: l.limit_config(),
             per_method: l.per_method,
-            streaming: streaming.clone(),
         }),
         tokio::time::Instant::now().into_std(),
     )
@@ -88,7 +86,7 @@ mod tests {
     async fn the_limits_are_exported_per_server_and_method() {
         let conf = RpcServerConf::new("g", "127.0.0.1:1")
             .with_concurrency_limit(crate::conf::ConcurrencyLimitConf::default());
-        let stage = limit_stage(&conf, &StreamingMethods::default());
+        let stage = limit_stage(&conf);
         let shared = stage.shared().expect("on");
         let c = limit_gauges(shared, "127.0.0.1:9").expect("gauges");
         crate::metrics::register(&c, "concurrency-limit");
@@ -103,10 +101,7 @@ mod tests {
         crate::metrics::unregister(&c);
         assert!(!crate::metrics::render().contains("127.0.0.1:9"));
         // Off without the block.
-        let off = limit_stage(
-            &RpcServerConf::new("g", "127.0.0.1:1"),
-            &StreamingMethods::default(),
-        );
+        let off = limit_stage(&RpcServerConf::new("g", "127.0.0.1:1"));
         assert!(off.shared().is_none());
     }
 
@@ -114,9 +109,7 @@ mod tests {
     async fn scrapes_at_the_same_time_each_see_every_series() {
         let conf = RpcServerConf::new("g", "127.0.0.1:1")
             .with_concurrency_limit(crate::conf::ConcurrencyLimitConf::default());
-        let shared = limit_stage(&conf, &StreamingMethods::default())
-            .shared()
-            .expect("on");
+        let shared = limit_stage(&conf).shared().expect("on");
         let c = limit_gauges(shared, "127.0.0.1:10").expect("gauges");
         let scrapers: Vec<_> = (0..4)
             .map(|_| {

@@ -33,7 +33,7 @@ use zrpc_core::limit::{
 
 use super::{Admission, Call, End, Env, Rejection, Stage};
 use crate::call::Blame;
-use crate::layers::util::{DropLog, StreamingMethods, find, is_infra};
+use crate::layers::util::{DropLog, find};
 use crate::metrics::DropReason;
 
 /// The `zrpc-tier` metadata key.
@@ -53,11 +53,11 @@ pub(crate) struct LimitSettings {
     pub(crate) config: LimitConfig,
     /// One limit per method.
     pub(crate) per_method: bool,
-    /// Methods never limited.
-    pub(crate) streaming: StreamingMethods,
 }
 
 /// One limit for the server, or one per method.
+// Not the shedder's count in flight (`stage::shedding`), on purpose: a limit counts the calls it
+// admitted, per method and tier (the count is its admission test); the shedder, all accepted.
 #[derive(Debug)]
 enum Limits {
     Server(Arc<ConcurrencyLimit>),
@@ -72,17 +72,11 @@ enum Limits {
 #[derive(Debug)]
 pub(crate) struct Shared {
     limits: Limits,
-    streaming: StreamingMethods,
     limit_log: DropLog,
     tier_log: DropLog,
 }
 
 impl Shared {
-    /// Whether calls to `path` are limited (not health, reflection, streams).
-    pub(crate) fn watches(&self, path: &str) -> bool {
-        !is_infra(path) && !self.streaming.contains(path)
-    }
-
     /// Admits a call to `path` with `headers` at `now`: its record, or its rejection
     /// (logged with the reason, at most once a second per reason).
     #[inline]
@@ -204,7 +198,6 @@ impl LimitStage {
                 };
                 Arc::new(Shared {
                     limits,
-                    streaming: s.streaming,
                     limit_log: DropLog::new(),
                     tier_log: DropLog::new(),
                 })
@@ -230,7 +223,8 @@ pub(crate) fn build(env: &Env<'_>) -> Option<Box<dyn Stage>> {
 impl Stage for LimitStage {
     fn admit(&self, call: &mut Call<'_>) -> Admission {
         match &self.shared {
-            Some(shared) if shared.watches(call.method()) => {
+            // Unary calls of the user's services (not health, reflection, streams).
+            Some(shared) if call.kind().is_user_unary() => {
                 let now = call.now().into_std();
                 shared.admit(call.headers(), call.method(), now)
             }

@@ -6,14 +6,17 @@ use std::convert::Infallible;
 use std::time::Duration;
 use tonic::body::Body;
 
-use crate::call::CallFacts;
+use crate::call::{CallFacts, CallKind};
 use http::{Request, Response};
 use tokio::sync::Semaphore;
 use tower::{Layer, ServiceExt};
 use zrpc_core::grpc::status_message_from_headers;
 
 use super::*;
-use crate::layers::test_util::{capture_logs, final_code, ok_response};
+use crate::layers::test_util::{arriving, capture_logs, final_code, ok_response};
+
+/// The tests' streaming method: its calls arrive as streams.
+const STREAM: &str = "/l.T/Stream";
 
 /// A limit of 3 from its first call on: the measurement ends with that call's sample, and no
 /// sample window ends in a test (so the limit stays 3: default tier 2, sheddable 1).
@@ -25,14 +28,7 @@ fn config() -> LimitConfig {
 }
 
 fn layer(per_method: bool, config: LimitConfig) -> LimitStage {
-    LimitStage::new(
-        Some(LimitSettings {
-            config,
-            per_method,
-            streaming: StreamingMethods::new(["/l.T/Stream".to_owned()]),
-        }),
-        Instant::now(),
-    )
+    LimitStage::new(Some(LimitSettings { config, per_method }), Instant::now())
 }
 
 /// A service behind `layer` whose calls wait for a permit of the returned gate.
@@ -66,7 +62,12 @@ fn request(path: &str, tier: Option<&str>) -> Request<Body> {
     if let Some(t) = tier {
         b = b.header("zrpc-tier", t);
     }
-    b.body(Body::empty()).unwrap()
+    let req = b.body(Body::empty()).unwrap();
+    if path == STREAM {
+        arriving(req, CallKind::STREAMING)
+    } else {
+        req
+    }
 }
 
 fn dropped(method: &str, reason: &str) -> u64 {
@@ -128,13 +129,13 @@ async fn tiers_are_admitted_up_to_their_share_and_rejections_say_why() {
     );
     assert_eq!(dropped("/l.T/M", "limit"), 1);
     // Streams and health are never limited.
-    let stream = call("/l.T/Stream", None);
+    let stream = call(STREAM, None);
     let health = call("/grpc.health.v1.Health/Check", None);
     gate.add_permits(7);
     for h in [a, b, stream, health].into_iter().chain(critical) {
         assert_eq!(h.await.unwrap().0, Some(code::OK));
     }
-    assert_eq!(dropped("/l.T/Stream", "limit"), 0);
+    assert_eq!(dropped(STREAM, "limit"), 0);
     assert_eq!(l.shared().unwrap().limits()[0].1.stats().inflight, 0);
     // Each reason is logged, with what was in use.
     let out = logs.contents();

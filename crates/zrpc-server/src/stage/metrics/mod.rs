@@ -2,7 +2,8 @@
 //!
 //! After the final status: observe `rpc_server_requests_duration_ms{method}` and increment
 //! `rpc_server_requests_code_total{method,code}` (numeric code), for unary calls only, as
-//! go-zero does. Streaming methods the server knows ([`StreamingMethods`]) are recorded in
+//! go-zero does. Calls of the streaming methods the server knows (the call's kind,
+//! `call::CallKind`) are recorded in
 //! zrpc's own `rpc_server_streams_duration_ms` / `rpc_server_streams_code_total` (their duration
 //! is the stream's lifetime), so go-zero's families mean the same on Go and Rust servers.
 //! Unlike go-zero, metrics are always recorded when the stage is on (go-zero records only when a
@@ -20,7 +21,7 @@ use parking_lot::RwLock;
 use prometheus::{Histogram, HistogramVec, IntCounter, IntCounterVec};
 
 use super::{Admission, Call, End, Env, Stage};
-use crate::layers::util::{StreamingMethods, method_of};
+use crate::layers::util::method_of;
 use crate::metrics::{ServerMetrics, server_metrics};
 
 /// The metrics stage (`Middlewares.Prometheus`): its families and the handles of the methods
@@ -31,24 +32,12 @@ pub(crate) struct MetricsStage {
 }
 
 impl MetricsStage {
-    /// A metrics stage (no streaming method known: every call counts as unary).
+    /// A metrics stage.
     pub(crate) fn new(enabled: bool) -> Self {
-        Self::with_streaming(enabled, StreamingMethods::default())
-    }
-
-    /// The streaming methods, recorded in the `rpc_server_streams_*` families instead of
-    /// go-zero's (default: none).
-    #[must_use]
-    pub(crate) fn streaming(self, streaming: StreamingMethods) -> Self {
-        Self::with_streaming(self.state.is_some(), streaming)
-    }
-
-    fn with_streaming(enabled: bool, streaming: StreamingMethods) -> Self {
         MetricsStage {
             state: enabled.then(|| {
                 Arc::new(State {
                     metrics: server_metrics(),
-                    streaming,
                     methods: RwLock::new(HashMap::default()),
                 })
             }),
@@ -67,7 +56,7 @@ pub(crate) fn build(env: &Env<'_>) -> Option<Box<dyn Stage>> {
     env.conf
         .middlewares
         .prometheus
-        .then(|| Box::new(MetricsStage::new(true).streaming(env.streaming.clone())) as _)
+        .then(|| Box::new(MetricsStage::new(true)) as _)
 }
 
 impl Stage for MetricsStage {
@@ -75,7 +64,8 @@ impl Stage for MetricsStage {
         match &self.state {
             Some(state) => {
                 let start = call.now();
-                Admission::built_in(state.start(call.request(), start))
+                let streaming = call.is_streaming();
+                Admission::built_in(state.start(call.request(), start, streaming))
             }
             None => Admission::pass(),
         }
@@ -95,7 +85,6 @@ const CACHED_METHODS: usize = 1024;
 #[derive(Debug)]
 pub(crate) struct State {
     metrics: &'static ServerMetrics,
-    streaming: StreamingMethods,
     /// Per-method handles, resolved once per method: a `with_label_values` lookup hashes its
     /// labels into the vector's map on every call. Only methods whose call ended with a code
     /// other than `Unimplemented` are kept (random paths of a hostile caller take no room), at
@@ -115,18 +104,23 @@ struct MethodHandles {
 }
 
 impl State {
-    /// The record of a call started at `start`.
-    pub(crate) fn start<B>(self: &Arc<Self>, req: &Request<B>, start: Instant) -> MetricsRecord {
+    /// The record of a call started at `start`, of a streaming method or not.
+    pub(crate) fn start<B>(
+        self: &Arc<Self>,
+        req: &Request<B>,
+        start: Instant,
+        streaming: bool,
+    ) -> MetricsRecord {
         let method = match self.find(req.uri().path()) {
             Some(handles) => Method::Cached(handles),
-            None => Method::Uncached(method_of(req), self.clone()),
+            None => Method::Uncached(method_of(req), streaming, self.clone()),
         };
         MetricsRecord { start, method }
     }
 
-    fn families(&self, method: &str) -> (&'static HistogramVec, &'static IntCounterVec) {
+    fn families(&self, streaming: bool) -> (&'static HistogramVec, &'static IntCounterVec) {
         let m = self.metrics;
-        if self.streaming.contains(method) {
+        if streaming {
             (&m.stream_duration_ms, &m.stream_code_total)
         } else {
             (&m.duration_ms, &m.code_total)
@@ -137,9 +131,10 @@ impl State {
         self.methods.read().get(method).cloned()
     }
 
-    /// Records a call of a method without handles, and keeps handles for it when it exists.
-    fn record_uncached(&self, method: &str, ms: f64, c: i32) {
-        let (duration_ms, code_total) = self.families(method);
+    /// Records a call of a method without handles, and keeps handles for it when it exists
+    /// (in the families of its kind: a method's calls are all streams or none is).
+    fn record_uncached(&self, method: &str, streaming: bool, ms: f64, c: i32) {
+        let (duration_ms, code_total) = self.families(streaming);
         if c == code::UNIMPLEMENTED || self.methods.read().len() >= CACHED_METHODS {
             duration_ms.with_label_values(&[method]).observe(ms);
             code_total
@@ -191,7 +186,8 @@ pub(crate) struct MetricsRecord {
 #[derive(Debug)]
 enum Method {
     Cached(Arc<MethodHandles>),
-    Uncached(PathAndQuery, Arc<State>),
+    /// The method, whether it streams, the stage's state.
+    Uncached(PathAndQuery, bool, Arc<State>),
 }
 
 impl MetricsRecord {
@@ -201,7 +197,9 @@ impl MetricsRecord {
         let ms = elapsed.as_secs_f64() * 1000.0;
         match self.method {
             Method::Cached(handles) => handles.record(ms, c),
-            Method::Uncached(method, state) => state.record_uncached(method.path(), ms, c),
+            Method::Uncached(method, streaming, state) => {
+                state.record_uncached(method.path(), streaming, ms, c);
+            }
         }
     }
 }
@@ -214,7 +212,8 @@ mod tests {
     use tower::{Layer, ServiceExt};
 
     use super::*;
-    use crate::layers::test_util::{final_code, response_with_code};
+    use crate::call::CallKind;
+    use crate::layers::test_util::{arriving, final_code, response_with_code};
 
     #[tokio::test]
     async fn counts_codes_per_method() {
@@ -252,8 +251,7 @@ mod tests {
 
     #[tokio::test]
     async fn streams_go_to_their_own_families() {
-        let layer = MetricsStage::new(true)
-            .streaming(StreamingMethods::new(["/metrics.S/Stream".to_owned()]));
+        let layer = MetricsStage::new(true);
         let svc = layer.layer(tower::service_fn(|_req: Request<Body>| async {
             Ok::<_, Infallible>(response_with_code(0))
         }));
@@ -261,6 +259,7 @@ mod tests {
             .uri("/metrics.S/Stream")
             .body(Body::empty())
             .unwrap();
+        let req = arriving(req, CallKind::STREAMING);
         final_code(svc.oneshot(req).await.unwrap()).await;
         let m = server_metrics();
         assert_eq!(

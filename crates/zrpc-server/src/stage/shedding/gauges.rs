@@ -9,7 +9,6 @@ use zrpc_core::shedder::{AdaptiveShedder, ShedderConfig};
 
 use super::{SheddingSettings, SheddingStage};
 use crate::conf::RpcServerConf;
-use crate::layers::StreamingMethods;
 
 /// The server's shedder (`None` when `CpuThreshold` is 0), reading `cpu` (`None` = the
 /// process-wide sampler).
@@ -26,14 +25,8 @@ pub(crate) fn shedder(
     Some(Arc::new(AdaptiveShedder::new(cfg, cpu)))
 }
 
-pub(crate) fn shedding_stage(
-    shedder: Option<&Arc<AdaptiveShedder>>,
-    streaming: &StreamingMethods,
-) -> SheddingStage {
-    SheddingStage::new(shedder.map(|s| SheddingSettings {
-        shedder: s.clone(),
-        streaming: streaming.clone(),
-    }))
+pub(crate) fn shedding_stage(shedder: Option<&Arc<AdaptiveShedder>>) -> SheddingStage {
+    SheddingStage::new(shedder.map(|s| SheddingSettings { shedder: s.clone() }))
 }
 
 /// Gauges of one server's shedder (zrpc additions), read at scrape time, with a const

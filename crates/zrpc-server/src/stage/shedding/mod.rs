@@ -22,8 +22,8 @@ use zrpc_core::grpc::code;
 use zrpc_core::shedder::{AdaptiveShedder, Queued, ShedderPromise};
 
 use super::{Admission, Call, End, Env, Rejection, Stage};
-use crate::call::Blame;
-use crate::layers::util::{DropLog, StreamingMethods, is_infra};
+use crate::call::{Blame, CallKind};
+use crate::layers::util::DropLog;
 use crate::metrics::DropReason;
 
 /// The message of a shedding rejection (go-zero's), which the figures follow.
@@ -35,8 +35,6 @@ pub(crate) const OVERLOADED_MESSAGE: &str = "service overloaded";
 pub(crate) struct SheddingSettings {
     /// The server's shedder.
     pub(crate) shedder: Arc<AdaptiveShedder>,
-    /// Methods never shed.
-    pub(crate) streaming: StreamingMethods,
 }
 
 #[derive(Debug)]
@@ -45,22 +43,19 @@ pub(crate) struct Shared {
     log: DropLog,
 }
 
-/// The shedder counts a call to `path` in flight as its stream is accepted, before its task
-/// runs (see [`AdaptiveShedder::queue`]); `None` for calls never shed. It ends the count
-/// when it admits or sheds the call ([`Shared::admit`]).
+/// The shedder counts a call in flight as its stream is accepted, before its task runs (see
+/// [`AdaptiveShedder::queue`]); `None` for calls never shed (health, reflection, streams). It
+/// ends the count when it admits or sheds the call ([`Shared::admit`]).
+// Not the concurrency limit's count (`stage::limit`), on purpose: this one counts calls from their
+// stream's acceptance, before any stage, waiting ones too; a limit, only the calls it admitted.
 impl crate::call::InFlight for Shared {
     #[inline]
-    fn accepted(&self, path: &str) -> Option<Queued> {
-        self.watches(path).then(|| self.settings.shedder.queue())
+    fn accepted(&self, kind: CallKind) -> Option<Queued> {
+        kind.is_user_unary().then(|| self.settings.shedder.queue())
     }
 }
 
 impl Shared {
-    /// Whether calls to `path` are shed when overloaded (not health, reflection, streams).
-    pub(crate) fn watches(&self, path: &str) -> bool {
-        !is_infra(path) && !self.settings.streaming.contains(path)
-    }
-
     /// Admits a call to `path` at `now`: its record, or its rejection (logged at most once a
     /// second). `queued`: its count since its stream was accepted, when the serve loop made
     /// one.
@@ -134,9 +129,10 @@ impl Stage for SheddingStage {
         let Some(shared) = &self.shared else {
             return Admission::pass();
         };
-        // A call the serve loop counted as queued is one the shedder watches.
+        // A call the serve loop counted as queued is one the shedder watches: unary calls of
+        // the user's services (not health, reflection, streams).
         let queued = call.queued.take();
-        if queued.is_none() && !shared.watches(call.method()) {
+        if queued.is_none() && !call.kind().is_user_unary() {
             return Admission::pass();
         }
         let now = call.now().into_std();
@@ -180,7 +176,7 @@ mod tests {
     use zrpc_core::shedder::ShedderConfig;
 
     use super::*;
-    use crate::layers::test_util::{final_code, ok_response};
+    use crate::layers::test_util::{arriving, final_code, ok_response};
 
     #[test]
     fn logs_drops_at_most_once_per_second() {
@@ -189,10 +185,7 @@ mod tests {
             ShedderConfig::default(),
             Arc::new(FixedCpu::new(0)),
         ));
-        let layer = SheddingStage::new(Some(SheddingSettings {
-            shedder,
-            streaming: StreamingMethods::default(),
-        }));
+        let layer = SheddingStage::new(Some(SheddingSettings { shedder }));
         let shared = layer.shared.unwrap();
         for _ in 0..50 {
             shared.log_drop("/s.T/M", "service overloaded: CPU 1000 millicpu");
@@ -207,21 +200,25 @@ mod tests {
         let shedder = Arc::new(AdaptiveShedder::new(ShedderConfig::default(), cpu));
         let gate = Arc::new(Semaphore::new(0));
         let g = gate.clone();
-        let svc = SheddingStage::new(Some(SheddingSettings {
-            shedder,
-            streaming: StreamingMethods::new(["/s.T/Stream".to_owned()]),
-        }))
-        .layer(tower::service_fn(move |_req: Request<Body>| {
-            let g = g.clone();
-            async move {
-                g.acquire().await.unwrap().forget();
-                Ok::<_, Infallible>(ok_response())
-            }
-        }));
+        let svc = SheddingStage::new(Some(SheddingSettings { shedder })).layer(tower::service_fn(
+            move |_req: Request<Body>| {
+                let g = g.clone();
+                async move {
+                    g.acquire().await.unwrap().forget();
+                    Ok::<_, Infallible>(ok_response())
+                }
+            },
+        ));
         let call = |path: &'static str| {
             let svc = svc.clone();
             async move {
                 let req = Request::builder().uri(path).body(Body::empty()).unwrap();
+                // The test's streaming method arrives as a stream.
+                let req = if path == "/s.T/Stream" {
+                    arriving(req, CallKind::STREAMING)
+                } else {
+                    req
+                };
                 let resp = svc.oneshot(req).await.unwrap();
                 let msg = status_message_from_headers(resp.headers());
                 (final_code(resp).await, msg)

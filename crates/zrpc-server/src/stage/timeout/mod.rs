@@ -13,11 +13,11 @@
 //!
 //! **The server's own timeout** of a unary call is `MethodTimeouts[method]` if listed (0 there =
 //! no timeout for that method), else the default `Timeout`, and never longer than the caller's
-//! deadline; as in go-zero it covers unary methods only: known streaming methods (see
-//! [`StreamingMethods`]) and health/reflection get only their caller's deadline. On expiry the
-//! call gets `DeadlineExceeded` and the handler future is **dropped** (go-zero returns but
-//! leaves the handler running). The effective deadline is written back into the request's
-//! `grpc-timeout` header so the handler (and any client call it makes) can see it.
+//! deadline; as in go-zero it covers unary methods only: known streaming methods and
+//! health/reflection (the call's kind, `call::CallKind`) get only their caller's deadline. On
+//! expiry the call gets `DeadlineExceeded` and the handler future is **dropped** (go-zero
+//! returns but leaves the handler running). The effective deadline is written back into the
+//! request's `grpc-timeout` header so the handler (and any client call it makes) can see it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,7 +28,7 @@ use tower::BoxError;
 use zrpc_core::grpc::{code, status_response, timeout as grpc_timeout};
 
 use super::{Admission, Call, Env, Stage};
-use crate::layers::util::{GRPC_TIMEOUT, StreamingMethods, is_infra};
+use crate::layers::util::GRPC_TIMEOUT;
 
 /// Settings of the timeout stage.
 #[derive(Debug, Clone, Default)]
@@ -37,8 +37,6 @@ pub(crate) struct TimeoutSettings {
     pub(crate) default: Option<Duration>,
     /// Per-method overrides (`MethodTimeouts`; a zero duration means no timeout).
     pub(crate) per_method: HashMap<String, Duration>,
-    /// Methods never timed out.
-    pub(crate) streaming: StreamingMethods,
 }
 
 /// A server timeout with its `grpc-timeout` header value, formatted once.
@@ -54,7 +52,6 @@ fn limit(d: Option<Duration>) -> Limit {
 pub(crate) struct Compiled {
     default: Limit,
     per_method: HashMap<String, Limit>,
-    streaming: StreamingMethods,
 }
 
 impl Compiled {
@@ -85,7 +82,6 @@ impl TimeoutStage {
                         .into_iter()
                         .map(|(m, d)| (m, limit(Some(d))))
                         .collect(),
-                    streaming: settings.streaming,
                 })
             }),
         }
@@ -102,7 +98,6 @@ pub(crate) fn build(env: &Env<'_>) -> Option<Box<dyn Stage>> {
             .iter()
             .map(|m| (m.full_method.clone(), m.timeout))
             .collect(),
-        streaming: env.streaming.clone(),
     });
     stage.settings.is_some().then(|| Box::new(stage) as _)
 }
@@ -115,11 +110,10 @@ impl Stage for TimeoutStage {
         let Some(settings) = &self.settings else {
             return Admission::pass();
         };
-        let path = call.method();
-        if is_infra(path) || settings.streaming.contains(path) {
+        if !call.kind().is_user_unary() {
             return Admission::pass();
         }
-        let Some((server, header)) = settings.limit_for(path) else {
+        let Some((server, header)) = settings.limit_for(call.method()) else {
             return Admission::pass();
         };
         // Past the end of time there is no deadline (tokio's own `sleep` would wait
@@ -169,7 +163,8 @@ mod tests {
     use tower::{Layer, Service, ServiceExt};
 
     use super::*;
-    use crate::layers::test_util::{TestBody, final_code, ok_response};
+    use crate::call::CallKind;
+    use crate::layers::test_util::{TestBody, arriving, final_code, ok_response};
 
     fn sleepy(
         d: Duration,
@@ -193,7 +188,6 @@ mod tests {
                 ("/t.T/Long".to_owned(), Duration::from_secs(10)),
                 ("/t.T/Never".to_owned(), Duration::ZERO),
             ]),
-            streaming: StreamingMethods::new(["/t.T/Stream".to_owned()]),
         }
     }
 
@@ -205,6 +199,10 @@ mod tests {
         if let Some(h) = header {
             req.headers_mut()
                 .insert("grpc-timeout", HeaderValue::from_str(h).unwrap());
+        }
+        // The test's streaming method arrives as a stream.
+        if path == "/t.T/Stream" {
+            req = arriving(req, CallKind::STREAMING);
         }
         let code = final_code(svc.oneshot(req).await.unwrap()).await;
         tokio::time::sleep(Duration::from_secs(20)).await;
