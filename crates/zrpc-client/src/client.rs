@@ -598,12 +598,8 @@ mod tests {
         use tower::ServiceExt;
         use zrpc_core::breaker::BreakerConfig;
 
-        // a port nobody listens on: the call fails with Unavailable, recorded all the same
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        // an address nobody listens on: the call fails with Unavailable, recorded all the same
+        let addr = crate::refusing_endpoints(1).remove(0);
         let registry = prometheus::Registry::new();
         let metrics = ClientMetrics::register(&registry).unwrap();
         let breakers = Arc::new(BreakerRegistry::new(BreakerConfig::default()));
@@ -611,7 +607,7 @@ mod tests {
             .breakers(breakers.clone())
             .metrics(metrics.clone());
         // with a retry policy: its attempts are counted in the given registry too
-        let conf = RpcClientConf::direct([format!("127.0.0.1:{port}")]).with_method_config(
+        let conf = RpcClientConf::direct([addr.clone()]).with_method_config(
             crate::conf::MethodConf::retry(
                 [crate::conf::MethodName::new("p.S", "")],
                 crate::conf::RetryPolicyConf::default(),
@@ -619,7 +615,7 @@ mod tests {
         );
         let client = Client::with_handles(conf, handles).await.unwrap();
         let req = http::Request::builder()
-            .uri(format!("http://127.0.0.1:{port}/p.S/M"))
+            .uri(format!("http://{addr}/p.S/M"))
             .body(Body::empty())
             .unwrap();
         assert!(client.oneshot(req).await.is_err());
@@ -647,10 +643,7 @@ mod tests {
         };
         assert_eq!(attempts("first"), 1);
         assert!(attempts("retry") >= 1, "the refused call was retried");
-        assert_eq!(
-            breakers.names(),
-            vec![format!("direct:///127.0.0.1:{port}/p.S/M")]
-        );
+        assert_eq!(breakers.names(), vec![format!("direct:///{addr}/p.S/M")]);
     }
 
     /// A client of 1,000 endpoints reports a failed call naming the endpoint that refused it
@@ -659,15 +652,8 @@ mod tests {
     #[tokio::test]
     async fn a_failed_call_of_a_large_fleet_has_a_short_message_naming_the_endpoint() {
         use tower::ServiceExt;
-        // 1,000 loopback ports nobody listens on (bound, then closed): every call is refused
-        let listeners: Vec<_> = (0..1000)
-            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-            .collect();
-        let endpoints: Vec<String> = listeners
-            .iter()
-            .map(|l| l.local_addr().unwrap().to_string())
-            .collect();
-        drop(listeners);
+        // 1,000 loopback addresses nobody listens on: every call is refused
+        let endpoints = crate::refusing_endpoints(1000);
         let client = Client::new(RpcClientConf::direct(endpoints.clone()))
             .await
             .unwrap();

@@ -44,3 +44,13 @@ pub mod sim {
     pub use crate::resolver::subset::{DEFAULT_SUBSET_SIZE, select as subset_select};
     pub use crate::retry::MAX_ATTEMPTS;
 }
+
+/// `n` distinct loopback addresses nobody listens on, for tests: port 1 (tcpmux, never served)
+/// of addresses in 127.0.0.0/8, all loopback on Linux, so every connection is refused. A port
+/// bound and released instead could be taken meanwhile by a server of a test running beside.
+#[cfg(test)]
+pub(crate) fn refusing_endpoints(n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| format!("127.0.{}.{}:1", i / 250, i % 250 + 1))
+        .collect()
+}

@@ -77,13 +77,16 @@ fn finish(
     (deadline, timeout): (Option<Instant>, Option<Duration>),
     max_message: Option<usize>,
 ) -> Response {
-    let (parts, body) = resp.into_parts();
+    let (mut parts, body) = resp.into_parts();
     if !is_grpc_content_type(find_header(&parts.headers, &http::header::CONTENT_TYPE)) {
         let body = not_grpc(&parts, body, done, outcome);
         return http::Response::from_parts(parts, body);
     }
     let body = match status_from_headers(&parts.headers) {
         Some(c) => {
+            if c == code::UNKNOWN {
+                name_malformed_status(&mut parts.headers);
+            }
             let now = Instant::now();
             if let Some(d) = done {
                 d.finish(c, now);
@@ -106,6 +109,28 @@ fn finish(
         }),
     };
     http::Response::from_parts(parts, body)
+}
+
+/// A `grpc-status` that is not a number ends the call as `Unknown` (tonic's and grpc-go's code)
+/// with a message naming the value, in grpc-go's words up to Go's parser's: tonic's message
+/// would be empty, or the server's `grpc-message`, which says nothing of the broken status.
+/// Rewrites the status headers in place, as tonic reads them (`Status::add_header`).
+#[cold]
+#[inline(never)]
+fn name_malformed_status(headers: &mut http::HeaderMap) {
+    let Some(raw) = headers.get(zrpc_core::grpc::GRPC_STATUS) else {
+        return;
+    };
+    let raw = raw.as_bytes();
+    if std::str::from_utf8(raw).is_ok_and(|v| v.trim().parse::<i32>().is_ok()) {
+        return; // a number: Unknown itself, or a code tonic does not know
+    }
+    let status = tonic::Status::unknown(format!(
+        "transport: malformed grpc-status: {:?} is not a status code",
+        String::from_utf8_lossy(raw)
+    ));
+    // fails only for a message a header cannot hold, which this one, percent-encoded, never is
+    let _ = status.add_header(headers);
 }
 
 /// The most of a non-gRPC response's body quoted in its status (grpc-go's `nonGRPCDataMaxLen`).
@@ -329,7 +354,7 @@ impl http_body::Body for CallBody {
     ) -> Poll<Option<Result<Frame<bytes::Bytes>, tonic::Status>>> {
         let this = &mut *self;
         match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
+            Poll::Ready(Some(Ok(mut frame))) => {
                 if let Some(max) = this.max_message
                     && let Some(data) = frame.data_ref()
                 {
@@ -339,10 +364,13 @@ impl http_body::Body for CallBody {
                     }
                     this.mid_message = followed.pending;
                 }
-                if let Some(trailers) = frame.trailers_ref() {
+                if let Some(trailers) = frame.trailers_mut() {
                     this.ended = true;
+                    let c = status_from_headers(trailers).unwrap_or(code::UNKNOWN);
+                    if c == code::UNKNOWN {
+                        name_malformed_status(trailers);
+                    }
                     if this.end.is_armed() {
-                        let c = status_from_headers(trailers).unwrap_or(code::UNKNOWN);
                         this.end.record(c, Instant::now());
                     }
                 }
@@ -529,6 +557,63 @@ mod tests {
         assert!(body.frame().await.unwrap().unwrap().is_data());
         drop(body);
         assert_eq!(count("8"), 1, "the compressed one is not refused here");
+    }
+
+    /// A `grpc-status` that is not a number is `Unknown` with a message naming the value, in
+    /// the trailers and in a trailers-only answer (whose `grpc-message` it replaces); a number
+    /// tonic does not know stays as the server sent it.
+    #[tokio::test]
+    async fn a_malformed_grpc_status_is_named() {
+        use http_body_util::BodyExt;
+
+        let status_of = |h: &http::HeaderMap| {
+            (
+                h.get("grpc-status").unwrap().to_str().unwrap().to_owned(),
+                tonic::Status::from_header_map(h)
+                    .unwrap()
+                    .message()
+                    .to_owned(),
+            )
+        };
+        let named = || {
+            (
+                "2".to_owned(),
+                "transport: malformed grpc-status: \"a b\" is not a status code".to_owned(),
+            )
+        };
+
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("grpc-status", "a b".parse().unwrap());
+        let body = http_body_util::Full::new(bytes::Bytes::new())
+            .with_trailers(async move { Some(Ok(trailers)) });
+        let resp: Response = http::Response::builder()
+            .header("content-type", "application/grpc")
+            .body(Body::new(body))
+            .unwrap();
+        let got = finish(resp, None, None, (None, None), None)
+            .into_body()
+            .collect()
+            .await
+            .unwrap();
+        assert_eq!(status_of(got.trailers().unwrap()), named());
+
+        // a trailers-only answer, as `finish` leaves its headers
+        let trailers_only = |status: &str, message: &str| {
+            let resp: Response = http::Response::builder()
+                .header("content-type", "application/grpc")
+                .header("grpc-status", status)
+                .header("grpc-message", message)
+                .body(Body::empty())
+                .unwrap();
+            finish(resp, None, None, (None, None), None)
+        };
+        let resp = trailers_only("a b", "from the server");
+        assert_eq!(status_of(resp.headers()), named());
+        let resp = trailers_only("99", "new code");
+        assert_eq!(
+            status_of(resp.headers()),
+            ("99".to_owned(), "new code".to_owned())
+        );
     }
 }
 

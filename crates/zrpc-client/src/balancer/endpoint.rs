@@ -282,7 +282,11 @@ impl Endpoint {
             done.transport_failure(now);
         }
         let lost = is_connection_loss(&*err);
-        let retryable = never_reached_server(&*err) || (lost && self.wire.unsent_since(mark));
+        let retryable = never_reached_server(&*err)
+            || (lost
+                && (self.wire.unsent_since(mark)
+                    || self.wire.only_silent_losses_since(mark)
+                    || self.wire.stale_since(mark)));
         // a plaintext connection answered with a TLS record fails in h2 (it reads the record
         // as a frame), or in hyper for a request h2 had not taken yet: say what the bytes were
         let answer = self.wire.first_answer();
@@ -334,12 +338,20 @@ const PROBE_PATH: &str = "/grpc.health.v1.Health/Check";
 impl Endpoint {
     /// Marks the endpoint suspect when its calls stalled at `now` (ns): see
     /// [`EndpointStats::is_stalled`]. The balancer checks its endpoints a few times a second.
-    pub(crate) fn check_stall(self: &Arc<Self>, clock: Clock, now: u64) {
+    /// Bytes read since the last check, or waiting unread in the kernel (the client did not get
+    /// to read them yet), count as heard. A check that ran `late` (the client's runtime did not
+    /// run: it may not even have sent its calls) starts the silence again: a client starved of
+    /// CPU must not take its servers for stalled.
+    pub(crate) fn check_stall(self: &Arc<Self>, clock: Clock, now: u64, late: bool) {
         let reads = self.wire.reads();
-        if self.reads_seen.swap(reads, Ordering::Relaxed) != reads {
+        if self.reads_seen.swap(reads, Ordering::Relaxed) != reads || late {
             self.stats.heard(now);
         } else if self.stats.is_stalled(now) {
-            self.suspect(clock, "calls stalled");
+            if self.wire.has_unread() {
+                self.stats.heard(now);
+            } else {
+                self.suspect(clock, "calls stalled");
+            }
         }
     }
 
@@ -420,7 +432,7 @@ async fn probe_until_answered(endpoint: std::sync::Weak<Endpoint>, clock: Clock)
             // a connection error: the next probe connects again
             Ok(false) => {}
             Err(_elapsed) => {
-                if ep.wire.reads() == reads {
+                if ep.wire.reads() == reads && !ep.wire.has_unread() {
                     let closed = ep.wire.close_all();
                     if closed > 0 {
                         tracing::warn!(endpoint = %ep.addr, "no answer and no byte for {PROBE_TIMEOUT:?}: closed {closed} connection(s)");
@@ -681,6 +693,54 @@ impl Done {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stall check that finds the server's answer waiting unread (the client's runtime was
+    /// busy elsewhere, or the check ran first in the turn that brought the answer), or that ran
+    /// late (the runtime did not run: the calls may not even have been sent), takes no server
+    /// for stalled; on time, with nothing waiting, the same calls stall the endpoint.
+    #[tokio::test]
+    async fn a_starved_client_takes_no_server_for_stalled() {
+        use tokio::io::AsyncWriteExt;
+        let clock = Clock::new(Instant::now());
+        // (bytes waiting unread, the check ran late, stalled)
+        for (answered, late, stalled) in [
+            (true, false, false),
+            (false, true, false),
+            (false, false, true),
+        ] {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap().to_string();
+            let ep = Arc::new(Endpoint::new(&addr, &ConnectOptions::default()).unwrap());
+            let mut connector = Connector {
+                wire: Arc::clone(&ep.wire),
+                connect_timeout: None,
+                plaintext: true,
+            };
+            let uri: http::Uri = format!("http://{addr}").parse().unwrap();
+            let conn = tower::Service::call(&mut connector, uri).await.unwrap();
+            let (mut server, _) = listener.accept().await.unwrap();
+            if answered {
+                // a SETTINGS frame's first bytes, which the client does not read
+                server.write_all(&[0, 0, 0, 4]).await.unwrap();
+                conn.inner().readable().await.unwrap();
+                assert!(
+                    ep.wire.has_unread(),
+                    "the server's bytes reached the client"
+                );
+            } else {
+                assert!(!ep.wire.has_unread());
+            }
+            ep.stats.on_pick_at(clock.nanos(Instant::now()));
+            let later = clock.nanos(Instant::now() + 2 * crate::balancer::stats::STALL_MIN);
+            ep.check_stall(clock, later, late);
+            assert_eq!(
+                ep.stats.is_suspect(),
+                stalled,
+                "bytes waiting unread: {answered}, late: {late}"
+            );
+            drop((conn, server));
+        }
+    }
 
     #[tokio::test]
     async fn an_attempt_waits_for_room_in_a_full_channel_and_its_deadline_ends_it() {

@@ -162,14 +162,17 @@ async fn apply_updates(
                 timer.as_mut().reset(tokio::time::Instant::now() + period);
                 continue;
             }
-            _ = stalls.tick() => {
+            due = stalls.tick() => {
                 let Some(shared) = shared.upgrade() else {
                     return;
                 };
                 let clock = shared.p2c.clock();
                 let now = clock.coarse_now();
+                // a tick this late: the runtime did not run meanwhile (starved of CPU, or the
+                // process was stopped), and the silence it saw says nothing of the servers
+                let late = due.elapsed() > STALL_CHECK;
                 for e in shared.set.load().iter() {
-                    e.check_stall(clock, now);
+                    e.check_stall(clock, now, late);
                 }
                 continue;
             }
@@ -390,9 +393,12 @@ impl Pick {
         self.endpoint.stats.on_abandon();
     }
 
-    /// True when the picked endpoint is in transport-failure back-off at the pick's instant.
-    pub(crate) fn is_down(&self) -> bool {
-        self.endpoint.stats.is_down(self.at)
+    /// True when the picked endpoint is in transport-failure back-off at the pick's instant
+    /// (a connection refused, reset or lost by a call): sent there again now, a request would
+    /// most likely meet the same failure. A suspect endpoint (calls stalled, a deadline, a lost
+    /// connection, and no probe answered yet) is not: it may well answer.
+    pub(crate) fn is_unreachable(&self) -> bool {
+        self.endpoint.stats.is_unreachable(self.at)
     }
 }
 

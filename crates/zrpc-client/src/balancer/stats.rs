@@ -249,7 +249,7 @@ impl EndpointStats {
         self.inflight.load(Ordering::Relaxed)
     }
 
-    /// Requests picked since creation.
+    /// Requests sent since creation (picked and not abandoned).
     #[must_use]
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
@@ -606,9 +606,12 @@ impl EndpointStats {
         self.probing.store(true, Ordering::Relaxed);
     }
 
-    /// Releases an in-flight slot without recording anything (a request picked but never sent).
+    /// Releases an in-flight slot without recording anything (a request picked but never sent:
+    /// not counted in [`EndpointStats::requests`] either).
     pub fn on_abandon(&self) {
         self.inflight.fetch_sub(1, Ordering::Relaxed);
+        let r = self.requests.load(Ordering::Relaxed);
+        self.requests.store(r.saturating_sub(1), Ordering::Relaxed);
         if self.reprobe.load(Ordering::Relaxed) && self.reprobe.swap(false, Ordering::Relaxed) {
             self.probe_at.store(0, Ordering::Relaxed);
         }

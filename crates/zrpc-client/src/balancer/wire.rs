@@ -5,10 +5,13 @@
 //! A request sent in between is queued on the dead connection and h2 fails it with the same
 //! `BrokenPipe`/`ConnectionReset` as the requests that were really in flight (which the server may
 //! have processed, so they must not be retried). The evidence that tells them apart is the socket
-//! itself: every successful write on any connection of the endpoint bumps a counter, and every
-//! observed loss (read EOF, read or write error) records the counter. A request whose attempt
-//! failed with a connection-loss error, when a loss was recorded after it was sent and nothing was
-//! written between its sending and that loss, never had a byte on the wire: safe to send elsewhere.
+//! itself: every write on any connection of the endpoint takes the next index of a counter as it
+//! starts, a successful one records how far the written indices reach, and every observed loss
+//! (read EOF, read or write error) records that reach. A request is marked with the counter just
+//! before it is handed over; a write that started before the mark carried bytes made ready
+//! before the request existed for the connection. A request whose attempt failed with a
+//! connection-loss error, when a loss was recorded after its mark and no write that started after
+//! its mark had succeeded by then, never had a byte on the wire: safe to send elsewhere.
 //!
 //! Two details make the window between the server's death and the client noticing it safe:
 //! - h2's connection task reads before it writes, so a request queued on a connection whose EOF is
@@ -21,18 +24,20 @@
 //! endpoint never retries (there is nowhere else to go), so the balancer arms it
 //! ([`Wire::set_guarded`]) only while the endpoint set has more than one endpoint.
 //!
-//! Even armed, a write peeks only when a request was handed to a connection of the endpoint since
-//! the last successful write (a [`Mark`] that saw the current write count). Otherwise every
-//! request marked so far already has a write after its mark, so no later loss can prove it unsent
-//! and the peek could not make any request retryable: h2's other writes (the end of a request
-//! body, window updates, pings and the second write of each unary call) skip it. A mark taken
-//! between the check and the write counts that write as possibly carrying its request (not
-//! retryable): the safe side. A serial unary call on an armed connection thus peeks once.
+//! Even armed, a write peeks only while some marked request has had no successful write start
+//! after its mark. Otherwise no later loss can prove any marked request unsent and the peek could
+//! not make one retryable: h2's other writes (the end of a request body, window updates, pings
+//! and the second write of each unary call) skip it. The mark publishes its index before it
+//! takes it for good (re-reading the counter until no write started in between), so every write
+//! that starts after a mark sees it and peeks: a write racing the mark cannot slip a request's
+//! bytes out unpeeked. A serial unary call on an armed connection thus peeks once.
 //!
-//! The same watch serves two more ends: the loss of the endpoint's last live connection is told
-//! to the endpoint ([`Wire::on_connection_lost`]: it turns suspect and is probed), and the first
+//! The same watch serves three more ends: the loss of the endpoint's last live connection is
+//! told to the endpoint ([`Wire::on_connection_lost`]: it turns suspect and is probed), the first
 //! bytes a server sends on a plaintext connection tell a TLS, HTTP/1.1 or silent server from an
-//! HTTP/2 one ([`Wire::first_answer`], for the error's hint).
+//! HTTP/2 one ([`Wire::first_answer`], for the error's hint), and the bytes read (or waiting to
+//! be read: [`Wire::has_unread`]) tell a server that stopped answering from a client that did
+//! not get to read its answer.
 
 use std::future::Future;
 use std::io::{self, IoSlice};
@@ -50,16 +55,21 @@ use tokio::net::TcpStream;
 /// The write and loss record of an endpoint's connections (lock-free: two loads per request).
 #[derive(Debug, Default)]
 pub(crate) struct Wire {
-    /// Successful writes, on every connection of the endpoint.
-    writes: AtomicU64,
-    /// Losses observed (incremented after `loss_writes` is updated).
+    /// Writes started (each takes the next index), on every connection of the endpoint.
+    attempts: AtomicU64,
+    /// One past the largest index of a successful write (only grows: `fetch_max`).
+    sent_to: AtomicU64,
+    /// Losses observed (incremented after `loss_sent_to` is updated).
     losses: AtomicU64,
-    /// `writes` when the last loss was observed (only grows: `fetch_max`).
-    loss_writes: AtomicU64,
+    /// Losses of connections that never read a byte (incremented before `losses`): the server
+    /// sent nothing on them, not even the SETTINGS frame an HTTP/2 server sends first.
+    silent_losses: AtomicU64,
+    /// `sent_to` when the last loss was observed (only grows: `fetch_max`).
+    loss_sent_to: AtomicU64,
     /// Peek before each write (only worth its system call when a retry can use the evidence).
     guarded: AtomicBool,
-    /// The largest `writes` seen by a [`Wire::mark`]: equal to `writes` while a request handed to
-    /// a connection may have had no write since (the writes that can carry its first byte).
+    /// The largest `attempts` of a [`Wire::mark`]: at least `sent_to` while a request handed to a
+    /// connection may have had no successful write start after its mark.
     marked: AtomicU64,
     /// Connections established and not yet lost (no read EOF, no I/O error, not dropped).
     live: AtomicUsize,
@@ -103,24 +113,56 @@ pub(crate) enum FirstAnswer {
     Nothing = 3,
 }
 
+impl FirstAnswer {
+    /// What the server's first bytes tell.
+    fn of(first: &[u8]) -> FirstAnswer {
+        if is_tls_record(first) {
+            FirstAnswer::Tls
+        } else if first.starts_with(b"HTTP/1.") {
+            FirstAnswer::Http1
+        } else {
+            FirstAnswer::Http2
+        }
+    }
+}
+
 /// The state of a [`Wire`] when a request was handed to the connection.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Mark {
-    writes: u64,
+    /// Writes started before the mark.
+    attempts: u64,
     losses: u64,
+    silent_losses: u64,
     closings: u64,
+    /// A connection of the endpoint was established and not lost.
+    live: bool,
 }
 
 impl Wire {
-    /// Taken just before a request is handed to the channel (writes first: a loss counted after
-    /// the mark saw at least `writes`).
+    /// Taken just before a request is handed to the channel (attempts first: a loss counted after
+    /// the mark saw at least its `sent_to`).
     pub(crate) fn mark(&self) -> Mark {
-        let writes = self.writes.load(Ordering::SeqCst);
-        self.marked.fetch_max(writes, Ordering::SeqCst);
+        // Publish the index in `marked` before taking it: a write that starts later reads it and
+        // peeks. One that started in between may not have: take the later index then (that write
+        // counts as before the mark, as it is: this request is not handed over yet). Bounded:
+        // should writes keep starting, a write that missed the mark may count as carrying the
+        // request, which is then not re-sent (the safe side).
+        let mut attempts = self.attempts.load(Ordering::SeqCst);
+        for _ in 0..4 {
+            self.marked.fetch_max(attempts, Ordering::SeqCst);
+            let now = self.attempts.load(Ordering::SeqCst);
+            if now == attempts {
+                break;
+            }
+            attempts = now;
+        }
+        let losses = self.losses.load(Ordering::SeqCst);
         Mark {
-            writes,
-            losses: self.losses.load(Ordering::SeqCst),
+            attempts,
+            losses,
+            silent_losses: self.silent_losses.load(Ordering::SeqCst),
             closings: self.closings.load(Ordering::Relaxed),
+            live: self.is_live(),
         }
     }
 
@@ -136,20 +178,23 @@ impl Wire {
         self.guarded.store(on, Ordering::Relaxed);
     }
 
-    /// True when a write now must be preceded by a peek: armed, and a request was marked since
-    /// the last successful write (see the module docs).
-    fn must_peek(&self) -> bool {
-        self.guarded.load(Ordering::Relaxed)
-            && self.marked.load(Ordering::SeqCst) == self.writes.load(Ordering::SeqCst)
+    /// Starts a write: its index, and whether it must be preceded by a peek (armed, and a marked
+    /// request has had no successful write start after its mark; see the module docs).
+    fn start_write(&self) -> (u64, bool) {
+        let index = self.attempts.fetch_add(1, Ordering::SeqCst);
+        let peek = self.guarded.load(Ordering::Relaxed)
+            && self.marked.load(Ordering::SeqCst) >= self.sent_to.load(Ordering::SeqCst);
+        (index, peek)
     }
 
-    fn on_write(&self) {
-        self.writes.fetch_add(1, Ordering::SeqCst);
+    /// The write of `index` succeeded.
+    fn on_write(&self, index: u64) {
+        self.sent_to.fetch_max(index + 1, Ordering::SeqCst);
     }
 
     fn on_loss(&self) {
-        self.loss_writes
-            .fetch_max(self.writes.load(Ordering::SeqCst), Ordering::SeqCst);
+        self.loss_sent_to
+            .fetch_max(self.sent_to.load(Ordering::SeqCst), Ordering::SeqCst);
         self.losses.fetch_add(1, Ordering::SeqCst);
     }
 
@@ -177,6 +222,19 @@ impl Wire {
         self.reads.load(Ordering::Relaxed)
     }
 
+    /// True when bytes from the server wait unread on a connection of the endpoint: it has
+    /// answered, though the client has not read the answer yet (its runtime was busy elsewhere,
+    /// or the stall check ran before the connection's task in the same turn). "Nothing heard"
+    /// must not be concluded from the read count alone then: a client starved of CPU would take
+    /// every server for stalled. A pending EOF or reset is not counted: its loss is recorded
+    /// when it is read, and a closed connection waiting to be dropped must not count forever.
+    pub(crate) fn has_unread(&self) -> bool {
+        self.sockets
+            .lock()
+            .iter()
+            .any(|s| matches!(s.peek(&mut [0u8; 1]), Ok(n) if n > 0))
+    }
+
     /// Shuts every established connection down (both directions): their calls fail at once with
     /// a connection error, and the channel connects anew for the next one. For a connection the
     /// server stopped answering on (h2's keepalive would do the same after its PING timeout).
@@ -201,14 +259,37 @@ impl Wire {
         self.losses.load(Ordering::SeqCst) > mark.losses
     }
 
-    /// True when a connection loss was observed after `mark` and nothing had been written on any
-    /// connection of the endpoint between `mark` and that loss. Only meaningful for a request that
-    /// failed with a connection-loss error (an I/O error of its connection, which [`Watched`]
-    /// records before h2 sees it): its bytes could only have been written before that loss, and
-    /// `loss_writes`, which only grows, equals `mark.writes` only if every loss since did.
+    /// True when a connection loss was observed after `mark` and no write that started after
+    /// `mark`, on any connection of the endpoint, had succeeded by then. Only meaningful for a
+    /// request that failed with a connection-loss error (an I/O error of its connection, which
+    /// [`Watched`] records before h2 sees it): its bytes could only have been written before that
+    /// loss, and `loss_sent_to`, which only grows, is within `mark.attempts` only if it was so at
+    /// every loss since.
     pub(crate) fn unsent_since(&self, mark: Mark) -> bool {
         self.losses.load(Ordering::SeqCst) > mark.losses
-            && self.loss_writes.load(Ordering::SeqCst) == mark.writes
+            && self.loss_sent_to.load(Ordering::SeqCst) <= mark.attempts
+    }
+
+    /// True when a request that failed with a connection-loss error got an error older than
+    /// itself: no connection of the endpoint was live when it was handed over and no loss was
+    /// observed since. tonic's channel keeps the error of a connection that failed as it was
+    /// made and returns it to the next request without sending that one anywhere.
+    pub(crate) fn stale_since(&self, mark: Mark) -> bool {
+        !mark.live && !self.lost_since(mark)
+    }
+
+    /// True when connections were lost after `mark` and every one of them was lost before the
+    /// server sent it a byte. A request that failed with a connection-loss error then was never
+    /// processed, though it may have been written: an HTTP/2 server sends its SETTINGS before
+    /// it reads a request (grpc-go's and hyper's do), and grpc-go sends no call on a connection
+    /// before they arrive. A server that accepted and then reset it (one shutting down, whose
+    /// kernel had queued the connection) is the usual case.
+    pub(crate) fn only_silent_losses_since(&self, mark: Mark) -> bool {
+        // silent losses are counted before losses, and read here before them (in `mark`
+        // after them): a loss counted meanwhile can only make this answer false
+        let silent = self.silent_losses.load(Ordering::SeqCst) - mark.silent_losses;
+        let losses = self.losses.load(Ordering::SeqCst) - mark.losses;
+        losses > 0 && silent >= losses
     }
 }
 
@@ -277,6 +358,7 @@ impl tower::Service<http::Uri> for Connector {
                 wire,
                 live: true,
                 sniff,
+                heard: false,
             }))
         })
     }
@@ -292,6 +374,8 @@ pub(crate) struct Watched {
     live: bool,
     /// The first bytes read are still to be checked for a TLS record (plaintext only).
     sniff: bool,
+    /// A byte was read from the server.
+    heard: bool,
 }
 
 impl Drop for Watched {
@@ -307,12 +391,22 @@ impl Watched {
     /// when no other connection of the endpoint is live).
     fn lost(&mut self) {
         if std::mem::take(&mut self.sniff) {
+            // A write can fail (the server answered and closed: a broken pipe) before the
+            // server's first bytes were read; they may still wait in the socket, unread.
+            let mut first = [0u8; 8];
+            let answer = match self.peek.peek(&mut first) {
+                Ok(n) if n > 0 => FirstAnswer::of(&first[..n]),
+                _ => FirstAnswer::Nothing,
+            };
             self.wire
                 .first_answer
-                .store(FirstAnswer::Nothing as u8, Ordering::Relaxed);
+                .store(answer as u8, Ordering::Relaxed);
         }
         let was_live = self.live;
         self.not_live();
+        if !self.heard {
+            self.wire.silent_losses.fetch_add(1, Ordering::SeqCst);
+        }
         self.wire.on_loss();
         if was_live
             && !self.wire.is_live()
@@ -322,33 +416,41 @@ impl Watched {
         }
     }
 
+    /// Waits until the socket has something to read (tests: bytes the server sent arrived).
+    #[cfg(test)]
+    pub(crate) async fn readable(&self) -> io::Result<()> {
+        self.tcp.readable().await
+    }
+
     fn not_live(&mut self) {
         if std::mem::take(&mut self.live) {
             self.wire.live.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
-    /// `Err` when the peer has closed or reset the connection (nothing must be written then);
-    /// always `Ok` while the wire is not guarded or no request awaits its first write.
-    fn check_peer(&self) -> io::Result<()> {
-        if !self.wire.must_peek() {
-            return Ok(());
+    /// Starts a write: its index, or `Err` when the peer has closed or reset the connection
+    /// (nothing must be written then). Never `Err` while the wire is not guarded or no marked
+    /// request awaits its first write.
+    fn start_write(&self) -> io::Result<u64> {
+        let (index, peek) = self.wire.start_write();
+        if !peek {
+            return Ok(index);
         }
         match self.peek.peek(&mut [0u8; 1]) {
             Ok(0) => Err(io::Error::new(
                 io::ErrorKind::BrokenPipe,
                 "connection closed by the peer before the write",
             )),
-            Ok(_) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
+            Ok(_) => Ok(index),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(index),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(index),
             Err(e) => Err(e),
         }
     }
 
-    fn written(&mut self, r: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+    fn written(&mut self, index: u64, r: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
         match &r {
-            Poll::Ready(Ok(n)) if *n > 0 => self.wire.on_write(),
+            Poll::Ready(Ok(n)) if *n > 0 => self.wire.on_write(index),
             Poll::Ready(Err(_)) => self.lost(),
             _ => {}
         }
@@ -369,17 +471,11 @@ impl AsyncRead for Watched {
         match &r {
             Poll::Ready(Ok(())) if room && buf.filled().len() == before => this.lost(),
             Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                this.heard = true;
                 this.wire.reads.fetch_add(1, Ordering::Relaxed);
                 if this.sniff {
                     this.sniff = false;
-                    let first = &buf.filled()[before..];
-                    let answer = if is_tls_record(first) {
-                        FirstAnswer::Tls
-                    } else if first.starts_with(b"HTTP/1.") {
-                        FirstAnswer::Http1
-                    } else {
-                        FirstAnswer::Http2
-                    };
+                    let answer = FirstAnswer::of(&buf.filled()[before..]);
                     this.wire
                         .first_answer
                         .store(answer as u8, Ordering::Relaxed);
@@ -405,12 +501,15 @@ impl AsyncWrite for Watched {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        if let Err(e) = this.check_peer() {
-            this.lost();
-            return Poll::Ready(Err(e));
-        }
+        let index = match this.start_write() {
+            Ok(index) => index,
+            Err(e) => {
+                this.lost();
+                return Poll::Ready(Err(e));
+            }
+        };
         let r = Pin::new(&mut this.tcp).poll_write(cx, buf);
-        this.written(r)
+        this.written(index, r)
     }
 
     fn poll_write_vectored(
@@ -419,12 +518,15 @@ impl AsyncWrite for Watched {
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        if let Err(e) = this.check_peer() {
-            this.lost();
-            return Poll::Ready(Err(e));
-        }
+        let index = match this.start_write() {
+            Ok(index) => index,
+            Err(e) => {
+                this.lost();
+                return Poll::Ready(Err(e));
+            }
+        };
         let r = Pin::new(&mut this.tcp).poll_write_vectored(cx, bufs);
-        this.written(r)
+        this.written(index, r)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -446,10 +548,33 @@ mod tests {
 
     use super::*;
 
+    /// A listener on 127.0.0.1:0, its URI, and a plaintext connector to it that records into
+    /// a fresh wire.
+    async fn plaintext_wire() -> (tokio::net::TcpListener, http::Uri, Arc<Wire>, Connector) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let uri = format!("http://{}", l.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let wire = Arc::new(Wire::default());
+        let c = Connector {
+            wire: wire.clone(),
+            connect_timeout: None,
+            plaintext: true,
+        };
+        (l, uri, wire, c)
+    }
+
+    /// One successful write; whether it peeked first.
+    fn write(w: &Wire) -> bool {
+        let (index, peek) = w.start_write();
+        w.on_write(index);
+        peek
+    }
+
     #[test]
     fn a_loss_proves_unsent_only_when_nothing_was_written_since_the_mark() {
         let w = Wire::default();
-        w.on_write();
+        write(&w);
         let m = w.mark();
         assert!(!w.unsent_since(m), "no loss yet");
         w.on_loss();
@@ -458,25 +583,35 @@ mod tests {
             "lost with nothing written since the mark"
         );
         let m2 = w.mark();
-        w.on_write();
+        write(&w);
         w.on_loss();
         assert!(!w.unsent_since(m2), "written before the loss");
         assert!(!w.unsent_since(m), "a later loss after a write");
     }
 
+    /// A write under way as a request is marked (its bytes were ready before the request was
+    /// handed over) neither counts as carrying the request nor stops the peek before the write
+    /// that may carry it: a peer that closed meanwhile leaves the request provably unsent.
+    #[test]
+    fn a_write_started_before_the_mark_neither_carries_its_request_nor_stops_the_peek() {
+        let w = Wire::default();
+        w.set_guarded(true);
+        write(&w);
+        let (racing, peek) = w.start_write();
+        assert!(!peek, "no marked request waits");
+        let m = w.mark();
+        w.on_write(racing);
+        let (_, peek) = w.start_write();
+        assert!(peek, "the marked request's write peeks");
+        // the peek found the peer gone: a loss, nothing written
+        w.on_loss();
+        assert!(w.unsent_since(m));
+    }
+
     #[tokio::test]
     async fn a_write_to_a_closed_peer_fails_unwritten_and_a_read_eof_is_a_loss() {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let uri: http::Uri = format!("http://{}", l.local_addr().unwrap())
-            .parse()
-            .unwrap();
-        let wire = Arc::new(Wire::default());
+        let (l, uri, wire, mut c) = plaintext_wire().await;
         wire.set_guarded(true);
-        let mut c = Connector {
-            wire: wire.clone(),
-            connect_timeout: None,
-            plaintext: true,
-        };
         let io = tower::Service::call(&mut c, uri).await.unwrap();
         let mut io = io.into_inner();
         let (mut server, _) = l.accept().await.unwrap();
@@ -495,19 +630,70 @@ mod tests {
         assert!(wire.unsent_since(m), "EOF recorded");
     }
 
+    /// A connection lost before the server sent it a byte is a silent loss, whatever was
+    /// written on it; one that heard the server is not, and makes the losses since a mark
+    /// no longer all silent.
+    #[tokio::test]
+    async fn a_connection_lost_before_the_server_sent_a_byte_is_a_silent_loss() {
+        let (l, uri, wire, mut c) = plaintext_wire().await;
+        let mut b = [0u8; 16];
+
+        // written to, then closed by a server that sent nothing
+        let m = wire.mark();
+        let mut io = tower::Service::call(&mut c, uri.clone())
+            .await
+            .unwrap()
+            .into_inner();
+        let (server, _) = l.accept().await.unwrap();
+        io.write_all(b"a request").await.unwrap();
+        drop(server);
+        assert_eq!(io.read(&mut b).await.unwrap_or(0), 0);
+        assert!(!wire.unsent_since(m), "the request was written");
+        assert!(wire.only_silent_losses_since(m));
+
+        // a server that answered, then closed: not silent
+        let m = wire.mark();
+        let mut io = tower::Service::call(&mut c, uri.clone())
+            .await
+            .unwrap()
+            .into_inner();
+        let (mut server, _) = l.accept().await.unwrap();
+        server
+            .write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0])
+            .await
+            .unwrap();
+        assert!(io.read(&mut b).await.unwrap() > 0);
+        io.write_all(b"a request").await.unwrap();
+        drop(server);
+        assert_eq!(io.read(&mut b).await.unwrap_or(0), 0);
+        assert!(wire.lost_since(m));
+        assert!(!wire.only_silent_losses_since(m));
+
+        // nothing lost since the mark: not a silent loss either
+        assert!(!wire.only_silent_losses_since(wire.mark()));
+    }
+
+    /// A connection-loss error of a request handed over while no connection was live, with no
+    /// loss since, is older than the request (tonic's channel returns a failed connect's error
+    /// to the next request without sending it).
+    #[test]
+    fn an_error_older_than_its_request_is_stale() {
+        let wire = Wire::default();
+        let m = wire.mark();
+        assert!(wire.stale_since(m), "nothing live, nothing lost since");
+        wire.on_loss();
+        assert!(!wire.stale_since(m), "a loss since the mark: its own");
+        wire.live.fetch_add(1, Ordering::Relaxed);
+        assert!(
+            !wire.stale_since(wire.mark()),
+            "a live connection at the mark may have carried it"
+        );
+    }
+
     #[tokio::test]
     async fn a_connection_is_live_until_its_first_loss_or_its_drop() {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let uri: http::Uri = format!("http://{}", l.local_addr().unwrap())
-            .parse()
-            .unwrap();
-        let wire = Arc::new(Wire::default());
+        let (l, uri, wire, mut c) = plaintext_wire().await;
         assert!(!wire.is_live(), "no connection yet");
-        let mut c = Connector {
-            wire: wire.clone(),
-            connect_timeout: None,
-            plaintext: true,
-        };
         let mut a = tower::Service::call(&mut c, uri.clone())
             .await
             .unwrap()
@@ -544,44 +730,29 @@ mod tests {
 
     #[test]
     fn an_armed_wire_peeks_only_until_a_marked_request_has_had_a_write() {
+        assert!(!write(&Wire::default()), "unarmed: never");
         let wire = Wire::default();
-        assert!(!wire.must_peek(), "unarmed: never");
         wire.set_guarded(true);
         // nothing written yet: the conservative side (a request may be waiting)
-        assert!(wire.must_peek());
-        wire.on_write();
+        assert!(write(&wire));
         assert!(
-            !wire.must_peek(),
+            !write(&wire),
             "every request so far has had a write after its mark"
         );
         let _ = wire.mark();
-        assert!(
-            wire.must_peek(),
-            "a request handed over since the last write"
-        );
-        wire.on_write();
-        wire.on_write();
-        assert!(!wire.must_peek());
+        assert!(write(&wire), "a request handed over since the last write");
+        assert!(!write(&wire));
         let _ = wire.mark();
         wire.set_guarded(false);
         assert!(
-            !wire.must_peek(),
+            !write(&wire),
             "disarmed: never, even with a request waiting"
         );
     }
 
     #[tokio::test]
     async fn an_unguarded_wire_does_not_peek_before_writes() {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let uri: http::Uri = format!("http://{}", l.local_addr().unwrap())
-            .parse()
-            .unwrap();
-        let wire = Arc::new(Wire::default());
-        let mut c = Connector {
-            wire: wire.clone(),
-            connect_timeout: None,
-            plaintext: true,
-        };
+        let (l, uri, wire, mut c) = plaintext_wire().await;
         let mut io = tower::Service::call(&mut c, uri)
             .await
             .unwrap()
@@ -600,15 +771,10 @@ mod tests {
 
     #[tokio::test]
     async fn the_first_bytes_of_a_plaintext_connection_tell_a_tls_server() {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let uri: http::Uri = format!("http://{}", l.local_addr().unwrap())
-            .parse()
-            .unwrap();
-        let wire = Arc::new(Wire::default());
+        let (l, uri, wire, c) = plaintext_wire().await;
         let connect = |plaintext| Connector {
-            wire: wire.clone(),
-            connect_timeout: None,
             plaintext,
+            ..c.clone()
         };
         // (server's first bytes, plaintext, what they tell)
         let cases: [(&[u8], bool, FirstAnswer); 5] = [
@@ -654,6 +820,27 @@ mod tests {
         let mut buf = [0u8; 16];
         assert_eq!(io.read(&mut buf).await.unwrap(), 0);
         assert_eq!(wire.first_answer(), FirstAnswer::Nothing);
+        // an answer, then the close, before the client read a byte: the write that fails
+        // still finds the answer in the socket
+        let mut io = tower::Service::call(&mut connect(true), uri.clone())
+            .await
+            .unwrap()
+            .into_inner();
+        let (mut server, _) = l.accept().await.unwrap();
+        server
+            .write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+            .await
+            .unwrap();
+        drop(server);
+        // the first write is taken by the kernel and answered by a reset; a later one fails
+        let failed = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            while io.write(b"PRI * HTTP/2.0").await.is_ok() {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        assert!(failed.is_ok(), "a write to a closed connection fails");
+        assert_eq!(wire.first_answer(), FirstAnswer::Http1);
         assert!(is_tls_record(&[0x15]));
         assert!(!is_tls_record(&[0x15, 0x00]));
         assert!(!is_tls_record(b"HTTP/1.1 400"));

@@ -73,7 +73,9 @@ impl Attempts {
 
     /// Picks an endpoint this call has not tried and sends `req` to it as attempt `n`. With
     /// `strict` (a transparent re-send), `None` when every endpoint was tried or the one picked
-    /// is in back-off: nothing else is usable.
+    /// is in back-off after a transport failure: nothing else is usable. An endpoint that is
+    /// only suspect is usable then (the picker chose it because nothing better was left): the
+    /// request reached no server, and not sending it fails it for certain.
     fn send(
         &mut self,
         req: http::Request<Body>,
@@ -81,7 +83,9 @@ impl Attempts {
         strict: bool,
     ) -> Result<Option<crate::balancer::endpoint::Attempt>, tonic::Status> {
         let pick = self.balancer.pick(&req, &self.tried, Instant::now())?;
-        if strict && (self.tried.iter().any(|e| Arc::ptr_eq(e, &pick.endpoint)) || pick.is_down()) {
+        if strict
+            && (self.tried.iter().any(|e| Arc::ptr_eq(e, &pick.endpoint)) || pick.is_unreachable())
+        {
             pick.abandon();
             return Ok(None);
         }

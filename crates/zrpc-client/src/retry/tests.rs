@@ -135,22 +135,11 @@ async fn calls_wait_for_the_first_endpoint_set() {
     assert_eq!(err.code(), tonic::Code::Unavailable);
 }
 
-/// Ports nobody listens on: every connection is refused (the request never reaches a server).
-fn refusing(n: usize) -> Vec<String> {
-    let listeners: Vec<std::net::TcpListener> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().unwrap().to_string())
-        .collect()
-}
-
 #[tokio::test]
 async fn a_request_that_never_reached_a_server_is_sent_to_other_endpoints_three_times_in_all() {
     use tower::ServiceExt;
 
-    let (_tx, rx) = watch::channel(Some(Arc::new(refusing(5))));
+    let (_tx, rx) = watch::channel(Some(Arc::new(crate::refusing_endpoints(5))));
     let retry = stage("direct:///refusing", rx, ResolverStatus::default());
     // a unary request (a complete body, kept for the re-sends)
     let req = http::Request::new(Body::new(http_body_util::Full::new(
@@ -168,11 +157,51 @@ async fn a_request_that_never_reached_a_server_is_sent_to_other_endpoints_three_
     assert!(set.iter().all(|e| e.stats.inflight() == 0));
 }
 
+/// A request that reached no server is re-sent to an endpoint that is only suspect (it stalled,
+/// a call ran into its deadline or its connection was lost, and no probe has answered yet) when
+/// no other is left: failing it instead is certain. An endpoint in back-off after a transport
+/// failure is passed over: a re-send there would meet the same failure.
+#[tokio::test]
+async fn a_request_that_never_reached_a_server_goes_to_a_suspect_endpoint_not_to_one_in_back_off() {
+    use tower::ServiceExt;
+
+    // (the other endpoint is in back-off, sends)
+    for (backoff, sends) in [(false, 2), (true, 1)] {
+        let (_tx, rx) = watch::channel(Some(Arc::new(crate::refusing_endpoints(2))));
+        let retry = stage("direct:///refusing", rx, ResolverStatus::default());
+        retry.balancer().shared.wait_ready().await;
+        let set = retry.balancer().shared.endpoints();
+        // far ahead of the picker's clock: in back-off for the whole test
+        let later = u64::MAX / 4;
+        for e in set.iter() {
+            assert!(e.stats.suspect());
+            if backoff {
+                e.stats.on_pick();
+                e.stats.on_transport_failure(later, later);
+            }
+        }
+        let req = http::Request::new(Body::new(http_body_util::Full::new(
+            bytes::Bytes::from_static(b"\0\0\0\0\0"),
+        )));
+        let s = status_of(retry.clone().oneshot(req).await.unwrap_err());
+        assert_eq!(s.code(), tonic::Code::Unavailable, "{s:?}");
+        let sent: Vec<u64> = set
+            .iter()
+            .map(|e| e.stats.requests() - u64::from(backoff))
+            .collect();
+        assert_eq!(
+            sent.iter().sum::<u64>(),
+            sends,
+            "in back-off: {backoff}: {sent:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_request_whose_body_cannot_be_kept_gets_one_attempt() {
     use tower::ServiceExt;
 
-    let (_tx, rx) = watch::channel(Some(Arc::new(refusing(3))));
+    let (_tx, rx) = watch::channel(Some(Arc::new(crate::refusing_endpoints(3))));
     let retry = stage("direct:///refusing", rx, ResolverStatus::default());
     // a client stream whose next message is not ready: nothing to send again
     let (_more, pending) =

@@ -28,12 +28,8 @@ impl Balancer {
     }
 }
 
-fn addrs(v: &[&str]) -> Arc<Vec<String>> {
-    Arc::new(v.iter().map(|s| (*s).to_owned()).collect())
-}
-
-#[tokio::test]
-async fn stats_and_connections_survive_endpoint_set_updates() {
+/// A P2C balancer of target `direct:///test` and the sender of its endpoint sets.
+fn p2c_balancer() -> (watch::Sender<Option<Arc<Vec<String>>>>, Balancer) {
     let (tx, rx) = watch::channel(None);
     let b = Balancer::new(
         Arc::from("direct:///test"),
@@ -42,6 +38,16 @@ async fn stats_and_connections_survive_endpoint_set_updates() {
         ConnectOptions::default(),
         1,
     );
+    (tx, b)
+}
+
+fn addrs(v: &[&str]) -> Arc<Vec<String>> {
+    Arc::new(v.iter().map(|s| (*s).to_owned()).collect())
+}
+
+#[tokio::test]
+async fn stats_and_connections_survive_endpoint_set_updates() {
+    let (tx, b) = p2c_balancer();
     assert!(!b.shared.is_ready());
     tx.send_replace(Some(addrs(&["127.0.0.1:1", "127.0.0.1:2"])));
     b.shared.wait_ready().await;
@@ -83,14 +89,7 @@ async fn stats_and_connections_survive_endpoint_set_updates() {
 
 #[tokio::test]
 async fn update_task_ends_when_the_balancer_is_dropped() {
-    let (tx, rx) = watch::channel(None);
-    let b = Balancer::new(
-        Arc::from("t"),
-        BalancerName::P2cEwma,
-        rx,
-        ConnectOptions::default(),
-        1,
-    );
+    let (tx, b) = p2c_balancer();
     assert_eq!(tx.receiver_count(), 1, "the update task holds the receiver");
     drop(b);
     tokio::time::timeout(Duration::from_secs(5), tx.closed())
@@ -147,4 +146,39 @@ async fn an_anchored_update_task_outlives_its_resolver_and_ends_with_the_balance
         tokio::task::yield_now().await;
     }
     assert_eq!(tasks(), 0, "the update task ends with the balancer");
+}
+
+/// The stall check of a client whose runtime did not run (its thread blocked, the process
+/// starved of CPU) takes no server for stalled: its calls may not even have been sent. The same
+/// silence seen by a runtime that ran makes the endpoint suspect.
+#[tokio::test]
+async fn a_late_stall_check_takes_no_server_for_stalled() {
+    let (tx, b) = p2c_balancer();
+    tx.send_replace(Some(addrs(&["127.0.0.1:1"])));
+    b.shared.wait_ready().await;
+    let e = b.shared.endpoints()[0].clone();
+    let clock = b.shared.p2c.clock();
+    e.stats.on_pick_at(clock.nanos(Instant::now()));
+    let stalled = || e.stats.is_stalled(clock.nanos(Instant::now()));
+    // the runtime's one thread held past the stall limit (250 ms): the check runs late
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(stalled(), "400 ms of silence, not judged yet");
+    // until the check has run: it starts the silence again, or (wrongly) suspects
+    let judged = tokio::time::timeout(Duration::from_secs(2), async {
+        while stalled() && !e.stats.is_suspect() {
+            tokio::task::yield_now().await;
+        }
+    });
+    judged.await.unwrap();
+    assert!(!e.stats.is_suspect(), "a late check: nothing was observed");
+    // the same silence, observed by a runtime that runs: the calls stall
+    let suspected = tokio::time::timeout(Duration::from_secs(2), async {
+        while !e.stats.is_suspect() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    assert!(
+        suspected.await.is_ok(),
+        "no answer for 2 s while the client ran"
+    );
 }
