@@ -28,6 +28,11 @@
 //! that zrpc-build carries (the default `protox` feature): a build needs nothing but cargo.
 //! `default-features = false` drops protox (10 crates fewer) and requires protoc.
 //!
+//! Comments in the protos become doc comments as they are, as prost-build's defaults write them.
+//! A library whose protos' comments hold indented or fenced code (googleapis' do) would have
+//! rustdoc run those blocks as Rust doc tests; the `cleanup-markdown` feature (tonic-prost-build's
+//! default, off here: 3 crates a service without such comments never needs) marks them as text.
+//!
 //! [protox]: https://docs.rs/protox
 //!
 //! [zrpc]: https://github.com/zrpc-rs/zrpc
