@@ -46,13 +46,15 @@
 //! its own even then, as etcd's own integration framework gives such tests a cluster each; where
 //! no `etcd` binary is installed, it skips itself with a printed note saying why.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::ports::free_port;
 
 /// Environment variable naming an external etcd (comma-separated `host:port` list).
 pub const ENDPOINTS_ENV: &str = "ZRPC_TEST_ETCD_ENDPOINTS";
@@ -138,7 +140,7 @@ impl EtcdServer {
 
     async fn start_local(tls: bool) -> EtcdServer {
         let mut last_err = String::new();
-        // Free ports are found by binding :0 and releasing them; another process may grab one in
+        // The ports are released before etcd binds them; another program may grab one in
         // between, so a failed start is retried on fresh ports.
         for _ in 0..3 {
             let dir = tempfile::Builder::new()
@@ -443,13 +445,6 @@ async fn healthy(addr: SocketAddr) -> bool {
         tokio::time::timeout(Duration::from_secs(1), probe).await,
         Ok(Some(true))
     )
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind a free loopback port")
 }
 
 /// Whether a test that needs an etcd of its own can have one: always without [`ENDPOINTS_ENV`];

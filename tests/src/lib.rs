@@ -14,6 +14,7 @@ pub mod grpcio;
 pub mod h2raw;
 pub mod k8s;
 pub mod otlp;
+pub mod ports;
 pub mod redis;
 pub mod toxiproxy;
 pub mod wait;

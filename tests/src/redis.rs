@@ -6,11 +6,12 @@
 //! Without the binary, [`RedisServer::start`] prints `SKIPPED: redis-server not found` and returns
 //! None (tests return early); with `CI=true` a missing binary is a panic.
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::ports::free_port;
 
 /// Environment variable naming the redis-server binary (default `redis-server` on `PATH`).
 pub const BIN_ENV: &str = "ZRPC_TEST_REDIS_BIN";
@@ -196,16 +197,4 @@ impl Drop for RedisServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// A loopback port nothing listens on (for "Redis is down").
-pub fn closed_port() -> u16 {
-    free_port()
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind a free loopback port")
 }

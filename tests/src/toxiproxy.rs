@@ -46,7 +46,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::gobuild::repo_root;
-use crate::gozero::free_port;
+use crate::ports::free_port;
 
 /// How long [`Toxiproxy::start`] waits for the API to answer.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);

@@ -170,6 +170,15 @@ impl GzServer {
         }
     }
 
+    /// SIGKILL (no wrap-up, no GOAWAY, no deregistration: the kernel closes its sockets), then
+    /// waits for the process to be gone.
+    pub async fn kill(mut self) {
+        let mut child = self.child.take().expect("a running gz-server");
+        let _ = child.kill();
+        // the exit itself, waited for off the runtime
+        let _ = tokio::task::spawn_blocking(move || child.wait()).await;
+    }
+
     /// SIGTERM, then waits (10 s, then SIGKILL) for the process to exit.
     pub async fn stop(mut self) -> GzStopped {
         let started = Instant::now();

@@ -20,6 +20,8 @@ pub struct ZrpcCall {
     pub code: Code,
     /// The reply text or the status message.
     pub message: String,
+    /// When the call started and when it ended.
+    pub span: (Instant, Instant),
 }
 
 /// A unary `SayHello(name)` through any tonic channel (a zrpc `Client` included).
@@ -40,27 +42,31 @@ where
             .unwrap_or("")
             .to_owned()
     };
-    match client
+    let started = Instant::now();
+    let result = client
         .say_hello(HelloRequest {
             name: name.to_owned(),
         })
-        .await
-    {
+        .await;
+    let span = (started, Instant::now());
+    match result {
         Ok(r) => ZrpcCall {
             server: header(r.metadata()),
             code: Code::Ok,
             message: r.into_inner().message,
+            span,
         },
         Err(st) => ZrpcCall {
             server: header(st.metadata()),
             code: st.code(),
             message: st.message().to_owned(),
+            span,
         },
     }
 }
 
 /// Results of a load run through a zrpc client.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct ZrpcRun {
     /// Calls made.
     pub calls: u64,
@@ -72,8 +78,24 @@ pub struct ZrpcRun {
     pub codes: BTreeMap<String, u64>,
     /// The first distinct failures.
     pub first_errors: Vec<String>,
+    /// Each call's start, end and code, in no particular order.
+    pub spans: Vec<(Instant, Instant, Code)>,
     /// Wall time.
     pub elapsed: Duration,
+}
+
+/// Everything but the spans (a failed assertion prints the run: the figures, not every call).
+impl std::fmt::Debug for ZrpcRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZrpcRun")
+            .field("calls", &self.calls)
+            .field("failed", &self.failed)
+            .field("servers", &self.servers)
+            .field("codes", &self.codes)
+            .field("first_errors", &self.first_errors)
+            .field("elapsed", &self.elapsed)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ZrpcRun {
@@ -179,6 +201,7 @@ pub async fn zrpc_load(client: &zrpc_client::Client, load: Load, wait: Duration)
     };
     for c in all {
         run.calls += 1;
+        run.spans.push((c.span.0, c.span.1, c.code));
         *run.codes.entry(format!("{:?}", c.code)).or_default() += 1;
         if !c.server.is_empty() {
             *run.servers.entry(c.server.clone()).or_default() += 1;

@@ -49,9 +49,7 @@ pub use gz_run::{CallLine, GzRun, Summary};
 pub use gz_server::{GzServer, GzStopped};
 pub use interop_greeter::{InteropGreeter, SERVER_HEADER, parse_grpc_timeout};
 pub use load::{Load, ZrpcCall, ZrpcRun, say_hello, zrpc_load};
-pub use net::{
-    eventually, free_port, http10_get, scrape, wait_deregistered, wait_registered, wait_tcp,
-};
+pub use net::{eventually, http10_get, scrape, wait_deregistered, wait_registered, wait_tcp};
 pub use programs::{Programs, gozero_dir, programs, repo_root};
 pub use prometheus::{family_help, family_type, sample, samples};
 pub use serve::{ZrpcServer, start_zrpc, start_zrpc_with, zrpc_conf};

@@ -1,15 +1,7 @@
-//! Loopback helpers: free ports, waiting for TCP and etcd, polling, HTTP/1.0 GETs.
+//! Loopback helpers: waiting for TCP and etcd, polling, HTTP/1.0 GETs.
 
-use std::net::{SocketAddr, TcpListener as StdTcpListener};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
-
-/// A free loopback port (bound to `127.0.0.1:0` and released).
-pub fn free_port() -> u16 {
-    StdTcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind a free loopback port")
-}
 
 /// Waits until `addr` accepts TCP connections, or `limit` passes.
 pub async fn wait_tcp(addr: &str, limit: Duration) -> bool {

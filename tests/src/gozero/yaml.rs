@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 
-use super::free_port;
+use crate::ports::free_port;
 
 /// A YAML double-quoted string (JSON strings are valid YAML).
 pub(super) fn q(s: &str) -> String {

@@ -142,6 +142,15 @@ async fn a_server_breaking_the_protocol_mid_call_gets_grpc_gos_codes() {
         ) {
             assert!(zrpc.message().ends_with(&go.1), "{}: {zrpc}", script.name());
         }
+        // a malformed status is named, as grpc-go names it (its rest is Go's parser's words)
+        if let Script::MalformedStatus = script {
+            let prefix = "transport: malformed grpc-status: ";
+            assert!(go.1.starts_with(prefix), "grpc-go: {:?}", go.1);
+            assert_eq!(
+                zrpc.message(),
+                format!("{prefix}\"abc\" is not a status code")
+            );
+        }
     }
     assert!(differ.is_empty(), "codes differ from grpc-go's: {differ:?}");
 }

@@ -21,6 +21,8 @@ struct Answer {
     http: u16,
     grpc: Option<i32>,
     message: String,
+    /// The reason of the `RST_STREAM` that ended the stream, when one did.
+    reset: Option<h2::Reason>,
 }
 
 impl std::fmt::Display for Answer {
@@ -59,12 +61,14 @@ async fn raw(port: u16, path: &str, headers: &[(&str, &str)], body: Vec<u8>) -> 
                 http: reply.status.as_u16(),
                 grpc: zrpc_core::grpc::status_from_headers(h),
                 message: zrpc_core::grpc::status_message_from_headers(h).unwrap_or_default(),
+                reset: None,
             }
         }
         Err(e) => Answer {
             http: 0,
             grpc: None,
             message: format!("stream ended: {e}"),
+            reset: e.reason().filter(|_| e.is_reset()),
         },
     }
 }
@@ -83,7 +87,7 @@ fn headers<'a>(but: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
 }
 
 /// One case: what is sent, and grpcio's answer (HTTP status, `grpc-status`; `(0, None)`: the
-/// stream reset).
+/// stream reset, with `RST_STREAM INTERNAL_ERROR`).
 struct Case {
     name: &'static str,
     path: &'static str,
@@ -207,6 +211,13 @@ async fn bad_input_gets_grpc_gos_status_codes() {
             *want,
             "{name}: grpcio answered {grpcio}"
         );
+        if *want == (0, None) {
+            assert_eq!(
+                grpcio.reset,
+                Some(h2::Reason::INTERNAL_ERROR),
+                "{name}: grpcio answered {grpcio}"
+            );
+        }
     }
     for (name, ours, theirs) in &rows {
         match *name {

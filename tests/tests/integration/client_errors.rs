@@ -10,12 +10,7 @@ use zrpc_client::{Client, Error};
 use zrpc_tests::etcd::{EtcdServer, unique_key};
 use zrpc_tests::pb::HelloRequest;
 use zrpc_tests::pb::greeter_client::GreeterClient;
-
-/// A loopback port nothing listens on.
-fn closed_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
+use zrpc_tests::ports::closed_port;
 
 /// One call through a non-blocking client of `conf`; its error.
 async fn call_error(conf: RpcClientConf) -> tonic::Status {

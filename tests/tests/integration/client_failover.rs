@@ -271,3 +271,68 @@ async fn client_restarted_server_gets_traffic_again() {
         back.elapsed()
     );
 }
+
+/// A server that accepts a connection and closes it before sending a byte (one shutting down
+/// whose kernel had queued the connection, or one that failed as it accepted) never processed
+/// the call written to it: an HTTP/2 server sends its SETTINGS before it reads a request. The
+/// client sends that call to another endpoint, as grpc-go, which sends no call before the
+/// server's SETTINGS arrive, never sends it there at all.
+#[tokio::test]
+async fn client_calls_written_to_a_server_that_never_answered_a_byte_go_elsewhere() {
+    let good = Backend::start("good", Duration::ZERO);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent = listener.local_addr().unwrap().to_string();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = accepted.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            // the client's first bytes, then a close with the rest unread (a reset)
+            let mut buf = [0u8; 64];
+            let _ = tokio::io::AsyncReadExt::read(&mut socket, &mut buf).await;
+            drop(socket);
+        }
+    });
+    let conf = RpcClientConf::direct([good.endpoint(), silent.clone()])
+        .with_balancer(zrpc_client::conf::BalancerName::RoundRobin);
+    let client = Client::new(conf).await.unwrap();
+    let mut greeter = GreeterClient::new(client.clone());
+    for i in 0..10 {
+        let r = greeter
+            .say_hello(HelloRequest {
+                name: format!("call {i}"),
+            })
+            .await;
+        assert!(r.is_ok(), "call {i}: {r:?}");
+    }
+    assert!(
+        accepted.load(std::sync::atomic::Ordering::SeqCst) > 0,
+        "calls were sent to {silent}"
+    );
+}
+
+/// A client whose runtime is kept from running (a task blocking its thread, a process starved
+/// of CPU) while its call is in flight does not take the server for stalled: it may not even
+/// have sent the call, and it has not read what came back. Taken for stalled, the server would
+/// leave the pick until a probe answered, and a call it never processed found no other usable
+/// endpoint to go to.
+#[tokio::test]
+async fn client_starved_of_cpu_takes_no_server_for_stalled() {
+    let good = Backend::start("good", Duration::ZERO);
+    let client = Client::new(RpcClientConf::direct([good.endpoint()]))
+        .await
+        .unwrap();
+    let mut greeter = GreeterClient::new(client.clone());
+    let hello = || HelloRequest { name: "s".into() };
+    // the connection is up
+    greeter.say_hello(hello()).await.unwrap();
+    for round in 0..3 {
+        // queued before the call: it holds the runtime's one thread for longer than calls
+        // without an answer take to stall (250 ms), before the call is even written
+        tokio::spawn(async { std::thread::sleep(Duration::from_millis(400)) });
+        greeter.say_hello(hello()).await.unwrap();
+        let state = client.endpoints()[0].state;
+        assert_ne!(state, EndpointState::Suspect, "round {round}");
+    }
+}

@@ -274,8 +274,7 @@ impl Drop for Backend {
     }
 }
 
-/// A port on which nothing listens (bound then released).
+/// A loopback address on which nothing listens.
 pub(crate) fn dead_endpoint() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
+    format!("127.0.0.1:{}", zrpc_tests::ports::closed_port())
 }

@@ -12,7 +12,8 @@ use zrpc_server::RedisTokens;
 use zrpc_tests::greeter::{TestGreeter, start_server, start_server_with, test_conf};
 use zrpc_tests::pb::HelloRequest;
 use zrpc_tests::pb::greeter_client::GreeterClient;
-use zrpc_tests::redis::{RedisServer, closed_port};
+use zrpc_tests::ports::closed_port;
+use zrpc_tests::redis::RedisServer;
 
 const KEY: &str = "rpc:apps";
 

@@ -10,10 +10,11 @@ use std::time::Duration;
 use serde_yaml_ng::{Mapping, Value};
 use zrpc_tests::etcd::{EtcdCluster, unique_key};
 use zrpc_tests::gozero::{
-    ClientYaml, Discovery, GzClient, GzServer, Programs, free_port, start_zrpc, wait_deregistered,
+    ClientYaml, Discovery, GzClient, GzServer, Programs, start_zrpc, wait_deregistered,
     wait_registered,
 };
 use zrpc_tests::gozero_or_skip;
+use zrpc_tests::ports::free_port;
 
 use crate::support::REGISTER_WAIT;
 

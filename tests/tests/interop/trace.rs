@@ -18,9 +18,10 @@ use std::fs::File;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use zrpc_tests::gozero::{GzClient, GzServer, Programs, ServerYaml, free_port, wait_tcp};
+use zrpc_tests::gozero::{GzClient, GzServer, Programs, ServerYaml, wait_tcp};
 use zrpc_tests::gozero_or_skip;
 use zrpc_tests::otlp::{Collector, SpanRecord, file_spans};
+use zrpc_tests::ports::free_port;
 
 const SERVER: i32 = 2;
 const CLIENT: i32 = 3;

@@ -83,10 +83,7 @@ async fn external(bin: &str, dir: &Path, name: &str) -> Target {
         "Name: bench.rpc\nListenOn: 127.0.0.1:0\nCpuThreshold: 0\nLog:\n  Level: error\n",
     )
     .unwrap();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = zrpc_tests::ports::free_port();
     let mut child = Command::new(bin)
         .arg("-f")
         .arg(&conf)

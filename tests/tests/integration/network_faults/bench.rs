@@ -15,6 +15,10 @@ use zrpc_tests::toxiproxy::{Proxy, Toxiproxy};
 use super::load::{Call, codes, failures, quantile};
 use super::{assert_serving, retry_on_unavailable, server_conf};
 
+/// The client's longest re-probe interval of an endpoint that keeps losing its pairs (p2c v2's
+/// `PROBE_MAX`, `docs/balancing.md`).
+const PROBE_MAX: Duration = Duration::from_secs(30);
+
 /// Three servers behind their proxies and a client over the proxies.
 pub(super) struct Bench {
     _toxiproxy: Toxiproxy,
@@ -79,14 +83,16 @@ impl Bench {
 
     /// Waits until `C` gets calls again after the toxic was taken off (5 more calls).
     ///
-    /// C left the fault with a high latency average, so it wins picks again only as its probes
-    /// answer fast and the average decays; how long that takes depends on the machine's load.
-    /// The check is that C is not shut out (the bug would keep it out for good), so the wait
-    /// is [`wait::LIMIT`] rather than a speed.
+    /// C left the fault with a high latency, so it wins picks again only once a re-probe
+    /// answers fast. A slow endpoint is re-probed when its last answer is older than 30 x its
+    /// latency, at most [`PROBE_MAX`] (`docs/balancing.md`): a 1 s latency under the toxic puts
+    /// the next probe up to 30 s after the heal. The check is that C is not shut out (the bug
+    /// would keep it out for good), so the wait is that bound plus [`wait::LIMIT`], not a speed.
     pub(super) async fn c_gets_calls_again(&self) {
         let (c, proxy) = self.c();
         let before = c.greeter.started();
-        let took = wait::within(wait::LIMIT, || {
+        let limit = PROBE_MAX + wait::LIMIT;
+        let took = wait::within(limit, || {
             std::future::ready(c.greeter.started() > before + 5)
         })
         .await;
@@ -101,7 +107,7 @@ impl Bench {
                 "C ({proxied}) got {} calls within {:?} of the heal, not 5; the client's view: \
                  {:#}",
                 c.greeter.started() - before,
-                wait::LIMIT,
+                limit,
                 serde_json::Value::Array(views)
             );
         };
