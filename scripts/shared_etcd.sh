@@ -38,7 +38,9 @@ port_free "$peer_port" || peer_port=$(free_port)
 dir=$(mktemp -d -t zrpc-shared-etcd-XXXXXX)
 etcd_pid=
 status=0
+monitor_pid=
 cleanup() {
+  if [ -n "$monitor_pid" ]; then kill "$monitor_pid" 2>/dev/null || true; fi
   if [ -n "$etcd_pid" ]; then kill "$etcd_pid" 2>/dev/null || true; wait "$etcd_pid" 2>/dev/null || true; fi
   rm -rf "$dir/data"
   # the test output stays for a failed run
@@ -75,6 +77,37 @@ echo "shared etcd: $(etcd --version | head -1), 127.0.0.1:$client_port (peer $pe
 
 out="$dir/out"
 mkdir -p "$out"
+# What the shared etcd went through, once a second (its open files and threads, or its end),
+# so that a failed run says whether etcd was still there and what it held.
+(
+  while kill -0 "$etcd_pid" 2>/dev/null; do
+    printf '%s fds=%s threads=%s\n' "$(date +%T)" \
+      "$(ls /proc/"$etcd_pid"/fd 2>/dev/null | wc -l)" \
+      "$(awk '/^Threads:/ {print $2}' /proc/"$etcd_pid"/status 2>/dev/null)"
+    sleep 1
+  done
+  echo "$(date +%T) etcd (pid $etcd_pid) is gone"
+) >"$dir/etcd-monitor.log" 2>&1 &
+monitor_pid=$!
+# Says what became of the shared etcd and of a test binary when the binary failed.
+explain_failure() { # <name> <exit code>
+  local code=$2
+  if [ "$code" -gt 128 ]; then
+    echo "  the $1 test binary ended on signal $((code - 128)) ($(kill -l "$((code - 128))" 2>/dev/null || echo '?')), exit code $code"
+  else
+    echo "  the $1 test binary exited with code $code"
+  fi
+  if kill -0 "$etcd_pid" 2>/dev/null; then
+    echo "  the shared etcd still runs: $(tail -n 1 "$dir/etcd-monitor.log")"
+  else
+    echo "  the shared etcd is gone; its monitor's last lines and its log's:"
+    tail -n 3 "$dir/etcd-monitor.log" | sed 's/^/    /'
+    tail -n 15 "$dir/etcd.log" | sed 's/^/    /'
+  fi
+  echo "  free space: $(df -h --output=avail,target "$dir" | tail -n 1) (etcd's data, the tests' temp files), $(df -h --output=avail,target . | tail -n 1) (the build)"
+  echo "  open files allowed: $(ulimit -Sn) (hard $(ulimit -Hn)); the kernel's last lines:"
+  (dmesg 2>/dev/null || echo "(dmesg not readable)") | tail -n 5 | sed 's/^/    /'
+}
 while read -r name bin; do
   echo "--- $name tests against the shared etcd"
   # cargo runs test binaries in their package's directory; --nocapture keeps the tests' notes
@@ -85,6 +118,7 @@ while read -r name bin; do
     status=1
     grep -E -A3 'panicked at' "$out/$name.log" | head -60 || true
     sed -n '/^failures:$/,$p' "$out/$name.log" | grep -E '^    [a-z_0-9:]+$' || true
+    explain_failure "$name" "$ok"
   fi
 done < <(scripts/test_binaries.sh integration interop)
 
