@@ -5,7 +5,8 @@
 # from the machine's `etcd` binary. Differences from the container, each for a reason:
 #   - it listens on loopback only (the compose file publishes the port on 127.0.0.1 only);
 #   - it advertises its loopback URL (no host named `etcd` resolves outside compose's network);
-#   - its data dir is fresh (the compose volume keeps data across runs; CI starts clean);
+#   - its data dir is fresh (the compose volume keeps data across runs; CI starts clean) and in
+#     memory (/dev/shm) where the machine has it;
 #   - its client port is 2379 when free, else a free loopback port (and the peer port likewise).
 # Tests that change or count cluster-wide state (kills, restarts, compaction, auth, watchers,
 # members) start an etcd of their own beside it (EtcdServer::start_exclusive in tests/src/etcd.rs);
@@ -36,13 +37,17 @@ peer_port=2380
 port_free "$peer_port" || peer_port=$(free_port)
 
 dir=$(mktemp -d -t zrpc-shared-etcd-XXXXXX)
+# etcd's data in memory where the machine has it, as the tests' own etcds (tests/src/etcd.rs):
+# etcd preallocates 64 MiB per WAL file and exits when a write fails, so on a disk that other
+# jobs fill it would be the first to go.
+if [ -d /dev/shm ] && data=$(mktemp -d -p /dev/shm zrpc-shared-etcd-data-XXXXXX 2>/dev/null); then :; else data="$dir/data"; fi
 etcd_pid=
 status=0
 monitor_pid=
 cleanup() {
   if [ -n "$monitor_pid" ]; then kill "$monitor_pid" 2>/dev/null || true; fi
   if [ -n "$etcd_pid" ]; then kill "$etcd_pid" 2>/dev/null || true; wait "$etcd_pid" 2>/dev/null || true; fi
-  rm -rf "$dir/data"
+  rm -rf "$data"
   # the test output stays for a failed run
   if [ "$status" = 0 ]; then rm -rf "$dir"; else echo "shared etcd mode: logs in $dir" >&2; fi
 }
@@ -53,7 +58,7 @@ etcd \
   --name=etcd \
   --initial-cluster=etcd=http://localhost:$peer_port \
   --initial-advertise-peer-urls=http://localhost:$peer_port \
-  --data-dir="$dir/data" \
+  --data-dir="$data" \
   --listen-client-urls=http://127.0.0.1:$client_port \
   --advertise-client-urls=http://127.0.0.1:$client_port \
   --listen-peer-urls=http://127.0.0.1:$peer_port \
@@ -104,7 +109,7 @@ explain_failure() { # <name> <exit code>
     tail -n 3 "$dir/etcd-monitor.log" | sed 's/^/    /'
     tail -n 15 "$dir/etcd.log" | sed 's/^/    /'
   fi
-  echo "  free space: $(df -h --output=avail,target "$dir" | tail -n 1) (etcd's data, the tests' temp files), $(df -h --output=avail,target . | tail -n 1) (the build)"
+  echo "  free space: $(df -h --output=avail,target "$data" | tail -n 1) (etcd's data), $(df -h --output=avail,target "$dir" | tail -n 1) (the tests' output), $(df -h --output=avail,target . | tail -n 1) (the build)"
   echo "  open files allowed: $(ulimit -Sn) (hard $(ulimit -Hn)); the kernel's last lines:"
   (dmesg 2>/dev/null || echo "(dmesg not readable)") | tail -n 5 | sed 's/^/    /'
 }

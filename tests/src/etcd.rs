@@ -3,7 +3,8 @@
 //! # How the tests start etcd
 //!
 //! [`EtcdServer::start`] runs the `etcd` binary found on `PATH` (or named by `ZRPC_TEST_ETCD_BIN`) as a
-//! single-member cluster on two free loopback ports (client and peer) with a fresh temporary data dir:
+//! single-member cluster on two free loopback ports (client and peer) with a fresh temporary data dir
+//! (in `/dev/shm` where the machine has it: no disk taken, no fsync cost):
 //!
 //! ```text
 //! etcd --name zrpc-test --data-dir <tmp>/data
@@ -143,10 +144,7 @@ impl EtcdServer {
         // The ports are released before etcd binds them; another program may grab one in
         // between, so a failed start is retried on fresh ports.
         for _ in 0..3 {
-            let dir = tempfile::Builder::new()
-                .prefix("zrpc-etcd-")
-                .tempdir()
-                .expect("create a temp dir for etcd");
+            let dir = data_dir("zrpc-etcd-");
             let (client_port, peer_port) = (free_port(), free_port());
             let tls = tls.then(|| make_certs(dir.path()));
             let mut local = Local {
@@ -445,6 +443,23 @@ async fn healthy(addr: SocketAddr) -> bool {
         tokio::time::timeout(Duration::from_secs(1), probe).await,
         Ok(Some(true))
     )
+}
+
+/// A fresh directory for an etcd's data and log, in memory (`/dev/shm`) where the machine has
+/// it, else in the temp dir. etcd preallocates 64 MiB for each WAL file and exits when a write
+/// fails, so on a disk that other jobs fill the tests' etcds would be the first to go; in memory
+/// they take no disk and their fsyncs cost nothing.
+fn data_dir(prefix: &str) -> tempfile::TempDir {
+    let in_memory = Path::new("/dev/shm");
+    if in_memory.is_dir()
+        && let Ok(dir) = tempfile::Builder::new().prefix(prefix).tempdir_in(in_memory)
+    {
+        return dir;
+    }
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .expect("create a temp dir for etcd")
 }
 
 /// Whether a test that needs an etcd of its own can have one: always without [`ENDPOINTS_ENV`];
@@ -775,10 +790,7 @@ impl EtcdCluster {
         static TOKENS: AtomicU64 = AtomicU64::new(0);
         let mut last_err = String::new();
         for _ in 0..3 {
-            let dir = tempfile::Builder::new()
-                .prefix("zrpc-etcd-cluster-")
-                .tempdir()
-                .expect("create a temp dir for the etcd cluster");
+            let dir = data_dir("zrpc-etcd-cluster-");
             let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
             let initial_cluster = ports
                 .iter()
