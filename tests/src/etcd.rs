@@ -452,7 +452,9 @@ async fn healthy(addr: SocketAddr) -> bool {
 fn data_dir(prefix: &str) -> tempfile::TempDir {
     let in_memory = Path::new("/dev/shm");
     if in_memory.is_dir()
-        && let Ok(dir) = tempfile::Builder::new().prefix(prefix).tempdir_in(in_memory)
+        && let Ok(dir) = tempfile::Builder::new()
+            .prefix(prefix)
+            .tempdir_in(in_memory)
     {
         return dir;
     }
