@@ -13,7 +13,10 @@
 //! - `zrpc1-nt`: `zrpc 1ep` with `Timeout: 0` (no deadline timer, no `grpc-timeout` header);
 //! - `zrpc1-min`: `zrpc 1ep` with every middleware off (the balancer and its endpoint's channel);
 //! - `tonic-lazy`: a bare channel built as zrpc builds an endpoint's (`connect_lazy`, a connect
-//!   timeout), without zrpc's connector (only with `--kinds`).
+//!   timeout), without zrpc's connector (only with `--kinds`);
+//! - `hyper`: tonic's generated client over one hyper HTTP/2 connection, without tonic's
+//!   `Channel` (its request buffer and worker task, its `grpc-timeout` and origin layers,
+//!   reconnect): what the channel itself costs a call (only with `--kinds` or `--only`).
 //!
 //! Per round and client: the p50 of `--serial` calls made one at a time, and (with `--c50 N`) the
 //! calls/s of N calls by 50 workers sharing the client. The report gives the medians over the
@@ -49,6 +52,45 @@ enum Caller {
         Option<std::time::Duration>,
     ),
     Zrpc(GreeterClient<zrpc::Client>),
+    Hyper(GreeterClient<HyperConn>),
+}
+
+/// One hyper HTTP/2 connection as a tower service (hyper's `SendRequest` is not one).
+#[derive(Clone)]
+struct HyperConn(hyper::client::conn::http2::SendRequest<tonic::body::Body>);
+
+impl tower::Service<http::Request<tonic::body::Body>> for HyperConn {
+    type Response = http::Response<hyper::body::Incoming>;
+    type Error = hyper::Error;
+    // boxed: `send_request`'s future has no name
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, hyper::Error>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), hyper::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+        Box::pin(self.0.send_request(req))
+    }
+}
+
+/// A plain TCP connection to `addr` (no delay), with hyper's HTTP/2 handshake; its
+/// connection task spawned.
+async fn hyper_conn(addr: &str) -> HyperConn {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let (send, conn) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .handshake(hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    HyperConn(send)
 }
 
 impl Caller {
@@ -63,6 +105,7 @@ impl Caller {
                 drop(c.say_hello(req).await.unwrap());
             }
             Caller::Zrpc(c) => drop(c.say_hello(req).await.unwrap()),
+            Caller::Hyper(c) => drop(c.say_hello(req).await.unwrap()),
         }
     }
 }
@@ -137,8 +180,12 @@ async fn connect(kind: &str, addrs: &[String]) -> Caller {
             }
             Caller::Zrpc(GreeterClient::new(zrpc::client(conf).await.unwrap()))
         }
+        "hyper" => Caller::Hyper(GreeterClient::with_origin(
+            hyper_conn(&addrs[0]).await,
+            format!("http://{}", addrs[0]).parse().unwrap(),
+        )),
         other => panic!(
-            "unknown client {other:?}: tonic, tonic-dl, tonic-lazy, zrpc1, zrpc1-nt, zrpc1-min or zrpc2"
+            "unknown client {other:?}: tonic, tonic-dl, tonic-lazy, hyper, zrpc1, zrpc1-nt, zrpc1-min or zrpc2"
         ),
     }
 }
