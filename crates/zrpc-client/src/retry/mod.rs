@@ -97,13 +97,13 @@ impl Retry {
         // A copy is kept when another attempt may follow: under a policy, or when another
         // endpoint could take a request that never reached its server.
         let keep = policy.is_some() || b.len() > 1;
-        let (req, replay) = if keep || deadline.is_some() {
-            match replay::prepare(req, keep, deadline) {
-                Ok(prepared) => prepared,
-                Err(status) => return Call::failed(status),
-            }
-        } else {
-            (req, None)
+        // Read whether or not a copy is kept: a body read whole goes out as one DATA frame that
+        // ends the stream, where tonic's own unary body makes hyper send its message, then an
+        // empty frame to end it (about 2,000 instructions more per call for the client, and a
+        // frame more for the server to read).
+        let (req, replay) = match replay::prepare(req, keep, deadline) {
+            Ok(prepared) => prepared,
+            Err(status) => return Call::failed(status),
         };
         let pick = match b.pick(&req, &[], now) {
             Ok(pick) => pick,
