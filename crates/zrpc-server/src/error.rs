@@ -42,6 +42,10 @@ pub enum Error {
     /// A token store could not answer (auth).
     #[error("token store: {0}")]
     TokenStore(String),
+    /// Two services were added under one name ([`Server::add_service`](crate::Server::add_service);
+    /// health and reflection are added by the config's `Health` and `Reflection`).
+    #[error("service {0} was added twice: a server serves each service name once")]
+    DuplicateService(&'static str),
     /// An error a start found in a key of the config file it was loaded from (a `Tls` file,
     /// the log directory, `Etcd`, `ListenOn`), naming that file as load errors do.
     #[error("config file {file}: {source}")]

@@ -33,6 +33,7 @@ mod layers;
 pub mod metrics;
 mod preflight;
 pub mod registry;
+mod routes;
 mod server;
 pub mod shutdown;
 pub mod stage;
@@ -48,6 +49,7 @@ pub use conf::RpcServerConf;
 pub use error::Error;
 pub use handle::{Phase, ServerHandle};
 pub use preflight::preflight;
+pub use routes::Routes;
 /// For the facade (`zrpc::client`): not public API.
 #[doc(hidden)]
 pub use server::linked_streaming_methods;

@@ -5,6 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::routes::{Routes, RoutesBuilder};
 use bytes::Bytes;
 use http::{Request, Response};
 use prost::Message;
@@ -12,7 +13,6 @@ use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tonic::body::Body;
 use tonic::server::NamedService;
-use tonic::service::{Routes, RoutesBuilder};
 use tonic_health::ServingStatus;
 use tower::util::BoxCloneService;
 use tower::{ServiceBuilder, ServiceExt};
@@ -45,9 +45,10 @@ pub type WrapUpHook =
 ///
 /// ```no_run
 /// # async fn run<S>(svc: S) -> Result<(), zrpc_server::Error>
-/// # where S: tower_service::Service<http::Request<tonic::body::Body>, Error = std::convert::Infallible>
+/// # where S: tower_service::Service<http::Request<tonic::body::Body>,
+/// #     Response = http::Response<tonic::body::Body>, Error = std::convert::Infallible>
 /// #     + tonic::server::NamedService + Clone + Send + Sync + 'static,
-/// #   S::Response: axum::response::IntoResponse, S::Future: Send + 'static,
+/// #   S::Future: Send + 'static,
 /// # {
 /// use zrpc_server::{RpcServerConf, Server};
 ///
@@ -139,13 +140,12 @@ impl<L> Server<L> {
     #[must_use]
     pub fn add_service<S>(mut self, svc: S) -> Self
     where
-        S: Service<Request<Body>, Error = std::convert::Infallible>
+        S: Service<Request<Body>, Response = Response<Body>, Error = std::convert::Infallible>
             + NamedService
             + Clone
             + Send
             + Sync
             + 'static,
-        S::Response: axum::response::IntoResponse,
         S::Future: Send + 'static,
     {
         self.base.names.push(S::NAME);
@@ -755,7 +755,7 @@ async fn prepare_services(
     // families (every other stage already treats them apart, as infrastructure).
     streaming.extend(INFRA_STREAMS.iter().map(|m| (*m).to_owned()));
     Ok(Services {
-        routes: routes.routes().prepare(),
+        routes: routes.routes().map_err(Error::DuplicateService)?,
         health,
         streaming: StreamingMethods::new(streaming),
     })

@@ -141,7 +141,7 @@ pub use zrpc_client::{
 /// a server with a concurrency limit (`ConcurrencyLimit`) sheds the lower tiers first.
 pub use zrpc_core::limit::Tier;
 pub use zrpc_server::{
-    Lookup, PeerIdentity, Phase, Server, ServerChain, ServerHandle, StaticTokens, TlsError,
+    Lookup, PeerIdentity, Phase, Routes, Server, ServerChain, ServerHandle, StaticTokens, TlsError,
     TokenFuture, TokenStore, Trailers, original_authority, preflight,
 };
 
