@@ -5,7 +5,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::routes::{Routes, RoutesBuilder};
 use bytes::Bytes;
 use http::{Request, Response};
 use prost::Message;
@@ -27,6 +26,7 @@ use crate::conf::RpcServerConf;
 use crate::error::Error;
 use crate::handle::{HandleParts, Phase, ServerHandle};
 use crate::layers::{DrainLayer, DrainSignal};
+use crate::routes::{Routes, RoutesBuilder};
 use crate::shutdown;
 use crate::stage::recover::RecoverStage;
 use crate::stage::trace::TraceStage;
@@ -1177,6 +1177,28 @@ mod tests {
         assert_eq!(handle.dev_server_addr(), None);
         handle.shutdown();
         task.await.unwrap().unwrap();
+    }
+
+    /// Your own health service with `Health: true` serves `grpc.health.v1.Health` twice: the
+    /// start says so (axum's router panicked).
+    #[tokio::test]
+    async fn a_service_name_served_twice_is_an_error_at_start() {
+        let (_, health) = tonic_health::server::health_reporter();
+        let conf = RpcServerConf::new("twice.rpc", "127.0.0.1:0").with_cpu_threshold(0);
+        let server = Server::new(conf).unwrap().add_service(health);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let err = server
+            .serve_with_listener(listener, std::future::pending())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::DuplicateService("grpc.health.v1.Health")),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "service grpc.health.v1.Health was added twice: a server serves each service name once"
+        );
     }
 
     #[tokio::test]
