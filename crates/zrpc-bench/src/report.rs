@@ -322,15 +322,27 @@ fn merged(
             (title, format!("## {p}"))
         })
         .collect();
+    // Sections stay where the report has them, hand-written ones included; a section it lacks
+    // goes before the first of the run's sections that `order` puts after it.
+    let rank = |t: &str| order.iter().position(|o| *o == t);
     for s in sections {
         let md = section_md(s, charts_dir_name, Some(measured));
-        match kept.iter_mut().find(|(t, _)| *t == s.title) {
-            Some(slot) => slot.1 = md,
-            None => kept.push((s.title.clone(), md)),
+        if let Some(slot) = kept.iter_mut().find(|(t, _)| *t == s.title) {
+            slot.1 = md;
+            continue;
         }
+        let r = rank(&s.title).unwrap_or(order.len());
+        let at = kept
+            .iter()
+            .position(|(t, _)| rank(t).is_some_and(|o| o > r))
+            .or_else(|| {
+                kept.iter()
+                    .rposition(|(t, _)| rank(t).is_some())
+                    .map(|i| i + 1)
+            })
+            .unwrap_or(kept.len());
+        kept.insert(at, (s.title.clone(), md));
     }
-    let rank = |t: &str| order.iter().position(|o| *o == t).unwrap_or(order.len());
-    kept.sort_by_key(|(t, _)| rank(t));
     let titles: Vec<&str> = kept.iter().map(|(t, _)| t.as_str()).collect();
     let mut md = String::new();
     for line in format!("{header}\n").split_inclusive('\n') {
@@ -377,6 +389,39 @@ mod tests {
              ## A\n\nMeasured now.\n\nnew a\n\n## B\n\nold b\n\n\
              ## C\n\nMeasured now.\n\nnew c\n"
         );
+    }
+
+    /// A hand-written section between two of the run's stays there; a section the report
+    /// lacks goes where `order` puts it among the run's, before the hand-written ones after
+    /// them.
+    #[test]
+    fn a_merge_keeps_every_section_in_its_place() {
+        let report = "# r\n\nContents: x\n\n## A\n\na\n\n## Notes on A\n\nmine\n\n## C\n\nc\n\n\
+                      ## More notes\n\nmine too\n";
+        let new = |title: &str| Section {
+            title: title.into(),
+            intro: "new".into(),
+            ..Section::default()
+        };
+        let titles = |md: &str| -> Vec<String> {
+            md.split("\n## ")
+                .skip(1)
+                .map(|p| p.lines().next().unwrap_or_default().to_owned())
+                .collect()
+        };
+        let out = merged(
+            report,
+            "b",
+            "M.",
+            &["A", "B", "C", "D"],
+            &[new("A"), new("B")],
+        );
+        assert_eq!(titles(&out), ["A", "Notes on A", "B", "C", "More notes"]);
+        let out = merged(report, "b", "M.", &["A", "B", "C", "D"], &[new("D")]);
+        assert_eq!(titles(&out), ["A", "Notes on A", "C", "D", "More notes"]);
+        // a report of hand-written sections only: the new one goes last
+        let out = merged("# r\n\n## Mine\n\nx\n", "b", "M.", &["A"], &[new("A")]);
+        assert_eq!(titles(&out), ["Mine", "A"]);
     }
 
     #[test]
