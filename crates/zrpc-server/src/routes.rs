@@ -8,7 +8,7 @@
 //! Why not tonic's `Routes`: it is an axum router, with a route table of path patterns, a
 //! wildcard parameter decoded for every call, and the request and response bodies converted
 //! to axum's and back. A gRPC path needs only its service name compared; that router cost
-//! every call about 3,000 instructions (`docs/benchmarks.md`, "The router").
+//! every call about 5,300 instructions (`docs/benchmarks.md`, "The router").
 
 use std::convert::Infallible;
 use std::fmt;
@@ -22,8 +22,10 @@ use tonic::server::NamedService;
 use tower::ServiceExt;
 use tower_service::Service;
 
-/// A call's way into one service: a clone of the service, made ready and called.
-type Handler = Arc<
+/// A call's way into one service: a clone of the service, made ready and called. Not tower's
+/// `BoxCloneSyncService`: its `call` takes `&mut self`, so a shared one would be cloned (boxed)
+/// for every call; this clones only the service itself (for a tonic server, one `Arc`).
+type Handler = Box<
     dyn Fn(Request<Body>) -> BoxFuture<'static, Result<Response<Body>, Infallible>> + Send + Sync,
 >;
 
@@ -109,7 +111,7 @@ impl RoutesBuilder {
             self.duplicate.get_or_insert(S::NAME);
             return;
         }
-        let handler: Handler = Arc::new(move |req| Box::pin(svc.clone().oneshot(req)));
+        let handler: Handler = Box::new(move |req| Box::pin(svc.clone().oneshot(req)));
         self.services.push((S::NAME, handler));
     }
 
