@@ -23,8 +23,8 @@ pub(crate) fn is_past(deadline: Instant) -> bool {
     tokio::time::Instant::now().into_std() >= deadline
 }
 
-/// The one client timeout status: `DeadlineExceeded "deadline exceeded after 1s"`, whether the
-/// balancer's timer or the connection's own `grpc-timeout` timer fired first.
+/// The one client timeout status: `DeadlineExceeded "deadline exceeded after 1s"`, whichever
+/// timer of the call fired.
 pub(crate) fn deadline_exceeded(timeout: Option<Duration>) -> tonic::Status {
     match timeout {
         Some(t) => tonic::Status::deadline_exceeded(format!("deadline exceeded after {t:?}")),
@@ -45,8 +45,8 @@ pub(crate) fn find<'a, T: StdError + 'static>(err: &'a (dyn StdError + 'static))
 }
 
 /// `err` and its source chain, joined with ": " (a source that repeats the text before it is
-/// skipped): tonic's transport error says only "transport error", its cause (a broken pipe, a
-/// refused connection) is in the chain.
+/// skipped): an error's own words often say only what failed ("cannot connect", "connection
+/// error"), its cause (a broken pipe, a refused connection) is in the chain.
 pub(crate) fn describe(err: &(dyn StdError + 'static)) -> String {
     let mut out = err.to_string();
     let mut last = out.clone();
@@ -63,9 +63,38 @@ pub(crate) fn describe(err: &(dyn StdError + 'static)) -> String {
     out
 }
 
-/// True when tonic's `grpc-timeout` timer (or the attempt's own) ended the call.
+/// An endpoint's connection could not be made (TCP, TLS or HTTP/2 handshake): the request
+/// never left the client. Shared by the calls that waited for the same connect.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnectFailed(pub(crate) std::sync::Arc<dyn StdError + Send + Sync>);
+
+impl std::fmt::Display for ConnectFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("cannot connect")
+    }
+}
+
+impl StdError for ConnectFailed {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&*self.0)
+    }
+}
+
+/// An attempt's deadline timer fired before the response came.
+#[derive(Debug)]
+pub(crate) struct DeadlinePassed;
+
+impl std::fmt::Display for DeadlinePassed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("deadline exceeded")
+    }
+}
+
+impl StdError for DeadlinePassed {}
+
+/// True when the attempt's deadline timer ended the call.
 pub(crate) fn is_timeout(err: &(dyn StdError + 'static)) -> bool {
-    find::<tonic::TimeoutExpired>(err).is_some()
+    find::<DeadlinePassed>(err).is_some()
 }
 
 /// True when the connection's HTTP/2 failed the request: an HTTP/2 error (of the connection or
@@ -91,7 +120,8 @@ pub(crate) fn is_connection_loss(err: &(dyn StdError + 'static)) -> bool {
 
 /// True when the error proves the request was not processed by any server, so it may be sent to
 /// another endpoint even if it is not idempotent:
-/// - the connection could not be established (`tonic::ConnectError`: refused, unreachable, timeout);
+/// - the connection could not be established ([`ConnectFailed`]: refused, unreachable, timeout,
+///   a failed TLS handshake);
 /// - the server refused the stream (`REFUSED_STREAM`) or announced a graceful GOAWAY whose
 ///   last-stream-id is below this stream (h2 reports it as a remote GOAWAY with `NO_ERROR`;
 ///   tonic would surface it as `Internal`);
@@ -99,7 +129,7 @@ pub(crate) fn is_connection_loss(err: &(dyn StdError + 'static)) -> bool {
 pub(crate) fn never_reached_server(err: &(dyn StdError + 'static)) -> bool {
     let mut cur = Some(err);
     while let Some(e) = cur {
-        if e.is::<tonic::ConnectError>() {
+        if e.is::<ConnectFailed>() {
             return true;
         }
         if let Some(h2) = e.downcast_ref::<h2::Error>() {
@@ -176,8 +206,8 @@ mod tests {
     #[test]
     fn classifies_errors_that_never_reached_a_server() {
         let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
-        assert!(never_reached_server(&*boxed(tonic::ConnectError(
-            Box::new(refused)
+        assert!(never_reached_server(&*boxed(ConnectFailed(
+            std::sync::Arc::new(refused)
         ))));
         assert!(never_reached_server(&*boxed(h2::Error::from(
             h2::Reason::REFUSED_STREAM
@@ -192,7 +222,7 @@ mod tests {
         let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
         assert!(!never_reached_server(&*boxed(reset)));
         // nested in a status source chain
-        let status = tonic::Status::from_error(boxed(tonic::ConnectError(Box::new(
+        let status = tonic::Status::from_error(boxed(ConnectFailed(std::sync::Arc::new(
             std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
         ))));
         assert!(never_reached_server(&status));
@@ -216,8 +246,8 @@ mod tests {
     }
 
     #[test]
-    fn recognises_tonic_timeouts() {
-        assert!(is_timeout(&*boxed(tonic::TimeoutExpired(()))));
+    fn recognises_the_attempts_deadline() {
+        assert!(is_timeout(&*boxed(DeadlinePassed)));
         assert!(!is_timeout(&*boxed(std::io::Error::from(
             std::io::ErrorKind::TimedOut
         ))));

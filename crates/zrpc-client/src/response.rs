@@ -709,7 +709,6 @@ mod edge_tests {
             Some(timeout),
             req,
             &Arc::from("direct:///test"),
-            true,
         );
         first.await;
         let ended = end(

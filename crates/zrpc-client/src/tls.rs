@@ -1,48 +1,97 @@
-//! Client TLS (`Tls:` block of `RpcClientConf`, a zrpc addition): tonic's rustls connector
-//! (ring provider, the one etcd-client's TLS uses) over zrpc's watched TCP connection, with
-//! the `tls` cargo feature. Without it the block still parses, and is refused when the config
-//! is validated, naming the feature.
-
-use std::time::Duration;
+//! Client TLS (`Tls:` block of `RpcClientConf`, a zrpc addition): rustls (ring provider, the
+//! one etcd-client's TLS uses) over zrpc's watched TCP connection, ALPN `h2`, with the `tls`
+//! cargo feature. Without it the block still parses, and is refused when the config is
+//! validated, naming the feature.
 
 use serde::{Deserialize, Serialize};
-#[cfg(feature = "tls")]
-use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 use zrpc_core::conf::{ConfError, Validate};
 
 use crate::error::Error;
 
-/// The endpoints' TLS config: tonic's.
+/// The endpoints' TLS config, built once per client from the `Tls` block.
 #[cfg(feature = "tls")]
-pub(crate) type TlsConfig = ClientTlsConfig;
+#[derive(Clone)]
+pub(crate) struct TlsConfig {
+    config: std::sync::Arc<rustls::ClientConfig>,
+    /// `ServerName`, or `None`: each endpoint's host.
+    server_name: Option<rustls::pki_types::ServerName<'static>>,
+}
+
+#[cfg(feature = "tls")]
+impl std::fmt::Debug for TlsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsConfig")
+            .field("server_name", &self.server_name)
+            .finish_non_exhaustive()
+    }
+}
 
 /// The endpoints' TLS config: without the `tls` feature, none (the type has no value).
 #[cfg(not(feature = "tls"))]
 #[derive(Debug, Clone)]
 pub(crate) enum TlsConfig {}
 
-/// `ep` over TLS with `tls`; the handshake gets `timeout` too.
+/// TLS to one endpoint: the client's config and the name its certificate must carry.
 #[cfg(feature = "tls")]
-pub(crate) fn configure(
-    ep: tonic::transport::Endpoint,
-    tls: &TlsConfig,
-    timeout: Option<Duration>,
-) -> Result<tonic::transport::Endpoint, tonic::transport::Error> {
-    let tls = match timeout {
-        Some(t) => tls.clone().timeout(t),
-        None => tls.clone(),
-    };
-    ep.tls_config(tls)
+pub(crate) struct TlsConnect {
+    connector: tokio_rustls::TlsConnector,
+    name: rustls::pki_types::ServerName<'static>,
 }
 
-/// Never called: there is no `TlsConfig` without the `tls` feature.
+/// TLS to one endpoint: without the `tls` feature, none.
 #[cfg(not(feature = "tls"))]
-pub(crate) fn configure(
-    _: tonic::transport::Endpoint,
-    tls: &TlsConfig,
-    _: Option<Duration>,
-) -> Result<tonic::transport::Endpoint, tonic::transport::Error> {
-    match *tls {}
+pub(crate) enum TlsConnect {}
+
+#[cfg(feature = "tls")]
+impl TlsConfig {
+    /// TLS to the endpoint at `host` (a DNS name or an IP address).
+    pub(crate) fn for_host(&self, host: &str) -> Result<TlsConnect, String> {
+        let name = match &self.server_name {
+            Some(name) => name.clone(),
+            None => rustls::pki_types::ServerName::try_from(host.to_owned())
+                .map_err(|e| format!("{host:?} is no TLS server name ({e}): set Tls.ServerName"))?,
+        };
+        Ok(TlsConnect {
+            connector: tokio_rustls::TlsConnector::from(std::sync::Arc::clone(&self.config)),
+            name,
+        })
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+impl TlsConfig {
+    pub(crate) fn for_host(&self, _: &str) -> Result<TlsConnect, String> {
+        match *self {}
+    }
+}
+
+#[cfg(feature = "tls")]
+impl TlsConnect {
+    /// The TLS handshake over `io`; the server must choose HTTP/2 (ALPN `h2`), as tonic's
+    /// connector required.
+    pub(crate) async fn handshake<IO>(
+        &self,
+        io: IO,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<IO>>
+    where
+        IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        let tls = self.connector.connect(self.name.clone(), io).await?;
+        match tls.get_ref().1.alpn_protocol() {
+            Some(b"h2") => Ok(tls),
+            other => Err(std::io::Error::other(format!(
+                "the server did not choose HTTP/2 in the TLS handshake (ALPN: {:?})",
+                other.map(String::from_utf8_lossy)
+            ))),
+        }
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+impl TlsConnect {
+    pub(crate) async fn handshake<IO>(&self, _: IO) -> std::io::Result<IO> {
+        match *self {}
+    }
 }
 
 /// The error for a `Tls` block in a build without the `tls` feature.
@@ -134,42 +183,63 @@ impl ClientTlsConf {
         };
         let ca = read("Tls.CaFile", &self.ca_file)?;
         certs("Tls.CaFile", &self.ca_file, &ca)?;
-        let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
-        if !self.cert_file.is_empty() {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(&ca).flatten() {
+            roots.add(cert).map_err(|e| Error::Tls {
+                key: "Tls.CaFile",
+                file: self.ca_file.clone(),
+                reason: format!("not a usable CA certificate: {e}"),
+            })?;
+        }
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| Error::Tls {
+                key: "Tls",
+                file: self.ca_file.clone(),
+                reason: e.to_string(),
+            })?
+            .with_root_certificates(roots);
+        let mut config = if self.cert_file.is_empty() {
+            builder.with_no_client_auth()
+        } else {
             let cert = read("Tls.CertFile", &self.cert_file)?;
             certs("Tls.CertFile", &self.cert_file, &cert)?;
             let key = read("Tls.KeyFile", &self.key_file)?;
-            PrivateKeyDer::from_pem_slice(&key).map_err(|e| Error::Tls {
+            let key = PrivateKeyDer::from_pem_slice(&key).map_err(|e| Error::Tls {
                 key: "Tls.KeyFile",
                 file: self.key_file.clone(),
                 reason: format!("no usable PEM private key (PKCS#8, PKCS#1 or SEC1): {e}"),
             })?;
-            tls = tls.identity(Identity::from_pem(cert, key));
-        }
-        if !self.server_name.is_empty() {
-            tls = tls.domain_name(self.server_name.clone());
-        }
-        // tonic builds its connector here: a key that does not fit fails now, not per call
-        tonic::transport::Endpoint::from_static("https://localhost")
-            .tls_config(tls.clone())
-            .map_err(|e| Error::Tls {
-                key: "Tls",
-                file: format!("{} / {}", self.cert_file, self.key_file),
-                reason: format!("{e}: {}", source_chain(&e)),
-            })?;
-        Ok(tls)
+            let chain = CertificateDer::pem_slice_iter(&cert).flatten().collect();
+            // a key that does not fit the certificate fails now, not per connection
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| Error::Tls {
+                    key: "Tls",
+                    file: format!("{} / {}", self.cert_file, self.key_file),
+                    reason: e.to_string(),
+                })?
+        };
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        let server_name = if self.server_name.is_empty() {
+            None
+        } else {
+            Some(
+                rustls::pki_types::ServerName::try_from(self.server_name.clone()).map_err(|e| {
+                    Error::Tls {
+                        key: "Tls.ServerName",
+                        file: self.server_name.clone(),
+                        reason: format!("not a DNS name or IP address: {e}"),
+                    }
+                })?,
+            )
+        };
+        Ok(TlsConfig {
+            config: std::sync::Arc::new(config),
+            server_name,
+        })
     }
-}
-
-#[cfg(feature = "tls")]
-fn source_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = Vec::new();
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        out.push(s.to_string());
-        cur = s.source();
-    }
-    out.join(": ")
 }
 
 impl Validate for ClientTlsConf {

@@ -1,5 +1,5 @@
-//! One server: its address, its stats and its HTTP/2 connection (a lazily connected tonic
-//! `Channel`, which reconnects on demand; the picker's back-off spaces the attempts). A lost
+//! One server: its address, its stats and its HTTP/2 connection (made when a call needs it, and
+//! again once lost: see `conn`; the picker's back-off spaces the attempts). A lost
 //! connection, a call past its deadline or stalled calls make it suspect until an out-of-band
 //! probe is answered.
 
@@ -13,18 +13,18 @@ use std::time::{Duration, Instant};
 use pin_project_lite::pin_project;
 
 use tonic::body::Body;
-use tonic::transport::Channel;
 use tower::BoxError;
 use zrpc_core::grpc::{OnStatus, StatusGuard, code};
 
+use super::conn::{Conn, Connecting, ResponseFuture};
 use super::stats::{Clock, EjectionLimit, EndpointStats};
 use super::wire::{Connector, FirstAnswer, Mark, Wire};
 use crate::failure::{
-    BodyFailure, body_failure, is_connection_loss, is_h2_failure, is_timeout, never_reached_server,
-    remote_reset, reset_code,
+    BodyFailure, ConnectFailed, DeadlinePassed, body_failure, is_connection_loss, is_h2_failure,
+    is_timeout, never_reached_server, remote_reset, reset_code,
 };
 
-/// Connection settings of endpoint channels.
+/// Connection settings of the endpoints.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ConnectOptions {
     /// HTTP/2 keepalive ping interval (`KeepaliveTime`), `None` = off.
@@ -42,9 +42,7 @@ pub(crate) struct ConnectOptions {
 pub(crate) struct Endpoint {
     pub(crate) addr: Arc<str>,
     pub(crate) stats: EndpointStats,
-    channel: Channel,
-    /// Idle clones of `channel`, reused by calls (see [`POOLED_CHANNELS`]).
-    pool: parking_lot::Mutex<Vec<Channel>>,
+    conn: Conn,
     /// Writes and losses of its connections (see `wire`).
     pub(crate) wire: Arc<Wire>,
     /// The balancer's cap on ejected endpoints.
@@ -52,7 +50,7 @@ pub(crate) struct Endpoint {
     /// `wire.reads()` at the last stall check.
     reads_seen: AtomicU64,
     /// How the probes connect: a connection of their own each (see [`Endpoint::probe`]).
-    probe_with: (tonic::transport::Endpoint, Connector),
+    probe_with: Connector,
 }
 
 impl AsRef<EndpointStats> for Endpoint {
@@ -76,64 +74,38 @@ pub(crate) struct AttemptError {
 }
 
 impl Endpoint {
-    /// A lazily connecting endpoint; an error for an address tonic cannot use as a URI.
-    pub(crate) fn new(
-        addr: &str,
-        opts: &ConnectOptions,
-    ) -> Result<Endpoint, tonic::transport::Error> {
-        let scheme = if opts.tls.is_some() { "https" } else { "http" };
-        let mut ep = tonic::transport::Endpoint::from_shared(format!("{scheme}://{addr}"))?;
-        if let Some(tls) = &opts.tls {
-            // tonic's rustls connector runs over `Connector`'s watched TCP stream; the handshake
-            // gets the connect timeout too (the TCP connect has its own, in `Connector`)
-            ep = crate::tls::configure(ep, tls, opts.connect_timeout)?;
-        }
-        // Every HTTP/2 limit of the connection set here on purpose (in tonic's and hyper's
-        // builders `None` often means no limit); docs/security.md tables them.
-        ep = ep
-            // the largest header list (and trailers) a server may send: hyper's 16 KiB
-            .http2_max_header_list_size(16 << 10)
-            // streams reset for the server's protocol errors before the connection is ended
-            // (h2's MadeYouReset guard, which `None` would turn off)
-            .http2_max_local_error_reset_streams(1024)
-            // locally reset streams remembered to ignore their late frames: h2's 50, 1 s
-            .http2_max_concurrent_reset_streams(50)
-            .http2_reset_stream_duration(Duration::from_secs(1))
-            // the RFC's minimum frame size; hyper's client windows (2 MiB per stream, 5 MiB
-            // per connection), fixed: a response's unread data is bounded by them
-            .max_frame_size(16 << 10)
-            .initial_stream_window_size(2 << 20)
-            .initial_connection_window_size(5 << 20)
-            .http2_adaptive_window(false);
-        if let Some(k) = opts.keepalive {
-            ep = ep
-                .http2_keep_alive_interval(k)
-                .keep_alive_timeout(Duration::from_secs(20))
-                .keep_alive_while_idle(false);
-        }
+    /// An endpoint, not connected yet; an error for an address that is no `host:port` (or,
+    /// with TLS, whose host is no server name).
+    pub(crate) fn new(addr: &str, opts: &ConnectOptions) -> Result<Endpoint, String> {
+        let authority: http::uri::Authority =
+            addr.parse().map_err(|e| format!("not a host:port: {e}"))?;
+        let tls = match &opts.tls {
+            Some(tls) => Some(
+                tls.for_host(
+                    authority
+                        .host()
+                        .trim_start_matches('[')
+                        .trim_end_matches(']'),
+                )?,
+            ),
+            None => None,
+        };
         let wire = Arc::new(Wire::default());
-        // plain TCP with TCP_NODELAY and the connect timeout (not tonic's `connect_timeout`,
-        // whose wrapper stays on the connection's every read and write: see `Connector`), watched
-        // to prove a failed request was never written; tonic wraps connect errors in
-        // `ConnectError`
+        // plain TCP with TCP_NODELAY and the connect timeout, watched to prove a failed request
+        // was never written
         let connector = Connector {
             wire: wire.clone(),
             connect_timeout: opts.connect_timeout,
             plaintext: opts.tls.is_none(),
         };
-        let probe_with = (
-            ep.clone(),
-            Connector {
-                wire: Arc::new(Wire::default()),
-                ..connector.clone()
-            },
-        );
-        let channel = ep.connect_with_connector_lazy(connector);
+        let probe_with = Connector {
+            wire: Arc::new(Wire::default()),
+            ..connector.clone()
+        };
         Ok(Endpoint {
             addr: Arc::from(addr),
             stats: EndpointStats::new(),
-            channel,
-            pool: parking_lot::Mutex::new(Vec::new()),
+            conn: Conn::new(authority, connector, tls, opts.keepalive),
             wire,
             ejection: Arc::clone(&opts.ejection),
             reads_seen: AtomicU64::new(0),
@@ -145,9 +117,7 @@ impl Endpoint {
     /// from the final gRPC status of the response (headers or trailers; a drop counts as
     /// cancelled, or deadline exceeded past `deadline`). A transport error marks the endpoint
     /// down (back-off) and reports whether the request can be retried elsewhere. `timeout` (the
-    /// call's `grpc-timeout`) is quoted when the connection's own timer ends the call. `first`:
-    /// a first attempt, whose `grpc-timeout` is the call's whole timeout, so tonic's timer can
-    /// stand for the deadline; a retry's cannot (its header still says the whole timeout).
+    /// call's `grpc-timeout`) is quoted when the attempt's timer ends the call.
     #[inline]
     pub(crate) fn send(
         self: Arc<Self>,
@@ -156,7 +126,6 @@ impl Endpoint {
         timeout: Option<Duration>,
         req: http::Request<Body>,
         target: &Arc<str>,
-        first: bool,
     ) -> Attempt {
         let mark = self.wire.mark();
         let guard = StatusGuard::new(Done {
@@ -166,31 +135,9 @@ impl Endpoint {
             deadline,
             mark,
         });
-        let mut channel = self
-            .pool
-            .lock()
-            .pop()
-            .unwrap_or_else(|| self.channel.clone());
-        let mut deadline = deadline;
-        // Handed to the channel now when it has room (its buffer almost always has): the
-        // attempt then holds only the channel's small response future, not the request and
-        // channel that every stage above would otherwise move. A `poll_ready`
-        // with a no-op waker only asks: when the channel is full, `Attempt::poll` asks again
-        // with the task's waker, which replaces it.
-        let state = match tower::Service::poll_ready(
-            &mut channel,
-            &mut Context::from_waker(std::task::Waker::noop()),
-        ) {
-            Poll::Ready(Ok(())) => AttemptState::Sent {
-                fut: self.dispatch(channel, req, first, timeout, &mut deadline, false),
-            },
-            // the channel's worker is gone (a clone in that state is not kept)
-            Poll::Ready(Err(e)) => AttemptState::Failed {
-                err: Some(e.into()),
-            },
-            Poll::Pending => AttemptState::Ready {
-                pending: Some(Box::new((channel, req))),
-            },
+        let state = match self.conn.send(req) {
+            Ok(fut) => AttemptState::Sent { fut },
+            Err(waiting) => AttemptState::Connecting { waiting },
         };
         Attempt {
             state,
@@ -200,41 +147,13 @@ impl Endpoint {
             timeout,
             target: Arc::clone(target),
             deadline,
-            header_timer: first,
             watchdog: None,
         }
     }
 
-    /// Calls a ready `channel` with `req`. tonic's timer stands for the deadline only if the
-    /// worker sends the request at once (see [`Attempt`]'s docs): then `deadline` is cleared.
-    fn dispatch(
-        &self,
-        mut channel: Channel,
-        req: http::Request<Body>,
-        header_timer: bool,
-        timeout: Option<Duration>,
-        deadline: &mut Option<Instant>,
-        watching: bool,
-    ) -> tonic::transport::channel::ResponseFuture {
-        if !watching && header_timer && timeout.is_some() && self.wire.is_live() {
-            *deadline = None;
-        }
-        let fut = tower::Service::call(&mut channel, req);
-        self.give_back(channel);
-        fut
-    }
-
-    /// Takes back a channel clone after its `call` (kept up to [`POOLED_CHANNELS`]).
-    fn give_back(&self, channel: Channel) {
-        let mut pool = self.pool.lock();
-        if pool.len() < POOLED_CHANNELS {
-            pool.push(channel);
-        }
-    }
-
     /// The error of a failed attempt (see [`Endpoint::send`]), recorded on the endpoint: at or
-    /// after the call's deadline (tonic's timer, the attempt's own, or the server ending the
-    /// call then) `DeadlineExceeded`, recorded as any deadline; a stream the server reset, the
+    /// after the call's deadline (the attempt's timer, or the server ending the call then)
+    /// `DeadlineExceeded`, recorded as any deadline; a stream the server reset, the
     /// code of its reason (not a transport failure); anything else a transport failure,
     /// `Unavailable`.
     fn failed(
@@ -283,10 +202,7 @@ impl Endpoint {
         }
         let lost = is_connection_loss(&*err);
         let retryable = never_reached_server(&*err)
-            || (lost
-                && (self.wire.unsent_since(mark)
-                    || self.wire.only_silent_losses_since(mark)
-                    || self.wire.stale_since(mark)));
+            || (lost && (self.wire.unsent_since(mark) || self.wire.only_silent_losses_since(mark)));
         // a plaintext connection answered with a TLS record fails in h2 (it reads the record
         // as a frame), or in hyper for a request h2 had not taken yet: say what the bytes were
         let answer = self.wire.first_answer();
@@ -304,14 +220,11 @@ impl Endpoint {
         } else {
             ""
         };
-        let chain = crate::failure::describe(&*err);
-        let status = tonic::Status::from_error(err);
-        // tonic's own words for a transport error, or a refused stream, say nothing of the cause
-        let refused = "stream terminated by RST_STREAM with error code: REFUSED_STREAM";
-        let message = match status.message() {
-            _ if reset == Some(h2::Reason::REFUSED_STREAM) => refused,
-            "transport error" => &chain,
-            m => m,
+        let message = if reset == Some(h2::Reason::REFUSED_STREAM) {
+            // h2's own words for a refused stream say nothing of what it means
+            "stream terminated by RST_STREAM with error code: REFUSED_STREAM".to_owned()
+        } else {
+            crate::failure::describe(&*err)
         };
         let status = tonic::Status::unavailable(format!(
             "{target}: endpoint {}: {message}{hint}",
@@ -392,8 +305,7 @@ impl Endpoint {
     /// the calls' connection: there the probe would wait behind the server's stream limit
     /// when long calls fill it, and find nothing wrong with a server that only runs them.
     async fn probe(&self) -> bool {
-        let (endpoint, connector) = &self.probe_with;
-        let Ok(channel) = endpoint.connect_with_connector(connector.clone()).await else {
+        let Ok(mut sender) = self.conn.connect_apart(self.probe_with.clone()).await else {
             return false;
         };
         let mut req = http::Request::new(Body::new(http_body_util::Full::new(
@@ -407,7 +319,8 @@ impl Endpoint {
             http::HeaderValue::from_static("application/grpc"),
         );
         headers.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
-        tower::ServiceExt::oneshot(channel, req).await.is_ok()
+        self.conn.origin(&mut req);
+        sender.send_request(req).await.is_ok()
     }
 }
 
@@ -446,78 +359,49 @@ async fn probe_until_answered(endpoint: std::sync::Weak<Endpoint>, clock: Clock)
     }
 }
 
-/// At most this many idle channel clones per endpoint. A `Channel` is a `tower::buffer::Buffer`:
-/// each clone allocates (its `PollSender` boxes a reusable future) and the first `poll_ready` of a
-/// clone allocates again, while the response future of `call` owns nothing of the clone. So a call
-/// borrows a clone for its `poll_ready` + `call` and gives it back at once: steady state, no
-/// allocation (a bare tonic client keeps one `Channel` for the same reason).
-const POOLED_CHANNELS: usize = 64;
-
 pin_project! {
-    /// One attempt on an endpoint ([`Endpoint::send`]): a named future, no box per call.
+    /// One attempt on an endpoint ([`Endpoint::send`]): a named future.
     ///
-    /// # Deadline
-    ///
-    /// The call's `deadline` is enforced with one timer. tonic arms one when it sends a request
-    /// carrying `grpc-timeout` (its `GrpcTimeout` layer, inside the channel's worker, from the
-    /// header's duration) and fails the call with `TimeoutExpired` at expiry, reported as
-    /// `DeadlineExceeded`. That timer is relied on when the request is handed to the channel at
-    /// once (its `poll_ready` was ready) while a connection of the endpoint is live, so that the
-    /// worker sends it without delay: a first attempt, whose header is the call's whole timeout.
-    /// Otherwise (the channel not ready, no live connection: the worker would connect first and
-    /// arm tonic's timer only then; a retry, whose header still says the whole timeout) the
-    /// attempt arms its own `watchdog` at `deadline`. The one case left to tonic's timer alone
-    /// is a connection lost in the microseconds between that check and the worker's dispatch:
-    /// the worker reconnects first (at most the connect timeout, 3 s), then tonic's timer runs.
+    /// The call's `deadline` is enforced by the attempt's own timer, armed the first time the
+    /// attempt waits (the connect, or the response): at expiry the attempt fails with
+    /// `DeadlineExceeded`, whether it was still waiting for a connection or for the answer.
     pub(crate) struct Attempt {
-        #[pin]
         state: AttemptState,
         endpoint: Arc<Endpoint>,
         guard: StatusGuard<Done>,
         mark: Mark,
         timeout: Option<Duration>,
         target: Arc<str>,
-        // the deadline this attempt enforces itself (`None` once tonic's timer stands for it)
         deadline: Option<Instant>,
-        // tonic's timer from the header may stand for the deadline (false for a retry)
-        header_timer: bool,
-        // the attempt's own deadline timer, when tonic's cannot be relied on (rare: boxed)
-        watchdog: Option<Pin<Box<tokio::time::Sleep>>>,
+        #[pin]
+        watchdog: Option<tokio::time::Sleep>,
     }
 }
 
-/// The error of an attempt whose own deadline timer fired (as tonic's would say).
-fn expired() -> BoxError {
-    Box::new(tonic::TimeoutExpired(()))
-}
-
-/// Arms `watchdog` at `deadline` (once) and polls it: true once the deadline has passed.
+/// True once `deadline` has passed: arms `watchdog` at `deadline` (once) and polls it.
 fn deadline_passed(
-    watchdog: &mut Option<Pin<Box<tokio::time::Sleep>>>,
+    mut watchdog: Pin<&mut Option<tokio::time::Sleep>>,
     deadline: Option<Instant>,
     cx: &mut Context<'_>,
 ) -> bool {
     let Some(deadline) = deadline else {
         return false;
     };
-    let sleep = watchdog.get_or_insert_with(|| {
-        Box::pin(tokio::time::sleep_until(tokio::time::Instant::from_std(
-            deadline,
-        )))
-    });
-    sleep.as_mut().poll(cx).is_ready()
+    if watchdog.is_none() {
+        watchdog.set(Some(tokio::time::sleep_until(
+            tokio::time::Instant::from_std(deadline),
+        )));
+    }
+    watchdog
+        .as_pin_mut()
+        .is_some_and(|sleep| sleep.poll(cx).is_ready())
 }
 
-pin_project! {
-    #[project = AttemptProj]
-    enum AttemptState {
-        // The channel had no room when the attempt started (rare: boxed, so the attempt stays
-        // small). `None` once sent.
-        Ready { pending: Option<Box<(Channel, http::Request<Body>)>> },
-        Sent { #[pin] fut: tonic::transport::channel::ResponseFuture },
-        // The channel's worker was gone when the attempt started.
-        Failed { err: Option<BoxError> },
-    }
+enum AttemptState {
+    // No live connection when the attempt started: its request waits for the connect.
+    Connecting { waiting: Connecting },
+    Sent { fut: ResponseFuture },
+    Done,
 }
 
 impl std::fmt::Debug for Attempt {
@@ -534,51 +418,38 @@ impl Future for Attempt {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
-            let result = match this.state.as_mut().project() {
-                AttemptProj::Ready { pending } => {
-                    let Some((ch, _)) = pending.as_deref_mut() else {
-                        // polled again after completing
-                        return Poll::Pending;
-                    };
-                    match tower::Service::poll_ready(ch, cx) {
-                        Poll::Ready(Ok(())) => {
-                            let Some(taken) = pending.take() else {
-                                return Poll::Pending;
-                            };
-                            let (ch, req) = *taken;
-                            let fut = this.endpoint.dispatch(
-                                ch,
-                                req,
-                                *this.header_timer,
-                                *this.timeout,
-                                this.deadline,
-                                this.watchdog.is_some(),
-                            );
-                            this.state.set(AttemptState::Sent { fut });
-                            continue;
-                        }
-                        // the channel's worker is gone (a clone in that state is not kept)
-                        Poll::Ready(Err(e)) => Err(e.into()),
-                        Poll::Pending if deadline_passed(this.watchdog, *this.deadline, cx) => {
-                            Err(expired())
-                        }
-                        Poll::Pending => return Poll::Pending,
+            let result: Result<http::Response<hyper::body::Incoming>, BoxError> = match this.state {
+                AttemptState::Connecting { waiting } => match Pin::new(waiting).poll(cx) {
+                    Poll::Ready(Ok(Ok(fut))) => {
+                        *this.state = AttemptState::Sent { fut };
+                        continue;
                     }
-                }
-                AttemptProj::Failed { err } => Err(err
-                    .take()
-                    .unwrap_or_else(|| tonic::Status::internal("polled after completion").into())),
-                AttemptProj::Sent { fut } => match fut.poll(cx) {
-                    Poll::Ready(r) => r.map_err(Into::into),
-                    Poll::Pending if deadline_passed(this.watchdog, *this.deadline, cx) => {
-                        Err(expired())
+                    Poll::Ready(Ok(Err(e))) => Err(e.into()),
+                    // the connect task is gone (the runtime shuts down)
+                    Poll::Ready(Err(closed)) => Err(ConnectFailed::new(closed).into()),
+                    Poll::Pending
+                        if deadline_passed(this.watchdog.as_mut(), *this.deadline, cx) =>
+                    {
+                        Err(DeadlinePassed.into())
                     }
                     Poll::Pending => return Poll::Pending,
                 },
+                AttemptState::Sent { fut } => match fut.as_mut().poll(cx) {
+                    Poll::Ready(r) => r.map_err(Into::into),
+                    Poll::Pending
+                        if deadline_passed(this.watchdog.as_mut(), *this.deadline, cx) =>
+                    {
+                        Err(DeadlinePassed.into())
+                    }
+                    Poll::Pending => return Poll::Pending,
+                },
+                // polled again after completing
+                AttemptState::Done => return Poll::Pending,
             };
+            *this.state = AttemptState::Done;
             return Poll::Ready(match result {
                 Ok(resp) => Ok(Answer {
-                    resp,
+                    resp: resp.map(Body::new),
                     done: this.guard.take(),
                 }),
                 Err(err) => Err(this.endpoint.failed(
@@ -742,40 +613,64 @@ mod tests {
         }
     }
 
+    /// The deadline ends an attempt whether it waits for its connection or for the answer.
     #[tokio::test]
-    async fn an_attempt_waits_for_room_in_a_full_channel_and_its_deadline_ends_it() {
-        // A server that completes the TCP handshake (the backlog) but never answers: the
-        // channel's worker waits on the connection, its one-request buffer fills, and the
-        // attempts after it find no room when they start (the boxed `Ready` state).
+    async fn the_deadline_ends_an_attempt_waiting_to_connect_or_for_its_answer() {
+        // A listener whose accept queue (backlog 0: one connection) is full: the kernel drops
+        // the SYNs of further connects, which then wait for their retransmissions.
+        let sock = tokio::net::TcpSocket::new_v4().unwrap();
+        sock.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let full = sock.listen(0).unwrap();
+        let addr = full.local_addr().unwrap().to_string();
+        let mut queued = Vec::new();
+        for _ in 0..2 {
+            if let Ok(Ok(c)) = tokio::time::timeout(
+                Duration::from_millis(200),
+                tokio::net::TcpStream::connect(&addr),
+            )
+            .await
+            {
+                queued.push(c);
+            }
+        }
+        // A listener that accepts (the backlog) and never answers.
         let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = silent.local_addr().unwrap().to_string();
-        let mut ep = Endpoint::new(&addr, &ConnectOptions::default()).unwrap();
-        ep.channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .buffer_size(1)
-            .connect_lazy();
-        let ep = Arc::new(ep);
+        let silent_addr = silent.local_addr().unwrap().to_string();
         let clock = Clock::new(Instant::now());
         let target: Arc<str> = Arc::from("direct:///test");
-        let start = |deadline: Duration| {
-            let deadline = Instant::now() + deadline;
-            Arc::clone(&ep).send(
+        for (addr, connecting) in [(&addr, true), (&silent_addr, false)] {
+            let ep = Arc::new(Endpoint::new(addr, &ConnectOptions::default()).unwrap());
+            let begun = Instant::now();
+            let mut attempt = Box::pin(Arc::clone(&ep).send(
                 (clock, clock.nanos(Instant::now())),
-                Some(deadline),
-                Some(Duration::from_secs(1)),
+                Some(begun + Duration::from_millis(300)),
+                Some(Duration::from_millis(300)),
                 http::Request::new(Body::empty()),
                 &target,
-                true,
-            )
-        };
-        let first = start(Duration::from_secs(30));
-        let queued = start(Duration::from_secs(30));
-        let waiting = start(Duration::from_millis(200));
-        assert!(matches!(waiting.state, AttemptState::Ready { .. }));
-        let begun = Instant::now();
-        let err = waiting.await.unwrap_err();
-        assert_eq!(err.status.code(), tonic::Code::DeadlineExceeded);
-        assert!(begun.elapsed() >= Duration::from_millis(150));
-        drop((first, queued));
+            ));
+            assert!(matches!(attempt.state, AttemptState::Connecting { .. }));
+            // driven to its end: still connecting to the full listener, sent to the silent one
+            let mut sent = false;
+            let ended = std::future::poll_fn(|cx| {
+                let r = attempt.as_mut().poll(cx);
+                sent |= r.is_pending() && matches!(attempt.state, AttemptState::Sent { .. });
+                r
+            })
+            .await;
+            assert_eq!(sent, !connecting, "{addr}: sent {sent}");
+            let err = ended.unwrap_err();
+            assert_eq!(
+                err.status.code(),
+                tonic::Code::DeadlineExceeded,
+                "{}",
+                err.status
+            );
+            let took = begun.elapsed();
+            assert!(
+                took >= Duration::from_millis(250) && took < Duration::from_secs(2),
+                "{addr}: ended after {took:?}"
+            );
+        }
+        drop((full, queued, silent));
     }
 }

@@ -6,6 +6,7 @@
 //! A pick reads the snapshot, reads the clock once, draws from a per-thread generator and touches a
 //! few atomics: no lock, no allocation, no worker task.
 
+mod conn;
 pub(crate) mod consistent_hash;
 pub(crate) mod endpoint;
 pub(crate) mod p2c;

@@ -110,8 +110,7 @@ const MIN_ANCHORED_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// The period of the anchor timer for calls whose timeout is `timeout`, if any.
 ///
-/// Every call with a deadline makes tonic's channel arm a timer (`GrpcTimeout`, from the
-/// `grpc-timeout` header). tokio's time driver wakes its parked I/O driver (an `eventfd` write)
+/// Every call with a deadline arms a timer (its attempt's). tokio's time driver wakes its parked I/O driver (an `eventfd` write)
 /// whenever a timer is inserted earlier than the wake-up it last planned, and with no other
 /// timer in the wheel that plan is "never": so each serial call would pay one more system call,
 /// and on a multi-thread runtime a wake-up of the worker parked on the driver, which then finds
@@ -382,10 +381,9 @@ impl Pick {
         deadline: Option<Instant>,
         timeout: Option<Duration>,
         target: &Arc<str>,
-        first: bool,
     ) -> Attempt {
         self.endpoint
-            .send((self.clock, self.at), deadline, timeout, req, target, first)
+            .send((self.clock, self.at), deadline, timeout, req, target)
     }
 
     /// Gives the pick up unsent (its in-flight count released, nothing recorded).

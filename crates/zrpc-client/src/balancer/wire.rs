@@ -134,12 +134,10 @@ pub(crate) struct Mark {
     losses: u64,
     silent_losses: u64,
     closings: u64,
-    /// A connection of the endpoint was established and not lost.
-    live: bool,
 }
 
 impl Wire {
-    /// Taken just before a request is handed to the channel (attempts first: a loss counted after
+    /// Taken just before a request is handed to its connection (attempts first: a loss counted after
     /// the mark saw at least its `sent_to`).
     pub(crate) fn mark(&self) -> Mark {
         // Publish the index in `marked` before taking it: a write that starts later reads it and
@@ -162,7 +160,6 @@ impl Wire {
             losses,
             silent_losses: self.silent_losses.load(Ordering::SeqCst),
             closings: self.closings.load(Ordering::Relaxed),
-            live: self.is_live(),
         }
     }
 
@@ -198,9 +195,7 @@ impl Wire {
         self.losses.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// True while a connection of the endpoint is established and no loss was seen on it: a
-    /// request handed to the channel now is sent at once (the channel's worker dispatches it
-    /// without waiting for a connection).
+    /// True while a connection of the endpoint is established and no loss was seen on it.
     pub(crate) fn is_live(&self) -> bool {
         self.live.load(Ordering::Relaxed) > 0
     }
@@ -270,14 +265,6 @@ impl Wire {
             && self.loss_sent_to.load(Ordering::SeqCst) <= mark.attempts
     }
 
-    /// True when a request that failed with a connection-loss error got an error older than
-    /// itself: no connection of the endpoint was live when it was handed over and no loss was
-    /// observed since. tonic's channel keeps the error of a connection that failed as it was
-    /// made and returns it to the next request without sending that one anywhere.
-    pub(crate) fn stale_since(&self, mark: Mark) -> bool {
-        !mark.live && !self.lost_since(mark)
-    }
-
     /// True when connections were lost after `mark` and every one of them was lost before the
     /// server sent it a byte. A request that failed with a connection-loss error then was never
     /// processed, though it may have been written: an HTTP/2 server sends its SETTINGS before
@@ -296,12 +283,10 @@ impl Wire {
 /// Connects plain TCP (`TCP_NODELAY`) to `host:port` of the URI, within `connect_timeout`, and
 /// watches the connection.
 ///
-/// The connect timeout is applied here, around the connect alone, rather than with tonic's
-/// `Endpoint::connect_timeout`: tonic implements that with `hyper_timeout::TimeoutConnector`,
-/// whose stream (`TimeoutStream`, boxed) stays between h2 and the socket for the connection's
-/// whole life, checking its (unset) read and write timeouts on every read and write. A timeout
-/// fails with the error `TimeoutConnector` gives (`TimedOut`, "deadline has elapsed"), which
-/// tonic then wraps in its `ConnectError` as every connect error of this connector.
+/// The connect timeout is applied around the connect alone, not as a wrapper that would stay
+/// between h2 and the socket for the connection's whole life (as `hyper_timeout`'s stream does
+/// in tonic's channel). A timeout fails with `TimedOut` ("deadline has elapsed"), which the
+/// endpoint's connection wraps in `ConnectFailed` as every connect error.
 #[derive(Debug, Clone)]
 pub(crate) struct Connector {
     pub(crate) wire: Arc<Wire>,
@@ -311,8 +296,9 @@ pub(crate) struct Connector {
     pub(crate) plaintext: bool,
 }
 
-/// `connect`, failed with `TimedOut` if it does not finish within `timeout`.
-async fn within<T>(
+/// `connect`, failed with `TimedOut` if it does not finish within `timeout` (the TCP connect
+/// here, the TLS handshake in `conn`).
+pub(super) async fn within<T>(
     timeout: Option<Duration>,
     connect: impl Future<Output = io::Result<T>>,
 ) -> io::Result<T> {
@@ -671,23 +657,6 @@ mod tests {
 
         // nothing lost since the mark: not a silent loss either
         assert!(!wire.only_silent_losses_since(wire.mark()));
-    }
-
-    /// A connection-loss error of a request handed over while no connection was live, with no
-    /// loss since, is older than the request (tonic's channel returns a failed connect's error
-    /// to the next request without sending it).
-    #[test]
-    fn an_error_older_than_its_request_is_stale() {
-        let wire = Wire::default();
-        let m = wire.mark();
-        assert!(wire.stale_since(m), "nothing live, nothing lost since");
-        wire.on_loss();
-        assert!(!wire.stale_since(m), "a loss since the mark: its own");
-        wire.live.fetch_add(1, Ordering::Relaxed);
-        assert!(
-            !wire.stale_since(wire.mark()),
-            "a live connection at the mark may have carried it"
-        );
     }
 
     #[tokio::test]

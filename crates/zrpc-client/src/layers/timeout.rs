@@ -13,16 +13,13 @@
 //!
 //! # One timer per call
 //!
-//! A call that carries `grpc-timeout` already gets a timer from tonic: the connection stack of
-//! every tonic `Channel` (`GrpcTimeout`) arms one from that header when it sends the request, and
-//! fails the call with `TimeoutExpired` at expiry (which the endpoint reports as
-//! `DeadlineExceeded`). This stage therefore sets the header but arms no timer of its own, and
-//! the balancer arms one only where tonic's cannot be relied on (a request not yet handed to a
-//! live connection, a retry: see `balancer::endpoint`). A second timer per call cost a lock, a
-//! wheel insertion and removal, and mostly a wake-up of the runtime's parked I/O driver (an
-//! `eventfd` write) per serial call. Inserting tonic's timer also woke the parked I/O driver,
-//! since it was the only timer in tokio's wheel; the client's balancer keeps an earlier one there
-//! (`balancer::service`'s `anchor_period`) so that a call's timer wakes nobody.
+//! This stage sets the header and arms no timer: each attempt arms the one timer of its call
+//! (`balancer::endpoint`'s `Attempt`) the first time it waits. A second timer per call would
+//! cost a lock, a wheel insertion and removal, and a wake-up of the runtime's parked I/O driver
+//! (an `eventfd` write) per serial call. Inserting that one timer would also wake the parked
+//! I/O driver if it were the only timer in tokio's wheel; the client's balancer keeps an
+//! earlier one there (`balancer::service`'s `anchor_period`) so that a call's timer wakes
+//! nobody.
 
 use std::time::{Duration, Instant};
 

@@ -79,7 +79,6 @@ impl Attempts {
     fn send(
         &mut self,
         req: http::Request<Body>,
-        first: bool,
         strict: bool,
     ) -> Result<Option<crate::balancer::endpoint::Attempt>, tonic::Status> {
         let pick = self.balancer.pick(&req, &self.tried, Instant::now())?;
@@ -91,13 +90,7 @@ impl Attempts {
         }
         self.tried.push(Arc::clone(&pick.endpoint));
         let target = Arc::clone(self.balancer.target());
-        Ok(Some(pick.send(
-            req,
-            self.deadline,
-            self.timeout,
-            &target,
-            first,
-        )))
+        Ok(Some(pick.send(req, self.deadline, self.timeout, &target)))
     }
 
     /// The request of attempt `n` sent again now.
@@ -124,7 +117,7 @@ impl Attempts {
                 let keep = self.policy.is_some() || self.balancer.len() > 1;
                 let (req, replay) = replay::prepare(req, keep, self.deadline)?;
                 self.replay = replay;
-                let Some(attempt) = self.send(req, true, false)? else {
+                let Some(attempt) = self.send(req, false)? else {
                     unreachable!("a send that is not strict always picks")
                 };
                 if self.replay.is_none() {
@@ -191,7 +184,7 @@ impl Attempts {
                             sent += 1;
                             tracing::debug!(target = %self.balancer.target(), method = &*path, attempt = sent, "sending again");
                             let req = self.again(&replay, sent);
-                            if let Some(attempt) = self.send(req, false, false)? {
+                            if let Some(attempt) = self.send(req, false)? {
                                 pending.push(tagged(sent, attempt));
                             }
                             continue;
@@ -206,7 +199,7 @@ impl Attempts {
                     self.unsent += 1;
                     let req = self.again(&replay, n);
                     tracing::debug!(target = %self.balancer.target(), attempt = n, "sending elsewhere a request that never reached a server: {}", e.status.message());
-                    match self.send(req, false, true)? {
+                    match self.send(req, true)? {
                         Some(attempt) => pending.push(tagged(n, attempt)),
                         // nothing else usable: the policy judges the failure
                         None => {

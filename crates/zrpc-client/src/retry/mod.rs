@@ -114,7 +114,7 @@ impl Retry {
             rest.kept(replay, Arc::clone(&pick.endpoint));
             rest
         });
-        let attempt = pick.send(req, deadline, timeout, b.target(), true);
+        let attempt = pick.send(req, deadline, timeout, b.target());
         Call {
             state: State::First { attempt, rest },
         }
