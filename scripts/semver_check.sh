@@ -19,7 +19,8 @@ cd "$(dirname "$0")/.."
 
 if ! cargo semver-checks --version >/dev/null 2>&1; then
     echo "installing cargo-semver-checks (a few CPU-minutes, once)"
-    cargo install --locked cargo-semver-checks
+    # without its fat LTO (scripts/test.sh sets ZRPC_TOOL_PROFILE and says why)
+    env ${ZRPC_TOOL_PROFILE:-} cargo install --locked cargo-semver-checks
 fi
 
 version=$(cargo metadata --format-version 1 --no-deps --offline | python3 -c \
