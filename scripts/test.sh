@@ -11,7 +11,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-log() { printf '\n==> %s\n' "$*"; }
+# Each step says when it starts (minutes:seconds into the run), so that a slow CI run shows which
+# step took the time.
+run_start=$(date +%s)
+log() {
+  local t=$(( $(date +%s) - run_start ))
+  printf '\n==> [%d:%02d] %s\n' $((t / 60)) $((t % 60)) "$*"
+}
 
 # --- 1. system packages ----------------------------------------------------
 need=()
