@@ -16,6 +16,7 @@ pub mod conf;
 mod error;
 mod failure;
 /// Entry points of zrpc's fuzz targets and of the replay of their corpora: not public API.
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod inspect;

@@ -28,6 +28,7 @@ pub mod etcd;
 #[doc(hidden)]
 pub mod ewma;
 /// Entry points of zrpc's fuzz targets and of the replay of their corpora: not public API.
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 #[doc(hidden)]

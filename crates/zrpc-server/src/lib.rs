@@ -25,6 +25,7 @@ pub mod descriptors;
 mod devserver;
 mod error;
 /// Entry points of zrpc's fuzz targets and of the replay of their corpora: not public API.
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod gauges;
