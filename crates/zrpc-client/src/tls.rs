@@ -94,6 +94,32 @@ impl TlsConnect {
     }
 }
 
+/// A rustls client config that trusts `roots`, shows `identity` (certificate chain and key)
+/// for mutual TLS, and offers `alpn`. One builder for every client TLS of the crate (the
+/// servers' and the Kubernetes API server's), so that they share one crypto provider: ring, the
+/// one etcd-client's TLS (tonic's `tls-ring`) uses too.
+#[cfg(feature = "tls")]
+pub(crate) fn client_config(
+    roots: rustls::RootCertStore,
+    identity: Option<(
+        Vec<rustls::pki_types::CertificateDer<'static>>,
+        rustls::pki_types::PrivateKeyDer<'static>,
+    )>,
+    alpn: &[u8],
+) -> Result<rustls::ClientConfig, rustls::Error> {
+    let builder = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots);
+    let mut config = match identity {
+        Some((chain, key)) => builder.with_client_auth_cert(chain, key)?,
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![alpn.to_vec()];
+    Ok(config)
+}
+
 /// The error for a `Tls` block in a build without the `tls` feature.
 pub(crate) fn tls_off(tls: &ClientTlsConf) -> ConfError {
     ConfError::feature_off("Tls.CaFile", &tls.ca_file, "TLS to the servers", "tls")
@@ -150,7 +176,7 @@ impl ClientTlsConf {
         Err(Error::Config(tls_off(self)))
     }
 
-    /// Reads the files and builds tonic's TLS config; errors name the key and the file.
+    /// Reads the files and builds the endpoints' TLS config; errors name the key and the file.
     #[cfg(feature = "tls")]
     pub(crate) fn build(&self) -> Result<TlsConfig, Error> {
         use rustls::pki_types::pem::PemObject;
@@ -191,17 +217,8 @@ impl ClientTlsConf {
                 reason: format!("not a usable CA certificate: {e}"),
             })?;
         }
-        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-        let builder = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| Error::Tls {
-                key: "Tls",
-                file: self.ca_file.clone(),
-                reason: e.to_string(),
-            })?
-            .with_root_certificates(roots);
-        let mut config = if self.cert_file.is_empty() {
-            builder.with_no_client_auth()
+        let identity = if self.cert_file.is_empty() {
+            None
         } else {
             let cert = read("Tls.CertFile", &self.cert_file)?;
             certs("Tls.CertFile", &self.cert_file, &cert)?;
@@ -211,17 +228,21 @@ impl ClientTlsConf {
                 file: self.key_file.clone(),
                 reason: format!("no usable PEM private key (PKCS#8, PKCS#1 or SEC1): {e}"),
             })?;
-            let chain = CertificateDer::pem_slice_iter(&cert).flatten().collect();
-            // a key that does not fit the certificate fails now, not per connection
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| Error::Tls {
-                    key: "Tls",
-                    file: format!("{} / {}", self.cert_file, self.key_file),
-                    reason: e.to_string(),
-                })?
+            Some((
+                CertificateDer::pem_slice_iter(&cert).flatten().collect(),
+                key,
+            ))
         };
-        config.alpn_protocols = vec![b"h2".to_vec()];
+        // a key that does not fit the certificate fails now, not per connection
+        let file = match identity {
+            Some(_) => format!("{} / {}", self.cert_file, self.key_file),
+            None => self.ca_file.clone(),
+        };
+        let config = client_config(roots, identity, b"h2").map_err(|e| Error::Tls {
+            key: "Tls",
+            file,
+            reason: e.to_string(),
+        })?;
         let server_name = if self.server_name.is_empty() {
             None
         } else {

@@ -110,8 +110,9 @@ const MIN_ANCHORED_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// The period of the anchor timer for calls whose timeout is `timeout`, if any.
 ///
-/// Every call with a deadline arms a timer (its attempt's). tokio's time driver wakes its parked I/O driver (an `eventfd` write)
-/// whenever a timer is inserted earlier than the wake-up it last planned, and with no other
+/// Every call with a deadline arms a timer (its attempt's). tokio's time driver wakes its
+/// parked I/O driver (an `eventfd` write) whenever a timer is inserted earlier than the wake-up
+/// it last planned, and with no other
 /// timer in the wheel that plan is "never": so each serial call would pay one more system call,
 /// and on a multi-thread runtime a wake-up of the worker parked on the driver, which then finds
 /// nothing to do. A timer of our own kept in the wheel at most `timeout / 2` ahead makes the

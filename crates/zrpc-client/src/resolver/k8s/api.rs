@@ -243,21 +243,14 @@ impl KubeApi {
                 .add(c.clone())
                 .map_err(|e| format!("bad CA certificate: {e}"))?;
         }
-        // the ring provider: the one crypto provider of the tree (tonic's tls-ring, etcd-client)
-        let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots);
-        let mut config = match &self.identity {
-            Some(id) => builder
-                .with_client_auth_cert(id.0.clone(), id.1.clone_key())
-                .map_err(|e| format!("bad client certificate or key: {e}"))?,
-            None => builder.with_no_client_auth(),
-        };
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Ok(config)
+        let identity = self
+            .identity
+            .as_ref()
+            .map(|id| (id.0.clone(), id.1.clone_key()));
+        crate::tls::client_config(roots, identity, b"http/1.1").map_err(|e| match self.identity {
+            Some(_) => format!("bad client certificate or key: {e}"),
+            None => e.to_string(),
+        })
     }
 
     fn bearer(&self) -> Result<Option<String>, String> {
