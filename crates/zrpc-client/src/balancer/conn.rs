@@ -149,6 +149,12 @@ impl Conn {
         let (tx, rx) = oneshot::channel();
         let waiter = Waiter { req, tx };
         if let Slot::Connecting(waiters) = &mut *slot {
+            // Before the queue grows, callers that gave up (their deadline passed, their
+            // future was dropped) leave it: it holds live callers' requests only, not every
+            // request of the connect's up to 3 s. Amortized: once per doubling.
+            if waiters.len() == waiters.capacity() {
+                waiters.retain(|w| !w.tx.is_closed());
+            }
             waiters.push(waiter);
             return Err(rx);
         }
@@ -248,5 +254,45 @@ impl Dial {
 impl ConnectFailed {
     pub(crate) fn new(e: impl Into<Box<dyn StdError + Send + Sync>>) -> ConnectFailed {
         ConnectFailed(Arc::from(e.into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::balancer::wire::Wire;
+
+    /// Callers that gave up while the connect ran leave its queue; the live ones stay and are
+    /// sent once connected.
+    #[tokio::test]
+    async fn callers_that_gave_up_leave_the_connect_queue() {
+        // accepts nothing, but the kernel completes the TCP connects (its backlog)
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let authority = listener.local_addr().unwrap().to_string().parse().unwrap();
+        let connector = Connector {
+            wire: Arc::new(Wire::default()),
+            connect_timeout: None,
+            plaintext: true,
+        };
+        let conn = Conn::new(authority, connector, None, None);
+        let queue = || match conn.send(http::Request::new(Body::empty())) {
+            Err(waiting) => waiting,
+            Ok(_) => panic!("sent with no connection"),
+        };
+        // A current-thread runtime: the connect task does not run before this test awaits.
+        let live: Vec<Connecting> = (0..10).map(|_| queue()).collect();
+        for _ in 0..10_000 {
+            drop(queue());
+        }
+        let queued = match &*conn.slot.lock() {
+            Slot::Connecting(waiters) => waiters.len(),
+            _ => panic!("the connect ended before the test awaited"),
+        };
+        assert!(queued <= 32, "{queued} requests queued for 10 live callers");
+        for waiting in live {
+            let sent = waiting.await.expect("the connect task answers every live caller");
+            assert!(sent.is_ok(), "a live caller's request was not sent");
+        }
+        drop(listener);
     }
 }
