@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::client::conn::http2;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::rt::TokioTimer;
 use tokio::sync::oneshot;
 use tonic::body::Body;
 
@@ -50,7 +50,7 @@ struct Dial {
     connector: Connector,
     uri: http::Uri,
     tls: Option<crate::tls::TlsConnect>,
-    settings: http2::Builder<TokioExecutor>,
+    settings: http2::Builder<Boxing>,
 }
 
 /// The connection of an endpoint, or the connect under way and the requests waiting for it.
@@ -76,10 +76,24 @@ impl std::fmt::Debug for Conn {
     }
 }
 
+/// Spawns hyper's tasks (the connection, each request's body) boxed, as tonic's channel does.
+/// hyper's task is an enum as large as the whole HTTP/2 connection, so each request body's task
+/// is too, and tokio moves a task's future several times between spawning and finishing it;
+/// boxed, it moves a pointer (`docs/benchmarks.md`, "Spawning boxed"). The server has its
+/// twin; zrpc-core, which both share, depends on neither hyper nor tokio to hold one.
+#[derive(Clone, Copy, Debug)]
+struct Boxing;
+
+impl<F: Future<Output = ()> + Send + 'static> hyper::rt::Executor<F> for Boxing {
+    fn execute(&self, fut: F) {
+        tokio::spawn(Box::pin(fut));
+    }
+}
+
 /// The HTTP/2 settings of a connection: each limit set on purpose (in hyper's builder `None`
 /// often means no limit); docs/security.md tables them.
-fn settings(keepalive: Option<Duration>) -> http2::Builder<TokioExecutor> {
-    let mut b = http2::Builder::new(TokioExecutor::new());
+fn settings(keepalive: Option<Duration>) -> http2::Builder<Boxing> {
+    let mut b = http2::Builder::new(Boxing);
     b.timer(TokioTimer::new())
         // the largest header list (and trailers) a server may send: hyper's 16 KiB
         .max_header_list_size(16 << 10)
@@ -290,7 +304,9 @@ mod tests {
         };
         assert!(queued <= 32, "{queued} requests queued for 10 live callers");
         for waiting in live {
-            let sent = waiting.await.expect("the connect task answers every live caller");
+            let sent = waiting
+                .await
+                .expect("the connect task answers every live caller");
             assert!(sent.is_ok(), "a live caller's request was not sent");
         }
         drop(listener);

@@ -29,7 +29,7 @@ use futures_util::{Stream, StreamExt};
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::server::conn::http2::{Builder, Connection};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
@@ -202,13 +202,25 @@ where
     Ok(())
 }
 
+/// Spawns each stream's task boxed: hyper's stream task holds the call's whole future, and
+/// tokio moves a task's future several times between spawning and finishing it; boxed, it
+/// moves a pointer (`docs/benchmarks.md`, "Spawning boxed").
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Boxing;
+
+impl<F: Future<Output = ()> + Send + 'static> hyper::rt::Executor<F> for Boxing {
+    fn execute(&self, fut: F) {
+        tokio::spawn(Box::pin(fut));
+    }
+}
+
 /// hyper's HTTP/2 connection builder (HTTP/1 is refused: its request is not a preface),
 /// every limit set here on purpose. In hyper's and
 /// h2's builders `None` often means *no limit* rather than "the default" (tonic 0.14 passes
 /// `None` for the local-error resets, which turns off h2's MadeYouReset guard), so each is
 /// given a value, and `docs/security.md` tables them beside tonic's and grpc-go's.
-fn builder(http2: &Http2) -> Builder<TokioExecutor> {
-    let mut builder = Builder::new(TokioExecutor::new());
+fn builder(http2: &Http2) -> Builder<Boxing> {
+    let mut builder = Builder::new(Boxing);
     builder
         .timer(TokioTimer::new())
         // Streams open at once per connection; more are refused (REFUSED_STREAM).
@@ -237,7 +249,7 @@ fn builder(http2: &Http2) -> Builder<TokioExecutor> {
 }
 
 /// hyper's HTTP/2 connection serving the chain on `IO`.
-type Conn<IO, S> = Connection<TokioIo<IO>, ConnService<S>, TokioExecutor>;
+type Conn<IO, S> = Connection<TokioIo<IO>, ConnService<S>, Boxing>;
 
 /// `Transport.MaxConnectionIdle` for one connection: its call count.
 struct Idle {
