@@ -147,14 +147,15 @@ impl FakeKubeApi {
             .collect::<Result<Vec<_>, _>>()
             .expect("parse the fake API certificate");
         let key = PrivateKeyDer::from_pem_file(&cert.key).expect("read the fake API key");
-        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .expect("TLS versions")
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .expect("fake API certificate and key");
+        // ring, as zrpc's own TLS (deprecated by rustls 0.23.48: no post-quantum key exchange)
+        #[allow(deprecated)]
+        let provider = rustls::crypto::ring::default_provider();
+        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(provider))
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .expect("fake API certificate and key");
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         FakeKubeApi::start_with(
             token,

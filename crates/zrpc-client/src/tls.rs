@@ -107,11 +107,14 @@ pub(crate) fn client_config(
     )>,
     alpn: &[u8],
 ) -> Result<rustls::ClientConfig, rustls::Error> {
-    let builder = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_root_certificates(roots);
+    #[allow(
+        deprecated,
+        reason = "rustls 0.23.48 deprecates ring's provider for its lack of post-quantum key exchange; zrpc keeps ring, the provider etcd-client's TLS (tonic's `tls-ring`) uses: one provider in the tree (docs/security.md)"
+    )]
+    let provider = rustls::crypto::ring::default_provider();
+    let builder = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(provider))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots);
     let mut config = match identity {
         Some((chain, key)) => builder.with_client_auth_cert(chain, key)?,
         None => builder.with_no_client_auth(),

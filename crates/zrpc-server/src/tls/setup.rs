@@ -7,6 +7,10 @@ use super::{TlsError, WatchGuard, allow, config, reload, watch};
 use crate::conf::ServerTlsConf;
 
 /// The ring provider: the only crypto provider of the tree.
+#[allow(
+    deprecated,
+    reason = "rustls 0.23.48 deprecates ring's provider for its lack of post-quantum key exchange; zrpc keeps ring, the provider etcd-client's TLS (tonic's `tls-ring`) uses: one provider in the tree (docs/security.md)"
+)]
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
