@@ -204,9 +204,10 @@ where
 
 /// Spawns each stream's task boxed: hyper's stream task holds the call's whole future, and
 /// tokio moves a task's future several times between spawning and finishing it; boxed, it
-/// moves a pointer (`docs/benchmarks.md`, "Spawning boxed").
+/// moves a pointer (`docs/benchmarks.md`, "Spawning boxed"). The client's connection has its
+/// twin (zrpc-core, which both share, has no hyper to hold one).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Boxing;
+struct Boxing;
 
 impl<F: Future<Output = ()> + Send + 'static> hyper::rt::Executor<F> for Boxing {
     fn execute(&self, fut: F) {
