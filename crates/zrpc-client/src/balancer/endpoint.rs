@@ -324,38 +324,96 @@ impl Endpoint {
     }
 }
 
-/// Probes a suspect endpoint until it answers (or is dropped): one probe at a time, each given
-/// [`PROBE_TIMEOUT`], paused 100 ms doubling to 1 s between them. A probe that timed out while
-/// no byte came in on any connection of the calls found a server that answers neither a new
-/// connection nor the old ones: those are closed, so that the calls stuck on them fail now (and
-/// a retry policy can send them elsewhere) rather than at their deadlines.
+/// Probes a suspect endpoint until it answers (or is dropped): one probe at a time (see
+/// [`probe_once`]), paused 100 ms doubling to 1 s between them. A probe that found the server
+/// silent (no answer and no byte on any connection of the endpoint for [`PROBE_TIMEOUT`])
+/// found a server that answers neither a new connection nor the old ones: those are closed, so
+/// that the calls stuck on them fail now (and a retry policy can send them elsewhere) rather
+/// than at their deadlines.
 async fn probe_until_answered(endpoint: std::sync::Weak<Endpoint>, clock: Clock) {
     let mut pause = PROBE_PAUSES.0;
     loop {
         let Some(ep) = endpoint.upgrade() else {
             return;
         };
-        let reads = ep.wire.reads();
-        match tokio::time::timeout(PROBE_TIMEOUT, ep.probe()).await {
-            Ok(true) => {
+        match probe_once(&ep).await {
+            Probed::Answered => {
                 tracing::debug!(endpoint = %ep.addr, "probe answered: the endpoint is usable again");
                 ep.stats.clear_suspect(clock.nanos(Instant::now()));
                 return;
             }
-            // a connection error: the next probe connects again
-            Ok(false) => {}
-            Err(_elapsed) => {
-                if ep.wire.reads() == reads && !ep.wire.has_unread() {
-                    let closed = ep.wire.close_all();
-                    if closed > 0 {
-                        tracing::warn!(endpoint = %ep.addr, "no answer and no byte for {PROBE_TIMEOUT:?}: closed {closed} connection(s)");
-                    }
+            // the next probe connects again
+            Probed::Unanswered => {}
+            Probed::Silent => {
+                let closed = ep.wire.close_all();
+                if closed > 0 {
+                    tracing::warn!(endpoint = %ep.addr, "no answer and no byte for {PROBE_TIMEOUT:?}: closed {closed} connection(s)");
                 }
             }
         }
         drop(ep);
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(PROBE_PAUSES.1);
+    }
+}
+
+/// How often a probe waiting for its answer looks at the endpoint's connections.
+const PROBE_SLICE: Duration = Duration::from_millis(100);
+
+/// What one probe found.
+#[derive(Debug, PartialEq, Eq)]
+enum Probed {
+    /// The server answered.
+    Answered,
+    /// The probe could not connect, or got no answer within [`PROBE_TIMEOUT`] though the
+    /// server was heard: a byte came, or waits unread, on a connection of the endpoint (the
+    /// probe's own included, where a live server sends its SETTINGS at once).
+    Unanswered,
+    /// Nothing came on any connection of the endpoint, the probe's own included, for
+    /// [`PROBE_TIMEOUT`] of time the client ran: a frozen server, or a lost path to it.
+    Silent,
+}
+
+/// Sends one probe and waits for its answer, looking at the endpoint's connections every
+/// [`PROBE_SLICE`]. Silence counts only while the client's runtime runs: a slice that ends
+/// late (the runtime was starved of CPU, or the process stopped) starts it again, for the
+/// client may not have sent the probe, nor read what came back, and has heard nothing of the
+/// server by its own fault. Bytes waiting unread count as heard for the same reason.
+async fn probe_once(ep: &Endpoint) -> Probed {
+    let probe = ep.probe();
+    tokio::pin!(probe);
+    let wires = [&ep.wire, &ep.probe_with.wire];
+    let reads = wires.map(|w| w.reads());
+    let begun = tokio::time::Instant::now();
+    let mut silent_for = Duration::ZERO;
+    let mut heard = false;
+    loop {
+        let slice = tokio::time::Instant::now();
+        match tokio::time::timeout(PROBE_SLICE, &mut probe).await {
+            Ok(true) => return Probed::Answered,
+            Ok(false) => return Probed::Unanswered,
+            Err(_elapsed) => {}
+        }
+        let took = slice.elapsed();
+        heard = heard
+            || wires
+                .iter()
+                .zip(reads)
+                .any(|(w, before)| w.reads() != before || w.has_unread());
+        if heard {
+            if begun.elapsed() >= PROBE_TIMEOUT {
+                return Probed::Unanswered;
+            }
+        } else {
+            silent_for = if took > 2 * PROBE_SLICE {
+                Duration::ZERO
+            } else {
+                silent_for + took
+            };
+            if silent_for >= PROBE_TIMEOUT {
+                return Probed::Silent;
+            }
+        }
     }
 }
 
@@ -610,6 +668,98 @@ mod tests {
                 "bytes waiting unread: {answered}, late: {late}"
             );
             drop((conn, server));
+        }
+    }
+
+    /// What a server on a thread of its own (a starved client runtime does not stop it) sends
+    /// on each connection it accepts; it never answers a call.
+    #[derive(Debug, Clone, Copy)]
+    enum Mute {
+        /// Nothing at all: a frozen server, or a lost path.
+        Nothing,
+        /// An HTTP/2 SETTINGS frame at once, as every HTTP/2 server does.
+        Settings,
+        /// A SETTINGS frame once it has read the client's first bytes (as a TLS server answers
+        /// only the client's hello).
+        SettingsAfterClient,
+    }
+
+    /// Starts a [`Mute`] server; it stops when the flag is set.
+    fn mute_server(
+        mute: Mute,
+    ) -> (
+        String,
+        Arc<std::sync::atomic::AtomicBool>,
+        std::thread::JoinHandle<()>,
+    ) {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let mut open = Vec::new();
+            while !stopped.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((mut socket, _)) => {
+                        socket.set_nonblocking(false).unwrap();
+                        if let Mute::SettingsAfterClient = mute {
+                            let _ = socket.read(&mut [0u8; 1]);
+                        }
+                        if !matches!(mute, Mute::Nothing) {
+                            let _ = socket.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+                        }
+                        open.push(socket);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        (addr, stop, thread)
+    }
+
+    /// A probe concludes that a server is silent (and the endpoint's connections are closed)
+    /// only when nothing came on any connection of the endpoint, the probe's own included, for
+    /// a whole probe timeout while the client ran. A server that sent its SETTINGS is alive,
+    /// though it did not answer in time; a client whose runtime was blocked for longer than the
+    /// timeout before it wrote its probe has heard nothing by its own fault, and waits to be
+    /// heard once it runs again.
+    #[tokio::test]
+    async fn only_a_silent_server_is_found_silent_by_a_probe() {
+        // (what the server sends, the client's runtime blocked for 1.5 s as the probe starts,
+        // what the probe finds)
+        for (mute, starved, found) in [
+            (Mute::Nothing, false, Probed::Silent),
+            (Mute::Settings, false, Probed::Unanswered),
+            (Mute::SettingsAfterClient, true, Probed::Unanswered),
+        ] {
+            let (addr, stop, thread) = mute_server(mute);
+            let ep = Arc::new(Endpoint::new(&addr, &ConnectOptions::default()).unwrap());
+            let begun = Instant::now();
+            let mut probe = std::pin::pin!(probe_once(&ep));
+            if starved {
+                // the probe starts (one poll: its connect begins, nothing is written yet), then
+                // the runtime's one thread is held
+                std::future::poll_fn(|cx| {
+                    assert!(probe.as_mut().poll(cx).is_pending());
+                    Poll::Ready(())
+                })
+                .await;
+                std::thread::sleep(Duration::from_millis(1500));
+            }
+            let probed = probe.await;
+            let took = begun.elapsed();
+            assert_eq!(
+                probed, found,
+                "{mute:?}, starved: {starved}, after {took:?}"
+            );
+            assert!(
+                took >= PROBE_TIMEOUT && took < PROBE_TIMEOUT * 3,
+                "{mute:?}: found {probed:?} after {took:?}"
+            );
+            stop.store(true, Ordering::SeqCst);
+            thread.join().unwrap();
         }
     }
 
