@@ -399,20 +399,22 @@ async fn probe_once(ep: &Endpoint) -> Probed {
             || wires
                 .iter()
                 .zip(reads)
-                .any(|(w, before)| w.reads() != before || w.has_unread());
-        if heard {
-            if begun.elapsed() >= PROBE_TIMEOUT {
-                return Probed::Unanswered;
-            }
+                .any(|(w, before)| w.reads() != before);
+        silent_for = if took > 2 * PROBE_SLICE {
+            Duration::ZERO
         } else {
-            silent_for = if took > 2 * PROBE_SLICE {
-                Duration::ZERO
-            } else {
-                silent_for + took
-            };
-            if silent_for >= PROBE_TIMEOUT {
+            silent_for + took
+        };
+        // bytes waiting unread are looked for (a system call per connection) only when the
+        // silence would otherwise be concluded
+        if !heard && silent_for >= PROBE_TIMEOUT {
+            if !wires.iter().any(|w| w.has_unread()) {
                 return Probed::Silent;
             }
+            heard = true;
+        }
+        if heard && begun.elapsed() >= PROBE_TIMEOUT {
+            return Probed::Unanswered;
         }
     }
 }
