@@ -10,7 +10,7 @@
 //!   and priority tiers (zrpc additions; go-zero sheds on CPU only).
 //! - [`cpu`]: the cgroup-aware CPU usage sampler that feeds the shedder (go-zero `stat/usage.go`);
 //!   it reads `/proc` and the cgroup files, the one part of the math that does I/O.
-//! - [`conf`]: go-zero-compatible config loading (YAML/JSON/TOML, `${VAR}`, case-insensitive keys,
+//! - [`conf`]: go-zero-compatible config loading (YAML/JSON/TOML/JSON5, `${VAR}`, case-insensitive keys,
 //!   unknown-key errors) and the shared `EtcdConf`, `RedisConf` and `CacheConf`.
 //!
 //! Users reach all of it through the `zrpc` facade and never need to name this crate. The

@@ -72,8 +72,8 @@
 //!
 //! # What is where
 //!
-//! - [`conf`]: every config type and the loader ([`conf::load`]: YAML, JSON or TOML (`toml`
-//!   feature) by extension, `${VAR}` expansion, case-insensitive keys, unknown keys are errors).
+//! - [`conf`]: every config type and the loader ([`conf::load`]: YAML, JSON, TOML (`toml`
+//!   feature) or JSON5 (`json5` feature) by extension, `${VAR}` expansion, case-insensitive keys, unknown keys are errors).
 //! - [`server()`] / [`Server`]: the server, its [`ServerHandle`] and graceful [`shutdown`].
 //! - [`client()`] / [`Client`]: the balanced, governed channel; [`CallTimeout`] sets one
 //!   call's deadline, [`set_tier`] its priority [`Tier`].
@@ -97,10 +97,10 @@
 //! `client` ([`client()`], [`Client`], [`RpcClientConf`], [`resolver`]: zrpc-client, 4 more
 //! crates in a service; one that calls no other service leaves it out with
 //! `default-features = false, features = ["etcd", "devserver", "gzip"]`, as `zrpcctl new` writes).
-//! Opt-in: `deflate` and `zstd` (the other registered compressions), `otel` (OTLP trace export and W3C trace-context propagation),
-//! `reflection`, `env-filter` (`RUST_LOG`'s full syntax), `toml` (`.toml` configs),
-//! `redis-auth` (go-zero's Redis token store) and `tls` (`Tls` blocks, TLS to etcd and `k8s://`
-//! targets: rustls with the ring provider). A config key that needs a feature the build
+//! Opt-in: `deflate` and `zstd` (the other registered compressions), `otel` (OTLP trace export
+//! and W3C trace-context propagation), `reflection`, `env-filter` (`RUST_LOG`'s full syntax),
+//! `toml` and `json5` (`.toml` and `.json5` configs), `redis-auth` (go-zero's Redis token store)
+//! and `tls` (`Tls` blocks, TLS to etcd and `k8s://` targets: rustls with the ring provider). A config key that needs a feature the build
 //! leaves out is refused at load, naming the key, its value and the feature. Each feature's cost
 //! in crates: the "Cargo features" section of `docs/configuration.md`.
 //!

@@ -1,5 +1,6 @@
 //! Error and slow-call logging (go-zero `DurationInterceptor`): every failed call is logged at
-//! error level (`fail - <target><method> - <code> - <message>`), a successful call slower than
+//! error level (`fail - <target><method> - code <n> (<Name>): <message> - <elapsed>`, or the
+//! error instead of the code for a call that got no status), a successful call slower than
 //! 500 ms (go-zero's `slowThreshold`) at warn level (`slowcall`). No per-call info log.
 //! Switched on with [`ObserveBuilder::duration_log`](super::observe::ObserveBuilder::duration_log).
 
