@@ -159,7 +159,7 @@ impl Wire {
             attempts,
             losses,
             silent_losses: self.silent_losses.load(Ordering::SeqCst),
-            closings: self.closings.load(Ordering::Relaxed),
+            closings: self.closings.load(Ordering::SeqCst),
         }
     }
 
@@ -236,7 +236,7 @@ impl Wire {
     pub(crate) fn close_all(&self) -> usize {
         let sockets = self.sockets.lock();
         if !sockets.is_empty() {
-            self.closings.fetch_add(1, Ordering::Relaxed);
+            self.closings.fetch_add(1, Ordering::SeqCst);
         }
         for s in sockets.iter() {
             let _ = s.shutdown(std::net::Shutdown::Both);
@@ -246,7 +246,7 @@ impl Wire {
 
     /// True when [`Wire::close_all`] closed connections after `mark`.
     pub(crate) fn closed_since(&self, mark: Mark) -> bool {
-        self.closings.load(Ordering::Relaxed) > mark.closings
+        self.closings.load(Ordering::SeqCst) > mark.closings
     }
 
     /// True when a connection loss (a read EOF, an I/O error) was observed after `mark`.
@@ -271,7 +271,14 @@ impl Wire {
     /// it reads a request (grpc-go's and hyper's do), and grpc-go sends no call on a connection
     /// before they arrive. A server that accepted and then reset it (one shutting down, whose
     /// kernel had queued the connection) is the usual case.
+    ///
+    /// Never after [`Wire::close_all`] closed connections since `mark`: a connection the client
+    /// closed itself was not dropped by the server, which may be frozen with the request in its
+    /// socket and run it once it wakes.
     pub(crate) fn only_silent_losses_since(&self, mark: Mark) -> bool {
+        if self.closed_since(mark) {
+            return false;
+        }
         // silent losses are counted before losses, and read here before them (in `mark`
         // after them): a loss counted meanwhile can only make this answer false
         let silent = self.silent_losses.load(Ordering::SeqCst) - mark.silent_losses;
@@ -657,6 +664,20 @@ mod tests {
 
         // nothing lost since the mark: not a silent loss either
         assert!(!wire.only_silent_losses_since(wire.mark()));
+
+        // written to a server that sent nothing, then closed by the client (a probe found
+        // the server silent): the server may run the request when it wakes, not silent
+        let m = wire.mark();
+        let mut io = tower::Service::call(&mut c, uri.clone())
+            .await
+            .unwrap()
+            .into_inner();
+        let (_frozen, _) = l.accept().await.unwrap();
+        io.write_all(b"a request").await.unwrap();
+        assert!(wire.close_all() > 0);
+        assert_eq!(io.read(&mut b).await.unwrap_or(0), 0);
+        assert!(wire.lost_since(m) && wire.closed_since(m));
+        assert!(!wire.only_silent_losses_since(m));
     }
 
     #[tokio::test]
