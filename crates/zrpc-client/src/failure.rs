@@ -66,7 +66,29 @@ pub(crate) fn describe(err: &(dyn StdError + 'static)) -> String {
 /// An endpoint's connection could not be made (TCP, TLS or HTTP/2 handshake): the request
 /// never left the client. Shared by the calls that waited for the same connect.
 #[derive(Debug, Clone)]
-pub(crate) struct ConnectFailed(pub(crate) std::sync::Arc<dyn StdError + Send + Sync>);
+pub(crate) struct ConnectFailed {
+    error: std::sync::Arc<dyn StdError + Send + Sync>,
+    /// A call that waited for this connect has counted it as the endpoint's transport failure.
+    counted: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl ConnectFailed {
+    pub(crate) fn new(e: impl Into<Box<dyn StdError + Send + Sync>>) -> ConnectFailed {
+        ConnectFailed {
+            error: std::sync::Arc::from(e.into()),
+            counted: std::sync::Arc::default(),
+        }
+    }
+}
+
+/// True for a failed connect that another call waiting for it has counted already: one failed
+/// connect is one transport failure of the endpoint (one step of its back-off, one of its
+/// failure streak), however many calls waited for it; the others were never sent. The first
+/// call to ask counts it.
+pub(crate) fn connect_failure_counted(err: &(dyn StdError + 'static)) -> bool {
+    find::<ConnectFailed>(err)
+        .is_some_and(|c| c.counted.swap(true, std::sync::atomic::Ordering::Relaxed))
+}
 
 impl std::fmt::Display for ConnectFailed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -76,7 +98,7 @@ impl std::fmt::Display for ConnectFailed {
 
 impl StdError for ConnectFailed {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        Some(&*self.0)
+        Some(&*self.error)
     }
 }
 
@@ -206,9 +228,7 @@ mod tests {
     #[test]
     fn classifies_errors_that_never_reached_a_server() {
         let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
-        assert!(never_reached_server(&*boxed(ConnectFailed(
-            std::sync::Arc::new(refused)
-        ))));
+        assert!(never_reached_server(&*boxed(ConnectFailed::new(refused))));
         assert!(never_reached_server(&*boxed(h2::Error::from(
             h2::Reason::REFUSED_STREAM
         ))));
@@ -222,8 +242,8 @@ mod tests {
         let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
         assert!(!never_reached_server(&*boxed(reset)));
         // nested in a status source chain
-        let status = tonic::Status::from_error(boxed(ConnectFailed(std::sync::Arc::new(
-            std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        let status = tonic::Status::from_error(boxed(ConnectFailed::new(std::io::Error::from(
+            std::io::ErrorKind::ConnectionRefused,
         ))));
         assert!(never_reached_server(&status));
     }

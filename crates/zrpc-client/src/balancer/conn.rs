@@ -11,7 +11,6 @@
 //! sent as soon as it is done, whether or not their callers are polling, and a caller that
 //! gives up does not stop it.
 
-use std::error::Error as StdError;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -175,8 +174,12 @@ impl Conn {
         *slot = Slot::Connecting(vec![waiter]);
         drop(slot);
         let (dial, slot) = (Arc::clone(&self.dial), Arc::clone(&self.slot));
+        // made before the task: dropped with it, even unpolled
+        let stopped = Stopped(Some(Arc::clone(&slot)));
         tokio::spawn(async move {
+            let mut stopped = stopped;
             let connected = dial.connect_with(dial.connector.clone()).await;
+            stopped.0 = None;
             let waiters = {
                 let mut slot = slot.lock();
                 let next = match &connected {
@@ -226,6 +229,34 @@ impl Conn {
     }
 }
 
+/// The connect task, until it has the connect's result: dropped before (its runtime shut down
+/// under it), it answers the waiting callers with an error and leaves the slot idle, so that
+/// the next call connects anew. Otherwise the slot would stay `Connecting` and every later
+/// call of the endpoint would queue until its deadline (a client shared by runtimes, one of
+/// which ended).
+struct Stopped(Option<Arc<parking_lot::Mutex<Slot>>>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let Some(slot) = self.0.take() else {
+            return;
+        };
+        let waiters = {
+            let mut slot = slot.lock();
+            let Slot::Connecting(waiters) = &mut *slot else {
+                return;
+            };
+            let waiters = std::mem::take(waiters);
+            *slot = Slot::Idle;
+            waiters
+        };
+        let stopped = ConnectFailed::new("the connect was stopped: its runtime shut down");
+        for Waiter { tx, .. } in waiters {
+            let _ = tx.send(Err(stopped.clone()));
+        }
+    }
+}
+
 impl Dial {
     /// Connects through `connector`, shakes hands (TLS, then HTTP/2) and spawns the
     /// connection's task. Any failure here is a request that never left the client.
@@ -262,12 +293,6 @@ impl Dial {
             }
         });
         Ok(sender)
-    }
-}
-
-impl ConnectFailed {
-    pub(crate) fn new(e: impl Into<Box<dyn StdError + Send + Sync>>) -> ConnectFailed {
-        ConnectFailed(Arc::from(e.into()))
     }
 }
 
@@ -309,6 +334,53 @@ mod tests {
                 .expect("the connect task answers every live caller");
             assert!(sent.is_ok(), "a live caller's request was not sent");
         }
+        drop(listener);
+    }
+
+    /// A connect whose runtime shut down under it answers its callers with an error, and the
+    /// next call connects anew: the endpoint is not left waiting for a connect no task runs.
+    #[test]
+    fn a_connect_stopped_with_its_runtime_leaves_the_endpoint_usable() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let authority = listener.local_addr().unwrap().to_string().parse().unwrap();
+        let connector = Connector {
+            wire: Arc::new(Wire::default()),
+            connect_timeout: None,
+            plaintext: true,
+        };
+        let conn = Conn::new(authority, connector, None, None);
+        let queue = || match conn.send(http::Request::new(Body::empty())) {
+            Err(waiting) => waiting,
+            Ok(_) => panic!("sent with no connection"),
+        };
+        let first = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        // the connect task is spawned there, and never runs: the runtime ends first
+        let entered = first.enter();
+        let waiting = queue();
+        drop(entered);
+        drop(first);
+        let second = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        second.block_on(async {
+            let answer = tokio::time::timeout(Duration::from_secs(1), waiting)
+                .await
+                .expect("the caller of a stopped connect is answered");
+            let err = answer.expect("answered, not dropped").err();
+            assert!(
+                err.is_some_and(|e| e.to_string() == "cannot connect"),
+                "a connect error"
+            );
+            let sent = tokio::time::timeout(Duration::from_secs(5), queue())
+                .await
+                .expect("a new connect ran")
+                .expect("answered");
+            assert!(sent.is_ok(), "sent on the new connection");
+        });
         drop(listener);
     }
 }

@@ -20,8 +20,8 @@ use super::conn::{Conn, Connecting, ResponseFuture};
 use super::stats::{Clock, EjectionLimit, EndpointStats};
 use super::wire::{Connector, FirstAnswer, Mark, Wire};
 use crate::failure::{
-    BodyFailure, ConnectFailed, DeadlinePassed, body_failure, is_connection_loss, is_h2_failure,
-    is_timeout, never_reached_server, remote_reset, reset_code,
+    BodyFailure, ConnectFailed, DeadlinePassed, body_failure, connect_failure_counted,
+    is_connection_loss, is_h2_failure, is_timeout, never_reached_server, remote_reset, reset_code,
 };
 
 /// Connection settings of the endpoints.
@@ -198,7 +198,11 @@ impl Endpoint {
             };
         }
         if let Some(done) = done {
-            done.transport_failure(now);
+            if connect_failure_counted(&*err) {
+                done.never_sent();
+            } else {
+                done.transport_failure(now);
+            }
         }
         let lost = is_connection_loss(&*err);
         let retryable = never_reached_server(&*err)
@@ -564,6 +568,12 @@ impl Done {
             mark: endpoint.wire.mark(),
             endpoint,
         }
+    }
+
+    /// The call was never sent (its connect failed, and another call that waited for it
+    /// counted the failure): it releases its place and records nothing.
+    pub(crate) fn never_sent(self) {
+        self.endpoint.stats.on_abandon();
     }
 
     /// Records the final code `c`, the call having ended at `now`.
