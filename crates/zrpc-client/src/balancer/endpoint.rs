@@ -775,6 +775,49 @@ mod tests {
         }
     }
 
+    /// The calls that waited for one connect that failed count it once: one step of the
+    /// endpoint's back-off and of its failure streak, the others released as never sent.
+    #[tokio::test]
+    async fn one_failed_connect_is_one_transport_failure() {
+        let refused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = refused.local_addr().unwrap().to_string();
+        drop(refused);
+        let ep = Arc::new(Endpoint::new(&addr, &ConnectOptions::default()).unwrap());
+        let clock = Clock::new(Instant::now());
+        let target: Arc<str> = Arc::from("direct:///test");
+        let attempts: Vec<_> = (0..7)
+            .map(|_| {
+                let now = clock.nanos(Instant::now());
+                ep.stats.on_pick_at(now);
+                Arc::clone(&ep).send(
+                    (clock, now),
+                    None,
+                    None,
+                    http::Request::new(Body::empty()),
+                    &target,
+                )
+            })
+            .collect();
+        assert!(
+            attempts
+                .iter()
+                .all(|a| matches!(a.state, AttemptState::Connecting { .. })),
+            "all wait for the one connect"
+        );
+        for attempt in attempts {
+            let err = attempt.await.unwrap_err();
+            assert!(err.retryable, "a connect error never reached the server");
+        }
+        assert_eq!(ep.stats.inflight(), 0);
+        assert_eq!(ep.stats.fail_streak.load(Ordering::Relaxed), 1);
+        let down_for =
+            ep.stats.down_until() - clock.nanos(Instant::now()).min(ep.stats.down_until());
+        assert!(
+            down_for <= crate::balancer::stats::BACKOFF_BASE.as_nanos() as u64,
+            "one step of back-off: down for {down_for} ns"
+        );
+    }
+
     /// The deadline ends an attempt whether it waits for its connection or for the answer.
     #[tokio::test]
     async fn the_deadline_ends_an_attempt_waiting_to_connect_or_for_its_answer() {
