@@ -34,7 +34,7 @@ use crate::retry::{Call, Retry};
 
 /// How long `NonBlock: false` waits for a usable endpoint (go-zero's dial timeout).
 pub(crate) const BLOCKING_DIAL_TIMEOUT: Duration = Duration::from_secs(3);
-/// TCP connect timeout of endpoint connections.
+/// Connect timeout of endpoint connections: the TCP connect and the TLS handshake together.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A zRPC client: `Clone + Send + Sync`, a `tower::Service` that tonic's generated clients accept.

@@ -262,14 +262,16 @@ impl Dial {
     /// connection's task. Any failure here is a request that never left the client.
     async fn connect_with(&self, mut connector: Connector) -> Result<Sender, ConnectFailed> {
         let timeout = connector.connect_timeout;
+        let started = tokio::time::Instant::now();
         let io = tower::Service::call(&mut connector, self.uri.clone())
             .await
             .map_err(ConnectFailed::new)?;
         match &self.tls {
             None => self.handshake(io).await,
             Some(tls) => {
-                // the handshake gets the connect timeout too
-                let io = within(timeout, tls.handshake(io.into_inner()))
+                // the handshake gets what the TCP connect left of the timeout: one budget
+                let left = timeout.map(|t| t.saturating_sub(started.elapsed()));
+                let io = within(left, tls.handshake(io.into_inner()))
                     .await
                     .map_err(ConnectFailed::new)?;
                 self.handshake(hyper_util::rt::TokioIo::new(io)).await

@@ -29,7 +29,8 @@ use crate::failure::{
 pub(crate) struct ConnectOptions {
     /// HTTP/2 keepalive ping interval (`KeepaliveTime`), `None` = off.
     pub(crate) keepalive: Option<Duration>,
-    /// TCP connect timeout (applied by `wire::Connector`), and the TLS handshake's.
+    /// The connect's timeout: the TCP connect (applied by `wire::Connector`) and the TLS
+    /// handshake together.
     pub(crate) connect_timeout: Option<Duration>,
     /// TLS (`Tls` block), `None` = plaintext.
     pub(crate) tls: Option<crate::tls::TlsConfig>,
@@ -79,6 +80,11 @@ impl Endpoint {
     pub(crate) fn new(addr: &str, opts: &ConnectOptions) -> Result<Endpoint, String> {
         let authority: http::uri::Authority =
             addr.parse().map_err(|e| format!("not a host:port: {e}"))?;
+        // an authority may lack its port, which the connect would take as 80: grpc-go's dialer
+        // refuses such an address too ("missing port in address")
+        if authority.port_u16().is_none() {
+            return Err("not a host:port: no port".to_owned());
+        }
         let tls = match &opts.tls {
             Some(tls) => Some(
                 tls.for_host(
@@ -772,6 +778,20 @@ mod tests {
             );
             stop.store(true, Ordering::SeqCst);
             thread.join().unwrap();
+        }
+    }
+
+    /// An endpoint's address is a `host:port`: one without a port is refused, not dialled
+    /// on port 80.
+    #[test]
+    fn an_address_without_a_port_is_refused() {
+        let opts = ConnectOptions::default();
+        for ok in ["127.0.0.1:8080", "[::1]:8080", "greeter.svc:8080"] {
+            assert!(Endpoint::new(ok, &opts).is_ok(), "{ok}");
+        }
+        for bad in ["127.0.0.1", "greeter.svc", "[::1]", "127.0.0.1:", "a b:1"] {
+            let err = Endpoint::new(bad, &opts).unwrap_err();
+            assert!(err.starts_with("not a host:port"), "{bad}: {err}");
         }
     }
 
