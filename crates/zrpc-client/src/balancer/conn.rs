@@ -205,6 +205,16 @@ impl Conn {
         Err(rx)
     }
 
+    /// Lets the live connection go: the calls on it end there, the next call connects anew.
+    /// For a connection that carries nothing while the server answers on a new one (a path a
+    /// middlebox dropped without a reset: the kernel would retransmit into it for ~15 minutes).
+    pub(crate) fn recycle(&self) {
+        let mut slot = self.slot.lock();
+        if matches!(*slot, Slot::Ready(_)) {
+            *slot = Slot::Idle;
+        }
+    }
+
     /// A connection of its own, not the calls' (the probes').
     pub(crate) async fn connect_apart(
         &self,

@@ -593,8 +593,18 @@ impl Done {
         endpoint
             .stats
             .on_done_limited(self.start, self.clock.nanos(now), c, &endpoint.ejection);
-        if c == code::DEADLINE_EXCEEDED && !endpoint.stats.recently_verified(self.clock.nanos(now))
-        {
+        if c != code::DEADLINE_EXCEEDED {
+            return;
+        }
+        // Not a byte on the endpoint's connections for the whole of a call that waited a
+        // probe's timeout or more: the connection carries nothing. The next call gets a new
+        // one; if the server is gone, the probe finds it silent and closes both.
+        let waited = self.clock.nanos(now).saturating_sub(self.start);
+        if waited >= PROBE_TIMEOUT.as_nanos() as u64 && endpoint.wire.silent_since(self.mark) {
+            tracing::debug!(endpoint = %endpoint.addr, "a call's deadline passed with no byte from the server: the next call connects anew");
+            endpoint.conn.recycle();
+        }
+        if !endpoint.stats.recently_verified(self.clock.nanos(now)) {
             endpoint.suspect(self.clock, "no answer in time");
         }
     }
@@ -779,6 +789,70 @@ mod tests {
             stop.store(true, Ordering::SeqCst);
             thread.join().unwrap();
         }
+    }
+
+    /// A server that answers every call with OK (trailers only), except on its first
+    /// connection, which goes dark at its second call: never read or written again (a path a
+    /// middlebox dropped without a reset), while other connections are answered. Counts the
+    /// connections it accepted.
+    async fn dark_after_one_call() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = Arc::clone(&connections);
+        tokio::spawn(async move {
+            loop {
+                let (io, _) = listener.accept().await.unwrap();
+                let first = counted.fetch_add(1, Ordering::SeqCst) == 0;
+                tokio::spawn(async move {
+                    let mut conn = h2::server::handshake(io).await.unwrap();
+                    let mut answered = 0;
+                    while let Some(Ok((_req, mut respond))) = conn.accept().await {
+                        if first && answered == 1 {
+                            std::future::pending::<()>().await;
+                        }
+                        let head = http::Response::builder()
+                            .header("content-type", "application/grpc")
+                            .header("grpc-status", "0")
+                            .body(())
+                            .unwrap();
+                        let _ = respond.send_response(head, true);
+                        answered += 1;
+                    }
+                });
+            }
+        });
+        (addr, connections)
+    }
+
+    /// A call whose deadline passed after a probe's timeout or more with no byte from the
+    /// server on the endpoint's connections lets its connection go: the next call is sent on a
+    /// new one, not into the same silence until the kernel gives up on it.
+    #[tokio::test]
+    async fn a_connection_silent_for_a_whole_call_is_let_go() {
+        let (addr, connections) = dark_after_one_call().await;
+        let ep = Arc::new(Endpoint::new(&addr, &ConnectOptions::default()).unwrap());
+        let clock = Clock::new(Instant::now());
+        let target: Arc<str> = Arc::from("direct:///test");
+        let call = |timeout: Duration| {
+            let now = clock.nanos(Instant::now());
+            ep.stats.on_pick_at(now);
+            Arc::clone(&ep).send(
+                (clock, now),
+                Some(Instant::now() + timeout),
+                Some(timeout),
+                http::Request::new(Body::empty()),
+                &target,
+            )
+        };
+        drop(call(Duration::from_secs(5)).await.expect("answered"));
+        let err = call(Duration::from_millis(1200)).await.unwrap_err();
+        assert_eq!(err.status.code(), tonic::Code::DeadlineExceeded);
+        let next = tokio::time::timeout(Duration::from_secs(1), call(Duration::from_secs(5)))
+            .await
+            .expect("the next call is not sent into the dark connection");
+        drop(next.expect("answered"));
+        assert!(connections.load(Ordering::SeqCst) >= 2);
     }
 
     /// An endpoint's address is a `host:port`: one without a port is refused, not dialled

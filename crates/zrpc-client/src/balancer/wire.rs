@@ -134,6 +134,8 @@ pub(crate) struct Mark {
     losses: u64,
     silent_losses: u64,
     closings: u64,
+    /// Reads that returned bytes before the mark.
+    reads: u64,
 }
 
 impl Wire {
@@ -160,6 +162,7 @@ impl Wire {
             losses,
             silent_losses: self.silent_losses.load(Ordering::SeqCst),
             closings: self.closings.load(Ordering::SeqCst),
+            reads: self.reads.load(Ordering::Relaxed),
         }
     }
 
@@ -242,6 +245,12 @@ impl Wire {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
         sockets.len()
+    }
+
+    /// True when no byte came from the server after `mark`, on any connection of the endpoint,
+    /// read or waiting unread.
+    pub(crate) fn silent_since(&self, mark: Mark) -> bool {
+        self.reads.load(Ordering::Relaxed) == mark.reads && !self.has_unread()
     }
 
     /// True when [`Wire::close_all`] closed connections after `mark`.
