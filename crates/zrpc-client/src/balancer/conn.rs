@@ -205,7 +205,8 @@ impl Conn {
         Err(rx)
     }
 
-    /// Lets the live connection go: the calls on it end there, the next call connects anew.
+    /// Lets the live connection go: the calls on it finish there (it closes after them), the
+    /// next call connects anew.
     /// For a connection that carries nothing while the server answers on a new one (a path a
     /// middlebox dropped without a reset: the kernel would retransmit into it for ~15 minutes).
     pub(crate) fn recycle(&self) {
