@@ -314,11 +314,9 @@ mod tests {
     use super::*;
     use crate::balancer::wire::Wire;
 
-    /// Callers that gave up while the connect ran leave its queue; the live ones stay and are
-    /// sent once connected.
-    #[tokio::test]
-    async fn callers_that_gave_up_leave_the_connect_queue() {
-        // accepts nothing, but the kernel completes the TCP connects (its backlog)
+    /// A connection to a listener that accepts nothing, but whose kernel completes the TCP
+    /// connects (its backlog).
+    fn unanswered() -> (std::net::TcpListener, Conn) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let authority = listener.local_addr().unwrap().to_string().parse().unwrap();
         let connector = Connector {
@@ -326,7 +324,14 @@ mod tests {
             connect_timeout: None,
             plaintext: true,
         };
-        let conn = Conn::new(authority, connector, None, None);
+        (listener, Conn::new(authority, connector, None, None))
+    }
+
+    /// Callers that gave up while the connect ran leave its queue; the live ones stay and are
+    /// sent once connected.
+    #[tokio::test]
+    async fn callers_that_gave_up_leave_the_connect_queue() {
+        let (listener, conn) = unanswered();
         let queue = || match conn.send(http::Request::new(Body::empty())) {
             Err(waiting) => waiting,
             Ok(_) => panic!("sent with no connection"),
@@ -354,14 +359,7 @@ mod tests {
     /// next call connects anew: the endpoint is not left waiting for a connect no task runs.
     #[test]
     fn a_connect_stopped_with_its_runtime_leaves_the_endpoint_usable() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let authority = listener.local_addr().unwrap().to_string().parse().unwrap();
-        let connector = Connector {
-            wire: Arc::new(Wire::default()),
-            connect_timeout: None,
-            plaintext: true,
-        };
-        let conn = Conn::new(authority, connector, None, None);
+        let (listener, conn) = unanswered();
         let queue = || match conn.send(http::Request::new(Body::empty())) {
             Err(waiting) => waiting,
             Ok(_) => panic!("sent with no connection"),
