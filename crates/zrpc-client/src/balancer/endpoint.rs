@@ -732,6 +732,8 @@ mod tests {
                 match listener.accept() {
                     Ok((mut socket, _)) => {
                         socket.set_nonblocking(false).unwrap();
+                        // bounded: the thread must see the stop flag
+                        let _ = socket.set_read_timeout(Some(Duration::from_secs(3)));
                         if let Mute::SettingsAfterClient = mute {
                             let _ = socket.read(&mut [0u8; 1]);
                         }
