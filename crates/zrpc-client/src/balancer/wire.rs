@@ -296,7 +296,11 @@ impl Wire {
     }
 }
 
-/// Connects plain TCP (`TCP_NODELAY`) to `host:port` of the URI, within `connect_timeout`, and
+/// TCP keepalive of the endpoints' connections: idle time before the first probe and between
+/// probes (Go's `net.Dialer` default; the probe count stays the kernel's, 9 on Linux).
+const TCP_KEEPALIVE: Duration = Duration::from_secs(15);
+
+/// Connects plain TCP (`TCP_NODELAY`, keepalive probes) to `host:port` of the URI, within `connect_timeout`, and
 /// watches the connection.
 ///
 /// The connect timeout is applied around the connect alone, not as a wrapper that would stay
@@ -347,6 +351,13 @@ impl tower::Service<http::Uri> for Connector {
             let port = uri.port_u16().unwrap_or(80);
             let tcp = within(timeout, TcpStream::connect((host, port))).await?;
             tcp.set_nodelay(true)?;
+            // keepalive probes after TCP_KEEPALIVE of quiet, every TCP_KEEPALIVE, as Go's dialer
+            // (under every grpc-go client) sets them: a NAT or firewall on the path keeps the
+            // flow of an idle connection, and a peer that vanished is found. Best effort.
+            let keepalive = socket2::TcpKeepalive::new()
+                .with_time(TCP_KEEPALIVE)
+                .with_interval(TCP_KEEPALIVE);
+            let _ = socket2::SockRef::from(&tcp).set_tcp_keepalive(&keepalive);
             // a second descriptor of the same socket (already non-blocking) to peek at it without
             // going through tokio's cached readiness
             let std = tcp.into_std()?;
@@ -687,6 +698,20 @@ mod tests {
         assert_eq!(io.read(&mut b).await.unwrap_or(0), 0);
         assert!(wire.lost_since(m) && wire.closed_since(m));
         assert!(!wire.only_silent_losses_since(m));
+    }
+
+    /// Connections get TCP_NODELAY and Go's dialer's keepalive: probes after 15 s of quiet,
+    /// every 15 s.
+    #[tokio::test]
+    async fn connections_get_nodelay_and_go_s_keepalive() {
+        let (l, uri, _wire, mut c) = plaintext_wire().await;
+        let io = tower::Service::call(&mut c, uri).await.unwrap();
+        let (_server, _) = l.accept().await.unwrap();
+        let sock = socket2::SockRef::from(&*io.inner().peek);
+        assert!(sock.tcp_nodelay().unwrap());
+        assert!(sock.keepalive().unwrap());
+        assert_eq!(sock.tcp_keepalive_time().unwrap(), TCP_KEEPALIVE);
+        assert_eq!(sock.tcp_keepalive_interval().unwrap(), TCP_KEEPALIVE);
     }
 
     #[tokio::test]
