@@ -150,6 +150,23 @@ impl<T> Guarded<T> {
         }
         Ok(())
     }
+
+    /// A write the socket does not take (the client stopped reading): `Err` once the hard age
+    /// has passed, its timer armed otherwise. h2 stops reading while it cannot write a pending
+    /// GOAWAY or PING answer, so the read side's check alone would never see the deadline of
+    /// a client that stopped reading: the connection, its permit and its calls would stay.
+    fn write_stalled(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if let Some(d) = &mut self.hard_deadline
+            && d.as_mut().poll(cx).is_ready()
+        {
+            tracing::debug!(target: "zrpc::server", "closing connection: the client reads nothing past Transport.MaxConnectionAge + MaxConnectionAgeGrace");
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "Transport.MaxConnectionAge + MaxConnectionAgeGrace reached",
+            )));
+        }
+        Poll::Pending
+    }
 }
 
 impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for Guarded<T> {
@@ -296,8 +313,10 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let res = Pin::new(&mut this.inner).poll_write(cx, buf);
-        if let Poll::Ready(Ok(n)) = &res {
-            this.frames.wrote(&buf[..*n]);
+        match &res {
+            Poll::Ready(Ok(n)) => this.frames.wrote(&buf[..*n]),
+            Poll::Pending => return this.write_stalled(cx),
+            Poll::Ready(Err(_)) => {}
         }
         res
     }
@@ -309,6 +328,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let res = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        if res.is_pending() {
+            return this.write_stalled(cx);
+        }
         if let Poll::Ready(Ok(n)) = &res {
             let mut left = *n;
             for b in bufs {
@@ -365,6 +387,25 @@ impl<T: Connected<ConnectInfo = ConnInfo>> Connected for Guarded<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A client that stops reading (its socket full) is still closed at the hard age: the
+    /// write that waits for it fails then, where only a read checked the deadline and h2 stops
+    /// reading while it cannot write.
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_stops_reading_is_closed_at_the_hard_age() {
+        use tokio::io::AsyncWriteExt;
+        let (client, server) = tokio::io::duplex(64);
+        let limits = ConnLimits {
+            hard_age: Some(Duration::from_secs(30)),
+            ..ConnLimits::default()
+        };
+        let mut g = Guarded::new(server, None, limits, None, None, Repair::new(true, None));
+        let started = Instant::now();
+        let err = g.write_all(&[0u8; 1024]).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), Duration::from_secs(30));
+        drop(client);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_silent_connection_fails_its_read_at_the_handshake_timeout() {
