@@ -424,6 +424,62 @@ async fn an_idle_connection_gets_a_goaway_and_a_silent_one_is_then_dropped() {
     server.shutdown().await.unwrap();
 }
 
+/// A call the client sent as the idle GOAWAY went out (its stream id is below the GOAWAY's
+/// last-stream-id: the server takes it) is served whole, though it runs longer than
+/// `KeepaliveTimeout` and the client never answers the GOAWAY's PING; the connection is
+/// dropped after it, as for any client that does not close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_crossed_the_idle_goaway_is_served_whole() {
+    let idle = Duration::from_millis(500);
+    let grace = Duration::from_millis(700);
+    let server = server_with("transport-idle-crossed", |t| {
+        t.max_connection_idle = idle;
+        t.keepalive_timeout = grace;
+    })
+    .await;
+    let mut sock = raw_h2(server.addr).await;
+    // the GOAWAY (NO_ERROR, last-stream-id 2^31-1), unanswered like its PING
+    loop {
+        let (k, _, _, _) = read_frame(&mut sock).await.expect("an idle GOAWAY");
+        if k == kind::GOAWAY {
+            break;
+        }
+    }
+    let goaway = Instant::now();
+    // a call that takes twice the grace: HEADERS, then its one message (END_STREAM)
+    let headers = grpc_headers(zrpc_tests::greeter::SAY_HELLO, "localhost");
+    let name = b"crossed,sleep:1400";
+    let mut message = vec![0, 0, 0, 0, u8::try_from(name.len() + 2).unwrap(), 0x0a];
+    message.push(u8::try_from(name.len()).unwrap());
+    message.extend_from_slice(name);
+    let mut wire = frame(kind::HEADERS, 4, 1, &headers);
+    wire.extend_from_slice(&frame(kind::DATA, 1, 1, &message));
+    sock.write_all(&wire).await.unwrap();
+    let mut answered = None;
+    while let Some((k, flags, stream, payload)) = read_frame(&mut sock).await {
+        if k == kind::HEADERS && stream == 1 && flags & 1 != 0 {
+            answered = Some((goaway.elapsed(), payload));
+        }
+    }
+    let closed = goaway.elapsed();
+    let (at, _trailers) = answered.unwrap_or_else(|| {
+        panic!("the call that crossed the GOAWAY was cut: connection closed {closed:?} after it")
+    });
+    println!(
+        "a call crossing the idle GOAWAY answered after {at:?}, connection closed after {closed:?}"
+    );
+    assert!(
+        at >= Duration::from_millis(1400),
+        "answered after its sleep: {at:?}"
+    );
+    assert!(closed >= at, "closed after the answer");
+    assert!(
+        closed < at + Duration::from_secs(3),
+        "and then dropped: {closed:?}"
+    );
+    server.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_get_goaway_at_max_connection_age() {
     let age = Duration::from_millis(800);

@@ -275,7 +275,9 @@ impl Idle {
 
 /// One connection until it ends. A GOAWAY at `max_age`, when `stop` changes, or when `idle`
 /// passes; after an idle GOAWAY, a client that has not let the connection close within
-/// `grace` (the time it has to answer the GOAWAY's PING: `KeepaliveTimeout`) is dropped.
+/// `grace` (the time it has to answer the GOAWAY's PING: `KeepaliveTimeout`) is dropped, once
+/// no call is open on it: a call the client sent as the GOAWAY went out is served whole (as
+/// grpc-go's `MaxConnectionIdle` only drains), and the check comes again after it.
 async fn serve_connection<S, B, IO>(
     mut conn: Pin<Box<Conn<IO, S>>>,
     mut stop: tokio::sync::watch::Receiver<()>,
@@ -294,6 +296,7 @@ async fn serve_connection<S, B, IO>(
     // state it does not use (by default no age or idle limit is set; inline, their state took
     // room in every connection's task, set or not).
     let mut aged = max_age.map(|age| Box::pin(tokio::time::sleep(age)));
+    let calls = idle.as_ref().map(|idle| Arc::clone(&idle.state));
     let mut idled = idle.map(|idle| Box::pin(async move { idle.passed().await }));
     // Set when a client that was sent an idle GOAWAY is to be dropped.
     let mut dropped: Option<Pin<Box<tokio::time::Sleep>>> = None;
@@ -320,6 +323,12 @@ async fn serve_connection<S, B, IO>(
                 dropped = Some(Box::pin(tokio::time::sleep(grace)));
             }
             () = armed(&mut dropped) => {
+                if calls.as_ref().is_some_and(|c| c.idle_since().is_none()) {
+                    // a call came as the GOAWAY went out: look again later (at least a
+                    // second on: `KeepaliveTimeout` may be 0)
+                    dropped = Some(Box::pin(tokio::time::sleep(grace.max(Duration::from_secs(1)))));
+                    continue;
+                }
                 tracing::debug!(
                     target: "zrpc::server",
                     "the client did not close its idle connection after the GOAWAY: dropped"
