@@ -46,7 +46,9 @@ impl PingPolicy {
             return false;
         }
         if last.is_some_and(|l| now < l + self.min_time) {
-            self.strikes += 1;
+            // saturating: the frame scanner keeps reporting the pings of a read after the
+            // violation (hundreds fit in one), and a debug build's overflow check would panic
+            self.strikes = self.strikes.saturating_add(1);
         }
         self.strikes > MAX_PING_STRIKES
     }
@@ -85,5 +87,16 @@ mod tests {
         assert!(!p.on_ping(t0 + Duration::from_millis(101)));
         assert!(!p.on_ping(t0 + Duration::from_millis(102)));
         assert!(p.on_ping(t0 + Duration::from_millis(103)));
+    }
+
+    /// A flood keeps violating, never overflows (hundreds of PINGs fit in one read).
+    #[test]
+    fn a_flood_of_pings_keeps_violating_without_overflow() {
+        let t0 = Instant::now();
+        let mut p = PingPolicy::new(Duration::from_secs(300));
+        for i in 1..1000u64 {
+            let violated = p.on_ping(t0 + Duration::from_micros(i));
+            assert_eq!(violated, i > 3, "ping {i}");
+        }
     }
 }
