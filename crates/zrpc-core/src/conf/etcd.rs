@@ -153,6 +153,20 @@ impl Validate for EtcdConf {
                 ),
             ));
         }
+        // etcd's client refuses TLS options with an http:// URL at every connect: said once,
+        // here, rather than retried forever (go-zero's etcd client drops the TLS for it)
+        if self.has_tls()
+            && let Some(host) = self.hosts.iter().find(|h| h.trim().starts_with("http://"))
+        {
+            let rest = host.trim().trim_start_matches("http://");
+            return Err(ConfError::invalid(
+                "Etcd.Hosts",
+                format!(
+                    "{host:?} says http:// while CertFile, CertKeyFile and CACertFile ask for \
+                     TLS: write it \"https://{rest}\" or \"{rest}\" (or leave the TLS files out)"
+                ),
+            ));
+        }
         if self.has_tls() && !super::feature_on("tls", cfg!(feature = "tls")) {
             return Err(ConfError::feature_off(
                 "Etcd.CertFile",
@@ -199,6 +213,26 @@ mod tests {
         c.ca_cert_file = "ca.pem".into();
         assert_eq!(c.validate().is_ok(), cfg!(feature = "tls"));
         assert!(c.has_tls());
+    }
+
+    /// An http:// host with the TLS files set is refused at load, naming the host and the fix.
+    #[test]
+    fn an_http_host_with_tls_files_is_refused() {
+        let mut c = EtcdConf::new(["h1:2379", "http://h2:2379"], "k");
+        c.cert_file = "c.pem".into();
+        c.cert_key_file = "k.pem".into();
+        c.ca_cert_file = "ca.pem".into();
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.path(), Some("Etcd.Hosts"));
+        let msg = e.to_string();
+        assert!(
+            msg.contains("\"http://h2:2379\"") && msg.contains("\"https://h2:2379\""),
+            "{msg}"
+        );
+        c.hosts = vec!["h1:2379".into(), "https://h2:2379".into()];
+        assert_eq!(c.validate().is_ok(), cfg!(feature = "tls"));
+        // without TLS files an http:// host is fine
+        EtcdConf::new(["http://h2:2379"], "k").validate().unwrap();
     }
 
     #[test]
