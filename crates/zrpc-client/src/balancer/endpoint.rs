@@ -712,41 +712,46 @@ mod tests {
         SettingsAfterClient,
     }
 
-    /// Starts a [`Mute`] server; it stops when the flag is set.
-    fn mute_server(
-        mute: Mute,
-    ) -> (
-        String,
-        Arc<std::sync::atomic::AtomicBool>,
-        std::thread::JoinHandle<()>,
-    ) {
-        use std::io::{Read, Write};
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let stopped = Arc::clone(&stop);
-        let thread = std::thread::spawn(move || {
-            let mut open = Vec::new();
-            while !stopped.load(Ordering::SeqCst) {
-                match listener.accept() {
-                    Ok((mut socket, _)) => {
-                        socket.set_nonblocking(false).unwrap();
-                        // bounded: the thread must see the stop flag
-                        let _ = socket.set_read_timeout(Some(Duration::from_secs(3)));
-                        if let Mute::SettingsAfterClient = mute {
-                            let _ = socket.read(&mut [0u8; 1]);
-                        }
-                        if !matches!(mute, Mute::Nothing) {
-                            let _ = socket.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
-                        }
-                        open.push(socket);
+    /// A [`Mute`] server on a thread of its own, until [`MuteServer::stop`].
+    struct MuteServer {
+        addr: String,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+        thread: std::thread::JoinHandle<()>,
+    }
+
+    impl MuteServer {
+        fn start(mute: Mute) -> MuteServer {
+            use std::io::{Read, Write};
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap().to_string();
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let stopped = Arc::clone(&stop);
+            let thread = std::thread::spawn(move || {
+                let mut open = Vec::new();
+                while let Ok((mut socket, _)) = listener.accept() {
+                    if stopped.load(Ordering::SeqCst) {
+                        return;
                     }
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                    // bounded: a client that never writes cannot keep the thread from stopping
+                    let _ = socket.set_read_timeout(Some(Duration::from_secs(3)));
+                    if let Mute::SettingsAfterClient = mute {
+                        let _ = socket.read(&mut [0u8; 1]);
+                    }
+                    if !matches!(mute, Mute::Nothing) {
+                        let _ = socket.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+                    }
+                    open.push(socket);
                 }
-            }
-        });
-        (addr, stop, thread)
+            });
+            MuteServer { addr, stop, thread }
+        }
+
+        /// Sets the flag, wakes the accept with a connection of its own, waits for the thread.
+        fn stop(self) {
+            self.stop.store(true, Ordering::SeqCst);
+            let _ = std::net::TcpStream::connect(&self.addr);
+            self.thread.join().unwrap();
+        }
     }
 
     /// A probe concludes that a server is silent (and the endpoint's connections are closed)
@@ -764,8 +769,8 @@ mod tests {
             (Mute::Settings, false, Probed::Unanswered),
             (Mute::SettingsAfterClient, true, Probed::Unanswered),
         ] {
-            let (addr, stop, thread) = mute_server(mute);
-            let ep = Arc::new(Endpoint::new(&addr, &ConnectOptions::default()).unwrap());
+            let server = MuteServer::start(mute);
+            let ep = Arc::new(Endpoint::new(&server.addr, &ConnectOptions::default()).unwrap());
             let begun = Instant::now();
             let mut probe = std::pin::pin!(probe_once(&ep));
             if starved {
@@ -788,8 +793,7 @@ mod tests {
                 took >= PROBE_TIMEOUT && took < PROBE_TIMEOUT * 3,
                 "{mute:?}: found {probed:?} after {took:?}"
             );
-            stop.store(true, Ordering::SeqCst);
-            thread.join().unwrap();
+            server.stop();
         }
     }
 
