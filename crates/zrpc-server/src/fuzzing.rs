@@ -193,6 +193,7 @@ pub fn repair_stream(stream: &[u8], cuts: &[usize], read_buf: usize) -> Option<V
         None,
         None,
         Repair::new(true, None),
+        tokio::time::Instant::now(),
     );
     let mut cx = Context::from_waker(Waker::noop());
     let mut out = Vec::with_capacity(input.len());

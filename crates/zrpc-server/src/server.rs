@@ -370,8 +370,8 @@ where
     /// 3. close the listener and drain in-flight calls and streams;
     /// 4. shortly before `WaitTime` (by a tenth of it, at most 500 ms) end the known
     ///    streams still open with `Unavailable "server is shutting down"`;
-    /// 5. give up at `WaitTime` after the signal (remaining unary calls are left to die
-    ///    with the process, as go-zero's kill does).
+    /// 5. give up at `WaitTime` after the signal: the connections still open are closed (their
+    ///    callers see the call fail; go-zero's process exits at this point).
     ///
     /// # Errors
     ///

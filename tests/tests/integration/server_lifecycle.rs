@@ -177,6 +177,48 @@ async fn server_stream_still_open_at_wait_time_ends_with_unavailable() {
     assert_eq!(handle.phase(), Phase::Stopped);
 }
 
+/// At `WaitTime` the server gives up on the calls still running and closes their
+/// connections: the caller learns at once, not at its own deadline (the server's process may
+/// go on running, as a test's or one that serves again does).
+#[tokio::test]
+async fn a_call_still_running_at_wait_time_is_cut_with_its_connection() {
+    // No server timeout: the call runs until the client's 30 s deadline unless cut.
+    let conf = test_conf("giveup.rpc")
+        .with_timeout(Duration::ZERO)
+        .with_shutdown(ShutdownConf::new(
+            Duration::from_millis(100),
+            Duration::from_millis(1000),
+        ));
+    let srv = start_server(conf, TestGreeter::new()).await;
+    let mut c = srv.client().await;
+    let call = tokio::spawn(async move {
+        let mut req = tonic::Request::new(HelloRequest {
+            name: "stuck,sleep:60000".into(),
+        });
+        req.set_timeout(Duration::from_secs(30));
+        let started = std::time::Instant::now();
+        let res = c.say_hello(req).await;
+        (res, started.elapsed())
+    });
+    while srv.greeter.started() < 1 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let t0 = std::time::Instant::now();
+    srv.begin_shutdown();
+    srv.join().await.expect("shutdown gives up at WaitTime");
+    let served_until = t0.elapsed();
+    let (res, took) = tokio::time::timeout(Duration::from_secs(5), call)
+        .await
+        .expect("the call ends once the server gave up, not at its 30 s deadline")
+        .unwrap();
+    let status = res.expect_err("the call cannot have been answered");
+    println!(
+        "WaitTime 1 s: serve returned after {served_until:?}, the call ended after {took:?}: {status:?}"
+    );
+    assert_ne!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+    assert!(served_until < Duration::from_secs(4), "{served_until:?}");
+}
+
 #[tokio::test]
 async fn server_health_watch_sees_not_serving_and_does_not_hold_the_shutdown() {
     let conf = test_conf("watch.rpc").with_shutdown(ShutdownConf::new(

@@ -496,8 +496,9 @@ async fn connections_get_goaway_at_max_connection_age() {
         .unwrap()
         .duration_since(started);
     println!("MaxConnectionAge {age:?}: idle connection closed after {ended:?}");
+    // Each connection's age is MaxConnectionAge ±10% (the test below).
     assert!(
-        ended >= age - Duration::from_millis(50) && ended < age * 3,
+        ended >= age * 9 / 10 - Duration::from_millis(50) && ended < age * 3,
         "{ended:?}"
     );
     // A tonic channel reconnects after the GOAWAY: calls keep working across ages.
@@ -510,6 +511,43 @@ async fn connections_get_goaway_at_max_connection_age() {
         // The clock itself: the calls are spread over the connection's age limits.
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    server.shutdown().await.unwrap();
+}
+
+/// Connections made together get their GOAWAYs at different ages, each within ±10% of
+/// `MaxConnectionAge` (grpc-go's jitter): after a deploy, a fleet's clients do not all
+/// reconnect at the same instant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_made_together_are_aged_apart() {
+    let age = Duration::from_secs(2);
+    let server = server_with("transport-age-jitter", |t| t.max_connection_age = age).await;
+    let mut drivers = Vec::new();
+    for _ in 0..16 {
+        let connected = Instant::now();
+        let (send, driver) = h2_connect(server.addr).await;
+        drivers.push((connected, send, driver));
+    }
+    let mut ages = Vec::new();
+    for (connected, _send, driver) in drivers {
+        let ended = tokio::time::timeout(Duration::from_secs(6), driver)
+            .await
+            .expect("aged connection closed")
+            .unwrap();
+        ages.push(ended.duration_since(connected));
+    }
+    ages.sort();
+    let (first, last) = (ages[0], ages[15]);
+    println!("MaxConnectionAge {age:?}: 16 connections' ages {first:?} .. {last:?}");
+    assert!(
+        first >= age * 9 / 10 - Duration::from_millis(20),
+        "{first:?}"
+    );
+    assert!(last < age * 11 / 10 + Duration::from_secs(1), "{last:?}");
+    // Uniform over 400 ms: 16 ages within 100 ms of each other come once in ~10^8 runs.
+    assert!(
+        last - first >= Duration::from_millis(100),
+        "the ages are spread: {ages:?}"
+    );
     server.shutdown().await.unwrap();
 }
 

@@ -652,6 +652,74 @@ fn tls_example_files_load() {
     assert_eq!(c.tls.unwrap().cert_file, "examples/etc/certs/client.pem");
 }
 
+/// `HandshakeTimeout` bounds the TLS and the HTTP/2 handshakes together: a client that takes
+/// most of it for TLS and then sends no HTTP/2 preface is closed at the timeout after its TCP
+/// connect, not a second timeout after its TLS handshake.
+#[tokio::test]
+async fn tls_one_handshake_timeout_covers_tls_and_http2() {
+    use rustls::pki_types::ServerName;
+    use rustls::pki_types::pem::PemObject;
+    use tokio::io::AsyncReadExt;
+
+    let ca = TestCa::new("zrpc test CA");
+    let server = ca.issue("server", LOCAL_SANS);
+    let mut conf = test_conf("tls-handshake.rpc")
+        .with_cpu_threshold(0)
+        .with_tls(ServerTlsConf::new(server.cert_str(), server.key_str()));
+    let timeout = Duration::from_secs(1);
+    conf.transport.handshake_timeout = timeout;
+    let server = Server::new(conf)
+        .unwrap()
+        .add_service(GreeterServer::new(WhoGreeter));
+    let handle = server.handle();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let join = tokio::spawn(server.serve_with_listener(listener, std::future::pending()));
+    let addr = handle.serving().await.expect("server serves");
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from_pem_file(&ca.files.cert).unwrap())
+        .unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+
+    let started = std::time::Instant::now();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .expect("the TLS handshake within the timeout");
+    let tls_done = started.elapsed();
+    // No preface: the server closes the connection (EOF or a reset) at its deadline.
+    let mut buf = [0u8; 256];
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match tls.read(&mut buf).await {
+                Ok(0) | Err(_) => return started.elapsed(),
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .expect("closed within 5 s");
+    println!("HandshakeTimeout {timeout:?}: TLS done after {tls_done:?}, closed after {closed:?}");
+    assert!(tls_done < timeout, "{tls_done:?}");
+    assert!(
+        closed >= timeout - Duration::from_millis(50) && closed < Duration::from_millis(1700),
+        "closed after {closed:?}: one HandshakeTimeout from the TCP connect, not {:?}",
+        tls_done + timeout
+    );
+    handle.shutdown();
+    join.await.unwrap().unwrap();
+}
+
 /// grpc-go's multi-host `:authority` (`h1:port,h2:port`) is repaired over TLS too: the repair
 /// reads the decrypted HTTP/2 octets (`TcpStream -> TlsStream -> Guarded`).
 #[tokio::test]

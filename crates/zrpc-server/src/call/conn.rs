@@ -24,6 +24,9 @@ pub(crate) struct ConnInfo {
     /// The `:authority` the client sent when the transport had to rewrite it
     /// (`transport::authority`), set on the connection's first repair.
     pub(crate) authority: Option<Arc<std::sync::OnceLock<Arc<str>>>>,
+    /// When the serve loop sends the connection its GOAWAY: its `MaxConnectionAge`, jittered
+    /// at accept by `Guarded`, which ends the connection the grace after.
+    pub(crate) goaway_at: Option<Instant>,
 }
 
 /// One connection's open calls and the time the last one ended.

@@ -77,6 +77,7 @@ impl Arrival {
                 peer: None,
                 conn: None,
                 authority: None,
+                goaway_at: None,
             }),
             facts: CallFacts::default(),
             queued: None,

@@ -98,7 +98,13 @@ fn plain_incoming(acceptor: Acceptor) -> impl Stream<Item = Result<Accepted, io:
     futures_util::stream::unfold(acceptor, |mut a| async move {
         let (stream, peer, permit) = a.next().await;
         Some((
-            Ok(wrap(&a.settings, ConnIo::Plain(stream), peer, permit)),
+            Ok(wrap(
+                &a.settings,
+                ConnIo::Plain(stream),
+                peer,
+                permit,
+                Instant::now(),
+            )),
             a,
         ))
     })
@@ -125,6 +131,7 @@ fn tls_incoming(
                 () = tx.closed() => return,
                 next = a.next() => next,
             };
+            let accepted = Instant::now();
             let (tls, tx, settings) = (tls.clone(), tx.clone(), settings.clone());
             let (log, plaintext) = (log.clone(), plaintext.clone());
             tokio::spawn(async move {
@@ -155,7 +162,8 @@ fn tls_incoming(
                 };
                 match result {
                     Ok(stream) => {
-                        let conn = wrap(&settings, ConnIo::Tls(Box::new(stream)), peer, permit);
+                        let io = ConnIo::Tls(Box::new(stream));
+                        let conn = wrap(&settings, io, peer, permit, accepted);
                         let _ = tx.send(conn).await;
                     }
                     Err((e, tcp)) => {
@@ -269,12 +277,14 @@ fn socket_options(stream: &TcpStream, keepalive: Option<Duration>, peer: std::ne
     }
 }
 
-/// `io` under the `:authority` repair and the connection deadlines.
+/// `io` under the `:authority` repair and the connection deadlines, counted from `accepted`
+/// (one `HandshakeTimeout` for the TLS and the HTTP/2 handshakes together).
 fn wrap(
     settings: &AcceptSettings,
     io: ConnIo,
     peer: std::net::SocketAddr,
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    accepted: Instant,
 ) -> Accepted {
     let entry = settings.table.as_ref().map(|table| table.register());
     let repair = Repair::new(settings.authority_repair, Some(peer));
@@ -282,7 +292,15 @@ fn wrap(
         ip: peer.ip(),
         cuts: Arc::clone(&settings.cuts),
     };
-    Guarded::new(io, Some(peer), settings.limits, permit, entry, repair)
+    Guarded::new(
+        io,
+        Some(peer),
+        settings.limits,
+        permit,
+        entry,
+        repair,
+        accepted,
+    )
 }
 
 #[cfg(test)]

@@ -8,8 +8,11 @@
 //! - **Handshake**: until the client has sent the 24-octet preface and a whole first frame
 //!   (its SETTINGS), the connection must make it by `HandshakeTimeout`. This closes idle
 //!   TCP connections and slowloris preface senders, which h2 would otherwise hold forever.
-//! - **Age grace**: `MaxConnectionAge + MaxConnectionAgeGrace` after accept, whatever is
-//!   still open. (The GOAWAY at `MaxConnectionAge` itself is the serve loop's.)
+//! - **Age**: each connection's `MaxConnectionAge`, drawn at accept within ±10% of the
+//!   configured one as grpc-go does (connections made together, after a deploy or a client's
+//!   restart, are not all sent their GOAWAY at once); the serve loop sends the GOAWAY at that
+//!   age ([`ConnInfo::goaway_at`]) and the connection ends here `MaxConnectionAgeGrace` later,
+//!   whatever is still open.
 //! - **Frame policies** below h2 ([`frames`](super::frames)): ping floods
 //!   (`KeepaliveMinTime`, grpc-go's enforcement policy, GOAWAY `too_many_pings`) and floods of
 //!   resets and control frames; a cut is counted and logged by [`cuts`](super::cuts).
@@ -42,8 +45,10 @@ use crate::transport::authority::Repair;
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct ConnLimits {
     pub(crate) handshake_timeout: Option<Duration>,
-    /// `MaxConnectionAge + MaxConnectionAgeGrace`.
-    pub(crate) hard_age: Option<Duration>,
+    /// `MaxConnectionAge`.
+    pub(crate) max_age: Option<Duration>,
+    /// `MaxConnectionAgeGrace` (none: the calls open at the GOAWAY may finish at any time).
+    pub(crate) age_grace: Option<Duration>,
     /// `KeepaliveMinTime`: the client's PINGs may not come more often.
     pub(crate) ping_min_time: Option<Duration>,
 }
@@ -55,6 +60,9 @@ pub(crate) struct Guarded<T> {
     inner: T,
     /// Until the preface and first frame are in.
     handshake: Option<Deadline>,
+    /// The GOAWAY's time (this connection's jittered `MaxConnectionAge`), for the serve loop.
+    goaway_at: Option<Instant>,
+    /// The GOAWAY's time and the grace: the connection ends here then.
     hard_deadline: Option<Pin<Box<Sleep>>>,
     /// The scan of both directions' frames and the policies on them.
     frames: FrameGuard,
@@ -89,9 +97,18 @@ impl Deadline {
     }
 }
 
+/// `age` within ±10%, uniformly (grpc-go's jitter of `MaxConnectionAge`).
+fn jittered(age: Duration) -> Duration {
+    use rand::{RngExt, SeedableRng};
+    let tenth = age / 10;
+    rand::rngs::SmallRng::seed_from_u64(zrpc_core::random_seed())
+        .random_range(age - tenth..=age.saturating_add(tenth))
+}
+
 impl<T> Guarded<T> {
-    /// Wraps `inner` (a connection from `peer`, its `:authority` under `repair`), starting
-    /// its clocks now.
+    /// Wraps `inner` (a connection from `peer`, its `:authority` under `repair`), its clocks
+    /// started at `accepted`: with TLS, the HTTP/2 handshake has what the TLS handshake left of
+    /// `HandshakeTimeout`.
     pub(crate) fn new(
         inner: T,
         peer: Option<Peer>,
@@ -99,14 +116,17 @@ impl<T> Guarded<T> {
         permit: Option<OwnedSemaphorePermit>,
         entry: Option<ConnEntry>,
         repair: Repair,
+        accepted: Instant,
     ) -> Self {
-        let now = Instant::now();
+        let now = accepted;
+        let goaway_at = limits.max_age.map(|age| now + jittered(age));
         Guarded {
             inner,
             handshake: limits.handshake_timeout.map(|t| Deadline::after(now, t)),
-            hard_deadline: limits
-                .hard_age
-                .map(|age| Box::pin(tokio::time::sleep_until(now + age))),
+            goaway_at,
+            hard_deadline: goaway_at
+                .zip(limits.age_grace)
+                .map(|(at, grace)| Box::pin(tokio::time::sleep_until(at + grace))),
             frames: FrameGuard::new(limits.ping_min_time),
             repair,
             held: Held::default(),
@@ -379,6 +399,7 @@ impl<T: Connected<ConnectInfo = ConnInfo>> Connected for Guarded<T> {
     fn connect_info(&self) -> ConnInfo {
         let mut info = self.inner.connect_info();
         info.conn = self.entry.as_ref().map(ConnEntry::state);
+        info.goaway_at = self.goaway_at;
         info.authority = Some(self.repair.original());
         info
     }
@@ -396,15 +417,68 @@ mod tests {
         use tokio::io::AsyncWriteExt;
         let (client, server) = tokio::io::duplex(64);
         let limits = ConnLimits {
-            hard_age: Some(Duration::from_secs(30)),
+            max_age: Some(Duration::from_secs(30)),
+            age_grace: Some(Duration::from_secs(5)),
             ..ConnLimits::default()
         };
-        let mut g = Guarded::new(server, None, limits, None, None, Repair::new(true, None));
         let started = Instant::now();
+        let mut g = Guarded::new(
+            server,
+            None,
+            limits,
+            None,
+            None,
+            Repair::new(true, None),
+            started,
+        );
+        let goaway = g.goaway_at.unwrap() - started;
         let err = g.write_all(&[0u8; 1024]).await.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
-        assert_eq!(started.elapsed(), Duration::from_secs(30));
+        // (tokio's timers round up to the millisecond)
+        let hard = goaway + Duration::from_secs(5);
+        let took = started.elapsed();
+        assert!(
+            took >= hard && took <= hard + Duration::from_millis(1),
+            "{took:?}"
+        );
         drop(client);
+    }
+
+    /// Each connection's age is drawn within ±10% of `MaxConnectionAge` (grpc-go's jitter), so
+    /// that connections made together are not all sent their GOAWAY at once; the hard end is
+    /// the grace after that connection's own GOAWAY.
+    #[test]
+    fn each_connection_gets_its_age_within_a_tenth_of_max_connection_age() {
+        let age = Duration::from_secs(100);
+        let ages: Vec<Duration> = (0..1000).map(|_| jittered(age)).collect();
+        let (min, max) = (ages.iter().min().unwrap(), ages.iter().max().unwrap());
+        assert!(*min >= Duration::from_secs(90) && *max <= Duration::from_secs(110));
+        assert!(
+            *min < Duration::from_secs(92) && *max > Duration::from_secs(108),
+            "spread over the whole range: {min:?}..{max:?}"
+        );
+        assert_eq!(jittered(Duration::ZERO), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_hard_age_follows_the_connections_own_goaway_and_needs_a_grace() {
+        let limits = ConnLimits {
+            max_age: Some(Duration::from_secs(60)),
+            age_grace: None,
+            ..ConnLimits::default()
+        };
+        let now = Instant::now();
+        let g = Guarded::new((), None, limits, None, None, Repair::new(true, None), now);
+        let at = g.goaway_at.expect("a GOAWAY time");
+        assert!(at >= now + Duration::from_secs(54) && at <= now + Duration::from_secs(66));
+        assert!(g.hard_deadline.is_none(), "no grace: no hard end");
+        let limits = ConnLimits {
+            age_grace: Some(Duration::from_secs(7)),
+            ..limits
+        };
+        let g = Guarded::new((), None, limits, None, None, Repair::new(true, None), now);
+        let hard = g.hard_deadline.as_ref().unwrap().deadline();
+        assert_eq!(hard, g.goaway_at.unwrap() + Duration::from_secs(7));
     }
 
     #[tokio::test(start_paused = true)]
@@ -415,8 +489,16 @@ mod tests {
             handshake_timeout: Some(Duration::from_secs(10)),
             ..ConnLimits::default()
         };
-        let mut g = Guarded::new(server, None, limits, None, None, Repair::new(true, None));
         let started = Instant::now();
+        let mut g = Guarded::new(
+            server,
+            None,
+            limits,
+            None,
+            None,
+            Repair::new(true, None),
+            started,
+        );
         let mut buf = [0u8; 8];
         let err = g.read(&mut buf).await.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
@@ -429,7 +511,15 @@ mod tests {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let (mut client, server) = tokio::io::duplex(1 << 16);
         let repair = Repair::new(true, None);
-        let mut g = Guarded::new(server, None, ConnLimits::default(), None, None, repair);
+        let mut g = Guarded::new(
+            server,
+            None,
+            ConnLimits::default(),
+            None,
+            None,
+            repair,
+            Instant::now(),
+        );
         let mut wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
         wire.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]); // SETTINGS
         let settled = wire.len();

@@ -36,6 +36,7 @@ impl Connected for ConnIo {
                 peer: None,
                 conn: None,
                 authority: None,
+                goaway_at: None,
             },
             #[cfg(feature = "tls")]
             ConnIo::Tls(tls) => {
@@ -47,6 +48,7 @@ impl Connected for ConnIo {
                         .and_then(|certs| PeerIdentity::from_chain(certs.to_vec())),
                     conn: None,
                     authority: None,
+                    goaway_at: None,
                 }
             }
         }

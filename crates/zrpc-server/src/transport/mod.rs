@@ -52,10 +52,8 @@ pub(crate) fn accept_settings(conf: &TransportConf, authority_repair: bool) -> A
     AcceptSettings {
         limits: ConnLimits {
             handshake_timeout: conf.handshake_timeout(),
-            hard_age: conf
-                .max_connection_age()
-                .zip(conf.max_connection_age_grace())
-                .map(|(age, grace)| age.saturating_add(grace)),
+            max_age: conf.max_connection_age(),
+            age_grace: conf.max_connection_age_grace(),
             ping_min_time: conf.keepalive_min_time(),
         },
         max_connections: conf.max_connections(),
@@ -69,8 +67,8 @@ pub(crate) fn accept_settings(conf: &TransportConf, authority_repair: bool) -> A
     }
 }
 
-/// The HTTP/2 settings of `conf` for zrpc's serve loop ([`serve::serve`]). Only the GOAWAY at
-/// `MaxConnectionAge` is the loop's; the hard close after `MaxConnectionAgeGrace` is `Guarded`'s.
+/// The HTTP/2 settings of `conf` for zrpc's serve loop ([`serve::serve`]). Each connection's
+/// `MaxConnectionAge` is drawn by `Guarded` at accept (the loop sends the GOAWAY then).
 pub(crate) fn http2(conf: &TransportConf) -> serve::Http2 {
     serve::Http2 {
         max_concurrent_streams: conf.max_concurrent_streams,
@@ -79,7 +77,6 @@ pub(crate) fn http2(conf: &TransportConf) -> serve::Http2 {
         max_pending_accept_reset_streams: conf.max_pending_accept_reset_streams,
         keepalive_interval: conf.keepalive_time(),
         keepalive_timeout: conf.keepalive_timeout,
-        max_connection_age: conf.max_connection_age(),
         max_connection_idle: conf.max_connection_idle(),
     }
 }

@@ -56,8 +56,6 @@ pub(crate) struct Http2 {
     pub(crate) max_pending_accept_reset_streams: usize,
     pub(crate) keepalive_interval: Option<Duration>,
     pub(crate) keepalive_timeout: Duration,
-    /// A graceful GOAWAY at this age (the hard close after the grace is `Guarded`'s).
-    pub(crate) max_connection_age: Option<Duration>,
     /// A graceful GOAWAY once no call has been open for this long.
     pub(crate) max_connection_idle: Option<Duration>,
 }
@@ -127,6 +125,8 @@ impl Intake {
 /// Serves `incoming` with `chain` until `signal`, then sends every connection a GOAWAY and
 /// returns when all are closed. It does not fail (the result has the type the server's
 /// shutdown expects of a tonic server): zrpc's accept loop retries accept errors itself.
+/// Dropped before that (the server gives up at `Shutdown.WaitTime`), it closes every
+/// connection still open: their tasks are its own.
 pub(crate) async fn serve<S, B, I, IO, IE, F>(
     chain: S,
     intake: Intake,
@@ -148,6 +148,8 @@ where
     let builder = builder(&http2);
     let intake = Arc::new(intake);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(());
+    // The connections' tasks: aborted with it if this future is dropped.
+    let mut tasks = tokio::task::JoinSet::new();
     {
         // Dropped when the loop ends: the listening socket closes at once.
         let mut incoming = pin!(incoming);
@@ -156,6 +158,10 @@ where
             let io = tokio::select! {
                 () = &mut signal => break,
                 io = incoming.next() => io,
+                Some(ended) = tasks.join_next() => {
+                    reap(ended);
+                    continue;
+                }
             };
             let io = match io {
                 Some(Ok(io)) => io,
@@ -167,6 +173,7 @@ where
                 None => break,
             };
             let conn = Arc::new(io.connect_info());
+            let goaway_at = conn.goaway_at;
             let open = intake
                 .connections
                 .opened(conn.tcp.remote_addr.map(|a| a.ip()), conn.conn.as_ref());
@@ -186,20 +193,30 @@ where
             let served = serve_connection(
                 conn,
                 stop_rx.clone(),
-                http2.max_connection_age,
+                goaway_at,
                 idle,
                 http2.keepalive_timeout,
             );
-            tokio::spawn(async move {
+            tasks.spawn(async move {
                 served.await;
                 drop(open);
             });
         }
     }
     let _ = stop_tx.send(());
-    drop(stop_rx);
-    stop_tx.closed().await;
+    while let Some(ended) = tasks.join_next().await {
+        reap(ended);
+    }
     Ok(())
+}
+
+/// A connection's task that ended: one that panicked is logged (its connection is closed).
+fn reap(ended: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = ended
+        && e.is_panic()
+    {
+        tracing::error!(target: "zrpc::server", "a connection's task panicked: {e}");
+    }
 }
 
 /// Spawns each stream's task boxed: hyper's stream task holds the call's whole future, and
@@ -273,7 +290,7 @@ impl Idle {
     }
 }
 
-/// One connection until it ends. A GOAWAY at `max_age`, when `stop` changes, or when `idle`
+/// One connection until it ends. A GOAWAY at `goaway_at`, when `stop` changes, or when `idle`
 /// passes; after an idle GOAWAY, a client that has not let the connection close within
 /// `grace` (the time it has to answer the GOAWAY's PING: `KeepaliveTimeout`) is dropped, once
 /// no call is open on it: a call the client sent as the GOAWAY went out is served whole (as
@@ -281,7 +298,7 @@ impl Idle {
 async fn serve_connection<S, B, IO>(
     mut conn: Pin<Box<Conn<IO, S>>>,
     mut stop: tokio::sync::watch::Receiver<()>,
-    max_age: Option<Duration>,
+    goaway_at: Option<Instant>,
     idle: Option<Idle>,
     grace: Duration,
 ) where
@@ -295,7 +312,7 @@ async fn serve_connection<S, B, IO>(
     // Timers only where a limit is set, each boxed: an idle connection's task holds no timer
     // state it does not use (by default no age or idle limit is set; inline, their state took
     // room in every connection's task, set or not).
-    let mut aged = max_age.map(|age| Box::pin(tokio::time::sleep(age)));
+    let mut aged = goaway_at.map(|at| Box::pin(tokio::time::sleep_until(at)));
     let calls = idle.as_ref().map(|idle| Arc::clone(&idle.state));
     let mut idled = idle.map(|idle| Box::pin(async move { idle.passed().await }));
     // Set when a client that was sent an idle GOAWAY is to be dropped.
@@ -495,6 +512,7 @@ mod tests {
             peer: None,
             conn: None,
             authority: None,
+            goaway_at: None,
         };
         let intake = Intake {
             budget: RequestBudget::new(None, None),

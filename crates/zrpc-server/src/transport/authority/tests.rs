@@ -263,6 +263,7 @@ fn repairing<T>(io: T) -> Guarded<T> {
         None,
         None,
         Repair::new(true, None),
+        tokio::time::Instant::now(),
     )
 }
 
