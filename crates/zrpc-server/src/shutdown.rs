@@ -52,7 +52,7 @@ pub(crate) fn start_registration(
 /// Deregisters (revokes the lease, bounded time) at the start of shutdown.
 pub(crate) async fn stop_registration(publisher: Option<crate::registry::Publisher>) {
     if let Some(p) = publisher {
+        // The publisher logs whether etcd confirmed the revoke.
         p.stop().await;
-        tracing::info!(target: "zrpc::server", "deregistered from etcd");
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use zrpc_client::conf::RpcClientConf;
 use zrpc_server::registry::RegistrationState;
-use zrpc_tests::etcd::{EtcdServer, keys_under, unique_key};
+use zrpc_tests::etcd::{EtcdServer, TcpProxy, keys_under, unique_key};
 use zrpc_tests::greeter::{TestGreeter, TestServer, start_server, test_conf};
 use zrpc_tests::pb::HelloRequest;
 use zrpc_tests::pb::greeter_client::GreeterClient;
@@ -156,4 +156,89 @@ async fn a_paused_server_gets_no_new_calls_stays_out_across_an_etcd_restart_and_
     stop.store(true, Ordering::Relaxed);
     load.await.unwrap();
     assert_eq!(failed.load(Ordering::Relaxed), 0, "no call failed");
+}
+
+/// A pause whose revoke cannot reach etcd is not reported `Paused` while the key is still in
+/// etcd: the state stays `NotRegistered`, the revoke is retried, and the server is `Paused`
+/// once it reaches etcd; a resume registers one key again.
+#[tokio::test]
+async fn a_pause_that_cannot_revoke_is_paused_only_once_the_key_is_gone() {
+    let etcd = EtcdServer::start().await;
+    let key = unique_key("pause-unrevoked");
+    let proxy = TcpProxy::start(etcd.endpoint()).await;
+    let mut etcd_conf = etcd.etcd_conf(&key);
+    etcd_conf.hosts = vec![proxy.endpoint()];
+    let conf = test_conf("pause-unrevoked.rpc")
+        .with_etcd(etcd_conf)
+        .with_cpu_threshold(0);
+    let server = start_server(conf, TestGreeter::new()).await;
+    let handle = server.handle.clone();
+    assert!(
+        soon(Duration::from_secs(5), || matches!(
+            handle.registration(),
+            RegistrationState::Registered { .. }
+        ))
+        .await,
+        "registers through the proxy"
+    );
+    let value = server.addr.to_string();
+    let mut kv = etcd.client().await;
+    assert_eq!(keys_under(&mut kv, &key).await.len(), 1);
+
+    // The server's link to etcd is cut, then it is paused: its revoke cannot reach etcd, and
+    // its key stays (for up to its lease's 10 s): not `Paused` yet.
+    proxy.cut_and_wait().await;
+    handle.pause_registration();
+    assert!(
+        soon(Duration::from_secs(1), || !matches!(
+            handle.registration(),
+            RegistrationState::Registered { .. }
+        ))
+        .await,
+        "out of Registered once paused"
+    );
+    let cut_for = Instant::now();
+    while cut_for.elapsed() < Duration::from_secs(4) {
+        let state = handle.registration();
+        assert_eq!(
+            state,
+            RegistrationState::NotRegistered,
+            "the key is still in etcd"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let keys = keys_under(&mut kv, &key).await;
+    assert!(
+        keys.iter().any(|(_, v)| *v == value),
+        "the key is still in etcd: {keys:?}"
+    );
+
+    // etcd reachable again: the revoke goes through, and only then is the server `Paused`.
+    proxy.heal();
+    let healed = Instant::now();
+    assert!(
+        soon(Duration::from_secs(5), || handle.registration()
+            == RegistrationState::Paused)
+        .await,
+        "paused once the revoke reaches etcd"
+    );
+    let keys = keys_under(&mut kv, &key).await;
+    println!(
+        "revoke unreachable for 4 s: Paused {:?} after the link healed; keys now {keys:?}",
+        healed.elapsed()
+    );
+    assert!(keys.is_empty(), "{keys:?}");
+
+    handle.resume_registration();
+    assert!(
+        soon(Duration::from_secs(5), || matches!(
+            handle.registration(),
+            RegistrationState::Registered { .. }
+        ))
+        .await,
+        "registered again"
+    );
+    let keys = keys_under(&mut kv, &key).await;
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    server.shutdown().await.unwrap();
 }

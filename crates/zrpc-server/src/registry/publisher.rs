@@ -42,7 +42,9 @@ pub enum RegistrationState {
     /// Taken out of discovery by an operator ([`Publisher::pause`],
     /// [`ServerHandle::pause_registration`](crate::ServerHandle::pause_registration)): the key
     /// and its lease are gone, nothing is kept in etcd (an etcd restart meanwhile changes
-    /// nothing), and the server goes on serving the connections and calls it has.
+    /// nothing), and the server goes on serving the connections and calls it has. Reported
+    /// once etcd confirmed the revoke: while it cannot be reached, the state stays
+    /// [`NotRegistered`](Self::NotRegistered) and the revoke is retried about every second.
     Paused,
     /// [`Publisher::stop`] ran (the lease was revoked if etcd was reachable).
     Stopped,
@@ -241,14 +243,41 @@ async fn supervise(
     let mut lease: Option<i64> = None;
     let mut client: Option<Client> = None;
     let mut report = Reporter::default();
-    loop {
+    'supervise: loop {
         if *paused.borrow_and_update() {
             // Out of discovery: the key goes with its lease at once, and nothing stays in etcd
             // that a restart of etcd could bring back.
             ctx.state.send_replace(RegistrationState::NotRegistered);
-            if let Some(id) = lease.take() {
-                revoke(&ctx, client.take(), id).await;
+            if let Some(id) = lease {
+                // `Paused` only once etcd confirms the key gone: until then it may still be
+                // discoverable (when etcd cannot be reached, its lease expires at most a TTL
+                // after its last renewal, but etcd restarted meanwhile renews it). The lease
+                // is kept, so that a resume meanwhile goes on with it: no second key.
+                let mut failures = 0u32;
+                loop {
+                    match revoke(&ctx, client.take(), id).await {
+                        Ok(()) => break,
+                        Err(e) if failures == 0 => tracing::warn!(key = %ctx.conf.key, lease = id,
+                            "etcd deregistration {e}; the key stays discoverable until etcd \
+                             confirms the revoke (retrying every ~1s) or the lease expires"),
+                        Err(e) => tracing::debug!(key = %ctx.conf.key, lease = id,
+                            "etcd deregistration still failing: {e}"),
+                    }
+                    failures += 1;
+                    tokio::select! {
+                        biased;
+                        _ = stop.wait_for(|s| *s) => break 'supervise,
+                        () = until(&mut paused, false) => {
+                            tracing::info!(key = %ctx.conf.key, value = %ctx.value,
+                                "registration resumed");
+                            report = Reporter::default();
+                            continue 'supervise;
+                        }
+                        () = tokio::time::sleep(retry_pause()) => {}
+                    }
+                }
             }
+            lease = None;
             client = None;
             ctx.state.send_replace(RegistrationState::Paused);
             tracing::warn!(key = %ctx.conf.key, value = %ctx.value,
@@ -280,13 +309,18 @@ async fn supervise(
         }
     }
     ctx.state.send_replace(RegistrationState::NotRegistered);
-    if let Some(id) = lease {
-        revoke(&ctx, client, id).await;
+    if let Some(id) = lease
+        && let Err(e) = revoke(&ctx, client, id).await
+    {
+        tracing::warn!(key = %ctx.conf.key, lease = id,
+            "etcd deregistration {e}; the key expires with its lease within {TIME_TO_LIVE}s");
     }
     ctx.state.send_replace(RegistrationState::Stopped);
 }
 
-async fn revoke(ctx: &Ctx, client: Option<Client>, id: i64) {
+/// Revokes lease `id` (its key with it) within `STOP_TIMEOUT`: `Ok` once etcd confirmed it (or
+/// no longer knows the lease), else what failed.
+async fn revoke(ctx: &Ctx, client: Option<Client>, id: i64) -> Result<(), String> {
     let work = async {
         let client = match client {
             Some(c) => c,
@@ -302,17 +336,15 @@ async fn revoke(ctx: &Ctx, client: Option<Client>, id: i64) {
             Err(e) => Err(e.to_string()),
         }
     };
-    match tokio::time::timeout(STOP_TIMEOUT, work).await {
-        Ok(Ok(())) => tracing::info!(key = %ctx.conf.key, lease = id, "deregistered from etcd"),
-        Ok(Err(e)) => tracing::warn!(
-            lease = id,
-            "etcd deregistration failed, the key expires within {TIME_TO_LIVE}s: {e}"
-        ),
-        Err(_) => tracing::warn!(
-            lease = id,
-            "etcd deregistration timed out after {STOP_TIMEOUT:?}, the key expires within {TIME_TO_LIVE}s"
-        ),
+    let res = match tokio::time::timeout(STOP_TIMEOUT, work).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(format!("failed: {e}")),
+        Err(_) => Err(format!("timed out after {STOP_TIMEOUT:?}")),
+    };
+    if res.is_ok() {
+        tracing::info!(key = %ctx.conf.key, lease = id, "deregistered from etcd");
     }
+    res
 }
 
 fn is_lease_gone(e: &etcd_client::Error) -> bool {
