@@ -312,6 +312,14 @@ pub fn linked_streaming_methods() -> Vec<String> {
 }
 
 fn streaming_from_descriptors(sets: &[&'static [u8]]) -> Result<Vec<String>, Error> {
+    Ok(described_methods(sets)?
+        .into_iter()
+        .filter_map(|(method, streams)| streams.then_some(method))
+        .collect())
+}
+
+/// Every method (`/pkg.Service/Method`) of the encoded descriptor sets, and whether it streams.
+fn described_methods(sets: &[&'static [u8]]) -> Result<Vec<(String, bool)>, Error> {
     let mut out = Vec::new();
     for set in sets {
         let set = prost_types::FileDescriptorSet::decode(*set)
@@ -325,9 +333,8 @@ fn streaming_from_descriptors(sets: &[&'static [u8]]) -> Result<Vec<String>, Err
                     format!("{pkg}.{}", svc.name())
                 };
                 for m in &svc.method {
-                    if m.client_streaming() || m.server_streaming() {
-                        out.push(format!("/{svc_name}/{}", m.name()));
-                    }
+                    let streams = m.client_streaming() || m.server_streaming();
+                    out.push((format!("/{svc_name}/{}", m.name()), streams));
                 }
             }
         }
@@ -543,6 +550,7 @@ impl Base {
             breakers,
             drain: DrainLayer::new(drain.clone(), drain_infra.clone()),
             streaming: &services.streaming,
+            described: &services.described,
             outer,
             stages,
         };
@@ -626,6 +634,8 @@ struct Chain<'a> {
     drain: DrainLayer,
     /// The transport's set, for the governor's requests without an `Arrival`.
     streaming: &'a StreamingMethods,
+    /// The methods the descriptor sets name.
+    described: &'a [String],
     outer: Vec<OuterLayer>,
     stages: Vec<Arc<dyn Stage>>,
 }
@@ -648,6 +658,7 @@ impl Chain<'_> {
             breakers: self.breakers,
             limit: self.limit,
             shedding: self.shedding,
+            described: self.described,
         };
         let frame = Frame {
             trace: TraceStage::new(conf.middlewares.trace),
@@ -725,6 +736,8 @@ struct Services {
     health: Option<tonic_health::server::HealthReporter>,
     /// Streaming methods: declared, and learned from the descriptor sets.
     streaming: StreamingMethods,
+    /// The methods of the descriptor sets: known to exist before any call.
+    described: Vec<String>,
 }
 
 /// Phase 1 of serving: the user's services plus health and reflection, and the streaming
@@ -736,9 +749,15 @@ async fn prepare_services(
     descriptors: Vec<&'static [u8]>,
     mut streaming: Vec<String>,
 ) -> Result<Services, Error> {
-    // Sets linked in by zrpc-build's generated code: streaming kinds and reflection.
+    // Sets linked in by zrpc-build's generated code: the methods, their kinds and reflection.
     let descriptors = crate::descriptors::with_linked(descriptors);
-    streaming.extend(streaming_from_descriptors(&descriptors)?);
+    let described = described_methods(&descriptors)?;
+    streaming.extend(
+        described
+            .iter()
+            .filter(|(_, streams)| *streams)
+            .map(|(m, _)| m.clone()),
+    );
     // Health (SERVING only once we serve) and reflection.
     let health = if conf.health {
         let (reporter, svc) = tonic_health::server::health_reporter();
@@ -758,6 +777,7 @@ async fn prepare_services(
         routes: routes.routes().map_err(Error::DuplicateService)?,
         health,
         streaming: StreamingMethods::new(streaming),
+        described: described.into_iter().map(|(m, _)| m).collect(),
     })
 }
 

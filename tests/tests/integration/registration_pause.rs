@@ -14,9 +14,12 @@ use zrpc_tests::pb::greeter_client::GreeterClient;
 use zrpc_tests::wait::within;
 
 async fn registered_server(etcd: &EtcdServer, key: &str, name: &str) -> TestServer {
-    let conf = test_conf(name)
-        .with_etcd(etcd.etcd_conf(key))
-        .with_cpu_threshold(0);
+    registered_at(etcd.etcd_conf(key), name).await
+}
+
+/// A server registered with `etcd`, once it is.
+async fn registered_at(etcd: zrpc_core::conf::EtcdConf, name: &str) -> TestServer {
+    let conf = test_conf(name).with_etcd(etcd).with_cpu_threshold(0);
     let server = start_server(conf, TestGreeter::new()).await;
     let handle = server.handle.clone();
     assert!(
@@ -168,19 +171,8 @@ async fn a_pause_that_cannot_revoke_is_paused_only_once_the_key_is_gone() {
     let proxy = TcpProxy::start(etcd.endpoint()).await;
     let mut etcd_conf = etcd.etcd_conf(&key);
     etcd_conf.hosts = vec![proxy.endpoint()];
-    let conf = test_conf("pause-unrevoked.rpc")
-        .with_etcd(etcd_conf)
-        .with_cpu_threshold(0);
-    let server = start_server(conf, TestGreeter::new()).await;
+    let server = registered_at(etcd_conf, "pause-unrevoked.rpc").await;
     let handle = server.handle.clone();
-    assert!(
-        soon(Duration::from_secs(5), || matches!(
-            handle.registration(),
-            RegistrationState::Registered { .. }
-        ))
-        .await,
-        "registers through the proxy"
-    );
     let value = server.addr.to_string();
     let mut kv = etcd.client().await;
     assert_eq!(keys_under(&mut kv, &key).await.len(), 1);

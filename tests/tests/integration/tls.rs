@@ -652,13 +652,30 @@ fn tls_example_files_load() {
     assert_eq!(c.tls.unwrap().cert_file, "examples/etc/certs/client.pem");
 }
 
+/// A rustls client that trusts `ca` and offers HTTP/2 (ALPN `h2`), for raw HTTP/2 over TLS.
+fn h2_tls_connector(ca: &CertFiles) -> tokio_rustls::TlsConnector {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from_pem_file(&ca.cert).unwrap())
+        .unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
 /// `HandshakeTimeout` bounds the TLS and the HTTP/2 handshakes together: a client that takes
 /// most of it for TLS and then sends no HTTP/2 preface is closed at the timeout after its TCP
 /// connect, not a second timeout after its TLS handshake.
 #[tokio::test]
 async fn tls_one_handshake_timeout_covers_tls_and_http2() {
     use rustls::pki_types::ServerName;
-    use rustls::pki_types::pem::PemObject;
     use tokio::io::AsyncReadExt;
 
     let ca = TestCa::new("zrpc test CA");
@@ -676,23 +693,10 @@ async fn tls_one_handshake_timeout_covers_tls_and_http2() {
     let join = tokio::spawn(server.serve_with_listener(listener, std::future::pending()));
     let addr = handle.serving().await.expect("server serves");
 
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(rustls::pki_types::CertificateDer::from_pem_file(&ca.files.cert).unwrap())
-        .unwrap();
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec()];
-
     let started = std::time::Instant::now();
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     tokio::time::sleep(Duration::from_millis(900)).await;
-    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+    let mut tls = h2_tls_connector(&ca.files)
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
         .await
         .expect("the TLS handshake within the timeout");
@@ -725,7 +729,6 @@ async fn tls_one_handshake_timeout_covers_tls_and_http2() {
 #[tokio::test]
 async fn tls_multi_host_authority_is_repaired_under_tls() {
     use rustls::pki_types::ServerName;
-    use rustls::pki_types::pem::PemObject;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
@@ -738,20 +741,8 @@ async fn tls_multi_host_authority_is_repaired_under_tls() {
 
     let (ca, srv) = TlsServer::with_test_ca().await;
 
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(rustls::pki_types::CertificateDer::from_pem_file(&ca.files.cert).unwrap())
-        .unwrap();
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec()];
     let tcp = tokio::net::TcpStream::connect(srv.addr).await.unwrap();
-    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+    let mut tls = h2_tls_connector(&ca.files)
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
         .await
         .unwrap();

@@ -19,6 +19,7 @@
 //!   "panic: ..."` (logged with its stack), the call's facts blame the server, and every
 //!   record sees the `Internal` the caller gets.
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -62,6 +63,29 @@ struct Governance {
     /// The server's streaming methods, the transport's set: the kind of a request that came
     /// without an `Arrival` is looked up here (the transport resolved every other's).
     streaming: StreamingMethods,
+    /// The `method` labels its drops were counted under ([`Governance::drop_label`]).
+    drop_labels: parking_lot::Mutex<HashSet<Box<str>, foldhash::fast::RandomState>>,
+}
+
+/// The most `method` labels of `rpc_server_dropped_total` one server counts its drops under.
+pub(crate) const DROP_METHODS: usize = 1024;
+
+impl Governance {
+    /// The `method` label of a drop of a call to `path`: at most [`DROP_METHODS`] of them,
+    /// `""` past that. A call is dropped before it reaches its service, so its path may be one
+    /// a caller made up, and each label value is a series kept for the life of the process.
+    #[cold]
+    fn drop_label<'p>(&self, path: &'p str) -> &'p str {
+        let mut labels = self.drop_labels.lock();
+        if labels.contains(path) {
+            return path;
+        }
+        if labels.len() < DROP_METHODS {
+            labels.insert(path.into());
+            return path;
+        }
+        ""
+    }
 }
 
 impl std::fmt::Debug for dyn Stage {
@@ -90,6 +114,7 @@ impl GovernorLayer {
                 recover: frame.recover.is_on(),
                 stages: stages.into_boxed_slice(),
                 streaming,
+                drop_labels: parking_lot::Mutex::default(),
             }),
         }
     }
@@ -334,7 +359,7 @@ impl Governance {
                 Verdict::Record(r) => records(guard, &entry.facts, entry.caller).push(r),
                 Verdict::Reject(r) => {
                     drop(call);
-                    return State::answer(rejected(req.uri().path(), r));
+                    return State::answer(rejected(self.drop_label(req.uri().path()), r));
                 }
                 Verdict::Wait(wait) => {
                     let deadline = call.deadline();
@@ -391,12 +416,12 @@ fn records<'a>(
     }
 }
 
-/// The answer to a call a stage rejected, counted as a drop when it says so.
+/// The answer to a call a stage rejected, counted as a drop (under `method`) when it says so.
 #[cold]
 #[inline(never)]
-pub(crate) fn rejected<B: Default>(path: &str, r: Rejection) -> Response<B> {
+pub(crate) fn rejected<B: Default>(method: &str, r: Rejection) -> Response<B> {
     if let Some(reason) = r.reason {
-        crate::metrics::count_drop(path, reason);
+        crate::metrics::count_drop(method, reason);
     }
     status_response(r.code, &r.message)
 }
@@ -722,7 +747,9 @@ where
                 shared,
             } = *p;
             let next = match admission.0 {
-                Verdict::Reject(r) => State::answer(rejected(req.uri().path(), r)),
+                Verdict::Reject(r) => {
+                    State::answer(rejected(shared.drop_label(req.uri().path()), r))
+                }
                 Verdict::Wait(decision) => State::wait(
                     decision,
                     Pending {

@@ -376,6 +376,9 @@ pub(crate) struct Env<'a> {
     pub(crate) breakers: Arc<zrpc_core::breaker::BreakerRegistry>,
     pub(crate) shedding: SheddingStage,
     pub(crate) limit: LimitStage,
+    /// The methods the server's descriptor sets name (`/pkg.Service/Method`): known to exist
+    /// before any call of theirs.
+    pub(crate) described: &'a [String],
 }
 
 /// Builds a built-in stage from the config: `None` when the config switches it off.

@@ -409,6 +409,11 @@ impl<T: Connected<ConnectInfo = ConnInfo>> Connected for Guarded<T> {
 mod tests {
     use super::*;
 
+    /// `io` under `limits` from `at`, with the repair on and no peer, permit or table entry.
+    fn guarded<T>(io: T, limits: ConnLimits, at: Instant) -> Guarded<T> {
+        Guarded::new(io, None, limits, None, None, Repair::new(true, None), at)
+    }
+
     /// A client that stops reading (its socket full) is still closed at the hard age: the
     /// write that waits for it fails then, where only a read checked the deadline and h2 stops
     /// reading while it cannot write.
@@ -422,15 +427,7 @@ mod tests {
             ..ConnLimits::default()
         };
         let started = Instant::now();
-        let mut g = Guarded::new(
-            server,
-            None,
-            limits,
-            None,
-            None,
-            Repair::new(true, None),
-            started,
-        );
+        let mut g = guarded(server, limits, started);
         let goaway = g.goaway_at.unwrap() - started;
         let err = g.write_all(&[0u8; 1024]).await.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
@@ -468,7 +465,7 @@ mod tests {
             ..ConnLimits::default()
         };
         let now = Instant::now();
-        let g = Guarded::new((), None, limits, None, None, Repair::new(true, None), now);
+        let g = guarded((), limits, now);
         let at = g.goaway_at.expect("a GOAWAY time");
         assert!(at >= now + Duration::from_secs(54) && at <= now + Duration::from_secs(66));
         assert!(g.hard_deadline.is_none(), "no grace: no hard end");
@@ -476,7 +473,7 @@ mod tests {
             age_grace: Some(Duration::from_secs(7)),
             ..limits
         };
-        let g = Guarded::new((), None, limits, None, None, Repair::new(true, None), now);
+        let g = guarded((), limits, now);
         let hard = g.hard_deadline.as_ref().unwrap().deadline();
         assert_eq!(hard, g.goaway_at.unwrap() + Duration::from_secs(7));
     }
@@ -490,15 +487,7 @@ mod tests {
             ..ConnLimits::default()
         };
         let started = Instant::now();
-        let mut g = Guarded::new(
-            server,
-            None,
-            limits,
-            None,
-            None,
-            Repair::new(true, None),
-            started,
-        );
+        let mut g = guarded(server, limits, started);
         let mut buf = [0u8; 8];
         let err = g.read(&mut buf).await.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
@@ -510,16 +499,7 @@ mod tests {
     async fn an_incomplete_header_block_is_held_at_its_own_size_until_complete() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let (mut client, server) = tokio::io::duplex(1 << 16);
-        let repair = Repair::new(true, None);
-        let mut g = Guarded::new(
-            server,
-            None,
-            ConnLimits::default(),
-            None,
-            None,
-            repair,
-            Instant::now(),
-        );
+        let mut g = guarded(server, ConnLimits::default(), Instant::now());
         let mut wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
         wire.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]); // SETTINGS
         let settled = wire.len();

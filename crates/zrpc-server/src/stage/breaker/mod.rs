@@ -155,7 +155,9 @@ impl BreakerRecord {
                 }
             }
             Record::Learn { registry, method } => {
-                if end.code != code::UNIMPLEMENTED {
+                // The method exists when its service answered the call (a made-up path is
+                // answered `Unimplemented`); a call a later stage rejected shows nothing.
+                if end.reached_handler() && end.code != code::UNIMPLEMENTED {
                     let _ = registry.get(&method);
                 }
             }

@@ -106,8 +106,11 @@ async fn a_failing_method_opens_its_breaker_and_a_cold_cpu_sheds_nothing() {
 async fn an_unauthenticated_caller_cannot_move_the_breaker_but_is_counted() {
     let registry = Arc::new(BreakerRegistry::new(BreakerConfig::default()));
     let store: Arc<dyn TokenStore> = Arc::new(StaticTokens::new([("app", "secret")]));
+    // The method is named by the server's descriptor sets: its calls are its own from the
+    // first, though none reached its service.
+    let described = ["/governor.A/M".to_owned()];
     let svc = GovernorLayer::new(&Stages {
-        metrics: MetricsStage::new(true),
+        metrics: MetricsStage::knowing(true, &described),
         auth: AuthStage::new(Some(store), true),
         breaker: breaker_on(&registry),
         ..stages()
@@ -582,6 +585,7 @@ fn the_list_holds_only_what_the_config_switches_on() {
                 )
                 .as_ref(),
             ),
+            described: &[],
         };
         let user: Arc<dyn Stage> = Arc::new(Gate::default());
         super::super::list(&env, &[user])
@@ -693,4 +697,76 @@ async fn the_calls_kind_is_the_arrivals_or_else_looked_up_once() {
         .unwrap();
     assert_eq!(final_code(resp).await, Some(1));
     assert_eq!(kinds.0.lock().unwrap().pop(), Some((true, false)));
+}
+
+/// Calls of made-up paths that a stage rejects before they reach their service leave no
+/// per-method state behind: no breaker, no metrics series, and at most `DROP_METHODS` labels
+/// of `rpc_server_dropped_total` (each label value is a series kept for good). A real method
+/// gets its breaker and its series from its first call its service answers.
+#[tokio::test(start_paused = true)]
+async fn rejected_calls_of_made_up_paths_add_no_per_method_state() {
+    let registry = Arc::new(BreakerRegistry::new(BreakerConfig::default()));
+    let svc = GovernorLayer::with(
+        Frame {
+            trace: TraceStage::new(false),
+            recover: RecoverStage::new(false),
+        },
+        vec![
+            Arc::new(MetricsStage::new(true)),
+            Arc::new(BreakerStage::with_registry(true, registry.clone())),
+            Arc::new(Gate::default()),
+        ],
+        StreamingMethods::default(),
+    )
+    .layer(answering(code::OK));
+    let n = super::DROP_METHODS + 100;
+    for i in 0..n {
+        let resp = svc
+            .clone()
+            .oneshot(request(&format!("/junk.J/R{i}Reject")))
+            .await
+            .unwrap();
+        assert_eq!(final_code(resp).await, Some(code::PERMISSION_DENIED));
+    }
+    let m = crate::metrics::server_metrics();
+    let junk_series = |family: &prometheus::HistogramVec| {
+        use prometheus::core::Collector;
+        family.collect()[0]
+            .get_metric()
+            .iter()
+            .filter(|s| {
+                s.get_label()
+                    .iter()
+                    .any(|l| l.name() == "method" && l.value().starts_with("/junk.J/"))
+            })
+            .count()
+    };
+    let junk_drops = || {
+        use prometheus::core::Collector;
+        m.dropped_total.collect()[0]
+            .get_metric()
+            .iter()
+            .filter(|s| {
+                s.get_label()
+                    .iter()
+                    .any(|l| l.name() == "method" && l.value().starts_with("/junk.J/"))
+            })
+            .count()
+    };
+    assert_eq!(registry.len(), 0, "no breaker for a made-up path");
+    assert_eq!(
+        junk_series(&m.duration_ms),
+        0,
+        "no metrics series of their own"
+    );
+    let drops = junk_drops();
+    assert!(
+        drops <= super::DROP_METHODS,
+        "{drops} method labels of rpc_server_dropped_total"
+    );
+
+    let resp = svc.clone().oneshot(request("/junk.J/Real")).await.unwrap();
+    assert_eq!(final_code(resp).await, Some(code::OK));
+    assert_eq!(registry.names(), vec!["/junk.J/Real".to_owned()]);
+    assert_eq!(junk_series(&m.duration_ms), 1, "the real method's series");
 }

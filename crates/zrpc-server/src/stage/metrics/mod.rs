@@ -32,13 +32,21 @@ pub(crate) struct MetricsStage {
 }
 
 impl MetricsStage {
-    /// A metrics stage.
+    /// A metrics stage that knows no method ahead (for the tests).
+    #[cfg(test)]
     pub(crate) fn new(enabled: bool) -> Self {
+        Self::knowing(enabled, &[])
+    }
+
+    /// A metrics stage that records the calls of `described` methods under their own label
+    /// from the first (the others once their service answered one).
+    pub(crate) fn knowing(enabled: bool, described: &[String]) -> Self {
         MetricsStage {
             state: enabled.then(|| {
                 Arc::new(State {
                     metrics: server_metrics(),
                     methods: RwLock::new(HashMap::default()),
+                    described: described.iter().map(|m| Box::from(m.as_str())).collect(),
                 })
             }),
         }
@@ -56,7 +64,7 @@ pub(crate) fn build(env: &Env<'_>) -> Option<Box<dyn Stage>> {
     env.conf
         .middlewares
         .prometheus
-        .then(|| Box::new(MetricsStage::new(true)) as _)
+        .then(|| Box::new(MetricsStage::knowing(true, env.described)) as _)
 }
 
 impl Stage for MetricsStage {
@@ -86,12 +94,14 @@ const CACHED_METHODS: usize = 1024;
 pub(crate) struct State {
     metrics: &'static ServerMetrics,
     /// Per-method handles, resolved once per method: a `with_label_values` lookup hashes its
-    /// labels into the vector's map on every call. Only methods whose call ended with a code
-    /// other than `Unimplemented` are kept (random paths of a hostile caller take no room), at
-    /// most [`CACHED_METHODS`]; other calls use the per-call lookup, which records the same
+    /// labels into the vector's map on every call. Only methods shown to exist are kept
+    /// ([`State::record_uncached`]: random paths of a hostile caller take no room), at most
+    /// [`CACHED_METHODS`]; other calls use the per-call lookup, which records the same
     /// series. A map: with a list, the calls of a server with many methods spent their time
     /// scanning it (CPU per call grew x1.4 from 1 to 10,000 methods, `zrpc-bench scale`).
     methods: RwLock<HashMap<Box<str>, Arc<MethodHandles>, foldhash::fast::RandomState>>,
+    /// The methods the server's descriptor sets name: known to exist before any call.
+    described: std::collections::HashSet<Box<str>, foldhash::fast::RandomState>,
 }
 
 /// One method's histogram and its counters by code (resolved on the first call with the code).
@@ -131,11 +141,22 @@ impl State {
         self.methods.read().get(method).cloned()
     }
 
-    /// Records a call of a method without handles, and keeps handles for it when it exists
-    /// (in the families of its kind: a method's calls are all streams or none is).
-    fn record_uncached(&self, method: &str, streaming: bool, ms: f64, c: i32) {
+    /// Records a call of a method without handles, and keeps handles for it (in the families
+    /// of its kind: a method's calls are all streams or none is), when the method is known to
+    /// exist: the descriptor sets name it, or its service answered this call (`served`: it
+    /// reached the handler, with a code other than `Unimplemented`). Other calls are recorded
+    /// under `method=""`, so that a caller's made-up paths add no series (each label value is
+    /// one for good; grpc-go answers a path that names no method before go-zero's interceptors
+    /// run).
+    fn record_uncached(&self, method: &str, streaming: bool, ms: f64, c: i32, served: bool) {
         let (duration_ms, code_total) = self.families(streaming);
-        if c == code::UNIMPLEMENTED || self.methods.read().len() >= CACHED_METHODS {
+        let exists = (served && c != code::UNIMPLEMENTED) || self.described.contains(method);
+        if !exists {
+            duration_ms.with_label_values(&[""]).observe(ms);
+            code_total.with_label_values(&["", code::as_str(c)]).inc();
+            return;
+        }
+        if self.methods.read().len() >= CACHED_METHODS {
             duration_ms.with_label_values(&[method]).observe(ms);
             code_total
                 .with_label_values(&[method, code::as_str(c)])
@@ -198,7 +219,7 @@ impl MetricsRecord {
         match self.method {
             Method::Cached(handles) => handles.record(ms, c),
             Method::Uncached(method, streaming, state) => {
-                state.record_uncached(method.path(), streaming, ms, c);
+                state.record_uncached(method.path(), streaming, ms, c, end.reached_handler());
             }
         }
     }
@@ -307,7 +328,9 @@ mod tests {
         assert_eq!(kept, ["/metrics.C/Big", "/metrics.C/Ok"]);
         let count = |method: &str, c: &str| m.code_total.with_label_values(&[method, c]).get();
         assert_eq!(count("/metrics.C/Ok", "0"), 3);
-        assert_eq!(count("/metrics.C/Nope", "12"), 3);
+        // A path its service did not answer is counted under `method=""`, never its own.
+        assert_eq!(count("/metrics.C/Nope", "12"), 0);
+        assert!(count("", "12") >= 3);
         // A code outside 0..=16 is recorded as Unknown, cached or not.
         assert_eq!(count("/metrics.C/Big", "2"), 3);
         assert_eq!(
