@@ -69,7 +69,10 @@ impl TokenCache {
         let cache = Arc::clone(self);
         let key: Box<str> = app.into();
         let owned = key.clone();
-        let shared = async move {
+        // A task of its own: a shared future runs only while a waiter polls it, so a fetch
+        // whose waiters all gave up (their deadline, a reset) would stay in `in_flight` for
+        // good, and a later miss would take its stale answer.
+        let fetching = tokio::spawn(async move {
             let found = fetch.await;
             if let Ok(token) = &found {
                 cache
@@ -79,6 +82,11 @@ impl TokenCache {
             }
             cache.in_flight.lock().remove(&owned);
             found
+        });
+        let shared = async move {
+            fetching
+                .await
+                .unwrap_or_else(|e| Err(format!("token lookup failed: {e}").into()))
         }
         .boxed()
         .shared();
@@ -117,6 +125,18 @@ mod tests {
         }
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         assert_eq!(cache.get("app", Instant::now()).as_deref(), Some("t"));
+    }
+
+    /// A fetch whose every waiter gave up still ends, and leaves nothing in flight.
+    #[tokio::test(start_paused = true)]
+    async fn a_fetch_nobody_waits_for_any_more_still_ends() {
+        let cache = Arc::new(TokenCache::new(Duration::from_secs(300)));
+        let calls = Arc::new(AtomicUsize::new(0));
+        drop(cache.take("gone", counting(&calls, Ok("t".into()))));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(cache.in_flight.lock().is_empty(), "no fetch left in flight");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(cache.get("gone", Instant::now()).as_deref(), Some("t"));
     }
 
     #[tokio::test(start_paused = true)]
