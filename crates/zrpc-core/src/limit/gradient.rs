@@ -250,7 +250,10 @@ impl ConcurrencyLimit {
             if class == Class::Measured {
                 samples.push(rtt);
             }
-            if samples.len() >= self.config.min_rtt_samples as usize {
+            // Past its deadline it ends with the samples it has, also at a critical call's end:
+            // a server whose calls are all critical gives it none, and would keep its limit.
+            let overdue = self.measure_until.load().is_some_and(|t| now >= t);
+            if samples.len() >= self.config.min_rtt_samples as usize || overdue {
                 self.end_measurement(&mut st, now);
             }
             return;

@@ -290,6 +290,22 @@ fn a_measurement_without_samples_ends_at_a_rejection_after_its_deadline() {
     drop(stuck);
 }
 
+/// Critical calls give the measurement no sample (they are admitted under the whole limit,
+/// queueing included): with only critical calls, the measurement still ends at its deadline,
+/// and the limit then follows their round-trip times.
+#[test]
+fn a_server_with_only_critical_calls_ends_its_measurement_and_grows() {
+    let t0 = Instant::now();
+    let l = limit(config(), t0);
+    let mut now = t0;
+    for _ in 0..200 {
+        now = window(&l, now, l.stats().limit, 10 * MS);
+    }
+    let s = l.stats();
+    assert!(!s.measuring, "{s:?}");
+    assert!(s.limit > 3, "{s:?}");
+}
+
 #[test]
 fn tiers_are_admitted_up_to_their_share_and_say_so() {
     let t0 = Instant::now();
