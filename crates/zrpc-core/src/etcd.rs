@@ -28,6 +28,10 @@ use crate::conf::EtcdConf;
 pub const DIAL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Timeout of each unary etcd request (go-zero `RequestTimeout`).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+/// The largest etcd answer discovery reads (a prefix's keys, a watch's batch of events): the
+/// default of etcd's Go client (`MaxCallRecvMsgSize`, 2 GiB), which go-zero uses, not tonic's
+/// 4 MiB, which a prefix holding a few large values or some tens of thousands of keys passes.
+pub const MAX_RESPONSE_SIZE: usize = i32::MAX as usize;
 /// HTTP/2 keepalive ping interval (never below etcd's 5 s minimum).
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 /// How long a keepalive ping may stay unanswered before the connection is considered dead.

@@ -183,6 +183,68 @@ async fn etcd_resolver_reads_go_zero_layout_and_follows_changes() {
     );
 }
 
+/// Answers over tonic's 4 MiB default: a prefix whose get answer holds three values of 1.4 MiB
+/// (each within etcd's request limit) is read, and the watch goes on after a cut that missed
+/// three more (etcd's Go client, go-zero's, reads up to 2 GiB).
+#[tokio::test]
+async fn etcd_resolver_reads_answers_over_4_mib() {
+    /// Waits until the published set is `want` (compared by length and content; a failure
+    /// names the sizes, not the megabytes of the values).
+    async fn wait_for_large(rx: &mut EndpointUpdates, want: &[String], within: Duration) {
+        let mut want = want.to_vec();
+        want.sort();
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(got) = rx.borrow_and_update().as_deref() {
+                let mut got = got.clone();
+                got.sort();
+                if got == want {
+                    return;
+                }
+            }
+            if tokio::time::timeout_at(deadline, rx.changed())
+                .await
+                .is_err()
+            {
+                let got = current(rx).map(|v| v.iter().map(String::len).collect::<Vec<_>>());
+                panic!(
+                    "not published within {within:?}: want {} values, last value sizes {got:?}",
+                    want.len()
+                );
+            }
+        }
+    }
+    let etcd = EtcdServer::start().await;
+    let mut kv = etcd.client().await;
+    let key = unique_key("disco-large");
+    let big = |i: usize| format!("{i}{}", "x".repeat(1_400_000));
+    for i in 0..3 {
+        kv.put(format!("{key}/big{i}"), big(i), None).await.unwrap();
+    }
+    kv.put(format!("{key}/1"), "127.0.0.1:9001", None)
+        .await
+        .unwrap();
+    let proxy = TcpProxy::start(etcd.endpoint()).await;
+    let r = etcd_resolver::resolve(conf(vec![proxy.endpoint()], &key)).unwrap();
+    let mut rx = r.updates();
+    let mut want: Vec<String> = (0..3).map(big).collect();
+    want.push("127.0.0.1:9001".to_owned());
+    wait_for_large(&mut rx, &want, Duration::from_secs(10)).await;
+
+    // Missed while cut: three more large values and a server.
+    proxy.cut_and_wait().await;
+    for i in 3..6 {
+        kv.put(format!("{key}/big{i}"), big(i), None).await.unwrap();
+    }
+    kv.put(format!("{key}/2"), "127.0.0.1:9002", None)
+        .await
+        .unwrap();
+    proxy.heal();
+    want.extend((3..6).map(big));
+    want.push("127.0.0.1:9002".to_owned());
+    wait_for_large(&mut rx, &want, Duration::from_secs(30)).await;
+}
+
 #[tokio::test]
 async fn etcd_resolver_applies_events_arriving_together_as_one_update() {
     let etcd = EtcdServer::start().await;

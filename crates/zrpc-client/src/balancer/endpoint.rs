@@ -74,17 +74,23 @@ pub(crate) struct AttemptError {
     pub(crate) retryable: bool,
 }
 
+/// `addr` as an endpoint's `host:port`, or why it is not one.
+pub(crate) fn parse_address(addr: &str) -> Result<http::uri::Authority, String> {
+    let authority: http::uri::Authority =
+        addr.parse().map_err(|e| format!("not a host:port: {e}"))?;
+    // an authority may lack its port, which the connect would take as 80: grpc-go's dialer
+    // refuses such an address too ("missing port in address")
+    if authority.port_u16().is_none() {
+        return Err("not a host:port: no port".to_owned());
+    }
+    Ok(authority)
+}
+
 impl Endpoint {
     /// An endpoint, not connected yet; an error for an address that is no `host:port` (or,
     /// with TLS, whose host is no server name).
     pub(crate) fn new(addr: &str, opts: &ConnectOptions) -> Result<Endpoint, String> {
-        let authority: http::uri::Authority =
-            addr.parse().map_err(|e| format!("not a host:port: {e}"))?;
-        // an authority may lack its port, which the connect would take as 80: grpc-go's dialer
-        // refuses such an address too ("missing port in address")
-        if authority.port_u16().is_none() {
-            return Err("not a host:port: no port".to_owned());
-        }
+        let authority = parse_address(addr)?;
         let tls = match &opts.tls {
             Some(tls) => Some(
                 tls.for_host(

@@ -192,18 +192,36 @@ impl Shared {
     /// existing endpoints (and their stats and connections) kept by address, new ones created
     /// cold.
     pub(crate) fn apply(&self, addrs: &[String]) {
+        // An address that cannot be dialled takes no place in the subset: a value under the
+        // key that is not `host:port` would push a real endpoint out (or all of them).
+        let mut invalid = None;
+        let mut invalid_count = 0usize;
+        let valid: Vec<String> = addrs
+            .iter()
+            .filter(|a| match super::endpoint::parse_address(a) {
+                Ok(_) => true,
+                Err(e) => {
+                    invalid_count += 1;
+                    invalid.get_or_insert((crate::resolver::clipped(a), e));
+                    false
+                }
+            })
+            .cloned()
+            .collect();
+        if let Some((addr, err)) = invalid {
+            tracing::error!(target = %self.target, invalid = invalid_count, example = %addr,
+                "endpoint addresses ignored: {err}");
+        }
         let size = match self.kind {
-            BalancerName::ConsistentHash => addrs.len(),
+            BalancerName::ConsistentHash => valid.len(),
             _ => subset::DEFAULT_SUBSET_SIZE,
         };
-        let chosen = subset::select(addrs, self.seed, size);
+        // distinct addresses (`select` counts a duplicate once)
+        let chosen = subset::select(&valid, self.seed, size);
         let old = self.set.load();
         let by_addr: HashMap<&str, &Arc<Endpoint>> = old.iter().map(|e| (&*e.addr, e)).collect();
         let mut next = Vec::with_capacity(chosen.len());
         for addr in &chosen {
-            if next.iter().any(|e: &Arc<Endpoint>| &*e.addr == addr) {
-                continue;
-            }
             match by_addr.get(addr.as_str()) {
                 Some(e) => next.push(Arc::clone(e)),
                 None => match Endpoint::new(addr, &self.connect) {
@@ -213,7 +231,7 @@ impl Shared {
                         next.push(e);
                     }
                     Err(err) => {
-                        tracing::error!(target = %self.target, endpoint = %addr, "invalid endpoint address: {err}")
+                        tracing::error!(target = %self.target, endpoint = %addr, "endpoint ignored: {err}")
                     }
                 },
             }
@@ -224,7 +242,9 @@ impl Shared {
         for e in &next {
             e.wire.set_guarded(guarded);
         }
-        tracing::info!(target = %self.target, endpoints = ?chosen, "endpoint set updated");
+        // at most the first 32 named: `consistent_hash` takes the whole fleet
+        tracing::info!(target = %self.target, endpoints = next.len(),
+            first = ?&chosen[..chosen.len().min(subset::DEFAULT_SUBSET_SIZE)], "endpoint set updated");
         if self.kind == BalancerName::ConsistentHash {
             self.ring.update(&next);
         }

@@ -30,6 +30,7 @@ use futures_util::{FutureExt, StreamExt};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 use zrpc_core::conf::{EtcdConf, Validate};
+use zrpc_core::etcd::MAX_RESPONSE_SIZE;
 
 use super::{EndpointUpdates, Resolution, ResolverStatus};
 
@@ -333,7 +334,7 @@ impl std::fmt::Display for Changes<'_> {
             write!(f, "{sep}{sign}{count} [")?;
             sep = " ";
             for (i, a) in list.iter().enumerate() {
-                write!(f, "{}{a}", if i > 0 { " " } else { "" })?;
+                write!(f, "{}{}", if i > 0 { " " } else { "" }, super::clipped(a))?;
             }
             if count > list.len() {
                 write!(f, " ...")?;
@@ -452,8 +453,9 @@ async fn run(conf: EtcdConf, tx: Sender, reloads: Arc<AtomicU64>, status: Resolv
             None => {
                 // a request that never reached etcd (a member down) is sent again at once
                 let get = zrpc_core::etcd::retry_unsent(|| {
-                    let (mut c, prefix) = (c.clone(), prefix.clone());
-                    async move { c.get(prefix, Some(GetOptions::new().with_prefix())).await }
+                    let mut kv = c.kv_client().max_decoding_message_size(MAX_RESPONSE_SIZE);
+                    let prefix = prefix.clone();
+                    async move { kv.get(prefix, Some(GetOptions::new().with_prefix())).await }
                 });
                 match tokio::time::timeout(REQUEST_TIMEOUT, get).await {
                     Ok(Ok(resp)) => {
@@ -493,8 +495,11 @@ async fn run(conf: EtcdConf, tx: Sender, reloads: Arc<AtomicU64>, status: Resolv
             .with_prefix()
             .with_start_revision(pos.revision + 1);
         let watch = zrpc_core::etcd::retry_unsent(|| {
-            let (mut c, prefix, options) = (c.clone(), prefix.clone(), options.clone());
-            async move { c.watch(prefix, Some(options)).await }
+            let mut w = c
+                .watch_client()
+                .max_decoding_message_size(MAX_RESPONSE_SIZE);
+            let (prefix, options) = (prefix.clone(), options.clone());
+            async move { w.watch(prefix, Some(options)).await }
         });
         let stream = match tokio::time::timeout(REQUEST_TIMEOUT, watch).await {
             Ok(Ok(stream)) => stream,

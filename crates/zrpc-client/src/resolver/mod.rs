@@ -238,3 +238,25 @@ pub(crate) fn k8s_off(target: &str) -> zrpc_core::conf::ConfError {
         "tls",
     )
 }
+
+/// `addr` for a log line: at most 64 characters (a value under an etcd key may be megabytes).
+pub(crate) fn clipped(addr: &str) -> std::borrow::Cow<'_, str> {
+    match addr.char_indices().nth(64) {
+        Some((i, _)) => format!("{}... ({} bytes)", &addr[..i], addr.len()).into(),
+        None => addr.into(),
+    }
+}
+
+#[cfg(test)]
+mod clip_tests {
+    #[test]
+    fn a_logged_address_is_clipped() {
+        assert_eq!(super::clipped("127.0.0.1:1"), "127.0.0.1:1");
+        let long = "é".repeat(100);
+        let c = super::clipped(&long);
+        assert!(
+            c.starts_with(&"é".repeat(64)) && c.ends_with("... (200 bytes)"),
+            "{c}"
+        );
+    }
+}

@@ -182,3 +182,28 @@ async fn a_late_stall_check_takes_no_server_for_stalled() {
         "no answer for 2 s while the client ran"
     );
 }
+
+/// Addresses that are not `host:port` (a stray value under the etcd key) take no place in
+/// the subset: every valid endpoint is in the set, whatever the garbage ranks.
+#[tokio::test]
+async fn invalid_addresses_take_no_place_in_the_subset() {
+    let (tx, b) = p2c_balancer();
+    let mut all: Vec<String> = (1..=5).map(|p| format!("127.0.0.1:{p}")).collect();
+    all.extend((0..60).map(|i| format!("garbage value {i}")));
+    all.push("x".repeat(1 << 20));
+    tx.send_replace(Some(Arc::new(all)));
+    b.shared.wait_ready().await;
+    let mut names: Vec<String> = b
+        .shared
+        .endpoints()
+        .iter()
+        .map(|e| e.addr.to_string())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        (1..=5)
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+    );
+}
