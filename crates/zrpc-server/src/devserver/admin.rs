@@ -16,6 +16,8 @@
 //!   404 for an unknown action, 405 for another method. A refused write changes nothing.
 
 use http::{Method, StatusCode, header};
+use std::hash::BuildHasher;
+
 use subtle::ConstantTimeEq;
 use tokio::sync::watch;
 
@@ -50,6 +52,8 @@ pub(crate) struct Admin {
     renewed: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// `DevServer.AdminToken`; `None` (empty) turns the writes off.
     token: Option<String>,
+    /// The key of the token's digest (`authorize`).
+    token_key: foldhash::quality::RandomState,
     server: watch::Receiver<crate::handle::State>,
     /// The server's stages and config, once it serves.
     view: Option<super::state::ServerView>,
@@ -72,6 +76,7 @@ impl Admin {
             #[cfg(feature = "etcd")]
             renewed: std::sync::Arc::clone(&parts.renewed),
             token: (!token.is_empty()).then(|| token.to_owned()),
+            token_key: foldhash::quality::RandomState::default(),
             server: parts.state.subscribe(),
             view: None,
         }
@@ -104,10 +109,20 @@ impl Admin {
                 ))
             };
         };
+        // The scheme is case-insensitive (RFC 9110 11.1). Keyed digests are compared first,
+        // so that the time taken says nothing of the token's length (subtle compares slices
+        // of different lengths at once).
         let given = authorization
-            .and_then(|v| v.strip_prefix(b"Bearer "))
+            .and_then(|v| {
+                let (scheme, rest) = v.split_at(v.iter().position(|&b| b == b' ')?);
+                scheme
+                    .eq_ignore_ascii_case(b"bearer")
+                    .then(|| rest.trim_ascii_start())
+            })
             .unwrap_or_default();
-        if bool::from(given.ct_eq(token.as_bytes())) {
+        let key = &self.token_key;
+        let same_digest = key.hash_one(given).ct_eq(&key.hash_one(token.as_bytes()));
+        if bool::from(same_digest) && bool::from(given.ct_eq(token.as_bytes())) {
             Ok(())
         } else {
             Err((
@@ -145,12 +160,7 @@ impl Admin {
             });
         }
         let action = path.strip_prefix(REGISTRATION)?.strip_prefix('/')?;
-        if *method != Method::POST {
-            return Some(not_allowed("POST"));
-        }
-        if let Err(refused) = self.authorize(authorization, false) {
-            return Some(refused);
-        }
+        // A path that is not a route is 404 whatever the method and the token.
         let paused = match action {
             "pause" => true,
             "resume" => false,
@@ -164,6 +174,12 @@ impl Admin {
                 ));
             }
         };
+        if *method != Method::POST {
+            return Some(not_allowed("POST"));
+        }
+        if let Err(refused) = self.authorize(authorization, false) {
+            return Some(refused);
+        }
         if self.pause.send_replace(paused) != paused {
             tracing::warn!(
                 target: "zrpc::devserver",

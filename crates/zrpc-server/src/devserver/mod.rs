@@ -12,8 +12,9 @@
 //! not need one, and HTTP/1.1 alone is what go-zero's port speaks (Go's plaintext server has no
 //! HTTP/2) and what Prometheus and Kubernetes probes use, so no second HTTP/2 server with its
 //! own limits is compiled in. Limits: a request's headers must arrive within 10 s (hyper counts
-//! a kept-alive connection's wait for its next request in them), at most 128 connections at once
-//! (more are closed on accept), and connections end gracefully on stop.
+//! a kept-alive connection's wait for its next request in them), a response must be read within
+//! 10 s ([`stall`]), 16 KiB of buffer per connection, at most 128 connections at once (more are
+//! closed on accept), and connections end gracefully on stop.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -34,6 +35,7 @@ use crate::handle::{Phase, State as ServerState};
 
 pub(crate) mod admin;
 mod redact;
+mod stall;
 pub(crate) mod state;
 
 pub(crate) use admin::Admin;
@@ -243,7 +245,9 @@ async fn serve(
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_READ_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), svc);
+                // the requests are a line and a few headers; hyper's default is ~400 KiB
+                .max_buf_size(16 << 10)
+                .serve_connection(TokioIo::new(stall::WriteStall::new(stream)), svc);
             let mut conn = std::pin::pin!(conn);
             tokio::select! {
                 _ = conn.as_mut() => return,
@@ -287,6 +291,34 @@ mod tests {
         .await
         .unwrap();
         (addr, state, stop, tokio::spawn(fut))
+    }
+
+    /// A client that pipelines requests and never reads the responses is closed once a
+    /// response has waited `WRITE_STALL` for it: it does not hold one of the port's slots for
+    /// good. Its writes fail then (the server stopped reading while it could not write).
+    #[tokio::test]
+    async fn a_client_that_never_reads_its_responses_is_closed() {
+        let (addr, _state, stop, task) = start().await;
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut s = socket.connect(addr).await.unwrap();
+        let started = std::time::Instant::now();
+        let writer = tokio::spawn(async move {
+            let requests = "GET / HTTP/1.1\r\nHost: x\r\n\r\n".repeat(1000);
+            loop {
+                if s.write_all(requests.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+        });
+        tokio::time::timeout(stall::WRITE_STALL * 3, writer)
+            .await
+            .expect("the server closed the connection of a client that reads nothing")
+            .unwrap();
+        let took = started.elapsed();
+        assert!(took >= stall::WRITE_STALL, "{took:?}");
+        let _ = stop.send(());
+        task.await.unwrap();
     }
 
     /// Sends `request` raw and reads until the server closes the connection.
@@ -414,6 +446,17 @@ mod tests {
                 "pause or resume",
             ),
             (get(pause), "405 Method Not Allowed", "allowed: POST"),
+            // not a route, whatever the method and the token
+            (
+                get("/admin/registration/explode"),
+                "404 Not Found",
+                "pause or resume",
+            ),
+            (
+                post("/admin/registration/explode", None),
+                "404 Not Found",
+                "pause or resume",
+            ),
             (
                 post("/admin/registration", Some("s3cret")),
                 "405 Method Not Allowed",
@@ -438,6 +481,18 @@ mod tests {
         let r = exchange(addr, &post("/admin/registration/resume", Some("s3cret"))).await;
         assert!(r.contains("\"paused\":false"), "{r}");
         assert!(!handle.registration_paused());
+        // The scheme is case-insensitive (RFC 9110), spaces after it are allowed.
+        for auth in ["bearer s3cret", "BEARER  s3cret"] {
+            let r = exchange(
+                addr,
+                &format!(
+                    "POST {pause} HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\n\
+                     Content-Length: 0\r\nConnection: close\r\n\r\n"
+                ),
+            )
+            .await;
+            assert!(r.starts_with("HTTP/1.1 200 OK"), "{auth}: {r}");
+        }
     }
 
     /// Without `AdminToken` the writes are off: a user who upgrades exposes no new write.
