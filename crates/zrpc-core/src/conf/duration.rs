@@ -93,10 +93,12 @@ pub fn parse(input: &str) -> Result<Duration, DurationError> {
         };
         let mut value = int.checked_mul(unit_ns).ok_or_else(|| err("overflow"))?;
         if !frac_str.is_empty() {
-            // fraction * unit, truncated to nanoseconds (digits beyond 30 cannot matter)
-            let digits = &frac_str[..frac_str.len().min(30)];
+            // fraction * unit, truncated to nanoseconds: digits beyond 18 cannot matter (an
+            // hour is 3.6e12 ns), and 18 digits times an hour's nanoseconds fit a u128 (30 did
+            // not: the product saturated and `0.99...9h` read as a third of a second)
+            let digits = &frac_str[..frac_str.len().min(18)];
             let frac: u128 = digits.parse().map_err(|_| err("bad fraction"))?;
-            let scale = 10u128.pow(u32::try_from(digits.len()).unwrap_or(30));
+            let scale = 10u128.pow(u32::try_from(digits.len()).unwrap_or(18));
             value = value
                 .checked_add(frac.saturating_mul(unit_ns) / scale)
                 .ok_or_else(|| err("overflow"))?;
@@ -249,6 +251,11 @@ mod tests {
         assert_eq!(parse("100ns").unwrap(), Duration::from_nanos(100));
         assert_eq!(parse(".5s").unwrap(), Duration::from_millis(500));
         assert_eq!(parse("+2s").unwrap(), Duration::from_secs(2));
+        // A long fraction of a large unit: truncated to nanoseconds, as Go's parser gives.
+        assert_eq!(
+            parse("0.999999999999999999999999999999h").unwrap(),
+            Duration::from_nanos(3_599_999_999_999)
+        );
     }
 
     #[test]
