@@ -70,6 +70,23 @@ fn substitute(text: &str, mut replace: impl FnMut(&str, &str) -> String) -> Stri
     out
 }
 
+/// The warnings of a config that loaded with variables that are not set: each reads as an
+/// empty value, which may turn something off or open (an unset `${ZRPC_ADMIN_TOKEN}` leaves
+/// the DevServer's admin view without a token). A variable set to the empty string is taken
+/// as meant.
+pub(crate) fn unset_warnings(empty: &[EmptyVar]) -> Vec<String> {
+    empty
+        .iter()
+        .filter(|v| !v.set)
+        .map(|v| {
+            format!(
+                "{} is not set: it reads as an empty value (set it, or write the value itself)",
+                v.token
+            )
+        })
+        .collect()
+}
+
 /// Rewrites a load error about a key whose value held a variable that expanded to nothing, so
 /// that it names the variable: `` `Etcd.Key`: `${SERVICE_KEY}` expanded to an empty value (the
 /// environment variable is not set); ... ``. A syntax error gets a note naming such variables.

@@ -199,7 +199,11 @@ where
         conf.loaded_from(origin);
         Ok(conf)
     };
-    load().map_err(|e| env::explain(e, text, format, &env, &empty))
+    let conf = load().map_err(|e| env::explain(e, text, format, &env, &empty))?;
+    for warning in env::unset_warnings(&empty) {
+        tracing::warn!(target: "zrpc::conf", file = origin, "{warning}");
+    }
+    Ok(conf)
 }
 
 /// `value` of `path` is one of `options` (go-zero's `options=a|b` tag), else an

@@ -155,3 +155,19 @@ fn set_variables_and_unrelated_errors_are_unchanged() {
     let e = load("Listen: ${UNSET}\n", Format::Yaml).unwrap_err();
     assert!(matches!(e, ConfError::UnknownKey { .. }), "{e}");
 }
+
+/// A config that loads with a variable that is not set warns, naming it; one set to the empty
+/// string is taken as meant.
+#[test]
+fn a_config_that_loads_with_an_unset_variable_warns() {
+    let text = "ListenOn: ${UNSET_KEY}0.0.0.0:8080$EMPTY\nEtcd:\n  Hosts: [127.0.0.1:2379]\n  Key: k\n";
+    let lookup = |name: &str| (name == "EMPTY").then(String::new);
+    let (_, empty) = super::expand_recording(text, lookup);
+    let warnings = super::unset_warnings(&empty);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with("${UNSET_KEY} is not set"),
+        "{warnings:?}"
+    );
+    load(text, Format::Yaml).unwrap();
+}
