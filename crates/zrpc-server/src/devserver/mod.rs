@@ -161,12 +161,15 @@ pub(crate) async fn bind(
     Error,
 > {
     let addr = conf.bind_addr();
-    let listener = TcpListener::bind(&addr)
-        .await
-        .map_err(|source| Error::Bind {
-            addr: addr.clone(),
-            source,
-        })?;
+    let listener = if conf.host.is_empty() {
+        all_interfaces(conf.port)
+    } else {
+        TcpListener::bind(&addr).await
+    }
+    .map_err(|source| Error::Bind {
+        addr: addr.clone(),
+        source,
+    })?;
     let local = listener.local_addr().map_err(Error::LocalAddr)?;
     let mut paths = vec!["/".to_owned(), conf.health_path.clone()];
     if conf.enable_metrics {
@@ -194,6 +197,28 @@ pub(crate) async fn bind(
     });
     tracing::info!(target: "zrpc::devserver", "dev server listening on {local}");
     Ok((local, serve(listener, routes, shutdown)))
+}
+
+/// A listener on `port` of every interface, IPv6 and IPv4 (`Host` empty, as go-zero's `:port`
+/// listens in Go): an IPv6 socket that takes IPv4 too, or IPv4 alone where the host has no
+/// IPv6. `0.0.0.0` alone would refuse a probe to an IPv6-only pod's address.
+fn all_interfaces(port: u16) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let dual = || -> std::io::Result<TcpListener> {
+        let socket = Socket::new(Domain::IPV6, Type::STREAM, None)?;
+        socket.set_only_v6(false)?;
+        // as tokio's `TcpListener::bind` does: a restarted server binds at once
+        socket.set_reuse_address(true)?;
+        socket.bind(&SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)).into())?;
+        socket.listen(1024)?;
+        socket.set_nonblocking(true)?;
+        TcpListener::from_std(socket.into())
+    };
+    dual().or_else(|_| {
+        let socket = std::net::TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, port))?;
+        socket.set_nonblocking(true)?;
+        TcpListener::from_std(socket)
+    })
 }
 
 /// The accept loop: each connection on its own task until `shutdown`, then a graceful end of
@@ -319,6 +344,39 @@ mod tests {
         assert!(took >= stall::WRITE_STALL, "{took:?}");
         let _ = stop.send(());
         task.await.unwrap();
+    }
+
+    /// With `Host` empty the port answers on IPv6 and IPv4 (go-zero's `:port`), so a probe to an
+    /// IPv6-only pod's address is served.
+    #[tokio::test]
+    async fn an_empty_host_listens_on_ipv6_and_ipv4() {
+        if std::net::TcpListener::bind("[::1]:0").is_err() {
+            println!("skipped: this host has no IPv6 loopback");
+            return;
+        }
+        let (_state, rx) = watch::channel(ServerState {
+            phase: Phase::Serving,
+            local_addr: None,
+            dev_server_addr: None,
+        });
+        let conf = DevServerConf::new("", 0);
+        let admin = Admin::new(&crate::handle::HandleParts::new(), "");
+        let (addr, fut) = bind(
+            &conf,
+            rx,
+            admin,
+            "zrpc-test".to_owned(),
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+        let task = tokio::spawn(fut);
+        for host in ["[::1]", "127.0.0.1"] {
+            let to: SocketAddr = format!("{host}:{}", addr.port()).parse().unwrap();
+            let r = exchange(to, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await;
+            assert!(r.starts_with("HTTP/1.1 200 OK"), "{host}: {r}");
+        }
+        task.abort();
     }
 
     /// Sends `request` raw and reads until the server closes the connection.

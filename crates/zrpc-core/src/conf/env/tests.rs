@@ -160,7 +160,8 @@ fn set_variables_and_unrelated_errors_are_unchanged() {
 /// string is taken as meant.
 #[test]
 fn a_config_that_loads_with_an_unset_variable_warns() {
-    let text = "ListenOn: ${UNSET_KEY}0.0.0.0:8080$EMPTY\nEtcd:\n  Hosts: [127.0.0.1:2379]\n  Key: k\n";
+    let text =
+        "ListenOn: ${UNSET_KEY}0.0.0.0:8080$EMPTY\nEtcd:\n  Hosts: [127.0.0.1:2379]\n  Key: k\n";
     let lookup = |name: &str| (name == "EMPTY").then(String::new);
     let (_, empty) = super::expand_recording(text, lookup);
     let warnings = super::unset_warnings(&empty);
