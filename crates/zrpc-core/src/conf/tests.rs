@@ -569,3 +569,33 @@ fn a_loaded_config_learns_its_file_and_embed_tells_both_parts() {
     let r: Remembers = from_str_with_env("{}", Format::Json, "", no_env).unwrap();
     assert_eq!(r.file.get(), None);
 }
+
+/// Aliases that multiply a file's values (25 KB of YAML, 25 million values) are refused with a
+/// clear error before any tree is built; a config's own aliases still load.
+#[test]
+fn a_yaml_file_that_expands_too_far_is_refused() {
+    let items = vec!["0"; 5000].join(",");
+    let aliases = vec!["*a"; 5000].join(",");
+    let text = format!("A: &a [{items}]\nB: [{aliases}]\n");
+    let started = std::time::Instant::now();
+    let e = yaml(&text).unwrap_err().to_string();
+    assert!(e.contains("expands to more than 1000000 values"), "{e}");
+    println!("refused in {:?}: {e}", started.elapsed());
+    let c = yaml("Inner: &i {Trace: true}\nMaybe: *i\n").unwrap();
+    assert_eq!(c.maybe, Some(c.inner));
+}
+
+/// A JSON5 file nested deeper than serde_json allows is refused, not a stack overflow (the
+/// json5 parser recurses without a limit); brackets in strings and comments do not count.
+#[cfg(feature = "json5")]
+#[test]
+fn a_json5_file_nested_too_deep_is_refused() {
+    let json5 = |text: &str| from_str_with_env::<Conf, _>(text, Format::Json5, "app.json5", no_env);
+    let deep = "[".repeat(200_000);
+    let e = json5(&format!("{{Name: {deep}}}")).unwrap_err().to_string();
+    assert!(e.contains("nested more than 128 deep at line 1"), "{e}");
+    let c =
+        json5("// [[[[ a comment\n/* {{{{ */ {Name: '[[[[{{{{', Inner: {Trace: true}}\n").unwrap();
+    assert_eq!(c.name, "[[[[{{{{");
+    assert!(c.inner.trace);
+}

@@ -71,6 +71,9 @@ pub(crate) fn parse(text: &str, format: Format, origin: &str) -> Result<Value, C
             if text.trim().is_empty() {
                 return Ok(Value::Map(Vec::new()));
             }
+            if text.contains('*') {
+                expanded_size(text).map_err(|e| syntax(e.to_string()))?;
+            }
             let mut v: serde_yaml_ng::Value =
                 serde_yaml_ng::from_str(text).map_err(|e| syntax(e.to_string()))?;
             v.apply_merge().map_err(|e| syntax(e.to_string()))?;
@@ -83,6 +86,7 @@ pub(crate) fn parse(text: &str, format: Format, origin: &str) -> Result<Value, C
         }
         #[cfg(feature = "json5")]
         Format::Json5 if super::feature_on("json5", true) => {
+            json5_depth(text).map_err(syntax)?;
             let v: serde_json::Value = json5::from_str(text).map_err(|e| syntax(e.to_string()))?;
             Ok(from_json(v))
         }
@@ -107,6 +111,159 @@ pub(crate) fn parse(text: &str, format: Format, origin: &str) -> Result<Value, C
             )
         }
     }
+}
+
+/// The deepest nesting of a JSON5 file: serde_json's limit. The json5 parser recurses without
+/// one, so `[[[[...` a few hundred thousand deep overflowed the stack (an abort, not an error).
+#[cfg(feature = "json5")]
+const MAX_JSON5_DEPTH: usize = 128;
+
+/// Checks the nesting of `text`'s lists and objects, outside strings and comments.
+#[cfg(feature = "json5")]
+fn json5_depth(text: &str) -> Result<(), String> {
+    let (mut depth, mut line) = (0usize, 1usize);
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\n' => line += 1,
+            '"' | '\'' => {
+                // a string: to its closing quote, escapes skipped
+                while let Some(s) = chars.next() {
+                    match s {
+                        '\\' => {
+                            chars.next();
+                        }
+                        '\n' => line += 1,
+                        s if s == c => break,
+                        _ => {}
+                    }
+                }
+            }
+            '/' if chars.peek() == Some(&'/') => {
+                for s in chars.by_ref() {
+                    if s == '\n' {
+                        line += 1;
+                        break;
+                    }
+                }
+            }
+            '/' if chars.peek() == Some(&'*') => {
+                chars.next();
+                let mut star = false;
+                for s in chars.by_ref() {
+                    if s == '\n' {
+                        line += 1;
+                    }
+                    if star && s == '/' {
+                        break;
+                    }
+                    star = s == '*';
+                }
+            }
+            '[' | '{' => {
+                depth += 1;
+                if depth > MAX_JSON5_DEPTH {
+                    return Err(format!(
+                        "nested more than {MAX_JSON5_DEPTH} deep at line {line}"
+                    ));
+                }
+            }
+            ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The most values a YAML file may expand to, its aliases replayed: far more than any config,
+/// far less than the memory a few kilobytes of aliases of aliases can ask for.
+const MAX_EXPANDED_VALUES: usize = 1_000_000;
+
+/// Checks, without building anything, that `text` expands to at most [`MAX_EXPANDED_VALUES`]
+/// values. serde_yaml_ng stops aliases that grow exponentially, not quadratic ones: a list of
+/// 5,000 aliases of a 5,000-item list is 25 KB of text and 25 million values (gigabytes as a
+/// tree). Only run on a text that may hold an alias (`*`).
+fn expanded_size(text: &str) -> Result<usize, serde_yaml_ng::Error> {
+    use serde::de::{self, DeserializeSeed, Deserializer, EnumAccess, MapAccess, SeqAccess};
+    use serde::de::{VariantAccess, Visitor};
+    use std::cell::Cell;
+
+    /// Counts the values of one node and its children.
+    #[derive(Clone, Copy)]
+    struct Count<'a>(&'a Cell<usize>);
+
+    impl Count<'_> {
+        fn one<E: de::Error>(self) -> Result<(), E> {
+            let n = self.0.get() + 1;
+            self.0.set(n);
+            if n > MAX_EXPANDED_VALUES {
+                return Err(E::custom(format!(
+                    "the file expands to more than {MAX_EXPANDED_VALUES} values (aliases of \
+                     large anchors?)"
+                )));
+            }
+            Ok(())
+        }
+    }
+
+    impl<'de> DeserializeSeed<'de> for Count<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Count<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("any YAML value")
+        }
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_none<E: de::Error>(self) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            self.one()?;
+            while seq.next_element_seed(self)?.is_some() {}
+            Ok(())
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            self.one()?;
+            while map.next_key_seed(self)?.is_some() {
+                map.next_value_seed(self)?;
+            }
+            Ok(())
+        }
+        fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<(), A::Error> {
+            // a tagged value (`!tag value`)
+            let ((), variant) = data.variant_seed(self)?;
+            variant.newtype_variant_seed(self)
+        }
+    }
+
+    let count = Cell::new(0);
+    Count(&count).deserialize(serde_yaml_ng::Deserializer::from_str(text))?;
+    Ok(count.get())
 }
 
 fn from_yaml(v: serde_yaml_ng::Value) -> Value {
