@@ -73,7 +73,9 @@ pub(crate) fn build(env: &Env<'_>) -> Option<Box<dyn Stage>> {
 
 impl Stage for StatStage {
     fn admit(&self, call: &mut Call<'_>) -> Admission {
-        if !self.settings.enabled {
+        // Unary calls only, as go-zero's stat interceptor (a stream has none): a stream's
+        // lifetime is no latency, and every long one would log as a slow call.
+        if !self.settings.enabled || call.is_streaming() {
             return Admission::pass();
         }
         Admission::built_in(StatRecord {
@@ -143,7 +145,7 @@ mod tests {
     use tower::{Layer, ServiceExt};
 
     use super::*;
-    use crate::layers::test_util::{capture_logs, final_code, ok_response};
+    use crate::layers::test_util::{arriving, capture_logs, final_code, ok_response};
 
     #[tokio::test(start_paused = true)]
     async fn logs_slow_calls_only() {
@@ -163,9 +165,17 @@ mod tests {
             let resp = svc.clone().oneshot(req).await.unwrap();
             assert_eq!(final_code(resp).await, Some(0));
         }
+        // A stream as long is not a slow call (go-zero logs no stream).
+        let req = Request::builder()
+            .uri("/a.B/StreamSlow")
+            .body(Body::empty())
+            .unwrap();
+        let req = arriving(req, crate::call::CallKind::STREAMING);
+        final_code(svc.clone().oneshot(req).await.unwrap()).await;
         let out = logs.contents();
         assert!(out.contains("[RPC] slowcall - - - /a.B/Slow"), "{out}");
         assert!(!out.contains("/a.B/Fast"), "{out}");
+        assert!(!out.contains("/a.B/StreamSlow"), "{out}");
     }
 
     #[tokio::test]
