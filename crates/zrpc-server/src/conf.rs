@@ -409,6 +409,22 @@ impl Validate for RpcServerConf {
                         format!("must start with `/`, got {path:?}"),
                     ));
                 }
+                // zrpc's own routes answer first: a probe there would never see the health
+                if path == "/" || path == "/admin" || path.starts_with("/admin/") {
+                    return Err(ConfError::invalid(
+                        key,
+                        format!("{path:?} is the DevServer's own route (`/`, `/admin...`)"),
+                    ));
+                }
+            }
+            if d.enable_metrics && d.metrics_path == d.health_path {
+                return Err(ConfError::invalid(
+                    "DevServer.MetricsPath",
+                    format!(
+                        "{:?} is DevServer.HealthPath too: one of them would never be served",
+                        d.metrics_path
+                    ),
+                ));
             }
         }
         Ok(())

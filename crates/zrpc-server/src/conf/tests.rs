@@ -455,3 +455,26 @@ Telemetry: { Endpoint: http://collector:4317, OtlpHeaders: { api-key: otlp-secre
         assert!(shown.contains(kept), "{kept} missing from {shown}");
     }
 }
+
+/// DevServer paths that zrpc's own routes or each other would shadow are refused at load.
+#[test]
+fn dev_server_paths_that_would_be_shadowed_are_refused() {
+    let dev = |extra: &str| {
+        yaml(&format!(
+            "Name: s\nListenOn: 0.0.0.0:8080\nDevServer:\n  Enabled: true\n{extra}"
+        ))
+    };
+    for (extra, says) in [
+        ("  HealthPath: /admin\n", "DevServer.HealthPath"),
+        ("  HealthPath: /admin/state\n", "DevServer.HealthPath"),
+        ("  MetricsPath: /\n", "DevServer.MetricsPath"),
+        ("  MetricsPath: /healthz\n", "DevServer.MetricsPath"),
+        ("  HealthPath: ping\n", "must start with `/`"),
+    ] {
+        let e = dev(extra).unwrap_err().to_string();
+        assert!(e.contains(says), "{extra}: {e}");
+    }
+    assert!(dev("  HealthPath: /ping\n  MetricsPath: /prom\n").is_ok());
+    // With metrics off, the same path is no clash.
+    assert!(dev("  EnableMetrics: false\n  MetricsPath: /healthz\n").is_ok());
+}
