@@ -50,7 +50,10 @@ const REBUILD_CLIENT_AFTER: u32 = 3;
 type Sender = watch::Sender<Option<Arc<Vec<String>>>>;
 
 /// `(sorted, deduplicated, comma-joined etcd hosts, key)`.
-type RegistryKey = (String, String);
+/// The hosts (sorted), the key, and a digest of the account and TLS files: clients that read
+/// etcd as different users, or through other certificates, do not share a watch (the first
+/// one's credentials would serve them all, or fail them all).
+type RegistryKey = (String, String, u64);
 
 static REGISTRY: LazyLock<Mutex<HashMap<RegistryKey, Weak<SharedWatch>>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
@@ -94,10 +97,21 @@ impl Drop for SharedWatch {
 }
 
 fn registry_key(conf: &EtcdConf) -> RegistryKey {
+    use std::hash::{Hash, Hasher};
     let mut hosts: Vec<&str> = conf.hosts.iter().map(|h| h.trim()).collect();
     hosts.sort_unstable();
     hosts.dedup();
-    (hosts.join(","), conf.key.clone())
+    let mut access = std::collections::hash_map::DefaultHasher::new();
+    (
+        &conf.user,
+        &conf.pass,
+        &conf.cert_file,
+        &conf.cert_key_file,
+        &conf.ca_cert_file,
+        conf.insecure_skip_verify,
+    )
+        .hash(&mut access);
+    (hosts.join(","), conf.key.clone(), access.finish())
 }
 
 /// Resolves the endpoints registered in etcd under `conf.key` (`Key/...`).
@@ -838,6 +852,14 @@ mod tests {
             registry_key(&a),
             registry_key(&EtcdConf::new(["h1:2379"], "k"))
         );
+        // another account, or other certificates: a watch of its own
+        let mut other = a.clone();
+        other.user = "reader".to_owned();
+        other.pass = "secret".to_owned();
+        assert_ne!(registry_key(&a), registry_key(&other));
+        let mut tls = a.clone();
+        tls.ca_cert_file = "ca.pem".to_owned();
+        assert_ne!(registry_key(&a), registry_key(&tls));
     }
 
     #[test]
