@@ -191,6 +191,11 @@ impl Watcher {
             match end {
                 WatchEnd::Gone => {
                     tracing::info!(target = %self.target, "k8s resolver: resource version expired (410 Gone), listing again");
+                    // a server that answers every fresh version 410 must not be listed again
+                    // and again at once (each list may be megabytes)
+                    if started.elapsed() < BACKOFF {
+                        tokio::time::sleep(BACKOFF).await;
+                    }
                 }
                 WatchEnd::Closed => {
                     version = Some(last);
