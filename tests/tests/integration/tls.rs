@@ -71,10 +71,19 @@ impl TlsServer {
     }
 
     async fn start(tls: Option<ServerTlsConf>) -> TlsServer {
+        Self::start_with(tls, |_| {}).await
+    }
+
+    /// [`TlsServer::start`] with `edit` applied to its config.
+    async fn start_with(
+        tls: Option<ServerTlsConf>,
+        edit: impl FnOnce(&mut zrpc::conf::RpcServerConf),
+    ) -> TlsServer {
         let mut conf = test_conf("tls.rpc").with_cpu_threshold(0);
         if let Some(tls) = tls {
             conf = conf.with_tls(tls);
         }
+        edit(&mut conf);
         let server = Server::new(conf)
             .unwrap()
             .add_service(GreeterServer::new(WhoGreeter));
@@ -680,18 +689,13 @@ async fn tls_one_handshake_timeout_covers_tls_and_http2() {
 
     let ca = TestCa::new("zrpc test CA");
     let server = ca.issue("server", LOCAL_SANS);
-    let mut conf = test_conf("tls-handshake.rpc")
-        .with_cpu_threshold(0)
-        .with_tls(ServerTlsConf::new(server.cert_str(), server.key_str()));
     let timeout = Duration::from_secs(1);
-    conf.transport.handshake_timeout = timeout;
-    let server = Server::new(conf)
-        .unwrap()
-        .add_service(GreeterServer::new(WhoGreeter));
-    let handle = server.handle();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let join = tokio::spawn(server.serve_with_listener(listener, std::future::pending()));
-    let addr = handle.serving().await.expect("server serves");
+    let srv = TlsServer::start_with(
+        Some(ServerTlsConf::new(server.cert_str(), server.key_str())),
+        |c| c.transport.handshake_timeout = timeout,
+    )
+    .await;
+    let addr = srv.addr;
 
     let started = std::time::Instant::now();
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -720,8 +724,7 @@ async fn tls_one_handshake_timeout_covers_tls_and_http2() {
         "closed after {closed:?}: one HandshakeTimeout from the TCP connect, not {:?}",
         tls_done + timeout
     );
-    handle.shutdown();
-    join.await.unwrap().unwrap();
+    srv.stop().await;
 }
 
 /// grpc-go's multi-host `:authority` (`h1:port,h2:port`) is repaired over TLS too: the repair
