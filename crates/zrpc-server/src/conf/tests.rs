@@ -457,6 +457,7 @@ Telemetry: { Endpoint: http://collector:4317, OtlpHeaders: { api-key: otlp-secre
 }
 
 /// DevServer paths that zrpc's own routes or each other would shadow are refused at load.
+#[cfg(feature = "devserver")]
 #[test]
 fn dev_server_paths_that_would_be_shadowed_are_refused() {
     let dev = |extra: &str| {
