@@ -342,6 +342,11 @@ fn described_methods(sets: &[&'static [u8]]) -> Result<Vec<(String, bool)>, Erro
     Ok(out)
 }
 
+/// The port of a `ListenOn` written `:port` (every interface, IPv6 and IPv4, as in Go).
+fn all_interfaces_port(listen_on: &str) -> Option<u16> {
+    listen_on.strip_prefix(':')?.parse().ok()
+}
+
 fn listen_addr(listen_on: &str) -> String {
     match listen_on.strip_prefix(':') {
         Some(port) => format!("0.0.0.0:{port}"),
@@ -432,9 +437,11 @@ impl Base {
                 None => {
                     let telemetry = crate::telemetry::init(&self.conf)?;
                     let addr = listen_addr(&self.conf.listen_on);
-                    let listener = TcpListener::bind(&addr)
-                        .await
-                        .map_err(|source| Error::Bind { addr, source })?;
+                    let listener = match all_interfaces_port(&self.conf.listen_on) {
+                        Some(port) => crate::transport::all_interfaces(port),
+                        None => TcpListener::bind(&addr).await,
+                    }
+                    .map_err(|source| Error::Bind { addr, source })?;
                     let shutdown = Box::pin(shutdown::signal());
                     let served = self.serve_phases(listener, shutdown, chain).await;
                     // the last spans reach the collector before the process ends
@@ -1179,6 +1186,10 @@ mod tests {
     fn listen_on_without_host_binds_all_interfaces() {
         assert_eq!(listen_addr(":8080"), "0.0.0.0:8080");
         assert_eq!(listen_addr("127.0.0.1:9"), "127.0.0.1:9");
+        // `:port` listens on IPv6 and IPv4 (`transport::all_interfaces`), as in Go
+        assert_eq!(all_interfaces_port(":8080"), Some(8080));
+        assert_eq!(all_interfaces_port("0.0.0.0:8080"), None);
+        assert_eq!(all_interfaces_port("[::]:8080"), None);
     }
 
     #[cfg(feature = "devserver")]

@@ -162,7 +162,7 @@ pub(crate) async fn bind(
 > {
     let addr = conf.bind_addr();
     let listener = if conf.host.is_empty() {
-        all_interfaces(conf.port)
+        crate::transport::all_interfaces(conf.port)
     } else {
         TcpListener::bind(&addr).await
     }
@@ -197,28 +197,6 @@ pub(crate) async fn bind(
     });
     tracing::info!(target: "zrpc::devserver", "dev server listening on {local}");
     Ok((local, serve(listener, routes, shutdown)))
-}
-
-/// A listener on `port` of every interface, IPv6 and IPv4 (`Host` empty, as go-zero's `:port`
-/// listens in Go): an IPv6 socket that takes IPv4 too, or IPv4 alone where the host has no
-/// IPv6. `0.0.0.0` alone would refuse a probe to an IPv6-only pod's address.
-fn all_interfaces(port: u16) -> std::io::Result<TcpListener> {
-    use socket2::{Domain, Socket, Type};
-    let dual = || -> std::io::Result<TcpListener> {
-        let socket = Socket::new(Domain::IPV6, Type::STREAM, None)?;
-        socket.set_only_v6(false)?;
-        // as tokio's `TcpListener::bind` does: a restarted server binds at once
-        socket.set_reuse_address(true)?;
-        socket.bind(&SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)).into())?;
-        socket.listen(1024)?;
-        socket.set_nonblocking(true)?;
-        TcpListener::from_std(socket.into())
-    };
-    dual().or_else(|_| {
-        let socket = std::net::TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, port))?;
-        socket.set_nonblocking(true)?;
-        TcpListener::from_std(socket)
-    })
 }
 
 /// The accept loop: each connection on its own task until `shutdown`, then a graceful end of

@@ -47,6 +47,29 @@ pub(crate) use streams::ConnTable;
 
 use crate::conf::TransportConf;
 
+/// A listener on `port` of every interface, IPv6 and IPv4, as Go's `:port` listens (a server's
+/// `ListenOn: ":8080"`, the DevServer's empty `Host`): an IPv6 socket that takes IPv4 too, or
+/// IPv4 alone where the host has no IPv6. `0.0.0.0` alone would refuse a client or a probe that
+/// reaches an IPv6-only pod's address.
+pub(crate) fn all_interfaces(port: u16) -> std::io::Result<tokio::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let dual = || -> std::io::Result<tokio::net::TcpListener> {
+        let socket = Socket::new(Domain::IPV6, Type::STREAM, None)?;
+        socket.set_only_v6(false)?;
+        // as tokio's `TcpListener::bind` does: a restarted server binds at once
+        socket.set_reuse_address(true)?;
+        socket.bind(&std::net::SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)).into())?;
+        socket.listen(1024)?;
+        socket.set_nonblocking(true)?;
+        tokio::net::TcpListener::from_std(socket.into())
+    };
+    dual().or_else(|_| {
+        let socket = std::net::TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, port))?;
+        socket.set_nonblocking(true)?;
+        tokio::net::TcpListener::from_std(socket)
+    })
+}
+
 /// The accept-loop settings for `conf`.
 pub(crate) fn accept_settings(conf: &TransportConf, authority_repair: bool) -> AcceptSettings {
     AcceptSettings {
@@ -120,5 +143,28 @@ pub(crate) fn intake(
         streaming,
         in_flight,
         connections,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// One listener takes IPv6 and IPv4 connections (where the host has IPv6 at all).
+    #[tokio::test]
+    async fn all_interfaces_takes_ipv6_and_ipv4() {
+        let listener = super::all_interfaces(0).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mut hosts = vec!["127.0.0.1"];
+        if std::net::TcpListener::bind("[::1]:0").is_ok() {
+            hosts.push("[::1]");
+        } else {
+            println!("this host has no IPv6 loopback: IPv4 only");
+        }
+        for host in hosts {
+            let addr = format!("{host}:{port}");
+            let (client, accepted) =
+                tokio::join!(tokio::net::TcpStream::connect(&addr), listener.accept());
+            client.unwrap_or_else(|e| panic!("{addr}: {e}"));
+            accepted.unwrap();
+        }
     }
 }
