@@ -383,15 +383,20 @@ pub fn init(conf: &RpcServerConf) -> Result<TelemetryGuard, Error> {
     let filter = filter(conf);
     let writer = log_writer(conf)?;
     #[cfg(not(feature = "otel"))]
-    {
+    let guard = {
         let _ = tracing_subscriber::registry()
             .with(filter)
             .with(fmt_layer(&conf.log, writer))
             .try_init();
-        Ok(TelemetryGuard::default())
-    }
+        TelemetryGuard::default()
+    };
     #[cfg(feature = "otel")]
-    init_otel(conf, filter, writer)
+    let guard = init_otel(conf, filter, writer)?;
+    // What the config's load had to say before there was a log to say it in.
+    for warning in zrpc_core::conf::take_load_warnings() {
+        tracing::warn!(target: "zrpc::conf", "{warning}");
+    }
+    Ok(guard)
 }
 
 /// [`init`] with the OTLP exporter of `conf`, if it has one.

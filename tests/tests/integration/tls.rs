@@ -679,6 +679,27 @@ fn h2_tls_connector(ca: &CertFiles) -> tokio_rustls::TlsConnector {
     tokio_rustls::TlsConnector::from(Arc::new(config))
 }
 
+/// An IPv4 client of a server listening on IPv6 and IPv4 (`[::]`, `ListenOn: ":port"`) is seen
+/// at its IPv4 address, as Go shows it, not as `::ffff:127.0.0.1`.
+#[tokio::test]
+async fn an_ipv4_client_of_a_dual_stack_listener_is_seen_as_ipv4() {
+    let Ok(listener) = TcpListener::bind("[::]:0").await else {
+        println!("skipped: this host has no IPv6");
+        return;
+    };
+    let conf = test_conf("dual.rpc").with_cpu_threshold(0);
+    let server = Server::new(conf)
+        .unwrap()
+        .add_service(GreeterServer::new(WhoGreeter));
+    let handle = server.handle();
+    let join = tokio::spawn(server.serve_with_listener(listener, std::future::pending()));
+    let addr = handle.serving().await.expect("server serves");
+    let reply = call_once(format!("http://127.0.0.1:{}", addr.port()), None).await;
+    assert_eq!(reply.as_deref(), Ok("anonymous from 127.0.0.1"));
+    handle.shutdown();
+    join.await.unwrap().unwrap();
+}
+
 /// `HandshakeTimeout` bounds the TLS and the HTTP/2 handshakes together: a client that takes
 /// most of it for TLS and then sends no HTTP/2 preface is closed at the timeout after its TCP
 /// connect, not a second timeout after its TLS handshake.

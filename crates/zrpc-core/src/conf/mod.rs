@@ -201,9 +201,26 @@ where
     };
     let conf = load().map_err(|e| env::explain(e, text, format, &env, &empty))?;
     for warning in env::unset_warnings(&empty) {
-        tracing::warn!(target: "zrpc::conf", file = origin, "{warning}");
+        let warning = format!("config file {origin}: {warning}");
+        if tracing::dispatcher::has_been_set() {
+            tracing::warn!(target: "zrpc::conf", "{warning}");
+        } else {
+            // A service loads its config before it sets up its log (the log settings are in
+            // the config): the server logs these once it has (`take_load_warnings`).
+            LOAD_WARNINGS.lock().push(warning);
+        }
     }
     Ok(conf)
+}
+
+/// Warnings of config loads made before a log was set up.
+static LOAD_WARNINGS: parking_lot::Mutex<Vec<String>> = parking_lot::Mutex::new(Vec::new());
+
+/// The warnings of config loads made before a log was set up, taken (the server logs them once
+/// its log is). For zrpc's server: not a stable API.
+#[doc(hidden)]
+pub fn take_load_warnings() -> Vec<String> {
+    std::mem::take(&mut *LOAD_WARNINGS.lock())
 }
 
 /// `value` of `path` is one of `options` (go-zero's `options=a|b` tag), else an

@@ -130,9 +130,9 @@ fn json5_depth(text: &str) -> Result<(), String> {
                 // a string: to its closing quote, escapes skipped
                 while let Some(s) = chars.next() {
                     match s {
-                        '\\' => {
-                            chars.next();
-                        }
+                        // an escape (its character consumed by the guard), or a line
+                        // continuation
+                        '\\' if chars.next() == Some('\n') => line += 1,
                         '\n' => line += 1,
                         s if s == c => break,
                         _ => {}

@@ -44,7 +44,8 @@ pub enum RegistrationState {
     /// and its lease are gone, nothing is kept in etcd (an etcd restart meanwhile changes
     /// nothing), and the server goes on serving the connections and calls it has. Reported
     /// once etcd confirmed the revoke: while it cannot be reached, the state stays
-    /// [`NotRegistered`](Self::NotRegistered) and the revoke is retried about every second.
+    /// [`NotRegistered`](Self::NotRegistered) and the revoke is retried (each attempt waits
+    /// up to 2 s, then 0.5-0.8 s before the next).
     Paused,
     /// [`Publisher::stop`] ran (the lease was revoked if etcd was reachable).
     Stopped,
@@ -138,8 +139,8 @@ impl Publisher {
         self.pause.send_replace(true);
     }
 
-    /// Registers the server again after [`pause`](Publisher::pause), under a new lease.
-    /// Idempotent.
+    /// Registers the server again after [`pause`](Publisher::pause), under a new lease (or
+    /// under the old one, when the pause's revoke has not reached etcd yet). Idempotent.
     pub fn resume(&self) {
         self.pause.send_replace(false);
     }
@@ -255,11 +256,18 @@ async fn supervise(
                 // is kept, so that a resume meanwhile goes on with it: no second key.
                 let mut failures = 0u32;
                 loop {
-                    match revoke(&ctx, client.take(), id).await {
+                    // a stop meanwhile ends the attempt: the stop revokes once more, within
+                    // its own bound
+                    let revoked = tokio::select! {
+                        biased;
+                        _ = stop.wait_for(|s| *s) => break 'supervise,
+                        revoked = revoke(&ctx, client.take(), id) => revoked,
+                    };
+                    match revoked {
                         Ok(()) => break,
                         Err(e) if failures == 0 => tracing::warn!(key = %ctx.conf.key, lease = id,
                             "etcd deregistration {e}; the key stays discoverable until etcd \
-                             confirms the revoke (retrying every ~1s) or the lease expires"),
+                             confirms the revoke (retrying) or the lease expires"),
                         Err(e) => tracing::debug!(key = %ctx.conf.key, lease = id,
                             "etcd deregistration still failing: {e}"),
                     }

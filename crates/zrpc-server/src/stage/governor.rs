@@ -64,7 +64,7 @@ struct Governance {
     /// without an `Arrival` is looked up here (the transport resolved every other's).
     streaming: StreamingMethods,
     /// The `method` labels its drops were counted under ([`Governance::drop_label`]).
-    drop_labels: parking_lot::Mutex<HashSet<Box<str>, foldhash::fast::RandomState>>,
+    drop_labels: parking_lot::RwLock<HashSet<Box<str>, foldhash::fast::RandomState>>,
 }
 
 /// The most `method` labels of `rpc_server_dropped_total` one server counts its drops under.
@@ -76,7 +76,11 @@ impl Governance {
     /// a caller made up, and each label value is a series kept for the life of the process.
     #[cold]
     fn drop_label<'p>(&self, path: &'p str) -> &'p str {
-        let mut labels = self.drop_labels.lock();
+        // a read lock for a label already in use: rejections come in floods under overload
+        if self.drop_labels.read().contains(path) {
+            return path;
+        }
+        let mut labels = self.drop_labels.write();
         if labels.contains(path) {
             return path;
         }
@@ -114,7 +118,7 @@ impl GovernorLayer {
                 recover: frame.recover.is_on(),
                 stages: stages.into_boxed_slice(),
                 streaming,
-                drop_labels: parking_lot::Mutex::default(),
+                drop_labels: parking_lot::RwLock::default(),
             }),
         }
     }

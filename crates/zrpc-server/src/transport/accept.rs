@@ -220,7 +220,11 @@ impl Acceptor {
     ) {
         loop {
             let (stream, peer) = match self.listener.accept().await {
-                Ok(accepted) => accepted,
+                // IPv4 as such from a dual-stack listener (see `io::canonical`)
+                Ok((stream, peer)) => (
+                    stream,
+                    std::net::SocketAddr::new(peer.ip().to_canonical(), peer.port()),
+                ),
                 Err(e) if is_connection_error(&e) => continue,
                 Err(e) => {
                     let delay = self.backoff.fail();

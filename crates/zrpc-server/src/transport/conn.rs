@@ -89,11 +89,11 @@ struct Deadline {
 }
 
 impl Deadline {
-    fn after(now: Instant, timeout: Duration) -> Self {
-        Deadline {
+    fn after(now: Instant, timeout: Duration) -> Option<Self> {
+        Some(Deadline {
             timeout,
-            sleep: Box::pin(tokio::time::sleep_until(now + timeout)),
-        }
+            sleep: Box::pin(tokio::time::sleep_until(now.checked_add(timeout)?)),
+        })
     }
 }
 
@@ -119,14 +119,21 @@ impl<T> Guarded<T> {
         accepted: Instant,
     ) -> Self {
         let now = accepted;
-        let goaway_at = limits.max_age.map(|age| now + jittered(age));
+        // A limit past what an `Instant` holds (`Duration::MAX`, grpc-go's spelling of
+        // infinity, set in code) is no limit, not a panic at accept.
+        let goaway_at = limits
+            .max_age
+            .and_then(|age| now.checked_add(jittered(age)));
         Guarded {
             inner,
-            handshake: limits.handshake_timeout.map(|t| Deadline::after(now, t)),
+            handshake: limits
+                .handshake_timeout
+                .and_then(|t| Deadline::after(now, t)),
             goaway_at,
             hard_deadline: goaway_at
                 .zip(limits.age_grace)
-                .map(|(at, grace)| Box::pin(tokio::time::sleep_until(at + grace))),
+                .and_then(|(at, grace)| at.checked_add(grace))
+                .map(|at| Box::pin(tokio::time::sleep_until(at))),
             frames: FrameGuard::new(limits.ping_min_time),
             repair,
             held: Held::default(),
@@ -476,6 +483,15 @@ mod tests {
         let g = guarded((), limits, now);
         let hard = g.hard_deadline.as_ref().unwrap().deadline();
         assert_eq!(hard, g.goaway_at.unwrap() + Duration::from_secs(7));
+        // Limits set in code past what an instant holds are none, not a panic at accept.
+        let limits = ConnLimits {
+            max_age: Some(Duration::MAX),
+            age_grace: Some(Duration::MAX),
+            handshake_timeout: Some(Duration::MAX),
+            ..ConnLimits::default()
+        };
+        let g = guarded((), limits, now);
+        assert!(g.goaway_at.is_none() && g.hard_deadline.is_none() && g.handshake.is_none());
     }
 
     #[tokio::test(start_paused = true)]

@@ -10,7 +10,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 #[cfg(feature = "tls")]
 use tokio_rustls::server::TlsStream;
-use tonic::transport::server::Connected;
+use tonic::transport::server::{Connected, TcpConnectInfo};
 
 use crate::call::ConnInfo;
 #[cfg(feature = "tls")]
@@ -26,13 +26,24 @@ pub(crate) enum ConnIo {
     Tls(Box<TlsStream<TcpStream>>),
 }
 
+/// `info` with IPv4 addresses as such: a dual-stack listener (`ListenOn: ":port"`) accepts an
+/// IPv4 client as `::ffff:a.b.c.d`, which `Request::remote_addr`, the logs and the spans would
+/// show where Go shows `a.b.c.d`.
+fn canonical(info: TcpConnectInfo) -> TcpConnectInfo {
+    let fix = |a: std::net::SocketAddr| std::net::SocketAddr::new(a.ip().to_canonical(), a.port());
+    TcpConnectInfo {
+        local_addr: info.local_addr.map(fix),
+        remote_addr: info.remote_addr.map(fix),
+    }
+}
+
 impl Connected for ConnIo {
     type ConnectInfo = ConnInfo;
 
     fn connect_info(&self) -> ConnInfo {
         match self {
             ConnIo::Plain(tcp) => ConnInfo {
-                tcp: tcp.connect_info(),
+                tcp: canonical(tcp.connect_info()),
                 peer: None,
                 conn: None,
                 authority: None,
@@ -42,7 +53,7 @@ impl Connected for ConnIo {
             ConnIo::Tls(tls) => {
                 let (tcp, session) = tls.get_ref();
                 ConnInfo {
-                    tcp: tcp.connect_info(),
+                    tcp: canonical(tcp.connect_info()),
                     peer: session
                         .peer_certificates()
                         .and_then(|certs| PeerIdentity::from_chain(certs.to_vec())),

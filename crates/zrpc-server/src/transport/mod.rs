@@ -53,8 +53,17 @@ use crate::conf::TransportConf;
 /// reaches an IPv6-only pod's address.
 pub(crate) fn all_interfaces(port: u16) -> std::io::Result<tokio::net::TcpListener> {
     use socket2::{Domain, Socket, Type};
-    let dual = || -> std::io::Result<tokio::net::TcpListener> {
-        let socket = Socket::new(Domain::IPV6, Type::STREAM, None)?;
+    // IPv4 alone only where the host has no IPv6; any other error (the port in use) is the
+    // bind's error, not a reason to serve half the addresses
+    let socket = match Socket::new(Domain::IPV6, Type::STREAM, None) {
+        Ok(socket) => socket,
+        Err(_) => {
+            let socket = std::net::TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, port))?;
+            socket.set_nonblocking(true)?;
+            return tokio::net::TcpListener::from_std(socket);
+        }
+    };
+    let dual = move || -> std::io::Result<tokio::net::TcpListener> {
         socket.set_only_v6(false)?;
         // as tokio's `TcpListener::bind` does: a restarted server binds at once
         socket.set_reuse_address(true)?;
@@ -63,11 +72,7 @@ pub(crate) fn all_interfaces(port: u16) -> std::io::Result<tokio::net::TcpListen
         socket.set_nonblocking(true)?;
         tokio::net::TcpListener::from_std(socket.into())
     };
-    dual().or_else(|_| {
-        let socket = std::net::TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, port))?;
-        socket.set_nonblocking(true)?;
-        tokio::net::TcpListener::from_std(socket)
-    })
+    dual()
 }
 
 /// The accept-loop settings for `conf`.

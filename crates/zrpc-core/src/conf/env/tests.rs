@@ -170,5 +170,13 @@ fn a_config_that_loads_with_an_unset_variable_warns() {
         warnings[0].starts_with("${UNSET_KEY} is not set"),
         "{warnings:?}"
     );
+    // No log is set up in this test's process: the load keeps the warning for the server,
+    // which logs it once its log is.
     load(text, Format::Yaml).unwrap();
+    let kept = crate::conf::take_load_warnings();
+    assert!(
+        kept.iter()
+            .any(|w| w.starts_with("config file svc.yaml: ${UNSET_KEY} is not set")),
+        "{kept:?}"
+    );
 }
