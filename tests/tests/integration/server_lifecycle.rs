@@ -200,9 +200,9 @@ async fn a_call_still_running_at_wait_time_is_cut_with_its_connection() {
         let res = c.say_hello(req).await;
         (res, started.elapsed())
     });
-    while srv.greeter.started() < 1 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    srv.greeter
+        .wait_for("the call in its handler", |g| g.started() >= 1)
+        .await;
     let t0 = std::time::Instant::now();
     srv.begin_shutdown();
     srv.join().await.expect("shutdown gives up at WaitTime");

@@ -244,56 +244,32 @@ async fn supervise(
     let mut lease: Option<i64> = None;
     let mut client: Option<Client> = None;
     let mut report = Reporter::default();
-    'supervise: loop {
+    loop {
         if *paused.borrow_and_update() {
             // Out of discovery: the key goes with its lease at once, and nothing stays in etcd
             // that a restart of etcd could bring back.
             ctx.state.send_replace(RegistrationState::NotRegistered);
-            if let Some(id) = lease {
-                // `Paused` only once etcd confirms the key gone: until then it may still be
-                // discoverable (when etcd cannot be reached, its lease expires at most a TTL
-                // after its last renewal, but etcd restarted meanwhile renews it). The lease
-                // is kept, so that a resume meanwhile goes on with it: no second key.
-                let mut failures = 0u32;
-                loop {
-                    // a stop meanwhile ends the attempt: the stop revokes once more, within
-                    // its own bound
-                    let revoked = tokio::select! {
-                        biased;
-                        _ = stop.wait_for(|s| *s) => break 'supervise,
-                        revoked = revoke(&ctx, client.take(), id) => revoked,
-                    };
-                    match revoked {
-                        Ok(()) => break,
-                        Err(e) if failures == 0 => tracing::warn!(key = %ctx.conf.key, lease = id,
-                            "etcd deregistration {e}; the key stays discoverable until etcd \
-                             confirms the revoke (retrying) or the lease expires"),
-                        Err(e) => tracing::debug!(key = %ctx.conf.key, lease = id,
-                            "etcd deregistration still failing: {e}"),
-                    }
-                    failures += 1;
-                    tokio::select! {
-                        biased;
-                        _ = stop.wait_for(|s| *s) => break 'supervise,
-                        () = until(&mut paused, false) => {
-                            tracing::info!(key = %ctx.conf.key, value = %ctx.value,
-                                "registration resumed");
-                            report = Reporter::default();
-                            continue 'supervise;
-                        }
-                        () = tokio::time::sleep(retry_pause()) => {}
+            let resumed = match lease {
+                Some(id) => {
+                    match confirm_revoke(&ctx, &mut client, id, &mut stop, &mut paused).await {
+                        Revoke::Confirmed => false,
+                        Revoke::Resumed => true,
+                        Revoke::Stopped => break,
                     }
                 }
-            }
-            lease = None;
-            client = None;
-            ctx.state.send_replace(RegistrationState::Paused);
-            tracing::warn!(key = %ctx.conf.key, value = %ctx.value,
-                "registration paused: out of discovery until resumed, still serving");
-            tokio::select! {
-                biased;
-                _ = stop.wait_for(|s| *s) => break,
-                () = until(&mut paused, false) => {}
+                None => false,
+            };
+            if !resumed {
+                lease = None;
+                client = None;
+                ctx.state.send_replace(RegistrationState::Paused);
+                tracing::warn!(key = %ctx.conf.key, value = %ctx.value,
+                    "registration paused: out of discovery until resumed, still serving");
+                tokio::select! {
+                    biased;
+                    _ = stop.wait_for(|s| *s) => break,
+                    () = until(&mut paused, false) => {}
+                }
             }
             tracing::info!(key = %ctx.conf.key, value = %ctx.value, "registration resumed");
             report = Reporter::default();
@@ -324,6 +300,53 @@ async fn supervise(
             "etcd deregistration {e}; the key expires with its lease within {TIME_TO_LIVE}s");
     }
     ctx.state.send_replace(RegistrationState::Stopped);
+}
+
+/// How a pause's revoke ended.
+enum Revoke {
+    /// etcd confirmed it: the key is gone.
+    Confirmed,
+    /// Resumed before etcd confirmed it: the lease is kept, so the registration goes on with
+    /// it and puts no second key.
+    Resumed,
+    /// Stopped meanwhile: the stop revokes once more, within its own bound.
+    Stopped,
+}
+
+/// Revokes lease `id` until etcd confirms it (a pause is reported only then: until then the
+/// key may still be discoverable; when etcd cannot be reached, the lease expires at most a TTL
+/// after its last renewal, but an etcd restarted meanwhile renews it), unless the server is
+/// resumed or stopped first.
+async fn confirm_revoke(
+    ctx: &Ctx,
+    client: &mut Option<Client>,
+    id: i64,
+    stop: &mut watch::Receiver<bool>,
+    paused: &mut watch::Receiver<bool>,
+) -> Revoke {
+    let mut failures = 0u32;
+    loop {
+        let revoked = tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => return Revoke::Stopped,
+            revoked = revoke(ctx, client.take(), id) => revoked,
+        };
+        match revoked {
+            Ok(()) => return Revoke::Confirmed,
+            Err(e) if failures == 0 => tracing::warn!(key = %ctx.conf.key, lease = id,
+                "etcd deregistration {e}; the key stays discoverable until etcd confirms the \
+                 revoke (retrying) or the lease expires"),
+            Err(e) => tracing::debug!(key = %ctx.conf.key, lease = id,
+                "etcd deregistration still failing: {e}"),
+        }
+        failures += 1;
+        tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => return Revoke::Stopped,
+            () = until(paused, false) => return Revoke::Resumed,
+            () = tokio::time::sleep(retry_pause()) => {}
+        }
+    }
 }
 
 /// Revokes lease `id` (its key with it) within `STOP_TIMEOUT`: `Ok` once etcd confirmed it (or

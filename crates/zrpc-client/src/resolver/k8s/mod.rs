@@ -191,25 +191,22 @@ impl Watcher {
             match end {
                 WatchEnd::Gone => {
                     tracing::info!(target = %self.target, "k8s resolver: resource version expired (410 Gone), listing again");
-                    // a server that answers every fresh version 410 must not be listed again
-                    // and again at once (each list may be megabytes)
-                    if started.elapsed() < BACKOFF {
-                        tokio::time::sleep(BACKOFF).await;
-                    }
                 }
                 WatchEnd::Closed => {
                     version = Some(last);
                     failures = 0;
-                    // a server that ends every watch at once must not be hammered
-                    if started.elapsed() < BACKOFF {
-                        tokio::time::sleep(BACKOFF).await;
-                    }
                 }
                 WatchEnd::Failed(e) => {
                     version = Some(last);
                     failures += 1;
                     self.failed(&format!("watch failed: {e}"), failures).await;
+                    continue;
                 }
+            }
+            // A server that ends every watch at once, or answers every fresh version 410 (a
+            // list again, megabytes each), is not asked again at once.
+            if started.elapsed() < BACKOFF {
+                tokio::time::sleep(BACKOFF).await;
             }
         }
     }
