@@ -514,6 +514,53 @@ async fn connections_get_goaway_at_max_connection_age() {
     server.shutdown().await.unwrap();
 }
 
+/// A foreign client (grpcio, on gRPC core) calling over several jittered connection ages
+/// (`MaxConnectionAge: 500ms`) rides across the GOAWAYs: no call fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcio_rides_across_jittered_connection_ages() {
+    use prost::Message;
+    let server = server_with("transport-age-grpcio", |t| {
+        t.max_connection_age = Duration::from_millis(500);
+        t.max_connection_age_grace = Duration::from_secs(1);
+    })
+    .await;
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/python/grpcio_calls_over_time.py"
+    );
+    let request: String = HelloRequest { name: "py".into() }
+        .encode_to_vec()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let args = [
+        script.to_owned(),
+        server.addr.to_string(),
+        zrpc_tests::greeter::SAY_HELLO.to_owned(),
+        request,
+        "25".to_owned(),
+        "100".to_owned(),
+    ];
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3").args(args).output()
+    })
+    .await
+    .unwrap()
+    .expect("python3 runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "grpcio_calls_over_time.py failed (is grpcio installed? scripts/test.sh installs it): {stderr}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    let codes = v["codes"].as_array().unwrap();
+    assert_eq!(codes.len(), 25, "{v}");
+    assert!(codes.iter().all(|c| c == "OK"), "{v}");
+    println!("grpcio: 25 calls 100 ms apart across 500 ms connection ages: all OK");
+    server.shutdown().await.unwrap();
+}
+
 /// Connections made together get their GOAWAYs at different ages, each within ±10% of
 /// `MaxConnectionAge` (grpc-go's jitter): after a deploy, a fleet's clients do not all
 /// reconnect at the same instant.
