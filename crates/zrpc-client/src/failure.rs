@@ -140,19 +140,28 @@ pub(crate) fn is_connection_loss(err: &(dyn StdError + 'static)) -> bool {
     })
 }
 
-/// True when the error proves the request was not processed by any server, so it may be sent to
-/// another endpoint even if it is not idempotent:
-/// - the connection could not be established ([`ConnectFailed`]: refused, unreachable, timeout,
-///   a failed TLS handshake);
+/// True when the error proves the request was not processed by any server, so it may be sent
+/// again even if it is not idempotent: the connection could not be established
+/// ([`ConnectFailed`]: refused, unreachable, timeout, a failed TLS handshake), or the request
+/// was [turned away](turned_away).
+pub(crate) fn never_reached_server(err: &(dyn StdError + 'static)) -> bool {
+    find::<ConnectFailed>(err).is_some() || turned_away(err)
+}
+
+/// True when a live connection turned the request away unprocessed, which says nothing against
+/// the server (not a transport failure of its endpoint):
 /// - the server refused the stream (`REFUSED_STREAM`) or announced a graceful GOAWAY whose
 ///   last-stream-id is below this stream (h2 reports it as a remote GOAWAY with `NO_ERROR`;
-///   tonic would surface it as `Internal`);
-/// - hyper cancelled the request before writing it (the connection closed while it was queued).
-pub(crate) fn never_reached_server(err: &(dyn StdError + 'static)) -> bool {
+///   tonic would surface it as `Internal`): a server ending its connection's age, or shutting
+///   down, does so;
+/// - hyper cancelled the request before writing it (the connection closed while it was queued;
+///   a connection lost so is recorded by its own watch).
+pub(crate) fn turned_away(err: &(dyn StdError + 'static)) -> bool {
     let mut cur = Some(err);
     while let Some(e) = cur {
         if e.is::<ConnectFailed>() {
-            return true;
+            // no connection at all: the connect's own failure, not a turning away
+            return false;
         }
         if let Some(h2) = e.downcast_ref::<h2::Error>() {
             return h2.reason() == Some(h2::Reason::REFUSED_STREAM)
@@ -246,6 +255,15 @@ mod tests {
             std::io::ErrorKind::ConnectionRefused,
         ))));
         assert!(never_reached_server(&status));
+        // a refused stream is turned away by a live connection (no transport failure); a
+        // failed connect is the endpoint's own failure, whatever h2 said in the handshake
+        assert!(turned_away(&*boxed(h2::Error::from(
+            h2::Reason::REFUSED_STREAM
+        ))));
+        assert!(!turned_away(&*boxed(ConnectFailed::new(h2::Error::from(
+            h2::Reason::REFUSED_STREAM
+        )))));
+        assert!(!turned_away(&*boxed(h2::Error::from(h2::Reason::CANCEL))));
     }
 
     #[test]

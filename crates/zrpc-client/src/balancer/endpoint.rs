@@ -22,6 +22,7 @@ use super::wire::{Connector, FirstAnswer, Mark, Wire};
 use crate::failure::{
     BodyFailure, ConnectFailed, DeadlinePassed, body_failure, connect_failure_counted,
     is_connection_loss, is_h2_failure, is_timeout, never_reached_server, remote_reset, reset_code,
+    turned_away,
 };
 
 /// Connection settings of the endpoints.
@@ -210,7 +211,7 @@ impl Endpoint {
             };
         }
         if let Some(done) = done {
-            if connect_failure_counted(&*err) {
+            if turned_away(&*err) || connect_failure_counted(&*err) {
                 done.never_sent();
             } else {
                 done.transport_failure(now);

@@ -435,12 +435,6 @@ impl Balancer {
         self.shared.is_ready()
     }
 
-    /// The number of endpoints in the current set.
-    #[inline]
-    pub(crate) fn len(&self) -> usize {
-        self.shared.set.load().len()
-    }
-
     /// Waits for the first endpoint set, until `deadline` (see [`Shared::wait_first_set`]).
     pub(crate) async fn wait_first_set(
         &self,

@@ -20,9 +20,11 @@
 //!   before each write the socket is peeked (a non-blocking `recv(MSG_PEEK)` on a duplicate of its
 //!   descriptor), and a write to a connection the peer has closed fails without writing.
 //!
-//! The peek costs a system call per write, and only a retry needs its evidence: a client with one
-//! endpoint never retries (there is nowhere else to go), so the balancer arms it
-//! ([`Wire::set_guarded`]) only while the endpoint set has more than one endpoint.
+//! The peek costs a system call per write, and its evidence pays only where another endpoint
+//! can take the request: with one endpoint a request lost with its connection would go back to
+//! the server that just dropped it, so the balancer arms the peek ([`Wire::set_guarded`]) only
+//! while the endpoint set has more than one endpoint. (A request a GOAWAY or `REFUSED_STREAM`
+//! proves unsent needs no peek: one endpoint re-sends it on its next connection.)
 //!
 //! Even armed, a write peeks only while some marked request has had no successful write start
 //! after its mark. Otherwise no later loss can prove any marked request unsent and the peek could

@@ -71,20 +71,19 @@ impl Attempts {
         policy::judge(result, self.policy.as_ref().map(|(_, p)| &**p), transparent)
     }
 
-    /// Picks an endpoint this call has not tried and sends `req` to it as attempt `n`. With
-    /// `strict` (a transparent re-send), `None` when every endpoint was tried or the one picked
-    /// is in back-off after a transport failure: nothing else is usable. An endpoint that is
-    /// only suspect is usable then (the picker chose it because nothing better was left): the
-    /// request reached no server, and not sending it fails it for certain.
+    /// Picks an endpoint, one this call has not tried when there is one, and sends `req` to it.
+    /// With `strict` (a transparent re-send), `None` when the one picked is in back-off after a
+    /// transport failure: nothing else is usable. An endpoint already tried, or only suspect, is
+    /// usable then (the picker chose it because nothing better was left): the request reached
+    /// no server, it goes on the endpoint's next connection when a GOAWAY closed the last (as
+    /// grpc-go's transparent retry does), and not sending it fails it for certain.
     fn send(
         &mut self,
         req: http::Request<Body>,
         strict: bool,
     ) -> Result<Option<crate::balancer::endpoint::Attempt>, tonic::Status> {
         let pick = self.balancer.pick(&req, &self.tried, Instant::now())?;
-        if strict
-            && (self.tried.iter().any(|e| Arc::ptr_eq(e, &pick.endpoint)) || pick.is_unreachable())
-        {
+        if strict && pick.is_unreachable() {
             pick.abandon();
             return Ok(None);
         }
@@ -114,8 +113,7 @@ impl Attempts {
         match start {
             Start::Request(req) => {
                 self.balancer.wait_first_set(self.deadline).await?;
-                let keep = self.policy.is_some() || self.balancer.len() > 1;
-                let (req, replay) = replay::prepare(req, keep, self.deadline)?;
+                let (req, replay) = replay::prepare(req, self.deadline)?;
                 self.replay = replay;
                 let Some(attempt) = self.send(req, false)? else {
                     unreachable!("a send that is not strict always picks")
@@ -198,7 +196,7 @@ impl Attempts {
                 Verdict::Unsent(e) => {
                     self.unsent += 1;
                     let req = self.again(&replay, n);
-                    tracing::debug!(target = %self.balancer.target(), attempt = n, "sending elsewhere a request that never reached a server: {}", e.status.message());
+                    tracing::debug!(target = %self.balancer.target(), attempt = n, "sending again a request that never reached a server: {}", e.status.message());
                     match self.send(req, true)? {
                         Some(attempt) => pending.push(tagged(n, attempt)),
                         // nothing else usable: the policy judges the failure

@@ -4,14 +4,16 @@
 //! place ([`policy::judge`]) and carried out by one loop ([`Attempts::run`]):
 //!
 //! - a request that provably never reached a server (connection refused, `REFUSED_STREAM`, a
-//!   graceful GOAWAY below its stream, a write that never happened) goes to another endpoint at
-//!   once, whatever the method (a *transparent* re-send: no server did any work), at most
-//!   [`MAX_ATTEMPTS`] sends of it in all, outside the retry budget;
+//!   graceful GOAWAY below its stream, a write that never happened) goes again at once, to
+//!   another endpoint or, when none is left, on this one's next connection, whatever the method
+//!   (a *transparent* re-send: no server did any work), at most [`MAX_ATTEMPTS`] sends of it in
+//!   all, outside the retry budget;
 //! - for a method with a retry or hedging policy (`MethodConfig`), the attempts the policy
 //!   asks for, each admitted by the retry budget and the method's breaker ([`policy`]).
 //!
 //! Each attempt is picked among the endpoints this call has not tried yet (among all of them
-//! when none is left; a transparent re-send gives up instead). The answer that ends the call
+//! when none is left; a transparent re-send gives up only when the one picked is in back-off
+//! after a transport failure). The answer that ends the call
 //! comes back with its endpoint's record still to make ([`Answer`]): the client reads its final
 //! status once, for the endpoint and its recorders together.
 //!
@@ -94,14 +96,13 @@ impl Retry {
             let attempts = self.attempts(policy, deadline, timeout);
             return Call::looping(attempts.run(Start::Request(req)));
         }
-        // A copy is kept when another attempt may follow: under a policy, or when another
-        // endpoint could take a request that never reached its server.
-        let keep = policy.is_some() || b.len() > 1;
-        // Read whether or not a copy is kept: a body read whole goes out as one DATA frame that
-        // ends the stream, where tonic's own unary body makes hyper send its message, then an
-        // empty frame to end it (about 2,000 instructions more per call for the client, and a
-        // frame more for the server to read).
-        let (req, replay) = match replay::prepare(req, keep, deadline) {
+        // A copy is kept whenever the body allows it: even with one endpoint, a request that
+        // never reached its server (a graceful GOAWAY crossing it, the server's
+        // `MaxConnectionAge` or a deploy) goes again on the endpoint's next connection. A body
+        // read whole goes out as one DATA frame that ends the stream, where tonic's own unary
+        // body makes hyper send its message, then an empty frame to end it (about 2,000
+        // instructions more per call for the client, and a frame more for the server to read).
+        let (req, replay) = match replay::prepare(req, deadline) {
             Ok(prepared) => prepared,
             Err(status) => return Call::failed(status),
         };

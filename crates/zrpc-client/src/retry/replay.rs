@@ -71,8 +71,7 @@ impl Replay {
     }
 }
 
-/// Returns the request to send now and, when its body was complete and small and `keep` asks
-/// for one, a replay copy. A body still pending is passed on, ended at `deadline` (see the
+/// Returns the request to send now and, when its body was complete and small, a replay copy. A body still pending is passed on, ended at `deadline` (see the
 /// module docs).
 ///
 /// # Errors
@@ -80,7 +79,6 @@ impl Replay {
 /// The body failed while being read (e.g. a message tonic could not encode): that error.
 pub(crate) fn prepare(
     req: http::Request<Body>,
-    keep: bool,
     deadline: Option<Instant>,
 ) -> Result<(http::Request<Body>, Option<Replay>), tonic::Status> {
     let (parts, mut body) = req.into_parts();
@@ -135,7 +133,7 @@ pub(crate) fn prepare(
             buf.freeze()
         }
     };
-    let replay = keep.then(|| Replay {
+    let replay = Some(Replay {
         method: parts.method.clone(),
         uri: parts.uri.clone(),
         version: parts.version,
@@ -251,7 +249,7 @@ mod tests {
     async fn complete_body_is_kept_and_resent() {
         let mut req = http::Request::new(Body::new(Full::new(Bytes::from_static(b"hello"))));
         req.headers_mut().insert("x-a", "1".parse().unwrap());
-        let (first, replay) = prepare(req, true, None).unwrap();
+        let (first, replay) = prepare(req, None).unwrap();
         let replay = replay.unwrap();
         assert_eq!(
             first.into_body().collect().await.unwrap().to_bytes(),
@@ -273,7 +271,7 @@ mod tests {
         ]));
         let mut req = http::Request::new(Body::new(frames));
         req.extensions_mut().insert(7u8);
-        let (first, replay) = prepare(req, true, None).unwrap();
+        let (first, replay) = prepare(req, None).unwrap();
         assert_eq!(
             first.extensions().get::<u8>(),
             Some(&7),
@@ -303,7 +301,7 @@ mod tests {
     #[tokio::test]
     async fn pending_body_is_passed_through_and_not_kept() {
         let (tx, body) = streaming().await;
-        let (req, replay) = prepare(http::Request::new(body), true, None).unwrap();
+        let (req, replay) = prepare(http::Request::new(body), None).unwrap();
         assert!(replay.is_none());
         tx.send(Ok(Frame::data(Bytes::from_static(b"b"))))
             .await
@@ -315,8 +313,7 @@ mod tests {
     #[tokio::test]
     async fn large_body_is_not_kept() {
         let big = Bytes::from(vec![0u8; MAX_REPLAY_BYTES + 1]);
-        let (req, replay) =
-            prepare(http::Request::new(Body::new(Full::new(big))), true, None).unwrap();
+        let (req, replay) = prepare(http::Request::new(Body::new(Full::new(big))), None).unwrap();
         assert!(replay.is_none());
         assert_eq!(
             req.into_body().collect().await.unwrap().to_bytes().len(),
@@ -328,7 +325,7 @@ mod tests {
     async fn a_body_still_streaming_at_the_deadline_ends_with_a_cancel() {
         let (tx, body) = streaming().await;
         let deadline = Instant::now() + std::time::Duration::from_millis(100);
-        let (req, _) = prepare(http::Request::new(body), false, Some(deadline)).unwrap();
+        let (req, _) = prepare(http::Request::new(body), Some(deadline)).unwrap();
         let mut body = req.into_body();
         let first = body.frame().await.unwrap().unwrap();
         assert_eq!(first.into_data().unwrap(), "a");
