@@ -489,7 +489,7 @@ impl Base {
         // One shedder per server, and its concurrency limits, with their gauges (unregistered
         // when this returns).
         let shedder = crate::stage::shedding::gauges::shedder(&conf, cpu);
-        let limit = crate::stage::limit::gauges::limit_stage(&conf);
+        let limit = crate::stage::limit::gauges::limit_stage(&conf, &services.described);
         let _gauges_guard = GaugesGuard::register(shedder.as_ref(), &limit, local);
         let drain = DrainSignal::new();
         let drain_infra = DrainSignal::new();

@@ -805,7 +805,7 @@ impl Stages {
             metrics: super::MetricsStage::new(false),
             auth: super::AuthStage::new(None, false),
             breaker: super::BreakerStage::new(false),
-            limit: super::LimitStage::new(None, std::time::Instant::now()),
+            limit: super::LimitStage::new(None, &[], std::time::Instant::now()),
             shedding: super::SheddingStage::new(None),
             timeout: super::TimeoutStage::new(super::TimeoutSettings::default()),
         }

@@ -25,7 +25,7 @@ fn stages() -> Stages {
         metrics: MetricsStage::new(false),
         auth: AuthStage::new(None, false),
         breaker: BreakerStage::new(false),
-        limit: LimitStage::new(None, std::time::Instant::now()),
+        limit: LimitStage::new(None, &[], std::time::Instant::now()),
         shedding: SheddingStage::new(None),
         timeout: TimeoutStage::new(TimeoutSettings::default()),
     }
@@ -577,7 +577,7 @@ fn the_list_holds_only_what_the_config_switches_on() {
             token_store: store
                 .then(|| Arc::new(StaticTokens::new([("a", "b")])) as Arc<dyn TokenStore>),
             breakers: Arc::new(BreakerRegistry::new(BreakerConfig::default())),
-            limit: crate::stage::limit::gauges::limit_stage(conf),
+            limit: crate::stage::limit::gauges::limit_stage(conf, &[]),
             shedding: crate::stage::shedding::gauges::shedding_stage(
                 crate::stage::shedding::gauges::shedder(
                     conf,

@@ -8,13 +8,15 @@ use super::Shared;
 use super::{LimitSettings, LimitStage};
 use crate::conf::RpcServerConf;
 
-/// The limit stage (off without an enabled `ConcurrencyLimit`), its limits starting now.
-pub(crate) fn limit_stage(conf: &RpcServerConf) -> LimitStage {
+/// The limit stage (off without an enabled `ConcurrencyLimit`), its limits starting now; per
+/// method, the `described` methods have one of their own from their first call.
+pub(crate) fn limit_stage(conf: &RpcServerConf, described: &[String]) -> LimitStage {
     LimitStage::new(
         conf.concurrency_limit_enabled().map(|l| LimitSettings {
             config: l.limit_config(),
             per_method: l.per_method,
         }),
+        described,
         tokio::time::Instant::now().into_std(),
     )
 }
@@ -86,7 +88,7 @@ mod tests {
     async fn the_limits_are_exported_per_server_and_method() {
         let conf = RpcServerConf::new("g", "127.0.0.1:1")
             .with_concurrency_limit(crate::conf::ConcurrencyLimitConf::default());
-        let stage = limit_stage(&conf);
+        let stage = limit_stage(&conf, &[]);
         let shared = stage.shared().expect("on");
         let c = limit_gauges(shared, "127.0.0.1:9").expect("gauges");
         crate::metrics::register(&c, "concurrency-limit");
@@ -101,7 +103,7 @@ mod tests {
         crate::metrics::unregister(&c);
         assert!(!crate::metrics::render().contains("127.0.0.1:9"));
         // Off without the block.
-        let off = limit_stage(&RpcServerConf::new("g", "127.0.0.1:1"));
+        let off = limit_stage(&RpcServerConf::new("g", "127.0.0.1:1"), &[]);
         assert!(off.shared().is_none());
     }
 
@@ -109,7 +111,7 @@ mod tests {
     async fn scrapes_at_the_same_time_each_see_every_series() {
         let conf = RpcServerConf::new("g", "127.0.0.1:1")
             .with_concurrency_limit(crate::conf::ConcurrencyLimitConf::default());
-        let shared = limit_stage(&conf).shared().expect("on");
+        let shared = limit_stage(&conf, &[]).shared().expect("on");
         let c = limit_gauges(shared, "127.0.0.1:10").expect("gauges");
         let scrapers: Vec<_> = (0..4)
             .map(|_| {

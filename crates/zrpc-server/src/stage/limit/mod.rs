@@ -40,7 +40,7 @@ use crate::metrics::DropReason;
 pub(crate) const TIER: HeaderName = HeaderName::from_static(TIER_KEY);
 
 /// At most this many methods get a limit of their own (`PerMethod`); the calls of methods
-/// past it (a caller making up paths) share one.
+/// past it share one.
 pub(crate) const MAX_METHODS: usize = 1024;
 
 /// The `method` label of the server's limit (and, per method, of the methods past the cap).
@@ -64,7 +64,10 @@ enum Limits {
     PerMethod {
         config: LimitConfig,
         map: RwLock<HashMap<Box<str>, Arc<ConcurrencyLimit>, foldhash::fast::RandomState>>,
-        /// For the methods past [`MAX_METHODS`].
+        /// The methods the descriptor sets name: a limit of their own from their first call.
+        described: std::collections::HashSet<Box<str>, foldhash::fast::RandomState>,
+        /// For the paths not known to name a method (yet), and the methods past
+        /// [`MAX_METHODS`].
         overflow: Arc<ConcurrencyLimit>,
     },
 }
@@ -80,14 +83,23 @@ impl Shared {
     /// Admits a call to `path` with `headers` at `now`: its record, or its rejection
     /// (logged with the reason, at most once a second per reason).
     #[inline]
-    pub(crate) fn admit(&self, headers: &HeaderMap, path: &str, now: Instant) -> Admission {
+    pub(crate) fn admit(
+        self: &Arc<Self>,
+        headers: &HeaderMap,
+        path: &str,
+        now: Instant,
+    ) -> Admission {
         let tier = tier_of(headers);
         match &self.limits {
-            Limits::Server(limit) => self.acquire(limit, tier, path, now),
-            Limits::PerMethod { .. } => {
-                let limit = self.of_method(path, now);
-                self.acquire(&limit, tier, path, now)
-            }
+            Limits::Server(limit) => self.acquire(limit, tier, path, now, None),
+            Limits::PerMethod { .. } => match self.of_method(path, now) {
+                Ok(limit) => self.acquire(&limit, tier, path, now, None),
+                // a path that may name a method: its service's answer tells
+                Err(overflow) => {
+                    let learn = Some((Arc::clone(self), Box::from(path)));
+                    self.acquire(&overflow, tier, path, now, learn)
+                }
+            },
         }
     }
 
@@ -97,9 +109,10 @@ impl Shared {
         tier: Tier,
         path: &str,
         now: Instant,
+        learn: Option<(Arc<Shared>, Box<str>)>,
     ) -> Admission {
         match limit.acquire(tier, now) {
-            Ok(permit) => Admission::built_in(LimitRecord { permit }),
+            Ok(permit) => Admission::built_in(LimitRecord { permit, learn }),
             Err(rejected) => self.rejected(tier, path, &rejected),
         }
     }
@@ -128,27 +141,45 @@ impl Shared {
         Admission::reject(Rejection::of(code::RESOURCE_EXHAUSTED, message).dropped(reason.label()))
     }
 
-    /// The limit of `path` (per method), made on its first call.
-    fn of_method(&self, path: &str, now: Instant) -> Arc<ConcurrencyLimit> {
+    /// The limit of `path` (per method), made on the first call of a described method; `Err`
+    /// with the shared one for a path not known to name a method, or past [`MAX_METHODS`].
+    fn of_method(
+        &self,
+        path: &str,
+        now: Instant,
+    ) -> Result<Arc<ConcurrencyLimit>, Arc<ConcurrencyLimit>> {
         let Limits::PerMethod {
-            config,
             map,
+            described,
             overflow,
+            ..
         } = &self.limits
         else {
             unreachable!("only per method")
         };
         if let Some(l) = map.read().get(path) {
-            return Arc::clone(l);
+            return Ok(Arc::clone(l));
         }
+        if described.contains(path) {
+            return self.learn(path, now).ok_or_else(|| Arc::clone(overflow));
+        }
+        Err(Arc::clone(overflow))
+    }
+
+    /// Gives `path` a limit of its own, unless [`MAX_METHODS`] have one: a method the
+    /// descriptor sets name, or whose service answered a call. A caller's made-up paths get
+    /// none (each would be a limit and five gauge series for good), as in the metrics stage.
+    fn learn(&self, path: &str, now: Instant) -> Option<Arc<ConcurrencyLimit>> {
+        let Limits::PerMethod { config, map, .. } = &self.limits else {
+            return None;
+        };
         let mut map = map.write();
         if map.len() >= MAX_METHODS && !map.contains_key(path) {
-            return Arc::clone(overflow);
+            return None;
         }
-        Arc::clone(
-            map.entry(Box::from(path))
-                .or_insert_with(|| Arc::new(ConcurrencyLimit::new(config.clone(), now))),
-        )
+        Some(Arc::clone(map.entry(Box::from(path)).or_insert_with(
+            || Arc::new(ConcurrencyLimit::new(config.clone(), now)),
+        )))
     }
 
     /// Every limit with its `method` label, for the gauges.
@@ -183,8 +214,9 @@ pub(crate) struct LimitStage {
 }
 
 impl LimitStage {
-    /// A limit stage whose limits start at `now` (the clock the stage is fed from).
-    pub(crate) fn new(settings: Option<LimitSettings>, now: Instant) -> Self {
+    /// A limit stage whose limits start at `now` (the clock the stage is fed from); per method,
+    /// the `described` methods have a limit of their own from their first call.
+    pub(crate) fn new(settings: Option<LimitSettings>, described: &[String], now: Instant) -> Self {
         Self {
             shared: settings.map(|s| {
                 let limits = if s.per_method {
@@ -192,6 +224,7 @@ impl LimitStage {
                         overflow: Arc::new(ConcurrencyLimit::new(s.config.clone(), now)),
                         config: s.config,
                         map: RwLock::default(),
+                        described: described.iter().map(|m| Box::from(m.as_str())).collect(),
                     }
                 } else {
                     Limits::Server(Arc::new(ConcurrencyLimit::new(s.config, now)))
@@ -241,6 +274,9 @@ impl Stage for LimitStage {
 #[derive(Debug)]
 pub(crate) struct LimitRecord {
     permit: LimitPermit,
+    /// Per method, a call of a path not known to name a method: the limits, and the path to
+    /// give a limit of its own once its service answered.
+    learn: Option<(Arc<Shared>, Box<str>)>,
 }
 
 impl LimitRecord {
@@ -249,6 +285,12 @@ impl LimitRecord {
     pub(crate) fn finish(self, end: &End<'_>) {
         if end.handled && end.code != code::CANCELLED && end.blame() != Blame::Caller {
             self.permit.sample(end.now.into_std());
+        }
+        if let Some((shared, path)) = self.learn
+            && end.reached_handler()
+            && end.code != code::UNIMPLEMENTED
+        {
+            shared.learn(&path, end.now.into_std());
         }
     }
 }

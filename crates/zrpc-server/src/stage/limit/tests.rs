@@ -28,7 +28,17 @@ fn config() -> LimitConfig {
 }
 
 fn layer(per_method: bool, config: LimitConfig) -> LimitStage {
-    LimitStage::new(Some(LimitSettings { config, per_method }), Instant::now())
+    described_layer(per_method, config, &[])
+}
+
+/// A limit stage whose descriptor sets name `described`.
+fn described_layer(per_method: bool, config: LimitConfig, described: &[&str]) -> LimitStage {
+    let described: Vec<String> = described.iter().map(|&m| m.to_owned()).collect();
+    LimitStage::new(
+        Some(LimitSettings { config, per_method }),
+        &described,
+        Instant::now(),
+    )
 }
 
 /// A service behind `layer` whose calls wait for a permit of the returned gate.
@@ -231,7 +241,7 @@ fn only_calls_the_server_worked_on_are_samples() {
 
 #[tokio::test]
 async fn per_method_limits_are_apart_and_capped() {
-    let l = layer(true, config());
+    let l = described_layer(true, config(), &["/l.P/A", "/l.P/B"]);
     let (svc, gate) = gated(&l);
     let call = |path: String| {
         let svc = svc.clone();
@@ -255,13 +265,58 @@ async fn per_method_limits_are_apart_and_capped() {
     let shared = l.shared().unwrap();
     let labels: Vec<String> = shared.limits().into_iter().map(|(m, _)| m).collect();
     assert!(labels.contains(&"/l.P/A".to_owned()) && labels.contains(&"*".to_owned()));
-    // Made-up paths past the cap share one limit.
+    // Methods past the cap share one limit.
     let now = Instant::now();
     for i in 0..MAX_METHODS + 10 {
-        drop(shared.of_method(&format!("/l.P/M{i}"), now));
+        drop(shared.learn(&format!("/l.P/M{i}"), now));
     }
     assert_eq!(shared.limits().len(), MAX_METHODS + 1);
-    let late = shared.of_method("/l.P/late", now);
+    let late = shared.of_method("/l.P/late", now).unwrap_err();
     let overflow = shared.limits().pop().unwrap().1;
     assert!(Arc::ptr_eq(&late, &overflow));
+}
+
+/// Per method, a path no descriptor set names shares the server's `*` limit until its service
+/// answers a call with a code other than `Unimplemented`: a caller's made-up paths make no
+/// limit (and no five gauge series) of their own.
+#[tokio::test]
+async fn made_up_paths_get_no_limit_of_their_own() {
+    let l = layer(true, config());
+    let svc = l.layer(tower::service_fn(|req: Request<Body>| async move {
+        let c = if req.uri().path().starts_with("/junk.") {
+            code::UNIMPLEMENTED
+        } else {
+            code::OK
+        };
+        Ok::<_, Infallible>(crate::layers::test_util::response_with_code(c))
+    }));
+    let labels = || -> Vec<String> {
+        let shared = l.shared().unwrap();
+        let mut all: Vec<String> = shared.limits().into_iter().map(|(m, _)| m).collect();
+        all.sort();
+        all
+    };
+    for i in 0..50 {
+        let path = format!("/junk.J/M{i}");
+        let resp = svc.clone().oneshot(request(&path, None)).await.unwrap();
+        assert_eq!(final_code(resp).await, Some(code::UNIMPLEMENTED));
+    }
+    assert_eq!(
+        labels(),
+        vec!["*".to_owned()],
+        "made-up paths share one limit"
+    );
+    // A real method of a service without descriptor sets: its own limit once answered.
+    let resp = svc
+        .clone()
+        .oneshot(request("/l.P/Real", None))
+        .await
+        .unwrap();
+    assert_eq!(final_code(resp).await, Some(code::OK));
+    assert_eq!(labels(), vec!["*".to_owned(), "/l.P/Real".to_owned()]);
+    // A described method has its own from its first call, before any answer.
+    let d = described_layer(true, config(), &["/l.P/D"]);
+    let shared = d.shared().unwrap();
+    assert!(shared.of_method("/l.P/D", Instant::now()).is_ok());
+    assert!(shared.of_method("/l.P/E", Instant::now()).is_err());
 }
