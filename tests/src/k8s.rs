@@ -110,6 +110,8 @@ struct State {
     token: Option<String>,
     forbidden: bool,
     down: bool,
+    /// Every watch gets an `ERROR` 410 at once, whatever its version.
+    always_expired: bool,
     split_chunks: bool,
     requests: Vec<Logged>,
 }
@@ -313,6 +315,12 @@ impl FakeKubeApi {
         if down {
             self.close_watches();
         }
+    }
+
+    /// While `expired`, every watch is answered with an `ERROR` 410 at once, even from the
+    /// version a list just gave (an API server whose watch cache lags its lists).
+    pub fn set_always_expired(&self, expired: bool) {
+        self.lock().always_expired = expired;
     }
 
     /// While `forbidden`, every request gets 403 (missing RBAC).
@@ -565,8 +573,11 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     let from = q.rv.unwrap_or(0);
     // only changes are replayed from the history before `start`
     let mut pos = 0;
-    let compacted = lock().compacted;
-    if from < compacted {
+    let (compacted, always_expired) = {
+        let st = lock();
+        (st.compacted, st.always_expired)
+    };
+    if from < compacted || always_expired {
         let e = json!({"type": "ERROR", "object": status_json(410, "Expired", &format!("too old resource version: {from}"))});
         write_line(&mut stream, &e, false).await?;
         return stream.write_all(b"0\r\n\r\n").await;

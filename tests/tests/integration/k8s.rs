@@ -299,6 +299,34 @@ async fn k8s_relists_once_on_410_gone() {
     );
 }
 
+/// An API server that answers every watch 410 at once, even from the version its list just
+/// gave, is listed again at most about once a second, not in a hot loop (each list can be
+/// megabytes), and the last set stays published.
+#[tokio::test]
+async fn k8s_backs_off_when_every_watch_ends_410_at_once() {
+    let api = FakeKubeApi::start(None).await;
+    put(&api, "s1", &[Ep::ready("10.0.0.1")], 8080);
+    let r = resolve(&api, None, None);
+    let mut rx = r.updates();
+    wait_for(&mut rx, &["10.0.0.1:8080"]).await;
+    api.set_always_expired(true);
+    let before = api.lists();
+    let watches_before = api.watches().len();
+    let started = Instant::now();
+    // the clock itself: lists are counted over a span of time
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let lists = api.lists() - before;
+    let watches = api.watches().len() - watches_before;
+    let took = started.elapsed().as_secs_f64();
+    assert!(
+        lists as f64 <= took + 2.0,
+        "{lists} lists in {took:.1} s (at most one a second and the one in flight)"
+    );
+    assert!(lists >= 1, "it still lists: {:?}", api.requests());
+    assert!(watches <= lists + 1, "{watches} watches for {lists} lists");
+    assert_eq!(rx.borrow().as_deref().unwrap(), &["10.0.0.1:8080"]);
+}
+
 #[tokio::test]
 async fn k8s_keeps_the_last_set_while_the_api_is_down() {
     let api = FakeKubeApi::start(None).await;
