@@ -141,42 +141,50 @@ pub(crate) fn is_connection_loss(err: &(dyn StdError + 'static)) -> bool {
 }
 
 /// True when the error proves the request was not processed by any server, so it may be sent
-/// again even if it is not idempotent: the connection could not be established
-/// ([`ConnectFailed`]: refused, unreachable, timeout, a failed TLS handshake), or the request
-/// was [turned away](turned_away).
+/// again even if it is not idempotent:
+/// - the connection could not be established ([`ConnectFailed`]: refused, unreachable, timeout,
+///   a failed TLS handshake);
+/// - the server refused the stream (`REFUSED_STREAM`);
+/// - the connection [was closing](closing): a graceful GOAWAY below the stream, or a request
+///   hyper cancelled before writing it.
 pub(crate) fn never_reached_server(err: &(dyn StdError + 'static)) -> bool {
-    find::<ConnectFailed>(err).is_some() || turned_away(err)
+    find::<ConnectFailed>(err).is_some()
+        || find::<h2::Error>(err).is_some_and(|h2| h2.reason() == Some(h2::Reason::REFUSED_STREAM))
+        || closing(err).is_some()
 }
 
-/// True when a live connection turned the request away unprocessed, which says nothing against
-/// the server (not a transport failure of its endpoint):
-/// - the server refused the stream (`REFUSED_STREAM`) or announced a graceful GOAWAY whose
-///   last-stream-id is below this stream (h2 reports it as a remote GOAWAY with `NO_ERROR`;
-///   tonic would surface it as `Internal`): a server ending its connection's age, or shutting
-///   down, does so;
-/// - hyper cancelled the request before writing it (the connection closed while it was queued;
-///   a connection lost so is recorded by its own watch).
-pub(crate) fn turned_away(err: &(dyn StdError + 'static)) -> bool {
+/// How a connection on its way out turned a request away before it was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Closing {
+    /// The server announced a graceful GOAWAY whose last-stream-id is below this stream (h2
+    /// reports it as a remote GOAWAY with `NO_ERROR`; tonic would surface it as `Internal`): a
+    /// server ending a connection's age, or shutting down.
+    GoAway,
+    /// hyper cancelled the request before writing it: the connection closed while it was
+    /// queued, gracefully or not.
+    Canceled,
+}
+
+/// See [`Closing`]; `None` for a connect that failed (the connect's own failure).
+pub(crate) fn closing(err: &(dyn StdError + 'static)) -> Option<Closing> {
     let mut cur = Some(err);
     while let Some(e) = cur {
         if e.is::<ConnectFailed>() {
-            // no connection at all: the connect's own failure, not a turning away
-            return false;
+            return None;
         }
         if let Some(h2) = e.downcast_ref::<h2::Error>() {
-            return h2.reason() == Some(h2::Reason::REFUSED_STREAM)
-                || (h2.is_go_away()
-                    && h2.is_remote()
-                    && h2.reason() == Some(h2::Reason::NO_ERROR));
+            let graceful =
+                h2.is_go_away() && h2.is_remote() && h2.reason() == Some(h2::Reason::NO_ERROR);
+            return graceful.then_some(Closing::GoAway);
         }
         if let Some(h) = e.downcast_ref::<hyper::Error>()
             && h.is_canceled()
         {
-            return true;
+            return Some(Closing::Canceled);
         }
         cur = e.source();
     }
-    false
+    None
 }
 
 /// The reason of a stream reset by the peer (`RST_STREAM` from the server), if that is what
@@ -255,15 +263,19 @@ mod tests {
             std::io::ErrorKind::ConnectionRefused,
         ))));
         assert!(never_reached_server(&status));
-        // a refused stream is turned away by a live connection (no transport failure); a
-        // failed connect is the endpoint's own failure, whatever h2 said in the handshake
-        assert!(turned_away(&*boxed(h2::Error::from(
-            h2::Reason::REFUSED_STREAM
-        ))));
-        assert!(!turned_away(&*boxed(ConnectFailed::new(h2::Error::from(
-            h2::Reason::REFUSED_STREAM
-        )))));
-        assert!(!turned_away(&*boxed(h2::Error::from(h2::Reason::CANCEL))));
+        // a refused stream is no closing connection; a failed connect is the endpoint's own
+        // failure, whatever h2 said in the handshake
+        assert_eq!(
+            closing(&*boxed(h2::Error::from(h2::Reason::REFUSED_STREAM))),
+            None
+        );
+        assert_eq!(
+            closing(&*boxed(ConnectFailed::new(h2::Error::from(
+                h2::Reason::NO_ERROR
+            )))),
+            None
+        );
+        assert_eq!(closing(&*boxed(h2::Error::from(h2::Reason::CANCEL))), None);
     }
 
     #[test]

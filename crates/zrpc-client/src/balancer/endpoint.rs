@@ -20,9 +20,8 @@ use super::conn::{Conn, Connecting, ResponseFuture};
 use super::stats::{Clock, EjectionLimit, EndpointStats};
 use super::wire::{Connector, FirstAnswer, Mark, Wire};
 use crate::failure::{
-    BodyFailure, ConnectFailed, DeadlinePassed, body_failure, connect_failure_counted,
+    BodyFailure, Closing, ConnectFailed, DeadlinePassed, body_failure, connect_failure_counted,
     is_connection_loss, is_h2_failure, is_timeout, never_reached_server, remote_reset, reset_code,
-    turned_away,
 };
 
 /// Connection settings of the endpoints.
@@ -210,8 +209,21 @@ impl Endpoint {
                 retryable: false,
             };
         }
+        // A connection on its way out turned the request away: a graceful GOAWAY (the server
+        // is up and said so), or hyper's cancel of a queued request on an endpoint that has
+        // answered since its last transport failure (a cancel is also how a server that never
+        // speaks HTTP/2 to this client, or rejects its certificate, fails a call: that stays a
+        // transport failure). No failure of the endpoint; its next call connects anew, so a
+        // re-send does not land on the connection that is closing.
+        let closing = match crate::failure::closing(&*err) {
+            Some(Closing::Canceled) if self.stats.is_probing() => None,
+            c => c,
+        };
+        if closing.is_some() {
+            self.conn.recycle();
+        }
         if let Some(done) = done {
-            if turned_away(&*err) || connect_failure_counted(&*err) {
+            if closing.is_some() || connect_failure_counted(&*err) {
                 done.never_sent();
             } else {
                 done.transport_failure(now);
@@ -584,7 +596,8 @@ impl Done {
     }
 
     /// The call was never sent (its connect failed, and another call that waited for it
-    /// counted the failure): it releases its place and records nothing.
+    /// counted the failure; or a connection on its way out turned it away): it releases its
+    /// place and records nothing.
     pub(crate) fn never_sent(self) {
         self.endpoint.stats.on_abandon();
     }

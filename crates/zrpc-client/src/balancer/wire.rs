@@ -23,8 +23,8 @@
 //! The peek costs a system call per write, and its evidence pays only where another endpoint
 //! can take the request: with one endpoint a request lost with its connection would go back to
 //! the server that just dropped it, so the balancer arms the peek ([`Wire::set_guarded`]) only
-//! while the endpoint set has more than one endpoint. (A request a GOAWAY or `REFUSED_STREAM`
-//! proves unsent needs no peek: one endpoint re-sends it on its next connection.)
+//! while the endpoint set has more than one endpoint. (A request a graceful GOAWAY proves
+//! unsent needs no peek: one endpoint re-sends it on its next connection.)
 //!
 //! Even armed, a write peeks only while some marked request has had no successful write start
 //! after its mark. Otherwise no later loss can prove any marked request unsent and the peek could

@@ -5,7 +5,8 @@
 //!
 //! - a request that provably never reached a server (connection refused, `REFUSED_STREAM`, a
 //!   graceful GOAWAY below its stream, a write that never happened) goes again at once, to
-//!   another endpoint or, when none is left, on this one's next connection, whatever the method
+//!   another endpoint or, when none is left, to one already tried that is not in back-off (a
+//!   GOAWAY's endpoint, on its next connection), whatever the method
 //!   (a *transparent* re-send: no server did any work), at most [`MAX_ATTEMPTS`] sends of it in
 //!   all, outside the retry budget;
 //! - for a method with a retry or hedging policy (`MethodConfig`), the attempts the policy

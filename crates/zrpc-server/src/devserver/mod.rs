@@ -550,7 +550,7 @@ mod tests {
     /// A server's view over real stages: a limit, a hot shedder, a breaker that failed.
     fn view_of(conf: &crate::conf::RpcServerConf) -> ServerView {
         use zrpc_core::breaker::{BreakerConfig, BreakerRegistry};
-        let limit = crate::stage::limit::gauges::limit_stage(conf);
+        let limit = crate::stage::limit::gauges::limit_stage(conf, &[]);
         let cpu = Arc::new(zrpc_core::cpu::FixedCpu::new(950));
         let shedder = crate::stage::shedding::gauges::shedder(conf, Some(cpu));
         let breakers = Arc::new(BreakerRegistry::new(BreakerConfig::default()));
