@@ -409,6 +409,8 @@ mod server_level {
     async fn serve(etcd: &EtcdServer, key: &str, shutdown: ShutdownConf) -> (ServerHandle, String) {
         let conf = RpcServerConf::new("registration.rpc", "127.0.0.1:0")
             .with_etcd(zrpc_core::conf::EtcdConf::new(etcd.endpoints(), key))
+            // calls may outlive a WrapUpTime of 2 s (the default timeout)
+            .with_timeout(Duration::from_secs(10))
             .with_shutdown(shutdown);
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr").to_string();
@@ -475,7 +477,9 @@ mod server_level {
     async fn graceful_stop_deregisters_before_closing_and_drains() {
         let etcd = EtcdServer::start().await;
         let key = unique_key("graceful");
-        let shutdown = ShutdownConf::new(Duration::from_millis(800), Duration::from_secs(5));
+        // WrapUpTime 2 s: the key's removal (a revoke, committed), a new connection and a call
+        // fit in it on a loaded machine
+        let shutdown = ShutdownConf::new(Duration::from_secs(2), Duration::from_secs(5));
         let (handle, addr) = serve(&etcd, &key, shutdown).await;
         let c = etcd.client().await;
         within(Duration::from_secs(3), || {
@@ -487,7 +491,7 @@ mod server_level {
         .expect("registered");
         // An in-flight call that outlives WrapUpTime.
         let a = addr.clone();
-        let name = format!("sleep:1500/{key}");
+        let name = format!("sleep:3000/{key}");
         let n = name.clone();
         let inflight = tokio::spawn(async move { hello(&a, &n).await });
         wait::until("the in-flight call in its handler", || started(&name)).await;

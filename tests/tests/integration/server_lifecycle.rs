@@ -26,8 +26,10 @@ async fn health(client: &mut HealthClient<tonic::transport::Channel>, service: &
 async fn server_health_serving_then_not_serving_during_shutdown() {
     let conf = test_conf("health.rpc")
         .with_dev_server(DevServerConf::new("127.0.0.1", 0))
+        // WrapUpTime 2 s: the checks below, a new connection and a call fit in it on a loaded
+        // machine
         .with_shutdown(ShutdownConf::new(
-            Duration::from_millis(800),
+            Duration::from_secs(2),
             Duration::from_secs(5),
         ));
     let srv = start_server(conf, TestGreeter::new()).await;

@@ -392,8 +392,9 @@ async fn an_idle_connection_gets_a_goaway_and_a_silent_one_is_then_dropped() {
         t.keepalive_timeout = grace;
     })
     .await;
-    let mut sock = raw_h2(server.addr).await;
+    // the idle time counts from the accept, inside `raw_h2`
     let started = Instant::now();
+    let mut sock = raw_h2(server.addr).await;
     let mut goaway = None;
     let mut pinged = false;
     // Read without answering anything: the server's SETTINGS ack, then its GOAWAY and PING.
