@@ -5,9 +5,11 @@
 //
 //	grpc-edge
 //
-// It listens on two loopback ports and prints one JSON line on stdout:
-// {"event":"listening","grpc":"127.0.0.1:p1","raw":"127.0.0.1:p2"}; it stops when its stdin
-// closes.
+// It listens on three loopback ports and prints one JSON line on stdout:
+// {"event":"listening","grpc":"127.0.0.1:p1","raw":"127.0.0.1:p2","aging":"127.0.0.1:p3"}; it
+// stops when its stdin closes. The aging port is the same greeter with grpc-go's
+// MaxConnectionAge 300 ms (±10% jitter) and MaxConnectionAgeGrace 1 s: a GOAWAY on every
+// connection about three times a second.
 //
 // On the grpc port (grpc-go v1.80 `grpc.Server`, no go-zero), the request's name says what to
 // do:
@@ -50,6 +52,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -205,9 +208,22 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	agingLis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
 	s := grpc.NewServer(grpc.ForceServerCodecV2(codec{proto: encoding.GetCodecV2("proto")}))
 	s.RegisterService(&service, nil)
 	go func() { _ = s.Serve(grpcLis) }()
+	aging := grpc.NewServer(
+		grpc.ForceServerCodecV2(codec{proto: encoding.GetCodecV2("proto")}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionAge:      300 * time.Millisecond,
+			MaxConnectionAgeGrace: time.Second,
+		}),
+	)
+	aging.RegisterService(&service, nil)
+	go func() { _ = aging.Serve(agingLis) }()
 	go func() {
 		for {
 			conn, err := rawLis.Accept()
@@ -221,9 +237,11 @@ func main() {
 		"event": "listening",
 		"grpc":  grpcLis.Addr().String(),
 		"raw":   rawLis.Addr().String(),
+		"aging": agingLis.Addr().String(),
 	})
 	fmt.Println(string(line))
 	// runs until its stdin closes (the test that started it ended)
 	_, _ = io.Copy(io.Discard, bufio.NewReader(os.Stdin))
 	s.Stop()
+	aging.Stop()
 }
