@@ -213,13 +213,15 @@ impl Endpoint {
         // is up and said so), or hyper's cancel of a queued request on an endpoint that has
         // answered since its last transport failure (a cancel is also how a server that never
         // speaks HTTP/2 to this client, or rejects its certificate, fails a call: that stays a
-        // transport failure). No failure of the endpoint; its next call connects anew, so a
-        // re-send does not land on the connection that is closing.
+        // transport failure). No failure of the endpoint. After a GOAWAY its next call
+        // connects anew, so that a re-send does not land on the closing connection, whose
+        // sender hyper has not closed yet (the streams below the GOAWAY still run on it); a
+        // cancel comes once hyper closed the sender, and the next call connects anew anyway.
         let closing = match crate::failure::closing(&*err) {
             Some(Closing::Canceled) if self.stats.is_probing() => None,
             c => c,
         };
-        if closing.is_some() {
+        if closing == Some(Closing::GoAway) {
             self.conn.recycle();
         }
         if let Some(done) = done {
