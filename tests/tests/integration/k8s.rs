@@ -310,6 +310,8 @@ async fn k8s_backs_off_when_every_watch_ends_410_at_once() {
     let mut rx = r.updates();
     wait_for(&mut rx, &["10.0.0.1:8080"]).await;
     api.set_always_expired(true);
+    // the live watch ends; every one after it gets the 410
+    api.close_watches();
     let before = api.lists();
     let watches_before = api.watches().len();
     let started = Instant::now();

@@ -532,6 +532,7 @@ async fn connections_get_goaway_at_max_connection_age() {
         calls += caller.await.unwrap();
     }
     println!("{calls} calls by 8 callers across three connection ages: all served");
+    assert!(calls > 100, "{calls} calls");
     server.shutdown().await.unwrap();
 }
 

@@ -128,7 +128,8 @@ impl Endpoint {
     /// Sends `req` (already picked: in flight + 1 at `start`) and wires its completion to the stats:
     /// from the final gRPC status of the response (headers or trailers; a drop counts as
     /// cancelled, or deadline exceeded past `deadline`). A transport error marks the endpoint
-    /// down (back-off) and reports whether the request can be retried elsewhere. `timeout` (the
+    /// down (back-off), unless a connection on its way out turned the request away, and reports
+    /// whether the request can be sent again. `timeout` (the
     /// call's `grpc-timeout`) is quoted when the attempt's timer ends the call.
     #[inline]
     pub(crate) fn send(
@@ -161,6 +162,17 @@ impl Endpoint {
             deadline,
             watchdog: None,
         }
+    }
+
+    /// Whether the endpoint answered a call within [`PROBE_TIMEOUT`] of `now` and has had no
+    /// transport failure since (see [`Endpoint::failed`]).
+    fn answered_lately(&self, done: Option<&Done>, now: Instant) -> bool {
+        done.is_some_and(|d| {
+            !self.stats.is_probing()
+                && self
+                    .stats
+                    .answered_within(d.clock.nanos(now), PROBE_TIMEOUT.as_nanos() as u64)
+        })
     }
 
     /// The error of a failed attempt (see [`Endpoint::send`]), recorded on the endpoint: at or
@@ -210,15 +222,16 @@ impl Endpoint {
             };
         }
         // A connection on its way out turned the request away: a graceful GOAWAY (the server
-        // is up and said so), or hyper's cancel of a queued request on an endpoint that has
-        // answered since its last transport failure (a cancel is also how a server that never
-        // speaks HTTP/2 to this client, or rejects its certificate, fails a call: that stays a
-        // transport failure). No failure of the endpoint. After a GOAWAY its next call
+        // is up and said so), or hyper's cancel of a queued request on an endpoint that answered
+        // a call in the last second and has had no transport failure since (a cancel is also how
+        // a server that does not speak HTTP/2 to this client, or rejects its certificate, fails
+        // a call, also one that answered before a certificate expired: that stays a transport
+        // failure, with its back-off). No failure of the endpoint. After a GOAWAY its next call
         // connects anew, so that a re-send does not land on the closing connection, whose
         // sender hyper has not closed yet (the streams below the GOAWAY still run on it); a
         // cancel comes once hyper closed the sender, and the next call connects anew anyway.
         let closing = match crate::failure::closing(&*err) {
-            Some(Closing::Canceled) if self.stats.is_probing() => None,
+            Some(Closing::Canceled) if !self.answered_lately(done.as_ref(), now) => None,
             c => c,
         };
         if closing == Some(Closing::GoAway) {

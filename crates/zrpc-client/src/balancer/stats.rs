@@ -235,6 +235,14 @@ impl EndpointStats {
         self.last_done.load(Ordering::Relaxed).saturating_sub(1)
     }
 
+    /// Whether a call completed here within `window` ns before `now` (ns).
+    pub(crate) fn answered_within(&self, now: u64, window: u64) -> bool {
+        match self.last_done.load(Ordering::Relaxed) {
+            0 => false,
+            done => now.saturating_sub(done - 1) <= window,
+        }
+    }
+
     /// The EWMA success score, 0..=1000.
     #[inline]
     #[must_use]
@@ -585,7 +593,8 @@ impl EndpointStats {
         self.eject_until.store(until, Ordering::Relaxed);
     }
 
-    /// Records a transport failure (refused, reset, GOAWAY) of a request started at `start`:
+    /// Records a transport failure (refused, reset, a connection lost) of a request started at
+    /// `start`:
     /// a failed completion, then down for an exponential back-off (100 ms doubling to 5 s), then
     /// probing again (one request at a time until one completes).
     pub fn on_transport_failure(&self, start: u64, now: u64) {

@@ -71,8 +71,8 @@ impl Replay {
     }
 }
 
-/// Returns the request to send now and, when its body was complete and small, a replay copy. A body still pending is passed on, ended at `deadline` (see the
-/// module docs).
+/// Returns the request to send now and, when its body was complete and small, a replay copy. A
+/// body still pending is passed on, ended at `deadline` (see the module docs).
 ///
 /// # Errors
 ///

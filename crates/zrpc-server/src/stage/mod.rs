@@ -313,6 +313,13 @@ impl End<'_> {
     pub fn reached_handler(&self) -> bool {
         self.handled
     }
+
+    /// Whether the call shows its path names a method: its service answered it, with a code
+    /// other than `Unimplemented`. The rule by which a caller's made-up paths get no state of
+    /// their own (a breaker, a limit, metrics series).
+    pub(crate) fn names_a_method(&self) -> bool {
+        self.handled && self.code != zrpc_core::grpc::code::UNIMPLEMENTED
+    }
 }
 
 /// The records of the built-in stages, inline, and users' boxed.

@@ -157,7 +157,7 @@ impl BreakerRecord {
             Record::Learn { registry, method } => {
                 // The method exists when its service answered the call (a made-up path is
                 // answered `Unimplemented`); a call a later stage rejected shows nothing.
-                if end.reached_handler() && end.code != code::UNIMPLEMENTED {
+                if end.names_a_method() {
                     let _ = registry.get(&method);
                 }
             }

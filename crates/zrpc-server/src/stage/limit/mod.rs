@@ -287,8 +287,7 @@ impl LimitRecord {
             self.permit.sample(end.now.into_std());
         }
         if let Some((shared, path)) = self.learn
-            && end.reached_handler()
-            && end.code != code::UNIMPLEMENTED
+            && end.names_a_method()
         {
             shared.learn(&path, end.now.into_std());
         }

@@ -143,14 +143,14 @@ impl State {
 
     /// Records a call of a method without handles, and keeps handles for it (in the families
     /// of its kind: a method's calls are all streams or none is), when the method is known to
-    /// exist: the descriptor sets name it, or its service answered this call (`served`: it
-    /// reached the handler, with a code other than `Unimplemented`). Other calls are recorded
+    /// exist: the descriptor sets name it, or its service answered this call (`served`,
+    /// [`End::names_a_method`](crate::stage::End::names_a_method)). Other calls are recorded
     /// under `method=""`, so that a caller's made-up paths add no series (each label value is
     /// one for good; grpc-go answers a path that names no method before go-zero's interceptors
     /// run).
     fn record_uncached(&self, method: &str, streaming: bool, ms: f64, c: i32, served: bool) {
         let (duration_ms, code_total) = self.families(streaming);
-        let exists = (served && c != code::UNIMPLEMENTED) || self.described.contains(method);
+        let exists = served || self.described.contains(method);
         if !exists {
             duration_ms.with_label_values(&[""]).observe(ms);
             code_total.with_label_values(&["", code::as_str(c)]).inc();
@@ -219,7 +219,7 @@ impl MetricsRecord {
         match self.method {
             Method::Cached(handles) => handles.record(ms, c),
             Method::Uncached(method, streaming, state) => {
-                state.record_uncached(method.path(), streaming, ms, c, end.reached_handler());
+                state.record_uncached(method.path(), streaming, ms, c, end.names_a_method());
             }
         }
     }
