@@ -1,6 +1,7 @@
 //! grpcio (Python's gRPC, on gRPC core) as a second foreign stack: `tests/python/grpcio_server.py`
 //! serves `grpc.testing.TestService/UnaryCall` as gRPC's interop server does (`response_size`,
-//! `response_compressed`), in a child process: [`GrpcioServer`].
+//! `response_compressed`), in a child process: [`GrpcioServer`]; and grpcio clients, the scripts
+//! of `tests/python` that print their result as one JSON value: [`run_client`].
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -60,4 +61,30 @@ impl Drop for GrpcioServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `bytes` as lowercase hex (how the client scripts take a request and give a reply).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Runs `tests/python/<script>` with `args` on a blocking thread (a server under test runs on
+/// the caller's runtime) and returns the JSON value it printed.
+///
+/// # Panics
+/// When `python3` or grpcio is missing (`scripts/test.sh` installs it), the script fails, or
+/// its output is not JSON.
+pub async fn run_client(script: &str, args: Vec<String>) -> serde_json::Value {
+    let path = format!("{}/python/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out =
+        tokio::task::spawn_blocking(move || Command::new("python3").arg(path).args(args).output())
+            .await
+            .unwrap()
+            .expect("python3 runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{script} failed (is grpcio installed? scripts/test.sh installs it): {stderr}"
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"))
 }

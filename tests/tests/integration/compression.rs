@@ -6,22 +6,18 @@
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::process::Command;
 
 use prost::Message;
 use tonic::codec::CompressionEncoding;
 use zrpc::compression::{CallCompression, Encoding};
 use zrpc_client::conf::RpcClientConf;
 use zrpc_tests::greeter::{TestGreeter, TestServer, start_server, test_conf};
+use zrpc_tests::grpcio::{hex, run_client};
 use zrpc_tests::h2raw::unary;
 use zrpc_tests::pb::greeter_client::GreeterClient;
 use zrpc_tests::pb::{HelloReply, HelloRequest, HelloStreamRequest};
 
 const SAY_HELLO: &str = "/greeter.Greeter/SayHello";
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 fn unhex(s: &str) -> Vec<u8> {
     (0..s.len())
@@ -39,25 +35,14 @@ async fn grpcio(
     compression: &str,
     repeat: usize,
 ) -> serde_json::Value {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/grpcio_call.py");
-    let args = [
-        script.to_owned(),
+    let args = vec![
         addr.to_string(),
         method.to_owned(),
         hex(request),
         compression.to_owned(),
         repeat.to_string(),
     ];
-    let out = tokio::task::spawn_blocking(move || Command::new("python3").args(args).output())
-        .await
-        .unwrap()
-        .expect("python3 runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "grpcio_call.py failed (is grpcio installed? scripts/test.sh installs it): {stderr}"
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"))
+    run_client("grpcio_call.py", args).await
 }
 
 fn hello(name: &str) -> Vec<u8> {

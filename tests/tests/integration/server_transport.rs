@@ -546,36 +546,15 @@ async fn grpcio_rides_across_jittered_connection_ages() {
         t.max_connection_age_grace = Duration::from_secs(1);
     })
     .await;
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/python/grpcio_calls_over_time.py"
-    );
-    let request: String = HelloRequest { name: "py".into() }
-        .encode_to_vec()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    let args = [
-        script.to_owned(),
+    let request = HelloRequest { name: "py".into() }.encode_to_vec();
+    let args = vec![
         server.addr.to_string(),
         zrpc_tests::greeter::SAY_HELLO.to_owned(),
-        request,
+        zrpc_tests::grpcio::hex(&request),
         "25".to_owned(),
         "100".to_owned(),
     ];
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("python3").args(args).output()
-    })
-    .await
-    .unwrap()
-    .expect("python3 runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "grpcio_calls_over_time.py failed (is grpcio installed? scripts/test.sh installs it): {stderr}"
-    );
-    let v: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    let v = zrpc_tests::grpcio::run_client("grpcio_calls_over_time.py", args).await;
     let codes = v["codes"].as_array().unwrap();
     assert_eq!(codes.len(), 25, "{v}");
     assert!(codes.iter().all(|c| c == "OK"), "{v}");
