@@ -79,7 +79,7 @@ pub async fn run_client(script: &str, args: Vec<String>) -> serde_json::Value {
     let out =
         tokio::task::spawn_blocking(move || Command::new("python3").arg(path).args(args).output())
             .await
-            .unwrap()
+            .expect("the python3 runner thread")
             .expect("python3 runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
